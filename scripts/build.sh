@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds shardtrain into build/ (or $SHARDTRAIN_BUILD_DIR). Extra arguments are
+# passed to cmake's configure step, e.g. -DSHARDTRAIN_CUDA=OFF.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build_dir=${SHARDTRAIN_BUILD_DIR:-$root/build}
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$build_dir" -j "${SHARDTRAIN_JOBS:-$(nproc)}"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shardtrain needs to build and test. Idempotent: installs only
+# what is missing. Run as root (or with sudo available).
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config
+  nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libcpp-httplib-dev
+  libpcre2-dev libutf8proc-dev libopenblas-dev libgloo-dev libgtest-dev
+  python3
+)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,48 @@
+// ModelConfig: the architecture of a Llama-family decoder (llama, qwen2, mistral), as read
+// from a Hugging Face config.json (model/hf_config.h) or built by hand for random init.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace shardtrain {
+
+enum class RopeType { kDefault, kLlama3 };
+
+struct RopeConfig {
+  double theta = 10000.0;
+  RopeType type = RopeType::kDefault;
+  // llama3 scaling (used when type == kLlama3)
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string model_type = "llama";  // "llama" | "qwen2" | "mistral"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // hidden_size / num_attention_heads unless config.json sets it
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (always true for qwen2)
+  bool mlp_bias = false;        // Llama's optional mlp bias; rejected as unsupported if true
+  int64_t sliding_window = 0;   // mistral; 0 = none. Sequences longer than it are rejected.
+  RopeConfig rope;
+  int64_t bos_token_id = -1;  // -1: not set
+  int64_t eos_token_id = -1;
+  std::string torch_dtype = "float32";  // as written into config.json on save
+
+  // Number of parameters (tied embeddings counted once).
+  int64_t parameter_count() const;
+  // Throws Error naming `source` (a file path or "config") if the values are inconsistent.
+  void validate(const std::string& source) const;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,74 @@
+#include "model/param_layout.h"
+
+#include <fmt/format.h>
+
+namespace shardtrain {
+namespace {
+
+int64_t align_up(int64_t n) { return (n + kParamAlignElems - 1) / kParamAlignElems * kParamAlignElems; }
+
+void add_param(UnitLayout& unit, std::string name, Shape shape, bool decay) {
+  ParamSpec spec;
+  spec.name = std::move(name);
+  spec.shape = shape;
+  spec.offset = unit.numel;
+  spec.decay = decay;
+  unit.numel = align_up(unit.numel + spec.numel());
+  unit.params.push_back(std::move(spec));
+}
+
+}  // namespace
+
+int UnitLayout::find(const std::string& param_name) const {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].name == param_name) return static_cast<int>(i);
+  return -1;
+}
+
+int64_t ParamLayout::total_numel() const {
+  int64_t n = 0;
+  for (const auto& unit : units) n += unit.numel;
+  return n;
+}
+
+int64_t ParamLayout::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& unit : units)
+    for (const auto& p : unit.params) n += p.numel();
+  return n;
+}
+
+ParamLayout make_param_layout(const ModelConfig& c) {
+  ParamLayout layout;
+  const int64_t q_dim = c.num_attention_heads * c.head_dim;
+  const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
+
+  UnitLayout root;
+  root.name = "root";
+  add_param(root, "model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, true);
+  add_param(root, "model.norm.weight", {c.hidden_size}, false);
+  if (!c.tie_word_embeddings) add_param(root, "lm_head.weight", {c.vocab_size, c.hidden_size}, true);
+  layout.units.push_back(std::move(root));
+
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    UnitLayout block;
+    block.name = fmt::format("layers.{}", l);
+    const std::string p = fmt::format("model.layers.{}.", l);
+    add_param(block, p + "self_attn.q_proj.weight", {q_dim, c.hidden_size}, true);
+    if (c.attention_bias) add_param(block, p + "self_attn.q_proj.bias", {q_dim}, false);
+    add_param(block, p + "self_attn.k_proj.weight", {kv_dim, c.hidden_size}, true);
+    if (c.attention_bias) add_param(block, p + "self_attn.k_proj.bias", {kv_dim}, false);
+    add_param(block, p + "self_attn.v_proj.weight", {kv_dim, c.hidden_size}, true);
+    if (c.attention_bias) add_param(block, p + "self_attn.v_proj.bias", {kv_dim}, false);
+    add_param(block, p + "self_attn.o_proj.weight", {c.hidden_size, q_dim}, true);
+    add_param(block, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, true);
+    add_param(block, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, true);
+    add_param(block, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, true);
+    add_param(block, p + "input_layernorm.weight", {c.hidden_size}, false);
+    add_param(block, p + "post_attention_layernorm.weight", {c.hidden_size}, false);
+    layout.units.push_back(std::move(block));
+  }
+  return layout;
+}
+
+}  // namespace shardtrain

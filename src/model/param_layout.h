@@ -1,0 +1,45 @@
+// ParamLayout: where every parameter of a model lives inside flat unit buffers.
+//
+// Units (DESIGN.md "Flat units"): unit 0 is the root (embed_tokens, final norm, lm_head unless
+// tied); units 1..L are the transformer blocks. Within a unit, parameters follow Hugging Face
+// module order (the order of `model.named_parameters()`), each starting at an offset that is a
+// multiple of kParamAlignElems elements (128 bytes in bf16). The layout is a pure function of
+// the ModelConfig, so it is identical on every rank and across runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/model_config.h"
+
+namespace shardtrain {
+
+inline constexpr int64_t kParamAlignElems = 64;
+
+struct ParamSpec {
+  std::string name;     // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  Shape shape;          // e.g. [out_features, in_features]
+  int64_t offset = 0;   // in elements, within the unit
+  bool decay = true;    // AdamW weight decay applies (false for norms and biases)
+  int64_t numel() const { return shape.numel(); }
+};
+
+struct UnitLayout {
+  std::string name;               // "root" or "layers.3"
+  std::vector<ParamSpec> params;  // in HF module order
+  int64_t numel = 0;              // padded total, a multiple of kParamAlignElems
+  // Index into `params` of the parameter named `name`; -1 if absent.
+  int find(const std::string& name) const;
+};
+
+struct ParamLayout {
+  std::vector<UnitLayout> units;  // [0] = root, [1 + l] = block l
+  int64_t total_numel() const;    // padded, all units
+  int64_t parameter_count() const;  // unpadded
+};
+
+ParamLayout make_param_layout(const ModelConfig& config);
+
+}  // namespace shardtrain

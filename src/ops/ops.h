@@ -1,0 +1,118 @@
+// Ops: the compute interface the model, the trainer and FSDP are written against.
+//
+// The model is written once on top of this interface; the CPU backend (ops/cpu, fp32, the
+// numerical reference) and the CUDA backend (ops/cuda, bf16 storage with fp32 accumulation)
+// implement it. Model code never branches on the backend.
+//
+// Conventions for every method:
+//  - Tensors are contiguous, row-major, and live on `device()`.
+//  - Activations use `activation_dtype()`; statistics saved for backward (rstd, lse) and loss
+//    accumulators are fp32; token ids and targets are i32.
+//  - Shape suffixes: N tokens (B*T flattened), C hidden, V vocab, F intermediate, O/I linear
+//    out/in features, B batch, T sequence, H query heads, K kv heads, D head dim.
+//  - "accumulates" means the result is added into the output; otherwise the output is
+//    overwritten. Parameter gradients always accumulate (for gradient accumulation).
+//  - Methods are asynchronous on CUDA (one compute stream); only `copy_to_host` and
+//    `read_scalar` synchronise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace shardtrain {
+
+struct AdamWStep {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0;  // decoupled: param -= lr * weight_decay * param
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_scale = 1;    // grads are multiplied by this first (clipping, normalisation)
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  virtual Device device() const = 0;
+  virtual DType activation_dtype() const = 0;
+
+  // ---- memory ----
+  // Raw device allocation; zero-filled. Prefer the RAII `DeviceBuffer` (ops/device_buffer.h).
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* pointer) = 0;
+  virtual void copy_from_host(Tensor dst, const void* src) = 0;  // dst.bytes() bytes
+  virtual void copy_to_host(void* dst, Tensor src) = 0;          // synchronises
+  virtual void fill_zero(Tensor dst) = 0;
+  // dst = src converted to dst's dtype (f32 <-> bf16/f16, same element count).
+  virtual void cast(Tensor dst, Tensor src) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- elementwise ----
+  virtual void add(Tensor out, Tensor a, Tensor b) = 0;  // out = a + b; out may alias a or b
+  virtual void scale(Tensor x, float factor) = 0;        // x *= factor
+
+  // ---- embedding ----
+  // out_NC[n] = table_VC[ids_N[n]]. REQUIRES: 0 <= ids < V (checked by the caller on host).
+  virtual void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) = 0;
+  // dtable_VC[ids_N[n]] += dout_NC[n]; accumulates.
+  virtual void embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) = 0;
+
+  // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight (HF Llama: normalise in fp32) ----
+  virtual void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                               Tensor rstd_N) = 0;
+  // dx_NC overwritten (or accumulated when accumulate_dx); dweight_C accumulates.
+  virtual void rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                                Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) = 0;
+
+  // ---- linear: out_NO = x_NI @ weight_OI^T (+ bias_O when bias_O.defined()) ----
+  virtual void linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) = 0;
+  // dx_NI = dout_NO @ weight_OI (overwritten, or accumulated when accumulate_dx; skipped when
+  // dx_NI is undefined); dweight_OI += dout_NO^T @ x_NI; dbias_O += sum_n dout_NO (if defined).
+  virtual void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                               Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) = 0;
+
+  // ---- rotary embedding, HF rotate-half convention, in place on x_NHD ----
+  // For token n at position p = positions_N[n] and pair index i < D/2:
+  //   (x[i], x[i+D/2]) <- (x[i] cos - x[i+D/2] sin, x[i+D/2] cos + x[i] sin),
+  // with cos/sin = cos_PR/sin_PR[p][i] (R = D/2; fp32 tables built by model/rope).
+  virtual void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
+  // The transpose (rotation by -angle), in place on the gradient dx_NHD.
+  virtual void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR,
+                             Tensor sin_PR) = 0;
+
+  // ---- causal grouped-query attention: query head h reads kv head h / (H / K) ----
+  // out_BTHD = softmax(q k^T * scale + causal mask) v; lse_BHT = log-sum-exp per row (fp32).
+  virtual void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                 Tensor out_BTHD, Tensor lse_BHT) = 0;
+  // dq, dk, dv overwritten.
+  virtual void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
+                                  Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT, float scale,
+                                  Tensor dq_BTHD, Tensor dk_BTKD, Tensor dv_BTKD) = 0;
+
+  // ---- SwiGLU: out = silu(gate) * up ----
+  virtual void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) = 0;
+  // dgate, dup overwritten.
+  virtual void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                               Tensor dup_NF) = 0;
+
+  // ---- cross-entropy over one chunk of logits, fp32 internally ----
+  // Rows with targets_N[n] == -100 are ignored. loss_sum_1 (f32 [1]) += sum of -log p(target)
+  // over the other rows. When compute_grad, logits_NV is overwritten with
+  // dlogits = (softmax - onehot) * grad_scale (zero rows for ignored targets).
+  virtual void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale,
+                             Tensor loss_sum_1, bool compute_grad) = 0;
+
+  // ---- optimizer and norms over fp32 buffers ----
+  // AdamW on one contiguous range: m, v, param updated in place from grad (all fp32, same n).
+  virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) = 0;
+  // out_1 (f32 [1]) += sum(x^2), x fp32.
+  virtual void sum_squares(Tensor x, Tensor out_1) = 0;
+  // Reads one fp32 scalar to the host; synchronises.
+  virtual float read_scalar(Tensor x_1) = 0;
+};
+
+}  // namespace shardtrain
