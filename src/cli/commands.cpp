@@ -1,19 +1,25 @@
 #include "cli/commands.h"
 
-#include <CLI/CLI.hpp>
+#include <string>
 
 namespace shardtrain::cli {
 
 int run(int argc, char** argv) {
-  CLI::App app{"shardtrain: fully sharded fine-tuning of Llama-family models"};
+  CLI::App app{"shardtrain: fully sharded fine-tuning of Llama-family models (Llama 2/3, "
+               "Qwen2/2.5, Mistral)"};
   app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
   app.require_subcommand(1);
+  app.fallthrough(false);
+  int exit_code = 0;
+  add_train_command(app, exit_code);
+  add_eval_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
-  return 0;
+  return exit_code;
 }
 
 }  // namespace shardtrain::cli

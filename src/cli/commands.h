@@ -1,10 +1,17 @@
-// The shardtrain command line: one parser (CLI11) whose definitions also generate --help.
+// The shardtrain command line. One CLI11 parser: each subcommand registers its options in
+// its own file (cli/*_command.cpp), and --help is generated from those same definitions.
 #pragma once
+
+#include <CLI/CLI.hpp>
 
 namespace shardtrain::cli {
 
-// Parses argv and runs the chosen subcommand; returns the process exit code.
-// Throws shardtrain::Error for user mistakes.
+// Parses argv and runs the chosen subcommand; returns the process exit code
+// (0 ok, 2 usage or user error). Throws shardtrain::Error for user mistakes.
 int run(int argc, char** argv);
+
+// Each adds its subcommand to `app`; the callback runs the command and stores its exit code.
+void add_train_command(CLI::App& app, int& exit_code);
+void add_eval_command(CLI::App& app, int& exit_code);
 
 }  // namespace shardtrain::cli

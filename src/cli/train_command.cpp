@@ -1,0 +1,73 @@
+// `shardtrain train`: runs a training job from a TOML config plus overrides.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "ops/backend.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct TrainArgs {
+  std::string config_path;
+  int64_t steps = 0;
+  std::string metrics_path;
+  bool print_config = false;
+};
+
+int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  ConfigSchema schema;
+  config.register_config(schema);
+  if (!args.config_path.empty()) schema.load_toml_file(args.config_path);
+  for (const std::string& o : overrides) {
+    if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
+      fail("unexpected argument '{}'; HINT: config overrides look like --section.key=value "
+           "(see shardtrain train --help)", o);
+    }
+    schema.apply_override(o.substr(2));
+  }
+  if (args.steps > 0) config.train.steps = args.steps;
+  if (args.print_config) {
+    std::printf("%s", schema.to_toml().c_str());
+    return 0;
+  }
+  config.validate();
+  std::unique_ptr<Ops> ops = make_ops(config.train.device);
+  TrainRunOptions options;
+  options.metrics_path = args.metrics_path;
+  const TrainOutcome outcome = run_training(config, *ops, options);
+  if (!outcome.losses.empty()) {
+    std::printf("first loss %.4f, last loss %.4f over %zu steps (%.0f tokens/s)\n",
+                outcome.losses.front(), outcome.losses.back(), outcome.losses.size(),
+                outcome.tokens_per_s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train (fine-tune) a model. Any config key can be overridden with "
+               "--section.key=value, e.g. --optim.lr=1e-4 --train.micro_batch=2");
+  cmd->add_option("--config", args->config_path, "TOML job config (see examples/demo.toml)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--metrics", args->metrics_path,
+                  "append one JSON object per step to this file (JSONL)");
+  cmd->add_flag("--print-config", args->print_config,
+                "print the whole resolved config as TOML and exit");
+  cmd->allow_extras();
+  cmd->callback([cmd, args, &exit_code] { exit_code = run_train(*args, cmd->remaining()); });
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,62 @@
+// SequenceDataset: fixed-length training sequences, whatever file they come from.
+//
+// Every Example holds exactly seq_len input_ids and seq_len labels; labels[t] is the token id to
+// predict at t (make_batch shifts it to the previous position) or kIgnoreIndex (-100) for tokens
+// that carry no loss (padding, masked prompt tokens).
+//
+// Sources (open_dataset picks one by `format`; "auto" goes by extension: .bin/.tokens -> tokens,
+// .jsonl/.json -> jsonl):
+//   - token file (data/token_file.h): the token stream is cut into non-overlapping windows of
+//     seq_len tokens; the remainder is dropped; fewer than seq_len tokens is an error. labels =
+//     the token where the loss mask is 1 (or the file has no mask), else -100.
+//   - JSONL (data/jsonl_dataset.h): one sequence per line; shorter ones are padded with pad_id
+//     (labels -100), longer ones truncated to seq_len and counted in truncated_count().
+// Every open error throws shardtrain::Error naming the file (and line for JSONL).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardtrain {
+
+constexpr int32_t kIgnoreIndex = -100;  // Hugging Face's ignore_index for labels
+
+struct Example {
+  std::vector<int32_t> input_ids;  // (seq_len)
+  std::vector<int32_t> labels;     // (seq_len); kIgnoreIndex = no loss
+};
+
+class SequenceDataset {
+ public:
+  virtual ~SequenceDataset() = default;
+  virtual size_t size() const = 0;
+  // REQUIRES: i < size().
+  virtual Example get(size_t i) const = 0;
+  // The largest id among all input_ids and labels (pad_id included when padding occurs).
+  virtual int64_t max_token_id() const = 0;
+  virtual int64_t seq_len() const = 0;
+  // Sequences cut to seq_len (always 0 for token files).
+  virtual size_t truncated_count() const { return 0; }
+  // pad_id when some sequence was padded (so it appears in input_ids), else nullopt.
+  virtual std::optional<int64_t> padding_id() const { return std::nullopt; }
+  // Where example i came from, for error messages: "data.jsonl:3" or "data.bin tokens [a, b)".
+  virtual std::string describe_example(size_t i) const = 0;
+};
+
+// "tokens" or "jsonl" for `format` in {"auto", "tokens", "jsonl"}; throws Error naming `path`
+// when auto cannot tell from the extension.
+std::string resolve_data_format(const std::string& path, const std::string& format);
+
+// Opens `path` as a dataset of seq_len-token examples. REQUIRES: seq_len >= 2, pad_id >= 0.
+std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, const std::string& format,
+                                              int64_t seq_len, int64_t pad_id);
+
+// Throws Error naming the file (and line for JSONL), the offending id and vocab_size if any
+// input id or label is >= vocab_size (pad_id included, reported as the data.pad_id key).
+void validate_vocab(const SequenceDataset& dataset, int64_t vocab_size, const std::string& path);
+
+}  // namespace shardtrain

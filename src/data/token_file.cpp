@@ -1,0 +1,212 @@
+#include "data/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace shardtrain {
+
+static_assert(std::endian::native == std::endian::little,
+              "token files are little-endian and read in place");
+
+namespace {
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t flags;
+  uint64_t n_tokens;
+  uint64_t reserved;
+};
+static_assert(sizeof(Header) == kTokenFileHeaderBytes);
+
+// Magic bytes as printable text for an error message.
+std::string printable(const char* bytes, size_t count) {
+  std::string out;
+  for (size_t i = 0; i < count; ++i) {
+    const unsigned char c = static_cast<unsigned char>(bytes[i]);
+    out += (c >= 0x20 && c < 0x7f) ? std::string(1, static_cast<char>(c))
+                                   : fmt::format("\\x{:02x}", c);
+  }
+  return out;
+}
+
+void write_all(int fd, const void* data, size_t bytes, const std::string& temp_path) {
+  const char* cursor = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = ::write(fd, cursor, bytes);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) fail("token file {}: write failed ({})", temp_path, std::strerror(errno));
+    cursor += written;
+    bytes -= static_cast<size_t>(written);
+  }
+}
+
+}  // namespace
+
+TokenFile::TokenFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("token file {}: cannot open ({}); check data.path", path, std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int saved = errno;
+    ::close(fd);
+    fail("token file {}: cannot stat ({})", path, std::strerror(saved));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    fail("token file {}: not a regular file; data.path must name a token file", path);
+  }
+  const size_t actual = static_cast<size_t>(info.st_size);
+  if (actual == 0) {
+    ::close(fd);
+    fail("token file {}: the file is empty (no header, no tokens); regenerate it", path);
+  }
+  if (actual < kTokenFileHeaderBytes) {
+    ::close(fd);
+    fail(
+        "token file {}: {} bytes is smaller than the {}-byte header; the file is truncated or "
+        "not a token file",
+        path, actual, kTokenFileHeaderBytes);
+  }
+  void* mapping = ::mmap(nullptr, actual, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (mapping == MAP_FAILED)
+    fail("token file {}: mmap failed ({})", path, std::strerror(map_errno));
+  mapping_ = mapping;
+  mapping_bytes_ = actual;
+
+  // From here on the destructor will not run if we throw, so unmap before failing.
+  auto reject = [&](const std::string& message) {
+    unmap();
+    throw Error(message);
+  };
+  Header header;
+  std::memcpy(&header, mapping, sizeof(header));
+  if (std::memcmp(header.magic, kTokenFileMagic, sizeof(kTokenFileMagic)) != 0) {
+    reject(
+        fmt::format("token file {}: not a shardtrain token file (magic \"{}\", expected "
+                    "\"SHTOKENS\"); convert the data with tools/ or set data.format",
+                    path, printable(header.magic, sizeof(header.magic))));
+  }
+  if (header.version != kTokenFileVersion) {
+    reject(
+        fmt::format("token file {}: unsupported version {} (this build reads version {}); "
+                    "regenerate the file",
+                    path, header.version, kTokenFileVersion));
+  }
+  if ((header.flags & ~kTokenFileHasLossMask) != 0) {
+    reject(
+        fmt::format("token file {}: unknown flags 0x{:x} in the header; the file is corrupt "
+                    "or from a newer writer",
+                    path, header.flags));
+  }
+  if (header.reserved != 0) {
+    reject(
+        fmt::format("token file {}: reserved header field is {} (must be 0); the file is "
+                    "corrupt",
+                    path, header.reserved));
+  }
+  if (header.n_tokens == 0) {
+    reject(
+        fmt::format("token file {}: contains no tokens; regenerate it from non-empty data", path));
+  }
+  const bool has_mask = (header.flags & kTokenFileHasLossMask) != 0;
+  const uint64_t bytes_per_token = has_mask ? 5 : 4;
+  constexpr uint64_t kMaxTokens = (UINT64_MAX - kTokenFileHeaderBytes) / 5;
+  if (header.n_tokens > kMaxTokens) {
+    reject(
+        fmt::format("token file {}: header claims {} tokens, which cannot fit in any file; the "
+                    "header is corrupt",
+                    path, header.n_tokens));
+  }
+  const uint64_t expected = kTokenFileHeaderBytes + bytes_per_token * header.n_tokens;
+  if (expected != actual) {
+    reject(
+        fmt::format("token file {}: size is {} bytes but the header (n_tokens = {}, loss mask: "
+                    "{}) requires {} bytes; the file is {}: regenerate it",
+                    path, actual, header.n_tokens, has_mask ? "yes" : "no", expected,
+                    actual < expected ? "truncated" : "corrupt (extra bytes)"));
+  }
+  n_tokens_ = header.n_tokens;
+  const auto* base = static_cast<const uint8_t*>(mapping);
+  tokens_ = reinterpret_cast<const uint32_t*>(base + kTokenFileHeaderBytes);
+  if (has_mask) loss_mask_ = base + kTokenFileHeaderBytes + 4 * n_tokens_;
+}
+
+TokenFile::~TokenFile() { unmap(); }
+
+TokenFile::TokenFile(TokenFile&& other) noexcept { *this = std::move(other); }
+
+TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+    loss_mask_ = std::exchange(other.loss_mask_, nullptr);
+    n_tokens_ = std::exchange(other.n_tokens_, 0);
+  }
+  return *this;
+}
+
+void TokenFile::unmap() {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
+  mapping_ = nullptr;
+  mapping_bytes_ = 0;
+  tokens_ = nullptr;
+  loss_mask_ = nullptr;
+  n_tokens_ = 0;
+}
+
+void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
+                      std::span<const uint8_t> loss_mask) {
+  SHARDTRAIN_CHECK(!tokens.empty(), "a token file needs at least one token");
+  SHARDTRAIN_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(),
+                   "loss mask has {} entries for {} tokens", loss_mask.size(), tokens.size());
+  Header header{};
+  std::memcpy(header.magic, kTokenFileMagic, sizeof(header.magic));
+  header.version = kTokenFileVersion;
+  header.flags = loss_mask.empty() ? 0 : kTokenFileHasLossMask;
+  header.n_tokens = tokens.size();
+  header.reserved = 0;
+
+  const std::string temp_path = fmt::format("{}.tmp.{}", path, ::getpid());
+  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fail("token file {}: cannot create {} ({}); check that the directory exists and is writable",
+         path, temp_path, std::strerror(errno));
+  }
+  try {
+    write_all(fd, &header, sizeof(header), temp_path);
+    write_all(fd, tokens.data(), tokens.size_bytes(), temp_path);
+    if (!loss_mask.empty()) {
+      std::vector<uint8_t> normalized(loss_mask.begin(), loss_mask.end());
+      for (uint8_t& flag : normalized) flag = flag != 0 ? 1 : 0;
+      write_all(fd, normalized.data(), normalized.size(), temp_path);
+    }
+    if (::fsync(fd) != 0) fail("token file {}: fsync failed ({})", temp_path, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temp_path.c_str());
+    throw;
+  }
+  if (::close(fd) != 0 || ::rename(temp_path.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(temp_path.c_str());
+    fail("token file {}: could not finish writing ({})", path, std::strerror(saved));
+  }
+}
+
+}  // namespace shardtrain

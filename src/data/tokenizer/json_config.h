@@ -1,0 +1,36 @@
+// Reading tokenizer.json components: small accessors that turn a missing or mistyped key into a
+// shardtrain::Error naming the file, the component and the key.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace shardtrain::tokenizer {
+
+// Where a component sits, for error messages: the file and a JSON-path-like location.
+struct ConfigSite {
+  std::string file;      // tokenizer.json path
+  std::string location;  // e.g. "pre_tokenizer.pretokenizers[0]"
+
+  ConfigSite child(std::string_view key) const;
+  ConfigSite element(size_t index) const;
+};
+
+// The "type" string of a component object.
+std::string component_type(const nlohmann::json& config, const ConfigSite& site);
+
+std::string string_field(const nlohmann::json& config, std::string_view key,
+                         const ConfigSite& site);
+bool bool_field(const nlohmann::json& config, std::string_view key, bool default_value,
+                const ConfigSite& site);
+int64_t int_field(const nlohmann::json& config, std::string_view key, int64_t default_value,
+                  const ConfigSite& site);
+const nlohmann::json& array_field(const nlohmann::json& config, std::string_view key,
+                                  const ConfigSite& site);
+
+// Throws Error("<file>: <location>: unsupported <what> type '<type>' ...").
+[[noreturn]] void fail_unsupported(std::string_view what, std::string_view type,
+                                   const ConfigSite& site);
+
+}  // namespace shardtrain::tokenizer

@@ -1,0 +1,173 @@
+#include "data/tokenizer/normalizer.h"
+
+#include <utf8proc.h>
+
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "core/error.h"
+#include "data/tokenizer/regex.h"
+#include "data/tokenizer/utf8.h"
+
+namespace shardtrain::tokenizer {
+namespace {
+
+bool is_ascii(std::string_view text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+
+// Applies utf8proc with `options` to one valid UTF-8 run.
+void append_unicode_normalized(std::string_view run, utf8proc_option_t options, std::string& out) {
+  if (run.empty()) return;
+  utf8proc_uint8_t* result = nullptr;
+  const utf8proc_ssize_t length =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()),
+                   static_cast<utf8proc_ssize_t>(run.size()), &result, options);
+  if (length < 0) {
+    out.append(run);  // cannot happen for valid UTF-8 except out of memory; keep the text
+    return;
+  }
+  out.append(reinterpret_cast<const char*>(result), static_cast<size_t>(length));
+  std::free(result);
+}
+
+class UnicodeNormalizer : public Normalizer {
+ public:
+  explicit UnicodeNormalizer(utf8proc_option_t options) : options_(options) {}
+
+  void normalize(std::string& text) const override {
+    if (is_ascii(text)) return;  // ASCII is invariant under every normalization form
+    std::string out;
+    out.reserve(text.size() + 16);
+    size_t run_start = 0, pos = 0;
+    while (pos < text.size()) {
+      const Utf8Unit unit = decode_utf8(text, pos);
+      if (unit.code_point == kInvalidCodePoint) {
+        std::string_view view(text);
+        append_unicode_normalized(view.substr(run_start, pos - run_start), options_, out);
+        out.append(view.substr(pos, unit.length));
+        run_start = pos + unit.length;
+      }
+      pos += unit.length;
+    }
+    append_unicode_normalized(std::string_view(text).substr(run_start), options_, out);
+    text = std::move(out);
+  }
+
+ private:
+  utf8proc_option_t options_;
+};
+
+class PrependNormalizer : public Normalizer {
+ public:
+  explicit PrependNormalizer(std::string prefix) : prefix_(std::move(prefix)) {}
+  void normalize(std::string& text) const override {
+    if (!text.empty()) text.insert(0, prefix_);  // as `tokenizers`: empty text stays empty
+  }
+
+ private:
+  std::string prefix_;
+};
+
+class ReplaceNormalizer : public Normalizer {
+ public:
+  ReplaceNormalizer(std::string literal, std::optional<Regex> regex, std::string content)
+      : literal_(std::move(literal)), regex_(std::move(regex)), content_(std::move(content)) {}
+
+  void normalize(std::string& text) const override {
+    std::vector<MatchSpan> matches;
+    if (regex_) {
+      regex_->find_all(text, matches);
+    } else if (!literal_.empty()) {
+      for (size_t pos = text.find(literal_); pos != std::string::npos;
+           pos = text.find(literal_, pos + literal_.size())) {
+        matches.push_back({pos, pos + literal_.size()});
+      }
+    }
+    if (matches.empty()) return;
+    std::string out;
+    out.reserve(text.size() + matches.size() * content_.size());
+    size_t previous_end = 0;
+    for (const MatchSpan& match : matches) {
+      out.append(text, previous_end, match.start - previous_end);
+      out += content_;
+      previous_end = match.end;
+    }
+    out.append(text, previous_end, std::string::npos);
+    text = std::move(out);
+  }
+
+ private:
+  std::string literal_;
+  std::optional<Regex> regex_;
+  std::string content_;
+};
+
+class SequenceNormalizer : public Normalizer {
+ public:
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps)
+      : steps_(std::move(steps)) {}
+  void normalize(std::string& text) const override {
+    for (const auto& step : steps_) step->normalize(text);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Normalizer>> steps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& config, const ConfigSite& site) {
+  if (config.is_null()) return nullptr;
+  const std::string type = component_type(config, site);
+  if (type == "NFC")
+    return std::make_unique<UnicodeNormalizer>(
+        static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (type == "NFD")
+    return std::make_unique<UnicodeNormalizer>(
+        static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
+  if (type == "NFKC")
+    return std::make_unique<UnicodeNormalizer>(
+        static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
+  if (type == "NFKD")
+    return std::make_unique<UnicodeNormalizer>(
+        static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
+  if (type == "Prepend") {
+    return std::make_unique<PrependNormalizer>(string_field(config, "prepend", site));
+  }
+  if (type == "Replace") {
+    const ConfigSite pattern_site = site.child("pattern");
+    const nlohmann::json& pattern = config.contains("pattern") ? config["pattern"] : config;
+    std::string literal;
+    std::optional<Regex> regex;
+    if (pattern.is_object() && pattern.contains("String")) {
+      literal = string_field(pattern, "String", pattern_site);
+    } else if (pattern.is_object() && pattern.contains("Regex")) {
+      regex.emplace(string_field(pattern, "Regex", pattern_site),
+                    pattern_site.file + ": " + pattern_site.location);
+    } else {
+      fail("{}: {} must be {{\"String\": ...}} or {{\"Regex\": ...}}", site.file,
+           pattern_site.location);
+    }
+    return std::make_unique<ReplaceNormalizer>(std::move(literal), std::move(regex),
+                                               string_field(config, "content", site));
+  }
+  if (type == "Sequence") {
+    const ConfigSite list_site = site.child("normalizers");
+    const nlohmann::json& list = array_field(config, "normalizers", site);
+    std::vector<std::unique_ptr<Normalizer>> steps;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (auto step = parse_normalizer(list[i], list_site.element(i))) {
+        steps.push_back(std::move(step));
+      }
+    }
+    return std::make_unique<SequenceNormalizer>(std::move(steps));
+  }
+  fail_unsupported("normalizer", type, site);
+}
+
+}  // namespace shardtrain::tokenizer

@@ -1,0 +1,110 @@
+#include "io/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+
+namespace shardtrain {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Best effort: the rename itself is already durable on most filesystems without it.
+void fsync_parent_dir(const std::string& path) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  const int dir_fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return;
+  ::fsync(dir_fd);
+  ::close(dir_fd);
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    fail("cannot create {} ({}); HINT: check that the directory exists and is writable", temp_path_,
+         errno_text());
+  }
+}
+
+AtomicFileWriter::~AtomicFileWriter() { discard(); }
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)),
+      temp_path_(std::move(other.temp_path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      bytes_written_(other.bytes_written_) {}
+
+AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept {
+  if (this != &other) {
+    discard();
+    path_ = std::move(other.path_);
+    temp_path_ = std::move(other.temp_path_);
+    fd_ = std::exchange(other.fd_, -1);
+    bytes_written_ = other.bytes_written_;
+  }
+  return *this;
+}
+
+void AtomicFileWriter::discard() noexcept {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+  SHARDTRAIN_CHECK(fd_ >= 0, "write to {} after commit", path_);
+  const char* cursor = static_cast<const char*>(data);
+  size_t left = bytes;
+  while (left > 0) {
+    const ssize_t n = ::write(fd_, cursor, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      fail("cannot write {} ({}); HINT: check free disk space and permissions", temp_path_,
+           errno_text());
+    }
+    cursor += n;
+    left -= static_cast<size_t>(n);
+  }
+  bytes_written_ += bytes;
+}
+
+void AtomicFileWriter::commit() {
+  SHARDTRAIN_CHECK(fd_ >= 0, "commit of {} twice", path_);
+  if (::fsync(fd_) != 0) {
+    fail("cannot fsync {} ({}); HINT: check free disk space and the filesystem", temp_path_,
+         errno_text());
+  }
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    ::unlink(temp_path_.c_str());
+    fail("cannot close {} ({}); HINT: check free disk space", temp_path_, errno_text());
+  }
+  fd_ = -1;
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const std::string reason = errno_text();
+    ::unlink(temp_path_.c_str());
+    fail("cannot rename {} over {} ({}); HINT: check that {} is not a directory and is writable",
+         temp_path_, path_, reason, path_);
+  }
+  fsync_parent_dir(path_);
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  AtomicFileWriter writer(path);
+  writer.write(contents.data(), contents.size());
+  writer.commit();
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,274 @@
+#include "model/hf_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace shardtrain {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kFixHint = "HINT: fix the value in config.json";
+
+// Typed access to one JSON object of config.json. `prefix` qualifies nested keys in messages,
+// e.g. "rope_scaling.". A key that is absent or null counts as absent.
+class KeyReader {
+ public:
+  KeyReader(const std::string& path, const Json& object, std::string prefix = "")
+      : path_(path), object_(object), prefix_(std::move(prefix)) {}
+
+  const Json* find(const char* key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  int64_t integer(const char* key, int64_t fallback) const {
+    const Json* value = find(key);
+    return value ? as_integer(key, *value) : fallback;
+  }
+  int64_t required_integer(const char* key) const {
+    const Json* value = find(key);
+    if (value == nullptr) {
+      fail(
+          "{}: required key '{}{}' is missing; HINT: use the config.json that came with the "
+          "checkpoint",
+          path_, prefix_, key);
+    }
+    return as_integer(key, *value);
+  }
+  double number(const char* key, double fallback) const {
+    const Json* value = find(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_number()) wrong_type(key, "a number", *value);
+    return value->get<double>();
+  }
+  double required_number(const char* key) const {
+    if (find(key) == nullptr) {
+      fail("{}: required key '{}{}' is missing; {}", path_, prefix_, key, kFixHint);
+    }
+    return number(key, 0.0);
+  }
+  bool boolean(const char* key, bool fallback) const {
+    const Json* value = find(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_boolean()) wrong_type(key, "true or false", *value);
+    return value->get<bool>();
+  }
+  std::string string(const char* key, const std::string& fallback) const {
+    const Json* value = find(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_string()) wrong_type(key, "a string", *value);
+    return value->get<std::string>();
+  }
+  // The first integer of an integer-or-list key (eos_token_id may be a list).
+  int64_t first_integer(const char* key, int64_t fallback) const {
+    const Json* value = find(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_array()) return as_integer(key, *value);
+    if (value->empty()) return fallback;
+    return as_integer(key, value->front());
+  }
+
+  [[noreturn]] void wrong_type(const char* key, const char* expected, const Json& value) const {
+    std::string shown = value.dump();
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    fail("{}: key '{}{}' must be {}, got {}; {}", path_, prefix_, key, expected, shown, kFixHint);
+  }
+
+ private:
+  int64_t as_integer(const char* key, const Json& value) const {
+    if (value.is_number_integer() &&
+        (!value.is_number_unsigned() ||
+         value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+      return value.get<int64_t>();
+    }
+    wrong_type(key, "an integer", value);
+  }
+
+  const std::string& path_;
+  const Json& object_;
+  std::string prefix_;
+};
+
+Json parse_config_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    fail("config file {} does not exist; HINT: check the checkpoint path", path);
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    fail("config file {} is a directory; HINT: pass the path of config.json", path);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read config file {}; HINT: check its permissions", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  Json root = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    fail("config file {} is not valid JSON; HINT: re-download config.json or fix its syntax", path);
+  }
+  if (!root.is_object()) {
+    fail("config file {} is not a JSON object; HINT: re-download config.json", path);
+  }
+  return root;
+}
+
+// Rope from either `rope_parameters` (newer transformers) or `rope_theta` + `rope_scaling`.
+RopeConfig read_rope(const std::string& path, const KeyReader& top) {
+  RopeConfig rope;
+  const Json* parameters = top.find("rope_parameters");
+  const Json* scaling = top.find("rope_scaling");
+  const Json* params_object = parameters ? parameters : scaling;
+  const char* params_key = parameters ? "rope_parameters" : "rope_scaling";
+  rope.theta = top.number("rope_theta", 10000.0);
+  if (params_object == nullptr) return rope;
+  if (!params_object->is_object()) top.wrong_type(params_key, "an object or null", *params_object);
+
+  const KeyReader params(path, *params_object, std::string(params_key) + ".");
+  rope.theta = params.number("rope_theta", rope.theta);
+  std::string type = params.string("rope_type", params.string("type", ""));
+  if (type.empty()) {
+    if (parameters == nullptr) {
+      fail("{}: key 'rope_scaling' has no 'rope_type'; {}", path, kFixHint);
+    }
+    type = "default";
+  }
+  if (type == "default") return rope;
+  if (type != "llama3") {
+    fail(
+        "{}: key '{}.rope_type' = '{}' is an unsupported rope type (supported: default, llama3); "
+        "HINT: use a model without {} rope scaling",
+        path, params_key, type, type);
+  }
+  rope.type = RopeType::kLlama3;
+  rope.factor = params.required_number("factor");
+  rope.low_freq_factor = params.required_number("low_freq_factor");
+  rope.high_freq_factor = params.required_number("high_freq_factor");
+  rope.original_max_position_embeddings =
+      params.required_integer("original_max_position_embeddings");
+  return rope;
+}
+
+}  // namespace
+
+ModelConfig read_hf_config(const std::string& path) {
+  const Json root = parse_config_file(path);
+  const KeyReader top(path, root);
+  ModelConfig c;
+  if (top.find("model_type") == nullptr) {
+    fail(
+        "{}: required key 'model_type' is missing; HINT: use the config.json that came with the "
+        "checkpoint",
+        path);
+  }
+  c.model_type = top.string("model_type", "");
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
+    fail(
+        "{}: model_type '{}' is not supported (supported: llama, qwen2, mistral); HINT: use a "
+        "checkpoint of a supported architecture",
+        path, c.model_type);
+  }
+  const std::string hidden_act = top.string("hidden_act", "silu");
+  if (hidden_act != "silu") {
+    fail("{}: key 'hidden_act' = '{}' is not supported (only silu); {}", path, hidden_act,
+         kFixHint);
+  }
+
+  c.vocab_size = top.required_integer("vocab_size");
+  c.hidden_size = top.required_integer("hidden_size");
+  c.intermediate_size = top.required_integer("intermediate_size");
+  c.num_hidden_layers = top.required_integer("num_hidden_layers");
+  c.num_attention_heads = top.required_integer("num_attention_heads");
+  c.num_key_value_heads = top.integer("num_key_value_heads", c.num_attention_heads);
+  const bool divisible = c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0;
+  // 0 when it cannot be derived: validate() then names the offending keys.
+  c.head_dim = top.integer("head_dim", divisible ? c.hidden_size / c.num_attention_heads : 0);
+  const int64_t default_positions = c.model_type == "llama"   ? 2048
+                                    : c.model_type == "qwen2" ? 32768
+                                                              : 131072;
+  c.max_position_embeddings = top.integer("max_position_embeddings", default_positions);
+  c.rms_norm_eps = top.number("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = top.boolean("tie_word_embeddings", false);
+
+  if (c.model_type == "llama") {
+    c.attention_bias = top.boolean("attention_bias", false);
+    c.mlp_bias = top.boolean("mlp_bias", false);
+  } else if (c.model_type == "qwen2") {
+    c.attention_bias = true;  // Qwen2 q/k/v projections always have biases
+    if (top.boolean("use_sliding_window", false) &&
+        top.integer("max_window_layers", 28) < c.num_hidden_layers) {
+      fail(
+          "{}: key 'use_sliding_window' = true is not supported for qwen2; HINT: set it to false "
+          "(published Qwen2/2.5 checkpoints do)",
+          path);
+    }
+  } else {  // mistral
+    c.sliding_window = top.integer("sliding_window", 0);
+  }
+
+  c.rope = read_rope(path, top);
+  c.bos_token_id = top.integer("bos_token_id", -1);
+  c.eos_token_id = top.first_integer("eos_token_id", -1);
+  c.torch_dtype =
+      top.find("dtype") ? top.string("dtype", "") : top.string("torch_dtype", "float32");
+  c.validate(path);
+  return c;
+}
+
+std::string write_hf_config_json(const ModelConfig& c) {
+  using Ordered = nlohmann::ordered_json;
+  const char* architecture = c.model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                             : c.model_type == "mistral" ? "MistralForCausalLM"
+                                                         : "LlamaForCausalLM";
+  const auto optional_id = [](int64_t id) { return id < 0 ? Ordered(nullptr) : Ordered(id); };
+  Ordered j;
+  j["architectures"] = {architecture};
+  j["model_type"] = c.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads;
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["initializer_range"] = 0.02;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.model_type == "llama") {
+    j["attention_bias"] = c.attention_bias;
+    j["mlp_bias"] = c.mlp_bias;
+  }
+  if (c.model_type == "qwen2") {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = c.num_hidden_layers;
+  }
+  if (c.model_type == "mistral") {
+    j["sliding_window"] = c.sliding_window > 0 ? Ordered(c.sliding_window) : Ordered(nullptr);
+  }
+  j["attention_dropout"] = 0.0;
+  j["rope_theta"] = c.rope.theta;
+  if (c.rope.type == RopeType::kLlama3) {
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", c.rope.factor},
+        {"low_freq_factor", c.rope.low_freq_factor},
+        {"high_freq_factor", c.rope.high_freq_factor},
+        {"original_max_position_embeddings", c.rope.original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["bos_token_id"] = optional_id(c.bos_token_id);
+  j["eos_token_id"] = optional_id(c.eos_token_id);
+  j["torch_dtype"] = c.torch_dtype;
+  j["use_cache"] = true;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace shardtrain

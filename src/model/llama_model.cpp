@@ -1,0 +1,296 @@
+#include "model/llama_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/rope.h"
+
+namespace shardtrain {
+namespace {
+
+// The first shape.numel() elements of `t`, viewed with `shape`.
+Tensor fit(Tensor t, Shape shape) {
+  SHARDTRAIN_CHECK(shape.numel() <= t.numel(), "{} does not fit {}", shape.to_string(),
+                   t.shape().to_string());
+  return Tensor(t.data(), t.dtype(), shape, t.device());
+}
+
+// Logit rows per chunk of the lm head: keeps a chunk of logits near 32 MiB of fp32.
+int64_t head_chunk_rows(int64_t tokens, int64_t vocab) {
+  const int64_t target_elems = int64_t{8} << 20;
+  return std::clamp<int64_t>(target_elems / std::max<int64_t>(vocab, 1), 1, tokens);
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const ModelConfig& config, Ops& ops)
+    : config_(config), layout_(make_param_layout(config)), ops_(ops) {}
+
+void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
+  const ModelConfig& c = config_;
+  if (seq_len > c.max_position_embeddings) {
+    fail("data.seq_len = {} exceeds the model's max_position_embeddings = {}; HINT: lower "
+         "data.seq_len",
+         seq_len, c.max_position_embeddings);
+  }
+  if (c.sliding_window > 0 && seq_len > c.sliding_window) {
+    fail("data.seq_len = {} exceeds the model's sliding_window = {} (sliding-window attention "
+         "is not supported); HINT: lower data.seq_len",
+         seq_len, c.sliding_window);
+  }
+  reserved_batch_ = batch;
+  reserved_seq_ = seq_len;
+  const int64_t N = batch * seq_len, C = c.hidden_size, F = c.intermediate_size;
+  const int64_t QD = c.num_attention_heads * c.head_dim, KD = c.num_key_value_heads * c.head_dim;
+  const int64_t H = c.num_attention_heads;
+  const int64_t V = c.vocab_size;
+  chunk_rows_ = head_chunk_rows(N, V);
+  const DType act = ops_.activation_dtype();
+  const size_t a = dtype_size(act);
+  const size_t slack = Arena::kAlignment;
+  const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
+                           (2 * N + batch * H * seq_len) * 4 + 16 * slack;
+  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F +
+                          chunk_rows_ * V) * a + N * 4 + 3 * N * 4 + 16 * slack;
+  arena_ = Arena(ops_, per_block * c.num_hidden_layers + scratch);
+
+  acts_.assign(c.num_hidden_layers, {});
+  for (auto& b : acts_) {
+    b.x_in_NC = arena_.take(act, {N, C});
+    b.ln1_NC = arena_.take(act, {N, C});
+    b.rstd1_N = arena_.take(DType::kF32, {N});
+    b.q_NHD = arena_.take(act, {N, QD});
+    b.k_NKD = arena_.take(act, {N, KD});
+    b.v_NKD = arena_.take(act, {N, KD});
+    b.attn_NHD = arena_.take(act, {N, QD});
+    b.lse_BHT = arena_.take(DType::kF32, {batch, H, seq_len});
+    b.h_NC = arena_.take(act, {N, C});
+    b.ln2_NC = arena_.take(act, {N, C});
+    b.rstd2_N = arena_.take(DType::kF32, {N});
+    b.gate_NF = arena_.take(act, {N, F});
+    b.up_NF = arena_.take(act, {N, F});
+    b.act_NF = arena_.take(act, {N, F});
+  }
+  Scratch& s = scratch_;
+  s.dresid_NC = arena_.take(act, {N, C});
+  s.dln_NC = arena_.take(act, {N, C});
+  s.dattn_NHD = arena_.take(act, {N, QD});
+  s.dq_NHD = arena_.take(act, {N, QD});
+  s.dk_NKD = arena_.take(act, {N, KD});
+  s.dv_NKD = arena_.take(act, {N, KD});
+  s.dgate_NF = arena_.take(act, {N, F});
+  s.dup_NF = arena_.take(act, {N, F});
+  s.dact_NF = arena_.take(act, {N, F});
+  s.xf_NC = arena_.take(act, {N, C});
+  s.rstdf_N = arena_.take(DType::kF32, {N});
+  s.dxf_NC = arena_.take(act, {N, C});
+  s.logits_chunk = arena_.take(act, {chunk_rows_, V});
+  s.out_NC = arena_.take(act, {N, C});
+  ids_N_ = arena_.take(DType::kI32, {N});
+  targets_N_ = arena_.take(DType::kI32, {N});
+  positions_N_ = arena_.take(DType::kI32, {N});
+
+  const RopeTables tables = make_rope_tables(c.rope, c.head_dim, seq_len);
+  const Shape table_shape{tables.positions, tables.half_dim};
+  rope_cos_ = DeviceBuffer(ops_, tables.cos.size() * sizeof(float));
+  rope_sin_ = DeviceBuffer(ops_, tables.sin.size() * sizeof(float));
+  rope_cos_PR_ = rope_cos_.view(DType::kF32, table_shape);
+  rope_sin_PR_ = rope_sin_.view(DType::kF32, table_shape);
+  ops_.copy_from_host(rope_cos_PR_, tables.cos.data());
+  ops_.copy_from_host(rope_sin_PR_, tables.sin.data());
+}
+
+void LlamaModel::set_batch(const Batch& batch) {
+  SHARDTRAIN_CHECK(batch.batch_size <= reserved_batch_ && batch.seq_len <= reserved_seq_,
+                   "batch ({}, {}) exceeds reserved ({}, {})", batch.batch_size, batch.seq_len,
+                   reserved_batch_, reserved_seq_);
+  batch_ = batch.batch_size;
+  seq_ = batch.seq_len;
+  const int64_t N = batch_ * seq_;
+  SHARDTRAIN_CHECK(static_cast<int64_t>(batch.input_ids.size()) == N, "batch size mismatch");
+  ops_.copy_from_host(fit(ids_N_, {N}), batch.input_ids.data());
+  ops_.copy_from_host(fit(targets_N_, {N}), batch.targets.data());
+  ops_.copy_from_host(fit(positions_N_, {N}), batch.positions.data());
+}
+
+void LlamaModel::embed_forward(const RootWeights& root, Tensor out_NC) {
+  ops_.embedding_forward(fit(ids_N_, {batch_ * seq_}), root.embed_tokens, out_NC);
+}
+
+void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC) {
+  const ModelConfig& c = config_;
+  const int64_t N = batch_ * seq_, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const int64_t H = c.num_attention_heads, K = c.num_key_value_heads;
+  const Tensor positions = fit(positions_N_, {N});
+  const Tensor x = fit(a.x_in_NC, {N, C}), ln1 = fit(a.ln1_NC, {N, C});
+  const Tensor q = fit(a.q_NHD, {N, H * D}), k = fit(a.k_NKD, {N, K * D});
+  const Tensor v = fit(a.v_NKD, {N, K * D}), attn = fit(a.attn_NHD, {N, H * D});
+  const Tensor h = fit(a.h_NC, {N, C}), ln2 = fit(a.ln2_NC, {N, C});
+  const Tensor gate = fit(a.gate_NF, {N, F}), up = fit(a.up_NF, {N, F});
+  const Tensor act = fit(a.act_NF, {N, F});
+
+  ops_.rmsnorm_forward(x, w.input_norm, static_cast<float>(c.rms_norm_eps), ln1,
+                       fit(a.rstd1_N, {N}));
+  ops_.linear_forward(ln1, w.q_proj, w.q_bias, q);
+  ops_.linear_forward(ln1, w.k_proj, w.k_bias, k);
+  ops_.linear_forward(ln1, w.v_proj, w.v_bias, v);
+  ops_.rope_forward(q.reshaped({N, H, D}), positions, rope_cos_PR_, rope_sin_PR_);
+  ops_.rope_forward(k.reshaped({N, K, D}), positions, rope_cos_PR_, rope_sin_PR_);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ops_.attention_forward(q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
+                         v.reshaped({batch_, seq_, K, D}), scale,
+                         attn.reshaped({batch_, seq_, H, D}), fit(a.lse_BHT, {batch_, H, seq_}));
+  ops_.linear_forward(attn, w.o_proj, Tensor(), h);
+  ops_.add(h, h, x);
+  ops_.rmsnorm_forward(h, w.post_attention_norm, static_cast<float>(c.rms_norm_eps), ln2,
+                       fit(a.rstd2_N, {N}));
+  ops_.linear_forward(ln2, w.gate_proj, Tensor(), gate);
+  ops_.linear_forward(ln2, w.up_proj, Tensor(), up);
+  ops_.swiglu_forward(gate, up, act);
+  ops_.linear_forward(act, w.down_proj, Tensor(), out_NC);
+  ops_.add(out_NC, out_NC, h);
+}
+
+void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
+                                BlockActivations& a, Tensor dresid_NC) {
+  const ModelConfig& c = config_;
+  const int64_t N = batch_ * seq_, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const int64_t H = c.num_attention_heads, K = c.num_key_value_heads;
+  const Scratch& s = scratch_;
+  const Tensor positions = fit(positions_N_, {N});
+  const Tensor x = fit(a.x_in_NC, {N, C}), ln1 = fit(a.ln1_NC, {N, C});
+  const Tensor q = fit(a.q_NHD, {N, H * D}), k = fit(a.k_NKD, {N, K * D});
+  const Tensor v = fit(a.v_NKD, {N, K * D}), attn = fit(a.attn_NHD, {N, H * D});
+  const Tensor h = fit(a.h_NC, {N, C}), ln2 = fit(a.ln2_NC, {N, C});
+  const Tensor gate = fit(a.gate_NF, {N, F}), up = fit(a.up_NF, {N, F});
+  const Tensor act = fit(a.act_NF, {N, F});
+  const Tensor dln = fit(s.dln_NC, {N, C}), dattn = fit(s.dattn_NHD, {N, H * D});
+  const Tensor dq = fit(s.dq_NHD, {N, H * D}), dk = fit(s.dk_NKD, {N, K * D});
+  const Tensor dv = fit(s.dv_NKD, {N, K * D});
+  const Tensor dgate = fit(s.dgate_NF, {N, F}), dup = fit(s.dup_NF, {N, F});
+  const Tensor dact = fit(s.dact_NF, {N, F});
+
+  // MLP: out = h + down(silu(gate(ln2)) * up(ln2)); dresid holds d(out), becomes d(h).
+  ops_.linear_backward(dresid_NC, act, w.down_proj, dact, g.down_proj, Tensor(), false);
+  ops_.swiglu_backward(dact, gate, up, dgate, dup);
+  ops_.linear_backward(dgate, ln2, w.gate_proj, dln, g.gate_proj, Tensor(), false);
+  ops_.linear_backward(dup, ln2, w.up_proj, dln, g.up_proj, Tensor(), true);
+  ops_.rmsnorm_backward(dln, h, w.post_attention_norm, fit(a.rstd2_N, {N}), dresid_NC,
+                        g.post_attention_norm, true);
+
+  // Attention: h = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))); dresid becomes d(x).
+  ops_.linear_backward(dresid_NC, attn, w.o_proj, dattn, g.o_proj, Tensor(), false);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ops_.attention_backward(dattn.reshaped({batch_, seq_, H, D}),
+                          q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
+                          v.reshaped({batch_, seq_, K, D}), attn.reshaped({batch_, seq_, H, D}),
+                          fit(a.lse_BHT, {batch_, H, seq_}), scale,
+                          dq.reshaped({batch_, seq_, H, D}), dk.reshaped({batch_, seq_, K, D}),
+                          dv.reshaped({batch_, seq_, K, D}));
+  ops_.rope_backward(dq.reshaped({N, H, D}), positions, rope_cos_PR_, rope_sin_PR_);
+  ops_.rope_backward(dk.reshaped({N, K, D}), positions, rope_cos_PR_, rope_sin_PR_);
+  ops_.linear_backward(dq, ln1, w.q_proj, dln, g.q_proj, g.q_bias, false);
+  ops_.linear_backward(dk, ln1, w.k_proj, dln, g.k_proj, g.k_bias, true);
+  ops_.linear_backward(dv, ln1, w.v_proj, dln, g.v_proj, g.v_bias, true);
+  ops_.rmsnorm_backward(dln, x, w.input_norm, fit(a.rstd1_N, {N}), dresid_NC, g.input_norm,
+                        true);
+}
+
+void LlamaModel::head(const RootWeights& root, const RootWeights* root_grads, float grad_scale,
+                      Tensor loss_sum_1, float* logits_host_NV) {
+  const ModelConfig& c = config_;
+  const int64_t N = batch_ * seq_, C = c.hidden_size, V = c.vocab_size;
+  const Scratch& s = scratch_;
+  const Tensor last = fit(s.out_NC, {N, C});
+  const Tensor xf = fit(s.xf_NC, {N, C}), rstdf = fit(s.rstdf_N, {N});
+  const Tensor targets = fit(targets_N_, {N});
+  ops_.rmsnorm_forward(last, root.final_norm, static_cast<float>(c.rms_norm_eps), xf, rstdf);
+  const bool with_grad = root_grads != nullptr;
+  const Tensor dxf = fit(s.dxf_NC, {N, C});
+  for (int64_t begin = 0; begin < N; begin += chunk_rows_) {
+    const int64_t end = std::min(N, begin + chunk_rows_);
+    const Tensor logits = fit(s.logits_chunk, {end - begin, V});
+    const Tensor xf_chunk = xf.rows(begin, end);
+    ops_.linear_forward(xf_chunk, root.lm_head, Tensor(), logits);
+    if (logits_host_NV != nullptr) {
+      if (logits.dtype() == DType::kF32) {
+        ops_.copy_to_host(logits_host_NV + begin * V, logits);
+      } else {
+        std::vector<uint16_t> bits(logits.numel());
+        ops_.copy_to_host(bits.data(), logits);
+        convert_to_f32(bits.data(), logits.dtype(), logits_host_NV + begin * V, bits.size());
+      }
+    }
+    if (loss_sum_1.defined() || with_grad) {
+      ops_.cross_entropy(logits, targets.rows(begin, end), grad_scale, loss_sum_1, with_grad);
+    }
+    if (with_grad) {
+      ops_.linear_backward(logits, xf_chunk, root.lm_head, dxf.rows(begin, end),
+                           root_grads->lm_head, Tensor(), false);
+    }
+  }
+  if (with_grad) {
+    ops_.rmsnorm_backward(dxf, last, root.final_norm, rstdf, fit(s.dresid_NC, {N, C}),
+                          root_grads->final_norm, false);
+  }
+}
+
+Tensor LlamaModel::block_output(int64_t layer) {
+  const int64_t N = batch_ * seq_, C = config_.hidden_size;
+  if (layer + 1 < config_.num_hidden_layers) return fit(acts_[layer + 1].x_in_NC, {N, C});
+  return fit(scratch_.out_NC, {N, C});
+}
+
+void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1) {
+  SHARDTRAIN_CHECK(batch_ > 0, "set_batch before forward_backward");
+  const ModelConfig& c = config_;
+  const bool bias = c.attention_bias;
+  const int64_t N = batch_ * seq_, C = c.hidden_size;
+  const UnitLayout& root_layout = layout_.units[0];
+
+  const RootWeights root = root_weights(root_layout, units.acquire_params(0), c.tie_word_embeddings);
+  embed_forward(root, fit(acts_[0].x_in_NC, {N, C}));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const int unit = static_cast<int>(1 + l);
+    const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
+    block_forward(w, acts_[l], block_output(l));
+    units.release_params(unit);
+  }
+  const RootWeights root_grads =
+      root_weights(root_layout, units.acquire_grads(0), c.tie_word_embeddings);
+  head(root, &root_grads, grad_scale, loss_sum_1, nullptr);
+
+  const Tensor dresid = fit(scratch_.dresid_NC, {N, C});
+  for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+    const int unit = static_cast<int>(1 + l);
+    const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
+    const BlockWeights g = block_weights(layout_.units[unit], units.acquire_grads(unit), l, bias);
+    block_backward(w, g, acts_[l], dresid);
+    units.release_params(unit);
+    units.grads_ready(unit);
+  }
+  ops_.embedding_backward(fit(ids_N_, {N}), dresid, root_grads.embed_tokens);
+  units.release_params(0);
+  units.grads_ready(0);
+}
+
+void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
+  SHARDTRAIN_CHECK(batch_ > 0, "set_batch before forward");
+  const ModelConfig& c = config_;
+  const int64_t N = batch_ * seq_, C = c.hidden_size;
+  const RootWeights root =
+      root_weights(layout_.units[0], units.acquire_params(0), c.tie_word_embeddings);
+  embed_forward(root, fit(acts_[0].x_in_NC, {N, C}));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const int unit = static_cast<int>(1 + l);
+    const BlockWeights w =
+        block_weights(layout_.units[unit], units.acquire_params(unit), l, c.attention_bias);
+    block_forward(w, acts_[l], block_output(l));
+    units.release_params(unit);
+  }
+  head(root, nullptr, 1.0f, loss_sum_1, logits_host_NV);
+  units.release_params(0);
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,94 @@
+// LlamaModel: the Llama-family decoder (llama, qwen2, mistral) with a hand-written backward.
+//
+// The model owns its activation memory and the rope tables, and computes through `Ops` only,
+// so the same code runs on the CPU reference backend and on CUDA. Parameters and gradients
+// come from a UnitAccess (model/unit_access.h), unit by unit, so FSDP can gather and reduce
+// around each unit without the model knowing.
+//
+// Usage: reserve(B, T) once for the largest micro-batch, then per micro-batch
+// set_batch(batch) and forward_backward(...) (training) or forward(...) (eval, logits).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "data/batch.h"
+#include "model/model_config.h"
+#include "model/param_layout.h"
+#include "model/unit_access.h"
+#include "model/weights.h"
+#include "ops/device_buffer.h"
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+class LlamaModel {
+ public:
+  LlamaModel(const ModelConfig& config, Ops& ops);
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  int unit_count() const { return static_cast<int>(layout_.units.size()); }
+
+  // Allocates activations for micro-batches up to (batch, seq_len). Throws Error if seq_len
+  // exceeds max_position_embeddings or a mistral sliding window.
+  void reserve(int64_t batch, int64_t seq_len);
+  // Bytes of activation memory reserved.
+  size_t activation_bytes() const { return arena_.capacity(); }
+
+  // Copies a micro-batch to the device. REQUIRES: batch shape fits reserve(); ids < vocab.
+  void set_batch(const Batch& batch);
+
+  // Forward and backward of the current batch. Parameter gradients accumulate into the
+  // UnitAccess grad buffers, scaled by grad_scale (1 / number of targets in the global batch).
+  // loss_sum_1 (f32 [1], device) += sum of per-target cross-entropy.
+  void forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1);
+
+  // Forward only. loss_sum_1 += summed cross-entropy when defined; logits_host_NV (fp32,
+  // N = B*T rows of V) receives the logits when non-null.
+  void forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV);
+
+ private:
+  struct BlockActivations {
+    Tensor x_in_NC;            // block input (residual stream)
+    Tensor ln1_NC, rstd1_N;    // input_layernorm output and its 1/rms
+    Tensor q_NHD, k_NKD, v_NKD;  // projections, q and k after rope
+    Tensor attn_NHD, lse_BHT;  // attention output, log-sum-exp
+    Tensor h_NC;               // residual after attention
+    Tensor ln2_NC, rstd2_N;    // post_attention_layernorm output
+    Tensor gate_NF, up_NF, act_NF;  // MLP
+  };
+  struct Scratch {
+    Tensor dresid_NC, dln_NC, dattn_NHD, dq_NHD, dk_NKD, dv_NKD, dgate_NF, dup_NF, dact_NF;
+    Tensor xf_NC, rstdf_N, dxf_NC, logits_chunk;  // final norm + head
+    Tensor out_NC;  // output of the last block
+  };
+
+  void embed_forward(const RootWeights& root, Tensor out_NC);
+  void block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC);
+  void block_backward(const BlockWeights& w, const BlockWeights& g, BlockActivations& a,
+                      Tensor dresid_NC);
+  // Final norm, lm head and loss over token chunks; with grads, writes d(last block output)
+  // into scratch_.dresid_NC and accumulates head gradients.
+  void head(const RootWeights& root, const RootWeights* root_grads, float grad_scale,
+            Tensor loss_sum_1, float* logits_host_NV);
+  Tensor block_output(int64_t layer);
+
+  ModelConfig config_;
+  ParamLayout layout_;
+  Ops& ops_;
+  int64_t reserved_batch_ = 0, reserved_seq_ = 0;
+  int64_t batch_ = 0, seq_ = 0;
+  int64_t chunk_rows_ = 0;
+  Arena arena_;
+  std::vector<BlockActivations> acts_;
+  Scratch scratch_;
+  Tensor ids_N_, targets_N_, positions_N_;
+  DeviceBuffer rope_cos_, rope_sin_;
+  Tensor rope_cos_PR_, rope_sin_PR_;
+};
+
+}  // namespace shardtrain

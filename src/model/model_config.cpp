@@ -1,0 +1,105 @@
+#include "model/model_config.h"
+
+#include "core/error.h"
+
+namespace shardtrain {
+namespace {
+
+constexpr const char* kFixHint = "HINT: fix the value in config.json";
+
+void require_positive(const std::string& source, const char* key, int64_t value) {
+  if (value <= 0) fail("{}: key '{}' must be positive, got {}; {}", source, key, value, kFixHint);
+}
+
+}  // namespace
+
+int64_t ModelConfig::parameter_count() const {
+  const int64_t q_dim = num_attention_heads * head_dim;
+  const int64_t kv_dim = num_key_value_heads * head_dim;
+  const int64_t attention = hidden_size * q_dim + 2 * hidden_size * kv_dim + q_dim * hidden_size +
+                            (attention_bias ? q_dim + 2 * kv_dim : 0);
+  const int64_t mlp = 3 * hidden_size * intermediate_size;
+  const int64_t norms = 2 * hidden_size;
+  const int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
+  return embeddings + hidden_size + num_hidden_layers * (attention + mlp + norms);
+}
+
+void ModelConfig::validate(const std::string& source) const {
+  if (model_type != "llama" && model_type != "qwen2" && model_type != "mistral") {
+    fail(
+        "{}: model_type '{}' is not supported (supported: llama, qwen2, mistral); HINT: use a "
+        "checkpoint of a supported architecture",
+        source, model_type);
+  }
+  require_positive(source, "vocab_size", vocab_size);
+  require_positive(source, "hidden_size", hidden_size);
+  require_positive(source, "intermediate_size", intermediate_size);
+  require_positive(source, "num_hidden_layers", num_hidden_layers);
+  require_positive(source, "num_attention_heads", num_attention_heads);
+  require_positive(source, "num_key_value_heads", num_key_value_heads);
+  require_positive(source, "max_position_embeddings", max_position_embeddings);
+  if (head_dim < 0) {
+    fail("{}: key 'head_dim' must be positive, got {}; {}", source, head_dim, kFixHint);
+  }
+  if (head_dim == 0 && hidden_size % num_attention_heads != 0) {
+    fail(
+        "{}: key 'num_attention_heads' = {} does not divide hidden_size = {} and head_dim is not "
+        "set; {}",
+        source, num_attention_heads, hidden_size, kFixHint);
+  }
+  const int64_t effective_head_dim = head_dim > 0 ? head_dim : hidden_size / num_attention_heads;
+  if (effective_head_dim % 2 != 0) {
+    fail("{}: key 'head_dim' = {} must be even for rotary embeddings; {}", source,
+         effective_head_dim, kFixHint);
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    fail("{}: key 'num_key_value_heads' = {} must divide num_attention_heads = {}; {}", source,
+         num_key_value_heads, num_attention_heads, kFixHint);
+  }
+  if (!(rms_norm_eps > 0.0)) {
+    fail("{}: key 'rms_norm_eps' must be positive, got {}; {}", source, rms_norm_eps, kFixHint);
+  }
+  if (mlp_bias) {
+    fail(
+        "{}: key 'mlp_bias' = true is not supported; HINT: only Llama models without MLP biases "
+        "can be trained",
+        source);
+  }
+  if (model_type == "qwen2" && !attention_bias) {
+    fail("{}: qwen2 models always have q/k/v biases but 'attention_bias' is false; {}", source,
+         kFixHint);
+  }
+  if (model_type == "mistral" && attention_bias) {
+    fail("{}: key 'attention_bias' = true is not supported for mistral; {}", source, kFixHint);
+  }
+  if (sliding_window < 0) {
+    fail("{}: key 'sliding_window' must be >= 0, got {}; {}", source, sliding_window, kFixHint);
+  }
+  if (sliding_window > 0 && model_type != "mistral") {
+    fail("{}: key 'sliding_window' is only supported for mistral, not {}; {}", source, model_type,
+         kFixHint);
+  }
+  if (!(rope.theta > 0.0)) {
+    fail("{}: key 'rope_theta' must be positive, got {}; {}", source, rope.theta, kFixHint);
+  }
+  if (rope.type == RopeType::kLlama3) {
+    if (!(rope.factor > 0.0)) {
+      fail("{}: key 'rope_scaling.factor' must be positive, got {}; {}", source, rope.factor,
+           kFixHint);
+    }
+    if (!(rope.low_freq_factor > 0.0) || !(rope.high_freq_factor > rope.low_freq_factor)) {
+      fail(
+          "{}: keys 'rope_scaling.low_freq_factor' = {} and 'high_freq_factor' = {} must satisfy "
+          "0 < low < high; {}",
+          source, rope.low_freq_factor, rope.high_freq_factor, kFixHint);
+    }
+    require_positive(source, "rope_scaling.original_max_position_embeddings",
+                     rope.original_max_position_embeddings);
+  }
+  if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16") {
+    fail("{}: key 'torch_dtype' = '{}' is not one of float32, bfloat16, float16; {}", source,
+         torch_dtype, kFixHint);
+  }
+}
+
+}  // namespace shardtrain

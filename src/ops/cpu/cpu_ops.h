@@ -1,0 +1,74 @@
+// CpuOps: the fp32 reference backend of the Ops interface (ops/ops.h).
+//
+// Everything is fp32 on the host: activations, statistics, gradients. GEMMs go through OpenBLAS
+// (cblas_sgemm, which threads large products itself); the rest are plain loops. Numerics follow
+// Hugging Face transformers' fp32 Llama (RMSNorm in fp32, HF rotate-half RoPE, max-subtracted
+// softmax) and torch.optim.AdamW's single-tensor formula, so golden tests against transformers
+// hold at 1e-4 on logits. Reductions that feed a single number (RMSNorm mean, log-sum-exp sums,
+// sum of squares) accumulate in double.
+//
+// The op families live in separate files: cpu_ops.cpp (memory, elementwise, optimizer),
+// cpu_layers.cpp (embedding, RMSNorm, linear, RoPE, SwiGLU), cpu_attention.cpp,
+// cpu_cross_entropy.cpp.
+#pragma once
+
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+class CpuOps final : public Ops {
+ public:
+  Device device() const override { return Device::kCpu; }
+  DType activation_dtype() const override { return DType::kF32; }
+
+  // ---- memory: 64-byte aligned, zero-filled host allocations ----
+  void* allocate(size_t bytes) override;
+  void release(void* pointer) override;
+  void copy_from_host(Tensor dst, const void* src) override;
+  void copy_to_host(void* dst, Tensor src) override;
+  void fill_zero(Tensor dst) override;
+  void cast(Tensor dst, Tensor src) override;
+  void synchronize() override {}
+
+  // ---- elementwise ----
+  void add(Tensor out, Tensor a, Tensor b) override;
+  void scale(Tensor x, float factor) override;
+
+  // ---- layers (cpu_layers.cpp) ----
+  void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
+  void embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) override;
+  void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                       Tensor rstd_N) override;
+  void rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
+                        Tensor dweight_C, bool accumulate_dx) override;
+  void linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) override;
+  void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                       Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
+  void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                       Tensor dup_NF) override;
+
+  // ---- attention (cpu_attention.cpp) ----
+  void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
+                         Tensor lse_BHT) override;
+  void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                          Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
+                          Tensor dk_BTKD, Tensor dv_BTKD) override;
+
+  // ---- loss (cpu_cross_entropy.cpp) ----
+  void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
+                     bool compute_grad) override;
+
+  // ---- optimizer and norms ----
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
+  void sum_squares(Tensor x, Tensor out_1) override;
+  float read_scalar(Tensor x_1) override;
+};
+
+std::unique_ptr<Ops> make_cpu_ops();
+
+}  // namespace shardtrain

@@ -1,0 +1,50 @@
+#include "train/optimizer.h"
+
+#include <algorithm>
+
+namespace shardtrain {
+
+AdamW::AdamW(Ops& ops, AdamWSettings settings)
+    : ops_(ops), settings_(settings), norm_scalar_(ops, sizeof(float)) {}
+
+Tensor AdamW::grad_square_sum(const std::vector<UnitBuffers>& units) {
+  const Tensor sum = norm_scalar_.view(DType::kF32, {1});
+  ops_.fill_zero(sum);
+  for (const UnitBuffers& u : units) ops_.sum_squares(u.grad, sum);
+  return sum;
+}
+
+float AdamW::clip_coefficient(double grad_norm, double max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  const double coefficient = max_norm / (grad_norm + 1e-6);
+  return static_cast<float>(std::min(coefficient, 1.0));
+}
+
+void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
+                 float grad_scale) {
+  AdamWStep s;
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(settings_.beta1);
+  s.beta2 = static_cast<float>(settings_.beta2);
+  s.eps = static_cast<float>(settings_.eps);
+  s.step = step;
+  s.grad_scale = grad_scale;
+  for (const UnitBuffers& u : units) {
+    const int64_t begin = u.offset, end = u.offset + u.param.numel();
+    for (const ParamSpec& spec : u.layout->params) {
+      // The part of this parameter inside [begin, end), relative to the buffers.
+      const int64_t lo = std::max(begin, spec.offset);
+      const int64_t hi = std::min(end, spec.offset + spec.numel());
+      if (lo >= hi) continue;
+      s.weight_decay = (spec.decay || settings_.decay_norms_and_biases)
+                           ? static_cast<float>(settings_.weight_decay)
+                           : 0.0f;
+      const int64_t rel = lo - begin, n = hi - lo;
+      ops_.adamw(u.param.reshaped({u.param.numel()}).rows(rel, rel + n),
+                 u.grad.rows(rel, rel + n), u.exp_avg.rows(rel, rel + n),
+                 u.exp_avg_sq.rows(rel, rel + n), s);
+    }
+  }
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,88 @@
+#include "train/train_config.h"
+
+#include "core/error.h"
+
+namespace shardtrain {
+
+void TrainConfig::register_config(ConfigSchema& schema) {
+  schema.add("model.path", &model.path,
+             "Hugging Face checkpoint dir, or a dir with only config.json when init = \"random\"");
+  schema.add_choice("model.init", &model.init, {"pretrained", "random"},
+                    "load the checkpoint's weights, or initialise randomly from its config.json");
+  schema.add_choice("model.dtype", &model.dtype, {"bf16", "fp32"},
+                    "dtype of the weights in saved checkpoints");
+
+  schema.add("data.path", &data.path, "training data: a token file (.bin/.tokens) or JSONL");
+  schema.add_choice("data.format", &data.format, {"auto", "tokens", "jsonl"},
+                    "data file format; auto: .bin/.tokens -> tokens, .jsonl/.json -> jsonl");
+  schema.add("data.seq_len", &data.seq_len, "tokens per training sequence");
+  schema.add("data.pad_id", &data.pad_id, "token id used to pad short JSONL sequences");
+
+  schema.add("train.steps", &train.steps, "optimizer steps to run");
+  schema.add("train.micro_batch", &train.micro_batch, "sequences per rank per micro-step");
+  schema.add("train.grad_accum", &train.grad_accum, "micro-steps accumulated per optimizer step");
+  schema.add("train.seed", &train.seed, "seed for data order and random init");
+  schema.add_choice("train.device", &train.device, {"auto", "cpu", "cuda"},
+                    "compute device; auto picks cuda when a GPU is present");
+  schema.add("train.log_every", &train.log_every, "print metrics every N steps");
+  schema.add("train.output_dir", &train.output_dir,
+             "where to save the trained model; empty = don't save");
+  schema.add("train.max_grad_norm", &train.max_grad_norm,
+             "clip the global gradient norm to this; 0 disables clipping");
+
+  schema.add("optim.lr", &optim.lr, "peak learning rate");
+  schema.add("optim.min_lr", &optim.min_lr, "learning rate at the end of the decay");
+  schema.add("optim.warmup_steps", &optim.warmup_steps, "steps of linear warmup from 0 to lr");
+  schema.add_choice("optim.schedule", &optim.schedule, {"cosine", "linear", "constant"},
+                    "learning rate decay after warmup");
+  schema.add("optim.weight_decay", &optim.weight_decay, "AdamW decoupled weight decay");
+  schema.add("optim.beta1", &optim.beta1, "AdamW first-moment decay");
+  schema.add("optim.beta2", &optim.beta2, "AdamW second-moment decay");
+  schema.add("optim.eps", &optim.eps, "AdamW epsilon");
+  schema.add("optim.decay_norms_and_biases", &optim.decay_norms_and_biases,
+             "apply weight decay to norm weights and biases too");
+}
+
+namespace {
+
+template <typename T>
+void require(bool ok, const char* key, const char* rule, T value) {
+  if (!ok) fail("config key '{}' must be {}, got {}", key, rule, value);
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  if (model.path.empty()) {
+    fail(
+        "config key 'model.path' is not set; set it to a Hugging Face checkpoint dir "
+        "(or a dir with config.json and model.init = \"random\")");
+  }
+  if (data.path.empty()) {
+    fail("config key 'data.path' is not set; set it to a token file (.bin) or a .jsonl file");
+  }
+  require(data.seq_len >= 2, "data.seq_len", ">= 2", data.seq_len);
+  require(data.pad_id >= 0, "data.pad_id", ">= 0", data.pad_id);
+  require(train.steps > 0, "train.steps", "> 0", train.steps);
+  require(train.micro_batch > 0, "train.micro_batch", "> 0", train.micro_batch);
+  require(train.grad_accum > 0, "train.grad_accum", "> 0", train.grad_accum);
+  require(train.log_every > 0, "train.log_every", "> 0", train.log_every);
+  require(train.max_grad_norm >= 0, "train.max_grad_norm", ">= 0 (0 disables clipping)",
+          train.max_grad_norm);
+  require(optim.lr > 0, "optim.lr", "> 0", optim.lr);
+  require(optim.min_lr >= 0, "optim.min_lr", ">= 0", optim.min_lr);
+  require(optim.warmup_steps >= 0, "optim.warmup_steps", ">= 0", optim.warmup_steps);
+  require(optim.weight_decay >= 0, "optim.weight_decay", ">= 0", optim.weight_decay);
+  require(optim.beta1 >= 0 && optim.beta1 < 1, "optim.beta1", "in [0, 1)", optim.beta1);
+  require(optim.beta2 >= 0 && optim.beta2 < 1, "optim.beta2", "in [0, 1)", optim.beta2);
+  require(optim.eps > 0, "optim.eps", "> 0", optim.eps);
+  if (optim.warmup_steps > train.steps) {
+    fail("config key 'optim.warmup_steps' ({}) must be <= 'train.steps' ({})", optim.warmup_steps,
+         train.steps);
+  }
+  if (optim.min_lr > optim.lr) {
+    fail("config key 'optim.min_lr' ({}) must be <= 'optim.lr' ({})", optim.min_lr, optim.lr);
+  }
+}
+
+}  // namespace shardtrain

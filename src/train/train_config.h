@@ -1,0 +1,73 @@
+// TrainConfig: everything a training job is told, declared key by key with ConfigSchema
+// (core/config.h) so that it is typed, validated at load time and printable whole.
+//
+// Sections and keys (defaults in the struct initialisers below):
+//   [model] path, init, dtype     [data] path, format, seq_len, pad_id
+//   [train] steps, micro_batch, grad_accum, seed, device, log_every, output_dir, max_grad_norm
+//   [optim] lr, min_lr, warmup_steps, schedule, weight_decay, beta1, beta2, eps,
+//           decay_norms_and_biases
+//
+// Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
+//        schema.load_toml_file(path); schema.apply_override(...); config.validate();
+// register_config() binds the schema to this object's fields: the schema must not outlive it,
+// and the object must not move while the schema is in use.
+// validate() throws shardtrain::Error naming the offending key (and the related key for
+// cross-field checks) and the allowed range.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/config.h"
+
+namespace shardtrain {
+
+struct ModelSourceConfig {
+  std::string path;  // HF checkpoint dir, or a dir with only config.json for random init
+  std::string init = "pretrained";  // "pretrained" | "random"
+  std::string dtype = "fp32";       // dtype of saved checkpoints: "bf16" | "fp32"
+};
+
+struct DataConfig {
+  std::string path;
+  std::string format = "auto";  // "auto" | "tokens" | "jsonl"; auto goes by file extension
+  int64_t seq_len = 512;
+  int64_t pad_id = 0;
+};
+
+struct TrainLoopConfig {
+  int64_t steps = 100;
+  int64_t micro_batch = 4;  // sequences per rank per micro-step
+  int64_t grad_accum = 1;   // micro-steps per optimizer step
+  int64_t seed = 1234;
+  std::string device = "auto";  // "auto" | "cpu" | "cuda"
+  int64_t log_every = 1;
+  std::string output_dir;      // "" = don't save
+  double max_grad_norm = 1.0;  // 0 disables clipping
+};
+
+struct OptimConfig {
+  double lr = 3e-4;
+  double min_lr = 0.0;
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";  // "cosine" | "linear" | "constant"
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  bool decay_norms_and_biases = false;
+};
+
+struct TrainConfig {
+  ModelSourceConfig model;
+  DataConfig data;
+  TrainLoopConfig train;
+  OptimConfig optim;
+
+  // Declares every key above in `schema`, bound to this object's fields.
+  void register_config(ConfigSchema& schema);
+  // Cross-field and range checks; throws Error naming the key.
+  void validate() const;
+};
+
+}  // namespace shardtrain

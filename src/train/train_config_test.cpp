@@ -1,0 +1,214 @@
+#include "train/train_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/error.h"
+
+namespace shardtrain {
+namespace {
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+class TrainConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (std::filesystem::temp_directory_path() /
+             ("shardtrain_train_config_test_" + std::to_string(getpid()) + ".toml"))
+                .string();
+    config_.register_config(schema_);
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+
+  void load(const std::string& toml) {
+    std::ofstream(path_) << toml;
+    schema_.load_toml_file(path_);
+  }
+
+  std::string path_;
+  TrainConfig config_;
+  ConfigSchema schema_;
+};
+
+constexpr const char* kMinimal = R"(
+[model]
+path = "models/tiny"
+[data]
+path = "data/demo.bin"
+)";
+
+TEST_F(TrainConfigTest, DefaultsMatchTheDocumentedValues) {
+  load(kMinimal);
+  EXPECT_EQ(config_.model.init, "pretrained");
+  EXPECT_EQ(config_.model.dtype, "fp32");
+  EXPECT_EQ(config_.data.format, "auto");
+  EXPECT_EQ(config_.data.seq_len, 512);
+  EXPECT_EQ(config_.data.pad_id, 0);
+  EXPECT_EQ(config_.train.steps, 100);
+  EXPECT_EQ(config_.train.micro_batch, 4);
+  EXPECT_EQ(config_.train.grad_accum, 1);
+  EXPECT_EQ(config_.train.seed, 1234);
+  EXPECT_EQ(config_.train.device, "auto");
+  EXPECT_EQ(config_.train.log_every, 1);
+  EXPECT_EQ(config_.train.output_dir, "");
+  EXPECT_DOUBLE_EQ(config_.train.max_grad_norm, 1.0);
+  EXPECT_DOUBLE_EQ(config_.optim.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(config_.optim.min_lr, 0.0);
+  EXPECT_EQ(config_.optim.warmup_steps, 0);
+  EXPECT_EQ(config_.optim.schedule, "cosine");
+  EXPECT_DOUBLE_EQ(config_.optim.weight_decay, 0.0);
+  EXPECT_DOUBLE_EQ(config_.optim.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(config_.optim.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(config_.optim.eps, 1e-8);
+  EXPECT_FALSE(config_.optim.decay_norms_and_biases);
+  EXPECT_NO_THROW(config_.validate());
+}
+
+TEST_F(TrainConfigTest, LoadsAFullJob) {
+  load(R"(
+[model]
+path = "ckpt"
+init = "random"
+dtype = "bf16"
+[data]
+path = "d.jsonl"
+format = "jsonl"
+seq_len = 64
+pad_id = 2
+[train]
+steps = 50
+micro_batch = 8
+grad_accum = 2
+seed = 7
+device = "cpu"
+log_every = 10
+output_dir = "out"
+max_grad_norm = 0
+[optim]
+lr = 1e-3
+min_lr = 1e-4
+warmup_steps = 5
+schedule = "linear"
+weight_decay = 0.1
+beta1 = 0.8
+beta2 = 0.99
+eps = 1e-6
+decay_norms_and_biases = true
+)");
+  EXPECT_EQ(config_.model.init, "random");
+  EXPECT_EQ(config_.model.dtype, "bf16");
+  EXPECT_EQ(config_.data.seq_len, 64);
+  EXPECT_EQ(config_.data.pad_id, 2);
+  EXPECT_EQ(config_.train.grad_accum, 2);
+  EXPECT_EQ(config_.train.device, "cpu");
+  EXPECT_DOUBLE_EQ(config_.train.max_grad_norm, 0.0);
+  EXPECT_DOUBLE_EQ(config_.optim.min_lr, 1e-4);
+  EXPECT_EQ(config_.optim.schedule, "linear");
+  EXPECT_TRUE(config_.optim.decay_norms_and_biases);
+  EXPECT_NO_THROW(config_.validate());
+}
+
+TEST_F(TrainConfigTest, OverridesWinOverTheFile) {
+  load(std::string(kMinimal) + "[train]\nsteps = 10\n");
+  schema_.apply_override("train.steps=3");
+  schema_.apply_override("optim.lr=0.01");
+  schema_.apply_override("data.path=other.bin");
+  EXPECT_EQ(config_.train.steps, 3);
+  EXPECT_DOUBLE_EQ(config_.optim.lr, 0.01);
+  EXPECT_EQ(config_.data.path, "other.bin");
+}
+
+TEST_F(TrainConfigTest, PrintedConfigLoadsBack) {
+  load(std::string(kMinimal) + "[optim]\nlr = 0.002\nschedule = \"constant\"\n");
+  const std::string text = schema_.to_toml();
+  TrainConfig again;
+  ConfigSchema schema;
+  again.register_config(schema);
+  std::ofstream(path_) << text;
+  schema.load_toml_file(path_);
+  EXPECT_EQ(again.model.path, "models/tiny");
+  EXPECT_EQ(again.optim.lr, 0.002);
+  EXPECT_EQ(again.optim.schedule, "constant");
+  EXPECT_EQ(schema.to_toml(), text);
+}
+
+TEST_F(TrainConfigTest, ChoiceKeysRejectOtherValues) {
+  EXPECT_NE(error_of([&] {
+              schema_.apply_override("model.dtype=fp16");
+            }).find("must be one of \"bf16\", \"fp32\""),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { schema_.apply_override("train.device=tpu"); }).find("train.device"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { schema_.apply_override("data.format=csv"); }).find("\"jsonl\""),
+            std::string::npos);
+}
+
+struct InvalidCase {
+  const char* override_assignment;
+  const char* expected_fragment;
+};
+
+TEST_F(TrainConfigTest, ValidateNamesTheKey) {
+  const InvalidCase cases[] = {
+      {"train.steps=0", "'train.steps' must be > 0, got 0"},
+      {"train.micro_batch=-1", "'train.micro_batch' must be > 0"},
+      {"train.grad_accum=0", "'train.grad_accum' must be > 0"},
+      {"data.seq_len=1", "'data.seq_len' must be >= 2, got 1"},
+      {"optim.lr=0", "'optim.lr' must be > 0"},
+      {"optim.lr=-0.1", "'optim.lr' must be > 0"},
+      {"optim.beta1=1", "'optim.beta1' must be in [0, 1)"},
+      {"optim.beta2=-0.5", "'optim.beta2' must be in [0, 1)"},
+      {"optim.warmup_steps=101", "'optim.warmup_steps' (101) must be <= 'train.steps' (100)"},
+      {"optim.min_lr=0.1", "'optim.min_lr' (0.1) must be <= 'optim.lr' (0.0003)"},
+      {"data.pad_id=-1", "'data.pad_id' must be >= 0"},
+      {"train.max_grad_norm=-1", "'train.max_grad_norm' must be >= 0"},
+      {"model.path=", "'model.path' is not set"},
+      {"data.path=", "'data.path' is not set"},
+  };
+  for (const InvalidCase& c : cases) {
+    TrainConfig config;
+    ConfigSchema schema;
+    config.register_config(schema);
+    config.model.path = "m";
+    config.data.path = "d.bin";
+    schema.apply_override(c.override_assignment);
+    const std::string message = error_of([&] { config.validate(); });
+    EXPECT_NE(message.find(c.expected_fragment), std::string::npos)
+        << c.override_assignment << " -> " << message;
+  }
+}
+
+TEST_F(TrainConfigTest, WarmupEqualToStepsIsValid) {
+  load(kMinimal);
+  schema_.apply_override("optim.warmup_steps=100");
+  EXPECT_NO_THROW(config_.validate());
+}
+
+TEST_F(TrainConfigTest, TypoInFileIsCaught) {
+  const std::string message =
+      error_of([&] { load(std::string(kMinimal) + "[optim]\nwarmup_step = 3\n"); });
+  EXPECT_NE(message.find("did you mean 'optim.warmup_steps'?"), std::string::npos) << message;
+}
+
+TEST(DemoConfig, ExampleTomlLoadsAndValidates) {
+  TrainConfig config;
+  ConfigSchema schema;
+  config.register_config(schema);
+  schema.load_toml_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/examples/demo.toml");
+  EXPECT_EQ(config.model.init, "random");
+  EXPECT_NO_THROW(config.validate());
+}
+
+}  // namespace
+}  // namespace shardtrain
