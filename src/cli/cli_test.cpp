@@ -1,0 +1,261 @@
+// End-to-end tests of the shardtrain binary: the stable interfaces (train, eval, --help,
+// --print-config, --metrics) and every bad input of issue 2, each of which must end in one
+// error line naming the file or key and exit code 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+#include <cmath>
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBinary = SHARDTRAIN_BINARY;
+const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+  // The lines that report an error.
+  std::vector<std::string> error_lines() const {
+    std::vector<std::string> out;
+    for (const auto& line : lines())
+      if (line.find("error") != std::string::npos) out.push_back(line);
+    return out;
+  }
+};
+
+Result run(const std::string& args) {
+  Result result;
+  const std::string command = kBinary + " " + args + " 2>&1";
+  std::FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    dir_ = fs::temp_directory_path() /
+           ("shardtrain_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary | std::ios::trunc) << text;
+    return path(name);
+  }
+  // A copy of a golden checkpoint dir that a test may damage.
+  std::string copy_golden(const std::string& name) const {
+    const std::string target = path(name);
+    fs::create_directories(target);
+    fs::copy_file(kGolden + name + "/config.json", target + "/config.json");
+    fs::copy_file(kGolden + name + "/model.safetensors", target + "/model.safetensors");
+    return target;
+  }
+  // JSONL of random-ish sequences below `vocab`, one per line.
+  std::string write_jsonl(const std::string& name, int lines, int length, int vocab) const {
+    std::string text;
+    for (int l = 0; l < lines; ++l) {
+      nlohmann::json ids = nlohmann::json::array();
+      for (int t = 0; t < length; ++t) ids.push_back((l * 31 + t * 7 + t * t) % vocab);
+      text += nlohmann::json{{"input_ids", ids}}.dump() + "\n";
+    }
+    return write(name, text);
+  }
+  std::string train_toml(const std::string& model_dir, const std::string& data,
+                         const std::string& extra = "") const {
+    return write("job.toml", "[model]\npath = \"" + model_dir + "\"\n[data]\npath = \"" + data +
+                                 "\"\nseq_len = 16\n[train]\nsteps = 3\nmicro_batch = 2\n"
+                                 "device = \"cpu\"\n" + extra);
+  }
+
+  // Expects exit code 2 and exactly one error line that contains every needle.
+  static void expect_user_error(const Result& r, const std::vector<std::string>& needles) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    const auto errors = r.error_lines();
+    ASSERT_EQ(errors.size(), 1u) << r.output;
+    for (const auto& needle : needles)
+      EXPECT_NE(errors[0].find(needle), std::string::npos) << errors[0] << " lacks " << needle;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, VersionAndHelpComeFromTheParser) {
+  Result version = run("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.output.find("shardtrain " SHARDTRAIN_VERSION), std::string::npos);
+  for (const std::string sub : {"train", "eval"}) {
+    Result help = run(sub + " --help");
+    EXPECT_EQ(help.exit_code, 0) << sub;
+    EXPECT_NE(help.output.find("Usage:"), std::string::npos) << sub;
+  }
+  EXPECT_NE(run("train --help").output.find("--print-config"), std::string::npos);
+  EXPECT_NE(run("eval --help").output.find("--seq-len"), std::string::npos);
+  EXPECT_EQ(run("no-such-command").exit_code, 2);
+}
+
+TEST_F(CliTest, PrintConfigShowsResolvedValuesAndReloads) {
+  const std::string toml = train_toml(kGolden + "llama_gqa", "x.jsonl");
+  Result r = run("train --config " + toml + " --optim.lr=0.0123 --print-config");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[optim]"), std::string::npos);
+  EXPECT_NE(r.output.find("lr = 0.0123"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("steps = 3"), std::string::npos);
+  // The printed config is itself a valid config.
+  const std::string printed = write("printed.toml", r.output);
+  Result again = run("train --config " + printed + " --print-config");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output, r.output);
+}
+
+TEST_F(CliTest, EvalMatchesTransformersLossOnGoldenBatch) {
+  // expected.safetensors holds the batch and the loss transformers computed on it; the same
+  // sequences and labels as JSONL must give the same mean loss through `shardtrain eval`.
+  for (const std::string model : {"llama_gqa", "qwen2_tied_bias"}) {
+    const auto expected = shardtrain::SafetensorsFile::open(kGolden + model + "/expected.safetensors");
+    const auto* ids = expected.find("input_ids");
+    const auto* labels = expected.find("labels");
+    const int64_t batch = ids->shape[0], seq = ids->shape[1];
+    std::string text;
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto* id = static_cast<const int32_t*>(ids->data) + b * seq;
+      const auto* label = static_cast<const int32_t*>(labels->data) + b * seq;
+      text += nlohmann::json{{"input_ids", std::vector<int32_t>(id, id + seq)},
+                             {"labels", std::vector<int32_t>(label, label + seq)}}.dump() + "\n";
+    }
+    const std::string data = write("golden.jsonl", text);
+    Result r = run("eval --model " + kGolden + model + " --data " + data + " --seq-len " +
+                   std::to_string(seq) + " --device cpu");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto result = nlohmann::json::parse(r.lines().back());
+    const double want = *static_cast<const float*>(expected.find("loss")->data);
+    EXPECT_NEAR(result["loss"].get<double>(), want, 1e-5 * want) << model;
+    EXPECT_NEAR(result["ppl"].get<double>(), std::exp(result["loss"].get<double>()), 1e-6);
+  }
+}
+
+TEST_F(CliTest, TrainWritesMetricsSavesCheckpointAndEvalReadsIt) {
+  const std::string data = write_jsonl("data.jsonl", 16, 16, 96);
+  const std::string out = path("trained");
+  const std::string toml = train_toml(kGolden + "llama_gqa", data,
+                                      "output_dir = \"" + out + "\"\n[optim]\nlr = 1e-3\n");
+  const std::string metrics = path("metrics.jsonl");
+  Result r = run("train --config " + toml + " --steps 4 --metrics " + metrics);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 4/4 | loss"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  int records = 0;
+  for (std::string line; std::getline(in, line); ++records) {
+    const auto record = nlohmann::json::parse(line);
+    EXPECT_EQ(record["step"].get<int>(), records + 1);
+    for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s"})
+      EXPECT_TRUE(record.contains(key)) << key;
+  }
+  EXPECT_EQ(records, 4);
+  ASSERT_TRUE(fs::exists(out + "/model.safetensors"));
+  ASSERT_TRUE(fs::exists(out + "/config.json"));
+  Result eval = run("eval --model " + out + " --data " + data + " --seq-len 16 --device cpu");
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_EQ(nlohmann::json::parse(eval.lines().back())["tokens"].get<int>(), 16 * 15);
+}
+
+TEST_F(CliTest, MissingCheckpointDir) {
+  const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
+  expect_user_error(run("eval --model " + path("nowhere") + " --data " + data),
+                    {path("nowhere")});
+}
+
+TEST_F(CliTest, UnsupportedModelType) {
+  const std::string model = copy_golden("llama_gqa");
+  auto config = nlohmann::json::parse(std::ifstream(model + "/config.json"));
+  config["model_type"] = "gpt2";
+  write("llama_gqa/config.json", config.dump());
+  const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
+  expect_user_error(run("eval --model " + model + " --data " + data), {"config.json", "gpt2"});
+}
+
+TEST_F(CliTest, TruncatedSafetensors) {
+  const std::string model = copy_golden("llama_gqa");
+  fs::resize_file(model + "/model.safetensors", fs::file_size(model + "/model.safetensors") / 2);
+  const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
+  expect_user_error(run("eval --model " + model + " --data " + data), {"model.safetensors"});
+}
+
+TEST_F(CliTest, TensorMissingFromCheckpoint) {
+  const std::string model = copy_golden("llama_gqa");
+  auto config = nlohmann::json::parse(std::ifstream(model + "/config.json"));
+  config["num_hidden_layers"] = 3;  // layer 2 is not in the file
+  write("llama_gqa/config.json", config.dump());
+  const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
+  expect_user_error(run("eval --model " + model + " --data " + data),
+                    {"model.layers.2.", model});
+}
+
+TEST_F(CliTest, TomlUnknownKeySuggestsNearest) {
+  const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
+  const std::string toml =
+      train_toml(kGolden + "llama_gqa", data, "[optim]\nlearning_rat = 0.1\n");
+  expect_user_error(run("train --config " + toml), {"optim.learning_rat", toml});
+}
+
+TEST_F(CliTest, TomlWrongType) {
+  const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
+  const std::string toml = write("job.toml", "[train]\nsteps = \"ten\"\n");
+  expect_user_error(run("train --config " + toml), {"train.steps", toml});
+}
+
+TEST_F(CliTest, OverrideUnknownKeySuggestsNearest) {
+  const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
+  const std::string toml = train_toml(kGolden + "llama_gqa", data);
+  expect_user_error(run("train --config " + toml + " --optim.weight_decy=0.1"),
+                    {"optim.weight_decy", "optim.weight_decay"});
+}
+
+TEST_F(CliTest, TokenIdBeyondVocab) {
+  const std::string data =
+      write("data.jsonl", "{\"input_ids\":[1,2,3]}\n{\"input_ids\":[4,500,6]}\n");
+  const std::string toml = train_toml(kGolden + "llama_gqa", data);
+  expect_user_error(run("train --config " + toml), {data, "500", "96"});
+}
+
+TEST_F(CliTest, EmptyDataFile) {
+  for (const std::string name : {"empty.jsonl", "empty.bin"}) {
+    const std::string data = write(name, "");
+    const std::string toml = train_toml(kGolden + "llama_gqa", data);
+    expect_user_error(run("train --config " + toml), {data});
+  }
+}
+
+TEST_F(CliTest, MissingConfigFile) {
+  Result r = run("train --config " + path("absent.toml"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("absent.toml"), std::string::npos);
+}
+
+}  // namespace
