@@ -1,0 +1,41 @@
+// Comm: collective communication among the ranks of one process group. Implementations: Gloo
+// (CPU tensors; dist/gloo_comm.h) and NCCL (CUDA tensors; later, same interface).
+//
+// All ranks of the group must call the same collectives in the same order with the same
+// sizes. Tensors are contiguous on the backend's device; dtype f32 or bf16 (bf16 reductions
+// accumulate in fp32 where the backend allows). Calls are blocking on Gloo; on NCCL they are
+// enqueued on the stream given at construction.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace shardtrain {
+
+enum class ReduceOp { kSum, kAvg };
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // out (size * n) = concatenation over ranks of in (n), in rank order. in may alias
+  // out's own slice [rank * n, (rank + 1) * n).
+  virtual void all_gather(Tensor out, Tensor in) = 0;
+  // out (n) = op over ranks of in[rank * n, (rank + 1) * n); in has size * n elements.
+  virtual void reduce_scatter(Tensor out, Tensor in, ReduceOp op) = 0;
+  virtual void all_reduce(Tensor inout, ReduceOp op) = 0;
+  virtual void broadcast(Tensor inout, int root) = 0;
+  virtual void barrier() = 0;
+
+  // A sub-group of the ranks with the same `color`, ordered by `key` (then by rank). Every
+  // rank of this group must call it. Used for the 2-D mesh of HYBRID_SHARD.
+  virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+  virtual std::string backend_name() const = 0;
+};
+
+}  // namespace shardtrain
