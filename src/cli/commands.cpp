@@ -13,6 +13,10 @@ int run(int argc, char** argv) {
   int exit_code = 0;
   add_train_command(app, exit_code);
   add_eval_command(app, exit_code);
+  add_launch_command(app, exit_code);
+  add_plan_command(app, exit_code);
+  add_prepare_command(app, exit_code);
+  add_tokenize_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

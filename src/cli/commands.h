@@ -13,5 +13,9 @@ int run(int argc, char** argv);
 // Each adds its subcommand to `app`; the callback runs the command and stores its exit code.
 void add_train_command(CLI::App& app, int& exit_code);
 void add_eval_command(CLI::App& app, int& exit_code);
+void add_launch_command(CLI::App& app, int& exit_code);
+void add_plan_command(CLI::App& app, int& exit_code);
+void add_prepare_command(CLI::App& app, int& exit_code);
+void add_tokenize_command(CLI::App& app, int& exit_code);
 
 }  // namespace shardtrain::cli

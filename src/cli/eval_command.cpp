@@ -25,7 +25,7 @@ namespace {
 
 struct EvalArgs {
   std::string model_dir, data_path, format = "auto", device = "auto";
-  int64_t seq_len = 0, batch = 4;
+  int64_t seq_len = 0, batch = 4, max_sequences = 0;
 };
 
 int run_eval(const EvalArgs& args) {
@@ -52,9 +52,11 @@ int run_eval(const EvalArgs& args) {
   const Tensor loss_sum = loss_buffer.view(DType::kF32, {1});
   double total_loss = 0;
   int64_t total_targets = 0;
-  for (size_t begin = 0; begin < dataset->size(); begin += static_cast<size_t>(args.batch)) {
+  size_t sequences = dataset->size();
+  if (args.max_sequences > 0) sequences = std::min(sequences, static_cast<size_t>(args.max_sequences));
+  for (size_t begin = 0; begin < sequences; begin += static_cast<size_t>(args.batch)) {
     std::vector<Example> examples;
-    for (size_t i = begin; i < std::min(dataset->size(), begin + args.batch); ++i)
+    for (size_t i = begin; i < std::min(sequences, begin + args.batch); ++i)
       examples.push_back(dataset->get(i));
     const Batch batch = make_batch(examples);
     model.set_batch(batch);
@@ -88,6 +90,8 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "sequence length (default: min(max_position_embeddings, 2048))");
   cmd->add_option("--batch", args->batch, "sequences per forward pass")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-sequences", args->max_sequences,
+                  "evaluate only the first N sequences (0 = all)");
   cmd->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->callback([args, &exit_code] { exit_code = run_eval(*args); });

@@ -1,5 +1,6 @@
 // `shardtrain train`: runs a training job from a TOML config plus overrides.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "launch/launcher.h"
 #include "ops/backend.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -19,6 +21,7 @@ struct TrainArgs {
   int64_t steps = 0;
   std::string metrics_path;
   bool print_config = false;
+  int nproc_per_node = 1;
 };
 
 int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) {
@@ -66,8 +69,19 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "append one JSON object per step to this file (JSONL)");
   cmd->add_flag("--print-config", args->print_config,
                 "print the whole resolved config as TOML and exit");
+  cmd->add_option("--nproc-per-node", args->nproc_per_node,
+                  "run N workers on this node (shortcut for shardtrain launch --standalone "
+                  "--nproc-per-node N -- train ...)")
+      ->check(CLI::PositiveNumber);
   cmd->allow_extras();
-  cmd->callback([cmd, args, &exit_code] { exit_code = run_train(*args, cmd->remaining()); });
+  cmd->callback([cmd, args, &exit_code] {
+    if (args->nproc_per_node > 1 && std::getenv("RANK") == nullptr) {
+      exit_code = launch::launch_local_workers(args->nproc_per_node,
+                                               launch::own_args_without("--nproc-per-node"));
+      return;
+    }
+    exit_code = run_train(*args, cmd->remaining());
+  });
 }
 
 }  // namespace shardtrain::cli

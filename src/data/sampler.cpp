@@ -73,4 +73,23 @@ void ShuffleSampler::seek(uint64_t epoch, size_t index) {
   if (rebuild) build_permutation();
 }
 
+SamplerState ShuffleSampler::state() const {
+  return {epoch_, index_, seed_, dataset_size_, world_};
+}
+
+void ShuffleSampler::restore(const SamplerState& state) {
+  const auto mismatch = [](const char* field, uint64_t saved, uint64_t now) {
+    fail(
+        "data: cannot resume the sampler: the saved state has {} {} but this run has {}; resume "
+        "with the same data, seed and world size",
+        field, saved, now);
+  };
+  if (state.seed != seed_) mismatch("seed", state.seed, seed_);
+  if (state.dataset_size != dataset_size_) {
+    mismatch("dataset size", state.dataset_size, dataset_size_);
+  }
+  if (state.world != world_) mismatch("world size", state.world, world_);
+  seek(state.epoch, static_cast<size_t>(state.index));
+}
+
 }  // namespace shardtrain

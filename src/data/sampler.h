@@ -13,6 +13,11 @@
 // the following next() calls return what they would have returned without the restart.
 // Throws shardtrain::Error if the dataset has fewer examples than world (some rank would get none)
 // or seek() is given an index past the end of an epoch.
+//
+// SamplerState is the part of training state that belongs to the sampler: the position plus
+// what the position means (seed, dataset size, world). state() takes it; restore() seeks to it
+// after checking that the sampler was built the same way (else throws Error saying which field
+// differs, since the same position would then name other examples).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +25,16 @@
 #include <vector>
 
 namespace shardtrain {
+
+struct SamplerState {
+  uint64_t epoch = 0;
+  uint64_t index = 0;
+  uint64_t seed = 0;
+  uint64_t dataset_size = 0;
+  uint64_t world = 1;
+
+  bool operator==(const SamplerState&) const = default;
+};
 
 class ShuffleSampler {
  public:
@@ -35,6 +50,9 @@ class ShuffleSampler {
   // Indices this rank takes per epoch.
   size_t epoch_length() const { return epoch_length_; }
   void seek(uint64_t epoch, size_t index);
+
+  SamplerState state() const;
+  void restore(const SamplerState& state);
 
  private:
   void build_permutation();

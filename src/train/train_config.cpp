@@ -30,6 +30,19 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   schema.add("train.max_grad_norm", &train.max_grad_norm,
              "clip the global gradient norm to this; 0 disables clipping");
 
+  schema.add("train.global_batch", &train.global_batch,
+             "sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x "
+             "ranks; when set, grad_accum is derived from it");
+
+  schema.add_choice("fsdp.strategy", &fsdp.strategy,
+                    {"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"},
+                    "how parameters, grads and optimizer state are sharded (docs/fsdp.md)");
+  schema.add("fsdp.shard_group_size", &fsdp.shard_group_size,
+             "HYBRID_SHARD: ranks that shard one replica; 0 = ranks per node (LOCAL_WORLD_SIZE)");
+  schema.add("fsdp.reduce_on_last_micro_batch", &fsdp.reduce_on_last_micro_batch,
+             "keep full unreduced grads across micro-batches and reduce once (one full fp32 grad "
+             "buffer per unit)");
+
   schema.add("optim.lr", &optim.lr, "peak learning rate");
   schema.add("optim.min_lr", &optim.min_lr, "learning rate at the end of the decay");
   schema.add("optim.warmup_steps", &optim.warmup_steps, "steps of linear warmup from 0 to lr");
@@ -69,6 +82,9 @@ void TrainConfig::validate() const {
   require(train.log_every > 0, "train.log_every", "> 0", train.log_every);
   require(train.max_grad_norm >= 0, "train.max_grad_norm", ">= 0 (0 disables clipping)",
           train.max_grad_norm);
+  require(train.global_batch >= 0, "train.global_batch", ">= 0 (0 = derived)", train.global_batch);
+  require(fsdp.shard_group_size >= 0, "fsdp.shard_group_size", ">= 0 (0 = ranks per node)",
+          fsdp.shard_group_size);
   require(optim.lr > 0, "optim.lr", "> 0", optim.lr);
   require(optim.min_lr >= 0, "optim.min_lr", ">= 0", optim.min_lr);
   require(optim.warmup_steps >= 0, "optim.warmup_steps", ">= 0", optim.warmup_steps);
@@ -83,6 +99,25 @@ void TrainConfig::validate() const {
   if (optim.min_lr > optim.lr) {
     fail("config key 'optim.min_lr' ({}) must be <= 'optim.lr' ({})", optim.min_lr, optim.lr);
   }
+}
+
+int64_t TrainConfig::grad_accum_for(int data_parallel_size) const {
+  if (train.global_batch == 0) return train.grad_accum;
+  const int64_t per_micro_step = train.micro_batch * data_parallel_size;
+  if (train.global_batch % per_micro_step != 0) {
+    fail("config key 'train.global_batch' ({}) must be a multiple of 'train.micro_batch' ({}) x "
+         "ranks ({}) = {}; HINT: change train.global_batch or train.micro_batch, or run on a "
+         "world size that divides it",
+         train.global_batch, train.micro_batch, data_parallel_size, per_micro_step);
+  }
+  const int64_t derived = train.global_batch / per_micro_step;
+  if (train.grad_accum != 1 && train.grad_accum != derived) {
+    fail("config keys 'train.global_batch' ({}) and 'train.grad_accum' ({}) conflict: with "
+         "train.micro_batch = {} on {} ranks the global batch needs grad_accum = {}; HINT: set "
+         "only one of them",
+         train.global_batch, train.grad_accum, train.micro_batch, data_parallel_size, derived);
+  }
+  return derived;
 }
 
 }  // namespace shardtrain

@@ -4,8 +4,10 @@
 // Sections and keys (defaults in the struct initialisers below):
 //   [model] path, init, dtype     [data] path, format, seq_len, pad_id
 //   [train] steps, micro_batch, grad_accum, seed, device, log_every, output_dir, max_grad_norm
+//   [train] global_batch (0 = micro_batch x grad_accum x data-parallel size)
 //   [optim] lr, min_lr, warmup_steps, schedule, weight_decay, beta1, beta2, eps,
 //           decay_norms_and_biases
+//   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch (docs/fsdp.md)
 //
 // Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
 //        schema.load_toml_file(path); schema.apply_override(...); config.validate();
@@ -44,6 +46,9 @@ struct TrainLoopConfig {
   int64_t log_every = 1;
   std::string output_dir;      // "" = don't save
   double max_grad_norm = 1.0;  // 0 disables clipping
+  // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
+  // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).
+  int64_t global_batch = 0;
 };
 
 struct OptimConfig {
@@ -58,16 +63,28 @@ struct OptimConfig {
   bool decay_norms_and_biases = false;
 };
 
+struct FsdpConfig {
+  std::string strategy = "FULL_SHARD";  // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
+  int64_t shard_group_size = 0;         // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
+  bool reduce_on_last_micro_batch = false;
+};
+
 struct TrainConfig {
   ModelSourceConfig model;
   DataConfig data;
   TrainLoopConfig train;
   OptimConfig optim;
+  FsdpConfig fsdp;
 
   // Declares every key above in `schema`, bound to this object's fields.
   void register_config(ConfigSchema& schema);
   // Cross-field and range checks; throws Error naming the key.
   void validate() const;
+  // Micro-steps per optimizer step on `data_parallel_size` ranks: train.grad_accum, or
+  // global_batch / (micro_batch x ranks) when train.global_batch is set. Throws Error naming
+  // the keys when the global batch is not a multiple of micro_batch x ranks, or conflicts with
+  // an explicit train.grad_accum.
+  int64_t grad_accum_for(int data_parallel_size) const;
 };
 
 }  // namespace shardtrain

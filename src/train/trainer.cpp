@@ -11,14 +11,15 @@
 #include "data/batch.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
+#include "fsdp/dist_env.h"
+#include "fsdp/fsdp_groups.h"
+#include "fsdp/fsdp_units.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
-#include "model/init_weights.h"
 #include "model/llama_model.h"
 #include "model/save_hf.h"
 #include "obs/metrics_log.h"
 #include "obs/progress.h"
-#include "train/local_units.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -37,52 +38,73 @@ std::string config_json_of(const std::string& model_dir) {
 
 }  // namespace
 
-// Reads the model's config and fills `units` with its initial weights.
-static ModelConfig load_initial_weights(const TrainConfig& config, const ParamLayout* layout,
-                                        LocalUnits* units) {
-  const ModelConfig model_config = read_hf_config(config_json_of(config.model.path));
-  if (layout == nullptr) return model_config;
-  std::unique_ptr<HfCheckpoint> checkpoint;
+// Reads the model's config.json.
+static ModelConfig read_model_config(const TrainConfig& config) {
+  return read_hf_config(config_json_of(config.model.path));
+}
+
+// Fills this rank's shards with the initial weights (each rank reads only its own part).
+static void load_initial_weights(const TrainConfig& config, FsdpUnits& units) {
   if (config.model.init == "pretrained") {
-    checkpoint = std::make_unique<HfCheckpoint>(HfCheckpoint::open(config.model.path));
+    units.load_pretrained(HfCheckpoint::open(config.model.path));
+  } else {
+    units.init_random(static_cast<uint64_t>(config.train.seed), 0.02);
   }
-  std::vector<float> values;
-  for (size_t u = 0; u < layout->units.size(); ++u) {
-    values.assign(layout->units[u].numel, 0.0f);
-    if (checkpoint) {
-      load_unit_from_checkpoint(*checkpoint, layout->units[u], values.data());
-    } else {
-      init_unit_random(layout->units[u], static_cast<int>(u),
-                       static_cast<uint64_t>(config.train.seed), 0.02, values.data());
-    }
-    units->upload_master(static_cast<int>(u), values.data());
-  }
-  units->refresh_compute_params();
-  return model_config;
+}
+
+static std::string memory_json(const FsdpMemory& m) {
+  return fmt::format(
+      "{{\"master_bytes\":{},\"moment_bytes\":{},\"grad_shard_bytes\":{},"
+      "\"gathered_peak_bytes\":{},\"full_grad_peak_bytes\":{},\"compute_shard_bytes\":{}}}",
+      m.master_bytes, m.moment_bytes, m.grad_shard_bytes, m.gathered_peak_bytes,
+      m.full_grad_peak_bytes, m.compute_shard_bytes);
 }
 
 TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOptions& options) {
   config.validate();
-  const ModelConfig model_config = load_initial_weights(config, nullptr, nullptr);
+  const DistEnv env = read_dist_env();
+  const FsdpStrategy strategy = parse_fsdp_strategy(config.fsdp.strategy);
+  const int group_size = shard_group_size_for(strategy, env.world, env.local_world,
+                                              static_cast<int>(config.fsdp.shard_group_size));
+  // Every rank reads its own data: the data-parallel size is the world size.
+  const int64_t grad_accum = config.grad_accum_for(env.world);
+  const bool is_rank0 = env.rank == 0;
+
+  const ModelConfig model_config = read_model_config(config);
   LlamaModel model(model_config, ops);
   const ParamLayout& layout = model.layout();
 
   const int64_t seq_len = config.data.seq_len, micro_batch = config.train.micro_batch;
+  const int64_t global_batch = micro_batch * grad_accum * env.world;
   std::unique_ptr<SequenceDataset> dataset =
       open_dataset(config.data.path, config.data.format, seq_len, config.data.pad_id);
   validate_vocab(*dataset, model_config.vocab_size, config.data.path);
-  if (dataset->size() < static_cast<size_t>(micro_batch)) {
-    fail("data {} has {} sequences of {} tokens, fewer than train.micro_batch = {}; HINT: "
-         "lower train.micro_batch or data.seq_len, or add data",
-         config.data.path, dataset->size(), seq_len, micro_batch);
+  if (dataset->size() < static_cast<size_t>(micro_batch * env.world)) {
+    fail("data {} has {} sequences of {} tokens, fewer than train.micro_batch = {} x {} ranks; "
+         "HINT: lower train.micro_batch or data.seq_len, or add data",
+         config.data.path, dataset->size(), seq_len, micro_batch, env.world);
   }
   model.reserve(micro_batch, seq_len);
 
-  LocalUnits units(ops, layout, /*with_optimizer_state=*/true);
-  load_initial_weights(config, &layout, &units);
-  log::info("model {}: {} parameters, {} layers; data {}: {} sequences of {} tokens; device {}",
-            model_config.model_type, layout.parameter_count(), model_config.num_hidden_layers,
-            config.data.path, dataset->size(), seq_len, device_name(ops.device()));
+  DistWorld world = connect_world(env);
+  FsdpGroups groups(*world.comm, group_size);
+  FsdpUnits units(ops, layout, groups,
+                  {strategy, config.fsdp.reduce_on_last_micro_batch});
+  load_initial_weights(config, units);
+  if (is_rank0) {
+    log::info("model {}: {} parameters, {} layers; data {}: {} sequences of {} tokens; device {}",
+              model_config.model_type, layout.parameter_count(), model_config.num_hidden_layers,
+              config.data.path, dataset->size(), seq_len, device_name(ops.device()));
+  }
+  if (env.world > 1) {
+    log::info("fsdp rank {}/{}: {} shard group {}, global batch {} = micro_batch {} x "
+              "grad_accum {} x ranks {}; memory estimate {}",
+              env.rank, env.world, fsdp_strategy_name(strategy), group_size, global_batch,
+              micro_batch, grad_accum, env.world,
+              memory_json(estimate_fsdp_memory(units.plan(), strategy,
+                                               config.fsdp.reduce_on_last_micro_batch,
+                                               ops.activation_dtype())));
+  }
 
   AdamWSettings adam;
   adam.beta1 = config.optim.beta1;
@@ -93,40 +115,52 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   AdamW optimizer(ops, adam);
   std::vector<UnitBuffers> buffers;
   for (int u = 0; u < units.unit_count(); ++u) {
-    buffers.push_back({&layout.units[u], 0, units.master(u), units.grads(u), units.exp_avg(u),
-                       units.exp_avg_sq(u)});
+    buffers.push_back({&layout.units[u], units.shard_begin(u), units.master_shard(u),
+                       units.grad_shard(u), units.exp_avg_shard(u), units.exp_avg_sq_shard(u)});
   }
 
+  // Every rank draws the same global batches (as one process would) and takes its slice, so
+  // any world size trains on the same sequences per step.
   ShuffleSampler sampler(dataset->size(), static_cast<uint64_t>(config.train.seed));
   MetricsLog metrics;
-  if (!options.metrics_path.empty()) metrics = MetricsLog(options.metrics_path);
+  if (is_rank0 && !options.metrics_path.empty()) metrics = MetricsLog(options.metrics_path);
   DeviceBuffer loss_buffer(ops, sizeof(float));
   const Tensor loss_sum = loss_buffer.view(DType::kF32, {1});
 
   TrainOutcome outcome;
   const auto start = std::chrono::steady_clock::now();
-  int64_t tokens_seen = 0;
+  int64_t tokens_seen = 0;  // over all ranks
   const int64_t steps = config.train.steps;
+  std::vector<size_t> step_indices(global_batch);
   for (int64_t step = 1; step <= steps; ++step) {
+    for (size_t& index : step_indices) index = sampler.next();
     // Draw the whole accumulation window first: the loss is normalised by its target count.
     std::vector<Batch> micro_batches;
-    int64_t targets = 0;
-    for (int64_t m = 0; m < config.train.grad_accum; ++m) {
+    int64_t local_targets = 0, local_tokens = 0;
+    for (int64_t m = 0; m < grad_accum; ++m) {
       std::vector<Example> examples;
-      for (int64_t b = 0; b < micro_batch; ++b) examples.push_back(dataset->get(sampler.next()));
+      const int64_t first = (m * env.world + env.rank) * micro_batch;
+      for (int64_t b = 0; b < micro_batch; ++b) {
+        examples.push_back(dataset->get(step_indices[first + b]));
+      }
       micro_batches.push_back(make_batch(examples));
-      targets += micro_batches.back().target_count;
+      local_targets += micro_batches.back().target_count;
+      local_tokens += micro_batches.back().batch_size * micro_batches.back().seq_len;
     }
-    const float grad_scale = targets > 0 ? 1.0f / static_cast<float>(targets) : 0.0f;
+    const double targets = units.sum_over_ranks(static_cast<double>(local_targets));
+    const float grad_scale = targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
     units.zero_grads();
     ops.fill_zero(loss_sum);
-    for (const Batch& batch : micro_batches) {
-      model.set_batch(batch);
+    for (int64_t m = 0; m < grad_accum; ++m) {
+      units.begin_micro_batch(m, grad_accum);
+      model.set_batch(micro_batches[m]);
       model.forward_backward(units, grad_scale, loss_sum);
-      tokens_seen += batch.batch_size * batch.seq_len;
     }
-    const double loss = targets > 0 ? ops.read_scalar(loss_sum) / static_cast<double>(targets) : 0;
-    const double grad_norm = std::sqrt(static_cast<double>(ops.read_scalar(optimizer.grad_square_sum(buffers))));
+    tokens_seen += static_cast<int64_t>(units.sum_over_ranks(static_cast<double>(local_tokens)));
+    const double loss_total = units.sum_over_ranks(ops.read_scalar(loss_sum));
+    const double loss = targets > 0 ? loss_total / targets : 0;
+    const double grad_norm = std::sqrt(units.global_grad_square_sum(
+        static_cast<double>(ops.read_scalar(optimizer.grad_square_sum(buffers)))));
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       fail("training diverged at step {} (loss {}, grad norm {}); HINT: lower optim.lr or "
            "check the data",
@@ -141,7 +175,8 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     StepReport report{step, steps, loss, lr, grad_norm,
                       elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0, elapsed};
-    if (!options.quiet && (step % config.train.log_every == 0 || step == steps || step == 1)) {
+    if (is_rank0 && !options.quiet &&
+        (step % config.train.log_every == 0 || step == steps || step == 1)) {
       std::printf("%s\n", format_progress_line(report).c_str());
       std::fflush(stdout);
     }
@@ -150,19 +185,28 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
                     {"elapsed_s", elapsed}});
     outcome.tokens_per_s = report.tokens_per_s;
   }
+  if (env.world > 1) {
+    log::info("fsdp rank {}/{}: memory measured {}", env.rank, env.world,
+              memory_json(units.memory()));
+  }
 
   if (!config.train.output_dir.empty()) {
+    // Unit by unit: every shard group gathers; rank 0 streams its units to the file.
     std::vector<float> host;
-    save_hf_checkpoint(
-        config.train.output_dir, model_config, layout,
-        [&](int u) {
-          host.assign(layout.units[u].numel, 0.0f);
-          units.download_master(u, host.data());
-          return host.data();
-        },
-        config.model.dtype == "bf16" ? DType::kBF16 : DType::kF32);
-    log::info("saved Hugging Face checkpoint to {}", config.train.output_dir);
+    const auto gather = [&](int u) {
+      host.assign(layout.units[u].numel, 0.0f);
+      units.gather_master_to_host(u, host.data());
+      return host.data();
+    };
+    if (is_rank0) {
+      save_hf_checkpoint(config.train.output_dir, model_config, layout, gather,
+                         config.model.dtype == "bf16" ? DType::kBF16 : DType::kF32);
+      log::info("saved Hugging Face checkpoint to {}", config.train.output_dir);
+    } else {
+      for (int u = 0; u < units.unit_count(); ++u) gather(u);
+    }
   }
+  world.comm->barrier();
   return outcome;
 }
 

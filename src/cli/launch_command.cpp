@@ -1,0 +1,62 @@
+// `shardtrain launch`: the torchrun-compatible per-node agent (launch/launcher.h).
+// Flags are taken as strings and validated by launch/launch_config, so every bad value ends in
+// one error line naming the flag (exit 2), whether it came from the command line or PET_*.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "launch/launch_config.h"
+#include "launch/launcher.h"
+
+namespace shardtrain::cli {
+
+void add_launch_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<launch::LaunchFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "launch",
+      "Start this node's workers (torchrun-compatible): shardtrain launch [flags] -- <subcommand "
+      "and its args>, e.g. shardtrain launch --nproc-per-node 4 -- train --config job.toml. A "
+      "worker command whose first word contains '/' is run as an executable. Every flag can "
+      "also come from its PET_* variable (PET_NNODES, ...), as under a Kubeflow PyTorchJob; "
+      "flags win. See docs/launcher.md");
+  const auto option = [&](const char* name, std::optional<std::string>& target, const char* help) {
+    cmd->add_option_function<std::string>(
+        name, [&target](const std::string& v) { target = v; }, help);
+  };
+  option("--nnodes", flags->nnodes, "number of nodes: N, or MIN:MAX (elastic ranges run at MAX "
+                                    "for now) [PET_NNODES, default 1]");
+  option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
+         "workers on this node: N, auto (one per GPU, 1 without GPUs), gpu or cpu "
+         "[PET_NPROC_PER_NODE, default 1]");
+  option("--node-rank,--node_rank", flags->node_rank,
+         "this node's rank, 0..nnodes-1; node 0 hosts the store [PET_NODE_RANK, default 0]");
+  option("--rdzv-endpoint,--rdzv_endpoint", flags->rdzv_endpoint,
+         "HOST:PORT of the store on node 0 [PET_RDZV_ENDPOINT; default "
+         "MASTER_ADDR:MASTER_PORT]");
+  option("--rdzv-id,--rdzv_id", flags->rdzv_id,
+         "run id shared by all nodes of one job [PET_RDZV_ID, default none]");
+  option("--rdzv-backend,--rdzv_backend", flags->rdzv_backend,
+         "c10d, static or tcp: all use the embedded TCP store [PET_RDZV_BACKEND]");
+  option("--rdzv-conf,--rdzv_conf", flags->rdzv_conf,
+         "key=value,...; supported: join_timeout=SECONDS (default 600) [PET_RDZV_CONF]");
+  option("--max-restarts,--max_restarts", flags->max_restarts,
+         "restarts of the worker group after a failure [PET_MAX_RESTARTS, default 0]");
+  option("--master-addr,--master_addr", flags->master_addr,
+         "store host when --rdzv-endpoint is not given [PET_MASTER_ADDR, default 127.0.0.1]");
+  option("--master-port,--master_port", flags->master_port,
+         "store port when --rdzv-endpoint is not given [PET_MASTER_PORT, default 29500]");
+  option("--stop-grace", flags->stop_grace,
+         "seconds between SIGTERM and SIGKILL when stopping workers [default 5]");
+  cmd->add_flag("--standalone", flags->standalone,
+                "single node: host the store on a free local port [PET_STANDALONE]");
+  // Everything from the first word that is not a launcher flag (or after --) is the worker
+  // command, passed through untouched.
+  cmd->prefix_command();
+  cmd->callback([cmd, flags, &exit_code] {
+    flags->command = cmd->remaining();
+    exit_code = launch::run_agent(launch::resolve_launch_config(*flags, launch::process_env()));
+  });
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,113 @@
+// `shardtrain plan --config FILE --world-size N`: the per-rank FSDP memory of the job for each
+// sharding strategy, computed from config.json alone before anything runs (fsdp/shard_plan.h
+// has the formulas). Activation memory is not included.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "fsdp/fsdp_strategy.h"
+#include "fsdp/shard_plan.h"
+#include "model/hf_config.h"
+#include "model/param_layout.h"
+#include "ops/backend.h"
+#include "train/train_config.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct PlanArgs {
+  std::string config_path;
+  int world_size = 1;
+  int local_world_size = 0;  // 0 = world size (one node)
+};
+
+std::string mib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  ConfigSchema schema;
+  config.register_config(schema);
+  schema.load_toml_file(args.config_path);
+  for (const std::string& o : overrides) {
+    if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
+      fail("unexpected argument '{}'; HINT: config overrides look like --section.key=value", o);
+    }
+    schema.apply_override(o.substr(2));
+  }
+  const int world = args.world_size;
+  const int local_world = args.local_world_size > 0 ? args.local_world_size : world;
+  if (world % local_world != 0) {
+    fail("--local-world-size {} must divide --world-size {}", local_world, world);
+  }
+  const std::string config_json =
+      (std::filesystem::path(config.model.path) / "config.json").string();
+  if (!std::filesystem::exists(config_json)) {
+    fail("model.path {} has no config.json; HINT: point model.path at a Hugging Face checkpoint "
+         "dir", config.model.path);
+  }
+  const ModelConfig model_config = read_hf_config(config_json);
+  const ParamLayout layout = make_param_layout(model_config);
+  const bool gpu = config.train.device == "cuda" ||
+                   (config.train.device == "auto" && cuda_available());
+  const DType act = gpu ? DType::kBF16 : DType::kF32;
+  const int64_t grad_accum = config.grad_accum_for(world);
+
+  std::printf("plan: %s, %lld parameters in %zu units; world size %d (%d per node); "
+              "compute dtype %s; global batch %lld = micro_batch %lld x grad_accum %lld x %d\n",
+              model_config.model_type.c_str(), static_cast<long long>(layout.parameter_count()),
+              layout.units.size(), world, local_world, std::string(dtype_name(act)).c_str(),
+              static_cast<long long>(config.train.micro_batch * grad_accum * world),
+              static_cast<long long>(config.train.micro_batch),
+              static_cast<long long>(grad_accum), world);
+  std::printf("per-rank bytes (fsdp.reduce_on_last_micro_batch = %s; activations not "
+              "included):\n", config.fsdp.reduce_on_last_micro_batch ? "true" : "false");
+  std::printf("%-14s %6s %13s %13s %13s %13s %13s %13s\n", "strategy", "group", "params",
+              "moments", "grad shard", "full grads", "gathered", "total");
+  for (FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
+                                FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard}) {
+    int group = 0;
+    try {
+      group = shard_group_size_for(strategy, world, local_world,
+                                   static_cast<int>(config.fsdp.shard_group_size));
+    } catch (const Error& e) {
+      std::printf("%-14s (not possible: %s)\n", fsdp_strategy_name(strategy), e.what());
+      continue;
+    }
+    const FsdpMemory m = estimate_fsdp_memory(make_shard_plan(layout, group), strategy,
+                                              config.fsdp.reduce_on_last_micro_batch, act);
+    std::printf("%-14s %6d %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy), group,
+                mib(m.master_bytes + m.compute_shard_bytes).c_str(), mib(m.moment_bytes).c_str(),
+                mib(m.grad_shard_bytes).c_str(), mib(m.full_grad_peak_bytes).c_str(),
+                mib(m.gathered_peak_bytes).c_str(), mib(m.total()).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Print the per-rank memory of each FSDP strategy for a job, before running it");
+  cmd->add_option("--config", args->config_path, "TOML job config")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--world-size", args->world_size, "number of ranks")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--local-world-size", args->local_world_size,
+                  "ranks per node (HYBRID_SHARD's default shard group); default: world size")
+      ->check(CLI::PositiveNumber);
+  cmd->allow_extras();
+  cmd->callback([cmd, args, &exit_code] { exit_code = run_plan(*args, cmd->remaining()); });
+}
+
+}  // namespace shardtrain::cli

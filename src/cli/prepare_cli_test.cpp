@@ -1,0 +1,213 @@
+// End-to-end tests of `shardtrain prepare` and `shardtrain tokenize` (the binary): every format
+// with the tiny hand-written tokenizer and, when tests/tokenizer/files holds them
+// (tools/tokenizer/fetch_tokenizers.sh), the real Qwen3 tokenizer; every bad input must end in
+// exit code 2 with one error line naming FILE:LINE.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/testing/tiny_tokenizer.h"
+#include "data/token_file.h"
+#include "data/tokenizer/tokenizer.h"
+
+namespace shardtrain {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBinary = SHARDTRAIN_BINARY;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+  std::vector<std::string> error_lines() const {
+    std::vector<std::string> out;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("error") != std::string::npos) out.push_back(line);
+    }
+    return out;
+  }
+};
+
+Result run(const std::string& args) {
+  Result result;
+  const std::string command = kBinary + " " + args + " 2>&1";
+  std::FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    result.output.append(buffer.data(), n);
+  }
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+fs::path real_tokenizer_dir(const std::string& name) {
+  const char* env = std::getenv("SHARDTRAIN_TOKENIZER_DIR");
+  const fs::path root = env != nullptr && *env != 0
+                            ? fs::path(env)
+                            : fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "tokenizer" / "files";
+  return root / name;
+}
+
+const char* const kText = "{\"text\": \"The quick brown fox jumps over the lazy dog.\"}\n";
+const char* const kPromptCompletion = "{\"prompt\": \"2+2=\", \"completion\": \" 4\"}\n";
+const char* const kAlpaca =
+    "{\"instruction\": \"Add the numbers.\", \"input\": \"2 and 2\", \"output\": \"4\"}\n";
+const char* const kChat =
+    "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+    "\"content\": \"Hi!\"}, {\"role\": \"assistant\", \"content\": \"Hello.\"}]}\n";
+
+class PrepareCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    dir_ = fs::temp_directory_path() /
+           ("shardtrain_prepare_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(dir_);
+    tiny_ = testing::write_tiny_tokenizer(dir_ / "tiny");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary | std::ios::trunc) << text;
+    return path(name);
+  }
+  // Runs prepare on `lines` (repeated `copies` times) and checks success and the token file.
+  void expect_prepares(const std::string& tokenizer, const std::string& name,
+                       const std::string& lines, const std::string& format) {
+    std::string data;
+    for (int i = 0; i < 20; ++i) data += lines;
+    const std::string in = write(name + ".jsonl", data);
+    const std::string out = path(name + ".bin");
+    const Result result = run("prepare --tokenizer " + tokenizer + " --data " + in + " --out " +
+                              out + " --seq-len 64 --threads 2");
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_NE(result.output.find("format " + format), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("examples 20"), std::string::npos) << result.output;
+    const TokenFile file(out);
+    EXPECT_EQ(file.size() % 64, 0u);
+    EXPECT_TRUE(file.has_loss_mask());
+  }
+  // A bad input must exit 2 with exactly one error line that contains `expected`.
+  void expect_bad(const std::string& args, const std::string& expected) {
+    const Result result = run(args);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    const std::vector<std::string> errors = result.error_lines();
+    ASSERT_EQ(errors.size(), 1u) << result.output;
+    EXPECT_NE(errors[0].find(expected), std::string::npos) << errors[0];
+  }
+  std::string prepare_args(const std::string& data) const {
+    return "prepare --tokenizer " + tiny_ + " --data " + data + " --out " + path("out.bin");
+  }
+
+  fs::path dir_;
+  std::string tiny_;
+};
+
+TEST_F(PrepareCliTest, EveryFormatWithTheTinyTokenizer) {
+  expect_prepares(tiny_, "text", kText, "text");
+  expect_prepares(tiny_, "pc", kPromptCompletion, "prompt_completion");
+  expect_prepares(tiny_, "alpaca", kAlpaca, "alpaca");
+  expect_prepares(tiny_, "chat", kChat, "chat (template chatml)");
+}
+
+TEST_F(PrepareCliTest, EveryFormatWithTheRealQwen3Tokenizer) {
+  const fs::path qwen = real_tokenizer_dir("qwen3");
+  if (!fs::exists(qwen / "tokenizer.json")) {
+    GTEST_SKIP() << (qwen / "tokenizer.json").string()
+                 << " is absent; run tools/tokenizer/fetch_tokenizers.sh to enable this test";
+  }
+  expect_prepares(qwen.string(), "text", kText, "text");
+  expect_prepares(qwen.string(), "pc", kPromptCompletion, "prompt_completion");
+  expect_prepares(qwen.string(), "alpaca", kAlpaca, "alpaca");
+  expect_prepares(qwen.string(), "chat", kChat, "chat (template chatml)");
+}
+
+TEST_F(PrepareCliTest, ExplicitOptionsAndSkipping) {
+  const std::string data = write("mixed.jsonl", std::string(kChat) + "oops\n" + kChat);
+  const Result result =
+      run(prepare_args(data) + " --format chat --chat-template llama3 --on-bad-line skip "
+                               "--train-on-prompt --seed 3 --overlong drop");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("template llama3"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("skipped lines 1"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("skipped " + data + ":2: not valid JSON"), std::string::npos)
+      << result.output;
+}
+
+TEST_F(PrepareCliTest, BadInputsExitTwoNamingFileAndLine) {
+  const std::string ok = kText;
+  const std::string not_json = write("not_json.jsonl", ok + "{oops\n");
+  expect_bad(prepare_args(not_json), not_json + ":2: not valid JSON");
+  const std::string missing = write("missing.jsonl", ok + "{\"txt\": \"a\"}\n");
+  expect_bad(prepare_args(missing), missing + ":2: missing \"text\"");
+  const std::string wrong_type = write("wrong_type.jsonl", ok + "{\"text\": [1]}\n");
+  expect_bad(prepare_args(wrong_type), wrong_type + ":2: \"text\" must be a string, got array");
+  const std::string empty_text = write("empty_text.jsonl", ok + ok + "{\"text\": \"\"}\n");
+  expect_bad(prepare_args(empty_text), empty_text + ":3: \"text\" is empty");
+  const std::string bad_utf8 = write("bad_utf8.jsonl", ok + "{\"text\": \"caf\xe9\"}\n");
+  expect_bad(prepare_args(bad_utf8), bad_utf8 + ":2: invalid UTF-8");
+  const std::string role = write(
+      "role.jsonl", std::string(kChat) +
+                        "{\"messages\": [{\"role\": \"narrator\", \"content\": \"a\"}]}\n");
+  expect_bad(prepare_args(role), role + ":2: messages[0] has unknown role \"narrator\"");
+  const std::string none = write("none.jsonl", "{\"text\": \" \"}\n{\"text\": null}\n");
+  expect_bad(prepare_args(none) + " --on-bad-line skip", none + ": no usable example");
+
+  nlohmann::json unigram = testing::tiny_tokenizer_json();
+  unigram["model"]["type"] = "Unigram";
+  const std::string unigram_path = write("unigram.json", unigram.dump());
+  expect_bad("prepare --tokenizer " + unigram_path + " --data " + not_json + " --out " +
+                 path("x.bin"),
+             unigram_path);
+  EXPECT_FALSE(fs::exists(path("out.bin")));  // nothing was written by any failed run
+
+  // --invalid-utf8 replace accepts the line that failed above.
+  const Result replaced = run(prepare_args(bad_utf8) + " --invalid-utf8 replace");
+  EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
+}
+
+TEST_F(PrepareCliTest, TokenizeWritesOneArrayPerLine) {
+  const std::string in = write("in.jsonl", "{\"text\": \"hi\"}\n{\"text\": \"<|im_end|>a\"}\n");
+  const Result result = run("tokenize --tokenizer " + tiny_ + " < " + in);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output,
+            "[104,105]\n[" + std::to_string(testing::tiny_special_id("<|im_end|>")) + ",97]\n");
+
+  const std::string bad = write("bad.jsonl", "{\"text\": \"hi\"}\n{\"body\": \"x\"}\n");
+  expect_bad("tokenize --tokenizer " + tiny_ + " < " + bad, "stdin:2:");
+}
+
+TEST_F(PrepareCliTest, TokenizeMatchesTheLibraryOnRealFiles) {
+  const fs::path llama2 = real_tokenizer_dir("llama2");
+  if (!fs::exists(llama2 / "tokenizer.json")) {
+    GTEST_SKIP() << (llama2 / "tokenizer.json").string()
+                 << " is absent; run tools/tokenizer/fetch_tokenizers.sh to enable this test";
+  }
+  const Tokenizer tokenizer = Tokenizer::load((llama2 / "tokenizer.json").string());
+  const std::string in = write("in.jsonl", "{\"text\": \"Hello world\"}\n");
+  const auto expected = [&](bool special) {
+    return nlohmann::json(tokenizer.encode("Hello world", special)).dump() + "\n";
+  };
+  EXPECT_EQ(run("tokenize --tokenizer " + llama2.string() + " < " + in).output, expected(false));
+  EXPECT_EQ(run("tokenize --tokenizer " + (llama2 / "tokenizer.json").string() +
+                " --add-special-tokens < " + in)
+                .output,
+            expected(true));
+  EXPECT_NE(expected(true), expected(false));  // llama2 adds <s>
+}
+
+}  // namespace
+}  // namespace shardtrain

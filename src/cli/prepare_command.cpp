@@ -1,0 +1,65 @@
+// `shardtrain prepare`: tokenizes and packs a JSONL dataset into a token file (data/prepare.h)
+// and prints the report.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "data/prepare.h"
+
+namespace shardtrain::cli {
+
+void add_prepare_command(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<PrepareOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "prepare",
+      "Tokenize a JSONL dataset (text, prompt/completion, alpaca or chat lines) on all cores and "
+      "pack it into fixed-length sequences in a token file for training (docs/data.md)");
+  cmd->add_option("--tokenizer", options->tokenizer_path,
+                  "tokenizer.json, or a model directory containing it (and tokenizer_config.json)")
+      ->required();
+  cmd->add_option("--data", options->data_path, "input JSONL, one example per line")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", options->out_path, "token file to write (written atomically)")
+      ->required();
+  cmd->add_option("--seq-len", options->seq_len,
+                  "tokens per packed sequence; must equal the training data.seq_len")
+      ->capture_default_str();
+  cmd->add_option("--format", options->format, "example format of the lines")
+      ->check(CLI::IsMember({"auto", "text", "prompt_completion", "alpaca", "chat"}))
+      ->capture_default_str();
+  cmd->add_option("--chat-template", options->chat_template,
+                  "chat template for chat lines; auto reads tokenizer_config.json")
+      ->check(CLI::IsMember({"auto", "chatml", "llama2", "llama3"}))
+      ->capture_default_str();
+  cmd->add_option("--overlong", options->overlong,
+                  "examples longer than seq_len: split into pieces, truncate, or drop")
+      ->check(CLI::IsMember({"split", "truncate", "drop"}))
+      ->capture_default_str();
+  cmd->add_option("--on-bad-line", options->on_bad_line,
+                  "a line that is not a valid example: fail, or skip it and count it")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
+  cmd->add_option("--invalid-utf8", options->invalid_utf8,
+                  "invalid UTF-8 in a line: fail (a bad line), or replace it with U+FFFD")
+      ->check(CLI::IsMember({"fail", "replace"}))
+      ->capture_default_str();
+  cmd->add_flag("--train-on-prompt", options->train_on_prompt,
+                "compute the loss on prompt/user tokens too (default: completion/assistant only)");
+  cmd->add_option("--seed", options->seed, "seed of the document shuffle before packing")
+      ->capture_default_str();
+  cmd->add_option("--eos-token", options->eos_token,
+                  "document separator token (default: tokenizer_config.json's eos_token)");
+  cmd->add_option("--threads", options->threads,
+                  "tokenizer threads; 0 = all cores (the output does not depend on it)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->callback([options, &exit_code] {
+    const PrepareReport report = prepare_dataset(*options);
+    std::fputs(format_report(report).c_str(), stdout);
+    exit_code = 0;
+  });
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,57 @@
+// Example formats of JSONL training data, one JSON object per line:
+//   text               {"text": "..."}                      continued pre-training; loss on all
+//                                                           tokens; BOS/EOS as the tokenizer's
+//                                                           post-processor adds them
+//   prompt_completion  {"prompt": "...", "completion": "..."}   rendered prompt + completion
+//                                                           (no separator is inserted)
+//   alpaca             {"instruction", "input" (optional, may be ""), "output"}, rendered with
+//                      the Stanford Alpaca prompt (alpaca_prompt, below) followed by output
+//   chat               {"messages": [{"role": "...", "content": "..."}, ...]}, rendered with
+//                      the model family's chat template (data/chat_template.h)
+// Loss: on the completion / output / assistant tokens only, unless train_on_prompt (then on all).
+// Other keys in a line are ignored.
+//
+// detect_format() picks the format from an object's keys: "messages" -> chat, "instruction" ->
+// alpaca, "prompt" and "completion" -> prompt_completion, "text" -> text.
+// render_record() validates a record and renders it; it throws Error with a message that says
+// what is wrong and what the line needs (without the file:line prefix, which the caller adds):
+// missing fields, fields of the wrong JSON type, empty (or whitespace-only) text, unknown roles.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+
+#include "data/chat_template.h"
+#include "data/rendered_document.h"
+
+namespace shardtrain {
+
+enum class ExampleFormat { kText, kPromptCompletion, kAlpaca, kChat };
+
+// The Stanford Alpaca prompt; the output follows it directly. With a non-blank input:
+//   "Below is an instruction that describes a task, paired with an input that provides further
+//    context. Write a response that appropriately completes the request.\n\n
+//    ### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+// without one (absent, null or blank):
+//   "Below is an instruction that describes a task. Write a response that appropriately
+//    completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n"
+std::string alpaca_prompt(const std::string& instruction, const std::string& input);
+
+// "text" | "prompt_completion" | "alpaca" | "chat"; throws Error listing the choices otherwise.
+ExampleFormat parse_example_format(const std::string& name);
+const char* example_format_name(ExampleFormat format);
+
+// nullopt when the keys match no format.
+std::optional<ExampleFormat> detect_format(const nlohmann::json& record);
+
+struct RenderSettings {
+  ExampleFormat format = ExampleFormat::kText;
+  ChatTemplate chat_template = ChatTemplate::kChatml;
+  ChatTokens chat_tokens;
+  bool train_on_prompt = false;
+};
+
+RenderedDocument render_record(const nlohmann::json& record, const RenderSettings& settings);
+
+}  // namespace shardtrain

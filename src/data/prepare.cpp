@@ -1,0 +1,336 @@
+#include "data/prepare.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <thread>
+
+#include "core/error.h"
+#include "data/formats.h"
+#include "data/token_file.h"
+#include "data/tokenizer/tokenizer.h"
+#include "data/tokenizer/utf8.h"
+#include "data/tokenizer_files.h"
+
+namespace shardtrain {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kLinesPerChunk = 256;
+constexpr size_t kSkippedSamples = 5;
+const char* const kSkipHint = "; to skip such lines instead use --on-bad-line skip";
+
+struct LineResult {
+  enum class Kind { kBlank, kDocument, kBad };
+  Kind kind = Kind::kBlank;
+  TokenizedDocument document;
+  std::string problem;  // for kBad
+};
+
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
+}
+
+// nlohmann's messages start with "[json.exception.parse_error.101] "; users need only the rest.
+std::string json_message(const std::exception& error) {
+  std::string message = error.what();
+  if (message.rfind("[json.exception.", 0) == 0) {
+    const size_t end = message.find("] ");
+    if (end != std::string::npos) message = message.substr(end + 2);
+  }
+  return message;
+}
+
+size_t first_invalid_byte(std::string_view text) {
+  for (size_t pos = 0; pos < text.size();) {
+    const tokenizer::Utf8Unit unit = tokenizer::decode_utf8(text, pos);
+    if (unit.code_point == tokenizer::kInvalidCodePoint) return pos;
+    pos += unit.length;
+  }
+  return text.size();
+}
+
+// Parses a non-blank line into a JSON value; nullopt with `problem` set when it is bad.
+std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
+                               std::string& problem) {
+  std::string repaired;
+  if (!tokenizer::is_valid_utf8(line)) {
+    if (!replace_invalid_utf8) {
+      problem = fmt::format(
+          "invalid UTF-8 at byte {} of the line; fix the file's encoding or use "
+          "--invalid-utf8 replace",
+          first_invalid_byte(line) + 1);
+      return std::nullopt;
+    }
+    repaired = tokenizer::utf8_lossy(line);
+    line = repaired;
+  }
+  try {
+    return json::parse(line);
+  } catch (const json::exception& error) {
+    problem = fmt::format("not valid JSON ({}); each line must be one JSON object",
+                          json_message(error));
+    return std::nullopt;
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open ({}); check the data path", path, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail("{}: read failed ({})", path, std::strerror(errno));
+  return text.str();
+}
+
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+ExampleFormat resolve_format(const PrepareOptions& options,
+                             const std::vector<std::string_view>& lines) {
+  if (options.format != "auto") return parse_example_format(options.format);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (is_blank(lines[i])) continue;
+    std::string problem;
+    const std::optional<json> record =
+        parse_line(lines[i], options.invalid_utf8 == "replace", problem);
+    if (!record || !record->is_object()) continue;  // the main pass reports or skips it
+    if (const auto format = detect_format(*record)) return *format;
+    std::string keys;
+    for (const auto& item : record->items()) keys += (keys.empty() ? "" : ", ") + item.key();
+    fail(
+        "{}:{}: cannot tell the data format from the keys ({}); lines need \"text\", "
+        "\"prompt\"+\"completion\", \"instruction\"/\"input\"/\"output\" or \"messages\", or "
+        "set the format explicitly (--format)",
+        options.data_path, i + 1, keys);
+  }
+  fail("{}: no usable example: no line is a JSON object; each line needs one example",
+       options.data_path);
+}
+
+int32_t required_token_id(const Tokenizer& tokenizer, const std::string& token,
+                          const std::string& tokenizer_path, const char* role) {
+  const auto id = tokenizer.token_to_id(token);
+  if (!id) {
+    fail("tokenizer {}: the {} token \"{}\" is not in the vocabulary; set the EOS token (--eos-token)",
+         tokenizer_path, role, token);
+  }
+  return *id;
+}
+
+int32_t resolve_eos(const PrepareOptions& options, const TokenizerFiles& files,
+                    const Tokenizer& tokenizer) {
+  if (!options.eos_token.empty()) {
+    return required_token_id(tokenizer, options.eos_token, files.tokenizer_json, "EOS");
+  }
+  if (files.eos_token) {
+    return required_token_id(tokenizer, *files.eos_token, files.tokenizer_json, "EOS");
+  }
+  for (const char* candidate : {"<|endoftext|>", "<|end_of_text|>", "</s>"}) {
+    if (const auto id = tokenizer.token_to_id(candidate)) return *id;
+  }
+  fail(
+      "tokenizer {}: cannot tell the EOS token (no eos_token in tokenizer_config.json and none of "
+      "<|endoftext|>, <|end_of_text|>, </s> in the vocabulary); set it with --eos-token",
+      files.tokenizer_json);
+}
+
+// Checks once, before the parallel pass, that the template's special tokens exist.
+void check_chat_template_fits(const RenderSettings& settings, const Tokenizer& tokenizer,
+                              const std::string& tokenizer_path) {
+  const RenderedDocument probe = render_chat(
+      settings.chat_template, settings.chat_tokens, {{"user", "a"}, {"assistant", "b"}}, false);
+  try {
+    tokenize_document(tokenizer, probe);
+  } catch (const Error& error) {
+    fail("tokenizer {} with chat template {}: {}", tokenizer_path,
+         chat_template_name(settings.chat_template), error.what());
+  }
+}
+
+std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines,
+                                      const Tokenizer& tokenizer, const RenderSettings& settings,
+                                      bool replace_invalid_utf8, size_t thread_count) {
+  std::vector<LineResult> results(lines.size());
+  std::atomic<size_t> next_chunk{0};
+  std::exception_ptr unexpected;
+  std::mutex unexpected_mutex;
+  const auto work = [&] {
+    try {
+      while (true) {
+        const size_t begin = next_chunk.fetch_add(1) * kLinesPerChunk;
+        if (begin >= lines.size()) return;
+        const size_t end = std::min(lines.size(), begin + kLinesPerChunk);
+        for (size_t i = begin; i < end; ++i) {
+          LineResult& result = results[i];
+          if (is_blank(lines[i])) continue;
+          result.kind = LineResult::Kind::kBad;
+          const std::optional<json> record =
+              parse_line(lines[i], replace_invalid_utf8, result.problem);
+          if (!record) continue;
+          try {
+            result.document = tokenize_document(tokenizer, render_record(*record, settings));
+          } catch (const Error& error) {
+            result.problem = error.what();
+            continue;
+          }
+          result.kind = LineResult::Kind::kDocument;
+        }
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(unexpected_mutex);
+      if (!unexpected) unexpected = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < thread_count; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& thread : threads) thread.join();
+  if (unexpected) std::rethrow_exception(unexpected);
+  return results;
+}
+
+}  // namespace
+
+void validate_prepare_options(const PrepareOptions& options) {
+  if (options.format != "auto") parse_example_format(options.format);
+  if (options.chat_template != "auto") parse_chat_template(options.chat_template);
+  parse_overlong_policy(options.overlong);
+  if (options.on_bad_line != "fail" && options.on_bad_line != "skip") {
+    fail("unknown on-bad-line policy \"{}\"; choose fail or skip", options.on_bad_line);
+  }
+  if (options.invalid_utf8 != "fail" && options.invalid_utf8 != "replace") {
+    fail("unknown invalid-utf8 policy \"{}\"; choose fail or replace", options.invalid_utf8);
+  }
+  if (options.seq_len < 2) fail("seq_len is {}; it must be at least 2", options.seq_len);
+  if (options.threads < 0) fail("threads is {}; use 0 (all cores) or more", options.threads);
+}
+
+PrepareReport prepare_dataset(const PrepareOptions& options) {
+  validate_prepare_options(options);
+  const TokenizerFiles files = locate_tokenizer(options.tokenizer_path);
+  const Tokenizer tokenizer = Tokenizer::load(files.tokenizer_json);
+
+  PrepareReport report;
+  report.data_path = options.data_path;
+  report.out_path = options.out_path;
+  report.seq_len = options.seq_len;
+  report.eos_id = resolve_eos(options, files, tokenizer);
+  report.pad_id = report.eos_id;
+  if (files.pad_token) report.pad_id = tokenizer.token_to_id(*files.pad_token).value_or(report.eos_id);
+
+  const std::string text = read_file(options.data_path);
+  if (is_blank(text)) {
+    fail("{}: no usable example: the file is empty; it needs one JSON example per line",
+         options.data_path);
+  }
+  const std::vector<std::string_view> lines = split_lines(text);
+  report.lines = lines.size();
+
+  RenderSettings settings;
+  settings.format = resolve_format(options, lines);
+  settings.train_on_prompt = options.train_on_prompt;
+  report.format = example_format_name(settings.format);
+  if (settings.format == ExampleFormat::kChat) {
+    settings.chat_template =
+        options.chat_template == "auto"
+            ? detect_chat_template(files, [&](const char* token) {
+                return tokenizer.token_to_id(token).has_value();
+              })
+            : parse_chat_template(options.chat_template);
+    settings.chat_tokens = chat_tokens(settings.chat_template, files);
+    report.chat_template = chat_template_name(settings.chat_template);
+    check_chat_template_fits(settings, tokenizer, files.tokenizer_json);
+  }
+
+  const size_t thread_count =
+      options.threads > 0 ? static_cast<size_t>(options.threads)
+                          : std::max<size_t>(1, std::thread::hardware_concurrency());
+  std::vector<LineResult> results = process_lines(
+      lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count);
+
+  std::vector<TokenizedDocument> documents;
+  documents.reserve(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    LineResult& result = results[i];
+    if (result.kind == LineResult::Kind::kBlank) {
+      ++report.blank_lines;
+    } else if (result.kind == LineResult::Kind::kBad) {
+      const std::string where = fmt::format("{}:{}", options.data_path, i + 1);
+      if (options.on_bad_line == "fail") fail("{}: {}{}", where, result.problem, kSkipHint);
+      ++report.skipped_lines;
+      if (report.skipped_samples.size() < kSkippedSamples) {
+        report.skipped_samples.push_back(where + ": " + result.problem);
+      }
+    } else {
+      ++report.examples;
+      documents.push_back(std::move(result.document));
+    }
+  }
+  if (documents.empty()) {
+    fail("{}: no usable example ({} lines: {} blank, {} skipped as bad); fix the data",
+         options.data_path, report.lines, report.blank_lines, report.skipped_lines);
+  }
+
+  PackingOptions packing;
+  packing.seq_len = options.seq_len;
+  packing.eos_id = report.eos_id;
+  packing.pad_id = report.pad_id;
+  packing.overlong = parse_overlong_policy(options.overlong);
+  packing.seed = options.seed;
+  const PackedTokens packed = pack_documents(documents, packing);
+  report.packing = packed.stats;
+  if (packed.stats.sequences == 0) {
+    fail(
+        "{}: no usable example: all {} examples are longer than seq_len {} and were dropped; use "
+        "--overlong split or truncate, or a larger --seq-len",
+        options.data_path, report.examples, options.seq_len);
+  }
+  if (packed.stats.trained_tokens == 0) {
+    fail("{}: no usable example: no token carries the loss; check the format and train_on_prompt",
+         options.data_path);
+  }
+  write_token_file(options.out_path, packed.tokens, packed.mask);
+  return report;
+}
+
+std::string format_report(const PrepareReport& report) {
+  const PackingStats& stats = report.packing;
+  const uint64_t total = stats.sequences * static_cast<uint64_t>(report.seq_len);
+  std::string out = fmt::format(
+      "prepared {} -> {}\n"
+      "  format {}{}, seq_len {}, eos id {}, pad id {}\n"
+      "  lines {} (blank {}), examples {}, skipped lines {}\n"
+      "  tokens {} (trained {}), sequences {}, split {}, truncated {}, dropped {}, "
+      "padding {} ({:.2f}%)\n",
+      report.data_path, report.out_path, report.format,
+      report.chat_template.empty() ? "" : " (template " + report.chat_template + ")",
+      report.seq_len, report.eos_id, report.pad_id, report.lines, report.blank_lines,
+      report.examples, report.skipped_lines, total, stats.trained_tokens, stats.sequences,
+      stats.split_documents, stats.truncated_documents, stats.dropped_documents,
+      stats.padding_tokens, total == 0 ? 0.0 : 100.0 * stats.padding_tokens / total);
+  for (const std::string& sample : report.skipped_samples) out += "  skipped " + sample + "\n";
+  return out;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,150 @@
+#include "data/prepare_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "data/token_file.h"
+#include "data/tokenizer_files.h"
+#include "io/atomic_file.h"
+
+namespace shardtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kCacheLayoutVersion = "shardtrain-prepare-cache-v1";
+
+class Fnv1a {
+ public:
+  void add(std::string_view bytes) {
+    for (const char c : bytes) {
+      hash_ ^= static_cast<unsigned char>(c);
+      hash_ *= 0x100000001b3ull;
+    }
+    // A field separator that cannot be confused with content of another length.
+    const uint64_t length = bytes.size();
+    for (int shift = 0; shift < 64; shift += 8) {
+      hash_ ^= (length >> shift) & 0xff;
+      hash_ *= 0x100000001b3ull;
+    }
+  }
+  uint64_t value() const { return hash_; }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ull;
+};
+
+std::string file_contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Holds an exclusive flock on a lock file for its lifetime.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      fail("data cache {}: cannot create the lock file ({}); check that the cache directory is "
+           "writable",
+           path, std::strerror(errno));
+    }
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        const int saved = errno;
+        ::close(fd_);
+        fail("data cache {}: cannot lock ({})", path, std::strerror(saved));
+      }
+    }
+  }
+  ~FileLock() { ::close(fd_); }  // closing releases the lock
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+bool is_valid_token_file(const std::string& path) {
+  std::error_code ignored;
+  if (!fs::is_regular_file(path, ignored)) return false;
+  try {
+    TokenFile file(path);
+    return true;
+  } catch (const Error& error) {
+    log::warn("data cache: ignoring {} ({}); preparing it again", path, error.what());
+    return false;
+  }
+}
+
+}  // namespace
+
+std::string prepare_cache_key(const PrepareOptions& options) {
+  validate_prepare_options(options);
+  std::error_code error;
+  const fs::path data = fs::absolute(options.data_path, error);
+  const uintmax_t size = fs::file_size(data, error);
+  if (error) {
+    fail("{}: cannot read the dataset ({}); check the data path", options.data_path,
+         error.message());
+  }
+  const auto mtime = fs::last_write_time(data, error).time_since_epoch();
+  const TokenizerFiles files = locate_tokenizer(options.tokenizer_path);
+
+  Fnv1a hash;
+  hash.add(kCacheLayoutVersion);
+  hash.add(data.string());
+  hash.add(std::to_string(size));
+  hash.add(std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(mtime).count()));
+  hash.add(file_contents(files.tokenizer_json));
+  hash.add(files.config_json.empty() ? "" : file_contents(files.config_json));
+  for (const std::string& setting :
+       {std::to_string(options.seq_len), options.format, options.chat_template, options.overlong,
+        options.on_bad_line, options.invalid_utf8, std::string(options.train_on_prompt ? "1" : "0"),
+        std::to_string(options.seed), options.eos_token}) {
+    hash.add(setting);
+  }
+  return fmt::format("{:016x}", hash.value());
+}
+
+std::string prepare_cached(const PrepareOptions& options, const std::string& cache_dir) {
+  const std::string key = prepare_cache_key(options);
+  std::error_code error;
+  fs::create_directories(cache_dir, error);
+  if (error) {
+    fail("data cache {}: cannot create the directory ({}); set another cache directory",
+         cache_dir, error.message());
+  }
+  const std::string path = (fs::path(cache_dir) / (key + ".bin")).string();
+  if (is_valid_token_file(path)) {
+    log::info("data: reusing {} (prepared from {})", path, options.data_path);
+    return path;
+  }
+  FileLock lock((fs::path(cache_dir) / (key + ".lock")).string());
+  if (is_valid_token_file(path)) {  // another process prepared it while we waited
+    log::info("data: reusing {} (prepared from {})", path, options.data_path);
+    return path;
+  }
+  PrepareOptions cached = options;
+  cached.out_path = path;
+  const std::string report = format_report(prepare_dataset(cached));
+  AtomicFileWriter report_file((fs::path(cache_dir) / (key + ".report.txt")).string());
+  report_file.write(report.data(), report.size());
+  report_file.commit();
+  log::info("data: {}", report);
+  return path;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,249 @@
+// Tests of `prepare` as a library (data/prepare.h, prepare_cache.h): determinism across thread
+// counts, the report, every bad input, the cache, and the resumable sampler state. Uses the tiny
+// hand-written tokenizer (data/testing/tiny_tokenizer.h): one token per byte.
+#include "data/prepare.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/prepare_cache.h"
+#include "data/sampler.h"
+#include "data/testing/tiny_tokenizer.h"
+#include "data/token_file.h"
+
+namespace shardtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    dir_ = fs::temp_directory_path() /
+           ("shardtrain_prepare_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(dir_);
+    tokenizer_ = testing::write_tiny_tokenizer(dir_ / "tokenizer");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+    return path;
+  }
+  PrepareOptions options(const std::string& data) const {
+    PrepareOptions out;
+    out.tokenizer_path = tokenizer_;
+    out.data_path = data;
+    out.out_path = (dir_ / "out.bin").string();
+    out.seq_len = 16;
+    out.threads = 2;
+    return out;
+  }
+  std::string error_of(const PrepareOptions& options) const {
+    try {
+      prepare_dataset(options);
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "(no error)";
+  }
+  static std::string bytes_of(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  fs::path dir_;
+  std::string tokenizer_;
+};
+
+TEST_F(PrepareTest, OutputIsIdenticalWithOneOrFourThreads) {
+  std::string lines;
+  for (int i = 0; i < 3000; ++i) {
+    if (i % 3 == 0) {
+      lines += "{\"messages\": [{\"role\": \"user\", \"content\": \"q" + std::to_string(i) +
+               "\"}, {\"role\": \"assistant\", \"content\": \"" + std::string(i % 40, 'a') +
+               "\"}]}\n";
+    } else {
+      lines += "{\"messages\": [{\"role\": \"user\", \"content\": \"hello " +
+               std::string(i % 23, 'x') + "\"}, {\"role\": \"assistant\", \"content\": \"ok\"}]}\n";
+    }
+  }
+  PrepareOptions one = options(write("chat.jsonl", lines));
+  one.seq_len = 64;
+  one.threads = 1;
+  one.out_path = (dir_ / "one.bin").string();
+  PrepareOptions four = one;
+  four.threads = 4;
+  four.out_path = (dir_ / "four.bin").string();
+  const PrepareReport report = prepare_dataset(one);
+  prepare_dataset(four);
+  EXPECT_EQ(bytes_of(one.out_path), bytes_of(four.out_path));
+  EXPECT_EQ(report.format, "chat");
+  EXPECT_EQ(report.chat_template, "chatml");  // from the tiny tokenizer_config.json
+  EXPECT_EQ(report.examples, 3000u);
+  // The token file's seq_len windows are exactly the packed sequences.
+  const auto dataset = open_dataset(one.out_path, "tokens", 64, 0);
+  EXPECT_EQ(dataset->size(), report.packing.sequences);
+  EXPECT_EQ(TokenFile(one.out_path).size(), report.packing.sequences * 64);
+}
+
+TEST_F(PrepareTest, ReportCountsBlankSkippedAndPadding) {
+  PrepareOptions opts = options(write(
+      "text.jsonl", "{\"text\": \"abc\"}\n\n{\"text\": \"defgh\"}\nnot json\n{\"text\": \"ij\"}\n"));
+  opts.on_bad_line = "skip";
+  const PrepareReport report = prepare_dataset(opts);
+  EXPECT_EQ(report.lines, 5u);
+  EXPECT_EQ(report.blank_lines, 1u);
+  EXPECT_EQ(report.examples, 3u);
+  EXPECT_EQ(report.skipped_lines, 1u);
+  ASSERT_EQ(report.skipped_samples.size(), 1u);
+  EXPECT_EQ(report.skipped_samples[0].rfind(opts.data_path + ":4: not valid JSON", 0), 0u);
+  // 4 + 6 + 3 tokens with separators fit one sequence of 16: 3 padding tokens.
+  EXPECT_EQ(report.packing.sequences, 1u);
+  EXPECT_EQ(report.packing.content_tokens, 13u);
+  EXPECT_EQ(report.packing.padding_tokens, 3u);
+  const TokenFile file(opts.out_path);
+  EXPECT_EQ(file.size(), 16u);
+  const std::string text = format_report(report);
+  EXPECT_NE(text.find("padding 3 (18.75%)"), std::string::npos) << text;
+}
+
+TEST_F(PrepareTest, BadLinesFailNamingFileAndLine) {
+  struct Case {
+    std::string second_line;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"{\"text\": \"unterminated", ":2: not valid JSON"},
+      {"{\"txt\": \"a\"}", ":2: missing \"text\""},
+      {"{\"text\": 42}", ":2: \"text\" must be a string, got number"},
+      {"{\"text\": \"\"}", ":2: \"text\" is empty"},
+      {"{\"text\": \"a\xff\"}", ":2: invalid UTF-8 at byte 12"},
+      {"[1, 2]", ":2: expected a JSON object"},
+  };
+  for (const Case& c : cases) {
+    const std::string data = write("bad.jsonl", "{\"text\": \"fine\"}\n" + c.second_line + "\n");
+    const std::string message = error_of(options(data));
+    EXPECT_EQ(message.rfind(data + c.expected, 0), 0u) << message;
+    PrepareOptions skipping = options(data);
+    skipping.on_bad_line = "skip";
+    EXPECT_EQ(prepare_dataset(skipping).skipped_lines, 1u) << c.second_line;
+  }
+}
+
+TEST_F(PrepareTest, InvalidUtf8CanBeReplaced) {
+  PrepareOptions opts = options(write("utf8.jsonl", "{\"text\": \"a\xff" "b\"}\n"));
+  opts.invalid_utf8 = "replace";
+  prepare_dataset(opts);
+  const TokenFile file(opts.out_path);
+  // a, U+FFFD (EF BF BD), b, EOS
+  const std::vector<uint32_t> expected = {'a', 0xEF, 0xBF, 0xBD, 'b',
+                                          static_cast<uint32_t>(testing::tiny_special_id(
+                                              "<|endoftext|>"))};
+  EXPECT_TRUE(std::equal(expected.begin(), expected.end(), file.tokens().begin()));
+}
+
+TEST_F(PrepareTest, ChatWithUnknownRoleNamesTheLine) {
+  const std::string data = write(
+      "chat.jsonl",
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
+      "\"content\": \"b\"}]}\n{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n");
+  const std::string message = error_of(options(data));
+  EXPECT_EQ(message.rfind(data + ":2: messages[0] has unknown role \"robot\"", 0), 0u) << message;
+}
+
+TEST_F(PrepareTest, WholeDatasetProblems) {
+  PrepareOptions all_bad = options(write("all_bad.jsonl", "{\"text\": \"\"}\n{\"text\": 1}\n"));
+  all_bad.on_bad_line = "skip";
+  EXPECT_NE(error_of(all_bad).find("no usable example"), std::string::npos) << error_of(all_bad);
+  EXPECT_NE(error_of(options(write("empty.jsonl", "\n\n"))).find("no usable example"),
+            std::string::npos);
+  const std::string unknown = write("unknown.jsonl", "{\"question\": \"a\"}\n");
+  EXPECT_EQ(error_of(options(unknown)).rfind(unknown + ":1: cannot tell the data format", 0), 0u);
+  PrepareOptions too_long = options(write("long.jsonl", "{\"text\": \"" + std::string(40, 'a') +
+                                                            "\"}\n"));
+  too_long.overlong = "drop";
+  EXPECT_NE(error_of(too_long).find("were dropped"), std::string::npos);
+  PrepareOptions bad_choice = options(unknown);
+  bad_choice.chat_template = "vicuna";
+  EXPECT_NE(error_of(bad_choice).find("unknown chat template \"vicuna\""), std::string::npos);
+}
+
+TEST_F(PrepareTest, UnsupportedTokenizerModelNamesTheFile) {
+  nlohmann::json word_piece = testing::tiny_tokenizer_json();
+  word_piece["model"]["type"] = "WordPiece";
+  const std::string path = write("wordpiece.json", word_piece.dump());
+  PrepareOptions opts = options(write("t.jsonl", "{\"text\": \"a\"}\n"));
+  opts.tokenizer_path = path;
+  const std::string message = error_of(opts);
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("WordPiece"), std::string::npos) << message;
+}
+
+TEST_F(PrepareTest, CacheReusesTheFileAndKeysOnSettingsAndData) {
+  const std::string data = write("cache.jsonl", "{\"text\": \"abc\"}\n");
+  const std::string cache = (dir_ / "cache").string();
+  PrepareOptions opts = options(data);
+  const std::string first = prepare_cached(opts, cache);
+  EXPECT_EQ(fs::path(first).parent_path(), fs::path(cache));
+  EXPECT_TRUE(fs::exists(fs::path(cache) / (prepare_cache_key(opts) + ".report.txt")));
+  const auto written = fs::last_write_time(first);
+  EXPECT_EQ(prepare_cached(opts, cache), first);
+  EXPECT_EQ(fs::last_write_time(first), written);  // reused, not rewritten
+
+  PrepareOptions other_threads = opts;
+  other_threads.threads = 3;
+  EXPECT_EQ(prepare_cache_key(other_threads), prepare_cache_key(opts));
+  PrepareOptions other_seed = opts;
+  other_seed.seed = 1;
+  EXPECT_NE(prepare_cache_key(other_seed), prepare_cache_key(opts));
+  PrepareOptions other_len = opts;
+  other_len.seq_len = 32;
+  EXPECT_NE(prepare_cache_key(other_len), prepare_cache_key(opts));
+  write("cache.jsonl", "{\"text\": \"abcd\"}\n");
+  EXPECT_NE(prepare_cache_key(opts), fs::path(first).stem().string());
+
+  // A damaged cache file is prepared again.
+  const std::string damaged = prepare_cached(opts, cache);
+  std::ofstream(damaged, std::ios::trunc) << "garbage";
+  EXPECT_EQ(prepare_cached(opts, cache), damaged);
+  EXPECT_EQ(TokenFile(damaged).size(), 16u);
+}
+
+TEST(SamplerState, SaveAndRestoreResumesExactly) {
+  ShuffleSampler sampler(10, 42, 1, 2);
+  for (int i = 0; i < 7; ++i) sampler.next();
+  const SamplerState saved = sampler.state();
+  EXPECT_EQ(saved, (SamplerState{1, 2, 42, 10, 2}));  // 5 per epoch: epoch 1, index 2
+  std::vector<size_t> expected;
+  for (int i = 0; i < 6; ++i) expected.push_back(sampler.next());
+
+  ShuffleSampler resumed(10, 42, 1, 2);
+  resumed.restore(saved);
+  std::vector<size_t> actual;
+  for (int i = 0; i < 6; ++i) actual.push_back(resumed.next());
+  EXPECT_EQ(actual, expected);
+
+  ShuffleSampler other_data(12, 42, 1, 2);
+  try {
+    other_data.restore(saved);
+    FAIL() << "restoring onto another dataset size must fail";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("dataset size 10 but this run has 12"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace shardtrain

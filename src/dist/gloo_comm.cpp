@@ -1,0 +1,213 @@
+#include "dist/gloo_comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <vector>
+
+#include "core/error.h"
+
+namespace shardtrain {
+namespace {
+
+constexpr Store::Duration kRendezvousTimeout = std::chrono::minutes(5);
+
+// gloo::rendezvous::Store over our Store, with all keys under `prefix`.
+class GlooStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(shardtrain::Store& store, std::string prefix)
+      : store_(store), prefix_(std::move(prefix)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string value = store_.get(prefix_ + key, kRendezvousTimeout);
+    return std::vector<char>(value.begin(), value.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kRendezvousTimeout); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const std::string& k : keys) prefixed.push_back(prefix_ + k);
+    store_.wait(prefixed, std::chrono::duration_cast<shardtrain::Store::Duration>(timeout));
+  }
+
+ private:
+  shardtrain::Store& store_;
+  std::string prefix_;
+};
+
+std::shared_ptr<gloo::transport::Device> make_device() {
+  gloo::transport::tcp::attr attr;
+  if (const char* iface = std::getenv("SHARDTRAIN_GLOO_IFNAME"); iface && *iface) {
+    attr.iface = iface;
+  } else {
+    const char* world = std::getenv("WORLD_SIZE");
+    const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
+    const bool one_node = world == nullptr || local_world == nullptr ||
+                          std::string(world) == std::string(local_world);
+    if (one_node) {
+      attr.hostname = "127.0.0.1";
+    } else {
+      char host[256] = {};
+      ::gethostname(host, sizeof(host) - 1);
+      attr.hostname = host;
+    }
+  }
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
+std::chrono::milliseconds collective_timeout() {
+  const char* seconds = std::getenv("SHARDTRAIN_COMM_TIMEOUT_S");
+  return std::chrono::seconds(seconds && *seconds ? std::atoll(seconds) : 300);
+}
+
+void check_cpu_f32(const Tensor& t, const char* what) {
+  SHARDTRAIN_CHECK(t.device() == Device::kCpu && t.dtype() == DType::kF32,
+                   "GlooComm::{} needs fp32 CPU tensors", what);
+}
+
+class GlooComm final : public Comm {
+ public:
+  GlooComm(Store& store, int rank, int size, std::string prefix)
+      : store_(store), prefix_(std::move(prefix)), rank_(rank), size_(size) {
+    SHARDTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} size {}", rank, size);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(collective_timeout());
+    GlooStoreAdapter adapter(store_, prefix_ + "/gloo/");
+    std::shared_ptr<gloo::transport::Device> device = make_device();
+    try {
+      context->connectFullMesh(adapter, device);
+    } catch (const std::exception& e) {
+      fail("gloo: rank {} of {} could not connect to its peers through {} (prefix '{}'): {}",
+           rank, size, store_.endpoint(), prefix_, e.what());
+    }
+    context_ = std::move(context);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "gloo"; }
+
+  void all_gather(Tensor out, Tensor in) override {
+    check_cpu_f32(out, "all_gather");
+    check_cpu_f32(in, "all_gather");
+    SHARDTRAIN_CHECK(out.numel() == in.numel() * size_, "all_gather sizes {} vs {} x {}",
+                     out.numel(), in.numel(), size_);
+    if (in.numel() == 0) return;
+    float* out_data = static_cast<float*>(out.data());
+    float* own_slice = out_data + static_cast<size_t>(rank_) * in.numel();
+    // Gloo gathers in place when no input is set: the caller's slice is already in `out`.
+    if (in.data() != own_slice) {
+      std::memcpy(own_slice, in.data(), in.bytes());
+    }
+    if (size_ == 1) return;
+    gloo::AllgatherOptions opts(context_);
+    opts.setOutput(out_data, static_cast<size_t>(out.numel()));
+    gloo::allgather(opts);
+  }
+
+  void reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    check_cpu_f32(out, "reduce_scatter");
+    check_cpu_f32(in, "reduce_scatter");
+    SHARDTRAIN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter sizes {} vs {} x {}",
+                     in.numel(), out.numel(), size_);
+    // Gloo 0.5 has no reduce-scatter with a free output layout: all-reduce a copy, keep our
+    // slice. Twice the bytes of a ring reduce-scatter; fine for CPU ranks and tests.
+    scratch_.assign(static_cast<const float*>(in.data()),
+                    static_cast<const float*>(in.data()) + in.numel());
+    all_reduce_raw(scratch_.data(), scratch_.size());
+    const float* slice = scratch_.data() + static_cast<size_t>(rank_) * out.numel();
+    float* dst = static_cast<float*>(out.data());
+    const float factor = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(size_) : 1.0f;
+    for (int64_t i = 0; i < out.numel(); ++i) dst[i] = slice[i] * factor;
+  }
+
+  void all_reduce(Tensor inout, ReduceOp op) override {
+    check_cpu_f32(inout, "all_reduce");
+    float* data = static_cast<float*>(inout.data());
+    all_reduce_raw(data, static_cast<size_t>(inout.numel()));
+    if (op == ReduceOp::kAvg) {
+      const float factor = 1.0f / static_cast<float>(size_);
+      for (int64_t i = 0; i < inout.numel(); ++i) data[i] *= factor;
+    }
+  }
+
+  void broadcast(Tensor inout, int root) override {
+    check_cpu_f32(inout, "broadcast");
+    SHARDTRAIN_CHECK(root >= 0 && root < size_, "broadcast root {}", root);
+    if (size_ == 1 || inout.numel() == 0) return;
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<float*>(inout.data()), static_cast<size_t>(inout.numel()));
+    opts.setRoot(root);
+    gloo::broadcast(opts);
+  }
+
+  void barrier() override {
+    if (size_ == 1) return;
+    gloo::BarrierOptions opts(context_);
+    gloo::barrier(opts);
+  }
+
+  std::unique_ptr<Comm> split(int color, int key) override {
+    const std::string base = prefix_ + "/split" + std::to_string(++split_count_);
+    store_.set(base + "/member/" + std::to_string(rank_),
+               std::to_string(color) + " " + std::to_string(key));
+    struct Member {
+      int key, rank;
+    };
+    std::vector<Member> members;
+    for (int r = 0; r < size_; ++r) {
+      const std::string value = store_.get(base + "/member/" + std::to_string(r),
+                                           kRendezvousTimeout);
+      int other_color = 0, other_key = 0;
+      if (std::sscanf(value.c_str(), "%d %d", &other_color, &other_key) != 2) {
+        fail("gloo split: malformed member record '{}' in {}", value, store_.endpoint());
+      }
+      if (other_color == color) members.push_back({other_key, r});
+    }
+    std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+      return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+    });
+    int new_rank = 0;
+    while (members[new_rank].rank != rank_) ++new_rank;
+    return std::make_unique<GlooComm>(store_, new_rank, static_cast<int>(members.size()),
+                                      base + "/color" + std::to_string(color));
+  }
+
+ private:
+  void all_reduce_raw(float* data, size_t count) {
+    if (size_ == 1 || count == 0) return;
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, count);
+    void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
+    opts.setReduceFunction(sum);
+    gloo::allreduce(opts);
+  }
+
+  Store& store_;
+  std::string prefix_;
+  int rank_, size_;
+  int split_count_ = 0;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_gloo_comm(Store& store, int rank, int size, std::string prefix) {
+  return std::make_unique<GlooComm>(store, rank, size, std::move(prefix));
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,170 @@
+// GlooComm over a FileStore: N threads, each one rank with its own Comm, check every
+// collective's values exactly (small integers, so fp32 sums are exact).
+#include "dist/gloo_comm.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "dist/file_store.h"
+
+namespace shardtrain {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/shardtrain_gloo_XXXXXX";
+    path_ = ::mkdtemp(pattern);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs body(comm) on `world` threads, each with its own GlooComm; rethrows the first failure.
+void run_ranks(int world, const std::function<void(Comm&)>& body) {
+  TempDir dir;
+  FileStore store(dir.path());
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        std::unique_ptr<Comm> comm = make_gloo_comm(store, r, world, "test");
+        body(*comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+Tensor view(std::vector<float>& v) {
+  return Tensor(v.data(), DType::kF32, {static_cast<int64_t>(v.size())});
+}
+
+class GlooCommTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooCommTest, AllGatherConcatenatesInRankOrder) {
+  const int world = GetParam();
+  run_ranks(world, [world](Comm& comm) {
+    std::vector<float> in = {10.0f * comm.rank(), 10.0f * comm.rank() + 1};
+    std::vector<float> out(2 * world, -1);
+    comm.all_gather(view(out), view(in));
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(out[2 * r], 10.0f * r);
+      EXPECT_EQ(out[2 * r + 1], 10.0f * r + 1);
+    }
+    // In place: the input is this rank's slice of the output.
+    std::vector<float> inplace(2 * world, 0);
+    inplace[2 * comm.rank()] = 5.0f + comm.rank();
+    comm.all_gather(view(inplace), view(inplace).rows(2 * comm.rank(), 2 * comm.rank() + 2));
+    for (int r = 0; r < world; ++r) EXPECT_EQ(inplace[2 * r], 5.0f + r);
+  });
+}
+
+TEST_P(GlooCommTest, ReduceScatterSumsAndAveragesSlices) {
+  const int world = GetParam();
+  run_ranks(world, [world](Comm& comm) {
+    // Element i of rank r's input: r + 1 + 100 * i.
+    std::vector<float> in(3 * world);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = comm.rank() + 1 + 100.0f * i;
+    std::vector<float> out(3);
+    comm.reduce_scatter(view(out), view(in), ReduceOp::kSum);
+    const float rank_sum = world * (world + 1) / 2.0f;
+    for (int j = 0; j < 3; ++j) {
+      const int i = 3 * comm.rank() + j;
+      EXPECT_EQ(out[j], rank_sum + 100.0f * i * world) << "element " << j;
+    }
+    comm.reduce_scatter(view(out), view(in), ReduceOp::kAvg);
+    for (int j = 0; j < 3; ++j) {
+      const int i = 3 * comm.rank() + j;
+      EXPECT_FLOAT_EQ(out[j], (rank_sum + 100.0f * i * world) / world);
+    }
+  });
+}
+
+TEST_P(GlooCommTest, AllReduceBroadcastBarrier) {
+  const int world = GetParam();
+  run_ranks(world, [world](Comm& comm) {
+    std::vector<float> values = {1.0f + comm.rank(), -2.0f * comm.rank()};
+    comm.all_reduce(view(values), ReduceOp::kSum);
+    EXPECT_EQ(values[0], world + world * (world - 1) / 2.0f);
+    EXPECT_EQ(values[1], -1.0f * world * (world - 1));
+    std::vector<float> avg = {2.0f * comm.rank()};
+    comm.all_reduce(view(avg), ReduceOp::kAvg);
+    EXPECT_FLOAT_EQ(avg[0], world - 1.0f);
+    std::vector<float> b = {comm.rank() == world - 1 ? 42.0f : 0.0f, 7.0f * comm.rank()};
+    comm.broadcast(view(b), world - 1);
+    EXPECT_EQ(b[0], 42.0f);
+    EXPECT_EQ(b[1], 7.0f * (world - 1));
+    comm.barrier();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooCommTest, ::testing::Values(1, 2, 4));
+
+TEST(GlooCommSplit, FourRanksSplitIntoTwoByTwoMesh) {
+  run_ranks(4, [](Comm& comm) {
+    // Shard groups {0,1}, {2,3}; replicate groups {0,2}, {1,3}.
+    std::unique_ptr<Comm> shard = comm.split(comm.rank() / 2, comm.rank());
+    std::unique_ptr<Comm> replicate = comm.split(comm.rank() % 2, comm.rank());
+    EXPECT_EQ(shard->size(), 2);
+    EXPECT_EQ(shard->rank(), comm.rank() % 2);
+    EXPECT_EQ(replicate->size(), 2);
+    EXPECT_EQ(replicate->rank(), comm.rank() / 2);
+    std::vector<float> value = {static_cast<float>(comm.rank())};
+    shard->all_reduce(view(value), ReduceOp::kSum);
+    EXPECT_EQ(value[0], comm.rank() < 2 ? 1.0f : 5.0f);
+    std::vector<float> other = {static_cast<float>(comm.rank())};
+    replicate->all_reduce(view(other), ReduceOp::kSum);
+    EXPECT_EQ(other[0], comm.rank() % 2 == 0 ? 2.0f : 4.0f);
+    // key reverses the order inside the group.
+    std::unique_ptr<Comm> reversed = comm.split(0, -comm.rank());
+    EXPECT_EQ(reversed->rank(), 3 - comm.rank());
+  });
+}
+
+TEST(FileStoreTest, AddCompareSetAndTimeoutNamesKey) {
+  TempDir dir;
+  FileStore store(dir.path());
+  EXPECT_EQ(store.add("counter", 3), 3);
+  EXPECT_EQ(store.add("counter", -1), 2);
+  EXPECT_EQ(store.compare_set("state", "", "open"), "open");
+  EXPECT_EQ(store.compare_set("state", "closed", "x"), "open");
+  EXPECT_EQ(store.compare_set("state", "open", "closed"), "closed");
+  store.set("a/b", std::string("bin\0ary", 7));
+  EXPECT_EQ(store.get("a/b", std::chrono::milliseconds(10)), std::string("bin\0ary", 7));
+  EXPECT_TRUE(store.remove("a/b"));
+  EXPECT_FALSE(store.try_get("a/b").has_value());
+  try {
+    store.get("missing/key", std::chrono::milliseconds(20));
+    FAIL() << "expected a timeout";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("missing/key"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir.path()), std::string::npos) << e.what();
+  }
+}
+
+TEST(FileStoreTest, ConcurrentAddsAreAtomic) {
+  TempDir dir;
+  FileStore store(dir.path());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) store.add("n", 1);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store.add("n", 0), 200);
+}
+
+}  // namespace
+}  // namespace shardtrain

@@ -1,0 +1,288 @@
+// FSDP equivalence across world sizes and strategies, with real worker processes.
+//
+// Each run spawns WORLD_SIZE processes of the shardtrain binary (`train`), with the
+// launcher's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and a FileStore
+// rendezvous (SHARDTRAIN_STORE_DIR), Gloo over loopback. The same model (tests/golden/
+// llama_gqa), data and seed for 20 steps must give per-step losses within 1e-5 relative of one
+// process, and final parameters within 1e-4 (relative to each tensor's largest magnitude).
+// The global batch (4 sequences) is the same for every world size: micro_batch 1 and
+// grad_accum 4 / 2 / 1 on 1 / 2 / 4 ranks, so gradient accumulation is covered too.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/hf_checkpoint.h"
+#include "model/param_layout.h"
+
+namespace shardtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModel = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/llama_gqa";
+constexpr int kSteps = 20;
+
+struct RunResult {
+  std::vector<double> losses;
+  std::string output_dir;
+  std::vector<std::string> rank_logs;  // stdout + stderr of each rank
+};
+
+class FsdpDistTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char pattern[] = "/tmp/shardtrain_fsdp_XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+    // Sequences of varying length (and some masked labels), so ranks see different numbers of
+    // targets and the global-count normalisation matters.
+    std::mt19937 rng(11);
+    std::ofstream data(dir_ + "/data.jsonl");
+    for (int line = 0; line < 40; ++line) {
+      const int length = 6 + static_cast<int>(rng() % 11);
+      nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
+      for (int i = 0; i < length; ++i) {
+        const int id = static_cast<int>(rng() % 96);
+        ids.push_back(id);
+        labels.push_back(i < 2 && line % 3 == 0 ? -100 : id);
+      }
+      data << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
+    }
+    std::ofstream toml(dir_ + "/job.toml");
+    toml << "[model]\npath = \"" << kModel << "\"\ninit = \"pretrained\"\ndtype = \"fp32\"\n"
+         << "[data]\npath = \"" << dir_ << "/data.jsonl\"\nseq_len = 16\n"
+         << "[train]\nsteps = " << kSteps << "\nmicro_batch = 1\nglobal_batch = 4\nseed = 7\n"
+         << "device = \"cpu\"\nmax_grad_norm = 1.0\n"
+         << "[optim]\nlr = 3e-3\nwarmup_steps = 2\nweight_decay = 0.01\n";
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // Runs `world` worker processes; fails the test if any exits non-zero.
+  static RunResult run(const std::string& name, int world, int local_world,
+                       const std::vector<std::string>& extra_args, bool expect_ok = true) {
+    RunResult result;
+    const std::string run_dir = dir_ + "/" + name;
+    fs::create_directories(run_dir + "/store");
+    result.output_dir = run_dir + "/out";
+    const std::string metrics = run_dir + "/metrics.jsonl";
+    std::vector<std::string> args = {SHARDTRAIN_BINARY, "train", "--config", dir_ + "/job.toml",
+                                     "--metrics", metrics,
+                                     "--train.output_dir=" + result.output_dir};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<pid_t> pids;
+    for (int rank = 0; rank < world; ++rank) {
+      const std::string log = run_dir + "/rank" + std::to_string(rank) + ".log";
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::setenv("RANK", std::to_string(rank).c_str(), 1);
+        ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+        ::setenv("LOCAL_RANK", std::to_string(rank % local_world).c_str(), 1);
+        ::setenv("LOCAL_WORLD_SIZE", std::to_string(local_world).c_str(), 1);
+        ::setenv("SHARDTRAIN_STORE_DIR", (run_dir + "/store").c_str(), 1);
+        ::setenv("SHARDTRAIN_COMM_TIMEOUT_S", "60", 1);
+        const int fd = ::open(log.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+        std::vector<char*> argv;
+        for (std::string& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv(argv[0], argv.data());
+        ::_exit(127);
+      }
+      pids.push_back(pid);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    std::vector<int> statuses(world, -1);
+    for (int done = 0; done < world;) {
+      for (int r = 0; r < world; ++r) {
+        if (statuses[r] != -1) continue;
+        int status = 0;
+        if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+          statuses[r] = status;
+          ++done;
+        }
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (int r = 0; r < world; ++r)
+          if (statuses[r] == -1) ::kill(pids[r], SIGKILL);
+        for (int r = 0; r < world; ++r)
+          if (statuses[r] == -1) ::waitpid(pids[r], &statuses[r], 0);
+        ADD_FAILURE() << name << ": timed out";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    for (int r = 0; r < world; ++r) {
+      std::ifstream in(run_dir + "/rank" + std::to_string(r) + ".log");
+      std::stringstream text;
+      text << in.rdbuf();
+      result.rank_logs.push_back(text.str());
+      const bool ok = WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0;
+      EXPECT_EQ(ok, expect_ok)
+          << name << " rank " << r << " failed (status " << statuses[r] << "):\n"
+          << result.rank_logs.back();
+    }
+    std::ifstream lines(metrics);
+    for (std::string line; std::getline(lines, line);) {
+      result.losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    }
+    return result;
+  }
+
+  static const RunResult& baseline() {
+    static const RunResult result = run("world1", 1, 1, {});
+    return result;
+  }
+
+  // The JSON object a rank logs as "memory measured {...}".
+  static nlohmann::json measured_memory(const std::string& log) {
+    const std::string marker = "memory measured ";
+    const size_t at = log.find(marker);
+    if (at == std::string::npos) return nullptr;
+    const size_t end = log.find('\n', at);
+    return nlohmann::json::parse(log.substr(at + marker.size(), end - at - marker.size()));
+  }
+
+  static void expect_equivalent(const std::string& name, const RunResult& got) {
+    const RunResult& want = baseline();
+    ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(got.losses.size(), static_cast<size_t>(kSteps)) << name;
+    double worst_loss = 0;
+    int worst_step = 0;
+    for (int s = 0; s < kSteps; ++s) {
+      const double rel = std::abs(got.losses[s] - want.losses[s]) / std::abs(want.losses[s]);
+      if (rel > worst_loss) worst_loss = rel, worst_step = s + 1;
+      EXPECT_LE(rel, 1e-5) << name << " step " << s + 1 << ": " << got.losses[s] << " vs "
+                           << want.losses[s];
+    }
+    EXPECT_LT(want.losses.back(), want.losses.front()) << "the baseline should learn";
+
+    const HfCheckpoint a = HfCheckpoint::open(want.output_dir);
+    const HfCheckpoint b = HfCheckpoint::open(got.output_dir);
+    double worst_param = 0;
+    std::string worst_name;
+    for (const std::string& tensor : a.tensor_names()) {
+      const SafetensorsEntry* entry = a.find(tensor);
+      ASSERT_NE(b.find(tensor), nullptr) << name << " lacks " << tensor;
+      std::vector<float> va(entry->shape.numel()), vb(entry->shape.numel());
+      a.read_into_f32(tensor, entry->shape, va.data());
+      b.read_into_f32(tensor, entry->shape, vb.data());
+      double scale = 0, diff = 0;
+      for (size_t i = 0; i < va.size(); ++i) {
+        scale = std::max(scale, static_cast<double>(std::abs(va[i])));
+        diff = std::max(diff, static_cast<double>(std::abs(va[i] - vb[i])));
+      }
+      const double rel = diff / std::max(scale, 1e-12);
+      if (rel > worst_param) worst_param = rel, worst_name = tensor;
+      EXPECT_LE(rel, 1e-4) << name << " " << tensor;
+    }
+    std::printf("[%s] largest loss difference %.3g (relative, step %d); largest parameter "
+                "difference %.3g (relative to the tensor's max, %s)\n",
+                name.c_str(), worst_loss, worst_step, worst_param, worst_name.c_str());
+  }
+
+  static std::string dir_;
+};
+
+std::string FsdpDistTest::dir_;
+
+TEST_F(FsdpDistTest, FullShardWorld2And4MatchOneProcess) {
+  for (int world : {2, 4}) {
+    const std::string name = "full_shard_w" + std::to_string(world);
+    const RunResult got = run(name, world, world, {"--fsdp.strategy=FULL_SHARD"});
+    expect_equivalent(name, got);
+    // Sharding is real: each rank holds 1/world of the (padded) master.
+    const nlohmann::json one = measured_memory(got.rank_logs[0]);
+    ASSERT_FALSE(one.is_null()) << got.rank_logs[0];
+    for (int r = 0; r < world; ++r) {
+      const nlohmann::json m = measured_memory(got.rank_logs[r]);
+      ASSERT_FALSE(m.is_null());
+      EXPECT_EQ(m["master_bytes"], one["master_bytes"]) << "rank " << r;
+      EXPECT_EQ(m["moment_bytes"], 2 * one["master_bytes"].get<int64_t>());
+    }
+  }
+}
+
+TEST_F(FsdpDistTest, ShardBytesAreTotalOverWorldWithinPadding) {
+  // llama_gqa: 3 units; each is padded to a multiple of world x 64 elements.
+  const RunResult got = run("shard_bytes_w4", 4, 4, {"--train.steps=1"});
+  int64_t unpadded = 0;
+  const HfCheckpoint model = HfCheckpoint::open(kModel);
+  for (const std::string& t : model.tensor_names()) unpadded += model.find(t)->shape.numel();
+  for (int r = 0; r < 4; ++r) {
+    const nlohmann::json m = measured_memory(got.rank_logs[r]);
+    ASSERT_FALSE(m.is_null()) << got.rank_logs[r];
+    const int64_t shard_elems = m["master_bytes"].get<int64_t>() / 4;
+    EXPECT_GE(shard_elems * 4, unpadded);
+    const int64_t padding_bound = 3 * 4 * kParamAlignElems +  // group padding, per unit
+                                  kParamAlignElems * static_cast<int64_t>(model.tensor_names().size());
+    EXPECT_LE(shard_elems * 4, unpadded + padding_bound);
+  }
+}
+
+TEST_F(FsdpDistTest, ShardGradOpMatchesAndGathersMoreThanFullShard) {
+  const RunResult sgo = run("shard_grad_op_w2", 2, 2, {"--fsdp.strategy=SHARD_GRAD_OP"});
+  expect_equivalent("shard_grad_op_w2", sgo);
+  const RunResult full = run("full_shard_peak_w2", 2, 2, {"--fsdp.strategy=FULL_SHARD",
+                                                          "--train.steps=1"});
+  const nlohmann::json m_sgo = measured_memory(sgo.rank_logs[0]);
+  const nlohmann::json m_full = measured_memory(full.rank_logs[0]);
+  ASSERT_FALSE(m_sgo.is_null());
+  ASSERT_FALSE(m_full.is_null());
+  std::printf("gathered peak: FULL_SHARD %lld bytes, SHARD_GRAD_OP %lld bytes\n",
+              static_cast<long long>(m_full["gathered_peak_bytes"].get<int64_t>()),
+              static_cast<long long>(m_sgo["gathered_peak_bytes"].get<int64_t>()));
+  EXPECT_LT(m_full["gathered_peak_bytes"].get<int64_t>(),
+            m_sgo["gathered_peak_bytes"].get<int64_t>());
+  const RunResult sgo4 = run("shard_grad_op_w4", 4, 4, {"--fsdp.strategy=SHARD_GRAD_OP"});
+  expect_equivalent("shard_grad_op_w4", sgo4);
+}
+
+TEST_F(FsdpDistTest, NoShardMatchesOneProcess) {
+  for (int world : {2, 4}) {
+    const std::string name = "no_shard_w" + std::to_string(world);
+    expect_equivalent(name, run(name, world, world, {"--fsdp.strategy=NO_SHARD"}));
+  }
+}
+
+TEST_F(FsdpDistTest, HybridShardTwoByTwoMatchesOneProcess) {
+  // Two "nodes" of two ranks: shard inside each pair, replicate across the pairs.
+  const RunResult got = run("hybrid_2x2", 4, 2, {"--fsdp.strategy=HYBRID_SHARD"});
+  expect_equivalent("hybrid_2x2", got);
+  const nlohmann::json m = measured_memory(got.rank_logs[0]);
+  const RunResult full = run("full_shard_w2_bytes", 2, 2, {"--train.steps=1"});
+  EXPECT_EQ(m["master_bytes"], measured_memory(full.rank_logs[0])["master_bytes"])
+      << "HYBRID 2x2 shards like FULL_SHARD on 2 ranks";
+}
+
+TEST_F(FsdpDistTest, ReduceOnLastMicroBatchMatchesOneProcess) {
+  const RunResult got = run("reduce_last_w2", 2, 2, {"--fsdp.reduce_on_last_micro_batch=true"});
+  expect_equivalent("reduce_last_w2", got);
+}
+
+TEST_F(FsdpDistTest, GlobalBatchTheWorldDoesNotDivideIsRefused) {
+  // global_batch 4 with micro_batch 1 on 3 ranks: refused on every rank, before any
+  // rendezvous (so no rank waits for the others).
+  const RunResult got = run("bad_batch_w3", 3, 3, {}, /*expect_ok=*/false);
+  for (const std::string& log : got.rank_logs) {
+    EXPECT_NE(log.find("train.global_batch"), std::string::npos) << log;
+  }
+  EXPECT_TRUE(got.losses.empty());
+}
+
+}  // namespace
+}  // namespace shardtrain

@@ -1,0 +1,243 @@
+#include "fsdp/fsdp_units.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/init_weights.h"
+
+namespace shardtrain {
+
+FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups,
+                     FsdpOptions options)
+    : ops_(ops),
+      layout_(layout),
+      groups_(groups),
+      options_(options),
+      plan_(make_shard_plan(layout, groups.shard().size())) {
+  const DType act = ops.activation_dtype();
+  for (const UnitShard& unit : plan_.units) {
+    const size_t bytes = static_cast<size_t>(unit.shard_numel) * sizeof(float);
+    master_.emplace_back(ops, bytes);
+    grad_.emplace_back(ops, bytes);
+    exp_avg_.emplace_back(ops, bytes);
+    exp_avg_sq_.emplace_back(ops, bytes);
+    compute_.emplace_back(
+        ops, act == DType::kF32 ? 0 : static_cast<size_t>(unit.shard_numel) * dtype_size(act));
+  }
+  state_.resize(plan_.units.size());
+  if (sharded()) {
+    int64_t largest_shard = 0;
+    for (const UnitShard& unit : plan_.units) largest_shard = std::max(largest_shard, unit.shard_numel);
+    reduced_shard_ = DeviceBuffer(ops, static_cast<size_t>(largest_shard) * sizeof(float));
+  }
+}
+
+int64_t FsdpUnits::shard_begin(int unit) const {
+  return plan_.shard_begin(unit, groups_.shard().rank());
+}
+
+Tensor FsdpUnits::shard_tensor(const std::vector<DeviceBuffer>& buffers, int unit) const {
+  return buffers[unit].view(DType::kF32, {plan_.units[unit].shard_numel});
+}
+Tensor FsdpUnits::master_shard(int unit) const { return shard_tensor(master_, unit); }
+Tensor FsdpUnits::grad_shard(int unit) const { return shard_tensor(grad_, unit); }
+Tensor FsdpUnits::exp_avg_shard(int unit) const { return shard_tensor(exp_avg_, unit); }
+Tensor FsdpUnits::exp_avg_sq_shard(int unit) const { return shard_tensor(exp_avg_sq_, unit); }
+
+void FsdpUnits::init_random(uint64_t seed, double std) {
+  std::vector<float> unit_values, shard_values;
+  for (int u = 0; u < unit_count(); ++u) {
+    const UnitLayout& unit = layout_.units[u];
+    unit_values.assign(unit.numel, 0.0f);
+    init_unit_random(unit, u, seed, std, unit_values.data());
+    const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
+    shard_values.assign(shard, 0.0f);  // padding beyond the unit stays zero
+    const int64_t end = std::min(begin + shard, unit.numel);
+    if (end > begin) std::copy(unit_values.begin() + begin, unit_values.begin() + end, shard_values.begin());
+    ops_.copy_from_host(master_shard(u), shard_values.data());
+  }
+  refresh_compute_params();
+}
+
+void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
+  std::vector<float> shard_values;
+  for (int u = 0; u < unit_count(); ++u) {
+    const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
+    shard_values.assign(shard, 0.0f);
+    for (const ParamSpec& spec : layout_.units[u].params) {
+      const int64_t lo = std::max(begin, spec.offset);
+      const int64_t hi = std::min(begin + shard, spec.offset + spec.numel());
+      if (lo >= hi) continue;
+      checkpoint.read_range_into_f32(spec.name, spec.shape, lo - spec.offset, hi - lo,
+                                     shard_values.data() + (lo - begin));
+    }
+    ops_.copy_from_host(master_shard(u), shard_values.data());
+  }
+  refresh_compute_params();
+}
+
+void FsdpUnits::zero_grads() {
+  for (int u = 0; u < unit_count(); ++u) {
+    ops_.fill_zero(grad_shard(u));
+    if (state_[u].full_grad_slot >= 0) {
+      free_slot(full_grad_pool_, state_[u].full_grad_slot,
+                static_cast<size_t>(plan_.units[u].padded_numel) * sizeof(float));
+      state_[u].full_grad_slot = -1;
+    }
+  }
+}
+
+void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
+  SHARDTRAIN_CHECK(index >= 0 && index < count, "micro-batch {} of {}", index, count);
+  last_micro_batch_ = index == count - 1;
+}
+
+double FsdpUnits::sum_over_ranks(double value) {
+  // Two floats (value and its rounding error) keep ~48 bits through an fp32 all-reduce.
+  const float high = static_cast<float>(value);
+  const float parts[2] = {high, static_cast<float>(value - high)};
+  DeviceBuffer buffer(ops_, sizeof(parts));
+  const Tensor parts_2 = buffer.view(DType::kF32, {2});
+  ops_.copy_from_host(parts_2, parts);
+  groups_.world().all_reduce(parts_2, ReduceOp::kSum);
+  float summed[2];
+  ops_.copy_to_host(summed, parts_2);
+  return static_cast<double>(summed[0]) + static_cast<double>(summed[1]);
+}
+
+double FsdpUnits::global_grad_square_sum(double local_sum) {
+  const float value = static_cast<float>(local_sum);
+  DeviceBuffer buffer(ops_, sizeof(float));
+  const Tensor value_1 = buffer.view(DType::kF32, {1});
+  ops_.copy_from_host(value_1, &value);
+  groups_.shard().all_reduce(value_1, ReduceOp::kSum);
+  return ops_.read_scalar(value_1);
+}
+
+void FsdpUnits::refresh_compute_params() {
+  if (ops_.activation_dtype() == DType::kF32) return;
+  for (int u = 0; u < unit_count(); ++u) {
+    ops_.cast(compute_[u].view(ops_.activation_dtype(), {plan_.units[u].shard_numel}),
+              master_shard(u));
+  }
+}
+
+void FsdpUnits::gather_master_to_host(int unit, float* host_values) {
+  const int64_t numel = layout_.units[unit].numel;
+  if (!sharded()) {
+    ops_.copy_to_host(host_values, master_shard(unit).rows(0, numel));
+    return;
+  }
+  const int64_t padded = plan_.units[unit].padded_numel;
+  DeviceBuffer full(ops_, static_cast<size_t>(padded) * sizeof(float));
+  const Tensor full_flat = full.view(DType::kF32, {padded});
+  groups_.shard().all_gather(full_flat, master_shard(unit));
+  ops_.copy_to_host(host_values, full_flat.rows(0, numel));
+}
+
+FsdpMemory FsdpUnits::memory() const {
+  FsdpMemory m;
+  for (int u = 0; u < unit_count(); ++u) {
+    m.master_bytes += master_[u].bytes();
+    m.moment_bytes += exp_avg_[u].bytes() + exp_avg_sq_[u].bytes();
+    m.grad_shard_bytes += grad_[u].bytes();
+    m.compute_shard_bytes += compute_[u].bytes();
+  }
+  m.gathered_peak_bytes = gathered_pool_.peak_bytes;
+  m.full_grad_peak_bytes = full_grad_pool_.peak_bytes;
+  return m;
+}
+
+int FsdpUnits::take_slot(Pool& pool, size_t buffer_bytes, size_t unit_bytes) {
+  int slot = -1;
+  for (size_t i = 0; i < pool.buffers.size(); ++i) {
+    if (!pool.in_use[i]) {
+      slot = static_cast<int>(i);
+      break;
+    }
+  }
+  if (slot < 0) {
+    pool.buffers.emplace_back(ops_, buffer_bytes);
+    pool.in_use.push_back(false);
+    slot = static_cast<int>(pool.buffers.size() - 1);
+  }
+  pool.in_use[slot] = true;
+  pool.in_use_bytes += unit_bytes;
+  pool.peak_bytes = std::max(pool.peak_bytes, pool.in_use_bytes);
+  return slot;
+}
+
+void FsdpUnits::free_slot(Pool& pool, int slot, size_t unit_bytes) {
+  SHARDTRAIN_CHECK(pool.in_use[slot], "pool slot {} freed twice", slot);
+  pool.in_use[slot] = false;
+  pool.in_use_bytes -= unit_bytes;
+}
+
+Tensor FsdpUnits::acquire_params(int unit) {
+  const DType act = ops_.activation_dtype();
+  const int64_t numel = layout_.units[unit].numel;
+  const Tensor compute_shard =
+      act == DType::kF32 ? master_shard(unit)
+                         : compute_[unit].view(act, {plan_.units[unit].shard_numel});
+  if (!sharded()) return compute_shard.rows(0, numel);
+
+  const int64_t padded = plan_.units[unit].padded_numel;
+  UnitState& state = state_[unit];
+  if (state.gathered_slot < 0) {
+    state.gathered_slot =
+        take_slot(gathered_pool_, static_cast<size_t>(plan_.max_padded_numel()) * dtype_size(act),
+                  static_cast<size_t>(padded) * dtype_size(act));
+    const Tensor gathered = gathered_pool_.buffers[state.gathered_slot].view(act, {padded});
+    groups_.shard().all_gather(gathered, compute_shard);
+  }
+  return gathered_pool_.buffers[state.gathered_slot].view(act, {padded}).rows(0, numel);
+}
+
+void FsdpUnits::release_params(int unit) {
+  UnitState& state = state_[unit];
+  if (state.gathered_slot < 0) return;
+  // SHARD_GRAD_OP keeps forward's gather for backward; everything is freed after backward.
+  const bool keep = options_.strategy == FsdpStrategy::kShardGradOp && !state.in_backward;
+  if (keep) return;
+  free_slot(gathered_pool_, state.gathered_slot,
+            static_cast<size_t>(plan_.units[unit].padded_numel) *
+                dtype_size(ops_.activation_dtype()));
+  state.gathered_slot = -1;
+}
+
+Tensor FsdpUnits::acquire_grads(int unit) {
+  UnitState& state = state_[unit];
+  state.in_backward = true;
+  const int64_t numel = layout_.units[unit].numel;
+  if (!sharded()) return grad_shard(unit).rows(0, numel);
+
+  const int64_t padded = plan_.units[unit].padded_numel;
+  if (state.full_grad_slot < 0) {
+    state.full_grad_slot =
+        take_slot(full_grad_pool_, static_cast<size_t>(plan_.max_padded_numel()) * sizeof(float),
+                  static_cast<size_t>(padded) * sizeof(float));
+    ops_.fill_zero(full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded}));
+  }
+  return full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded}).rows(0, numel);
+}
+
+void FsdpUnits::grads_ready(int unit) {
+  UnitState& state = state_[unit];
+  state.in_backward = false;
+  const Tensor shard = grad_shard(unit);
+  if (sharded()) {
+    if (options_.reduce_on_last_micro_batch && !last_micro_batch_) return;
+    const int64_t padded = plan_.units[unit].padded_numel;
+    const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
+    const Tensor reduced = reduced_shard_.view(DType::kF32, {shard.numel()});
+    groups_.shard().reduce_scatter(reduced, full, ReduceOp::kSum);
+    ops_.add(shard, shard, reduced);
+    free_slot(full_grad_pool_, state.full_grad_slot, static_cast<size_t>(padded) * sizeof(float));
+    state.full_grad_slot = -1;
+  }
+  if (last_micro_batch_ && groups_.replicate().size() > 1) {
+    groups_.replicate().all_reduce(shard, ReduceOp::kSum);
+  }
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,123 @@
+// FsdpUnits: the sharded UnitAccess. Each rank holds, per flat unit, only its shard of the
+// fp32 master parameters, AdamW moments and gradients (fsdp/shard_plan.h); it all-gathers a
+// unit's parameters when the model asks for them and reduce-scatters the unit's gradients when
+// the model is done with them.
+//
+// Groups (a 2-D mesh, fsdp/fsdp_groups.h): parameters are sharded across the shard group
+// (size G) and replicated across the replicate group (size world / G).
+//  - acquire_params: all-gather over the shard group into a buffer from a small pool. G = 1:
+//    the shard is the whole unit and is returned directly (no buffer, no communication).
+//  - release_params: FULL_SHARD / HYBRID_SHARD free the buffer after forward and after
+//    backward; SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it
+//    after backward. The root unit is acquired once per micro-batch and stays gathered.
+//  - acquire_grads / grads_ready, G > 1: backward accumulates into a full fp32 grad buffer;
+//    grads_ready reduce-scatters (sum) it into the grad shard (added to what earlier
+//    micro-batches left there) and frees it. With reduce_on_last_micro_batch the full buffer
+//    is kept across micro-batches and reduced once, on the last one (costs one full fp32 grad
+//    buffer per unit). G = 1: backward accumulates straight into the grad shard (= whole unit).
+//    On the last micro-batch the grad shard is then all-reduced (sum) over the replicate group.
+// Sums, not averages: the model scales grads by 1 / (targets in the global batch), so the sum
+// over ranks is the gradient of the global mean loss.
+//
+// Order of calls per step (the trainer): zero_grads(); for each micro-batch m of M:
+// begin_micro_batch(m, M), model.forward_backward(*this, ...); then grad_square_sum(),
+// AdamW on the shards (train/optimizer.h UnitBuffers with offset = shard_begin), then
+// refresh_compute_params().
+// Every rank must make the same calls in the same order (they are collective).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "dist/comm.h"
+#include "fsdp/fsdp_groups.h"
+#include "fsdp/shard_plan.h"
+#include "io/hf_checkpoint.h"
+#include "model/param_layout.h"
+#include "model/unit_access.h"
+#include "ops/device_buffer.h"
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+struct FsdpOptions {
+  FsdpStrategy strategy = FsdpStrategy::kFullShard;
+  bool reduce_on_last_micro_batch = false;
+};
+
+class FsdpUnits final : public UnitAccess {
+ public:
+  // `groups` must outlive this object.
+  FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, FsdpOptions options);
+  FsdpUnits(const FsdpUnits&) = delete;
+  FsdpUnits& operator=(const FsdpUnits&) = delete;
+
+  int unit_count() const { return static_cast<int>(layout_.units.size()); }
+  const ShardPlan& plan() const { return plan_; }
+  // This rank's shard [begin, begin + shard_numel) of `unit`, in unit elements.
+  int64_t shard_begin(int unit) const;
+  // This rank's fp32 shards of `unit` (shard_numel each), for the optimizer.
+  Tensor master_shard(int unit) const;
+  Tensor grad_shard(int unit) const;
+  Tensor exp_avg_shard(int unit) const;
+  Tensor exp_avg_sq_shard(int unit) const;
+
+  // Initialisation: each rank fills only its own shard. Random init generates the unit (the
+  // same values on every world size) and keeps its slice; pretrained reads only the byte
+  // ranges of this shard from the checkpoint.
+  void init_random(uint64_t seed, double std);
+  void load_pretrained(const HfCheckpoint& checkpoint);
+
+  // Per step (see the header comment).
+  void zero_grads();
+  void begin_micro_batch(int64_t index, int64_t count);
+  // The global sum of squared gradients from this rank's local sum over its grad shards:
+  // summed over the shard group only, as replicas hold identical shards (each element of the
+  // model is counted once). The same value on every rank.
+  double global_grad_square_sum(double local_sum);
+  void refresh_compute_params();
+  // Sum of `value` over all ranks (the data-parallel group: every rank reads its own data).
+  double sum_over_ranks(double value);
+
+  // Collective over the shard group: fills host_values (unit numel) with the whole unit's
+  // fp32 master parameters.
+  void gather_master_to_host(int unit, float* host_values);
+
+  // Bytes held now (shards) and the peak of gathered / full-grad buffers so far.
+  FsdpMemory memory() const;
+
+  Tensor acquire_params(int unit) override;
+  void release_params(int unit) override;
+  Tensor acquire_grads(int unit) override;
+  void grads_ready(int unit) override;
+
+ private:
+  struct UnitState {
+    int gathered_slot = -1;   // index into gathered_pool_, -1 = not gathered
+    int full_grad_slot = -1;  // index into full_grad_pool_, -1 = none
+    bool in_backward = false;  // acquire_grads was called since the last grads_ready
+  };
+  // A pool of equal-sized buffers (the largest unit); in-use bytes are tracked per unit size.
+  struct Pool {
+    std::vector<DeviceBuffer> buffers;
+    std::vector<bool> in_use;
+    size_t in_use_bytes = 0, peak_bytes = 0;
+  };
+  int take_slot(Pool& pool, size_t bytes, size_t unit_bytes);
+  void free_slot(Pool& pool, int slot, size_t unit_bytes);
+  Tensor shard_tensor(const std::vector<DeviceBuffer>& buffers, int unit) const;
+  bool sharded() const { return plan_.group_size > 1; }
+
+  Ops& ops_;
+  const ParamLayout& layout_;
+  FsdpGroups& groups_;
+  FsdpOptions options_;
+  ShardPlan plan_;
+  std::vector<DeviceBuffer> master_, grad_, exp_avg_, exp_avg_sq_, compute_;
+  std::vector<UnitState> state_;
+  Pool gathered_pool_, full_grad_pool_;
+  DeviceBuffer reduced_shard_;  // fp32, largest shard: reduce-scatter output before adding
+  bool last_micro_batch_ = true;
+};
+
+}  // namespace shardtrain

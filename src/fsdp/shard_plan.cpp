@@ -1,0 +1,61 @@
+#include "fsdp/shard_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace shardtrain {
+
+int64_t ShardPlan::total_shard_numel() const {
+  int64_t total = 0;
+  for (const UnitShard& u : units) total += u.shard_numel;
+  return total;
+}
+
+int64_t ShardPlan::max_padded_numel() const {
+  int64_t largest = 0;
+  for (const UnitShard& u : units) largest = std::max(largest, u.padded_numel);
+  return largest;
+}
+
+ShardPlan make_shard_plan(const ParamLayout& layout, int group_size) {
+  SHARDTRAIN_CHECK(group_size >= 1, "group size {}", group_size);
+  ShardPlan plan;
+  plan.group_size = group_size;
+  const int64_t quantum = group_size * kParamAlignElems;
+  for (const UnitLayout& unit : layout.units) {
+    UnitShard shard;
+    shard.padded_numel = (unit.numel + quantum - 1) / quantum * quantum;
+    shard.shard_numel = shard.padded_numel / group_size;
+    plan.units.push_back(shard);
+  }
+  return plan;
+}
+
+FsdpMemory estimate_fsdp_memory(const ShardPlan& plan, FsdpStrategy strategy,
+                                bool reduce_on_last_micro_batch, DType activation_dtype) {
+  FsdpMemory m;
+  const size_t f32 = sizeof(float), act = dtype_size(activation_dtype);
+  const size_t shard = static_cast<size_t>(plan.total_shard_numel());
+  m.master_bytes = shard * f32;
+  m.moment_bytes = 2 * shard * f32;
+  m.grad_shard_bytes = shard * f32;
+  const bool sharded = plan.group_size > 1;
+  if (activation_dtype != DType::kF32) m.compute_shard_bytes = shard * act;
+
+  size_t all_units = 0, largest_block = 0;
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    all_units += static_cast<size_t>(plan.units[u].padded_numel);
+    if (u > 0) largest_block = std::max(largest_block, static_cast<size_t>(plan.units[u].padded_numel));
+  }
+  const size_t root = plan.units.empty() ? 0 : static_cast<size_t>(plan.units[0].padded_numel);
+  const size_t root_and_block = root + largest_block;
+  if (sharded) {
+    const bool keep_all = strategy == FsdpStrategy::kShardGradOp;
+    m.gathered_peak_bytes = act * (keep_all ? all_units : root_and_block);
+    m.full_grad_peak_bytes = f32 * (reduce_on_last_micro_batch ? all_units : root_and_block);
+  }
+  return m;
+}
+
+}  // namespace shardtrain

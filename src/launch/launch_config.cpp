@@ -1,0 +1,233 @@
+#include "launch/launch_config.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace shardtrain::launch {
+namespace {
+
+// A flag's value with where it came from, for error messages.
+struct Setting {
+  std::string value;
+  std::string source;  // "--nnodes" or "PET_NNODES"
+};
+
+std::optional<Setting> pick(const std::optional<std::string>& flag, const char* flag_name,
+                            const EnvLookup& env, const char* env_name) {
+  if (flag) return Setting{*flag, flag_name};
+  if (auto v = env(env_name); v && !v->empty()) return Setting{*v, env_name};
+  return std::nullopt;
+}
+
+std::optional<long long> parse_int(const std::string& text) {
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+int parse_count(const Setting& s, long long min_value, const char* what) {
+  const auto v = parse_int(s.value);
+  if (!v || *v < min_value || *v > 1'000'000) {
+    fail("{} '{}': expected {} (an integer >= {})", s.source, s.value, what, min_value);
+  }
+  return static_cast<int>(*v);
+}
+
+void parse_nnodes(const Setting& s, LaunchConfig& config) {
+  const auto colon = s.value.find(':');
+  const char* usage = "a node count N or a range MIN:MAX with 1 <= MIN <= MAX, e.g. 2 or 1:4";
+  const auto min = parse_int(s.value.substr(0, colon));
+  const auto max = colon == std::string::npos ? min : parse_int(s.value.substr(colon + 1));
+  if (!min || !max || *min < 1 || *max < 1 || *max > 100'000) {
+    fail("{} '{}': expected {}", s.source, s.value, usage);
+  }
+  if (*min > *max) fail("{} '{}': MIN {} is greater than MAX {}; expected {}", s.source, s.value, *min, *max, usage);
+  config.min_nodes = static_cast<int>(*min);
+  config.max_nodes = static_cast<int>(*max);
+}
+
+// Splits "host:port", "[v6]:port" or (when `default_port` >= 0) a bare "host".
+void parse_endpoint(const Setting& s, int default_port, std::string& host, int& port) {
+  static const std::regex form(R"(^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]\s]+))(?::([0-9]+))?$)");
+  std::smatch m;
+  const auto bad = [&] {
+    fail("{} '{}': expected HOST:PORT with a port 1-65535, e.g. 10.0.0.1:29400 or "
+         "node0.cluster:29400",
+         s.source, s.value);
+  };
+  if (!std::regex_match(s.value, m, form)) bad();
+  host = m[1].matched ? m[1].str() : m[2].str();
+  if (!m[3].matched) {
+    if (default_port < 0) bad();
+    port = default_port;
+    return;
+  }
+  const auto p = parse_int(m[3].str());
+  if (!p || *p < 1 || *p > 65535) bad();
+  port = static_cast<int>(*p);
+}
+
+double parse_seconds(const Setting& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.value.c_str(), &end);
+  if (s.value.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 86400) {
+    fail("{} '{}': expected a number of seconds >= 0, e.g. 5 or 0.5", s.source, s.value);
+  }
+  return v;
+}
+
+void parse_rdzv_conf(const Setting& s, LaunchConfig& config) {
+  size_t start = 0;
+  while (start <= s.value.size()) {
+    const size_t comma = std::min(s.value.find(',', start), s.value.size());
+    const std::string item = s.value.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) fail("{} '{}': expected key=value pairs separated by commas", s.source, s.value);
+    const std::string key = item.substr(0, eq);
+    if (key == "join_timeout") {
+      const double seconds = parse_seconds(Setting{item.substr(eq + 1), s.source + " join_timeout"});
+      config.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    } else {
+      log::warn("{}: ignoring '{}' (only join_timeout is supported)", s.source, key);
+    }
+  }
+}
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+int count_local_gpus() {
+  if (std::FILE* pipe = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
+    int lines = 0;
+    char buffer[512];
+    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) {
+      if (std::string(buffer).rfind("GPU ", 0) == 0) ++lines;
+    }
+    const int status = ::pclose(pipe);
+    if (status == 0 && lines > 0) return lines;
+  }
+  int devices = 0;
+  static const std::regex name(R"(^nvidia[0-9]+$)");
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    if (std::regex_match(entry.path().filename().string(), name)) ++devices;
+  }
+  return devices;
+}
+
+LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& env) {
+  LaunchConfig config;
+  config.standalone = flags.standalone;
+  if (!flags.standalone) {
+    if (auto v = env("PET_STANDALONE"); v && !v->empty() && *v != "0" && *v != "false") {
+      config.standalone = true;
+    }
+  }
+
+  if (auto s = pick(flags.nnodes, "--nnodes", env, "PET_NNODES")) parse_nnodes(*s, config);
+  if (auto s = pick(flags.nproc_per_node, "--nproc-per-node", env, "PET_NPROC_PER_NODE")) {
+    if (s->value == "auto" || s->value == "gpu") {
+      const int gpus = count_local_gpus();
+      config.nproc_per_node = gpus > 0 ? gpus : 1;
+      if (s->value == "gpu" && gpus == 0) fail("{} gpu: no GPU found on this host", s->source);
+    } else if (s->value == "cpu") {
+      config.nproc_per_node = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+    } else {
+      config.nproc_per_node = parse_count(*s, 1, "a process count or auto");
+    }
+  }
+  if (auto s = pick(flags.node_rank, "--node-rank", env, "PET_NODE_RANK")) {
+    config.node_rank = parse_count(*s, 0, "this node's rank");
+  }
+  if (auto s = pick(flags.max_restarts, "--max-restarts", env, "PET_MAX_RESTARTS")) {
+    config.max_restarts = parse_count(*s, 0, "a restart count");
+  }
+  if (auto s = pick(flags.stop_grace, "--stop-grace", env, "PET_STOP_GRACE")) {
+    config.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(parse_seconds(*s) * 1000));
+  }
+  if (auto s = pick(flags.rdzv_conf, "--rdzv-conf", env, "PET_RDZV_CONF")) parse_rdzv_conf(*s, config);
+  if (auto s = pick(flags.rdzv_backend, "--rdzv-backend", env, "PET_RDZV_BACKEND")) {
+    if (s->value != "c10d" && s->value != "static" && s->value != "tcp") {
+      fail("{} '{}': supported backends are c10d, static and tcp (all use the embedded TCP "
+           "store hosted by node 0's launcher)",
+           s->source, s->value);
+    }
+  }
+
+  const auto rdzv_endpoint = pick(flags.rdzv_endpoint, "--rdzv-endpoint", env, "PET_RDZV_ENDPOINT");
+  const auto master_addr = pick(flags.master_addr, "--master-addr", env, "PET_MASTER_ADDR");
+  const auto master_port = pick(flags.master_port, "--master-port", env, "PET_MASTER_PORT");
+  if (config.standalone) {
+    if (config.max_nodes > 1 && flags.nnodes) {
+      fail("--standalone runs a single node; it conflicts with --nnodes {}", *flags.nnodes);
+    }
+    if (flags.rdzv_endpoint) {
+      fail("--standalone picks a free local port for the store; it conflicts with "
+           "--rdzv-endpoint {}",
+           *flags.rdzv_endpoint);
+    }
+    config.min_nodes = config.max_nodes = 1;
+    config.node_rank = 0;
+    config.rdzv_host = "127.0.0.1";
+    config.rdzv_port = 0;
+  } else if (rdzv_endpoint) {
+    parse_endpoint(*rdzv_endpoint, 29400, config.rdzv_host, config.rdzv_port);
+  } else {
+    if (master_addr) {
+      int ignored = 0;
+      parse_endpoint(*master_addr, 0, config.rdzv_host, ignored);
+    }
+    if (master_port) {
+      const int port = parse_count(*master_port, 1, "a TCP port 1-65535");
+      if (port > 65535) fail("{} '{}': expected a TCP port 1-65535", master_port->source, master_port->value);
+      config.rdzv_port = port;
+    }
+  }
+
+  if (auto s = pick(flags.rdzv_id, "--rdzv-id", env, "PET_RDZV_ID")) {
+    static const std::regex id_form(R"(^[A-Za-z0-9._-]{1,128}$)");
+    if (!std::regex_match(s->value, id_form)) {
+      fail("{} '{}': use letters, digits, '.', '_' or '-' (at most 128)", s->source, s->value);
+    }
+    config.rdzv_id = s->value;
+  }
+
+  if (config.node_rank >= config.max_nodes) {
+    fail("--node-rank {} must be less than --nnodes {} (node ranks are 0..{})", config.node_rank,
+         config.max_nodes, config.max_nodes - 1);
+  }
+  if (config.min_nodes != config.max_nodes) {
+    log::warn("--nnodes {}:{}: elastic membership is not implemented yet; waiting for all {} "
+              "nodes (fixed size)",
+              config.min_nodes, config.max_nodes, config.max_nodes);
+  }
+
+  config.command = flags.command;
+  if (!config.command.empty() && config.command.front() == "--") config.command.erase(config.command.begin());
+  if (config.command.empty()) {
+    fail("nothing to launch: give the worker command after --, e.g. shardtrain launch "
+         "--nproc-per-node 2 -- train --config job.toml");
+  }
+  return config;
+}
+
+}  // namespace shardtrain::launch

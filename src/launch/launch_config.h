@@ -1,0 +1,63 @@
+// Launcher configuration: the torchrun-compatible flags, merged with the PET_* environment
+// variables (torchrun's convention, set by Kubeflow PyTorchJob/TrainJob), then validated.
+//
+// Precedence: a command-line flag wins over its PET_* variable, which wins over the default.
+// Every invalid value throws shardtrain::Error with one line naming the flag and a valid
+// example, so `shardtrain launch` exits 2 on any bad input.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace shardtrain::launch {
+
+// The flags as typed (nullopt = not given), before parsing and validation.
+struct LaunchFlags {
+  std::optional<std::string> nnodes;          // --nnodes N | MIN:MAX       PET_NNODES
+  std::optional<std::string> nproc_per_node;  // --nproc-per-node N|auto    PET_NPROC_PER_NODE
+  std::optional<std::string> node_rank;       // --node-rank                PET_NODE_RANK
+  std::optional<std::string> rdzv_endpoint;   // --rdzv-endpoint HOST:PORT  PET_RDZV_ENDPOINT
+  std::optional<std::string> rdzv_id;         // --rdzv-id                  PET_RDZV_ID
+  std::optional<std::string> rdzv_backend;    // --rdzv-backend             PET_RDZV_BACKEND
+  std::optional<std::string> rdzv_conf;       // --rdzv-conf k=v,...        PET_RDZV_CONF
+  std::optional<std::string> max_restarts;    // --max-restarts             PET_MAX_RESTARTS
+  std::optional<std::string> master_addr;     // --master-addr              PET_MASTER_ADDR
+  std::optional<std::string> master_port;     // --master-port              PET_MASTER_PORT
+  std::optional<std::string> stop_grace;      // --stop-grace SECONDS       PET_STOP_GRACE
+  bool standalone = false;                    // --standalone               PET_STANDALONE
+  std::vector<std::string> command;           // after "--"
+};
+
+// The validated configuration an agent runs with.
+struct LaunchConfig {
+  int min_nodes = 1;
+  int max_nodes = 1;  // fixed-size groups for now: the agent waits for max_nodes
+  int nproc_per_node = 1;
+  int node_rank = 0;
+  bool standalone = false;   // one node; the store runs on a free loopback port
+  std::string rdzv_host = "127.0.0.1";
+  int rdzv_port = 29500;
+  std::string rdzv_id = "none";
+  int max_restarts = 0;
+  std::chrono::milliseconds stop_grace{5000};
+  std::chrono::milliseconds join_timeout{600000};
+  // The worker command: a shardtrain subcommand and its arguments, or an executable when the
+  // first element contains '/'.
+  std::vector<std::string> command;
+};
+
+// Looks up an environment variable; nullopt when unset. Injected so tests need not touch
+// the real environment.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env();
+
+// Merges flags with PET_* variables, validates, and resolves `auto` and the endpoint.
+LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& env);
+
+// GPUs on this host: `nvidia-smi -L` line count, else /dev/nvidia<N> device count, else 0.
+int count_local_gpus();
+
+}  // namespace shardtrain::launch

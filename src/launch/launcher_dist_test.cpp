@@ -1,0 +1,331 @@
+// `shardtrain launch` end to end: real agents and worker processes over loopback. Workers are
+// /bin/sh scripts (a worker command containing '/' is run as an executable), so these tests
+// exercise the launcher alone: worker environment, rank-prefixed output, failure, restart,
+// cleanup, two-node rendezvous, PET_* variables and bad flags.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/tcp_store.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kBinary = SHARDTRAIN_BINARY;
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+  double seconds = 0;
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+  bool has_line(const std::string& line) const {
+    for (const auto& l : lines())
+      if (l == line) return true;
+    return false;
+  }
+};
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs `env_prefix shardtrain args` (killed after 25 s, so a hang fails instead of blocking).
+Result run(const std::string& args, const std::string& env_prefix = "") {
+  Result result;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string command =
+      env_prefix + " timeout -s KILL 25 " + kBinary + " " + args + " 2>&1 </dev/null";
+  std::FILE* pipe = popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+// A loopback port that was free a moment ago.
+int free_port() {
+  shardtrain::TcpStoreServer probe("127.0.0.1", 0);
+  return probe.port();
+}
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("shardtrain_launch_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Every pid listed (one per line) in `file`.
+  std::vector<pid_t> pids_in(const std::string& file) {
+    std::vector<pid_t> out;
+    std::ifstream in(dir_ / file);
+    for (pid_t pid; in >> pid;) out.push_back(pid);
+    return out;
+  }
+  void expect_all_gone(const std::vector<pid_t>& pids) {
+    for (pid_t pid : pids) EXPECT_NE(::kill(pid, 0), 0) << "process " << pid << " still exists";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(LauncherTest, FourWorkersGetTheTorchrunEnvironment) {
+  const std::string script =
+      "echo env $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE "
+      "$ROLE_RANK $MASTER_ADDR $TORCHELASTIC_RESTART_COUNT $SHARDTRAIN_RESTART_COUNT "
+      "$OMP_NUM_THREADS; echo port $MASTER_PORT; echo run $SHARDTRAIN_RUN_ID";
+  const Result r = run("launch --standalone --nproc-per-node 4 -- /bin/sh -c " + quote(script));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::set<std::string> ports, run_ids;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string p = "[rank " + std::to_string(rank) + "] ";
+    EXPECT_TRUE(r.has_line(p + "env " + std::to_string(rank) + " " + std::to_string(rank) +
+                           " 4 4 0 1 " + std::to_string(rank) + " 127.0.0.1 0 0 1"))
+        << r.output;
+    for (const auto& line : r.lines()) {
+      if (line.rfind(p + "port ", 0) == 0) ports.insert(line.substr(p.size() + 5));
+      if (line.rfind(p + "run ", 0) == 0) run_ids.insert(line.substr(p.size() + 4));
+    }
+  }
+  ASSERT_EQ(ports.size(), 1u) << r.output;  // every worker sees the same store
+  EXPECT_GT(std::stoi(*ports.begin()), 0);
+  ASSERT_EQ(run_ids.size(), 1u) << r.output;
+  EXPECT_FALSE(run_ids.begin()->empty());
+}
+
+TEST_F(LauncherTest, OutputLinesArePrefixedAndWhole) {
+  // Partial writes with pauses between them must still come out as one prefixed line.
+  const std::string script =
+      "printf 'part-'; sleep 0.2; printf 'one\\n'; echo to-stderr >&2; printf 'no-newline'";
+  const Result r = run("launch --standalone --nproc-per-node 2 -- /bin/sh -c " + quote(script));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string p = "[rank " + std::to_string(rank) + "] ";
+    EXPECT_TRUE(r.has_line(p + "part-one")) << r.output;
+    EXPECT_TRUE(r.has_line(p + "to-stderr")) << r.output;
+    EXPECT_TRUE(r.has_line(p + "no-newline")) << r.output;
+  }
+}
+
+TEST_F(LauncherTest, WorkerExitCodeFailsTheLaunchAndNamesTheRank) {
+  const std::string script =
+      "echo $$ >> " + (dir_ / "pids").string() +
+      "; if [ $RANK = 2 ]; then sleep 0.3; exit 3; fi; sleep 30 & echo $! >> " +
+      (dir_ / "pids").string() + "; wait";
+  const Result r = run("launch --standalone --nproc-per-node 4 --stop-grace 2 -- /bin/sh -c " +
+                       quote(script));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 2 exited with code 3; no restarts left (--max-restarts 0)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(r.seconds, 10) << "the other workers were not stopped promptly";
+  const auto pids = pids_in("pids");
+  EXPECT_EQ(pids.size(), 7u);  // 4 shells + 3 background sleeps
+  expect_all_gone(pids);
+}
+
+TEST_F(LauncherTest, SigkilledWorkerRestartsTheGroupOnce) {
+  const std::string pids = (dir_ / "pids").string();
+  const std::string script =
+      "echo $$ >> " + pids + "; echo attempt $SHARDTRAIN_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT;"
+      " if [ \"$SHARDTRAIN_RESTART_COUNT\" = 1 ]; then exit 0; fi;"
+      " if [ $RANK = 1 ]; then sleep 0.3; kill -9 $$; fi; sleep 30 & echo $! >> " + pids + "; wait";
+  const Result r = run("launch --standalone --nproc-per-node 3 --max-restarts 1 -- /bin/sh -c " +
+                       quote(script));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 was killed by signal 9 (SIGKILL); restarting the worker group "
+                          "(restart 1 of 1)"),
+            std::string::npos)
+      << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string p = "[rank " + std::to_string(rank) + "] ";
+    EXPECT_TRUE(r.has_line(p + "attempt 0 0")) << r.output;
+    EXPECT_TRUE(r.has_line(p + "attempt 1 1")) << r.output;
+  }
+  EXPECT_LT(r.seconds, 10);
+  expect_all_gone(pids_in("pids"));
+}
+
+TEST_F(LauncherTest, SigkilledWorkerWithoutRestartsFailsAndLeavesNoProcesses) {
+  const std::string pids = (dir_ / "pids").string();
+  const std::string script = "echo $$ >> " + pids +
+                             "; if [ $RANK = 1 ]; then sleep 0.3; kill -9 $$; fi;"
+                             " sleep 30 & echo $! >> " + pids + "; wait";
+  const Result r = run("launch --standalone --nproc-per-node 2 --max-restarts 0 -- /bin/sh -c " +
+                       quote(script));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(r.has_line(
+      "shardtrain: launch failed: rank 1 was killed by signal 9 (SIGKILL); no restarts left "
+      "(--max-restarts 0)"))
+      << r.output;
+  const auto listed = pids_in("pids");
+  EXPECT_EQ(listed.size(), 3u);  // 2 shells + rank 0's background sleep
+  expect_all_gone(listed);
+}
+
+TEST_F(LauncherTest, TwoNodesRendezvousOnLoopback) {
+  const int port = free_port();
+  const std::string script = "echo id $RANK $WORLD_SIZE $GROUP_RANK $LOCAL_RANK $MASTER_PORT";
+  const auto agent = [&](int node) {
+    return run("launch --nnodes 2 --node-rank " + std::to_string(node) +
+               " --nproc-per-node 2 --rdzv-id two --rdzv-endpoint 127.0.0.1:" +
+               std::to_string(port) + " -- /bin/sh -c " + quote(script));
+  };
+  // Node 1 starts first: its agent must wait for node 0's store to come up.
+  auto node1 = std::async(std::launch::async, agent, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto node0 = std::async(std::launch::async, agent, 0);
+  const Result r0 = node0.get();
+  const Result r1 = node1.get();
+  ASSERT_EQ(r0.exit_code, 0) << r0.output;
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  for (int rank = 0; rank < 4; ++rank) {
+    const Result& r = rank < 2 ? r0 : r1;
+    EXPECT_TRUE(r.has_line("[rank " + std::to_string(rank) + "] id " + std::to_string(rank) +
+                           " 4 " + std::to_string(rank / 2) + " " + std::to_string(rank % 2) +
+                           " " + std::to_string(port)))
+        << r.output;
+  }
+}
+
+TEST_F(LauncherTest, FailureOnOneNodeRestartsBothNodes) {
+  const int port = free_port();
+  const std::string script =
+      "echo attempt $SHARDTRAIN_RESTART_COUNT; if [ \"$SHARDTRAIN_RESTART_COUNT\" = 1 ]; then "
+      "exit 0; fi; if [ $RANK = 3 ]; then sleep 0.3; exit 5; fi; exec sleep 30";
+  const auto agent = [&](int node) {
+    return run("launch --nnodes 2 --node-rank " + std::to_string(node) +
+               " --nproc-per-node 2 --max-restarts 1 --rdzv-endpoint 127.0.0.1:" +
+               std::to_string(port) + " -- /bin/sh -c " + quote(script));
+  };
+  auto node0 = std::async(std::launch::async, agent, 0);
+  auto node1 = std::async(std::launch::async, agent, 1);
+  const Result r0 = node0.get();
+  const Result r1 = node1.get();
+  EXPECT_EQ(r0.exit_code, 0) << r0.output;
+  EXPECT_EQ(r1.exit_code, 0) << r1.output;
+  EXPECT_TRUE(r0.has_line("[rank 0] attempt 1")) << r0.output;
+  EXPECT_TRUE(r1.has_line("[rank 2] attempt 1")) << r1.output;
+  EXPECT_NE(r0.output.find("rank 3 exited with code 5; restarting"), std::string::npos) << r0.output;
+}
+
+TEST_F(LauncherTest, PetVariablesAreReadAndFlagsWin) {
+  const int port = free_port();
+  const std::string env = "PET_NNODES=1 PET_NODE_RANK=0 PET_NPROC_PER_NODE=3 "
+                          "PET_MASTER_ADDR=127.0.0.1 PET_MASTER_PORT=" + std::to_string(port) +
+                          " PET_RDZV_ID=petjob PET_MAX_RESTARTS=0";
+  const std::string script = "echo w $WORLD_SIZE $MASTER_PORT $SHARDTRAIN_RUN_ID";
+  const Result r = run("launch -- /bin/sh -c " + quote(script), env);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(r.has_line("[rank 2] w 3 " + std::to_string(port) + " petjob")) << r.output;
+
+  const Result flagged = run("launch --nproc-per-node 2 -- /bin/sh -c " + quote(script), env);
+  ASSERT_EQ(flagged.exit_code, 0) << flagged.output;
+  EXPECT_TRUE(flagged.has_line("[rank 1] w 2 " + std::to_string(port) + " petjob")) << flagged.output;
+  EXPECT_EQ(flagged.output.find("[rank 2]"), std::string::npos) << flagged.output;
+
+  const Result bad = run("launch -- /bin/sh -c true", "PET_NPROC_PER_NODE=many");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("PET_NPROC_PER_NODE 'many'"), std::string::npos) << bad.output;
+}
+
+TEST_F(LauncherTest, BadFlagsExit2WithOneLineNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--nnodes 0", "--nnodes '0'"},
+      {"--nnodes 3:2", "--nnodes '3:2': MIN 3 is greater than MAX 2"},
+      {"--nnodes two", "--nnodes 'two'"},
+      {"--nproc-per-node x", "--nproc-per-node 'x'"},
+      {"--nproc-per-node 0", "--nproc-per-node '0'"},
+      {"--nnodes 2 --node-rank 2 --rdzv-endpoint 127.0.0.1:1", "--node-rank 2 must be less than --nnodes 2"},
+      {"--node-rank -1", "--node-rank '-1'"},
+      {"--nnodes 2 --rdzv-endpoint 127.0.0.1:notaport", "--rdzv-endpoint '127.0.0.1:notaport'"},
+      {"--nnodes 2 --rdzv-endpoint 127.0.0.1:70000", "--rdzv-endpoint '127.0.0.1:70000'"},
+      {"--nnodes 2 --rdzv-endpoint :29400", "--rdzv-endpoint ':29400'"},
+      {"--max-restarts -3", "--max-restarts '-3'"},
+      {"--stop-grace soon", "--stop-grace 'soon'"},
+      {"--rdzv-backend etcd", "--rdzv-backend 'etcd'"},
+      {"--standalone --nnodes 2", "--standalone runs a single node; it conflicts with --nnodes 2"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    const Result r = run("launch " + flags + " -- /bin/sh -c true");
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    ASSERT_EQ(r.lines().size(), 1u) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << flags << "\n" << r.output;
+  }
+  const Result nothing = run("launch --standalone");
+  EXPECT_EQ(nothing.exit_code, 2) << nothing.output;
+  EXPECT_NE(nothing.output.find("nothing to launch"), std::string::npos) << nothing.output;
+}
+
+TEST_F(LauncherTest, MissingStoreTimesOutWithClearMessage) {
+  const int port = free_port();
+  const Result r = run("launch --nnodes 2 --node-rank 1 --rdzv-conf join_timeout=1 "
+                       "--rdzv-endpoint 127.0.0.1:" + std::to_string(port) + " -- /bin/sh -c true");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is the launcher on node 0 running and reachable"), std::string::npos)
+      << r.output;
+  EXPECT_LT(r.seconds, 6);
+}
+
+TEST_F(LauncherTest, DuplicateNodeRankIsRefused) {
+  const int port = free_port();
+  const std::string flags = "launch --nnodes 3 --rdzv-conf join_timeout=2 --rdzv-endpoint 127.0.0.1:" +
+                            std::to_string(port) + " --node-rank ";
+  // Nodes 0 and 1 join and wait for node 2, which never comes; a second node 1 is refused.
+  auto node0 = std::async(std::launch::async, [&] { return run(flags + "0 -- /bin/sh -c true"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto node1 = std::async(std::launch::async, [&] { return run(flags + "1 -- /bin/sh -c true"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Result duplicate = run(flags + "1 -- /bin/sh -c true");
+  EXPECT_EQ(duplicate.exit_code, 2) << duplicate.output;
+  EXPECT_NE(duplicate.output.find("node rank 1 has already joined"), std::string::npos)
+      << duplicate.output;
+  const Result r0 = node0.get();
+  EXPECT_EQ(r0.exit_code, 2) << r0.output;
+  EXPECT_NE(r0.output.find("only 2 of 3 nodes joined within 2 s (missing node rank 2)"),
+            std::string::npos)
+      << r0.output;
+  EXPECT_EQ(node1.get().exit_code, 2);
+}
+
+TEST_F(LauncherTest, TrainShortcutRunsOneWorkerPerProcess) {
+  const Result r = run("train --nproc-per-node 2 --print-config");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t rank0 = 0, rank1 = 0;
+  for (const auto& line : r.lines()) {
+    rank0 += line.rfind("[rank 0] ", 0) == 0;
+    rank1 += line.rfind("[rank 1] ", 0) == 0;
+  }
+  EXPECT_GT(rank0, 3u) << r.output;
+  EXPECT_EQ(rank0, rank1) << r.output;
+}
+
+}  // namespace

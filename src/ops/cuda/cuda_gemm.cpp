@@ -1,0 +1,269 @@
+// cuBLASLt GEMMs and CudaOps::linear_forward / linear_backward.
+//
+// Row-major X (r x c) is column-major X^T (c x r, leading dimension c). So each row-major product
+// of the model maps to a column-major cuBLASLt call on the transposes:
+//   out_NO = x_NI @ W_OI^T   ->  out^T (O x N) = op_T(W: I x O, ld I) * x^T (I x N, ld I)
+//   dx_NI  = dout_NO @ W_OI  ->  dx^T  (I x N) = W^T (I x O, ld I)      * dout^T (O x N, ld O)
+//   dW_OI += dout^T @ x_NI   ->  dW^T  (I x O) = x^T (I x N, ld I)      * op_T(dout^T: O x N, ld O)
+// The forward bias (length O = m) is the cuBLASLt BIAS epilogue; the bias gradient is a
+// deterministic column sum over tokens (cuda_reduce.cu), accumulated into f32 or bf16 dbias.
+#include "ops/cuda/cuda_gemm.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_ops.h"
+
+namespace shardtrain {
+namespace {
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: SHARDTRAIN_CHECK(false, "GEMM dtype {} is not supported", dtype_name(dtype));
+  }
+  return CUDA_R_32F;
+}
+
+// Largest power of two (at most 16 bytes) that divides the address: cuBLASLt's algorithm choice
+// depends on it, and slices of activations (e.g. lm-head chunks) need not be 16-byte aligned.
+int alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  int alignment = 16;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+template <typename T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const T& value) {
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+template <typename T>
+void set_preference(cublasLtMatmulPreference_t preference,
+                    cublasLtMatmulPreferenceAttributes_t attribute, const T& value) {
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
+}
+
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
+  const bool has_bias = call.bias != nullptr;
+  const Key key{call.transpose_a, call.transpose_b, call.m, call.n, call.k,
+                static_cast<int>(call.a_dtype), static_cast<int>(call.b_dtype),
+                static_cast<int>(call.c_dtype), call.lda, call.ldb, call.ldc, has_bias,
+                has_bias ? static_cast<int>(call.bias_dtype) : -1, call.beta != 0,
+                alignment_of(call.a), alignment_of(call.b), alignment_of(call.c),
+                has_bias ? alignment_of(call.bias) : 0};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+
+  Plan plan;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = call.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = call.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  const cublasLtEpilogue_t epilogue = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (has_bias) {
+    const cudaDataType_t bias_type = cuda_type(call.bias_dtype);
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+  }
+  // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k when transposed).
+  const uint64_t a_rows = call.transpose_a ? call.k : call.m;
+  const uint64_t a_cols = call.transpose_a ? call.m : call.k;
+  const uint64_t b_rows = call.transpose_b ? call.n : call.k;
+  const uint64_t b_cols = call.transpose_b ? call.k : call.n;
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan.a, cuda_type(call.a_dtype), a_rows, a_cols, call.lda));
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan.b, cuda_type(call.b_dtype), b_rows, b_cols, call.ldb));
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan.c, cuda_type(call.c_dtype), call.m, call.n, call.ldc));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kWorkspaceBytes});
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                 static_cast<uint32_t>(alignment_of(call.a)));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                 static_cast<uint32_t>(alignment_of(call.b)));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                 static_cast<uint32_t>(alignment_of(call.c)));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                 static_cast<uint32_t>(alignment_of(call.c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
+                                                          plan.c, plan.c, preference, 1, &result,
+                                                          &found_count));
+  cublasLtMatmulPreferenceDestroy(preference);
+  SHARDTRAIN_CHECK(found_count > 0,
+                   "cuBLASLt has no algorithm for m={} n={} k={} trans={}{} dtypes {}/{}/{} "
+                   "bias={}", call.m, call.n, call.k, call.transpose_a, call.transpose_b,
+                   dtype_name(call.a_dtype), dtype_name(call.b_dtype), dtype_name(call.c_dtype),
+                   has_bias);
+  plan.algo = result.algo;
+  return plans_.emplace(key, plan).first->second;
+}
+
+void CublasLtGemm::run(const GemmCall& call) {
+  if (call.m == 0 || call.n == 0) return;
+  Plan& plan = plan_for(call);
+  if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  const float alpha = 1.0f;
+  const float beta = call.beta;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b,
+                                         plan.b, &beta, call.c, plan.c, call.c, plan.c,
+                                         &plan.algo, workspace_, kWorkspaceBytes, stream_));
+}
+
+// ---- CudaOps linear ----
+
+namespace {
+
+int64_t row_width(const Tensor& t) { return t.shape().rank() == 0 ? 1 : t.dim(-1); }
+
+void require_gemm_input(const Tensor& t, const char* what) {
+  SHARDTRAIN_CHECK(t.device() == Device::kCuda, "{} is not a CUDA tensor", what);
+  SHARDTRAIN_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF32,
+                   "{} dtype {} (want bf16 or f32)", what, dtype_name(t.dtype()));
+}
+
+}  // namespace
+
+void CudaOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
+  const int64_t in_features = row_width(x_NI);
+  const int64_t rows = in_features == 0 ? 0 : x_NI.numel() / in_features;
+  const int64_t out_features = weight_OI.dim(0);
+  SHARDTRAIN_CHECK(
+      weight_OI.numel() == out_features * in_features && out_NO.numel() == rows * out_features,
+      "linear: x {}, weight {}, out {}", x_NI.shape().to_string(), weight_OI.shape().to_string(),
+      out_NO.shape().to_string());
+  require_gemm_input(x_NI, "linear x");
+  require_gemm_input(weight_OI, "linear weight");
+  require_gemm_input(out_NO, "linear out");
+  SHARDTRAIN_CHECK(x_NI.dtype() == weight_OI.dtype(), "linear: x {} but weight {}",
+                   dtype_name(x_NI.dtype()), dtype_name(weight_OI.dtype()));
+  if (rows == 0 || out_features == 0) return;
+  GemmCall call;
+  call.transpose_a = true;
+  call.m = out_features;
+  call.n = rows;
+  call.k = in_features;
+  call.a = weight_OI.data();
+  call.a_dtype = weight_OI.dtype();
+  call.lda = in_features;
+  call.b = x_NI.data();
+  call.b_dtype = x_NI.dtype();
+  call.ldb = in_features;
+  call.c = out_NO.data();
+  call.c_dtype = out_NO.dtype();
+  call.ldc = out_features;
+  if (bias_O.defined()) {
+    SHARDTRAIN_CHECK(bias_O.numel() == out_features, "linear bias {} for {} outputs",
+                     bias_O.shape().to_string(), out_features);
+    require_gemm_input(bias_O, "linear bias");
+    call.bias = bias_O.data();
+    call.bias_dtype = bias_O.dtype();
+  }
+  gemm_->run(call);
+}
+
+void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                              Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
+  const int64_t in_features = row_width(x_NI);
+  const int64_t rows = in_features == 0 ? 0 : x_NI.numel() / in_features;
+  const int64_t out_features = weight_OI.dim(0);
+  SHARDTRAIN_CHECK(weight_OI.numel() == out_features * in_features &&
+                       dweight_OI.numel() == out_features * in_features &&
+                       dout_NO.numel() == rows * out_features,
+                   "linear backward: x {}, weight {}, dweight {}, dout {}",
+                   x_NI.shape().to_string(), weight_OI.shape().to_string(),
+                   dweight_OI.shape().to_string(), dout_NO.shape().to_string());
+  require_gemm_input(dout_NO, "linear dout");
+  require_gemm_input(x_NI, "linear x");
+  require_gemm_input(weight_OI, "linear weight");
+  require_gemm_input(dweight_OI, "linear dweight");
+  SHARDTRAIN_CHECK(dout_NO.dtype() == weight_OI.dtype() && dout_NO.dtype() == x_NI.dtype(),
+                   "linear backward: dout {}, x {}, weight {} must share a dtype",
+                   dtype_name(dout_NO.dtype()), dtype_name(x_NI.dtype()),
+                   dtype_name(weight_OI.dtype()));
+  if (rows == 0 || out_features == 0 || in_features == 0) {
+    if (dx_NI.defined() && !accumulate_dx) fill_zero(dx_NI);
+    return;
+  }
+  if (dx_NI.defined()) {
+    SHARDTRAIN_CHECK(dx_NI.numel() == x_NI.numel(), "linear dx {} for x {}",
+                     dx_NI.shape().to_string(), x_NI.shape().to_string());
+    require_gemm_input(dx_NI, "linear dx");
+    GemmCall call;
+    call.m = in_features;
+    call.n = rows;
+    call.k = out_features;
+    call.a = weight_OI.data();
+    call.a_dtype = weight_OI.dtype();
+    call.lda = in_features;
+    call.b = dout_NO.data();
+    call.b_dtype = dout_NO.dtype();
+    call.ldb = out_features;
+    call.c = dx_NI.data();
+    call.c_dtype = dx_NI.dtype();
+    call.ldc = in_features;
+    call.beta = accumulate_dx ? 1.0f : 0.0f;
+    gemm_->run(call);
+  }
+  {
+    GemmCall call;
+    call.transpose_b = true;
+    call.m = in_features;
+    call.n = out_features;
+    call.k = rows;
+    call.a = x_NI.data();
+    call.a_dtype = x_NI.dtype();
+    call.lda = in_features;
+    call.b = dout_NO.data();
+    call.b_dtype = dout_NO.dtype();
+    call.ldb = out_features;
+    call.c = dweight_OI.data();
+    call.c_dtype = dweight_OI.dtype();
+    call.ldc = in_features;
+    call.beta = 1.0f;
+    gemm_->run(call);
+  }
+  if (dbias_O.defined()) {
+    SHARDTRAIN_CHECK(dbias_O.numel() == out_features, "linear dbias {} for {} outputs",
+                     dbias_O.shape().to_string(), out_features);
+    require_gemm_input(dbias_O, "linear dbias");
+    float* scratch = scratch_floats(cuda_kernels::column_sums_scratch_floats(rows, out_features));
+    cuda_kernels::column_sums_accumulate(dout_NO.dtype(), dout_NO.data(), rows, out_features,
+                                         dbias_O.dtype(), dbias_O.data(), scratch, stream_);
+  }
+}
+
+}  // namespace shardtrain

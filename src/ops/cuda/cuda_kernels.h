@@ -1,0 +1,111 @@
+// Kernel launchers of the CUDA backend, one group per .cu file. These are the raw-pointer layer
+// below CudaOps: CudaOps (cuda_ops*.cpp) checks shapes and dtypes of its Tensors, then calls
+// these. Everything here is asynchronous on `stream` and depends on no fmt, so that nvcc never
+// sees the format-checking headers.
+//
+// Float-like dtypes are f32 or bf16 unless a comment says otherwise; a launcher given another
+// dtype aborts with file:line. All shapes are row-major and contiguous.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace shardtrain::cuda_kernels {
+
+// ---- cuda_elementwise.cu ----
+// out = a + b; all three of `dtype`; out may alias a or b.
+void add(DType dtype, void* out, const void* a, const void* b, int64_t n, cudaStream_t stream);
+// x *= factor.
+void scale(DType dtype, void* x, float factor, int64_t n, cudaStream_t stream);
+// dst = src converted; one side f32, the other f32, bf16 or f16 (same dtype: a copy).
+void cast(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t n,
+          cudaStream_t stream);
+
+// ---- cuda_optim.cu ----
+// Per-element coefficients of torch.optim.AdamW, formed on the host in double (as Python does).
+struct AdamWCoefficients {
+  float decay;                  // 1 - lr * weight_decay
+  float m_weight;               // 1 - beta1
+  float v_decay;                // beta2
+  float v_weight;               // 1 - beta2
+  float step_size;              // lr / (1 - beta1^step)
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  float eps;
+  float grad_scale;
+};
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+           const AdamWCoefficients& coefficients, cudaStream_t stream);
+// *out += sum(x^2), fp32.
+void sum_squares(const float* x, int64_t n, float* out, cudaStream_t stream);
+
+// ---- cuda_reduce.cu ----
+// Scratch floats that column_sums_accumulate needs for a rows x cols input.
+size_t column_sums_scratch_floats(int64_t rows, int64_t cols);
+// out_C += sum over rows of in_RC, in fp32 with a deterministic two-stage reduction.
+void column_sums_accumulate(DType in_dtype, const void* in_RC, int64_t rows, int64_t cols,
+                            DType out_dtype, void* out_C, float* scratch, cudaStream_t stream);
+// out_C += sum over p of partials_PC (fp32), one thread per column, fixed order.
+void accumulate_partials(const float* partials_PC, int64_t parts, int64_t cols, DType out_dtype,
+                         void* out_C, cudaStream_t stream);
+
+// ---- cuda_embedding.cu ----
+// out_NC[n] = table_VC[ids_N[n]]. REQUIRES: 0 <= ids < V (the caller checks on the host).
+void embedding_forward(const int32_t* ids_N, int64_t tokens, DType table_dtype,
+                       const void* table_VC, int64_t channels, DType out_dtype, void* out_NC,
+                       cudaStream_t stream);
+// dtable_VC[ids_N[n]] += dout_NC[n] with fp32 (or bf16) atomic adds.
+void embedding_backward(const int32_t* ids_N, int64_t tokens, DType dout_dtype,
+                        const void* dout_NC, int64_t channels, DType dtable_dtype,
+                        void* dtable_VC, cudaStream_t stream);
+
+// ---- cuda_rmsnorm.cu ----
+void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const void* weight_C,
+                     float eps, int64_t rows, int64_t channels, DType out_dtype, void* out_NC,
+                     float* rstd_N, cudaStream_t stream);
+size_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t channels);
+// dx overwritten or accumulated; dweight accumulates. dout, x, dx share `act_dtype`; dx may
+// alias dout.
+void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DType weight_dtype,
+                      const void* weight_C, const float* rstd_N, int64_t rows, int64_t channels,
+                      void* dx_NC, bool accumulate_dx, DType dweight_dtype, void* dweight_C,
+                      float* scratch, cudaStream_t stream);
+
+// ---- cuda_rope.cu ----
+// In place on x_NHD; direction +1 rotates by +angle (forward), -1 by -angle (backward).
+// REQUIRES: 0 <= positions < P (the caller's tables cover every position).
+void rope(DType dtype, void* x_NHD, const int32_t* positions_N, int64_t tokens, int64_t heads,
+          int64_t head_dim, const float* cos_PR, const float* sin_PR, float direction,
+          cudaStream_t stream);
+
+// ---- cuda_swiglu.cu ---- (all tensors of `dtype`; outputs may alias inputs)
+void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,
+                    cudaStream_t stream);
+void swiglu_backward(DType dtype, const void* dout, const void* gate, const void* up,
+                     void* dgate, void* dup, int64_t n, cudaStream_t stream);
+
+// ---- cuda_attention.cu ----
+struct AttentionShape {
+  int batch, seq, heads, kv_heads, head_dim;
+};
+// REQUIRES: head_dim even and <= 128; heads % kv_heads == 0.
+void attention_forward(DType dtype, const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
+                       float scale, const AttentionShape& shape, void* out_BTHD, float* lse_BHT,
+                       cudaStream_t stream);
+size_t attention_backward_scratch_floats(const AttentionShape& shape);
+void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD,
+                        const void* k_BTKD, const void* v_BTKD, const void* out_BTHD,
+                        const float* lse_BHT, float scale, const AttentionShape& shape,
+                        void* dq_BTHD, void* dk_BTKD, void* dv_BTKD, float* scratch,
+                        cudaStream_t stream);
+
+// ---- cuda_cross_entropy.cu ----
+// One block per row. REQUIRES: targets in [0, V) or -100. loss_sum_1 may be null (no loss).
+void cross_entropy(DType dtype, void* logits_NV, const int32_t* targets_N, int64_t rows,
+                   int64_t vocab, float grad_scale, float* loss_sum_1, bool compute_grad,
+                   cudaStream_t stream);
+
+}  // namespace shardtrain::cuda_kernels

@@ -1,0 +1,188 @@
+// CudaOps: construction, memory, elementwise, optimizer and norm ops; layer ops live in
+// cuda_layers.cpp and the linear ops in cuda_gemm.cpp.
+#include "ops/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_gemm.h"
+#include "ops/cuda/cuda_kernels.h"
+
+namespace shardtrain {
+namespace {
+
+void require_cuda(const Tensor& t, const char* what) {
+  SHARDTRAIN_CHECK(t.device() == Device::kCuda, "{} is a {} tensor, want cuda", what,
+                   device_name(t.device()));
+}
+
+void require_f32(const Tensor& t, const char* what) {
+  require_cuda(t, what);
+  SHARDTRAIN_CHECK(t.dtype() == DType::kF32, "{} is {}, want f32", what, dtype_name(t.dtype()));
+}
+
+void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
+  SHARDTRAIN_CHECK(a.numel() == b.numel(), "{}: {} vs {} elements ({} vs {})", what, a.numel(),
+                   b.numel(), a.shape().to_string(), b.shape().to_string());
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear the sticky-free error, report none
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Ops> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+
+CudaOps::CudaOps() {
+  SHARDTRAIN_CHECK(cuda_device_count() > 0, "CudaOps needs a visible GPU");
+  SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device_index_));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<CublasLtGemm>(stream_);
+}
+
+CudaOps::~CudaOps() {
+  cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  if (scratch_ != nullptr) cudaFree(scratch_);
+  cudaStreamDestroy(stream_);
+}
+
+float* CudaOps::scratch_floats(size_t count) {
+  const size_t bytes = count * sizeof(float);
+  if (bytes > scratch_bytes_) {
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old scratch may be in use
+    if (scratch_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFree(scratch_));
+    const size_t grown = std::max(bytes, 2 * scratch_bytes_);
+    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&scratch_, grown));
+    scratch_bytes_ = grown;
+  }
+  return static_cast<float*>(scratch_);
+}
+
+// ---- memory ----
+
+void* CudaOps::allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* pointer = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+  SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(pointer, 0, bytes, stream_));
+  return pointer;
+}
+
+void CudaOps::release(void* pointer) {
+  if (pointer == nullptr) return;
+  // cudaFree waits for the device, so work still reading the buffer finishes first.
+  SHARDTRAIN_CUDA_CHECK(cudaFree(pointer));
+}
+
+void CudaOps::copy_from_host(Tensor dst, const void* src) {
+  require_cuda(dst, "copy_from_host dst");
+  if (dst.bytes() == 0) return;
+  // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
+  SHARDTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data(), src, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaOps::copy_to_host(void* dst, Tensor src) {
+  require_cuda(src, "copy_to_host src");
+  if (src.bytes() != 0) {
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src.data(), src.bytes(), cudaMemcpyDeviceToHost, stream_));
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaOps::fill_zero(Tensor dst) {
+  require_cuda(dst, "fill_zero dst");
+  if (dst.bytes() != 0) SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, dst.bytes(), stream_));
+}
+
+void CudaOps::cast(Tensor dst, Tensor src) {
+  require_cuda(dst, "cast dst");
+  require_cuda(src, "cast src");
+  require_same_numel(dst, src, "cast");
+  SHARDTRAIN_CHECK(dst.dtype() == src.dtype() || dst.dtype() == DType::kF32 ||
+                       src.dtype() == DType::kF32,
+                   "cast {} -> {}: one side must be f32", dtype_name(src.dtype()),
+                   dtype_name(dst.dtype()));
+  SHARDTRAIN_CHECK(dst.dtype() == src.dtype() ||
+                       (dst.dtype() != DType::kI32 && src.dtype() != DType::kI32),
+                   "cast {} -> {}: i32 casts are not supported", dtype_name(src.dtype()),
+                   dtype_name(dst.dtype()));
+  cuda_kernels::cast(dst.dtype(), dst.data(), src.dtype(), src.data(), src.numel(), stream_);
+}
+
+void CudaOps::synchronize() { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+// ---- elementwise ----
+
+void CudaOps::add(Tensor out, Tensor a, Tensor b) {
+  require_cuda(out, "add out");
+  require_cuda(a, "add a");
+  require_cuda(b, "add b");
+  require_same_numel(out, a, "add");
+  require_same_numel(out, b, "add");
+  SHARDTRAIN_CHECK(out.dtype() == a.dtype() && out.dtype() == b.dtype(),
+                   "add: dtypes {} = {} + {} must match", dtype_name(out.dtype()),
+                   dtype_name(a.dtype()), dtype_name(b.dtype()));
+  cuda_kernels::add(out.dtype(), out.data(), a.data(), b.data(), out.numel(), stream_);
+}
+
+void CudaOps::scale(Tensor x, float factor) {
+  require_cuda(x, "scale x");
+  cuda_kernels::scale(x.dtype(), x.data(), factor, x.numel(), stream_);
+}
+
+// ---- optimizer and norms ----
+
+void CudaOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
+  require_f32(param, "adamw param");
+  require_f32(grad, "adamw grad");
+  require_f32(m, "adamw m");
+  require_f32(v, "adamw v");
+  require_same_numel(param, grad, "adamw grad");
+  require_same_numel(param, m, "adamw m");
+  require_same_numel(param, v, "adamw v");
+  SHARDTRAIN_CHECK(step.step >= 1, "adamw step {} must be >= 1", step.step);
+  // The same coefficients, formed the same way, as CpuOps::adamw.
+  const double beta1 = step.beta1;
+  const double beta2 = step.beta2;
+  const double step_count = static_cast<double>(step.step);
+  cuda_kernels::AdamWCoefficients c;
+  c.decay = static_cast<float>(1.0 - double{step.lr} * step.weight_decay);
+  c.m_weight = static_cast<float>(1.0 - beta1);
+  c.v_decay = static_cast<float>(beta2);
+  c.v_weight = static_cast<float>(1.0 - beta2);
+  c.step_size = static_cast<float>(step.lr / (1.0 - std::pow(beta1, step_count)));
+  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, step_count)));
+  c.eps = step.eps;
+  c.grad_scale = step.grad_scale;
+  cuda_kernels::adamw(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), c, stream_);
+}
+
+void CudaOps::sum_squares(Tensor x, Tensor out_1) {
+  require_f32(x, "sum_squares x");
+  require_f32(out_1, "sum_squares out");
+  SHARDTRAIN_CHECK(out_1.numel() >= 1, "sum_squares into an empty tensor");
+  cuda_kernels::sum_squares(x.f32(), x.numel(), out_1.f32(), stream_);
+}
+
+float CudaOps::read_scalar(Tensor x_1) {
+  require_f32(x_1, "read_scalar x");
+  SHARDTRAIN_CHECK(x_1.numel() >= 1, "read_scalar of an empty tensor");
+  float value = 0;
+  SHARDTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(&value, x_1.data(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return value;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,105 @@
+// CudaOps: the CUDA backend of the Ops interface (ops/ops.h): bf16 activations, fp32
+// accumulation, cuBLASLt GEMMs, hand-written kernels for everything else.
+//
+// One CudaOps drives the device that is current when it is constructed and owns one compute
+// stream; every op is enqueued on that stream (asynchronous), and only copy_to_host and
+// read_scalar synchronise. `stream()` is exposed for the FSDP/NCCL layer, which orders its own
+// streams against this one with events.
+//
+// Files: cuda_ops.cpp (memory, elementwise, optimizer), cuda_layers.cpp (the layer ops),
+// cuda_gemm.cpp (linear, through cuBLASLt) check their Tensors and call the raw-pointer kernel
+// launchers of cuda_kernels.h, which live one op family per .cu file, forward and backward side
+// by side. The .cu files never include fmt (nvcc rejects its compile-time format checks).
+//
+// Dtypes: activations and gathered params bf16 (f32 is also accepted where the model could
+// pass it); parameter grads f32 or bf16; rstd, lse, loss and optimizer state f32; ids, targets
+// and positions i32. Unsupported combinations abort with file:line.
+//
+// CUDA and cuBLASLt failures abort with file:line and the library's message: they are broken
+// invariants or broken machines, not user errors.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+class CublasLtGemm;
+
+class CudaOps final : public Ops {
+ public:
+  // REQUIRES: a visible GPU (cuda_device_count() > 0); uses the current device.
+  CudaOps();
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  Device device() const override { return Device::kCuda; }
+  DType activation_dtype() const override { return DType::kBF16; }
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_index_; }
+
+  // ---- memory (cuda_ops.cpp): cudaMalloc, zero-filled on the compute stream ----
+  void* allocate(size_t bytes) override;
+  void release(void* pointer) override;
+  void copy_from_host(Tensor dst, const void* src) override;
+  void copy_to_host(void* dst, Tensor src) override;
+  void fill_zero(Tensor dst) override;
+  void cast(Tensor dst, Tensor src) override;
+  void synchronize() override;
+
+  // ---- elementwise (cuda_ops.cpp) ----
+  void add(Tensor out, Tensor a, Tensor b) override;
+  void scale(Tensor x, float factor) override;
+
+  // ---- layers (cuda_layers.cpp) ----
+  void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
+  void embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) override;
+  void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                       Tensor rstd_N) override;
+  void rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
+                        Tensor dweight_C, bool accumulate_dx) override;
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
+  void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                       Tensor dup_NF) override;
+  void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
+                         Tensor lse_BHT) override;
+  void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                          Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
+                          Tensor dk_BTKD, Tensor dv_BTKD) override;
+  void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
+                     bool compute_grad) override;
+
+  // ---- linear (cuda_gemm.cpp) ----
+  void linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) override;
+  void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                       Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
+
+  // ---- optimizer and norms (cuda_ops.cpp) ----
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
+  void sum_squares(Tensor x, Tensor out_1) override;
+  float read_scalar(Tensor x_1) override;
+
+ private:
+  // fp32 scratch of at least `count` floats, valid until the next call (ops run in stream
+  // order, so one op's scratch is never live when the next op is enqueued). Growing it
+  // synchronises the stream once.
+  float* scratch_floats(size_t count);
+
+  int device_index_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+std::unique_ptr<Ops> make_cuda_ops();
+// Visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
+int cuda_device_count();
+
+}  // namespace shardtrain

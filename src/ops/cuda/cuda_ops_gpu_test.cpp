@@ -1,0 +1,479 @@
+// CudaOps against the CpuOps fp32 reference, op by op, on fresh random data.
+//
+// Both backends get the same bf16-rounded inputs (the CPU as f32, the GPU as bf16 unless a test
+// says otherwise). GPU outputs are poisoned with NaN bytes before each run so an unwritten
+// element fails the comparison; accumulating outputs start from the same random values on both.
+// Errors are ||gpu - cpu|| / ||cpu||: bf16 outputs within 1e-2 (typically ~3e-3), fp32 ops
+// within 1e-5. Without a GPU every test is skipped with a visible message.
+#include "ops/cuda/cuda_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "ops/cpu/cpu_ops.h"
+#include "ops/device_buffer.h"
+
+namespace shardtrain {
+namespace {
+
+constexpr double kBf16Tolerance = 1e-2;
+constexpr double kF32Tolerance = 1e-5;
+
+// One logical tensor on both backends.
+struct Pair {
+  Tensor cpu, gpu;
+};
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU: CUDA kernel tests skipped";
+    gpu_ = make_cuda_ops();
+    cpu_ = make_cpu_ops();
+  }
+
+  // bf16-rounded uniform values in [low, high); a fresh seed per call.
+  std::vector<float> random(int64_t n, float low = -1, float high = 1) {
+    std::mt19937 rng(next_seed_++ * 7919u + 17u);
+    std::uniform_real_distribution<float> dist(low, high);
+    std::vector<float> values(static_cast<size_t>(n));
+    for (float& v : values) v = bf16_to_f32(f32_to_bf16(dist(rng)));
+    return values;
+  }
+
+  Tensor cpu_tensor(const void* data, DType dtype, Shape shape) {
+    buffers_.emplace_back(*cpu_, static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+    Tensor t = buffers_.back().view(dtype, shape);
+    if (data != nullptr) cpu_->copy_from_host(t, data);
+    return t;
+  }
+  Tensor gpu_tensor(const std::vector<float>& values, DType dtype, Shape shape) {
+    buffers_.emplace_back(*gpu_, static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+    Tensor t = buffers_.back().view(dtype, shape);
+    upload(t, values);
+    return t;
+  }
+  void upload(Tensor gpu, const std::vector<float>& values) {
+    if (gpu.dtype() == DType::kF32) {
+      gpu_->copy_from_host(gpu, values.data());
+    } else {
+      std::vector<uint16_t> bits(values.size());
+      convert_from_f32(values.data(), gpu.dtype(), bits.data(), values.size());
+      gpu_->copy_from_host(gpu, bits.data());
+    }
+  }
+  void poison(Tensor gpu) {
+    std::vector<unsigned char> bytes(gpu.bytes(), 0xFF);  // NaN in f32, bf16 and f16
+    gpu_->copy_from_host(gpu, bytes.data());
+  }
+
+  // Same values on both backends; the GPU copy in `gpu_dtype`.
+  Pair input(const std::vector<float>& values, Shape shape, DType gpu_dtype = DType::kBF16) {
+    return {cpu_tensor(values.data(), DType::kF32, shape), gpu_tensor(values, gpu_dtype, shape)};
+  }
+  Pair random_input(Shape shape, DType gpu_dtype = DType::kBF16, float low = -1, float high = 1) {
+    return input(random(shape.numel(), low, high), shape, gpu_dtype);
+  }
+  // Output written (not accumulated): CPU zeros, GPU poisoned.
+  Pair output(Shape shape, DType gpu_dtype = DType::kBF16) {
+    Pair p{cpu_tensor(nullptr, DType::kF32, shape),
+           gpu_tensor(std::vector<float>(static_cast<size_t>(shape.numel())), gpu_dtype, shape)};
+    poison(p.gpu);
+    return p;
+  }
+  Pair ints(const std::vector<int32_t>& values, Shape shape) {
+    Pair p{cpu_tensor(values.data(), DType::kI32, shape), Tensor()};
+    buffers_.emplace_back(*gpu_, values.size() * sizeof(int32_t));
+    p.gpu = buffers_.back().view(DType::kI32, shape);
+    gpu_->copy_from_host(p.gpu, values.data());
+    return p;
+  }
+
+  std::vector<float> download(Tensor gpu) {
+    std::vector<float> values(static_cast<size_t>(gpu.numel()));
+    if (gpu.dtype() == DType::kF32) {
+      gpu_->copy_to_host(values.data(), gpu);
+    } else {
+      std::vector<uint16_t> bits(values.size());
+      gpu_->copy_to_host(bits.data(), gpu);
+      convert_to_f32(bits.data(), gpu.dtype(), values.data(), values.size());
+    }
+    return values;
+  }
+  static std::vector<float> host_values(Tensor cpu) {
+    return std::vector<float>(cpu.f32(), cpu.f32() + cpu.numel());
+  }
+
+  // ||gpu - cpu|| / ||cpu||; infinity if any GPU element is not finite (e.g. unwritten).
+  double error(const Pair& p) {
+    const std::vector<float> got = download(p.gpu);
+    const std::vector<float> want = host_values(p.cpu);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!std::isfinite(got[i])) return INFINITY;
+      diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+      norm += double{want[i]} * want[i];
+    }
+    return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+  }
+
+  std::unique_ptr<Ops> gpu_, cpu_;
+  std::deque<DeviceBuffer> buffers_;
+  unsigned next_seed_ = 1;
+};
+
+#define EXPECT_BF16_CLOSE(pair) EXPECT_LE(error(pair), kBf16Tolerance) << #pair
+#define EXPECT_F32_CLOSE(pair) EXPECT_LE(error(pair), kF32Tolerance) << #pair
+
+TEST_F(CudaOpsTest, AddScaleAndCast) {
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    const Shape shape{37, 53};
+    Pair a = random_input(shape, dtype), b = random_input(shape, dtype);
+    Pair out = output(shape, dtype);
+    cpu_->add(out.cpu, a.cpu, b.cpu);
+    gpu_->add(out.gpu, a.gpu, b.gpu);
+    EXPECT_LE(error(out), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
+    cpu_->add(a.cpu, a.cpu, b.cpu);  // aliasing
+    gpu_->add(a.gpu, a.gpu, b.gpu);
+    cpu_->scale(a.cpu, -0.37f);
+    gpu_->scale(a.gpu, -0.37f);
+    EXPECT_LE(error(a), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
+  }
+  // f32 -> bf16 rounds to nearest even exactly like the host conversion; bf16 -> f32 is exact.
+  const std::vector<float> values = [] {
+    std::mt19937 rng(4242);
+    std::normal_distribution<float> dist(0, 3);
+    std::vector<float> v(1001);
+    for (float& x : v) x = dist(rng);
+    return v;
+  }();
+  const Shape shape{1001};
+  Tensor source = gpu_tensor(values, DType::kF32, shape);
+  buffers_.emplace_back(*gpu_, 1001 * 2);
+  Tensor narrow = buffers_.back().view(DType::kBF16, shape);
+  poison(narrow);
+  gpu_->cast(narrow, source);
+  Tensor wide = gpu_tensor(values, DType::kF32, shape);
+  poison(wide);
+  gpu_->cast(wide, narrow);
+  const std::vector<float> round_trip = download(wide);
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(round_trip[i], bf16_to_f32(f32_to_bf16(values[i]))) << "element " << i;
+  }
+  buffers_.emplace_back(*gpu_, 1001 * 2);
+  Tensor half = buffers_.back().view(DType::kF16, shape);
+  gpu_->cast(half, source);
+  gpu_->cast(wide, half);
+  const std::vector<float> half_trip = download(wide);
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(half_trip[i], f16_to_f32(f32_to_f16(values[i]))) << "element " << i;
+  }
+  gpu_->fill_zero(wide);
+  for (float v : download(wide)) ASSERT_EQ(v, 0.0f);
+}
+
+TEST_F(CudaOpsTest, AdamWMatchesReference) {
+  const Shape shape{100003};
+  Pair param = random_input(shape, DType::kF32), m = random_input(shape, DType::kF32, -0.1f, 0.1f);
+  Pair v = random_input(shape, DType::kF32, 0.0f, 0.01f);
+  for (int64_t step = 1; step <= 3; ++step) {
+    Pair grad = random_input(shape, DType::kF32);
+    AdamWStep s;
+    s.lr = 1e-3f;
+    s.weight_decay = 0.1f;
+    s.step = step;
+    s.grad_scale = 0.5f;
+    cpu_->adamw(param.cpu, grad.cpu, m.cpu, v.cpu, s);
+    gpu_->adamw(param.gpu, grad.gpu, m.gpu, v.gpu, s);
+  }
+  EXPECT_F32_CLOSE(param);
+  EXPECT_F32_CLOSE(m);
+  EXPECT_F32_CLOSE(v);
+}
+
+TEST_F(CudaOpsTest, SumSquaresAccumulates) {
+  Pair x = random_input({300007}, DType::kF32);
+  Pair sum = input({2.5f}, {1}, DType::kF32);
+  cpu_->sum_squares(x.cpu, sum.cpu);
+  gpu_->sum_squares(x.gpu, sum.gpu);
+  const float want = cpu_->read_scalar(sum.cpu);
+  const float got = gpu_->read_scalar(sum.gpu);
+  EXPECT_NEAR(got, want, 1e-5 * want);
+  EXPECT_GT(want, 2.5f + 1000.0f);
+}
+
+TEST_F(CudaOpsTest, Embedding) {
+  const int64_t vocab = 50, channels = 72, tokens = 97;
+  std::vector<int32_t> id_values(tokens);
+  for (int64_t n = 0; n < tokens; ++n) id_values[n] = static_cast<int32_t>((n * 37 + 11) % vocab);
+  Pair ids = ints(id_values, {tokens});
+  Pair table = random_input({vocab, channels});
+  Pair out = output({tokens, channels});
+  cpu_->embedding_forward(ids.cpu, table.cpu, out.cpu);
+  gpu_->embedding_forward(ids.gpu, table.gpu, out.gpu);
+  EXPECT_EQ(error(out), 0.0);
+  // Repeated ids accumulate into an fp32 grad table that already holds values.
+  Pair dout = random_input({tokens, channels});
+  Pair dtable = random_input({vocab, channels}, DType::kF32);
+  cpu_->embedding_backward(ids.cpu, dout.cpu, dtable.cpu);
+  gpu_->embedding_backward(ids.gpu, dout.gpu, dtable.gpu);
+  EXPECT_F32_CLOSE(dtable);
+}
+
+TEST_F(CudaOpsTest, RmsNorm) {
+  for (const int64_t channels : {96, 1000}) {
+    const int64_t rows = 67;
+    Pair x = random_input({rows, channels}, DType::kBF16, -2, 2);
+    Pair weight = random_input({channels}, DType::kBF16, 0.5f, 1.5f);
+    Pair out = output({rows, channels});
+    Pair rstd = output({rows}, DType::kF32);
+    cpu_->rmsnorm_forward(x.cpu, weight.cpu, 1e-5f, out.cpu, rstd.cpu);
+    gpu_->rmsnorm_forward(x.gpu, weight.gpu, 1e-5f, out.gpu, rstd.gpu);
+    EXPECT_BF16_CLOSE(out);
+    EXPECT_F32_CLOSE(rstd);
+    for (const bool accumulate : {false, true}) {
+      Pair dout = random_input({rows, channels});
+      Pair dx = accumulate ? random_input({rows, channels}) : output({rows, channels});
+      Pair dweight = random_input({channels}, DType::kF32);
+      cpu_->rmsnorm_backward(dout.cpu, x.cpu, weight.cpu, rstd.cpu, dx.cpu, dweight.cpu,
+                             accumulate);
+      gpu_->rmsnorm_backward(dout.gpu, x.gpu, weight.gpu, rstd.gpu, dx.gpu, dweight.gpu,
+                             accumulate);
+      EXPECT_BF16_CLOSE(dx) << " channels " << channels << " accumulate " << accumulate;
+      EXPECT_LE(error(dweight), 1e-4) << "channels " << channels;
+    }
+    // dx may alias dout; a bf16 dweight accumulates too.
+    Pair dout = random_input({rows, channels});
+    Pair dweight = random_input({channels}, DType::kBF16);
+    cpu_->rmsnorm_backward(dout.cpu, x.cpu, weight.cpu, rstd.cpu, dout.cpu, dweight.cpu, false);
+    gpu_->rmsnorm_backward(dout.gpu, x.gpu, weight.gpu, rstd.gpu, dout.gpu, dweight.gpu, false);
+    EXPECT_BF16_CLOSE(dout);
+    EXPECT_BF16_CLOSE(dweight);
+  }
+}
+
+TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
+  struct Case {
+    int64_t rows, in, out;
+    bool bias;
+  };
+  for (const Case c : {Case{100, 64, 96, true}, Case{37, 72, 40, false}, Case{256, 128, 384, true},
+                       Case{5, 24, 8, false}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << c.rows << " in " << c.in << " out " << c.out);
+    Pair x = random_input({c.rows, c.in});
+    Pair weight = random_input({c.out, c.in}, DType::kBF16, -0.2f, 0.2f);
+    Pair bias = c.bias ? random_input({c.out}) : Pair{};
+    Pair out = output({c.rows, c.out});
+    cpu_->linear_forward(x.cpu, weight.cpu, bias.cpu, out.cpu);
+    gpu_->linear_forward(x.gpu, weight.gpu, bias.gpu, out.gpu);
+    EXPECT_BF16_CLOSE(out);
+
+    for (const bool accumulate : {false, true}) {
+      Pair dout = random_input({c.rows, c.out});
+      Pair dx = accumulate ? random_input({c.rows, c.in}) : output({c.rows, c.in});
+      Pair dweight = random_input({c.out, c.in}, DType::kF32);  // LocalUnits keeps fp32 grads
+      Pair dbias = c.bias ? random_input({c.out}, DType::kF32) : Pair{};
+      cpu_->linear_backward(dout.cpu, x.cpu, weight.cpu, dx.cpu, dweight.cpu, dbias.cpu,
+                            accumulate);
+      gpu_->linear_backward(dout.gpu, x.gpu, weight.gpu, dx.gpu, dweight.gpu, dbias.gpu,
+                            accumulate);
+      EXPECT_BF16_CLOSE(dx);
+      EXPECT_LE(error(dweight), 1e-4);  // fp32 output of a bf16-input GEMM: only the sum order
+      if (c.bias) {
+        EXPECT_LE(error(dbias), 1e-4);
+      }
+    }
+    // bf16 grads, no dx.
+    Pair dout = random_input({c.rows, c.out});
+    Pair dweight = random_input({c.out, c.in}, DType::kBF16);
+    cpu_->linear_backward(dout.cpu, x.cpu, weight.cpu, Tensor(), dweight.cpu, Tensor(), false);
+    gpu_->linear_backward(dout.gpu, x.gpu, weight.gpu, Tensor(), dweight.gpu, Tensor(), false);
+    EXPECT_BF16_CLOSE(dweight);
+  }
+}
+
+TEST_F(CudaOpsTest, RopeForwardAndBackward) {
+  const int64_t tokens = 48, heads = 4, head_dim = 64, positions = 64, half = head_dim / 2;
+  std::vector<float> cos_values(positions * half), sin_values(positions * half);
+  for (int64_t p = 0; p < positions; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = p * std::pow(10000.0, -2.0 * i / head_dim);
+      cos_values[p * half + i] = static_cast<float>(std::cos(angle));
+      sin_values[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  Pair cos_table = input(cos_values, {positions, half}, DType::kF32);
+  Pair sin_table = input(sin_values, {positions, half}, DType::kF32);
+  std::vector<int32_t> position_values(tokens);
+  for (int64_t n = 0; n < tokens; ++n) position_values[n] = static_cast<int32_t>((n * 13) % positions);
+  Pair pos = ints(position_values, {tokens});
+  Pair x = random_input({tokens, heads, head_dim});
+  cpu_->rope_forward(x.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
+  gpu_->rope_forward(x.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
+  EXPECT_BF16_CLOSE(x);
+  Pair dx = random_input({tokens, heads, head_dim});
+  cpu_->rope_backward(dx.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
+  gpu_->rope_backward(dx.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
+  EXPECT_BF16_CLOSE(dx);
+}
+
+TEST_F(CudaOpsTest, SwiGlu) {
+  const Shape shape{33, 250};
+  Pair gate = random_input(shape, DType::kBF16, -4, 4), up = random_input(shape);
+  Pair out = output(shape);
+  cpu_->swiglu_forward(gate.cpu, up.cpu, out.cpu);
+  gpu_->swiglu_forward(gate.gpu, up.gpu, out.gpu);
+  EXPECT_BF16_CLOSE(out);
+  Pair dout = random_input(shape);
+  Pair dgate = output(shape), dup = output(shape);
+  cpu_->swiglu_backward(dout.cpu, gate.cpu, up.cpu, dgate.cpu, dup.cpu);
+  gpu_->swiglu_backward(dout.gpu, gate.gpu, up.gpu, dgate.gpu, dup.gpu);
+  EXPECT_BF16_CLOSE(dgate);
+  EXPECT_BF16_CLOSE(dup);
+  // In place, as the model may do: dgate over gate, dup over up.
+  cpu_->swiglu_backward(dout.cpu, gate.cpu, up.cpu, gate.cpu, up.cpu);
+  gpu_->swiglu_backward(dout.gpu, gate.gpu, up.gpu, gate.gpu, up.gpu);
+  EXPECT_BF16_CLOSE(gate);
+  EXPECT_BF16_CLOSE(up);
+}
+
+struct AttentionCase {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+};
+
+class CudaAttentionTest : public CudaOpsTest,
+                          public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttentionTest, ForwardAndBackward) {
+  const AttentionCase c = GetParam();
+  const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
+  const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  Pair q = random_input(q_shape, DType::kBF16, -2, 2), k = random_input(kv_shape, DType::kBF16, -2, 2);
+  Pair v = random_input(kv_shape);
+  Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
+  cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
+  gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
+  EXPECT_BF16_CLOSE(out);
+  EXPECT_LE(error(lse), 1e-5);
+
+  Pair dout = random_input(q_shape);
+  Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
+  cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
+                           dv.cpu);
+  gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu, dk.gpu,
+                           dv.gpu);
+  EXPECT_BF16_CLOSE(dq);
+  EXPECT_BF16_CLOSE(dk);
+  EXPECT_BF16_CLOSE(dv);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionTest,
+    ::testing::Values(AttentionCase{2, 256, 8, 2, 64}, AttentionCase{1, 128, 4, 4, 128},
+                      AttentionCase{2, 16, 4, 2, 16}, AttentionCase{2, 100, 4, 2, 64},
+                      AttentionCase{1, 100, 6, 2, 48}, AttentionCase{1, 77, 2, 1, 96}),
+    [](const testing::TestParamInfo<AttentionCase>& info) {
+      const AttentionCase& c = info.param;
+      return "B" + std::to_string(c.batch) + "T" + std::to_string(c.seq) + "H" +
+             std::to_string(c.heads) + "K" + std::to_string(c.kv_heads) + "D" +
+             std::to_string(c.head_dim);
+    });
+
+TEST_F(CudaOpsTest, CrossEntropy) {
+  for (const int64_t vocab : {1000, 32003}) {
+    const int64_t rows = 37;
+    std::vector<int32_t> target_values(rows);
+    for (int64_t n = 0; n < rows; ++n) {
+      target_values[n] = n % 7 == 3 ? -100 : static_cast<int32_t>((n * 7919) % vocab);
+    }
+    Pair targets = ints(target_values, {rows});
+    const std::vector<float> logit_values = random(rows * vocab, -8, 8);
+    // Loss only: logits untouched.
+    Pair logits = input(logit_values, {rows, vocab});
+    Pair loss = input({1.25f}, {1}, DType::kF32);
+    cpu_->cross_entropy(logits.cpu, targets.cpu, 0.5f, loss.cpu, false);
+    gpu_->cross_entropy(logits.gpu, targets.gpu, 0.5f, loss.gpu, false);
+    EXPECT_LE(error(loss), 1e-5);
+    EXPECT_EQ(error(logits), 0.0);
+    // Loss and gradient in place.
+    cpu_->cross_entropy(logits.cpu, targets.cpu, 0.5f, loss.cpu, true);
+    gpu_->cross_entropy(logits.gpu, targets.gpu, 0.5f, loss.gpu, true);
+    EXPECT_LE(error(loss), 1e-5) << "vocab " << vocab;
+    EXPECT_BF16_CLOSE(logits) << " vocab " << vocab;
+    const std::vector<float> dlogits = download(logits.gpu);
+    for (int64_t j = 0; j < vocab; ++j) ASSERT_EQ(dlogits[3 * vocab + j], 0.0f);  // ignored row
+  }
+}
+
+// Timing, not a check: run with --gtest_also_run_disabled_tests on the GPU machine. Shapes of
+// the benchmark models (Qwen2.5-1.5B attention and MLP, sequence 4096, micro-batch 2).
+TEST_F(CudaOpsTest, DISABLED_Throughput) {
+  auto time_ms = [&](auto&& body) {
+    body();  // warm-up: plans, module load
+    gpu_->synchronize();
+    constexpr int kRepeats = 5;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRepeats; ++i) body();
+    gpu_->synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+               .count() / kRepeats;
+  };
+  const int64_t B = 2, T = 4096, H = 12, K = 2, D = 128, C = 1536, F = 8960;
+  const Shape q_shape{B, T, H, D}, kv_shape{B, T, K, D};
+  auto device = [&](Shape shape, DType dtype) {
+    return gpu_tensor(random(shape.numel()), dtype, shape);
+  };
+  Tensor q = device(q_shape, DType::kBF16), k = device(kv_shape, DType::kBF16);
+  Tensor v = device(kv_shape, DType::kBF16), out = device(q_shape, DType::kBF16);
+  Tensor lse = device({B, H, T}, DType::kF32), dout = device(q_shape, DType::kBF16);
+  Tensor dq = device(q_shape, DType::kBF16), dk = device(kv_shape, DType::kBF16);
+  Tensor dv = device(kv_shape, DType::kBF16);
+  const float scale = 1.0f / std::sqrt(float{D});
+  const double attention_flops = 4.0 * B * H * T * T * D / 2;  // causal
+  const double forward_ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); });
+  const double backward_ms = time_ms(
+      [&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); });
+  std::printf("attention B=%ld T=%ld H=%ld K=%ld D=%ld: forward %.2f ms (%.1f TFLOP/s), "
+              "backward %.2f ms (%.1f TFLOP/s)\n", B, T, H, K, D, forward_ms,
+              attention_flops / forward_ms * 1e-9, backward_ms,
+              2.5 * attention_flops / backward_ms * 1e-9);
+  const int64_t N = B * T;
+  Tensor x = device({N, C}, DType::kBF16), w = device({F, C}, DType::kBF16);
+  Tensor y = device({N, F}, DType::kBF16), dy = device({N, F}, DType::kBF16);
+  Tensor dx = device({N, C}, DType::kBF16), dw = device({F, C}, DType::kF32);
+  const double gemm_flops = 2.0 * N * C * F;
+  const double fwd_ms = time_ms([&] { gpu_->linear_forward(x, w, Tensor(), y); });
+  const double bwd_ms =
+      time_ms([&] { gpu_->linear_backward(dy, x, w, dx, dw, Tensor(), false); });
+  std::printf("linear N=%ld I=%ld O=%ld: forward %.3f ms (%.0f TFLOP/s), backward (dx bf16 + "
+              "dW f32) %.3f ms (%.0f TFLOP/s)\n", N, C, F, fwd_ms, gemm_flops / fwd_ms * 1e-9,
+              bwd_ms, 2 * gemm_flops / bwd_ms * 1e-9);
+  Tensor weight = device({C}, DType::kBF16), rstd = device({N}, DType::kF32);
+  Tensor normed = device({N, C}, DType::kBF16), dweight = device({C}, DType::kF32);
+  const double norm_ms = time_ms([&] { gpu_->rmsnorm_forward(x, weight, 1e-6f, normed, rstd); });
+  const double norm_bwd_ms = time_ms(
+      [&] { gpu_->rmsnorm_backward(normed, x, weight, rstd, dx, dweight, true); });
+  std::printf("rmsnorm N=%ld C=%ld: forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n",
+              N, C, norm_ms, 4.0 * N * C / norm_ms * 1e-6, norm_bwd_ms,
+              8.0 * N * C / norm_bwd_ms * 1e-6);
+  const int64_t V = 151936, rows = 1024;
+  Tensor logits = device({rows, V}, DType::kBF16);
+  std::vector<int32_t> target_values(rows, 5);
+  Pair targets = ints(target_values, {rows});
+  Tensor loss = device({1}, DType::kF32);
+  const double ce_ms = time_ms(
+      [&] { gpu_->cross_entropy(logits, targets.gpu, 1.0f, loss, false); });
+  std::printf("cross_entropy rows=%ld V=%ld (loss only): %.3f ms (%.0f GB/s)\n", rows, V, ce_ms,
+              2.0 * rows * V / ce_ms * 1e-6);
+}
+
+}  // namespace
+}  // namespace shardtrain

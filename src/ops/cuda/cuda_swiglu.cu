@@ -1,0 +1,63 @@
+// SwiGLU: out = silu(gate) * up, and its backward. Each thread reads all of its element's
+// inputs before writing, so outputs may alias inputs (the model reuses buffers in place).
+#include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_kernels.h"
+
+namespace shardtrain::cuda_kernels {
+namespace {
+
+using cuda_detail::from_float;
+using cuda_detail::grid_for;
+using cuda_detail::to_float;
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void swiglu_forward_kernel(const T* gate, const T* up, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = to_float(gate[i]);
+    out[i] = from_float<T>(g / (1.0f + expf(-g)) * to_float(up[i]));
+  }
+}
+
+template <typename T>
+__global__ void swiglu_backward_kernel(const T* dout, const T* gate, const T* up, T* dgate,
+                                       T* dup, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = to_float(gate[i]);
+    const float u = to_float(up[i]);
+    const float dy = to_float(dout[i]);
+    const float sigmoid = 1.0f / (1.0f + expf(-g));
+    const float silu = g * sigmoid;
+    const float dsilu = sigmoid + g * sigmoid * (1.0f - sigmoid);
+    dgate[i] = from_float<T>(dy * u * dsilu);
+    dup[i] = from_float<T>(dy * silu);
+  }
+}
+
+}  // namespace
+
+void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  SHARDTRAIN_DISPATCH_FLOAT(dtype, T, {
+    swiglu_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
+  });
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward(DType dtype, const void* dout, const void* gate, const void* up,
+                     void* dgate, void* dup, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  SHARDTRAIN_DISPATCH_FLOAT(dtype, T, {
+    swiglu_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
+        static_cast<const T*>(dout), static_cast<const T*>(gate), static_cast<const T*>(up),
+        static_cast<T*>(dgate), static_cast<T*>(dup), n);
+  });
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace shardtrain::cuda_kernels
