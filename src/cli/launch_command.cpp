@@ -52,9 +52,17 @@ void add_launch_command(CLI::App& app, int& exit_code) {
                 "single node: host the store on a free local port [PET_STANDALONE]");
   // Everything from the first word that is not a launcher flag (or after --) is the worker
   // command, passed through untouched.
+  // CLI11 hands words after "--" to a positional; words without "--" arrive as remaining().
+  auto after_dashes = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("command", *after_dashes, "the worker command (after --)");
   cmd->prefix_command();
-  cmd->callback([cmd, flags, &exit_code] {
-    flags->command = cmd->remaining();
+  cmd->allow_extras();
+  cmd->callback([cmd, flags, after_dashes, &exit_code] {
+    flags->command = *after_dashes;
+    std::vector<std::string> rest = cmd->remaining();
+    // CLI11 2.x also reports the "--" separator itself, after the positional words.
+    if (!after_dashes->empty() && !rest.empty() && rest.back() == "--") rest.pop_back();
+    for (const std::string& word : rest) flags->command.push_back(word);
     exit_code = launch::run_agent(launch::resolve_launch_config(*flags, launch::process_env()));
   });
 }

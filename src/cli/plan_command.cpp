@@ -51,27 +51,31 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
   const std::string config_json =
       (std::filesystem::path(config.model.path) / "config.json").string();
   if (!std::filesystem::exists(config_json)) {
-    fail("model.path {} has no config.json; HINT: point model.path at a Hugging Face checkpoint "
-         "dir", config.model.path);
+    fail(
+        "model.path {} has no config.json; HINT: point model.path at a Hugging Face checkpoint "
+        "dir",
+        config.model.path);
   }
   const ModelConfig model_config = read_hf_config(config_json);
   const ParamLayout layout = make_param_layout(model_config);
-  const bool gpu = config.train.device == "cuda" ||
-                   (config.train.device == "auto" && cuda_available());
+  const bool gpu =
+      config.train.device == "cuda" || (config.train.device == "auto" && cuda_available());
   const DType act = gpu ? DType::kBF16 : DType::kF32;
   const int64_t grad_accum = config.grad_accum_for(world);
 
-  std::printf("plan: %s, %lld parameters in %zu units; world size %d (%d per node); "
-              "compute dtype %s; global batch %lld = micro_batch %lld x grad_accum %lld x %d\n",
-              model_config.model_type.c_str(), static_cast<long long>(layout.parameter_count()),
-              layout.units.size(), world, local_world, std::string(dtype_name(act)).c_str(),
-              static_cast<long long>(config.train.micro_batch * grad_accum * world),
-              static_cast<long long>(config.train.micro_batch),
-              static_cast<long long>(grad_accum), world);
-  std::printf("per-rank bytes (fsdp.reduce_on_last_micro_batch = %s; activations not "
-              "included):\n", config.fsdp.reduce_on_last_micro_batch ? "true" : "false");
-  std::printf("%-14s %6s %13s %13s %13s %13s %13s %13s\n", "strategy", "group", "params",
-              "moments", "grad shard", "full grads", "gathered", "total");
+  std::printf(
+      "plan: %s, %lld parameters in %zu units; world size %d (%d per node); "
+      "compute dtype %s; global batch %lld = micro_batch %lld x grad_accum %lld x %d\n",
+      model_config.model_type.c_str(), static_cast<long long>(layout.parameter_count()),
+      layout.units.size(), world, local_world, std::string(dtype_name(act)).c_str(),
+      static_cast<long long>(config.train.micro_batch * grad_accum * world),
+      static_cast<long long>(config.train.micro_batch), static_cast<long long>(grad_accum), world);
+  std::printf(
+      "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s; activations not "
+      "included):\n",
+      config.fsdp.reduce_on_last_micro_batch ? "true" : "false");
+  std::printf("%-14s %6s %13s %13s %13s %13s %13s %13s\n", "strategy", "group", "params", "moments",
+              "grad shard", "full grads", "gathered", "total");
   for (FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
                                 FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard}) {
     int group = 0;
@@ -101,8 +105,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--config", args->config_path, "TOML job config")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--world-size", args->world_size, "number of ranks")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--world-size", args->world_size, "number of ranks")->check(CLI::PositiveNumber);
   cmd->add_option("--local-world-size", args->local_world_size,
                   "ranks per node (HYBRID_SHARD's default shard group); default: world size")
       ->check(CLI::PositiveNumber);

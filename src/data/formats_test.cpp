@@ -356,8 +356,8 @@ TEST(RealTokenizers, TokenMergedAcrossTheBoundaryBelongsToTheCompletion) {
       *qwen, render_record(json{{"prompt", "Say: Hel"}, {"completion", "lo world"}}, settings));
   const std::vector<int32_t> joint = qwen->encode("Say: Hello world", true);
   EXPECT_EQ(document.ids, joint);
-  // "Hello" straddles the boundary: it is trained, like " world".
-  EXPECT_EQ(text_with_mask(*qwen, document, 1), "Hello world");
+  // " Hello" straddles the boundary (the prompt alone ends in " Hel"): it is trained.
+  EXPECT_EQ(text_with_mask(*qwen, document, 1), " Hello world");
 }
 
 }  // namespace

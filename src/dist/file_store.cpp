@@ -74,8 +74,8 @@ FileStore::FileStore(std::string directory) : directory_(std::move(directory)) {
   std::error_code ec;
   fs::create_directories(directory_, ec);
   if (ec || !fs::is_directory(directory_)) {
-    fail("file store: cannot create directory {}: {}; HINT: check SHARDTRAIN_STORE_DIR",
-         directory_, ec.message());
+    fail("file store: cannot create directory {}: {}; HINT: check SHARDTRAIN_STORE_DIR", directory_,
+         ec.message());
   }
 }
 
@@ -144,17 +144,16 @@ void FileStore::wait(const std::vector<std::string>& keys, Duration timeout) {
     const std::string path = path_of(key);
     while (!fs::exists(path)) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        fail("file store: timed out after {} ms waiting for key '{}' in {}; HINT: did every "
-             "rank start, with the same SHARDTRAIN_STORE_DIR and WORLD_SIZE?",
-             timeout.count(), key, directory_);
+        fail(
+            "file store: timed out after {} ms waiting for key '{}' in {}; HINT: did every "
+            "rank start, with the same SHARDTRAIN_STORE_DIR and WORLD_SIZE?",
+            timeout.count(), key, directory_);
       }
       std::this_thread::sleep_for(kPollInterval);
     }
   }
 }
 
-bool FileStore::remove(const std::string& key) {
-  return std::remove(path_of(key).c_str()) == 0;
-}
+bool FileStore::remove(const std::string& key) { return std::remove(path_of(key).c_str()) == 0; }
 
 }  // namespace shardtrain

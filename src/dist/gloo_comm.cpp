@@ -1,10 +1,5 @@
 #include "dist/gloo_comm.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -14,6 +9,11 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -90,8 +90,8 @@ class GlooComm final : public Comm {
     try {
       context->connectFullMesh(adapter, device);
     } catch (const std::exception& e) {
-      fail("gloo: rank {} of {} could not connect to its peers through {} (prefix '{}'): {}",
-           rank, size, store_.endpoint(), prefix_, e.what());
+      fail("gloo: rank {} of {} could not connect to its peers through {} (prefix '{}'): {}", rank,
+           size, store_.endpoint(), prefix_, e.what());
     }
     context_ = std::move(context);
   }
@@ -169,8 +169,8 @@ class GlooComm final : public Comm {
     };
     std::vector<Member> members;
     for (int r = 0; r < size_; ++r) {
-      const std::string value = store_.get(base + "/member/" + std::to_string(r),
-                                           kRendezvousTimeout);
+      const std::string value =
+          store_.get(base + "/member/" + std::to_string(r), kRendezvousTimeout);
       int other_color = 0, other_key = 0;
       if (std::sscanf(value.c_str(), "%d %d", &other_color, &other_key) != 2) {
         fail("gloo split: malformed member record '{}' in {}", value, store_.endpoint());

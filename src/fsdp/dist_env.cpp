@@ -25,9 +25,10 @@ int env_int(const char* name, int fallback) {
     if (used == text.size()) return value;
   } catch (const std::exception&) {
   }
-  fail("environment variable {}='{}' is not an integer; HINT: start workers with "
-       "`shardtrain launch` (or torchrun), which sets it",
-       name, text);
+  fail(
+      "environment variable {}='{}' is not an integer; HINT: start workers with "
+      "`shardtrain launch` (or torchrun), which sets it",
+      name, text);
 }
 
 }  // namespace
@@ -63,12 +64,13 @@ DistWorld connect_world(const DistEnv& env) {
     world.store = std::make_unique<FileStore>(env.store_dir);
   } else {
     if (env.master_addr.empty() || env.master_port <= 0) {
-      fail("WORLD_SIZE={} but MASTER_ADDR/MASTER_PORT are not set; HINT: start workers with "
-           "`shardtrain launch`, or set SHARDTRAIN_STORE_DIR to a directory all ranks share",
-           env.world);
+      fail(
+          "WORLD_SIZE={} but MASTER_ADDR/MASTER_PORT are not set; HINT: start workers with "
+          "`shardtrain launch`, or set SHARDTRAIN_STORE_DIR to a directory all ranks share",
+          env.world);
     }
-    world.store = std::make_unique<TcpStoreClient>(env.master_addr, env.master_port,
-                                                   std::chrono::minutes(5));
+    world.store =
+        std::make_unique<TcpStoreClient>(env.master_addr, env.master_port, std::chrono::minutes(5));
   }
   // Keys scoped by restart, so a restarted group never reads the previous group's addresses.
   const std::string prefix = "shardtrain/restart" + std::to_string(env.restart_count) + "/world";

@@ -8,11 +8,10 @@
 // The global batch (4 sequences) is the same for every world size: micro_batch 1 and
 // grad_accum 4 / 2 / 1 on 1 / 2 / 4 ranks, so gradient accumulation is covered too.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
@@ -79,8 +78,12 @@ class FsdpDistTest : public ::testing::Test {
     fs::create_directories(run_dir + "/store");
     result.output_dir = run_dir + "/out";
     const std::string metrics = run_dir + "/metrics.jsonl";
-    std::vector<std::string> args = {SHARDTRAIN_BINARY, "train", "--config", dir_ + "/job.toml",
-                                     "--metrics", metrics,
+    std::vector<std::string> args = {SHARDTRAIN_BINARY,
+                                     "train",
+                                     "--config",
+                                     dir_ + "/job.toml",
+                                     "--metrics",
+                                     metrics,
                                      "--train.output_dir=" + result.output_dir};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<pid_t> pids;
@@ -132,9 +135,9 @@ class FsdpDistTest : public ::testing::Test {
       text << in.rdbuf();
       result.rank_logs.push_back(text.str());
       const bool ok = WIFEXITED(statuses[r]) && WEXITSTATUS(statuses[r]) == 0;
-      EXPECT_EQ(ok, expect_ok)
-          << name << " rank " << r << " failed (status " << statuses[r] << "):\n"
-          << result.rank_logs.back();
+      EXPECT_EQ(ok, expect_ok) << name << " rank " << r << " failed (status " << statuses[r]
+                               << "):\n"
+                               << result.rank_logs.back();
     }
     std::ifstream lines(metrics);
     for (std::string line; std::getline(lines, line);) {
@@ -190,9 +193,10 @@ class FsdpDistTest : public ::testing::Test {
       if (rel > worst_param) worst_param = rel, worst_name = tensor;
       EXPECT_LE(rel, 1e-4) << name << " " << tensor;
     }
-    std::printf("[%s] largest loss difference %.3g (relative, step %d); largest parameter "
-                "difference %.3g (relative to the tensor's max, %s)\n",
-                name.c_str(), worst_loss, worst_step, worst_param, worst_name.c_str());
+    std::printf(
+        "[%s] largest loss difference %.3g (relative, step %d); largest parameter "
+        "difference %.3g (relative to the tensor's max, %s)\n",
+        name.c_str(), worst_loss, worst_step, worst_param, worst_name.c_str());
   }
 
   static std::string dir_;
@@ -219,7 +223,7 @@ TEST_F(FsdpDistTest, FullShardWorld2And4MatchOneProcess) {
 
 TEST_F(FsdpDistTest, ShardBytesAreTotalOverWorldWithinPadding) {
   // llama_gqa: 3 units; each is padded to a multiple of world x 64 elements.
-  const RunResult got = run("shard_bytes_w4", 4, 4, {"--train.steps=1"});
+  const RunResult got = run("shard_bytes_w4", 4, 4, {"--train.steps=2"});
   int64_t unpadded = 0;
   const HfCheckpoint model = HfCheckpoint::open(kModel);
   for (const std::string& t : model.tensor_names()) unpadded += model.find(t)->shape.numel();
@@ -228,8 +232,9 @@ TEST_F(FsdpDistTest, ShardBytesAreTotalOverWorldWithinPadding) {
     ASSERT_FALSE(m.is_null()) << got.rank_logs[r];
     const int64_t shard_elems = m["master_bytes"].get<int64_t>() / 4;
     EXPECT_GE(shard_elems * 4, unpadded);
-    const int64_t padding_bound = 3 * 4 * kParamAlignElems +  // group padding, per unit
-                                  kParamAlignElems * static_cast<int64_t>(model.tensor_names().size());
+    const int64_t padding_bound =
+        3 * 4 * kParamAlignElems +  // group padding, per unit
+        kParamAlignElems * static_cast<int64_t>(model.tensor_names().size());
     EXPECT_LE(shard_elems * 4, unpadded + padding_bound);
   }
 }
@@ -237,8 +242,8 @@ TEST_F(FsdpDistTest, ShardBytesAreTotalOverWorldWithinPadding) {
 TEST_F(FsdpDistTest, ShardGradOpMatchesAndGathersMoreThanFullShard) {
   const RunResult sgo = run("shard_grad_op_w2", 2, 2, {"--fsdp.strategy=SHARD_GRAD_OP"});
   expect_equivalent("shard_grad_op_w2", sgo);
-  const RunResult full = run("full_shard_peak_w2", 2, 2, {"--fsdp.strategy=FULL_SHARD",
-                                                          "--train.steps=1"});
+  const RunResult full =
+      run("full_shard_peak_w2", 2, 2, {"--fsdp.strategy=FULL_SHARD", "--train.steps=2"});
   const nlohmann::json m_sgo = measured_memory(sgo.rank_logs[0]);
   const nlohmann::json m_full = measured_memory(full.rank_logs[0]);
   ASSERT_FALSE(m_sgo.is_null());
@@ -264,7 +269,7 @@ TEST_F(FsdpDistTest, HybridShardTwoByTwoMatchesOneProcess) {
   const RunResult got = run("hybrid_2x2", 4, 2, {"--fsdp.strategy=HYBRID_SHARD"});
   expect_equivalent("hybrid_2x2", got);
   const nlohmann::json m = measured_memory(got.rank_logs[0]);
-  const RunResult full = run("full_shard_w2_bytes", 2, 2, {"--train.steps=1"});
+  const RunResult full = run("full_shard_w2_bytes", 2, 2, {"--train.steps=2"});
   EXPECT_EQ(m["master_bytes"], measured_memory(full.rank_logs[0])["master_bytes"])
       << "HYBRID 2x2 shards like FULL_SHARD on 2 ranks";
 }

@@ -9,16 +9,22 @@ FsdpStrategy parse_fsdp_strategy(const std::string& name) {
   if (name == "SHARD_GRAD_OP") return FsdpStrategy::kShardGradOp;
   if (name == "HYBRID_SHARD") return FsdpStrategy::kHybridShard;
   if (name == "NO_SHARD") return FsdpStrategy::kNoShard;
-  fail("config key 'fsdp.strategy' must be one of FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, "
-       "NO_SHARD; got '{}'", name);
+  fail(
+      "config key 'fsdp.strategy' must be one of FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, "
+      "NO_SHARD; got '{}'",
+      name);
 }
 
 const char* fsdp_strategy_name(FsdpStrategy strategy) {
   switch (strategy) {
-    case FsdpStrategy::kFullShard: return "FULL_SHARD";
-    case FsdpStrategy::kShardGradOp: return "SHARD_GRAD_OP";
-    case FsdpStrategy::kHybridShard: return "HYBRID_SHARD";
-    case FsdpStrategy::kNoShard: return "NO_SHARD";
+    case FsdpStrategy::kFullShard:
+      return "FULL_SHARD";
+    case FsdpStrategy::kShardGradOp:
+      return "SHARD_GRAD_OP";
+    case FsdpStrategy::kHybridShard:
+      return "HYBRID_SHARD";
+    case FsdpStrategy::kNoShard:
+      return "NO_SHARD";
   }
   return "?";
 }
@@ -33,9 +39,10 @@ int shard_group_size_for(FsdpStrategy strategy, int world, int local_world, int 
     case FsdpStrategy::kHybridShard: {
       const int group = requested_group > 0 ? requested_group : local_world;
       if (group < 1 || world % group != 0) {
-        fail("config key 'fsdp.shard_group_size' ({}; 0 = ranks per node = {}) must divide the "
-             "world size {} for HYBRID_SHARD; HINT: set it to a divisor of {}",
-             requested_group, local_world, world, world);
+        fail(
+            "config key 'fsdp.shard_group_size' ({}; 0 = ranks per node = {}) must divide the "
+            "world size {} for HYBRID_SHARD; HINT: set it to a divisor of {}",
+            requested_group, local_world, world, world);
       }
       return group;
     }

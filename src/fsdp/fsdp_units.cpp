@@ -7,8 +7,7 @@
 
 namespace shardtrain {
 
-FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups,
-                     FsdpOptions options)
+FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, FsdpOptions options)
     : ops_(ops),
       layout_(layout),
       groups_(groups),
@@ -27,7 +26,8 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups,
   state_.resize(plan_.units.size());
   if (sharded()) {
     int64_t largest_shard = 0;
-    for (const UnitShard& unit : plan_.units) largest_shard = std::max(largest_shard, unit.shard_numel);
+    for (const UnitShard& unit : plan_.units)
+      largest_shard = std::max(largest_shard, unit.shard_numel);
     reduced_shard_ = DeviceBuffer(ops, static_cast<size_t>(largest_shard) * sizeof(float));
   }
 }
@@ -53,7 +53,8 @@ void FsdpUnits::init_random(uint64_t seed, double std) {
     const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
     shard_values.assign(shard, 0.0f);  // padding beyond the unit stays zero
     const int64_t end = std::min(begin + shard, unit.numel);
-    if (end > begin) std::copy(unit_values.begin() + begin, unit_values.begin() + end, shard_values.begin());
+    if (end > begin)
+      std::copy(unit_values.begin() + begin, unit_values.begin() + end, shard_values.begin());
     ops_.copy_from_host(master_shard(u), shard_values.data());
   }
   refresh_compute_params();
@@ -176,9 +177,9 @@ void FsdpUnits::free_slot(Pool& pool, int slot, size_t unit_bytes) {
 Tensor FsdpUnits::acquire_params(int unit) {
   const DType act = ops_.activation_dtype();
   const int64_t numel = layout_.units[unit].numel;
-  const Tensor compute_shard =
-      act == DType::kF32 ? master_shard(unit)
-                         : compute_[unit].view(act, {plan_.units[unit].shard_numel});
+  const Tensor compute_shard = act == DType::kF32
+                                   ? master_shard(unit)
+                                   : compute_[unit].view(act, {plan_.units[unit].shard_numel});
   if (!sharded()) return compute_shard.rows(0, numel);
 
   const int64_t padded = plan_.units[unit].padded_numel;
@@ -199,9 +200,9 @@ void FsdpUnits::release_params(int unit) {
   // SHARD_GRAD_OP keeps forward's gather for backward; everything is freed after backward.
   const bool keep = options_.strategy == FsdpStrategy::kShardGradOp && !state.in_backward;
   if (keep) return;
-  free_slot(gathered_pool_, state.gathered_slot,
-            static_cast<size_t>(plan_.units[unit].padded_numel) *
-                dtype_size(ops_.activation_dtype()));
+  free_slot(
+      gathered_pool_, state.gathered_slot,
+      static_cast<size_t>(plan_.units[unit].padded_numel) * dtype_size(ops_.activation_dtype()));
   state.gathered_slot = -1;
 }
 

@@ -93,8 +93,8 @@ class FsdpUnits final : public UnitAccess {
 
  private:
   struct UnitState {
-    int gathered_slot = -1;   // index into gathered_pool_, -1 = not gathered
-    int full_grad_slot = -1;  // index into full_grad_pool_, -1 = none
+    int gathered_slot = -1;    // index into gathered_pool_, -1 = not gathered
+    int full_grad_slot = -1;   // index into full_grad_pool_, -1 = none
     bool in_backward = false;  // acquire_grads was called since the last grads_ready
   };
   // A pool of equal-sized buffers (the largest unit); in-use bytes are tracked per unit size.

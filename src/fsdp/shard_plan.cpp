@@ -46,7 +46,8 @@ FsdpMemory estimate_fsdp_memory(const ShardPlan& plan, FsdpStrategy strategy,
   size_t all_units = 0, largest_block = 0;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     all_units += static_cast<size_t>(plan.units[u].padded_numel);
-    if (u > 0) largest_block = std::max(largest_block, static_cast<size_t>(plan.units[u].padded_numel));
+    if (u > 0)
+      largest_block = std::max(largest_block, static_cast<size_t>(plan.units[u].padded_numel));
   }
   const size_t root = plan.units.empty() ? 0 : static_cast<size_t>(plan.units[0].padded_numel);
   const size_t root_and_block = root + largest_block;

@@ -1,6 +1,7 @@
 // The launcher agent's main loop: rendezvous, start workers, watch, restart (launcher.h).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -191,6 +192,8 @@ std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const RoundPlan
 
 int run_agent(const LaunchConfig& config) {
   SignalForwarding signals;
+  // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   std::unique_ptr<TcpStoreServer> server;
   std::string store_host = config.rdzv_host;
   int store_port = config.rdzv_port;

@@ -196,6 +196,19 @@ void WorkerGroup::reap(bool block) {
   }
 }
 
+void WorkerGroup::reap_adopted_orphans(std::chrono::milliseconds patience) {
+  // The agent is a child subreaper (run_agent), so what a worker left behind is re-parented
+  // here once the worker dies; reap it so no zombie outlives the agent.
+  const auto deadline = Clock::now() + patience;
+  while (true) {
+    const pid_t pid = ::waitpid(-1, nullptr, WNOHANG);
+    if (pid > 0) continue;
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0 || Clock::now() >= deadline) return;  // ECHILD: no children left
+    ::usleep(10'000);
+  }
+}
+
 void WorkerGroup::pump(int timeout_ms, int wake_fd) {
   std::vector<pollfd> fds;
   std::vector<std::pair<Worker*, OutputStream*>> owners;
@@ -271,6 +284,7 @@ void WorkerGroup::stop(std::chrono::milliseconds grace, int first_signal) {
     if (!w->exited) ::kill(-w->pid, SIGKILL);
   }
   reap(true);
+  reap_adopted_orphans(std::chrono::milliseconds(500));
   const auto drain_deadline = Clock::now() + std::chrono::milliseconds(500);
   while (Clock::now() < drain_deadline) {
     bool open = false;

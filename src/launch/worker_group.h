@@ -63,6 +63,8 @@ class WorkerGroup {
   // Reads whatever output is ready (waiting up to `timeout_ms`), and reaps exited workers.
   void pump(int timeout_ms, int wake_fd);
   void reap(bool block);
+  // Reaps exited processes that were re-parented to the agent. REQUIRES: all workers reaped.
+  static void reap_adopted_orphans(std::chrono::milliseconds patience);
   bool all_exited() const;
 
   std::vector<std::unique_ptr<Worker>> workers_;

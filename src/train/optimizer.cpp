@@ -40,7 +40,7 @@ void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
                            ? static_cast<float>(settings_.weight_decay)
                            : 0.0f;
       const int64_t rel = lo - begin, n = hi - lo;
-      ops_.adamw(u.param.reshaped({u.param.numel()}).rows(rel, rel + n),
+      ops_.adamw(u.param.rows(rel, rel + n),
                  u.grad.rows(rel, rel + n), u.exp_avg.rows(rel, rel + n),
                  u.exp_avg_sq.rows(rel, rel + n), s);
     }

@@ -201,6 +201,26 @@ TEST_F(TrainConfigTest, TypoInFileIsCaught) {
   EXPECT_NE(message.find("did you mean 'optim.warmup_steps'?"), std::string::npos) << message;
 }
 
+TEST(GlobalBatch, DerivesGradAccumOrRefusesTheWorldSize) {
+  TrainConfig config;
+  config.train.micro_batch = 2;
+  config.train.grad_accum = 3;
+  EXPECT_EQ(config.grad_accum_for(4), 3);  // no global_batch: grad_accum as given
+  config.train.grad_accum = 1;
+  config.train.global_batch = 16;
+  EXPECT_EQ(config.grad_accum_for(1), 8);
+  EXPECT_EQ(config.grad_accum_for(4), 2);
+  try {
+    config.grad_accum_for(3);
+    FAIL() << "16 sequences cannot be split over 3 ranks of 2";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.global_batch"), std::string::npos) << e.what();
+  }
+  config.train.grad_accum = 4;
+  EXPECT_THROW(config.grad_accum_for(4), Error);  // conflicts: 16 / (2 x 4) = 2
+  EXPECT_EQ(config.grad_accum_for(2), 4);          // agrees
+}
+
 TEST(DemoConfig, ExampleTomlLoadsAndValidates) {
   TrainConfig config;
   ConfigSchema schema;

@@ -10,7 +10,7 @@ export LD_LIBRARY_PATH=$kit/lib/x86_64-linux-gnu:$kit/lib:${LD_LIBRARY_PATH:-}
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$kit" -DSHARDTRAIN_CUDA=ON -DSHARDTRAIN_CUDA_ARCH=90 \
+  -DCMAKE_PREFIX_PATH="$kit" -DSHARDTRAIN_CUDA=${SHARDTRAIN_CUDA:-ON} -DSHARDTRAIN_CUDA_ARCH=90 \
   -DCMAKE_LIBRARY_PATH="$kit/lib/x86_64-linux-gnu;$kit/lib" >/dev/null
 if (($# > 0)); then
   cmake --build "$build" -j "$(nproc)" --target "$@"

@@ -32,6 +32,16 @@ cp -L /usr/lib/$arch/openblas-pthread/libopenblas.so.0 "$kit/lib/$arch/libopenbl
 ln -sf libopenblas.so.0 "$kit/lib/$arch/libopenblas.so"
 cp -a /usr/lib/libgloo.so* "$kit/lib/"
 
+# Whatever those libraries load in turn (gloo: hiredis, ibverbs, libnl), except the C/C++ runtime.
+for lib in "$kit"/lib/$arch/*.so.* "$kit"/lib/*.so.*; do
+  ldd "$lib" | awk '/=> \//{print $3}' | while read -r dep; do
+    case $(basename "$dep") in
+      libc.so*|libm.so*|libstdc++*|libgcc_s*|ld-linux*|libpthread*|libdl.so*|librt.so*) ;;
+      *) [[ -e "$kit/lib/$arch/$(basename "$dep")" ]] || cp -L "$dep" "$kit/lib/$arch/" ;;
+    esac
+  done
+done
+
 for pkg in fmt tomlplusplus GTest; do cp -r "/usr/lib/$arch/cmake/$pkg" "$kit/lib/$arch/cmake/"; done
 for pkg in CLI11 nlohmann_json Gloo; do cp -r "/usr/share/cmake/$pkg" "$kit/share/cmake/"; done
 # Gloo's exported targets name /usr/lib absolutely; make them relative to the package.

@@ -26,7 +26,7 @@ using cuda_detail::to_float;
 using cuda_detail::warp_max;
 using cuda_detail::warp_sum;
 
-constexpr int kTile = 64;               // queries and keys per tile
+constexpr int kTile = 64;  // queries and keys per tile
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = kTile / kWarps;  // 8
@@ -57,8 +57,8 @@ __device__ void load_tile(float* tile, int pitch, const T* head_base, int64_t to
 
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kThreads)
-attention_forward_kernel(const T* q_BTHD, const T* k_BTKD, const T* v_BTKD, float scale,
-                         AttentionShape shape, T* out_BTHD, float* lse_BHT) {
+    attention_forward_kernel(const T* q_BTHD, const T* k_BTKD, const T* v_BTKD, float scale,
+                             AttentionShape shape, T* out_BTHD, float* lse_BHT) {
   const int D = shape.head_dim, seq = shape.seq;
   const int q_tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int kv_head = h / (shape.heads / shape.kv_heads);
@@ -66,9 +66,9 @@ attention_forward_kernel(const T* q_BTHD, const T* k_BTKD, const T* v_BTKD, floa
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ float shared[];
-  float* q_tile_s = shared;                       // [kTile][D]
-  float* k_tile_s = q_tile_s + kTile * D;         // [kTile][D + 1]
-  float* v_tile_s = k_tile_s + kTile * (D + 1);   // [kTile][D]
+  float* q_tile_s = shared;                                             // [kTile][D]
+  float* k_tile_s = q_tile_s + kTile * D;                               // [kTile][D + 1]
+  float* v_tile_s = k_tile_s + kTile * (D + 1);                         // [kTile][D]
   float* probs_s = v_tile_s + kTile * D + warp * kRowsPerWarp * kTile;  // this warp's [8][kTile]
 
   const T* q_base = q_BTHD + b * strides.q_batch + int64_t{h} * D;
@@ -168,8 +168,8 @@ attention_forward_kernel(const T* q_BTHD, const T* k_BTKD, const T* v_BTKD, floa
 
 // delta_BHT[b][h][t] = sum_d dout * out; one warp per (b, t, h) row.
 template <typename T>
-__global__ void attention_delta_kernel(const T* dout_BTHD, const T* out_BTHD,
-                                       AttentionShape shape, float* delta_BHT) {
+__global__ void attention_delta_kernel(const T* dout_BTHD, const T* out_BTHD, AttentionShape shape,
+                                       float* delta_BHT) {
   const int64_t rows = int64_t{shape.batch} * shape.seq * shape.heads;
   const int64_t row = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -190,9 +190,9 @@ __global__ void attention_delta_kernel(const T* dout_BTHD, const T* out_BTHD,
 
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kThreads)
-attention_dq_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, const T* v_BTKD,
-                    const float* lse_BHT, const float* delta_BHT, float scale,
-                    AttentionShape shape, T* dq_BTHD) {
+    attention_dq_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, const T* v_BTKD,
+                        const float* lse_BHT, const float* delta_BHT, float scale,
+                        AttentionShape shape, T* dq_BTHD) {
   const int D = shape.head_dim, seq = shape.seq;
   const int q_tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int kv_head = h / (shape.heads / shape.kv_heads);
@@ -200,10 +200,10 @@ attention_dq_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ float shared[];
-  float* q_tile_s = shared;                        // [kTile][D]
-  float* dout_tile_s = q_tile_s + kTile * D;       // [kTile][D]
-  float* k_tile_s = dout_tile_s + kTile * D;       // [kTile][D + 1]
-  float* v_tile_s = k_tile_s + kTile * (D + 1);    // [kTile][D + 1]
+  float* q_tile_s = shared;                                                     // [kTile][D]
+  float* dout_tile_s = q_tile_s + kTile * D;                                    // [kTile][D]
+  float* k_tile_s = dout_tile_s + kTile * D;                                    // [kTile][D + 1]
+  float* v_tile_s = k_tile_s + kTile * (D + 1);                                 // [kTile][D + 1]
   float* dscores_s = v_tile_s + kTile * (D + 1) + warp * kRowsPerWarp * kTile;  // [8][kTile]
 
   const int64_t q_offset = b * strides.q_batch + int64_t{h} * D;
@@ -233,7 +233,8 @@ attention_dq_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, const 
 
     float score[kRowsPerWarp][2], dprob[kRowsPerWarp][2];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) score[r][0] = score[r][1] = dprob[r][0] = dprob[r][1] = 0;
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      score[r][0] = score[r][1] = dprob[r][0] = dprob[r][1] = 0;
     for (int d = 0; d < D; ++d) {
       const float k0 = k_tile_s[lane * (D + 1) + d];
       const float k1 = k_tile_s[(lane + 32) * (D + 1) + d];
@@ -296,9 +297,9 @@ attention_dq_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, const 
 
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kThreads)
-attention_dkdv_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, const T* v_BTKD,
-                      const float* lse_BHT, const float* delta_BHT, float scale,
-                      AttentionShape shape, T* dk_BTKD, T* dv_BTKD) {
+    attention_dkdv_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, const T* v_BTKD,
+                          const float* lse_BHT, const float* delta_BHT, float scale,
+                          AttentionShape shape, T* dk_BTKD, T* dv_BTKD) {
   const int D = shape.head_dim, seq = shape.seq;
   const int kv_tile = blockIdx.x, kv_head = blockIdx.y, b = blockIdx.z;
   const int group = shape.heads / shape.kv_heads;
@@ -306,12 +307,12 @@ attention_dkdv_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, cons
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   extern __shared__ float shared[];
-  float* k_tile_s = shared;                         // [kTile][D]
-  float* v_tile_s = k_tile_s + kTile * D;           // [kTile][D]
-  float* q_tile_s = v_tile_s + kTile * D;           // [kTile][D + 1]
-  float* dout_tile_s = q_tile_s + kTile * (D + 1);  // [kTile][D + 1]
-  float* lse_s = dout_tile_s + kTile * (D + 1);     // [kTile]
-  float* delta_s = lse_s + kTile;                   // [kTile]
+  float* k_tile_s = shared;                                            // [kTile][D]
+  float* v_tile_s = k_tile_s + kTile * D;                              // [kTile][D]
+  float* q_tile_s = v_tile_s + kTile * D;                              // [kTile][D + 1]
+  float* dout_tile_s = q_tile_s + kTile * (D + 1);                     // [kTile][D + 1]
+  float* lse_s = dout_tile_s + kTile * (D + 1);                        // [kTile]
+  float* delta_s = lse_s + kTile;                                      // [kTile]
   float* probs_s = delta_s + kTile + warp * kRowsPerWarp * kTile * 2;  // this warp's [8][kTile]
   float* dscores_s = probs_s + kRowsPerWarp * kTile;                   // this warp's [8][kTile]
 
@@ -347,7 +348,8 @@ attention_dkdv_kernel(const T* dout_BTHD, const T* q_BTHD, const T* k_BTKD, cons
       // Lane holds query rows lane and lane + 32 against each of the warp's 8 keys.
       float score[kRowsPerWarp][2], dprob[kRowsPerWarp][2];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) score[r][0] = score[r][1] = dprob[r][0] = dprob[r][1] = 0;
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        score[r][0] = score[r][1] = dprob[r][0] = dprob[r][1] = 0;
       for (int d = 0; d < D; ++d) {
         const float q0 = q_tile_s[lane * (D + 1) + d];
         const float q1 = q_tile_s[(lane + 32) * (D + 1) + d];
@@ -441,9 +443,10 @@ void allow_shared(Kernel kernel, size_t bytes) {
 void check_shape(const AttentionShape& s) {
   if (s.head_dim <= 0 || s.head_dim > 128 || s.head_dim % 2 != 0 || s.kv_heads <= 0 ||
       s.heads % s.kv_heads != 0) {
-    std::fprintf(stderr, "%s:%d: attention shape not supported (H=%d K=%d D=%d): need even "
-                 "D <= 128 and H a multiple of K\n", __FILE__, __LINE__, s.heads, s.kv_heads,
-                 s.head_dim);
+    std::fprintf(stderr,
+                 "%s:%d: attention shape not supported (H=%d K=%d D=%d): need even "
+                 "D <= 128 and H a multiple of K\n",
+                 __FILE__, __LINE__, s.heads, s.kv_heads, s.head_dim);
     std::abort();
   }
 }
@@ -452,10 +455,18 @@ void check_shape(const AttentionShape& s) {
 template <typename Fn>
 void dispatch_chunks(int head_dim, Fn&& fn) {
   switch ((head_dim + 31) / 32) {
-    case 1: fn.template operator()<1>(); break;
-    case 2: fn.template operator()<2>(); break;
-    case 3: fn.template operator()<3>(); break;
-    default: fn.template operator()<4>(); break;
+    case 1:
+      fn.template operator()<1>();
+      break;
+    case 2:
+      fn.template operator()<2>();
+      break;
+    case 3:
+      fn.template operator()<3>();
+      break;
+    default:
+      fn.template operator()<4>();
+      break;
   }
 }
 
@@ -488,11 +499,10 @@ size_t attention_backward_scratch_floats(const AttentionShape& shape) {
   return static_cast<size_t>(shape.batch) * shape.heads * shape.seq;
 }
 
-void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD,
-                        const void* k_BTKD, const void* v_BTKD, const void* out_BTHD,
-                        const float* lse_BHT, float scale, const AttentionShape& shape,
-                        void* dq_BTHD, void* dk_BTKD, void* dv_BTKD, float* scratch,
-                        cudaStream_t stream) {
+void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
+                        const void* v_BTKD, const void* out_BTHD, const float* lse_BHT, float scale,
+                        const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD, void* dv_BTKD,
+                        float* scratch, cudaStream_t stream) {
   check_shape(shape);
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
   float* delta_BHT = scratch;
@@ -508,16 +518,16 @@ void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD,
       allow_shared(dq_kernel, dq_bytes);
       dq_kernel<<<tile_grid(shape, shape.heads), kThreads, dq_bytes, stream>>>(
           static_cast<const T*>(dout_BTHD), static_cast<const T*>(q_BTHD),
-          static_cast<const T*>(k_BTKD), static_cast<const T*>(v_BTKD), lse_BHT, delta_BHT,
-          scale, shape, static_cast<T*>(dq_BTHD));
+          static_cast<const T*>(k_BTKD), static_cast<const T*>(v_BTKD), lse_BHT, delta_BHT, scale,
+          shape, static_cast<T*>(dq_BTHD));
       SHARDTRAIN_CUDA_CHECK_LAUNCH();
       auto dkdv_kernel = attention_dkdv_kernel<T, kChunks>;
       const size_t dkdv_bytes = dkdv_shared_bytes(shape.head_dim);
       allow_shared(dkdv_kernel, dkdv_bytes);
       dkdv_kernel<<<tile_grid(shape, shape.kv_heads), kThreads, dkdv_bytes, stream>>>(
           static_cast<const T*>(dout_BTHD), static_cast<const T*>(q_BTHD),
-          static_cast<const T*>(k_BTKD), static_cast<const T*>(v_BTKD), lse_BHT, delta_BHT,
-          scale, shape, static_cast<T*>(dk_BTKD), static_cast<T*>(dv_BTKD));
+          static_cast<const T*>(k_BTKD), static_cast<const T*>(v_BTKD), lse_BHT, delta_BHT, scale,
+          shape, static_cast<T*>(dk_BTKD), static_cast<T*>(dv_BTKD));
       SHARDTRAIN_CUDA_CHECK_LAUNCH();
     });
   });

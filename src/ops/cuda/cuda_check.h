@@ -13,7 +13,8 @@ namespace shardtrain::cuda_detail {
 
 [[noreturn]] inline void cuda_failed(const char* file, int line, const char* call,
                                      cudaError_t status) {
-  std::fprintf(stderr, "%s:%d: CUDA error %s (%s) in %s\nHINT: run nvidia-smi; an illegal "
+  std::fprintf(stderr,
+               "%s:%d: CUDA error %s (%s) in %s\nHINT: run nvidia-smi; an illegal "
                "address usually means a kernel bug (rerun under compute-sanitizer)\n",
                file, line, cudaGetErrorName(status), cudaGetErrorString(status), call);
   std::abort();
@@ -28,17 +29,17 @@ namespace shardtrain::cuda_detail {
 
 }  // namespace shardtrain::cuda_detail
 
-#define SHARDTRAIN_CUDA_CHECK(call)                                                        \
-  do {                                                                                     \
-    const cudaError_t shardtrain_status_ = (call);                                         \
-    if (shardtrain_status_ != cudaSuccess)                                                 \
+#define SHARDTRAIN_CUDA_CHECK(call)                                                          \
+  do {                                                                                       \
+    const cudaError_t shardtrain_status_ = (call);                                           \
+    if (shardtrain_status_ != cudaSuccess)                                                   \
       ::shardtrain::cuda_detail::cuda_failed(__FILE__, __LINE__, #call, shardtrain_status_); \
   } while (0)
 
-#define SHARDTRAIN_CUBLAS_CHECK(call)                                                        \
-  do {                                                                                       \
-    const cublasStatus_t shardtrain_status_ = (call);                                        \
-    if (shardtrain_status_ != CUBLAS_STATUS_SUCCESS)                                         \
+#define SHARDTRAIN_CUBLAS_CHECK(call)                                                          \
+  do {                                                                                         \
+    const cublasStatus_t shardtrain_status_ = (call);                                          \
+    if (shardtrain_status_ != CUBLAS_STATUS_SUCCESS)                                           \
       ::shardtrain::cuda_detail::cublas_failed(__FILE__, __LINE__, #call, shardtrain_status_); \
   } while (0)
 

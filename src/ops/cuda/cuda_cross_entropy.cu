@@ -65,7 +65,8 @@ __global__ void cross_entropy_kernel(T* logits_NV, const int32_t* targets_N, int
     }
     const MaxSum total = block_merge(local, shared);  // its barrier orders reads before writes
     const float log_sum_exp = total.max + logf(total.sum);
-    if (threadIdx.x == 0 && loss_sum_1 != nullptr) atomicAdd(loss_sum_1, log_sum_exp - target_logit);
+    if (threadIdx.x == 0 && loss_sum_1 != nullptr)
+      atomicAdd(loss_sum_1, log_sum_exp - target_logit);
     if (compute_grad) {
       for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
         const float prob = expf(to_float(row[j]) - log_sum_exp);

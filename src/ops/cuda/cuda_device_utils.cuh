@@ -26,18 +26,25 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
 __device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 
@@ -81,20 +88,20 @@ inline unsigned grid_for(int64_t n, int threads) {
 }  // namespace shardtrain::cuda_detail
 
 // Runs the statement with `T` bound to the C++ type of a float-like DType (f32 or bf16).
-#define SHARDTRAIN_DISPATCH_FLOAT(dtype, T, ...)                                  \
-  do {                                                                            \
-    switch (dtype) {                                                              \
-      case ::shardtrain::DType::kF32: {                                           \
-        using T = float;                                                          \
-        __VA_ARGS__;                                                              \
-        break;                                                                    \
-      }                                                                           \
-      case ::shardtrain::DType::kBF16: {                                          \
-        using T = ::shardtrain::cuda_detail::bf16;                                \
-        __VA_ARGS__;                                                              \
-        break;                                                                    \
-      }                                                                           \
-      default:                                                                    \
-        ::shardtrain::cuda_detail::unsupported_dtype(__FILE__, __LINE__, dtype);  \
-    }                                                                             \
+#define SHARDTRAIN_DISPATCH_FLOAT(dtype, T, ...)                                 \
+  do {                                                                           \
+    switch (dtype) {                                                             \
+      case ::shardtrain::DType::kF32: {                                          \
+        using T = float;                                                         \
+        __VA_ARGS__;                                                             \
+        break;                                                                   \
+      }                                                                          \
+      case ::shardtrain::DType::kBF16: {                                         \
+        using T = ::shardtrain::cuda_detail::bf16;                               \
+        __VA_ARGS__;                                                             \
+        break;                                                                   \
+      }                                                                          \
+      default:                                                                   \
+        ::shardtrain::cuda_detail::unsupported_dtype(__FILE__, __LINE__, dtype); \
+    }                                                                            \
   } while (0)

@@ -70,10 +70,14 @@ void cast(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t 
     return;
   }
   using cuda_detail::bf16;
-  if (src_dtype == DType::kF32 && dst_dtype == DType::kBF16) return launch_cast<bf16, float>(dst, src, n, stream);
-  if (src_dtype == DType::kF32 && dst_dtype == DType::kF16) return launch_cast<__half, float>(dst, src, n, stream);
-  if (src_dtype == DType::kBF16 && dst_dtype == DType::kF32) return launch_cast<float, bf16>(dst, src, n, stream);
-  if (src_dtype == DType::kF16 && dst_dtype == DType::kF32) return launch_cast<float, __half>(dst, src, n, stream);
+  if (src_dtype == DType::kF32 && dst_dtype == DType::kBF16)
+    return launch_cast<bf16, float>(dst, src, n, stream);
+  if (src_dtype == DType::kF32 && dst_dtype == DType::kF16)
+    return launch_cast<__half, float>(dst, src, n, stream);
+  if (src_dtype == DType::kBF16 && dst_dtype == DType::kF32)
+    return launch_cast<float, bf16>(dst, src, n, stream);
+  if (src_dtype == DType::kF16 && dst_dtype == DType::kF32)
+    return launch_cast<float, __half>(dst, src, n, stream);
   cuda_detail::unsupported_dtype(__FILE__, __LINE__, dst_dtype);
 }
 

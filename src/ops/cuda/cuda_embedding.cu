@@ -35,9 +35,8 @@ __global__ void embedding_forward_kernel(const int32_t* ids_N, int64_t tokens,
 }
 
 template <typename Dout, typename Table>
-__global__ void embedding_backward_kernel(const int32_t* ids_N, int64_t tokens,
-                                          const Dout* dout_NC, int64_t channels,
-                                          Table* dtable_VC) {
+__global__ void embedding_backward_kernel(const int32_t* ids_N, int64_t tokens, const Dout* dout_NC,
+                                          int64_t channels, Table* dtable_VC) {
   for (int64_t n = blockIdx.x; n < tokens; n += gridDim.x) {
     Table* row = dtable_VC + int64_t{ids_N[n]} * channels;
     const Dout* dout_row = dout_NC + n * channels;
@@ -66,9 +65,9 @@ void embedding_forward(const int32_t* ids_N, int64_t tokens, DType table_dtype,
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void embedding_backward(const int32_t* ids_N, int64_t tokens, DType dout_dtype,
-                        const void* dout_NC, int64_t channels, DType dtable_dtype,
-                        void* dtable_VC, cudaStream_t stream) {
+void embedding_backward(const int32_t* ids_N, int64_t tokens, DType dout_dtype, const void* dout_NC,
+                        int64_t channels, DType dtable_dtype, void* dtable_VC,
+                        cudaStream_t stream) {
   if (tokens == 0 || channels == 0) return;
   SHARDTRAIN_DISPATCH_FLOAT(dout_dtype, Dout, {
     SHARDTRAIN_DISPATCH_FLOAT(dtable_dtype, Table, {

@@ -23,10 +23,14 @@ namespace {
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
-    default: SHARDTRAIN_CHECK(false, "GEMM dtype {} is not supported", dtype_name(dtype));
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    default:
+      SHARDTRAIN_CHECK(false, "GEMM dtype {} is not supported", dtype_name(dtype));
   }
   return CUDA_R_32F;
 }
@@ -73,11 +77,23 @@ CublasLtGemm::~CublasLtGemm() {
 
 CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
   const bool has_bias = call.bias != nullptr;
-  const Key key{call.transpose_a, call.transpose_b, call.m, call.n, call.k,
-                static_cast<int>(call.a_dtype), static_cast<int>(call.b_dtype),
-                static_cast<int>(call.c_dtype), call.lda, call.ldb, call.ldc, has_bias,
-                has_bias ? static_cast<int>(call.bias_dtype) : -1, call.beta != 0,
-                alignment_of(call.a), alignment_of(call.b), alignment_of(call.c),
+  const Key key{call.transpose_a,
+                call.transpose_b,
+                call.m,
+                call.n,
+                call.k,
+                static_cast<int>(call.a_dtype),
+                static_cast<int>(call.b_dtype),
+                static_cast<int>(call.c_dtype),
+                call.lda,
+                call.ldb,
+                call.ldc,
+                has_bias,
+                has_bias ? static_cast<int>(call.bias_dtype) : -1,
+                call.beta != 0,
+                alignment_of(call.a),
+                alignment_of(call.b),
+                alignment_of(call.c),
                 has_bias ? alignment_of(call.bias) : 0};
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
@@ -119,13 +135,13 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                  static_cast<uint32_t>(alignment_of(call.c)));
   cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
-                                                          plan.c, plan.c, preference, 1, &result,
-                                                          &found_count));
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result, &found_count));
   cublasLtMatmulPreferenceDestroy(preference);
   SHARDTRAIN_CHECK(found_count > 0,
                    "cuBLASLt has no algorithm for m={} n={} k={} trans={}{} dtypes {}/{}/{} "
-                   "bias={}", call.m, call.n, call.k, call.transpose_a, call.transpose_b,
+                   "bias={}",
+                   call.m, call.n, call.k, call.transpose_a, call.transpose_b,
                    dtype_name(call.a_dtype), dtype_name(call.b_dtype), dtype_name(call.c_dtype),
                    has_bias);
   plan.algo = result.algo;
@@ -138,9 +154,9 @@ void CublasLtGemm::run(const GemmCall& call) {
   if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
   const float alpha = 1.0f;
   const float beta = call.beta;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b,
-                                         plan.b, &beta, call.c, plan.c, call.c, plan.c,
-                                         &plan.algo, workspace_, kWorkspaceBytes, stream_));
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b,
+                                         &beta, call.c, plan.c, call.c, plan.c, &plan.algo,
+                                         workspace_, kWorkspaceBytes, stream_));
 }
 
 // ---- CudaOps linear ----

@@ -20,18 +20,18 @@ namespace shardtrain {
 
 struct GemmCall {
   bool transpose_a = false, transpose_b = false;
-  int64_t m = 0, n = 0, k = 0;     // D is m x n; op(A) m x k; op(B) k x n
+  int64_t m = 0, n = 0, k = 0;  // D is m x n; op(A) m x k; op(B) k x n
   const void* a = nullptr;
   DType a_dtype = DType::kBF16;
   int64_t lda = 0;
   const void* b = nullptr;
   DType b_dtype = DType::kBF16;
   int64_t ldb = 0;
-  void* c = nullptr;               // C and D: the same buffer
+  void* c = nullptr;  // C and D: the same buffer
   DType c_dtype = DType::kBF16;
   int64_t ldc = 0;
-  float beta = 0;                  // 0: overwrite, 1: accumulate
-  const void* bias = nullptr;      // length m, added to every column (epilogue); optional
+  float beta = 0;              // 0: overwrite, 1: accumulate
+  const void* bias = nullptr;  // length m, added to every column (epilogue); optional
   DType bias_dtype = DType::kBF16;
 };
 

@@ -58,9 +58,8 @@ void embedding_forward(const int32_t* ids_N, int64_t tokens, DType table_dtype,
                        const void* table_VC, int64_t channels, DType out_dtype, void* out_NC,
                        cudaStream_t stream);
 // dtable_VC[ids_N[n]] += dout_NC[n] with fp32 (or bf16) atomic adds.
-void embedding_backward(const int32_t* ids_N, int64_t tokens, DType dout_dtype,
-                        const void* dout_NC, int64_t channels, DType dtable_dtype,
-                        void* dtable_VC, cudaStream_t stream);
+void embedding_backward(const int32_t* ids_N, int64_t tokens, DType dout_dtype, const void* dout_NC,
+                        int64_t channels, DType dtable_dtype, void* dtable_VC, cudaStream_t stream);
 
 // ---- cuda_rmsnorm.cu ----
 void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const void* weight_C,
@@ -84,8 +83,8 @@ void rope(DType dtype, void* x_NHD, const int32_t* positions_N, int64_t tokens, 
 // ---- cuda_swiglu.cu ---- (all tensors of `dtype`; outputs may alias inputs)
 void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,
                     cudaStream_t stream);
-void swiglu_backward(DType dtype, const void* dout, const void* gate, const void* up,
-                     void* dgate, void* dup, int64_t n, cudaStream_t stream);
+void swiglu_backward(DType dtype, const void* dout, const void* gate, const void* up, void* dgate,
+                     void* dup, int64_t n, cudaStream_t stream);
 
 // ---- cuda_attention.cu ----
 struct AttentionShape {
@@ -96,11 +95,10 @@ void attention_forward(DType dtype, const void* q_BTHD, const void* k_BTKD, cons
                        float scale, const AttentionShape& shape, void* out_BTHD, float* lse_BHT,
                        cudaStream_t stream);
 size_t attention_backward_scratch_floats(const AttentionShape& shape);
-void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD,
-                        const void* k_BTKD, const void* v_BTKD, const void* out_BTHD,
-                        const float* lse_BHT, float scale, const AttentionShape& shape,
-                        void* dq_BTHD, void* dk_BTKD, void* dv_BTKD, float* scratch,
-                        cudaStream_t stream);
+void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
+                        const void* v_BTKD, const void* out_BTHD, const float* lse_BHT, float scale,
+                        const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD, void* dv_BTKD,
+                        float* scratch, cudaStream_t stream);
 
 // ---- cuda_cross_entropy.cu ----
 // One block per row. REQUIRES: targets in [0, V) or -100. loss_sum_1 may be null (no loss).

@@ -84,8 +84,8 @@ void CudaOps::embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) {
   require_dtype(ids_N, DType::kI32, "embedding ids");
   require_float(table_VC, "embedding table");
   require_float(out_NC, "embedding out");
-  cuda_kernels::embedding_forward(ids_N.i32(), tokens, table_VC.dtype(), table_VC.data(),
-                                  channels, out_NC.dtype(), out_NC.data(), stream_);
+  cuda_kernels::embedding_forward(ids_N.i32(), tokens, table_VC.dtype(), table_VC.data(), channels,
+                                  out_NC.dtype(), out_NC.data(), stream_);
 }
 
 void CudaOps::embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) {
@@ -191,10 +191,10 @@ void CudaOps::swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tens
 void CudaOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
                                 Tensor out_BTHD, Tensor lse_BHT) {
   const cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
-  SHARDTRAIN_CHECK(out_BTHD.shape() == q_BTHD.shape() &&
-                       lse_BHT.numel() == int64_t{s.batch} * s.heads * s.seq,
-                   "attention out {} lse {} for q {}", out_BTHD.shape().to_string(),
-                   lse_BHT.shape().to_string(), q_BTHD.shape().to_string());
+  SHARDTRAIN_CHECK(
+      out_BTHD.shape() == q_BTHD.shape() && lse_BHT.numel() == int64_t{s.batch} * s.heads * s.seq,
+      "attention out {} lse {} for q {}", out_BTHD.shape().to_string(), lse_BHT.shape().to_string(),
+      q_BTHD.shape().to_string());
   require_dtype(out_BTHD, q_BTHD.dtype(), "attention out");
   require_dtype(lse_BHT, DType::kF32, "attention lse");
   cuda_kernels::attention_forward(q_BTHD.dtype(), q_BTHD.data(), k_BTKD.data(), v_BTKD.data(),
@@ -218,16 +218,16 @@ void CudaOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
   }
   require_dtype(lse_BHT, DType::kF32, "attention lse");
   float* scratch = scratch_floats(cuda_kernels::attention_backward_scratch_floats(s));
-  cuda_kernels::attention_backward(q_BTHD.dtype(), dout_BTHD.data(), q_BTHD.data(),
-                                   k_BTKD.data(), v_BTKD.data(), out_BTHD.data(), lse_BHT.f32(),
-                                   scale, s, dq_BTHD.data(), dk_BTKD.data(), dv_BTKD.data(),
-                                   scratch, stream_);
+  cuda_kernels::attention_backward(q_BTHD.dtype(), dout_BTHD.data(), q_BTHD.data(), k_BTKD.data(),
+                                   v_BTKD.data(), out_BTHD.data(), lse_BHT.f32(), scale, s,
+                                   dq_BTHD.data(), dk_BTKD.data(), dv_BTKD.data(), scratch,
+                                   stream_);
 }
 
 // ---- loss ----
 
-void CudaOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale,
-                            Tensor loss_sum_1, bool compute_grad) {
+void CudaOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
+                            bool compute_grad) {
   const int64_t rows = row_count(logits_NV);
   const int64_t vocab = row_width(logits_NV);
   SHARDTRAIN_CHECK(targets_N.numel() == rows, "cross_entropy: logits {} targets {}",

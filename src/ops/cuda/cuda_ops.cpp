@@ -109,14 +109,13 @@ void CudaOps::cast(Tensor dst, Tensor src) {
   require_cuda(dst, "cast dst");
   require_cuda(src, "cast src");
   require_same_numel(dst, src, "cast");
-  SHARDTRAIN_CHECK(dst.dtype() == src.dtype() || dst.dtype() == DType::kF32 ||
-                       src.dtype() == DType::kF32,
-                   "cast {} -> {}: one side must be f32", dtype_name(src.dtype()),
-                   dtype_name(dst.dtype()));
-  SHARDTRAIN_CHECK(dst.dtype() == src.dtype() ||
-                       (dst.dtype() != DType::kI32 && src.dtype() != DType::kI32),
-                   "cast {} -> {}: i32 casts are not supported", dtype_name(src.dtype()),
-                   dtype_name(dst.dtype()));
+  SHARDTRAIN_CHECK(
+      dst.dtype() == src.dtype() || dst.dtype() == DType::kF32 || src.dtype() == DType::kF32,
+      "cast {} -> {}: one side must be f32", dtype_name(src.dtype()), dtype_name(dst.dtype()));
+  SHARDTRAIN_CHECK(
+      dst.dtype() == src.dtype() || (dst.dtype() != DType::kI32 && src.dtype() != DType::kI32),
+      "cast {} -> {}: i32 casts are not supported", dtype_name(src.dtype()),
+      dtype_name(dst.dtype()));
   cuda_kernels::cast(dst.dtype(), dst.data(), src.dtype(), src.data(), src.numel(), stream_);
 }
 

@@ -5,8 +5,6 @@
 // element fails the comparison; accumulating outputs start from the same random values on both.
 // Errors are ||gpu - cpu|| / ||cpu||: bf16 outputs within 1e-2 (typically ~3e-3), fp32 ops
 // within 1e-5. Without a GPU every test is skipped with a visible message.
-#include "ops/cuda/cuda_ops.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/device_buffer.h"
 
 namespace shardtrain {
@@ -312,7 +311,8 @@ TEST_F(CudaOpsTest, RopeForwardAndBackward) {
   Pair cos_table = input(cos_values, {positions, half}, DType::kF32);
   Pair sin_table = input(sin_values, {positions, half}, DType::kF32);
   std::vector<int32_t> position_values(tokens);
-  for (int64_t n = 0; n < tokens; ++n) position_values[n] = static_cast<int32_t>((n * 13) % positions);
+  for (int64_t n = 0; n < tokens; ++n)
+    position_values[n] = static_cast<int32_t>((n * 13) % positions);
   Pair pos = ints(position_values, {tokens});
   Pair x = random_input({tokens, heads, head_dim});
   cpu_->rope_forward(x.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
@@ -356,7 +356,8 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
   const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
   const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  Pair q = random_input(q_shape, DType::kBF16, -2, 2), k = random_input(kv_shape, DType::kBF16, -2, 2);
+  Pair q = random_input(q_shape, DType::kBF16, -2, 2),
+       k = random_input(kv_shape, DType::kBF16, -2, 2);
   Pair v = random_input(kv_shape);
   Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
   cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
@@ -424,7 +425,8 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
     for (int i = 0; i < kRepeats; ++i) body();
     gpu_->synchronize();
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-               .count() / kRepeats;
+               .count() /
+           kRepeats;
   };
   const int64_t B = 2, T = 4096, H = 12, K = 2, D = 128, C = 1536, F = 8960;
   const Shape q_shape{B, T, H, D}, kv_shape{B, T, K, D};
@@ -439,38 +441,39 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
   const float scale = 1.0f / std::sqrt(float{D});
   const double attention_flops = 4.0 * B * H * T * T * D / 2;  // causal
   const double forward_ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); });
-  const double backward_ms = time_ms(
-      [&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); });
-  std::printf("attention B=%ld T=%ld H=%ld K=%ld D=%ld: forward %.2f ms (%.1f TFLOP/s), "
-              "backward %.2f ms (%.1f TFLOP/s)\n", B, T, H, K, D, forward_ms,
-              attention_flops / forward_ms * 1e-9, backward_ms,
-              2.5 * attention_flops / backward_ms * 1e-9);
+  const double backward_ms =
+      time_ms([&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); });
+  std::printf(
+      "attention B=%ld T=%ld H=%ld K=%ld D=%ld: forward %.2f ms (%.1f TFLOP/s), "
+      "backward %.2f ms (%.1f TFLOP/s)\n",
+      B, T, H, K, D, forward_ms, attention_flops / forward_ms * 1e-9, backward_ms,
+      2.5 * attention_flops / backward_ms * 1e-9);
   const int64_t N = B * T;
   Tensor x = device({N, C}, DType::kBF16), w = device({F, C}, DType::kBF16);
   Tensor y = device({N, F}, DType::kBF16), dy = device({N, F}, DType::kBF16);
   Tensor dx = device({N, C}, DType::kBF16), dw = device({F, C}, DType::kF32);
   const double gemm_flops = 2.0 * N * C * F;
   const double fwd_ms = time_ms([&] { gpu_->linear_forward(x, w, Tensor(), y); });
-  const double bwd_ms =
-      time_ms([&] { gpu_->linear_backward(dy, x, w, dx, dw, Tensor(), false); });
-  std::printf("linear N=%ld I=%ld O=%ld: forward %.3f ms (%.0f TFLOP/s), backward (dx bf16 + "
-              "dW f32) %.3f ms (%.0f TFLOP/s)\n", N, C, F, fwd_ms, gemm_flops / fwd_ms * 1e-9,
-              bwd_ms, 2 * gemm_flops / bwd_ms * 1e-9);
+  const double bwd_ms = time_ms([&] { gpu_->linear_backward(dy, x, w, dx, dw, Tensor(), false); });
+  std::printf(
+      "linear N=%ld I=%ld O=%ld: forward %.3f ms (%.0f TFLOP/s), backward (dx bf16 + "
+      "dW f32) %.3f ms (%.0f TFLOP/s)\n",
+      N, C, F, fwd_ms, gemm_flops / fwd_ms * 1e-9, bwd_ms, 2 * gemm_flops / bwd_ms * 1e-9);
   Tensor weight = device({C}, DType::kBF16), rstd = device({N}, DType::kF32);
   Tensor normed = device({N, C}, DType::kBF16), dweight = device({C}, DType::kF32);
   const double norm_ms = time_ms([&] { gpu_->rmsnorm_forward(x, weight, 1e-6f, normed, rstd); });
-  const double norm_bwd_ms = time_ms(
-      [&] { gpu_->rmsnorm_backward(normed, x, weight, rstd, dx, dweight, true); });
-  std::printf("rmsnorm N=%ld C=%ld: forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n",
-              N, C, norm_ms, 4.0 * N * C / norm_ms * 1e-6, norm_bwd_ms,
+  const double norm_bwd_ms =
+      time_ms([&] { gpu_->rmsnorm_backward(normed, x, weight, rstd, dx, dweight, true); });
+  std::printf("rmsnorm N=%ld C=%ld: forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n", N,
+              C, norm_ms, 4.0 * N * C / norm_ms * 1e-6, norm_bwd_ms,
               8.0 * N * C / norm_bwd_ms * 1e-6);
   const int64_t V = 151936, rows = 1024;
   Tensor logits = device({rows, V}, DType::kBF16);
   std::vector<int32_t> target_values(rows, 5);
   Pair targets = ints(target_values, {rows});
   Tensor loss = device({1}, DType::kF32);
-  const double ce_ms = time_ms(
-      [&] { gpu_->cross_entropy(logits, targets.gpu, 1.0f, loss, false); });
+  const double ce_ms =
+      time_ms([&] { gpu_->cross_entropy(logits, targets.gpu, 1.0f, loss, false); });
   std::printf("cross_entropy rows=%ld V=%ld (loss only): %.3f ms (%.0f GB/s)\n", rows, V, ce_ms,
               2.0 * rows * V / ce_ms * 1e-6);
 }

@@ -44,7 +44,7 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
            const AdamWCoefficients& coefficients, cudaStream_t stream) {
   if (n == 0) return;
   adamw_kernel<<<cuda_detail::grid_for(n, kThreads), kThreads, 0, stream>>>(param, grad, m, v, n,
-                                                                             coefficients);
+                                                                            coefficients);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 

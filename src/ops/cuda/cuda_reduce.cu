@@ -43,7 +43,9 @@ __global__ void accumulate_partials_kernel(const float* partials_PC, int64_t par
   out_C[c] = from_float<T>(to_float(out_C[c]) + sum);
 }
 
-unsigned column_blocks(int64_t cols) { return static_cast<unsigned>((cols + kThreads - 1) / kThreads); }
+unsigned column_blocks(int64_t cols) {
+  return static_cast<unsigned>((cols + kThreads - 1) / kThreads);
+}
 
 }  // namespace
 

@@ -22,8 +22,7 @@ constexpr int64_t kBackwardBlocks = 264;  // 2 per SM on H100/H200; also the par
 
 template <typename Act, typename Weight, typename Out>
 __global__ void rmsnorm_forward_kernel(const Act* x_NC, const Weight* weight_C, float eps,
-                                       int64_t rows, int64_t channels, Out* out_NC,
-                                       float* rstd_N) {
+                                       int64_t rows, int64_t channels, Out* out_NC, float* rstd_N) {
   __shared__ float shared[32];
   for (int64_t n = blockIdx.x; n < rows; n += gridDim.x) {
     const Act* x_row = x_NC + n * channels;
@@ -45,10 +44,9 @@ __global__ void rmsnorm_forward_kernel(const Act* x_NC, const Weight* weight_C, 
 
 // With y = w * x * r:  dx_c = r w_c dy_c - x_c r^3 / C * sum_k dy_k w_k x_k;  dw_c += dy_c x_c r.
 template <typename Act, typename Weight>
-__global__ void rmsnorm_backward_kernel(const Act* dout_NC, const Act* x_NC,
-                                        const Weight* weight_C, const float* rstd_N, int64_t rows,
-                                        int64_t channels, Act* dx_NC, bool accumulate_dx,
-                                        float* partials_PC) {
+__global__ void rmsnorm_backward_kernel(const Act* dout_NC, const Act* x_NC, const Weight* weight_C,
+                                        const float* rstd_N, int64_t rows, int64_t channels,
+                                        Act* dx_NC, bool accumulate_dx, float* partials_PC) {
   extern __shared__ float dweight_partial[];  // [channels]
   __shared__ float shared[32];
   for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) dweight_partial[c] = 0;

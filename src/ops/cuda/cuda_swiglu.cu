@@ -22,8 +22,8 @@ __global__ void swiglu_forward_kernel(const T* gate, const T* up, T* out, int64_
 }
 
 template <typename T>
-__global__ void swiglu_backward_kernel(const T* dout, const T* gate, const T* up, T* dgate,
-                                       T* dup, int64_t n) {
+__global__ void swiglu_backward_kernel(const T* dout, const T* gate, const T* up, T* dgate, T* dup,
+                                       int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = to_float(gate[i]);
@@ -49,8 +49,8 @@ void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, in
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu_backward(DType dtype, const void* dout, const void* gate, const void* up,
-                     void* dgate, void* dup, int64_t n, cudaStream_t stream) {
+void swiglu_backward(DType dtype, const void* dout, const void* gate, const void* up, void* dgate,
+                     void* dup, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T, {
     swiglu_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(

@@ -1,0 +1,59 @@
+#include "fsdp/shard_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace shardtrain {
+namespace {
+
+ParamLayout two_unit_layout() {
+  // Root of 1000 elements, one block of 300 (numels need not be aligned for this test).
+  ParamLayout layout;
+  layout.units.push_back({"root", {}, 1000});
+  layout.units.push_back({"layers.0", {}, 300});
+  return layout;
+}
+
+TEST(ShardPlan, PadsEachUnitToGroupTimesAlignment) {
+  const ShardPlan plan = make_shard_plan(two_unit_layout(), 3);
+  EXPECT_EQ(plan.units[0].padded_numel, 1152);  // 6 x (3 x 64)
+  EXPECT_EQ(plan.units[0].shard_numel, 384);
+  EXPECT_EQ(plan.units[1].padded_numel, 384);  // 2 x 192
+  EXPECT_EQ(plan.units[1].shard_numel, 128);
+  EXPECT_EQ(plan.shard_begin(0, 2), 768);
+  EXPECT_EQ(plan.total_shard_numel(), 512);
+  EXPECT_EQ(plan.max_padded_numel(), 1152);
+}
+
+TEST(ShardPlan, MemoryFormulasPerStrategy) {
+  const ShardPlan plan = make_shard_plan(two_unit_layout(), 2);  // padded 1024 and 384
+  const FsdpMemory full = estimate_fsdp_memory(plan, FsdpStrategy::kFullShard, false, DType::kF32);
+  EXPECT_EQ(full.master_bytes, 4u * (512 + 192));
+  EXPECT_EQ(full.moment_bytes, 2 * full.master_bytes);
+  EXPECT_EQ(full.gathered_peak_bytes, 4u * (1024 + 384));  // root + largest block
+  EXPECT_EQ(full.full_grad_peak_bytes, 4u * (1024 + 384));
+  EXPECT_EQ(full.compute_shard_bytes, 0u);
+  const FsdpMemory bf16 =
+      estimate_fsdp_memory(plan, FsdpStrategy::kShardGradOp, true, DType::kBF16);
+  EXPECT_EQ(bf16.gathered_peak_bytes, 2u * (1024 + 384));  // all units (only one block here)
+  EXPECT_EQ(bf16.compute_shard_bytes, 2u * (512 + 192));
+  const FsdpMemory none = estimate_fsdp_memory(make_shard_plan(two_unit_layout(), 1),
+                                               FsdpStrategy::kNoShard, true, DType::kF32);
+  EXPECT_EQ(none.gathered_peak_bytes, 0u);
+  EXPECT_EQ(none.full_grad_peak_bytes, 0u);
+  EXPECT_EQ(none.master_bytes, 4u * (1024 + 320));
+}
+
+TEST(FsdpStrategy, GroupSizes) {
+  EXPECT_EQ(shard_group_size_for(FsdpStrategy::kFullShard, 8, 4, 0), 8);
+  EXPECT_EQ(shard_group_size_for(FsdpStrategy::kNoShard, 8, 4, 0), 1);
+  EXPECT_EQ(shard_group_size_for(FsdpStrategy::kHybridShard, 8, 4, 0), 4);
+  EXPECT_EQ(shard_group_size_for(FsdpStrategy::kHybridShard, 8, 4, 2), 2);
+  EXPECT_THROW(shard_group_size_for(FsdpStrategy::kHybridShard, 8, 4, 3), Error);
+  EXPECT_THROW(parse_fsdp_strategy("ZERO3"), Error);
+  EXPECT_EQ(parse_fsdp_strategy("HYBRID_SHARD"), FsdpStrategy::kHybridShard);
+}
+
+}  // namespace
+}  // namespace shardtrain
