@@ -14,6 +14,7 @@
 // With P = softmax(S), S = q k^T * scale, delta_i = rowsum(dO_i * O_i):
 //   dP = dO v^T; dS = P * (dP - delta); dq = dS k * scale; dk = dS^T q * scale; dv = P^T dO.
 #include <algorithm>
+#include <type_traits>
 
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_kernels.h"
@@ -451,21 +452,21 @@ void check_shape(const AttentionShape& s) {
   }
 }
 
-// Calls fn.template operator()<kChunks>() with kChunks = ceil(D / 32).
+// Calls fn(std::integral_constant<int, kChunks>) with kChunks = ceil(D / 32).
 template <typename Fn>
 void dispatch_chunks(int head_dim, Fn&& fn) {
   switch ((head_dim + 31) / 32) {
     case 1:
-      fn.template operator()<1>();
+      fn(std::integral_constant<int, 1>{});
       break;
     case 2:
-      fn.template operator()<2>();
+      fn(std::integral_constant<int, 2>{});
       break;
     case 3:
-      fn.template operator()<3>();
+      fn(std::integral_constant<int, 3>{});
       break;
     default:
-      fn.template operator()<4>();
+      fn(std::integral_constant<int, 4>{});
       break;
   }
 }
@@ -484,7 +485,8 @@ void attention_forward(DType dtype, const void* q_BTHD, const void* k_BTKD, cons
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
   const size_t bytes = forward_shared_bytes(shape.head_dim);
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T, {
-    dispatch_chunks(shape.head_dim, [&]<int kChunks>() {
+    dispatch_chunks(shape.head_dim, [&](auto chunks) {
+      constexpr int kChunks = decltype(chunks)::value;
       auto kernel = attention_forward_kernel<T, kChunks>;
       allow_shared(kernel, bytes);
       kernel<<<tile_grid(shape, shape.heads), kThreads, bytes, stream>>>(
@@ -512,7 +514,8 @@ void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD, 
     attention_delta_kernel<T><<<delta_blocks, kThreads, 0, stream>>>(
         static_cast<const T*>(dout_BTHD), static_cast<const T*>(out_BTHD), shape, delta_BHT);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
-    dispatch_chunks(shape.head_dim, [&]<int kChunks>() {
+    dispatch_chunks(shape.head_dim, [&](auto chunks) {
+      constexpr int kChunks = decltype(chunks)::value;
       auto dq_kernel = attention_dq_kernel<T, kChunks>;
       const size_t dq_bytes = dq_shared_bytes(shape.head_dim);
       allow_shared(dq_kernel, dq_bytes);
