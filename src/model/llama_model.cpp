@@ -114,24 +114,44 @@ void LlamaModel::set_batch(const Batch& batch) {
   ops_.copy_from_host(fit(positions_N_, {N}), batch.positions.data());
 }
 
+LlamaModel::BlockActivations LlamaModel::sized_for_batch(const BlockActivations& a) const {
+  const ModelConfig& c = config_;
+  const int64_t N = batch_ * seq_, C = c.hidden_size, F = c.intermediate_size;
+  const int64_t QD = c.num_attention_heads * c.head_dim, KD = c.num_key_value_heads * c.head_dim;
+  BlockActivations s;
+  s.x_in_NC = fit(a.x_in_NC, {N, C});
+  s.ln1_NC = fit(a.ln1_NC, {N, C});
+  s.rstd1_N = fit(a.rstd1_N, {N});
+  s.q_NHD = fit(a.q_NHD, {N, QD});
+  s.k_NKD = fit(a.k_NKD, {N, KD});
+  s.v_NKD = fit(a.v_NKD, {N, KD});
+  s.attn_NHD = fit(a.attn_NHD, {N, QD});
+  s.lse_BHT = fit(a.lse_BHT, {batch_, c.num_attention_heads, seq_});
+  s.h_NC = fit(a.h_NC, {N, C});
+  s.ln2_NC = fit(a.ln2_NC, {N, C});
+  s.rstd2_N = fit(a.rstd2_N, {N});
+  s.gate_NF = fit(a.gate_NF, {N, F});
+  s.up_NF = fit(a.up_NF, {N, F});
+  s.act_NF = fit(a.act_NF, {N, F});
+  return s;
+}
+
 void LlamaModel::embed_forward(const RootWeights& root, Tensor out_NC) {
   ops_.embedding_forward(fit(ids_N_, {batch_ * seq_}), root.embed_tokens, out_NC);
 }
 
 void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC) {
   const ModelConfig& c = config_;
-  const int64_t N = batch_ * seq_, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const int64_t N = batch_ * seq_, D = c.head_dim;
   const int64_t H = c.num_attention_heads, K = c.num_key_value_heads;
   const Tensor positions = fit(positions_N_, {N});
-  const Tensor x = fit(a.x_in_NC, {N, C}), ln1 = fit(a.ln1_NC, {N, C});
-  const Tensor q = fit(a.q_NHD, {N, H * D}), k = fit(a.k_NKD, {N, K * D});
-  const Tensor v = fit(a.v_NKD, {N, K * D}), attn = fit(a.attn_NHD, {N, H * D});
-  const Tensor h = fit(a.h_NC, {N, C}), ln2 = fit(a.ln2_NC, {N, C});
-  const Tensor gate = fit(a.gate_NF, {N, F}), up = fit(a.up_NF, {N, F});
-  const Tensor act = fit(a.act_NF, {N, F});
+  const BlockActivations sized = sized_for_batch(a);
+  const Tensor &x = sized.x_in_NC, &ln1 = sized.ln1_NC, &q = sized.q_NHD, &k = sized.k_NKD;
+  const Tensor &v = sized.v_NKD, &attn = sized.attn_NHD, &h = sized.h_NC, &ln2 = sized.ln2_NC;
+  const Tensor &gate = sized.gate_NF, &up = sized.up_NF, &act = sized.act_NF;
 
   ops_.rmsnorm_forward(x, w.input_norm, static_cast<float>(c.rms_norm_eps), ln1,
-                       fit(a.rstd1_N, {N}));
+                       sized.rstd1_N);
   ops_.linear_forward(ln1, w.q_proj, w.q_bias, q);
   ops_.linear_forward(ln1, w.k_proj, w.k_bias, k);
   ops_.linear_forward(ln1, w.v_proj, w.v_bias, v);
@@ -140,11 +160,11 @@ void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tenso
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   ops_.attention_forward(q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
                          v.reshaped({batch_, seq_, K, D}), scale,
-                         attn.reshaped({batch_, seq_, H, D}), fit(a.lse_BHT, {batch_, H, seq_}));
+                         attn.reshaped({batch_, seq_, H, D}), sized.lse_BHT);
   ops_.linear_forward(attn, w.o_proj, Tensor(), h);
   ops_.add(h, h, x);
   ops_.rmsnorm_forward(h, w.post_attention_norm, static_cast<float>(c.rms_norm_eps), ln2,
-                       fit(a.rstd2_N, {N}));
+                       sized.rstd2_N);
   ops_.linear_forward(ln2, w.gate_proj, Tensor(), gate);
   ops_.linear_forward(ln2, w.up_proj, Tensor(), up);
   ops_.swiglu_forward(gate, up, act);
@@ -159,12 +179,10 @@ void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
   const int64_t H = c.num_attention_heads, K = c.num_key_value_heads;
   const Scratch& s = scratch_;
   const Tensor positions = fit(positions_N_, {N});
-  const Tensor x = fit(a.x_in_NC, {N, C}), ln1 = fit(a.ln1_NC, {N, C});
-  const Tensor q = fit(a.q_NHD, {N, H * D}), k = fit(a.k_NKD, {N, K * D});
-  const Tensor v = fit(a.v_NKD, {N, K * D}), attn = fit(a.attn_NHD, {N, H * D});
-  const Tensor h = fit(a.h_NC, {N, C}), ln2 = fit(a.ln2_NC, {N, C});
-  const Tensor gate = fit(a.gate_NF, {N, F}), up = fit(a.up_NF, {N, F});
-  const Tensor act = fit(a.act_NF, {N, F});
+  const BlockActivations sized = sized_for_batch(a);
+  const Tensor &x = sized.x_in_NC, &ln1 = sized.ln1_NC, &q = sized.q_NHD, &k = sized.k_NKD;
+  const Tensor &v = sized.v_NKD, &attn = sized.attn_NHD, &h = sized.h_NC, &ln2 = sized.ln2_NC;
+  const Tensor &gate = sized.gate_NF, &up = sized.up_NF, &act = sized.act_NF;
   const Tensor dln = fit(s.dln_NC, {N, C}), dattn = fit(s.dattn_NHD, {N, H * D});
   const Tensor dq = fit(s.dq_NHD, {N, H * D}), dk = fit(s.dk_NKD, {N, K * D});
   const Tensor dv = fit(s.dv_NKD, {N, K * D});
@@ -176,7 +194,7 @@ void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
   ops_.swiglu_backward(dact, gate, up, dgate, dup);
   ops_.linear_backward(dgate, ln2, w.gate_proj, dln, g.gate_proj, Tensor(), false);
   ops_.linear_backward(dup, ln2, w.up_proj, dln, g.up_proj, Tensor(), true);
-  ops_.rmsnorm_backward(dln, h, w.post_attention_norm, fit(a.rstd2_N, {N}), dresid_NC,
+  ops_.rmsnorm_backward(dln, h, w.post_attention_norm, sized.rstd2_N, dresid_NC,
                         g.post_attention_norm, true);
 
   // Attention: h = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))); dresid becomes d(x).
@@ -185,7 +203,7 @@ void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
   ops_.attention_backward(dattn.reshaped({batch_, seq_, H, D}),
                           q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
                           v.reshaped({batch_, seq_, K, D}), attn.reshaped({batch_, seq_, H, D}),
-                          fit(a.lse_BHT, {batch_, H, seq_}), scale,
+                          sized.lse_BHT, scale,
                           dq.reshaped({batch_, seq_, H, D}), dk.reshaped({batch_, seq_, K, D}),
                           dv.reshaped({batch_, seq_, K, D}));
   ops_.rope_backward(dq.reshaped({N, H, D}), positions, rope_cos_PR_, rope_sin_PR_);
@@ -193,7 +211,7 @@ void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
   ops_.linear_backward(dq, ln1, w.q_proj, dln, g.q_proj, g.q_bias, false);
   ops_.linear_backward(dk, ln1, w.k_proj, dln, g.k_proj, g.k_bias, true);
   ops_.linear_backward(dv, ln1, w.v_proj, dln, g.v_proj, g.v_bias, true);
-  ops_.rmsnorm_backward(dln, x, w.input_norm, fit(a.rstd1_N, {N}), dresid_NC, g.input_norm,
+  ops_.rmsnorm_backward(dln, x, w.input_norm, sized.rstd1_N, dresid_NC, g.input_norm,
                         true);
 }
 

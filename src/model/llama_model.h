@@ -67,6 +67,8 @@ class LlamaModel {
     Tensor out_NC;  // output of the last block
   };
 
+  // Views of a block's activations shaped for the current batch (<= the reserved one).
+  BlockActivations sized_for_batch(const BlockActivations& a) const;
   void embed_forward(const RootWeights& root, Tensor out_NC);
   void block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC);
   void block_backward(const BlockWeights& w, const BlockWeights& g, BlockActivations& a,

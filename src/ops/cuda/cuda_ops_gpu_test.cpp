@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -347,6 +348,11 @@ TEST_F(CudaOpsTest, SwiGlu) {
 struct AttentionCase {
   int64_t batch, seq, heads, kv_heads, head_dim;
 };
+
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << "B=" << c.batch << " T=" << c.seq << " H=" << c.heads << " K=" << c.kv_heads
+      << " D=" << c.head_dim;
+}
 
 class CudaAttentionTest : public CudaOpsTest,
                           public ::testing::WithParamInterface<AttentionCase> {};
