@@ -137,9 +137,9 @@ TEST_F(PrepareCliTest, EveryFormatWithTheRealQwen3Tokenizer) {
 
 TEST_F(PrepareCliTest, ExplicitOptionsAndSkipping) {
   const std::string data = write("mixed.jsonl", std::string(kChat) + "oops\n" + kChat);
-  const Result result =
-      run(prepare_args(data) + " --format chat --chat-template llama3 --on-bad-line skip "
-                               "--train-on-prompt --seed 3 --overlong drop");
+  const Result result = run(prepare_args(data) +
+                            " --format chat --chat-template llama3 --on-bad-line skip "
+                            "--train-on-prompt --seed 3 --overlong drop");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("template llama3"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("skipped lines 1"), std::string::npos) << result.output;
@@ -159,9 +159,9 @@ TEST_F(PrepareCliTest, BadInputsExitTwoNamingFileAndLine) {
   expect_bad(prepare_args(empty_text), empty_text + ":3: \"text\" is empty");
   const std::string bad_utf8 = write("bad_utf8.jsonl", ok + "{\"text\": \"caf\xe9\"}\n");
   expect_bad(prepare_args(bad_utf8), bad_utf8 + ":2: invalid UTF-8");
-  const std::string role = write(
-      "role.jsonl", std::string(kChat) +
-                        "{\"messages\": [{\"role\": \"narrator\", \"content\": \"a\"}]}\n");
+  const std::string role =
+      write("role.jsonl", std::string(kChat) +
+                              "{\"messages\": [{\"role\": \"narrator\", \"content\": \"a\"}]}\n");
   expect_bad(prepare_args(role), role + ":2: messages[0] has unknown role \"narrator\"");
   const std::string none = write("none.jsonl", "{\"text\": \" \"}\n{\"text\": null}\n");
   expect_bad(prepare_args(none) + " --on-bad-line skip", none + ": no usable example");
@@ -169,9 +169,9 @@ TEST_F(PrepareCliTest, BadInputsExitTwoNamingFileAndLine) {
   nlohmann::json unigram = testing::tiny_tokenizer_json();
   unigram["model"]["type"] = "Unigram";
   const std::string unigram_path = write("unigram.json", unigram.dump());
-  expect_bad("prepare --tokenizer " + unigram_path + " --data " + not_json + " --out " +
-                 path("x.bin"),
-             unigram_path);
+  expect_bad(
+      "prepare --tokenizer " + unigram_path + " --data " + not_json + " --out " + path("x.bin"),
+      unigram_path);
   EXPECT_FALSE(fs::exists(path("out.bin")));  // nothing was written by any failed run
 
   // --invalid-utf8 replace accepts the line that failed above.

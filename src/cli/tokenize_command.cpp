@@ -56,8 +56,9 @@ int run_tokenize(const TokenizeArgs& args) {
 void add_tokenize_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "tokenize", "Tokenize JSONL {\"text\": ...} lines from stdin; print one JSON array of ids "
-                  "per line");
+      "tokenize",
+      "Tokenize JSONL {\"text\": ...} lines from stdin; print one JSON array of ids "
+      "per line");
   cmd->add_option("--tokenizer", args->tokenizer_path,
                   "tokenizer.json, or a model directory containing it")
       ->required();

@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "fsdp/dist_env.h"
 #include "launch/launcher.h"
-#include "ops/backend.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -42,7 +42,7 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
     return 0;
   }
   config.validate();
-  std::unique_ptr<Ops> ops = make_ops(config.train.device);
+  std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, read_dist_env());
   TrainRunOptions options;
   options.metrics_path = args.metrics_path;
   const TrainOutcome outcome = run_training(config, *ops, options);

@@ -4,9 +4,9 @@
 // Templates (the strings are those of the families' Hugging Face chat templates, for training:
 // no generation prompt is appended):
 //   chatml (Qwen2/2.5/3):  <|im_start|>{role}\n{content}<|im_end|>\n   for every message.
-//       Trained: an assistant's {content}<|im_end|>. No default system prompt is inserted (Qwen2.5's
-//       template adds one when there is none; write it into the data if wanted) and Qwen3
-//       <think> blocks are kept as the content has them.
+//       Trained: an assistant's {content}<|im_end|>. No default system prompt is inserted
+//       (Qwen2.5's template adds one when there is none; write it into the data if wanted) and
+//       Qwen3 <think> blocks are kept as the content has them.
 //   llama3:  {bos}  then for every message
 //            <|start_header_id|>{role}<|end_header_id|>\n\n{content, trimmed}<|eot_id|>
 //       Trained: an assistant's {content}<|eot_id|>.

@@ -89,9 +89,9 @@ TEST(ChatTemplate, Llama2RendersInstAndSysBlocks) {
             "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s>"
             "<s>[INST] Bye [/INST] Goodbye. </s>");
   // Without a system message the first turn has no <<SYS>> block.
-  const RenderedDocument plain = render_chat(
-      ChatTemplate::kLlama2, tokens_for(ChatTemplate::kLlama2),
-      {{"user", "Hi"}, {"assistant", "Hello!"}}, false);
+  const RenderedDocument plain =
+      render_chat(ChatTemplate::kLlama2, tokens_for(ChatTemplate::kLlama2),
+                  {{"user", "Hi"}, {"assistant", "Hello!"}}, false);
   EXPECT_EQ(rendered_text(plain), "<s>[INST] Hi [/INST] Hello! </s>");
 }
 
@@ -99,9 +99,9 @@ TEST(ChatTemplate, BosAndEosComeFromTokenizerConfig) {
   TokenizerFiles files;
   files.bos_token = "<BOS>";
   files.eos_token = "<EOS>";
-  const RenderedDocument document = render_chat(
-      ChatTemplate::kLlama2, chat_tokens(ChatTemplate::kLlama2, files),
-      {{"user", "a"}, {"assistant", "b"}}, false);
+  const RenderedDocument document =
+      render_chat(ChatTemplate::kLlama2, chat_tokens(ChatTemplate::kLlama2, files),
+                  {{"user", "a"}, {"assistant", "b"}}, false);
   EXPECT_EQ(rendered_text(document), "<BOS>[INST] a [/INST] b <EOS>");
 }
 
@@ -115,15 +115,18 @@ TEST(ChatTemplate, BadConversationsAreRejected) {
               render_chat(ChatTemplate::kChatml, tokens, {{"user", "a"}}, false);
             }).find("no assistant message"),
             std::string::npos);
-  EXPECT_EQ(error_of([&] { render_chat(ChatTemplate::kChatml, tokens, {{"user", "a"}}, true); }),
+  EXPECT_EQ(error_of([&] {
+              render_chat(ChatTemplate::kChatml, tokens, {{"user", "a"}}, true);
+            }),
             "(no error)");
   EXPECT_NE(error_of([&] {
               render_chat(ChatTemplate::kLlama2, tokens_for(ChatTemplate::kLlama2),
                           {{"user", "a"}, {"user", "b"}, {"assistant", "c"}}, false);
             }).find("alternating"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { render_chat(ChatTemplate::kChatml, tokens, {}, false); })
-                .find("\"messages\" is empty"),
+  EXPECT_NE(error_of([&] {
+              render_chat(ChatTemplate::kChatml, tokens, {}, false);
+            }).find("\"messages\" is empty"),
             std::string::npos);
 }
 
@@ -141,11 +144,10 @@ TEST(ChatTemplate, DetectionFromConfigSourceThenTokens) {
   EXPECT_EQ(detect_chat_template(
                 files, [](const char* token) { return std::string(token) == "<|im_start|>"; }),
             ChatTemplate::kChatml);
-  EXPECT_EQ(detect_chat_template(files,
-                                 [](const char* token) {
-                                   return std::string(token) == "<|start_header_id|>";
-                                 }),
-            ChatTemplate::kLlama3);
+  EXPECT_EQ(
+      detect_chat_template(
+          files, [](const char* token) { return std::string(token) == "<|start_header_id|>"; }),
+      ChatTemplate::kLlama3);
 }
 
 TEST(Formats, DetectFromKeys) {
@@ -254,12 +256,13 @@ TEST(Formats, BadRecordsSayWhatIsWrong) {
   EXPECT_NE(message(json{{"messages", {{{"role", "user"}}}}}, chat)
                 .find("messages[0]: missing \"content\""),
             std::string::npos);
-  EXPECT_NE(message(json{{"messages",
-                          {{{"role", "user"}, {"content", "a"}},
-                           {{"role", "wizard"}, {"content", "b"}}}}},
-                    chat)
-                .find("unknown role \"wizard\""),
-            std::string::npos);
+  EXPECT_NE(
+      message(
+          json{{"messages",
+                {{{"role", "user"}, {"content", "a"}}, {{"role", "wizard"}, {"content", "b"}}}}},
+          chat)
+          .find("unknown role \"wizard\""),
+      std::string::npos);
 }
 
 TEST(RenderedDocument, MissingSpecialTokenNamesIt) {
@@ -270,12 +273,12 @@ TEST(RenderedDocument, MissingSpecialTokenNamesIt) {
         return config.dump();
       }(),
       "plain.json");
-  const RenderedDocument document = render_chat(
-      ChatTemplate::kChatml, tokens_for(ChatTemplate::kChatml),
-      {{"user", "a"}, {"assistant", "b"}}, false);
-  EXPECT_NE(error_of([&] { tokenize_document(no_specials, document); })
-                .find("no token \"<|im_start|>\""),
-            std::string::npos);
+  const RenderedDocument document =
+      render_chat(ChatTemplate::kChatml, tokens_for(ChatTemplate::kChatml),
+                  {{"user", "a"}, {"assistant", "b"}}, false);
+  EXPECT_NE(
+      error_of([&] { tokenize_document(no_specials, document); }).find("no token \"<|im_start|>\""),
+      std::string::npos);
 }
 
 // ---------------------------------------------------------------- real tokenizer files
@@ -299,10 +302,10 @@ const Tokenizer* real_tokenizer(const std::string& name) {
   return it->second.get();
 }
 
-#define REQUIRE_TOKENIZER(var, name)                                                     \
-  const Tokenizer* var = real_tokenizer(name);                                           \
-  if (var == nullptr) {                                                                  \
-    GTEST_SKIP() << (tokenizer_dir() / name / "tokenizer.json").string()                 \
+#define REQUIRE_TOKENIZER(var, name)                                                           \
+  const Tokenizer* var = real_tokenizer(name);                                                 \
+  if (var == nullptr) {                                                                        \
+    GTEST_SKIP() << (tokenizer_dir() / name / "tokenizer.json").string()                       \
                  << " is absent; run tools/tokenizer/fetch_tokenizers.sh to enable this test"; \
   }
 
@@ -320,11 +323,10 @@ TEST_P(RealChatTest, PartsTokenizeLikeTheWholeString) {
   const RealCase& c = GetParam();
   REQUIRE_TOKENIZER(tokenizer, c.name);
   const TokenizerFiles files = locate_tokenizer((tokenizer_dir() / c.name).string());
-  EXPECT_EQ(detect_chat_template(files,
-                                 [&](const char* token) {
-                                   return tokenizer->token_to_id(token).has_value();
-                                 }),
-            c.chat_template);
+  EXPECT_EQ(
+      detect_chat_template(
+          files, [&](const char* token) { return tokenizer->token_to_id(token).has_value(); }),
+      c.chat_template);
   const std::vector<ChatMessage> messages = {{"system", "You are terse."},
                                              {"user", "What is 2+2?"},
                                              {"assistant", "It is 4."},
@@ -339,13 +341,11 @@ TEST_P(RealChatTest, PartsTokenizeLikeTheWholeString) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, RealChatTest,
-    ::testing::Values(RealCase{"qwen3", ChatTemplate::kChatml,
-                               "It is 4.<|im_end|>6, naturally.<|im_end|>"},
-                      RealCase{"llama3", ChatTemplate::kLlama3,
-                               "It is 4.<|eot_id|>6, naturally.<|eot_id|>"},
-                      // SentencePiece decoding drops the leading space of the first piece.
-                      RealCase{"llama2", ChatTemplate::kLlama2,
-                               "It is 4. </s> 6, naturally. </s>"}),
+    ::testing::Values(
+        RealCase{"qwen3", ChatTemplate::kChatml, "It is 4.<|im_end|>6, naturally.<|im_end|>"},
+        RealCase{"llama3", ChatTemplate::kLlama3, "It is 4.<|eot_id|>6, naturally.<|eot_id|>"},
+        // SentencePiece decoding drops the leading space of the first piece.
+        RealCase{"llama2", ChatTemplate::kLlama2, "It is 4. </s> 6, naturally. </s>"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(RealTokenizers, TokenMergedAcrossTheBoundaryBelongsToTheCompletion) {

@@ -63,8 +63,7 @@ TEST(Packing, UntrainedSeparatorAndExistingEos) {
 TEST(Packing, OverlongSplitIntoFullPiecesAndARemainder) {
   // 10 ids + separator = 11 tokens at seq_len 4: pieces of 4, 4 and 3.
   const PackedTokens packed = pack_documents({document(iota_ids(1, 10))}, options(4));
-  EXPECT_EQ(packed.tokens,
-            (std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, kEos, kPad}));
+  EXPECT_EQ(packed.tokens, (std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, kEos, kPad}));
   EXPECT_EQ(packed.mask, (std::vector<uint8_t>{0, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1, 0}));
   EXPECT_EQ(packed.stats.split_documents, 1u);
   EXPECT_EQ(packed.stats.sequences, 3u);

@@ -77,8 +77,8 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
   try {
     return json::parse(line);
   } catch (const json::exception& error) {
-    problem = fmt::format("not valid JSON ({}); each line must be one JSON object",
-                          json_message(error));
+    problem =
+        fmt::format("not valid JSON ({}); each line must be one JSON object", json_message(error));
     return std::nullopt;
   }
 }
@@ -132,8 +132,10 @@ int32_t required_token_id(const Tokenizer& tokenizer, const std::string& token,
                           const std::string& tokenizer_path, const char* role) {
   const auto id = tokenizer.token_to_id(token);
   if (!id) {
-    fail("tokenizer {}: the {} token \"{}\" is not in the vocabulary; set the EOS token (--eos-token)",
-         tokenizer_path, role, token);
+    fail(
+        "tokenizer {}: the {} token \"{}\" is not in the vocabulary; set the EOS token "
+        "(--eos-token)",
+        tokenizer_path, role, token);
   }
   return *id;
 }
@@ -158,8 +160,8 @@ int32_t resolve_eos(const PrepareOptions& options, const TokenizerFiles& files,
 // Checks once, before the parallel pass, that the template's special tokens exist.
 void check_chat_template_fits(const RenderSettings& settings, const Tokenizer& tokenizer,
                               const std::string& tokenizer_path) {
-  const RenderedDocument probe = render_chat(
-      settings.chat_template, settings.chat_tokens, {{"user", "a"}, {"assistant", "b"}}, false);
+  const RenderedDocument probe = render_chat(settings.chat_template, settings.chat_tokens,
+                                             {{"user", "a"}, {"assistant", "b"}}, false);
   try {
     tokenize_document(tokenizer, probe);
   } catch (const Error& error) {
@@ -237,7 +239,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   report.seq_len = options.seq_len;
   report.eos_id = resolve_eos(options, files, tokenizer);
   report.pad_id = report.eos_id;
-  if (files.pad_token) report.pad_id = tokenizer.token_to_id(*files.pad_token).value_or(report.eos_id);
+  if (files.pad_token)
+    report.pad_id = tokenizer.token_to_id(*files.pad_token).value_or(report.eos_id);
 
   const std::string text = read_file(options.data_path);
   if (is_blank(text)) {
@@ -254,20 +257,20 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   if (settings.format == ExampleFormat::kChat) {
     settings.chat_template =
         options.chat_template == "auto"
-            ? detect_chat_template(files, [&](const char* token) {
-                return tokenizer.token_to_id(token).has_value();
-              })
+            ? detect_chat_template(
+                  files,
+                  [&](const char* token) { return tokenizer.token_to_id(token).has_value(); })
             : parse_chat_template(options.chat_template);
     settings.chat_tokens = chat_tokens(settings.chat_template, files);
     report.chat_template = chat_template_name(settings.chat_template);
     check_chat_template_fits(settings, tokenizer, files.tokenizer_json);
   }
 
-  const size_t thread_count =
-      options.threads > 0 ? static_cast<size_t>(options.threads)
-                          : std::max<size_t>(1, std::thread::hardware_concurrency());
-  std::vector<LineResult> results = process_lines(
-      lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count);
+  const size_t thread_count = options.threads > 0
+                                  ? static_cast<size_t>(options.threads)
+                                  : std::max<size_t>(1, std::thread::hardware_concurrency());
+  std::vector<LineResult> results =
+      process_lines(lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count);
 
   std::vector<TokenizedDocument> documents;
   documents.reserve(results.size());

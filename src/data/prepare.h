@@ -31,10 +31,10 @@
 namespace shardtrain {
 
 struct PrepareOptions {
-  std::string tokenizer_path;  // tokenizer.json, or a directory containing it
-  std::string data_path;       // JSONL input
-  std::string out_path;        // token file to write (prepare_dataset only)
-  int64_t seq_len = 512;       // must equal the training data.seq_len
+  std::string tokenizer_path;          // tokenizer.json, or a directory containing it
+  std::string data_path;               // JSONL input
+  std::string out_path;                // token file to write (prepare_dataset only)
+  int64_t seq_len = 512;               // must equal the training data.seq_len
   std::string format = "auto";         // auto | text | prompt_completion | alpaca | chat
   std::string chat_template = "auto";  // auto | chatml | llama2 | llama3
   std::string overlong = "split";      // split | truncate | drop

@@ -57,9 +57,10 @@ class FileLock {
   explicit FileLock(const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) {
-      fail("data cache {}: cannot create the lock file ({}); check that the cache directory is "
-           "writable",
-           path, std::strerror(errno));
+      fail(
+          "data cache {}: cannot create the lock file ({}); check that the cache directory is "
+          "writable",
+          path, std::strerror(errno));
     }
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno != EINTR) {
@@ -124,8 +125,8 @@ std::string prepare_cached(const PrepareOptions& options, const std::string& cac
   std::error_code error;
   fs::create_directories(cache_dir, error);
   if (error) {
-    fail("data cache {}: cannot create the directory ({}); set another cache directory",
-         cache_dir, error.message());
+    fail("data cache {}: cannot create the directory ({}); set another cache directory", cache_dir,
+         error.message());
   }
   const std::string path = (fs::path(cache_dir) / (key + ".bin")).string();
   if (is_valid_token_file(path)) {

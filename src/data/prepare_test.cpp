@@ -26,8 +26,8 @@ class PrepareTest : public ::testing::Test {
  protected:
   void SetUp() override {
     static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("shardtrain_prepare_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    dir_ = fs::temp_directory_path() / ("shardtrain_prepare_test_" + std::to_string(getpid()) +
+                                        "_" + std::to_string(counter++));
     fs::create_directories(dir_);
     tokenizer_ = testing::write_tiny_tokenizer(dir_ / "tokenizer");
   }
@@ -71,7 +71,7 @@ TEST_F(PrepareTest, OutputIsIdenticalWithOneOrFourThreads) {
   for (int i = 0; i < 3000; ++i) {
     if (i % 3 == 0) {
       lines += "{\"messages\": [{\"role\": \"user\", \"content\": \"q" + std::to_string(i) +
-               "\"}, {\"role\": \"assistant\", \"content\": \"" + std::string(i % 40, 'a') +
+               "\"}, {\"role\": \"assistant\", \"content\": \"" + std::string(1 + i % 40, 'a') +
                "\"}]}\n";
     } else {
       lines += "{\"messages\": [{\"role\": \"user\", \"content\": \"hello " +
@@ -98,8 +98,9 @@ TEST_F(PrepareTest, OutputIsIdenticalWithOneOrFourThreads) {
 }
 
 TEST_F(PrepareTest, ReportCountsBlankSkippedAndPadding) {
-  PrepareOptions opts = options(write(
-      "text.jsonl", "{\"text\": \"abc\"}\n\n{\"text\": \"defgh\"}\nnot json\n{\"text\": \"ij\"}\n"));
+  PrepareOptions opts = options(
+      write("text.jsonl",
+            "{\"text\": \"abc\"}\n\n{\"text\": \"defgh\"}\nnot json\n{\"text\": \"ij\"}\n"));
   opts.on_bad_line = "skip";
   const PrepareReport report = prepare_dataset(opts);
   EXPECT_EQ(report.lines, 5u);
@@ -142,22 +143,23 @@ TEST_F(PrepareTest, BadLinesFailNamingFileAndLine) {
 }
 
 TEST_F(PrepareTest, InvalidUtf8CanBeReplaced) {
-  PrepareOptions opts = options(write("utf8.jsonl", "{\"text\": \"a\xff" "b\"}\n"));
+  PrepareOptions opts = options(write("utf8.jsonl",
+                                      "{\"text\": \"a\xff"
+                                      "b\"}\n"));
   opts.invalid_utf8 = "replace";
   prepare_dataset(opts);
   const TokenFile file(opts.out_path);
   // a, U+FFFD (EF BF BD), b, EOS
-  const std::vector<uint32_t> expected = {'a', 0xEF, 0xBF, 0xBD, 'b',
-                                          static_cast<uint32_t>(testing::tiny_special_id(
-                                              "<|endoftext|>"))};
+  const std::vector<uint32_t> expected = {
+      'a', 0xEF, 0xBF, 0xBD, 'b', static_cast<uint32_t>(testing::tiny_special_id("<|endoftext|>"))};
   EXPECT_TRUE(std::equal(expected.begin(), expected.end(), file.tokens().begin()));
 }
 
 TEST_F(PrepareTest, ChatWithUnknownRoleNamesTheLine) {
-  const std::string data = write(
-      "chat.jsonl",
-      "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
-      "\"content\": \"b\"}]}\n{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n");
+  const std::string data =
+      write("chat.jsonl",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
+            "\"content\": \"b\"}]}\n{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n");
   const std::string message = error_of(options(data));
   EXPECT_EQ(message.rfind(data + ":2: messages[0] has unknown role \"robot\"", 0), 0u) << message;
 }
@@ -170,8 +172,8 @@ TEST_F(PrepareTest, WholeDatasetProblems) {
             std::string::npos);
   const std::string unknown = write("unknown.jsonl", "{\"question\": \"a\"}\n");
   EXPECT_EQ(error_of(options(unknown)).rfind(unknown + ":1: cannot tell the data format", 0), 0u);
-  PrepareOptions too_long = options(write("long.jsonl", "{\"text\": \"" + std::string(40, 'a') +
-                                                            "\"}\n"));
+  PrepareOptions too_long =
+      options(write("long.jsonl", "{\"text\": \"" + std::string(40, 'a') + "\"}\n"));
   too_long.overlong = "drop";
   EXPECT_NE(error_of(too_long).find("were dropped"), std::string::npos);
   PrepareOptions bad_choice = options(unknown);

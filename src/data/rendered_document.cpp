@@ -16,9 +16,8 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 }
 
 // Tokenizes parts [begin, end) (all text parts) as one string and appends ids and mask.
-void tokenize_text_run(const Tokenizer& tokenizer, const std::vector<TextPart>& parts,
-                       size_t begin, size_t end, bool add_special_tokens,
-                       TokenizedDocument& out) {
+void tokenize_text_run(const Tokenizer& tokenizer, const std::vector<TextPart>& parts, size_t begin,
+                       size_t end, bool add_special_tokens, TokenizedDocument& out) {
   std::string text;
   for (size_t p = begin; p < end; ++p) text += parts[p].text;
   const std::vector<int32_t> ids = tokenizer.encode(text, add_special_tokens);
@@ -28,7 +27,8 @@ void tokenize_text_run(const Tokenizer& tokenizer, const std::vector<TextPart>& 
   for (size_t p = begin + 1; p < end; ++p) {
     size_t boundary = first_token[p - begin - 1];
     if (parts[p].trained != parts[p - 1].trained) {
-      boundary = std::max(boundary, common_prefix(tokenizer.encode(prefix, add_special_tokens), ids));
+      boundary =
+          std::max(boundary, common_prefix(tokenizer.encode(prefix, add_special_tokens), ids));
     }
     first_token[p - begin] = boundary;
     prefix += parts[p].text;

@@ -1,5 +1,5 @@
 // Comm: collective communication among the ranks of one process group. Implementations: Gloo
-// (CPU tensors; dist/gloo_comm.h) and NCCL (CUDA tensors; later, same interface).
+// (CPU tensors; dist/gloo_comm.h) and NCCL (CUDA tensors; dist/nccl_comm.h).
 //
 // All ranks of the group must call the same collectives in the same order with the same
 // sizes. Tensors are contiguous on the backend's device; dtype f32 or bf16 (bf16 reductions
@@ -36,6 +36,10 @@ class Comm {
   // rank of this group must call it. Used for the 2-D mesh of HYBRID_SHARD.
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
   virtual std::string backend_name() const = 0;
+
+  // Names what the following collectives are for (e.g. "unit 3 (layers.2)"), so a timeout or
+  // an error can say where the job was; "" clears it. Local: no communication.
+  virtual void set_context(std::string context) {}
 };
 
 }  // namespace shardtrain

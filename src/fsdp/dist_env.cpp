@@ -5,8 +5,10 @@
 #include "core/error.h"
 #include "dist/file_store.h"
 #include "dist/gloo_comm.h"
+#include "dist/nccl_comm.h"
 #include "dist/tcp_store.h"
 #include "fsdp/fsdp_groups.h"
+#include "ops/backend.h"
 
 namespace shardtrain {
 namespace {
@@ -54,7 +56,19 @@ DistEnv read_dist_env() {
   return env;
 }
 
-DistWorld connect_world(const DistEnv& env) {
+std::unique_ptr<Ops> make_rank_ops(const std::string& device_choice, const DistEnv& env) {
+  const int gpus = visible_gpu_count();
+  const bool wants_cuda = device_choice == "cuda" || (device_choice == "auto" && gpus > 0);
+  if (wants_cuda && gpus > 0 && env.local_world > gpus) {
+    fail("{} ranks on this node (LOCAL_WORLD_SIZE) but {} GPU(s) visible: NCCL needs one GPU per "
+         "rank; HINT: use --nproc-per-node {} (or gpu), check CUDA_VISIBLE_DEVICES, or train on "
+         "the CPU with --train.device=cpu",
+         env.local_world, gpus, gpus);
+  }
+  return make_ops(device_choice, wants_cuda ? env.local_rank : 0);
+}
+
+DistWorld connect_world(const DistEnv& env, Ops& ops) {
   DistWorld world;
   if (env.world == 1) {
     world.comm = make_single_rank_comm();
@@ -74,7 +88,11 @@ DistWorld connect_world(const DistEnv& env) {
   }
   // Keys scoped by restart, so a restarted group never reads the previous group's addresses.
   const std::string prefix = "shardtrain/restart" + std::to_string(env.restart_count) + "/world";
-  world.comm = make_gloo_comm(*world.store, env.rank, env.world, prefix);
+  if (ops.device() == Device::kCuda) {
+    world.comm = make_nccl_comm(*world.store, env.rank, env.world, prefix, ops);
+  } else {
+    world.comm = make_gloo_comm(*world.store, env.rank, env.world, prefix);
+  }
   return world;
 }
 

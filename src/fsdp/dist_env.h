@@ -10,6 +10,7 @@
 
 #include "dist/comm.h"
 #include "dist/store.h"
+#include "ops/ops.h"
 
 namespace shardtrain {
 
@@ -25,12 +26,21 @@ struct DistEnv {
 DistEnv read_dist_env();
 
 // The world of this process: the store it rendezvoused through (null for one process) and the
-// world Comm (Gloo over TCP; a single-rank Comm for one process).
+// world Comm: NCCL when `ops` is the CUDA backend (one GPU per rank, collectives on its compute
+// stream), Gloo over TCP for CPU ops, a single-rank Comm for one process (no NCCL needed).
+// Destroy `comm` before `store`.
 struct DistWorld {
   std::unique_ptr<Store> store;
   std::unique_ptr<Comm> comm;
 };
-// Throws Error when the store cannot be reached or the other ranks do not arrive in time.
-DistWorld connect_world(const DistEnv& env);
+// REQUIRES: ops outlives the returned world (for CUDA: made by make_rank_ops). Throws Error when
+// the store cannot be reached, the other ranks do not arrive in time, or several CUDA ranks are
+// asked of a build without NCCL.
+DistWorld connect_world(const DistEnv& env, Ops& ops);
+
+// The compute backend of this rank (ops/backend.h make_ops): CUDA ranks drive GPU LOCAL_RANK.
+// Throws Error as make_ops does, and when this node has more ranks than visible GPUs (NCCL
+// refuses two ranks on one GPU).
+std::unique_ptr<Ops> make_rank_ops(const std::string& device_choice, const DistEnv& env);
 
 }  // namespace shardtrain

@@ -32,6 +32,10 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, Fs
   }
 }
 
+std::string FsdpUnits::unit_context(int unit, const char* phase) const {
+  return fmt::format("unit {} ({}) {}", unit, layout_.units[unit].name, phase);
+}
+
 int64_t FsdpUnits::shard_begin(int unit) const {
   return plan_.shard_begin(unit, groups_.shard().rank());
 }
@@ -100,6 +104,7 @@ double FsdpUnits::sum_over_ranks(double value) {
   DeviceBuffer buffer(ops_, sizeof(parts));
   const Tensor parts_2 = buffer.view(DType::kF32, {2});
   ops_.copy_from_host(parts_2, parts);
+  groups_.world().set_context("step totals (targets, tokens, loss)");
   groups_.world().all_reduce(parts_2, ReduceOp::kSum);
   float summed[2];
   ops_.copy_to_host(summed, parts_2);
@@ -111,6 +116,7 @@ double FsdpUnits::global_grad_square_sum(double local_sum) {
   DeviceBuffer buffer(ops_, sizeof(float));
   const Tensor value_1 = buffer.view(DType::kF32, {1});
   ops_.copy_from_host(value_1, &value);
+  groups_.shard().set_context("gradient norm");
   groups_.shard().all_reduce(value_1, ReduceOp::kSum);
   return ops_.read_scalar(value_1);
 }
@@ -132,6 +138,7 @@ void FsdpUnits::gather_master_to_host(int unit, float* host_values) {
   const int64_t padded = plan_.units[unit].padded_numel;
   DeviceBuffer full(ops_, static_cast<size_t>(padded) * sizeof(float));
   const Tensor full_flat = full.view(DType::kF32, {padded});
+  groups_.shard().set_context(unit_context(unit, "checkpoint gather"));
   groups_.shard().all_gather(full_flat, master_shard(unit));
   ops_.copy_to_host(host_values, full_flat.rows(0, numel));
 }
@@ -189,6 +196,7 @@ Tensor FsdpUnits::acquire_params(int unit) {
         take_slot(gathered_pool_, static_cast<size_t>(plan_.max_padded_numel()) * dtype_size(act),
                   static_cast<size_t>(padded) * dtype_size(act));
     const Tensor gathered = gathered_pool_.buffers[state.gathered_slot].view(act, {padded});
+    groups_.shard().set_context(unit_context(unit, "parameter all-gather"));
     groups_.shard().all_gather(gathered, compute_shard);
   }
   return gathered_pool_.buffers[state.gathered_slot].view(act, {padded}).rows(0, numel);
@@ -231,12 +239,14 @@ void FsdpUnits::grads_ready(int unit) {
     const int64_t padded = plan_.units[unit].padded_numel;
     const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
     const Tensor reduced = reduced_shard_.view(DType::kF32, {shard.numel()});
+    groups_.shard().set_context(unit_context(unit, "gradient reduce-scatter"));
     groups_.shard().reduce_scatter(reduced, full, ReduceOp::kSum);
     ops_.add(shard, shard, reduced);
     free_slot(full_grad_pool_, state.full_grad_slot, static_cast<size_t>(padded) * sizeof(float));
     state.full_grad_slot = -1;
   }
   if (last_micro_batch_ && groups_.replicate().size() > 1) {
+    groups_.replicate().set_context(unit_context(unit, "gradient all-reduce"));
     groups_.replicate().all_reduce(shard, ReduceOp::kSum);
   }
 }

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dist/comm.h"
@@ -107,6 +108,8 @@ class FsdpUnits final : public UnitAccess {
   void free_slot(Pool& pool, int slot, size_t unit_bytes);
   Tensor shard_tensor(const std::vector<DeviceBuffer>& buffers, int unit) const;
   bool sharded() const { return plan_.group_size > 1; }
+  // "unit 3 (layers.2) <phase>": what a collective is for, in communication errors.
+  std::string unit_context(int unit, const char* phase) const;
 
   Ops& ops_;
   const ParamLayout& layout_;

@@ -16,9 +16,10 @@ Tensor fit(Tensor t, Shape shape) {
   return Tensor(t.data(), t.dtype(), shape, t.device());
 }
 
-// Logit rows per chunk of the lm head: keeps a chunk of logits near 32 MiB of fp32.
+// Logit rows per chunk of the lm head: a chunk holds about 32M logits (64 MiB in bf16), so
+// peak memory does not grow with tokens x vocab.
 int64_t head_chunk_rows(int64_t tokens, int64_t vocab) {
-  const int64_t target_elems = int64_t{8} << 20;
+  const int64_t target_elems = int64_t{32} << 20;
   return std::clamp<int64_t>(target_elems / std::max<int64_t>(vocab, 1), 1, tokens);
 }
 

@@ -9,19 +9,25 @@
 
 namespace shardtrain {
 
-bool cuda_available() {
+int visible_gpu_count() {
 #if defined(SHARDTRAIN_WITH_CUDA)
-  return cuda_device_count() > 0;
+  return cuda_device_count();
 #else
-  return false;
+  return 0;
 #endif
 }
 
-std::unique_ptr<Ops> make_ops(const std::string& device_choice) {
+bool cuda_available() { return visible_gpu_count() > 0; }
+
+std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device) {
   if (device_choice == "cpu") return make_cpu_ops();
   if (device_choice == "cuda" || device_choice == "auto") {
 #if defined(SHARDTRAIN_WITH_CUDA)
-    if (cuda_available()) return make_cuda_ops();
+    if (cuda_available()) {
+      SHARDTRAIN_CHECK(cuda_device >= 0 && cuda_device < visible_gpu_count(), "GPU {} of {}",
+                       cuda_device, visible_gpu_count());
+      return make_cuda_ops(cuda_device);
+    }
 #endif
     if (device_choice == "auto") return make_cpu_ops();
 #if defined(SHARDTRAIN_WITH_CUDA)

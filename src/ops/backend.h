@@ -10,8 +10,13 @@
 namespace shardtrain {
 
 // Throws Error for an unknown choice, or "cuda" without a CUDA build or without a GPU.
-std::unique_ptr<Ops> make_ops(const std::string& device_choice);
+// A CUDA backend drives GPU `cuda_device` (made current with cudaSetDevice first; one rank per
+// GPU under the launcher, fsdp/dist_env.h make_rank_ops). REQUIRES: cuda_device <
+// visible_gpu_count() when the choice resolves to CUDA.
+std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device = 0);
 // True when this binary includes the CUDA backend and at least one GPU is visible.
 bool cuda_available();
+// Visible GPUs; 0 without a CUDA build.
+int visible_gpu_count();
 
 }  // namespace shardtrain

@@ -86,7 +86,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   }
   model.reserve(micro_batch, seq_len);
 
-  DistWorld world = connect_world(env);
+  DistWorld world = connect_world(env, ops);
   FsdpGroups groups(*world.comm, group_size);
   FsdpUnits units(ops, layout, groups,
                   {strategy, config.fsdp.reduce_on_last_micro_batch});

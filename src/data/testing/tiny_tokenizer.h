@@ -16,9 +16,15 @@
 namespace shardtrain::testing {
 
 inline constexpr int32_t kTinyFirstSpecialId = 256;
-inline const std::vector<std::string> kTinySpecialTokens = {
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
-    "<|end_header_id|>", "<|eot_id|>", "<s>", "</s>"};
+inline const std::vector<std::string> kTinySpecialTokens = {"<|endoftext|>",
+                                                            "<|im_start|>",
+                                                            "<|im_end|>",
+                                                            "<|begin_of_text|>",
+                                                            "<|start_header_id|>",
+                                                            "<|end_header_id|>",
+                                                            "<|eot_id|>",
+                                                            "<s>",
+                                                            "</s>"};
 
 inline int32_t tiny_special_id(const std::string& token) {
   for (size_t i = 0; i < kTinySpecialTokens.size(); ++i) {

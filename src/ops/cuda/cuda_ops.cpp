@@ -39,7 +39,10 @@ int cuda_device_count() {
   return count;
 }
 
-std::unique_ptr<Ops> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+std::unique_ptr<Ops> make_cuda_ops(int device_index) {
+  SHARDTRAIN_CUDA_CHECK(cudaSetDevice(device_index));
+  return std::make_unique<CudaOps>();
+}
 
 CudaOps::CudaOps() {
   SHARDTRAIN_CHECK(cuda_device_count() > 0, "CudaOps needs a visible GPU");

@@ -98,7 +98,8 @@ class CudaOps final : public Ops {
   size_t scratch_bytes_ = 0;
 };
 
-std::unique_ptr<Ops> make_cuda_ops();
+// Makes `device_index` the current device (cudaSetDevice), then a CudaOps on it.
+std::unique_ptr<Ops> make_cuda_ops(int device_index = 0);
 // Visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
 int cuda_device_count();
 

@@ -1,0 +1,422 @@
+#include "dist/nccl_comm.h"
+
+#include "core/error.h"
+
+#if defined(SHARDTRAIN_WITH_NCCL)
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_ops.h"
+
+namespace shardtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr Store::Duration kIdTimeout = std::chrono::minutes(5);
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
+constexpr auto kPollPeriod = std::chrono::microseconds(200);
+
+std::chrono::seconds collective_timeout() {
+  const char* text = std::getenv("SHARDTRAIN_COMM_TIMEOUT_S");
+  const long long seconds = text && *text ? std::atoll(text) : 0;
+  return std::chrono::seconds(seconds > 0 ? seconds : 600);
+}
+
+// The process's rank in the whole job, for messages (a split group's rank differs).
+std::string job_rank_text() {
+  const char* rank = std::getenv("RANK");
+  return rank && *rank ? std::string(rank) : std::string("0");
+}
+
+std::string hex_encode(const void* data, size_t bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string text;
+  for (size_t i = 0; i < bytes; ++i) {
+    const unsigned char byte = static_cast<const unsigned char*>(data)[i];
+    text += kDigits[byte >> 4];
+    text += kDigits[byte & 15];
+  }
+  return text;
+}
+
+bool hex_decode(const std::string& text, void* data, size_t bytes) {
+  if (text.size() != 2 * bytes) return false;
+  const auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < bytes; ++i) {
+    const int high = digit(text[2 * i]), low = digit(text[2 * i + 1]);
+    if (high < 0 || low < 0) return false;
+    static_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(high * 16 + low);
+  }
+  return true;
+}
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    default:
+      SHARDTRAIN_CHECK(false, "NcclComm: dtype {} is not supported (f32 or bf16)",
+                       dtype_name(dtype));
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
+
+void check_device_tensor(const Tensor& t, const char* collective) {
+  SHARDTRAIN_CHECK(t.device() == Device::kCuda, "NcclComm::{} needs CUDA tensors, got {}",
+                   collective, device_name(t.device()));
+}
+
+CudaOps& cuda_ops_of(Ops& ops) {
+  auto* cuda = dynamic_cast<CudaOps*>(&ops);
+  SHARDTRAIN_CHECK(cuda != nullptr, "NcclComm needs the CUDA ops backend");
+  return *cuda;
+}
+
+class NcclComm final : public Comm {
+ public:
+  // Adopts `comm` (initialised, or still initialising: non-blocking); waits until it is ready.
+  // `rank` and `size` are what the caller expects (-1: not known yet), for messages only.
+  NcclComm(ncclComm_t comm, CudaOps& ops, std::string group_name, int rank, int size)
+      : comm_(comm),
+        ops_(ops),
+        stream_(ops.stream()),
+        device_(ops.device_index()),
+        group_name_(std::move(group_name)),
+        timeout_(collective_timeout()),
+        rank_(rank),
+        size_(size) {
+    wait_ready(comm_, "init");
+    check(ncclCommUserRank(comm_, &rank_), "init", "ncclCommUserRank");
+    check(ncclCommCount(comm_, &size_), "init", "ncclCommCount");
+    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
+    SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclComm() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    stop_signal_.notify_all();
+    watchdog_.join();
+    wait_stream("teardown");  // collectives still in flight must finish before finalize
+    check(ncclCommFinalize(comm_), "teardown", "ncclCommFinalize");
+    wait_ready(comm_, "teardown");
+    ncclCommDestroy(comm_);
+    for (const Pending& p : pending_) cudaEventDestroy(p.done);
+    for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
+    cudaFree(barrier_scratch_);
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "nccl"; }
+  void set_context(std::string context) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    context_ = std::move(context);
+  }
+
+  void all_gather(Tensor out, Tensor in) override {
+    check_device_tensor(out, "all_gather");
+    check_device_tensor(in, "all_gather");
+    SHARDTRAIN_CHECK(out.dtype() == in.dtype(), "all_gather dtypes {} vs {}",
+                     dtype_name(out.dtype()), dtype_name(in.dtype()));
+    SHARDTRAIN_CHECK(out.numel() == in.numel() * size_, "all_gather sizes {} vs {} x {}",
+                     out.numel(), in.numel(), size_);
+    if (in.numel() == 0) return;
+    // In place when `in` is our own slice of `out` (NCCL's in-place rule is the same).
+    check(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()),
+                        nccl_type(in.dtype()), comm_, stream_),
+          "all_gather", "ncclAllGather");
+    track("all_gather");
+  }
+
+  void reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    check_device_tensor(out, "reduce_scatter");
+    check_device_tensor(in, "reduce_scatter");
+    SHARDTRAIN_CHECK(out.dtype() == in.dtype(), "reduce_scatter dtypes {} vs {}",
+                     dtype_name(out.dtype()), dtype_name(in.dtype()));
+    SHARDTRAIN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter sizes {} vs {} x {}",
+                     in.numel(), out.numel(), size_);
+    if (out.numel() == 0) return;
+    check(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
+                            nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
+          "reduce_scatter", "ncclReduceScatter");
+    track("reduce_scatter");
+  }
+
+  void all_reduce(Tensor inout, ReduceOp op) override {
+    check_device_tensor(inout, "all_reduce");
+    if (inout.numel() == 0) return;
+    check(ncclAllReduce(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
+                        nccl_type(inout.dtype()), nccl_op(op), comm_, stream_),
+          "all_reduce", "ncclAllReduce");
+    track("all_reduce");
+  }
+
+  void broadcast(Tensor inout, int root) override {
+    check_device_tensor(inout, "broadcast");
+    SHARDTRAIN_CHECK(root >= 0 && root < size_, "broadcast root {} of {}", root, size_);
+    if (inout.numel() == 0) return;
+    check(ncclBroadcast(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
+                        nccl_type(inout.dtype()), root, comm_, stream_),
+          "broadcast", "ncclBroadcast");
+    track("broadcast");
+  }
+
+  // A one-element all-reduce, then a host wait for it (and for everything enqueued before it
+  // on the stream) under the timeout.
+  void barrier() override {
+    check(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_,
+                        stream_),
+          "barrier", "ncclAllReduce");
+    track("barrier");
+    wait_stream("barrier");
+  }
+
+  std::unique_ptr<Comm> split(int color, int key) override {
+    SHARDTRAIN_CHECK(color >= 0, "split color {} must be >= 0", color);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t child = nullptr;
+    check(ncclCommSplit(comm_, color, key, &child, &config), "split", "ncclCommSplit");
+    wait_ready(comm_, "split");
+    const std::string child_name =
+        group_name_ + "/split" + std::to_string(++split_count_) + "/color" + std::to_string(color);
+    return std::make_unique<NcclComm>(child, ops_, child_name, -1, -1);
+  }
+
+ private:
+  struct Pending {
+    cudaEvent_t done;
+    const char* collective;
+    std::string context;
+    Clock::time_point enqueued;
+  };
+
+  // Checks an NCCL call's status; a non-blocking communicator may answer ncclInProgress, and
+  // must then be polled until it is ready before the next call.
+  void check(ncclResult_t status, const char* collective, const char* call) {
+    if (status == ncclInProgress) {
+      wait_ready(comm_, collective);
+    } else if (status != ncclSuccess) {
+      failed(collective, current_context(),
+             std::string(call) + " returned " + ncclGetErrorString(status) + " (" +
+                 ncclGetLastError(comm_) + ")");
+    }
+  }
+
+  // Polls `comm`'s asynchronous state until it is ncclSuccess; fails on an error or timeout.
+  void wait_ready(ncclComm_t comm, const char* collective) {
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t status = ncclCommGetAsyncError(comm, &state);
+      if (status != ncclSuccess) state = status;
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
+        failed(collective, current_context(),
+               std::string("NCCL reported ") + ncclGetErrorString(state) + " (" +
+                   ncclGetLastError(comm) + ")");
+      }
+      if (Clock::now() > deadline) {
+        failed(collective, current_context(), timeout_text() + " (the other ranks never joined)");
+      }
+      std::this_thread::sleep_for(kPollPeriod);
+    }
+  }
+
+  // Host wait for all work enqueued so far on the stream, polling NCCL's error state and the
+  // deadline instead of blocking in cudaStreamSynchronize.
+  void wait_stream(const char* collective) {
+    cudaEvent_t event = nullptr;
+    SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(event, stream_));
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    for (;;) {
+      const cudaError_t query = cudaEventQuery(event);
+      if (query == cudaSuccess) break;
+      if (query != cudaErrorNotReady) SHARDTRAIN_CUDA_CHECK(query);
+      check_async_error(collective, current_context());
+      if (Clock::now() > deadline) failed(collective, current_context(), timeout_text());
+      std::this_thread::sleep_for(kPollPeriod);
+    }
+    SHARDTRAIN_CUDA_CHECK(cudaEventDestroy(event));
+  }
+
+  void check_async_error(const char* collective, const std::string& context) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t status = ncclCommGetAsyncError(comm_, &state);
+    if (status != ncclSuccess) state = status;
+    if (state != ncclSuccess && state != ncclInProgress) {
+      failed(collective, context,
+             std::string("NCCL reported ") + ncclGetErrorString(state) + " (" +
+                 ncclGetLastError(comm_) + ")");
+    }
+  }
+
+  // Follows the collective just enqueued with an event the watchdog polls.
+  void track(const char* collective) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cudaEvent_t event = nullptr;
+    if (free_events_.empty()) {
+      SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } else {
+      event = free_events_.back();
+      free_events_.pop_back();
+    }
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(event, stream_));
+    pending_.push_back({event, collective, context_, Clock::now()});
+  }
+
+  // The watchdog thread: retires completed collectives; fails on an NCCL error or when the
+  // oldest pending one is older than the timeout (the main thread may be blocked in a CUDA
+  // synchronisation that would otherwise never return).
+  void watch() {
+    SHARDTRAIN_CUDA_CHECK(cudaSetDevice(device_));
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      stop_signal_.wait_for(lock, kWatchdogPeriod);
+      while (!pending_.empty()) {
+        const cudaError_t query = cudaEventQuery(pending_.front().done);
+        if (query == cudaErrorNotReady) break;
+        SHARDTRAIN_CUDA_CHECK(query);
+        free_events_.push_back(pending_.front().done);
+        pending_.pop_front();
+      }
+      const char* collective = pending_.empty() ? "(idle)" : pending_.front().collective;
+      const std::string context = pending_.empty() ? context_ : pending_.front().context;
+      check_async_error(collective, context);
+      if (!pending_.empty() && Clock::now() - pending_.front().enqueued > timeout_) {
+        failed(collective, context, timeout_text());
+      }
+    }
+  }
+
+  std::string current_context() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return context_;
+  }
+
+  std::string timeout_text() const {
+    return "not complete after " + std::to_string(timeout_.count()) +
+           " s (SHARDTRAIN_COMM_TIMEOUT_S)";
+  }
+
+  // Aborts the communicator (so peers blocked in it see an error instead of hanging) and the
+  // process. NCCL failures are dead peers or broken machines, not user errors (DESIGN.md).
+  [[noreturn]] void failed(const char* collective, const std::string& context,
+                           const std::string& reason) {
+    std::fprintf(stderr,
+                 "shardtrain: NCCL %s failed on rank %s (rank %d of %d in group '%s', GPU %d)%s%s: "
+                 "%s\nHINT: another rank probably died or is stuck: check its log first; for "
+                 "network errors set NCCL_DEBUG=WARN; raise SHARDTRAIN_COMM_TIMEOUT_S only if "
+                 "steps are legitimately that slow\n",
+                 collective, job_rank_text().c_str(), rank_, size_, group_name_.c_str(), device_,
+                 context.empty() ? "" : " during ", context.c_str(), reason.c_str());
+    std::fflush(stderr);
+    ncclCommAbort(comm_);
+    std::abort();
+  }
+
+  ncclComm_t comm_ = nullptr;
+  CudaOps& ops_;
+  cudaStream_t stream_;
+  int device_;
+  std::string group_name_;
+  std::chrono::seconds timeout_;
+  int rank_, size_;
+  int split_count_ = 0;
+  float* barrier_scratch_ = nullptr;  // (1) f32 on the device
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable stop_signal_;
+  bool stopping_ = false;
+  std::string context_;
+  std::deque<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std::string& prefix,
+                                     Ops& ops) {
+  SHARDTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} size {}", rank, size);
+  CudaOps& cuda = cuda_ops_of(ops);
+  SHARDTRAIN_CUDA_CHECK(cudaSetDevice(cuda.device_index()));
+  const std::string id_key = prefix + "/nccl/unique_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    const ncclResult_t status = ncclGetUniqueId(&id);
+    if (status != ncclSuccess) {
+      fail("NCCL could not create its unique id on rank 0: {} ({}); HINT: check that a network "
+           "interface is up (NCCL_SOCKET_IFNAME selects one)",
+           ncclGetErrorString(status), ncclGetLastError(nullptr));
+    }
+    store.set(id_key, hex_encode(&id, sizeof(id)));
+  } else {
+    const std::string text = store.get(id_key, kIdTimeout);
+    if (!hex_decode(text, &id, sizeof(id))) {
+      fail("malformed NCCL unique id under '{}' in {}; HINT: another job may share this "
+           "store: use a fresh MASTER_PORT or SHARDTRAIN_STORE_DIR",
+           id_key, store.endpoint());
+    }
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  const ncclResult_t status = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (status != ncclSuccess && status != ncclInProgress) {
+    fail("ncclCommInitRank failed on rank {} of {} (GPU {}): {} ({}); HINT: each rank needs "
+         "its own GPU (LOCAL_RANK selects it); run with NCCL_DEBUG=WARN for details",
+         rank, size, cuda.device_index(), ncclGetErrorString(status), ncclGetLastError(comm));
+  }
+  return std::make_unique<NcclComm>(comm, cuda, prefix, rank, size);
+}
+
+}  // namespace shardtrain
+
+#else  // no NCCL in this build
+
+namespace shardtrain {
+
+bool nccl_available() { return false; }
+
+std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std::string& prefix,
+                                     Ops& ops) {
+  fail("this shardtrain was built without NCCL, so it cannot run {} ranks on GPUs; HINT: "
+       "install NCCL (libnccl-dev, or the CUDA toolkit's) and rebuild (CMake reports "
+       "'shardtrain: NCCL ON'), or use --train.device=cpu",
+       size);
+}
+
+}  // namespace shardtrain
+
+#endif

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One batched GPU-machine session: build with CUDA (carried .devkit), run the gpu-labelled tests,
+# the demo on the GPU, and the throughput benchmark against PyTorch FSDP2. Logs go to $OUT.
+# Usage (through the device tool, carrying .devkit): tools/device/gpu_session.sh [bench shapes...]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-/tmp/out}
+export NCCL_NVLS_ENABLE=0
+export LD_LIBRARY_PATH=$root/.devkit/usr/lib/x86_64-linux-gnu:$root/.devkit/usr/lib:${LD_LIBRARY_PATH:-}
+cd "$root"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+start=$(date +%s)
+tools/device/build_on_device.sh build-gpu >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+(cd build-gpu && ctest -L gpu --output-on-failure >"$out/gpu-tests.log" 2>&1; tail -3 "$out/gpu-tests.log")
+grep -E "largest relative|PASSED|FAILED|Skipped" "$out/gpu-tests.log" | head -20
+build-gpu/train_parity_gpu_test 2>&1 | grep -E "largest relative difference" 
+timeout 120 build-gpu/shardtrain train --config examples/demo.toml --train.device=cuda \
+  --train.output_dir="" --metrics "$out/demo-gpu.jsonl" >"$out/demo-gpu.log" 2>&1
+tail -2 "$out/demo-gpu.log"
+if (($# > 0)) || [[ -z ${SKIP_BENCH:-} ]]; then
+  timeout 420 bench/run_bench.sh "$root/build-gpu/shardtrain" "$out/bench" "$@" 2>&1 | tail -8
+  cp "$out/bench/table.txt" "$out/bench-table.txt" 2>/dev/null
+fi
+echo "session: $(( $(date +%s) - start )) s"
