@@ -83,17 +83,39 @@ class GlooComm final : public Comm {
   GlooComm(Store& store, int rank, int size, std::string prefix)
       : store_(store), prefix_(std::move(prefix)), rank_(rank), size_(size) {
     SHARDTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} size {}", rank, size);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(collective_timeout());
-    GlooStoreAdapter adapter(store_, prefix_ + "/gloo/");
-    std::shared_ptr<gloo::transport::Device> device = make_device();
-    try {
-      context->connectFullMesh(adapter, device);
-    } catch (const std::exception& e) {
-      fail("gloo: rank {} of {} could not connect to its peers through {} (prefix '{}'): {}", rank,
-           size, store_.endpoint(), prefix_, e.what());
+    // Gloo's full-mesh handshake can lose a connection when hosts are loaded ("Connection
+    // closed by peer"). Every rank publishes whether its handshake succeeded; if any failed,
+    // all of them retry together under a fresh prefix, so the group never half-connects.
+    constexpr int kAttempts = 3;
+    for (int attempt = 0;; ++attempt) {
+      const std::string attempt_prefix = prefix_ + "/gloo" + std::to_string(attempt);
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      context->setTimeout(collective_timeout());
+      GlooStoreAdapter adapter(store_, attempt_prefix + "/");
+      std::shared_ptr<gloo::transport::Device> device = make_device();
+      std::string error;
+      try {
+        context->connectFullMesh(adapter, device);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      store_.set(attempt_prefix + "/ok/" + std::to_string(rank), error.empty() ? "1" : "0");
+      bool all_connected = true;
+      for (int r = 0; r < size; ++r) {
+        all_connected &= store_.get(attempt_prefix + "/ok/" + std::to_string(r),
+                                    kRendezvousTimeout) == "1";
+      }
+      if (all_connected) {
+        context_ = std::move(context);
+        return;
+      }
+      if (attempt + 1 == kAttempts) {
+        fail("gloo: rank {} of {} could not connect to its peers through {} (prefix '{}') after "
+             "{} attempts: {}; HINT: check that the hosts can reach each other on TCP",
+             rank, size, store_.endpoint(), prefix_, kAttempts,
+             error.empty() ? "a peer failed" : error);
+      }
     }
-    context_ = std::move(context);
   }
 
   int rank() const override { return rank_; }

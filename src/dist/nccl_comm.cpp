@@ -93,6 +93,9 @@ CudaOps& cuda_ops_of(Ops& ops) {
   return *cuda;
 }
 
+// Threads: the caller's thread makes the collectives; a watchdog thread polls them. Every NCCL
+// call on the communicator is made under mutex_, so the watchdog's ncclCommAbort never races
+// another call on the same communicator.
 class NcclComm final : public Comm {
  public:
   // Adopts `comm` (initialised, or still initialising: non-blocking); waits until it is ready.
@@ -106,9 +109,12 @@ class NcclComm final : public Comm {
         timeout_(collective_timeout()),
         rank_(rank),
         size_(size) {
-    wait_ready(comm_, "init");
-    check(ncclCommUserRank(comm_, &rank_), "init", "ncclCommUserRank");
-    check(ncclCommCount(comm_, &size_), "init", "ncclCommCount");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      wait_ready_locked("init");
+      check_locked(ncclCommUserRank(comm_, &rank_), "init", "ncclCommUserRank");
+      check_locked(ncclCommCount(comm_, &size_), "init", "ncclCommCount");
+    }
     SHARDTRAIN_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
     SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
     watchdog_ = std::thread([this] { watch(); });
@@ -122,9 +128,12 @@ class NcclComm final : public Comm {
     stop_signal_.notify_all();
     watchdog_.join();
     wait_stream("teardown");  // collectives still in flight must finish before finalize
-    check(ncclCommFinalize(comm_), "teardown", "ncclCommFinalize");
-    wait_ready(comm_, "teardown");
-    ncclCommDestroy(comm_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      check_locked(ncclCommFinalize(comm_), "teardown", "ncclCommFinalize");
+      wait_ready_locked("teardown");
+      ncclCommDestroy(comm_);
+    }
     for (const Pending& p : pending_) cudaEventDestroy(p.done);
     for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
     cudaFree(barrier_scratch_);
@@ -148,11 +157,12 @@ class NcclComm final : public Comm {
     SHARDTRAIN_CHECK(out.numel() == in.numel() * size_, "all_gather sizes {} vs {} x {}",
                      out.numel(), in.numel(), size_);
     if (in.numel() == 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
     // In place when `in` is our own slice of `out` (NCCL's in-place rule is the same).
-    check(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()),
-                        nccl_type(in.dtype()), comm_, stream_),
-          "all_gather", "ncclAllGather");
-    track("all_gather");
+    check_locked(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()),
+                               nccl_type(in.dtype()), comm_, stream_),
+                 "all_gather", "ncclAllGather");
+    track_locked("all_gather");
   }
 
   void reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
@@ -163,38 +173,44 @@ class NcclComm final : public Comm {
     SHARDTRAIN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter sizes {} vs {} x {}",
                      in.numel(), out.numel(), size_);
     if (out.numel() == 0) return;
-    check(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
-                            nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
-          "reduce_scatter", "ncclReduceScatter");
-    track("reduce_scatter");
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_locked(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
+                                   nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
+                 "reduce_scatter", "ncclReduceScatter");
+    track_locked("reduce_scatter");
   }
 
   void all_reduce(Tensor inout, ReduceOp op) override {
     check_device_tensor(inout, "all_reduce");
     if (inout.numel() == 0) return;
-    check(ncclAllReduce(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
-                        nccl_type(inout.dtype()), nccl_op(op), comm_, stream_),
-          "all_reduce", "ncclAllReduce");
-    track("all_reduce");
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_locked(ncclAllReduce(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
+                               nccl_type(inout.dtype()), nccl_op(op), comm_, stream_),
+                 "all_reduce", "ncclAllReduce");
+    track_locked("all_reduce");
   }
 
   void broadcast(Tensor inout, int root) override {
     check_device_tensor(inout, "broadcast");
     SHARDTRAIN_CHECK(root >= 0 && root < size_, "broadcast root {} of {}", root, size_);
     if (inout.numel() == 0) return;
-    check(ncclBroadcast(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
-                        nccl_type(inout.dtype()), root, comm_, stream_),
-          "broadcast", "ncclBroadcast");
-    track("broadcast");
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_locked(ncclBroadcast(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
+                               nccl_type(inout.dtype()), root, comm_, stream_),
+                 "broadcast", "ncclBroadcast");
+    track_locked("broadcast");
   }
 
   // A one-element all-reduce, then a host wait for it (and for everything enqueued before it
   // on the stream) under the timeout.
   void barrier() override {
-    check(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_,
-                        stream_),
-          "barrier", "ncclAllReduce");
-    track("barrier");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      check_locked(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum,
+                                 comm_, stream_),
+                   "barrier", "ncclAllReduce");
+      track_locked("barrier");
+    }
     wait_stream("barrier");
   }
 
@@ -203,8 +219,11 @@ class NcclComm final : public Comm {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t child = nullptr;
-    check(ncclCommSplit(comm_, color, key, &child, &config), "split", "ncclCommSplit");
-    wait_ready(comm_, "split");
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      check_locked(ncclCommSplit(comm_, color, key, &child, &config), "split", "ncclCommSplit");
+      wait_ready_locked("split");
+    }
     const std::string child_name =
         group_name_ + "/split" + std::to_string(++split_count_) + "/color" + std::to_string(color);
     return std::make_unique<NcclComm>(child, ops_, child_name, -1, -1);
@@ -218,36 +237,51 @@ class NcclComm final : public Comm {
     Clock::time_point enqueued;
   };
 
+  // The communicator's asynchronous state: ncclSuccess, ncclInProgress or an error.
+  // REQUIRES (this and every *_locked method, and failed): mutex_ held.
+  ncclResult_t async_state_locked() {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t status = ncclCommGetAsyncError(comm_, &state);
+    return status != ncclSuccess ? status : state;
+  }
+
   // Checks an NCCL call's status; a non-blocking communicator may answer ncclInProgress, and
   // must then be polled until it is ready before the next call.
-  void check(ncclResult_t status, const char* collective, const char* call) {
+  void check_locked(ncclResult_t status, const char* collective, const char* call) {
     if (status == ncclInProgress) {
-      wait_ready(comm_, collective);
+      wait_ready_locked(collective);
     } else if (status != ncclSuccess) {
-      failed(collective, current_context(),
+      failed(collective, context_,
              std::string(call) + " returned " + ncclGetErrorString(status) + " (" +
                  ncclGetLastError(comm_) + ")");
     }
   }
 
-  // Polls `comm`'s asynchronous state until it is ncclSuccess; fails on an error or timeout.
-  void wait_ready(ncclComm_t comm, const char* collective) {
+  // Polls until the communicator is ready; fails on an error or at the deadline. Holds the
+  // lock throughout: nothing else may use the communicator meanwhile.
+  void wait_ready_locked(const char* collective) {
     const Clock::time_point deadline = Clock::now() + timeout_;
     for (;;) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t status = ncclCommGetAsyncError(comm, &state);
-      if (status != ncclSuccess) state = status;
+      const ncclResult_t state = async_state_locked();
       if (state == ncclSuccess) return;
-      if (state != ncclInProgress) {
-        failed(collective, current_context(),
-               std::string("NCCL reported ") + ncclGetErrorString(state) + " (" +
-                   ncclGetLastError(comm) + ")");
-      }
+      if (state != ncclInProgress) fail_on_state(collective, context_, state);
       if (Clock::now() > deadline) {
-        failed(collective, current_context(), timeout_text() + " (the other ranks never joined)");
+        failed(collective, context_, timeout_text() + " (did every rank get here?)");
       }
       std::this_thread::sleep_for(kPollPeriod);
     }
+  }
+
+  void check_async_error_locked(const char* collective, const std::string& context) {
+    const ncclResult_t state = async_state_locked();
+    if (state != ncclSuccess && state != ncclInProgress) fail_on_state(collective, context, state);
+  }
+
+  [[noreturn]] void fail_on_state(const char* collective, const std::string& context,
+                                  ncclResult_t state) {
+    failed(collective, context,
+           std::string("NCCL reported ") + ncclGetErrorString(state) + " (" +
+               ncclGetLastError(comm_) + ")");
   }
 
   // Host wait for all work enqueued so far on the stream, polling NCCL's error state and the
@@ -261,27 +295,18 @@ class NcclComm final : public Comm {
       const cudaError_t query = cudaEventQuery(event);
       if (query == cudaSuccess) break;
       if (query != cudaErrorNotReady) SHARDTRAIN_CUDA_CHECK(query);
-      check_async_error(collective, current_context());
-      if (Clock::now() > deadline) failed(collective, current_context(), timeout_text());
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        check_async_error_locked(collective, context_);
+        if (Clock::now() > deadline) failed(collective, context_, timeout_text());
+      }
       std::this_thread::sleep_for(kPollPeriod);
     }
     SHARDTRAIN_CUDA_CHECK(cudaEventDestroy(event));
   }
 
-  void check_async_error(const char* collective, const std::string& context) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t status = ncclCommGetAsyncError(comm_, &state);
-    if (status != ncclSuccess) state = status;
-    if (state != ncclSuccess && state != ncclInProgress) {
-      failed(collective, context,
-             std::string("NCCL reported ") + ncclGetErrorString(state) + " (" +
-                 ncclGetLastError(comm_) + ")");
-    }
-  }
-
   // Follows the collective just enqueued with an event the watchdog polls.
-  void track(const char* collective) {
-    std::lock_guard<std::mutex> lock(mutex_);
+  void track_locked(const char* collective) {
     cudaEvent_t event = nullptr;
     if (free_events_.empty()) {
       SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -294,7 +319,7 @@ class NcclComm final : public Comm {
   }
 
   // The watchdog thread: retires completed collectives; fails on an NCCL error or when the
-  // oldest pending one is older than the timeout (the main thread may be blocked in a CUDA
+  // oldest pending one is older than the timeout (the caller's thread may be blocked in a CUDA
   // synchronisation that would otherwise never return).
   void watch() {
     SHARDTRAIN_CUDA_CHECK(cudaSetDevice(device_));
@@ -310,16 +335,11 @@ class NcclComm final : public Comm {
       }
       const char* collective = pending_.empty() ? "(idle)" : pending_.front().collective;
       const std::string context = pending_.empty() ? context_ : pending_.front().context;
-      check_async_error(collective, context);
+      check_async_error_locked(collective, context);
       if (!pending_.empty() && Clock::now() - pending_.front().enqueued > timeout_) {
         failed(collective, context, timeout_text());
       }
     }
-  }
-
-  std::string current_context() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return context_;
   }
 
   std::string timeout_text() const {
@@ -327,10 +347,14 @@ class NcclComm final : public Comm {
            " s (SHARDTRAIN_COMM_TIMEOUT_S)";
   }
 
-  // Aborts the communicator (so peers blocked in it see an error instead of hanging) and the
-  // process. NCCL failures are dead peers or broken machines, not user errors (DESIGN.md).
+  // Aborts the communicator (its kernels stop waiting for peers) and the process. NCCL
+  // failures are dead peers or broken machines, not user errors (DESIGN.md "Errors").
   [[noreturn]] void failed(const char* collective, const std::string& context,
                            const std::string& reason) {
+    static std::atomic<bool> failing{false};
+    if (failing.exchange(true)) {  // another communicator is already reporting: let it finish
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
     std::fprintf(stderr,
                  "shardtrain: NCCL %s failed on rank %s (rank %d of %d in group '%s', GPU %d)%s%s: "
                  "%s\nHINT: another rank probably died or is stuck: check its log first; for "
@@ -339,6 +363,10 @@ class NcclComm final : public Comm {
                  collective, job_rank_text().c_str(), rank_, size_, group_name_.c_str(), device_,
                  context.empty() ? "" : " during ", context.c_str(), reason.c_str());
     std::fflush(stderr);
+    std::thread([] {  // should ncclCommAbort itself hang, the process still ends
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::abort();
+    }).detach();
     ncclCommAbort(comm_);
     std::abort();
   }
@@ -353,7 +381,7 @@ class NcclComm final : public Comm {
   int split_count_ = 0;
   float* barrier_scratch_ = nullptr;  // (1) f32 on the device
 
-  std::mutex mutex_;  // guards everything below
+  std::mutex mutex_;  // guards NCCL calls on comm_ and everything below
   std::condition_variable stop_signal_;
   bool stopping_ = false;
   std::string context_;

@@ -43,8 +43,9 @@ std::vector<std::vector<float>> random_units(const ParamLayout& layout) {
   for (size_t u = 0; u < layout.units.size(); ++u) {
     units.emplace_back(layout.units[u].numel);
     init_unit_random(layout.units[u], static_cast<int>(u), 7, 0.3, units.back().data());
-    // Make norms and biases non-trivial so a mix-up would show.
-    for (size_t i = 0; i < units.back().size(); ++i) units.back()[i] += 0.01f * (i % 13);
+    // Make norms and biases non-trivial so a mix-up would show (padding stays zero).
+    for (const ParamSpec& p : layout.units[u].params)
+      for (int64_t i = 0; i < p.numel(); ++i) units.back()[p.offset + i] += 0.01f * (i % 13);
   }
   return units;
 }

@@ -13,10 +13,29 @@ void TrainConfig::register_config(ConfigSchema& schema) {
                     "dtype of the weights in saved checkpoints");
 
   schema.add("data.path", &data.path, "training data: a token file (.bin/.tokens) or JSONL");
-  schema.add_choice("data.format", &data.format, {"auto", "tokens", "jsonl"},
-                    "data file format; auto: .bin/.tokens -> tokens, .jsonl/.json -> jsonl");
+  schema.add_choice("data.format", &data.format, {"auto", "tokens", "jsonl", "examples"},
+                    "tokens = token file; jsonl = input_ids per line; examples = raw text/"
+                    "prompt-completion/alpaca/chat JSONL (tokenized into a cache); auto = detect");
   schema.add("data.seq_len", &data.seq_len, "tokens per training sequence");
   schema.add("data.pad_id", &data.pad_id, "token id used to pad short JSONL sequences");
+  schema.add("data.tokenizer", &data.tokenizer,
+             "raw examples: tokenizer.json or its directory (\"\" = model.path)");
+  schema.add_choice("data.example_format", &data.example_format,
+                    {"auto", "text", "prompt_completion", "alpaca", "chat"},
+                    "raw examples: record format (auto = from the first line's keys)");
+  schema.add_choice("data.chat_template", &data.chat_template,
+                    {"auto", "chatml", "llama2", "llama3"},
+                    "raw examples: chat template (auto = from tokenizer_config.json)");
+  schema.add_choice("data.overlong", &data.overlong, {"split", "truncate", "drop"},
+                    "raw examples: what to do with an example longer than seq_len");
+  schema.add_choice("data.on_bad_line", &data.on_bad_line, {"fail", "skip"},
+                    "raw examples: a malformed line fails the run or is skipped and counted");
+  schema.add_choice("data.invalid_utf8", &data.invalid_utf8, {"fail", "replace"},
+                    "raw examples: invalid UTF-8 fails, or is replaced with U+FFFD");
+  schema.add("data.train_on_prompt", &data.train_on_prompt,
+             "raw examples: also compute loss on prompt/user tokens");
+  schema.add("data.cache_dir", &data.cache_dir,
+             "raw examples: where prepared token files are cached (\"\" = ~/.cache/shardtrain/data)");
 
   schema.add("train.steps", &train.steps, "optimizer steps to run");
   schema.add("train.micro_batch", &train.micro_batch, "sequences per rank per micro-step");

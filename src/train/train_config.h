@@ -32,9 +32,21 @@ struct ModelSourceConfig {
 
 struct DataConfig {
   std::string path;
-  std::string format = "auto";  // "auto" | "tokens" | "jsonl"; auto goes by file extension
+  // "auto" | "tokens" | "jsonl" (input_ids per line) | "examples" (raw text, prompt/completion,
+  // alpaca or chat JSONL, tokenized and packed into a cache). auto: by extension, and for
+  // JSONL by the first line's keys.
+  std::string format = "auto";
   int64_t seq_len = 512;
   int64_t pad_id = 0;
+  // Raw examples only (data/training_data.h):
+  std::string tokenizer;                // tokenizer.json or its dir; "" = model.path
+  std::string example_format = "auto";  // auto | text | prompt_completion | alpaca | chat
+  std::string chat_template = "auto";   // auto | chatml | llama2 | llama3
+  std::string overlong = "split";       // split | truncate | drop
+  std::string on_bad_line = "fail";     // fail | skip
+  std::string invalid_utf8 = "fail";    // fail | replace
+  bool train_on_prompt = false;
+  std::string cache_dir;  // "" = $HOME/.cache/shardtrain/data
 };
 
 struct TrainLoopConfig {

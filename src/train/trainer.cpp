@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "fsdp/dist_env.h"
+#include "train/training_data.h"
 #include "fsdp/fsdp_groups.h"
 #include "fsdp/fsdp_units.h"
 #include "io/hf_checkpoint.h"
@@ -77,7 +78,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   const int64_t seq_len = config.data.seq_len, micro_batch = config.train.micro_batch;
   const int64_t global_batch = micro_batch * grad_accum * env.world;
   std::unique_ptr<SequenceDataset> dataset =
-      open_dataset(config.data.path, config.data.format, seq_len, config.data.pad_id);
+      open_training_data(config.data, config.model.path, static_cast<uint64_t>(config.train.seed));
   validate_vocab(*dataset, model_config.vocab_size, config.data.path);
   if (dataset->size() < static_cast<size_t>(micro_batch * env.world)) {
     fail("data {} has {} sequences of {} tokens, fewer than train.micro_batch = {} x {} ranks; "

@@ -100,6 +100,21 @@ void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD, 
                         const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD, void* dv_BTKD,
                         float* scratch, cudaStream_t stream);
 
+// ---- cuda_attention_tc.cu ---- (tensor-core flash attention; same contract as above)
+// True when the flash kernels handle this case: bf16, head_dim 64 or 128.
+bool flash_attention_supported(DType dtype, const AttentionShape& shape);
+// REQUIRES: flash_attention_supported(kBF16, shape); all tensors bf16 except lse (fp32).
+void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
+                             float scale, const AttentionShape& shape, void* out_BTHD,
+                             float* lse_BHT, cudaStream_t stream);
+// Scratch: delta (B*H*T, padded to 4) then an fp32 dq accumulator (B*T*H*D).
+size_t flash_attention_backward_scratch_floats(const AttentionShape& shape);
+void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
+                              const void* v_BTKD, const void* out_BTHD, const float* lse_BHT,
+                              float scale, const AttentionShape& shape, void* dq_BTHD,
+                              void* dk_BTKD, void* dv_BTKD, float* scratch,
+                              cudaStream_t stream);
+
 // ---- cuda_cross_entropy.cu ----
 // One block per row. REQUIRES: targets in [0, V) or -100. loss_sum_1 may be null (no loss).
 void cross_entropy(DType dtype, void* logits_NV, const int32_t* targets_N, int64_t rows,

@@ -197,6 +197,11 @@ void CudaOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, flo
       q_BTHD.shape().to_string());
   require_dtype(out_BTHD, q_BTHD.dtype(), "attention out");
   require_dtype(lse_BHT, DType::kF32, "attention lse");
+  if (cuda_kernels::flash_attention_supported(q_BTHD.dtype(), s)) {  // tensor cores
+    cuda_kernels::flash_attention_forward(q_BTHD.data(), k_BTKD.data(), v_BTKD.data(), scale, s,
+                                          out_BTHD.data(), lse_BHT.f32(), stream_);
+    return;
+  }
   cuda_kernels::attention_forward(q_BTHD.dtype(), q_BTHD.data(), k_BTKD.data(), v_BTKD.data(),
                                   scale, s, out_BTHD.data(), lse_BHT.f32(), stream_);
 }
@@ -217,6 +222,14 @@ void CudaOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
     require_dtype(*t, q_BTHD.dtype(), "attention tensor");
   }
   require_dtype(lse_BHT, DType::kF32, "attention lse");
+  if (cuda_kernels::flash_attention_supported(q_BTHD.dtype(), s)) {  // tensor cores
+    float* scratch = scratch_floats(cuda_kernels::flash_attention_backward_scratch_floats(s));
+    cuda_kernels::flash_attention_backward(dout_BTHD.data(), q_BTHD.data(), k_BTKD.data(),
+                                           v_BTKD.data(), out_BTHD.data(), lse_BHT.f32(), scale,
+                                           s, dq_BTHD.data(), dk_BTKD.data(), dv_BTKD.data(),
+                                           scratch, stream_);
+    return;
+  }
   float* scratch = scratch_floats(cuda_kernels::attention_backward_scratch_floats(s));
   cuda_kernels::attention_backward(q_BTHD.dtype(), dout_BTHD.data(), q_BTHD.data(), k_BTKD.data(),
                                    v_BTKD.data(), out_BTHD.data(), lse_BHT.f32(), scale, s,

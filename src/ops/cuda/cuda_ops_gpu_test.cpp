@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ops/cpu/cpu_ops.h"
@@ -384,9 +386,15 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionTest,
+    // D=64 and D=128 in bf16 take the tensor-core flash kernels (cuda_attention_tc.cu): tile
+    // multiples, ragged last tiles (T=300, 100, 65, 1) and GQA ratios 1, 2, 4 and 6. The rest take
+    // the SIMT kernels (cuda_attention.cu).
     ::testing::Values(AttentionCase{2, 256, 8, 2, 64}, AttentionCase{1, 128, 4, 4, 128},
                       AttentionCase{2, 16, 4, 2, 16}, AttentionCase{2, 100, 4, 2, 64},
-                      AttentionCase{1, 100, 6, 2, 48}, AttentionCase{1, 77, 2, 1, 96}),
+                      AttentionCase{1, 100, 6, 2, 48}, AttentionCase{1, 77, 2, 1, 96},
+                      AttentionCase{1, 512, 4, 2, 128}, AttentionCase{2, 300, 8, 2, 64},
+                      AttentionCase{1, 256, 12, 2, 128}, AttentionCase{2, 65, 12, 2, 64},
+                      AttentionCase{1, 1, 2, 1, 128}, AttentionCase{1, 200, 6, 1, 128}),
     [](const testing::TestParamInfo<AttentionCase>& info) {
       const AttentionCase& c = info.param;
       return "B" + std::to_string(c.batch) + "T" + std::to_string(c.seq) + "H" +
@@ -417,6 +425,55 @@ TEST_F(CudaOpsTest, CrossEntropy) {
     EXPECT_BF16_CLOSE(logits) << " vocab " << vocab;
     const std::vector<float> dlogits = download(logits.gpu);
     for (int64_t j = 0; j < vocab; ++j) ASSERT_EQ(dlogits[3 * vocab + j], 0.0f);  // ignored row
+  }
+}
+
+// Timing of attention at the benchmark shape (Qwen2.5-1.5B, T=4096, micro-batch 2), run with
+// the gpu tests because attention dominates the step; also appended to $OUT/attention-timing.txt
+// when OUT is set (the device session's output folder). Checks only that outputs are finite.
+TEST_F(CudaOpsTest, AttentionThroughputBenchShape) {
+  const int64_t B = 2, T = 4096, H = 12, K = 2, D = 128;
+  const Shape q_shape{B, T, H, D}, kv_shape{B, T, K, D};
+  auto device = [&](Shape shape, DType dtype) {
+    return gpu_tensor(random(shape.numel()), dtype, shape);
+  };
+  Tensor q = device(q_shape, DType::kBF16), k = device(kv_shape, DType::kBF16);
+  Tensor v = device(kv_shape, DType::kBF16), out = device(q_shape, DType::kBF16);
+  Tensor lse = device({B, H, T}, DType::kF32), dout = device(q_shape, DType::kBF16);
+  Tensor dq = device(q_shape, DType::kBF16), dk = device(kv_shape, DType::kBF16);
+  Tensor dv = device(kv_shape, DType::kBF16);
+  const float scale = 1.0f / std::sqrt(float{D});
+  auto time_ms = [&](auto&& body) {
+    body();
+    gpu_->synchronize();
+    constexpr int kRepeats = 10;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRepeats; ++i) body();
+    gpu_->synchronize();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+               .count() /
+           kRepeats;
+  };
+  const double flops = 4.0 * B * H * T * T * D / 2;  // causal
+  const double forward_ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); });
+  const double backward_ms =
+      time_ms([&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); });
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s), "
+                "backward %.3f ms (%.1f TFLOP/s at 2.5x forward flops)\n",
+                B, T, H, K, D, forward_ms, flops / forward_ms * 1e-9, backward_ms,
+                2.5 * flops / backward_ms * 1e-9);
+  std::printf("%s", line);
+  if (const char* out_dir = std::getenv("OUT")) {
+    if (FILE* file = std::fopen((std::string(out_dir) + "/attention-timing.txt").c_str(), "a")) {
+      std::fputs(line, file);
+      std::fclose(file);
+    }
+  }
+  for (const Tensor* t : {&out, &dq, &dk, &dv}) {
+    const std::vector<float> values = download(*t);
+    for (size_t i = 0; i < values.size(); i += 4099) ASSERT_TRUE(std::isfinite(values[i])) << i;
   }
 }
 

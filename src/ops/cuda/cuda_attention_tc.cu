@@ -1,0 +1,607 @@
+// Causal grouped-query flash attention on the tensor cores, bf16 in and out, head dims 64 and 128
+// (the SIMT kernels of cuda_attention.cu handle every other case). FlashAttention-2 structure
+// with warp-level `mma.sync.m16n8k16` (bf16 operands, fp32 accumulators) fed by `ldmatrix`;
+// tiles stream through shared memory with `cp.async`, two stages deep.
+//
+// Tiles are 64 rows; a block is 4 warps and each warp owns 16 rows of its tile. Shared rows are
+// padded by 16 bytes (pitch D + 8) so the 8 row addresses of one ldmatrix hit distinct banks.
+//   forward   block = (query tile, head, batch), heaviest query tiles first; K/V tiles 0..diag;
+//             online softmax in fp32 registers in the log2 domain (exp2 of pre-scaled scores);
+//             only the diagonal tile is masked.
+//   backward  delta = rowsum(dO * O) first. Then block = (key tile, kv head, batch), heaviest
+//             key tiles first, looping over the group's query heads and the query tiles at or
+//             after the key tile: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
+//             dS^T = P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q stay in registers and are
+//             written once (no atomics across the group); dQ += dS K goes through shared memory
+//             (dS^T) and fp32 atomics into a scratch buffer that a last kernel scales to bf16.
+// Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4; A regs hold
+// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t..2t+1, n g), (k 2t+8.., n g);
+// C holds (g, 2t..2t+1), (g+8, 2t..2t+1). So two adjacent C tiles of scores, rounded to bf16, are
+// exactly the A fragment of the next product (P V), with no trip through shared memory.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+#include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_kernels.h"
+
+namespace shardtrain::cuda_kernels {
+namespace {
+
+using cuda_detail::bf16;
+
+constexpr int kTile = 64;  // rows of a query or key tile
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int D>
+__host__ __device__ constexpr int pitch() {
+  return D + 8;  // bf16 elements per shared row: 16 bytes of padding
+}
+constexpr int kScorePitch = kTile + 8;
+
+// ---- PTX wrappers ----
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+// c += a b (16x16 bf16 times 16x8 bf16, fp32 accumulate).
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16-byte global -> shared copy; zero-fills the destination when !valid.
+__device__ __forceinline__ void cp_async_16(bf16* dst, const bf16* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);  // .x (low half) = low
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Rows [first, first + kTile) of one head (row stride `token_stride` elements) into a shared
+// tile of pitch<D>(); rows at or past `seq` become zeros. Asynchronous: commit and wait.
+template <int D>
+__device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_base,
+                                                int64_t token_stride, int first, int seq) {
+  constexpr int kChunksPerRow = D / 8;
+  for (int index = threadIdx.x; index < kTile * kChunksPerRow; index += kThreads) {
+    const int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
+    const int t = first + row;
+    const bool valid = t < seq;
+    const bf16* src = head_base + (valid ? int64_t{t} * token_stride + chunk * 8 : 0);
+    cp_async_16(tile + row * pitch<D>() + chunk * 8, src, valid);
+  }
+}
+
+// ---- forward ----
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
+                         AttentionShape shape, bf16* out_BTHD, float* lse_BHT) {
+  constexpr int P = pitch<D>();
+  constexpr int kDChunks = D / 16;  // k-steps over the head dim
+  const int seq = shape.seq;
+  const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest (longest causal row) first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int kv_head = h / (shape.heads / shape.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
+
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  bf16* q_s = reinterpret_cast<bf16*>(shared_bytes);  // [kTile][P]
+  bf16* k_s = q_s + kTile * P;                        // [2][kTile][P]
+  bf16* v_s = k_s + 2 * kTile * P;                    // [2][kTile][P]
+
+  const bf16* q_base = q_BTHD + b * int64_t{seq} * q_token + int64_t{h} * D;
+  const bf16* k_base = k_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
+  const bf16* v_base = v_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
+  const int first_query = q_tile * kTile;
+  load_tile_async<D>(q_s, q_base, q_token, first_query, seq);
+  load_tile_async<D>(k_s, k_base, kv_token, 0, seq);
+  load_tile_async<D>(v_s, v_base, kv_token, 0, seq);
+  cp_async_commit();
+
+  const float scale_log2 = scale * kLog2e;
+  uint32_t q_frag[kDChunks][4];
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0};  // rows g and g + 8
+
+  for (int kv_tile = 0; kv_tile <= q_tile; ++kv_tile) {
+    cp_async_wait_all();
+    __syncthreads();  // tile kv_tile visible; everyone is done with the other buffer
+    if (kv_tile + 1 <= q_tile) {
+      const int next = (kv_tile + 1) & 1;
+      load_tile_async<D>(k_s + next * kTile * P, k_base, kv_token, (kv_tile + 1) * kTile, seq);
+      load_tile_async<D>(v_s + next * kTile * P, v_base, kv_token, (kv_tile + 1) * kTile, seq);
+      cp_async_commit();
+    }
+    if (kv_tile == 0) {
+#pragma unroll
+      for (int kc = 0; kc < kDChunks; ++kc) {
+        ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * P + kc * 16 + (lane / 16) * 8);
+      }
+    }
+    const bf16* k_tile = k_s + (kv_tile & 1) * kTile * P;
+    const bf16* v_tile = v_s + (kv_tile & 1) * kTile * P;
+
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+#pragma unroll
+    for (int kc = 0; kc < kDChunks; ++kc) {
+#pragma unroll
+      for (int np = 0; np < kTile / 16; ++np) {
+        uint32_t kb[4];
+        ldmatrix_x4(kb, k_tile + (np * 16 + lane % 8 + (lane / 16) * 8) * P + kc * 16 +
+                            ((lane / 8) % 2) * 8);
+        mma(s[2 * np], q_frag[kc], kb[0], kb[1]);
+        mma(s[2 * np + 1], q_frag[kc], kb[2], kb[3]);
+      }
+    }
+
+    const bool diagonal = kv_tile == q_tile;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = warp * 16 + g + (e / 2) * 8, key = n * 8 + 2 * t + e % 2;
+        float x = s[n][e] * scale_log2;
+        if (diagonal && key > row) x = -INFINITY;
+        s[n][e] = x;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      // Key 0 of tile 0 is visible to every row, so the running max is finite from then on.
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      correction[r] = exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - row_max[e / 2]);
+        row_sum[e / 2] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      acc[n][0] *= correction[0];
+      acc[n][1] *= correction[0];
+      acc[n][2] *= correction[1];
+      acc[n][3] *= correction[1];
+    }
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      const uint32_t p_frag[4] = {
+          pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+          pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+          pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kDChunks; ++dp) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_tile + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P +
+                                  dp * 16 + (lane / 16) * 8);
+        mma(acc[2 * dp], p_frag, vb[0], vb[1]);
+        mma(acc[2 * dp + 1], p_frag, vb[2], vb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    const int query = first_query + warp * 16 + g + r * 8;
+    if (query >= seq) continue;
+    const float inverse_sum = 1.0f / row_sum[r];
+    bf16* out_row = out_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<__nv_bfloat162*>(out_row + n * 8 + 2 * t) = __floats2bfloat162_rn(
+          acc[n][2 * r] * inverse_sum, acc[n][2 * r + 1] * inverse_sum);
+    }
+    if (t == 0) {
+      lse_BHT[(int64_t{b} * shape.heads + h) * seq + query] =
+          (row_max[r] + log2f(row_sum[r])) * kLn2;
+    }
+  }
+}
+
+// ---- backward ----
+
+// delta_BHT[b][h][t] = sum_d dout * out; one warp per (b, t, h) row, bf16 pairs per lane.
+template <int D>
+__global__ void flash_delta_kernel(const bf16* dout_BTHD, const bf16* out_BTHD,
+                                   AttentionShape shape, float* delta_BHT) {
+  const int64_t rows = int64_t{shape.batch} * shape.seq * shape.heads;
+  const int64_t row = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together
+  float dot = 0;
+#pragma unroll
+  for (int d = 2 * lane; d < D; d += 64) {
+    const float2 o = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162*>(out_BTHD + row * D + d));
+    const float2 dO = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162*>(dout_BTHD + row * D + d));
+    dot += o.x * dO.x + o.y * dO.y;
+  }
+  dot = cuda_detail::warp_sum(dot);
+  if (lane == 0) {
+    const int64_t h = row % shape.heads;
+    const int64_t t = (row / shape.heads) % shape.seq;
+    const int64_t b = row / (int64_t{shape.heads} * shape.seq);
+    delta_BHT[(b * shape.heads + h) * shape.seq + t] = dot;
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
+                          const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
+                          float scale, AttentionShape shape, float* dq_accum_BTHD, bf16* dk_BTKD,
+                          bf16* dv_BTKD) {
+  constexpr int P = pitch<D>();
+  constexpr int kDChunks = D / 16;
+  const int seq = shape.seq;
+  const int q_tiles = (seq + kTile - 1) / kTile;
+  // Block index -> (key tile, kv head, batch) with the heaviest key tiles (most query tiles
+  // after them) dispatched first.
+  const int heads_and_batches = shape.kv_heads * shape.batch;
+  const int kv_tile = blockIdx.x / heads_and_batches;
+  const int kv_head = blockIdx.x % heads_and_batches % shape.kv_heads;
+  const int b = blockIdx.x % heads_and_batches / shape.kv_heads;
+  const int group = shape.heads / shape.kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
+
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  bf16* k_s = reinterpret_cast<bf16*>(shared_bytes);    // [kTile][P]
+  bf16* v_s = k_s + kTile * P;                          // [kTile][P]
+  bf16* q_s = v_s + kTile * P;                          // [2][kTile][P]
+  bf16* dout_s = q_s + 2 * kTile * P;                   // [2][kTile][P]
+  bf16* dscores_s = dout_s + 2 * kTile * P;             // dS^T: [kTile keys][kScorePitch]
+  float* lse_s = reinterpret_cast<float*>(dscores_s + kTile * kScorePitch);  // [2][kTile], log2
+  float* delta_s = lse_s + 2 * kTile;                                         // [2][kTile]
+
+  const int first_key = kv_tile * kTile;
+  const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
+  load_tile_async<D>(k_s, k_BTKD + kv_offset, kv_token, first_key, seq);
+  load_tile_async<D>(v_s, v_BTKD + kv_offset, kv_token, first_key, seq);
+
+  const int tiles_per_head = q_tiles - kv_tile;
+  const int steps = group * tiles_per_head;
+  // Step -> (query head, query tile); stages Q, dO, lse and delta of that step into `stage`.
+  auto load_step = [&](int step, int stage) {
+    const int h = kv_head * group + step / tiles_per_head;
+    const int first_query = (kv_tile + step % tiles_per_head) * kTile;
+    const int64_t q_offset = b * int64_t{seq} * q_token + int64_t{h} * D;
+    load_tile_async<D>(q_s + stage * kTile * P, q_BTHD + q_offset, q_token, first_query, seq);
+    load_tile_async<D>(dout_s + stage * kTile * P, dout_BTHD + q_offset, q_token, first_query,
+                       seq);
+    const int64_t stats = (int64_t{b} * shape.heads + h) * seq;
+    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+      const int query = first_query + i;
+      // +inf lse makes every probability of a padding query 0.
+      lse_s[stage * kTile + i] = query < seq ? lse_BHT[stats + query] * kLog2e : INFINITY;
+      delta_s[stage * kTile + i] = query < seq ? delta_BHT[stats + query] : 0.0f;
+    }
+  };
+  load_step(0, 0);
+  cp_async_commit();
+
+  const float scale_log2 = scale * kLog2e;
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0;
+  }
+
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait_all();
+    __syncthreads();  // this step's tiles visible; the other stage and dS^T are free
+    if (step + 1 < steps) {
+      load_step(step + 1, (step + 1) & 1);
+      cp_async_commit();
+    }
+    const int stage = step & 1;
+    const int h = kv_head * group + step / tiles_per_head;
+    const int q_tile = kv_tile + step % tiles_per_head;
+    const bf16* q_tile_s = q_s + stage * kTile * P;
+    const bf16* dout_tile_s = dout_s + stage * kTile * P;
+    const float* lse_tile = lse_s + stage * kTile;
+    const float* delta_tile = delta_s + stage * kTile;
+
+    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x 64 queries.
+    float s[kTile / 8][4], dp[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0;
+    }
+#pragma unroll
+    for (int kc = 0; kc < kDChunks; ++kc) {
+      uint32_t k_frag[4], v_frag[4];
+      const int a_offset = (warp * 16 + lane % 16) * P + kc * 16 + (lane / 16) * 8;
+      ldmatrix_x4(k_frag, k_s + a_offset);
+      ldmatrix_x4(v_frag, v_s + a_offset);
+#pragma unroll
+      for (int np = 0; np < kTile / 16; ++np) {
+        const int b_offset = (np * 16 + lane % 8 + (lane / 16) * 8) * P + kc * 16 +
+                             ((lane / 8) % 2) * 8;
+        uint32_t qb[4], ob[4];
+        ldmatrix_x4(qb, q_tile_s + b_offset);
+        mma(s[2 * np], k_frag, qb[0], qb[1]);
+        mma(s[2 * np + 1], k_frag, qb[2], qb[3]);
+        ldmatrix_x4(ob, dout_tile_s + b_offset);
+        mma(dp[2 * np], v_frag, ob[0], ob[1]);
+        mma(dp[2 * np + 1], v_frag, ob[2], ob[3]);
+      }
+    }
+
+    // P^T in s, dS^T in dp (rows = keys, columns = queries).
+    const bool diagonal = q_tile == kv_tile;
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp * 16 + g + (e / 2) * 8, query = n * 8 + 2 * t + e % 2;
+        float p = exp2f(s[n][e] * scale_log2 - lse_tile[query]);
+        if (diagonal && key > query) p = 0;
+        s[n][e] = p;
+        dp[n][e] = p * (dp[n][e] - delta_tile[query]);
+      }
+    }
+    // dS^T to shared memory for dQ, which needs it transposed across warps.
+#pragma unroll
+    for (int n = 0; n < kTile / 8; ++n) {
+      const int row = warp * 16 + g, col = n * 8 + 2 * t;
+      *reinterpret_cast<uint32_t*>(dscores_s + row * kScorePitch + col) =
+          pack_bf16(dp[n][0], dp[n][1]);
+      *reinterpret_cast<uint32_t*>(dscores_s + (row + 8) * kScorePitch + col) =
+          pack_bf16(dp[n][2], dp[n][3]);
+    }
+    // dV += P^T dO; dK += dS^T Q (scaled at the end).
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      const uint32_t p_frag[4] = {
+          pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+          pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+          pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const uint32_t ds_frag[4] = {
+          pack_bf16(dp[2 * kc][0], dp[2 * kc][1]), pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
+          pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+          pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+#pragma unroll
+      for (int dpair = 0; dpair < kDChunks; ++dpair) {
+        const int b_offset = (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 +
+                             (lane / 16) * 8;
+        uint32_t ob[4], qb[4];
+        ldmatrix_x4_trans(ob, dout_tile_s + b_offset);
+        mma(dv[2 * dpair], p_frag, ob[0], ob[1]);
+        mma(dv[2 * dpair + 1], p_frag, ob[2], ob[3]);
+        ldmatrix_x4_trans(qb, q_tile_s + b_offset);
+        mma(dk[2 * dpair], ds_frag, qb[0], qb[1]);
+        mma(dk[2 * dpair + 1], ds_frag, qb[2], qb[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // dQ (this warp's 16 queries x D) += dS K, added into the fp32 scratch.
+    uint32_t dsq_frag[kTile / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < kTile / 16; ++kc) {
+      ldmatrix_x4_trans(dsq_frag[kc], dscores_s + (kc * 16 + lane % 8 + (lane / 16) * 8) *
+                                                      kScorePitch +
+                                                  warp * 16 + ((lane / 8) % 2) * 8);
+    }
+    const int query0 = q_tile * kTile + warp * 16 + g;
+    float* dq_row0 = dq_accum_BTHD + (b * int64_t{seq} + query0) * q_token + int64_t{h} * D;
+    float* dq_row1 = dq_row0 + 8 * q_token;
+#pragma unroll
+    for (int dpair = 0; dpair < kDChunks; ++dpair) {
+      float dq[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        uint32_t kb[4];
+        ldmatrix_x4_trans(kb, k_s + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P +
+                                  dpair * 16 + (lane / 16) * 8);
+        mma(dq[0], dsq_frag[kc], kb[0], kb[1]);
+        mma(dq[1], dsq_frag[kc], kb[2], kb[3]);
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int col = dpair * 16 + half * 8 + 2 * t;
+        if (query0 < seq) atomicAdd(reinterpret_cast<float2*>(dq_row0 + col),
+                                    make_float2(dq[half][0], dq[half][1]));
+        if (query0 + 8 < seq) atomicAdd(reinterpret_cast<float2*>(dq_row1 + col),
+                                        make_float2(dq[half][2], dq[half][3]));
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = first_key + warp * 16 + g + r * 8;
+    if (key >= seq) continue;
+    const int64_t row_offset = kv_offset + int64_t{key} * kv_token;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int col = n * 8 + 2 * t;
+      *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
+          __floats2bfloat162_rn(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(dv_BTKD + row_offset + col) =
+          __floats2bfloat162_rn(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
+  }
+}
+
+// dq = bf16(dq_accum * scale), 4 elements per thread. REQUIRES: count % 4 == 0.
+__global__ void flash_dq_convert_kernel(const float* dq_accum, float scale, int64_t count,
+                                        bf16* dq) {
+  for (int64_t i = 4 * (blockIdx.x * int64_t{blockDim.x} + threadIdx.x); i < count;
+       i += 4 * int64_t{gridDim.x} * blockDim.x) {
+    const float4 v = *reinterpret_cast<const float4*>(dq_accum + i);
+    *reinterpret_cast<__nv_bfloat162*>(dq + i) = __floats2bfloat162_rn(v.x * scale, v.y * scale);
+    *reinterpret_cast<__nv_bfloat162*>(dq + i + 2) =
+        __floats2bfloat162_rn(v.z * scale, v.w * scale);
+  }
+}
+
+// ---- launch helpers ----
+
+// Layouts as carved in the kernels: forward Q + 2 stages of K and V = 5 tiles; backward K, V +
+// 2 stages of Q and dO = 6 tiles, dS^T, 2 stages of lse and delta.
+template <int D>
+constexpr size_t forward_shared_bytes() {
+  return sizeof(bf16) * 5 * kTile * pitch<D>();
+}
+template <int D>
+constexpr size_t backward_shared_bytes() {
+  return sizeof(bf16) * (6 * kTile * pitch<D>() + kTile * kScorePitch) +
+         sizeof(float) * 4 * kTile;
+}
+
+template <typename Kernel>
+void allow_shared(Kernel kernel, size_t bytes) {
+  SHARDTRAIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(bytes)));
+}
+
+// Calls fn(std::integral_constant<int, D>) for the supported head dims.
+template <typename Fn>
+void dispatch_head_dim(int head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 64:
+      fn(std::integral_constant<int, 64>{});
+      break;
+    case 128:
+      fn(std::integral_constant<int, 128>{});
+      break;
+    default:
+      std::fprintf(stderr, "%s:%d: flash attention wants head dim 64 or 128, got %d\n", __FILE__,
+                   __LINE__, head_dim);
+      std::abort();
+  }
+}
+
+size_t delta_floats(const AttentionShape& s) {
+  const size_t n = static_cast<size_t>(s.batch) * s.heads * s.seq;
+  return (n + 3) / 4 * 4;  // keeps the dq accumulator after it 16-byte aligned
+}
+
+}  // namespace
+
+bool flash_attention_supported(DType dtype, const AttentionShape& shape) {
+  return dtype == DType::kBF16 && (shape.head_dim == 64 || shape.head_dim == 128) &&
+         shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0;
+}
+
+void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
+                             float scale, const AttentionShape& shape, void* out_BTHD,
+                             float* lse_BHT, cudaStream_t stream) {
+  if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
+  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
+    constexpr int D = decltype(head_dim)::value;
+    auto kernel = flash_forward_kernel<D>;
+    constexpr size_t bytes = forward_shared_bytes<D>();
+    allow_shared(kernel, bytes);
+    const dim3 grid(static_cast<unsigned>((shape.seq + kTile - 1) / kTile),
+                    static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch));
+    kernel<<<grid, kThreads, bytes, stream>>>(
+        static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
+        static_cast<const bf16*>(v_BTKD), scale, shape, static_cast<bf16*>(out_BTHD), lse_BHT);
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+size_t flash_attention_backward_scratch_floats(const AttentionShape& shape) {
+  return delta_floats(shape) +
+         static_cast<size_t>(shape.batch) * shape.seq * shape.heads * shape.head_dim;
+}
+
+void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
+                              const void* v_BTKD, const void* out_BTHD, const float* lse_BHT,
+                              float scale, const AttentionShape& shape, void* dq_BTHD,
+                              void* dk_BTKD, void* dv_BTKD, float* scratch,
+                              cudaStream_t stream) {
+  if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
+  float* delta_BHT = scratch;
+  float* dq_accum_BTHD = scratch + delta_floats(shape);
+  const int64_t dq_count = int64_t{shape.batch} * shape.seq * shape.heads * shape.head_dim;
+  SHARDTRAIN_CUDA_CHECK(
+      cudaMemsetAsync(dq_accum_BTHD, 0, static_cast<size_t>(dq_count) * sizeof(float), stream));
+  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
+    constexpr int D = decltype(head_dim)::value;
+    const int64_t rows = int64_t{shape.batch} * shape.seq * shape.heads;
+    constexpr int kDeltaThreads = 256;
+    const unsigned delta_blocks =
+        static_cast<unsigned>((rows * 32 + kDeltaThreads - 1) / kDeltaThreads);
+    flash_delta_kernel<D><<<delta_blocks, kDeltaThreads, 0, stream>>>(
+        static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(out_BTHD), shape,
+        delta_BHT);
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+
+    auto kernel = flash_backward_kernel<D>;
+    constexpr size_t bytes = backward_shared_bytes<D>();
+    allow_shared(kernel, bytes);
+    const unsigned blocks = static_cast<unsigned>((shape.seq + kTile - 1) / kTile) *
+                            static_cast<unsigned>(shape.kv_heads * shape.batch);
+    kernel<<<blocks, kThreads, bytes, stream>>>(
+        static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
+        static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
+        scale, shape, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD), static_cast<bf16*>(dv_BTKD));
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+
+    constexpr int kConvertThreads = 256;
+    flash_dq_convert_kernel<<<cuda_detail::grid_for(dq_count / 4, kConvertThreads),
+                              kConvertThreads, 0, stream>>>(dq_accum_BTHD, scale, dq_count,
+                                                            static_cast<bf16*>(dq_BTHD));
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace shardtrain::cuda_kernels

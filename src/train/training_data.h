@@ -1,0 +1,25 @@
+// Opening the [data] of a training job, whatever form it takes:
+//   - a token file (.bin/.tokens) or JSONL with `input_ids` per line: opened directly;
+//   - JSONL of raw examples ({"text"}, {"prompt","completion"}, alpaca, chat {"messages"}):
+//     tokenized with the model's tokenizer (or data.tokenizer), packed into seq_len sequences
+//     with a loss mask, and cached (data.cache_dir) under a key of dataset, tokenizer and
+//     settings, so later runs (and every rank) reuse the same token file.
+// data.format = "auto" decides by extension and, for JSONL, by the first line's keys.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "data/dataset.h"
+#include "train/train_config.h"
+
+namespace shardtrain {
+
+// "tokens", "jsonl" or "examples" for the configured data. Throws Error if the file is missing.
+std::string resolve_training_data_format(const DataConfig& data);
+
+// REQUIRES: data validated (TrainConfig::validate). Throws Error for any data problem.
+std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
+                                                    const std::string& model_path, uint64_t seed);
+
+}  // namespace shardtrain
