@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/testing/tiny_tokenizer.h"
 #include "io/safetensors.h"
 #include <cmath>
 
@@ -183,6 +184,36 @@ TEST_F(CliTest, TrainWritesMetricsSavesCheckpointAndEvalReadsIt) {
   Result eval = run("eval --model " + out + " --data " + data + " --seq-len 16 --device cpu");
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_EQ(nlohmann::json::parse(eval.lines().back())["tokens"].get<int>(), 16 * 15);
+}
+
+TEST_F(CliTest, TrainOnRawTextExamplesPreparesOnceIntoTheCache) {
+  // A byte-level model dir (demo config, vocab 260) with a tokenizer, and {"text"} examples:
+  // train tokenizes and packs them into data.cache_dir, and a second run reuses that file.
+  const std::string model = path("model");
+  fs::create_directories(model);
+  fs::copy_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/examples/demo-model/config.json",
+                model + "/config.json");
+  shardtrain::testing::write_tiny_tokenizer(model);
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += nlohmann::json{{"text", "example " + std::to_string(i) + ": the cat sat on the mat."}}.dump() + "\n";
+  const std::string data = write("examples.jsonl", text);
+  const std::string cache = path("cache");
+  const std::string toml = write(
+      "job.toml", "[model]\npath = \"" + model + "\"\ninit = \"random\"\n[data]\npath = \"" + data +
+                      "\"\nseq_len = 32\ncache_dir = \"" + cache +
+                      "\"\n[train]\nsteps = 2\nmicro_batch = 2\ndevice = \"cpu\"\n");
+  Result first = run("train --config " + toml);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::vector<fs::path> cached;
+  for (const auto& entry : fs::directory_iterator(cache))
+    if (entry.path().extension() == ".bin") cached.push_back(entry.path());
+  ASSERT_EQ(cached.size(), 1u);
+  const auto written = fs::last_write_time(cached[0]);
+  Result second = run("train --config " + toml);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(fs::last_write_time(cached[0]), written);
+  EXPECT_NE(second.output.find(cached[0].string()), std::string::npos) << second.output;
 }
 
 TEST_F(CliTest, MissingCheckpointDir) {
