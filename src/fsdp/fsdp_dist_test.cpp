@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,34 @@ class FsdpDistTest : public ::testing::Test {
     return result;
   }
 
+  // The same job started the way users start it: `shardtrain launch --standalone` spawning
+  // `nproc` workers that rendezvous through the launcher's TCP store.
+  static RunResult run_through_launcher(const std::string& name, int nproc,
+                                        const std::string& extra_args) {
+    RunResult result;
+    const std::string run_dir = dir_ + "/" + name;
+    fs::create_directories(run_dir);
+    result.output_dir = run_dir + "/out";
+    const std::string metrics = run_dir + "/metrics.jsonl";
+    const std::string log = run_dir + "/launch.log";
+    const std::string command = std::string(SHARDTRAIN_BINARY) +
+                                " launch --standalone --nproc-per-node " + std::to_string(nproc) +
+                                " -- train --config " + dir_ + "/job.toml --metrics " + metrics +
+                                " --train.output_dir=" + result.output_dir + " " + extra_args +
+                                " > " + log + " 2>&1";
+    const int status = std::system(command.c_str());
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    result.rank_logs.push_back(text.str());
+    EXPECT_EQ(status, 0) << name << ":\n" << result.rank_logs.back();
+    std::ifstream lines(metrics);
+    for (std::string line; std::getline(lines, line);) {
+      result.losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    }
+    return result;
+  }
+
   static const RunResult& baseline() {
     static const RunResult result = run("world1", 1, 1, {});
     return result;
@@ -219,6 +248,13 @@ TEST_F(FsdpDistTest, FullShardWorld2And4MatchOneProcess) {
       EXPECT_EQ(m["moment_bytes"], 2 * one["master_bytes"].get<int64_t>());
     }
   }
+}
+
+TEST_F(FsdpDistTest, LaunchedWithTcpStoreMatchesOneProcess) {
+  expect_equivalent("launch_full_shard_2", run_through_launcher("launch2", 2, ""));
+  expect_equivalent("launch_hybrid_2x2",
+                    run_through_launcher("launch4", 4,
+                                         "--fsdp.strategy=HYBRID_SHARD --fsdp.shard_group_size=2"));
 }
 
 TEST_F(FsdpDistTest, ShardBytesAreTotalOverWorldWithinPadding) {
