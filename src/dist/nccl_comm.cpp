@@ -206,8 +206,8 @@ class NcclComm final : public Comm {
   void barrier() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      check_locked(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum,
-                                 comm_, stream_),
+      check_locked(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_,
+                                 stream_),
                    "barrier", "ncclAllReduce");
       track_locked("barrier");
     }
@@ -366,7 +366,8 @@ class NcclComm final : public Comm {
     std::thread([] {  // should ncclCommAbort itself hang, the process still ends
       std::this_thread::sleep_for(std::chrono::seconds(10));
       std::abort();
-    }).detach();
+    })
+        .detach();
     ncclCommAbort(comm_);
     std::abort();
   }
@@ -404,17 +405,19 @@ std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std
   if (rank == 0) {
     const ncclResult_t status = ncclGetUniqueId(&id);
     if (status != ncclSuccess) {
-      fail("NCCL could not create its unique id on rank 0: {} ({}); HINT: check that a network "
-           "interface is up (NCCL_SOCKET_IFNAME selects one)",
-           ncclGetErrorString(status), ncclGetLastError(nullptr));
+      fail(
+          "NCCL could not create its unique id on rank 0: {} ({}); HINT: check that a network "
+          "interface is up (NCCL_SOCKET_IFNAME selects one)",
+          ncclGetErrorString(status), ncclGetLastError(nullptr));
     }
     store.set(id_key, hex_encode(&id, sizeof(id)));
   } else {
     const std::string text = store.get(id_key, kIdTimeout);
     if (!hex_decode(text, &id, sizeof(id))) {
-      fail("malformed NCCL unique id under '{}' in {}; HINT: another job may share this "
-           "store: use a fresh MASTER_PORT or SHARDTRAIN_STORE_DIR",
-           id_key, store.endpoint());
+      fail(
+          "malformed NCCL unique id under '{}' in {}; HINT: another job may share this "
+          "store: use a fresh MASTER_PORT or SHARDTRAIN_STORE_DIR",
+          id_key, store.endpoint());
     }
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -422,9 +425,10 @@ std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std
   ncclComm_t comm = nullptr;
   const ncclResult_t status = ncclCommInitRankConfig(&comm, size, id, rank, &config);
   if (status != ncclSuccess && status != ncclInProgress) {
-    fail("ncclCommInitRank failed on rank {} of {} (GPU {}): {} ({}); HINT: each rank needs "
-         "its own GPU (LOCAL_RANK selects it); run with NCCL_DEBUG=WARN for details",
-         rank, size, cuda.device_index(), ncclGetErrorString(status), ncclGetLastError(comm));
+    fail(
+        "ncclCommInitRank failed on rank {} of {} (GPU {}): {} ({}); HINT: each rank needs "
+        "its own GPU (LOCAL_RANK selects it); run with NCCL_DEBUG=WARN for details",
+        rank, size, cuda.device_index(), ncclGetErrorString(status), ncclGetLastError(comm));
   }
   return std::make_unique<NcclComm>(comm, cuda, prefix, rank, size);
 }
@@ -439,10 +443,11 @@ bool nccl_available() { return false; }
 
 std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std::string& prefix,
                                      Ops& ops) {
-  fail("this shardtrain was built without NCCL, so it cannot run {} ranks on GPUs; HINT: "
-       "install NCCL (libnccl-dev, or the CUDA toolkit's) and rebuild (CMake reports "
-       "'shardtrain: NCCL ON'), or use --train.device=cpu",
-       size);
+  fail(
+      "this shardtrain was built without NCCL, so it cannot run {} ranks on GPUs; HINT: "
+      "install NCCL (libnccl-dev, or the CUDA toolkit's) and rebuild (CMake reports "
+      "'shardtrain: NCCL ON'), or use --train.device=cpu",
+      size);
 }
 
 }  // namespace shardtrain

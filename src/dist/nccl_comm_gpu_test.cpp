@@ -195,14 +195,16 @@ TEST_F(NcclCommTest, F32CollectivesAreExact) {
     comm.all_gather(out_wn, in_n);
     std::vector<float> gathered = to_host_f32(ops, out_wn);
     for (int r = 0; r < kWorld; ++r)
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(gathered[r * n + i], f32_input(r, i)) << r << " " << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(gathered[r * n + i], f32_input(r, i)) << r << " " << i;
     ops.fill_zero(out_wn);
     const Tensor own_slice = out_wn.rows(rank * n, (rank + 1) * n);
     ops.copy_from_host(own_slice, mine.data());
     comm.all_gather(out_wn, own_slice);
     gathered = to_host_f32(ops, out_wn);
     for (int r = 0; r < kWorld; ++r)
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(gathered[r * n + i], f32_input(r, i)) << r << " " << i;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(gathered[r * n + i], f32_input(r, i)) << r << " " << i;
 
     // reduce_scatter: sum and avg of every rank's (world * n) input, this rank's slice.
     std::vector<float> wide(kWorld * n);
@@ -268,16 +270,16 @@ TEST_F(NcclCommTest, Bf16CollectivesWithinOneRounding) {
       const std::vector<float> scattered = to_host_bf16(ops, in_n);
       for (int64_t i = 0; i < n; ++i) {
         const double want = sum_over_ranks(rank * n + i) * factor;
-        ASSERT_TRUE(near(scattered[i], want)) << "reduce_scatter " << i << ": " << scattered[i]
-                                              << " vs " << want;
+        ASSERT_TRUE(near(scattered[i], want))
+            << "reduce_scatter " << i << ": " << scattered[i] << " vs " << want;
       }
       ops.copy_from_host(out_wn, wide.data());
       comm.all_reduce(out_wn, op);
       const std::vector<float> reduced = to_host_bf16(ops, out_wn);
       for (int64_t i = 0; i < kWorld * n; ++i) {
         const double want = sum_over_ranks(i) * factor;
-        ASSERT_TRUE(near(reduced[i], want)) << "all_reduce " << i << ": " << reduced[i] << " vs "
-                                            << want;
+        ASSERT_TRUE(near(reduced[i], want))
+            << "all_reduce " << i << ": " << reduced[i] << " vs " << want;
       }
     }
 
