@@ -14,7 +14,11 @@ tools/device/build_on_device.sh build-gpu >"$out/build.log" 2>&1 || { tail -30 "
 echo "build: $(( $(date +%s) - start )) s"
 (cd build-gpu && ctest -L gpu --output-on-failure >"$out/gpu-tests.log" 2>&1; tail -3 "$out/gpu-tests.log")
 grep -E "largest relative|PASSED|FAILED|Skipped" "$out/gpu-tests.log" | head -20
-build-gpu/train_parity_gpu_test 2>&1 | grep -E "largest relative difference" 
+build-gpu/train_parity_gpu_test 2>&1 | grep -E "largest relative difference"
+# Kernel timing at the benchmark shape (a measurement, not a test: disabled in ctest).
+build-gpu/cuda_ops_gpu_test --gtest_also_run_disabled_tests \
+  --gtest_filter='*AttentionThroughputBenchShape*' >/dev/null 2>&1
+cat "$out/attention-timing.txt" 2>/dev/null
 timeout 120 build-gpu/shardtrain train --config examples/demo.toml --train.device=cuda \
   --train.output_dir="" --metrics "$out/demo-gpu.jsonl" >"$out/demo-gpu.log" 2>&1
 tail -2 "$out/demo-gpu.log"
