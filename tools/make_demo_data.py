@@ -14,11 +14,18 @@ Tokens are the UTF-8 bytes of the text (ids 0..255; the demo model's vocab_size 
                     uint64 n_tokens, uint64 reserved = 0           (all little-endian)
     n_tokens little-endian uint32 token ids
 
-Usage: tools/make_demo_data.py [--out examples/demo-data.bin] [--bytes 600000] [--seed 1]
+The same text is also written as JSONL, one paragraph a line ({"text": ...}), with a byte-level
+tokenizer.json (no merges: each UTF-8 byte is one token, ids = byte values, plus the special
+tokens <|begin_of_text|> = 256 and <|endoftext|> = 257) into the demo model's directory, so the
+demo trains on raw text through the full data pipeline (tokenizer, packing, cache).
+
+Usage: tools/make_demo_data.py [--out examples/demo-data.bin] [--jsonl examples/demo-data.jsonl]
+                               [--tokenizer-dir examples/demo-model] [--bytes 600000] [--seed 1]
 Python 3 standard library only.
 """
 
 import argparse
+import json
 import os
 import random
 import struct
@@ -151,6 +158,52 @@ def generate_text(n_bytes, seed):
     return "".join(paragraphs).encode("utf-8")[:n_bytes]
 
 
+def byte_to_unicode():
+    """GPT-2's byte-level map: printable bytes map to themselves, the rest to U+0100 onwards."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(
+        range(0xAE, 0xFF + 1))
+    mapping, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            mapping[byte] = chr(byte)
+        else:
+            mapping[byte] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def write_atomically(path, text):
+    temp_path = f"{path}.tmp.{os.getpid()}"
+    with open(temp_path, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(temp_path, path)
+
+
+def write_tokenizer(directory):
+    """A byte-level BPE tokenizer.json without merges (ids = byte values) and its config."""
+    specials = [(256, "<|begin_of_text|>"), (257, "<|endoftext|>")]
+    vocab = {char: byte for byte, char in byte_to_unicode().items()}
+    tokenizer = {
+        "version": "1.0",
+        "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for i, c in specials],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False,
+                  "byte_fallback": False, "vocab": vocab, "merges": []},
+    }
+    write_atomically(os.path.join(directory, "tokenizer.json"),
+                     json.dumps(tokenizer, ensure_ascii=False, indent=1) + "\n")
+    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|endoftext|>", "pad_token": None,
+              "model_max_length": 512}
+    write_atomically(os.path.join(directory, "tokenizer_config.json"),
+                     json.dumps(config, indent=1) + "\n")
+
+
 def write_token_file(path, token_ids):
     """Writes token_ids (ints < 2**32) without a loss mask, atomically (temp file + rename)."""
     header = struct.pack("<8sIIQQ", b"SHTOKENS", 1, 0, len(token_ids), 0)
@@ -167,6 +220,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..",
                                                       "examples", "demo-data.bin"))
+    parser.add_argument("--jsonl", default=os.path.join(os.path.dirname(__file__), "..",
+                                                        "examples", "demo-data.jsonl"))
+    parser.add_argument("--tokenizer-dir", default=os.path.join(os.path.dirname(__file__), "..",
+                                                                "examples", "demo-model"))
     parser.add_argument("--bytes", type=int, default=600_000, help="bytes (= tokens) of text")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--print", action="store_true", help="print the text instead of writing")
@@ -179,6 +236,11 @@ def main():
         return
     write_token_file(args.out, list(text))
     print(f"wrote {len(text)} tokens to {os.path.normpath(args.out)}")
+    lines = [json.dumps({"text": p}) for p in text.decode("utf-8", "ignore").split("\n") if p]
+    write_atomically(args.jsonl, "\n".join(lines) + "\n")
+    print(f"wrote {len(lines)} paragraphs to {os.path.normpath(args.jsonl)}")
+    write_tokenizer(args.tokenizer_dir)
+    print(f"wrote tokenizer.json and tokenizer_config.json to {os.path.normpath(args.tokenizer_dir)}")
 
 
 if __name__ == "__main__":
