@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/testing/test_support.h"
+
 #include "data/testing/tiny_tokenizer.h"
 #include "io/safetensors.h"
 #include <cmath>
@@ -25,34 +27,10 @@ namespace fs = std::filesystem;
 const std::string kBinary = SHARDTRAIN_BINARY;
 const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(output);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  }
-  // The lines that report an error.
-  std::vector<std::string> error_lines() const {
-    std::vector<std::string> out;
-    for (const auto& line : lines())
-      if (line.find("error") != std::string::npos) out.push_back(line);
-    return out;
-  }
-};
+using Result = shardtrain::testing::CommandResult;
 
 Result run(const std::string& args) {
-  Result result;
-  const std::string command = kBinary + " " + args + " 2>&1";
-  std::FILE* pipe = popen(command.c_str(), "r");
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return shardtrain::testing::run_command(kBinary + " " + args);
 }
 
 class CliTest : public ::testing::Test {

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "core/testing/test_support.h"
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,31 +27,10 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kBinary = SHARDTRAIN_BINARY;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-  std::vector<std::string> error_lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(output);
-    for (std::string line; std::getline(in, line);) {
-      if (line.find("error") != std::string::npos) out.push_back(line);
-    }
-    return out;
-  }
-};
+using Result = shardtrain::testing::CommandResult;
 
 Result run(const std::string& args) {
-  Result result;
-  const std::string command = kBinary + " " + args + " 2>&1";
-  std::FILE* pipe = popen(command.c_str(), "r");
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
-    result.output.append(buffer.data(), n);
-  }
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return shardtrain::testing::run_command(kBinary + " " + args);
 }
 
 fs::path real_tokenizer_dir(const std::string& name) {

@@ -8,18 +8,12 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 
 namespace shardtrain {
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 class TrainConfigTest : public ::testing::Test {
  protected:
