@@ -8,4 +8,4 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 ./build/shardtrain train --config examples/demo.toml --metrics out/demo-metrics.jsonl "$@"
 ./build/shardtrain eval --model out/demo-model --data examples/demo-data.bin --seq-len 128 \
-  --batch 8 --device cpu
+  --batch 8 --max-sequences 512 --device cpu

@@ -37,6 +37,13 @@ bool comes_later(const MergeCandidate& a, const MergeCandidate& b) {
   return a.position > b.position;
 }
 
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 "▁"
+
+bool starts_with_metaspace(std::string_view s) { return s.substr(0, kMetaspace.size()) == kMetaspace; }
+bool ends_with_metaspace(std::string_view s) {
+  return s.size() >= kMetaspace.size() && s.substr(s.size() - kMetaspace.size()) == kMetaspace;
+}
+
 }  // namespace
 
 struct BpeModel::WordCache {
@@ -152,6 +159,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& config, const ConfigSite& sit
     model.merges_.insert_or_assign(pair_key(*left_id, *right_id),
                                    Merge{static_cast<int32_t>(rank), *merged_id});
   }
+  model.split_before_metaspace_ = can_split_before_metaspace(model, merges);
   return model;
 }
 
@@ -167,7 +175,40 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
   return token.empty() ? nullptr : &token;
 }
 
+bool BpeModel::can_split_before_metaspace(const BpeModel& model, const nlohmann::json& merges) {
+  if (model.ignore_merges_ || !model.continuing_subword_prefix_.empty() ||
+      !model.end_of_word_suffix_.empty() || !model.token_to_id(kMetaspace)) {
+    return false;
+  }
+  for (const nlohmann::json& merge : merges) {
+    std::string left, right;
+    if (merge.is_string()) {
+      const std::string& line = merge.get_ref<const std::string&>();
+      const size_t space = line.find(' ');
+      left = line.substr(0, space);
+      right = line.substr(space + 1);
+    } else {
+      left = merge[0].get<std::string>();
+      right = merge[1].get<std::string>();
+    }
+    if (starts_with_metaspace(right) && !ends_with_metaspace(left)) return false;
+  }
+  return true;
+}
+
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const {
+  if (!split_before_metaspace_) return tokenize_piece(word, ids);
+  size_t begin = 0;
+  for (size_t at = word.find(kMetaspace, 1); at != std::string_view::npos;
+       at = word.find(kMetaspace, at + kMetaspace.size())) {
+    if (ends_with_metaspace(word.substr(0, at))) continue;  // inside a run of "▁"
+    tokenize_piece(word.substr(begin, at - begin), ids);
+    begin = at;
+  }
+  tokenize_piece(word.substr(begin), ids);
+}
+
+void BpeModel::tokenize_piece(std::string_view word, std::vector<int32_t>& ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {
     if (auto it = vocab_.find(word); it != vocab_.end()) {

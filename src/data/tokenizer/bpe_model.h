@@ -56,6 +56,9 @@ class BpeModel {
 
   BpeModel();
   void merge_word(std::string_view word, std::vector<int32_t>& ids) const;
+  static bool can_split_before_metaspace(const BpeModel& model, const nlohmann::json& merges);
+  // tokenize() for one piece, through the word cache.
+  void tokenize_piece(std::string_view word, std::vector<int32_t>& ids) const;
 
   TokenIdMap vocab_;
   std::vector<std::string> id_to_token_;        // "" for ids with no token
@@ -66,6 +69,11 @@ class BpeModel {
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;
+  // SentencePiece-style vocabularies (Llama 2, Mistral) have no pre-tokenizer, so a whole
+  // paragraph arrives as one word. When no merge joins a token ending in a non-"▁" character to
+  // one starting with "▁", no merge can cross such a point, so the word is cut there first:
+  // the result is identical and the pieces hit the word cache.
+  bool split_before_metaspace_ = false;
   std::vector<int32_t> byte_fallback_ids_;  // id of <0xXX> for each byte, -1 where absent
   std::unique_ptr<WordCache> cache_;
 };
