@@ -2,6 +2,8 @@
 # Training throughput on the GPU machine: shardtrain and PyTorch FSDP2 in the same call, same
 # shapes (bench/shapes/*), random init, random tokens, bf16, AdamW, one GPU.
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [SHAPE ...]   (default: qwen2.5-1.5b llama3.2-1b)
+# A shape ending in "+ckpt" (e.g. qwen2.5-1.5b+ckpt) runs both engines with full activation
+# checkpointing.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory, and the ratio.
 set -euo pipefail
 bin=$1 out=$2
@@ -28,7 +30,12 @@ peak_mib() {  # samples nvidia-smi while "$@" runs; prints the peak used MiB on 
   sort -n "$log.mem" | tail -1
 }
 printf '%-14s %-10s %12s %7s %9s\n' shape engine tokens/s MFU peakGiB >"$out/table.txt"
-for shape in "${shapes[@]}"; do
+for run in "${shapes[@]}"; do
+  shape=${run%+ckpt}
+  ours_ckpt=() torch_ckpt=()
+  if [[ $run == *+ckpt ]]; then
+    ours_ckpt=(--train.activation_checkpointing=full) torch_ckpt=(--checkpointing)
+  fi
   config=$root/bench/shapes/$shape/config.json
   flops=$(python3 - "$config" "$seq" <<'PY'
 import json, sys
@@ -40,19 +47,20 @@ matmul = L * per_layer + V * C  # lm head (tied or not) included, embedding look
 print(6 * matmul + 6 * L * T * H * D)
 PY
 )
-  ours_mib=$(peak_mib "$out/$shape-shardtrain.log" "$bin" train --config "$root/bench/bench.toml" \
+  ours_mib=$(peak_mib "$out/$run-shardtrain.log" "$bin" train --config "$root/bench/bench.toml" \
     --model.path="$root/bench/shapes/$shape" --data.path="$out/tokens.bin" --data.seq_len="$seq" \
-    --train.micro_batch="$mb" --train.steps="$steps" --metrics "$out/$shape-metrics.jsonl")
-  ours=$(python3 - "$out/$shape-metrics.jsonl" <<'PY'
+    --train.micro_batch="$mb" --train.steps="$steps" --metrics "$out/$run-metrics.jsonl" \
+    "${ours_ckpt[@]}")
+  ours=$(python3 - "$out/$run-metrics.jsonl" <<'PY'
 import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
 a, b = r[1], r[-1]  # skip the first step (warm-up)
 print((b["tokens"] - a["tokens"]) / (b["elapsed_s"] - a["elapsed_s"]))
 PY
 )
-  torch_mib=$(peak_mib "$out/$shape-pytorch.log" python3 "$root/bench/pytorch_fsdp2.py" "$config" "$seq" "$mb" "$steps")
-  theirs=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tokens_per_s"])' "$out/$shape-pytorch.log")
-  python3 - "$shape" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" >>"$out/table.txt" <<'PY'
+  torch_mib=$(peak_mib "$out/$run-pytorch.log" python3 "$root/bench/pytorch_fsdp2.py" "$config" "$seq" "$mb" "$steps" "${torch_ckpt[@]}")
+  theirs=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tokens_per_s"])' "$out/$run-pytorch.log")
+  python3 - "$run" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" >>"$out/table.txt" <<'PY'
 import sys
 shape, ours, theirs, flops, om, tm = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
 for name, tps, mib in (("shardtrain", ours, om), ("pytorch", theirs, tm)):

@@ -54,10 +54,14 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
                            (2 * N + batch * H * seq_len) * 4 + 16 * slack;
   const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F +
                           chunk_rows_ * V) * a + N * 4 + 3 * N * 4 + 16 * slack;
-  arena_ = Arena(ops_, per_block * c.num_hidden_layers + scratch);
+  // Without checkpointing every block keeps all its activations; with it, each block keeps
+  // only its input and one shared set is recomputed block by block in backward.
+  const int64_t stored_blocks = checkpointing_ ? 1 : c.num_hidden_layers;
+  const size_t block_inputs = checkpointing_ ? (N * C * a + slack) * c.num_hidden_layers : 0;
+  arena_ = Arena(ops_, per_block * stored_blocks + block_inputs + scratch);
 
-  acts_.assign(c.num_hidden_layers, {});
-  for (auto& b : acts_) {
+  auto take_block = [&] {
+    BlockActivations b;
     b.x_in_NC = arena_.take(act, {N, C});
     b.ln1_NC = arena_.take(act, {N, C});
     b.rstd1_N = arena_.take(DType::kF32, {N});
@@ -72,6 +76,14 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
     b.gate_NF = arena_.take(act, {N, F});
     b.up_NF = arena_.take(act, {N, F});
     b.act_NF = arena_.take(act, {N, F});
+    return b;
+  };
+  acts_.assign(c.num_hidden_layers, {});
+  if (checkpointing_) {
+    for (auto& b : acts_) b.x_in_NC = arena_.take(act, {N, C});
+    recompute_ = take_block();
+  } else {
+    for (auto& b : acts_) b = take_block();
   }
   Scratch& s = scratch_;
   s.dresid_NC = arena_.take(act, {N, C});
@@ -255,6 +267,12 @@ void LlamaModel::head(const RootWeights& root, const RootWeights* root_grads, fl
   }
 }
 
+LlamaModel::BlockActivations& LlamaModel::block_storage(int64_t layer) {
+  if (!checkpointing_) return acts_[layer];
+  recompute_.x_in_NC = acts_[layer].x_in_NC;
+  return recompute_;
+}
+
 Tensor LlamaModel::block_output(int64_t layer) {
   const int64_t N = batch_ * seq_, C = config_.hidden_size;
   if (layer + 1 < config_.num_hidden_layers) return fit(acts_[layer + 1].x_in_NC, {N, C});
@@ -273,7 +291,7 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int unit = static_cast<int>(1 + l);
     const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
-    block_forward(w, acts_[l], block_output(l));
+    block_forward(w, block_storage(l), block_output(l));
     units.release_params(unit);
   }
   const RootWeights root_grads =
@@ -285,7 +303,13 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
     const int unit = static_cast<int>(1 + l);
     const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
     const BlockWeights g = block_weights(layout_.units[unit], units.acquire_grads(unit), l, bias);
-    block_backward(w, g, acts_[l], dresid);
+    BlockActivations& a = block_storage(l);
+    if (checkpointing_) {
+      // Recompute the block's activations from its saved input; the output (equal to the next
+      // block's saved input) goes to a scratch buffer that backward overwrites before use.
+      block_forward(w, a, fit(scratch_.dln_NC, {N, C}));
+    }
+    block_backward(w, g, a, dresid);
     units.release_params(unit);
     units.grads_ready(unit);
   }
@@ -305,7 +329,7 @@ void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_hos
     const int unit = static_cast<int>(1 + l);
     const BlockWeights w =
         block_weights(layout_.units[unit], units.acquire_params(unit), l, c.attention_bias);
-    block_forward(w, acts_[l], block_output(l));
+    block_forward(w, block_storage(l), block_output(l));
     units.release_params(unit);
   }
   head(root, nullptr, 1.0f, loss_sum_1, logits_host_NV);

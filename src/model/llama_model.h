@@ -33,6 +33,12 @@ class LlamaModel {
   const ParamLayout& layout() const { return layout_; }
   int unit_count() const { return static_cast<int>(layout_.units.size()); }
 
+  // Activation checkpointing ("full"): keep only each block's input in forward and recompute
+  // the block in backward (one extra block forward per block; activation memory of one block
+  // plus L block inputs). REQUIRES: called before reserve().
+  void set_activation_checkpointing(bool enabled) { checkpointing_ = enabled; }
+  bool activation_checkpointing() const { return checkpointing_; }
+
   // Allocates activations for micro-batches up to (batch, seq_len). Throws Error if seq_len
   // exceeds max_position_embeddings or a mistral sliding window.
   void reserve(int64_t batch, int64_t seq_len);
@@ -78,6 +84,9 @@ class LlamaModel {
   void head(const RootWeights& root, const RootWeights* root_grads, float grad_scale,
             Tensor loss_sum_1, float* logits_host_NV);
   Tensor block_output(int64_t layer);
+  // Where block `layer` keeps its activations: its own set, or (checkpointing) the shared
+  // recompute set pointed at the block's saved input.
+  BlockActivations& block_storage(int64_t layer);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -86,7 +95,9 @@ class LlamaModel {
   int64_t batch_ = 0, seq_ = 0;
   int64_t chunk_rows_ = 0;
   Arena arena_;
-  std::vector<BlockActivations> acts_;
+  bool checkpointing_ = false;
+  std::vector<BlockActivations> acts_;  // per block (only x_in_NC when checkpointing)
+  BlockActivations recompute_;          // checkpointing: the one recomputed block
   Scratch scratch_;
   Tensor ids_N_, targets_N_, positions_N_;
   DeviceBuffer rope_cos_, rope_sin_;

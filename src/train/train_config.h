@@ -58,6 +58,8 @@ struct TrainLoopConfig {
   int64_t log_every = 1;
   std::string output_dir;      // "" = don't save
   double max_grad_norm = 1.0;  // 0 disables clipping
+  // "none" | "full": recompute each block in backward from its saved input.
+  std::string activation_checkpointing = "none";
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).
   int64_t global_batch = 0;
