@@ -22,6 +22,9 @@ struct TrainArgs {
   std::string metrics_path;
   bool print_config = false;
   int nproc_per_node = 1;
+  // Shortcuts for train.checkpoint_dir / checkpoint_every / resume ("" = not given); applied as
+  // overrides so they are checked like the config keys.
+  std::string checkpoint_dir, checkpoint_every, resume;
 };
 
 int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) {
@@ -36,6 +39,11 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
     }
     schema.apply_override(o.substr(2));
   }
+  if (!args.checkpoint_dir.empty()) schema.apply_override("train.checkpoint_dir=" + args.checkpoint_dir);
+  if (!args.checkpoint_every.empty()) {
+    schema.apply_override("train.checkpoint_every=" + args.checkpoint_every);
+  }
+  if (!args.resume.empty()) schema.apply_override("train.resume=" + args.resume);
   if (args.steps > 0) config.train.steps = args.steps;
   if (args.print_config) {
     std::printf("%s", schema.to_toml().c_str());
@@ -67,6 +75,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--metrics", args->metrics_path,
                   "append one JSON object per step to this file (JSONL)");
+  cmd->add_option("--checkpoint-dir", args->checkpoint_dir,
+                  "write sharded checkpoints to DIR/step_XXXXXXXX (train.checkpoint_dir)");
+  cmd->add_option("--checkpoint-every", args->checkpoint_every,
+                  "save a checkpoint every N steps (train.checkpoint_every; 0 = off)");
+  cmd->add_option("--resume", args->resume,
+                  "auto (newest complete checkpoint in --checkpoint-dir, if any), never, or a "
+                  "checkpoint path (train.resume)");
   cmd->add_flag("--print-config", args->print_config,
                 "print the whole resolved config as TOML and exit");
   cmd->add_option("--nproc-per-node", args->nproc_per_node,

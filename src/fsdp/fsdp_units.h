@@ -80,6 +80,13 @@ class FsdpUnits final : public UnitAccess {
   // Sum of `value` over all ranks (the data-parallel group: every rank reads its own data).
   double sum_over_ranks(double value);
 
+  // This rank's place in the mesh (fsdp/fsdp_groups.h): its index in the shard group and in the
+  // replicate group, and in the world.
+  int shard_rank() const { return groups_.shard().rank(); }
+  int replicate_rank() const { return groups_.replicate().rank(); }
+  int world_rank() const { return groups_.world().rank(); }
+  int world_size() const { return groups_.world().size(); }
+
   // Collective over the shard group: fills host_values (unit numel) with the whole unit's
   // fp32 master parameters.
   void gather_master_to_host(int unit, float* host_values);

@@ -56,6 +56,17 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   schema.add("train.global_batch", &train.global_batch,
              "sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x "
              "ranks; when set, grad_accum is derived from it");
+  schema.add("train.checkpoint_dir", &train.checkpoint_dir,
+             "sharded checkpoints go to DIR/step_XXXXXXXX; empty = no checkpoints");
+  schema.add("train.checkpoint_every", &train.checkpoint_every,
+             "save a checkpoint every N steps (0 = only on SIGTERM, stop_at_step and the last step)");
+  schema.add("train.keep_checkpoints", &train.keep_checkpoints,
+             "complete checkpoints to keep (older ones are removed; the newest never is)");
+  schema.add("train.resume", &train.resume,
+             "auto = continue from the newest complete checkpoint in checkpoint_dir if any; "
+             "never; or a checkpoint path");
+  schema.add("train.stop_at_step", &train.stop_at_step,
+             "save a checkpoint and stop after this step, as on SIGTERM (0 = run to train.steps)");
 
   schema.add_choice("fsdp.strategy", &fsdp.strategy,
                     {"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"},
@@ -106,6 +117,16 @@ void TrainConfig::validate() const {
   require(train.max_grad_norm >= 0, "train.max_grad_norm", ">= 0 (0 disables clipping)",
           train.max_grad_norm);
   require(train.global_batch >= 0, "train.global_batch", ">= 0 (0 = derived)", train.global_batch);
+  require(train.checkpoint_every >= 0, "train.checkpoint_every", ">= 0 (0 = off)",
+          train.checkpoint_every);
+  require(train.keep_checkpoints >= 1, "train.keep_checkpoints", ">= 1", train.keep_checkpoints);
+  require(train.stop_at_step >= 0, "train.stop_at_step", ">= 0 (0 = off)", train.stop_at_step);
+  require(!train.resume.empty(), "train.resume", "auto, never or a checkpoint path", "\"\"");
+  if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
+    fail("config key 'train.checkpoint_every' ({}) needs 'train.checkpoint_dir'; HINT: pass "
+         "--checkpoint-dir DIR",
+         train.checkpoint_every);
+  }
   require(fsdp.shard_group_size >= 0, "fsdp.shard_group_size", ">= 0 (0 = ranks per node)",
           fsdp.shard_group_size);
   require(optim.lr > 0, "optim.lr", "> 0", optim.lr);

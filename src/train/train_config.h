@@ -5,6 +5,7 @@
 //   [model] path, init, dtype     [data] path, format, seq_len, pad_id
 //   [train] steps, micro_batch, grad_accum, seed, device, log_every, output_dir, max_grad_norm
 //   [train] global_batch (0 = micro_batch x grad_accum x data-parallel size)
+//   [train] checkpoint_dir, checkpoint_every, keep_checkpoints, resume, stop_at_step
 //   [optim] lr, min_lr, warmup_steps, schedule, weight_decay, beta1, beta2, eps,
 //           decay_norms_and_biases
 //   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch (docs/fsdp.md)
@@ -63,6 +64,12 @@ struct TrainLoopConfig {
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).
   int64_t global_batch = 0;
+  // Sharded checkpoints (train/checkpoint.h, docs/checkpoints.md). "" = none.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;   // save every N steps (0 = only on stop and at the end)
+  int64_t keep_checkpoints = 3;   // complete checkpoints kept (the newest is never removed)
+  std::string resume = "auto";    // "auto" | "never" | a checkpoint path
+  int64_t stop_at_step = 0;       // save a checkpoint and stop after this step (0 = run on)
 };
 
 struct OptimConfig {

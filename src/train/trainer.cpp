@@ -21,6 +21,8 @@
 #include "model/save_hf.h"
 #include "obs/metrics_log.h"
 #include "obs/progress.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_signal.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -50,6 +52,31 @@ static void load_initial_weights(const TrainConfig& config, FsdpUnits& units) {
     units.load_pretrained(HfCheckpoint::open(config.model.path));
   } else {
     units.init_random(static_cast<uint64_t>(config.train.seed), 0.02);
+  }
+}
+
+// The whole resolved config as TOML (recorded in checkpoints).
+static std::string config_toml(const TrainConfig& config) {
+  TrainConfig copy = config;
+  ConfigSchema schema;
+  copy.register_config(schema);
+  return schema.to_toml();
+}
+
+// Collective: saves a checkpoint of `progress` and logs (rank 0) the stall and bandwidth.
+static void save_training_checkpoint(const TrainConfig& config, FsdpUnits& units, Ops& ops,
+                                     const ParamLayout& layout, const CheckpointRunInfo& info,
+                                     const TrainProgress& progress) {
+  const CheckpointSaveStats stats =
+      save_checkpoint(config.train.checkpoint_dir, config.train.keep_checkpoints, units, ops,
+                      layout, info, progress);
+  const double total_bytes = units.sum_over_ranks(static_cast<double>(stats.bytes_written));
+  if (units.world_rank() == 0) {
+    log::info("checkpoint step {} saved to {}: {:.1f} MB over all ranks; step loop stalled "
+              "{:.3f} s (synchronous write, {:.1f} MB/s on rank 0)",
+              progress.step, stats.step_dir, total_bytes / 1e6, stats.stall_s,
+              stats.stall_s > 0 ? static_cast<double>(stats.bytes_written) / 1e6 / stats.stall_s
+                                : 0.0);
   }
 }
 
@@ -92,7 +119,17 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   FsdpGroups groups(*world.comm, group_size);
   FsdpUnits units(ops, layout, groups,
                   {strategy, config.fsdp.reduce_on_last_micro_batch});
-  load_initial_weights(config, units);
+  const ResumeResult resumed = resume_training(
+      config.train.resume, config.train.checkpoint_dir, units, ops, layout);
+  if (resumed.resumed) {
+    if (is_rank0) log::info("resumed from checkpoint {} (step {})", resumed.step_dir, resumed.progress.step);
+  } else {
+    load_initial_weights(config, units);
+  }
+  const bool checkpointing = !config.train.checkpoint_dir.empty();
+  if (checkpointing) install_stop_signal_handler();
+  const CheckpointRunInfo checkpoint_info{config.fsdp.strategy, config_toml(config),
+                                          config.model.path, config_json_of(config.model.path)};
   if (is_rank0) {
     log::info("model {}: {} parameters, {} layers; data {}: {} sequences of {} tokens; device {}",
               model_config.model_type, layout.parameter_count(), model_config.num_hidden_layers,
@@ -124,6 +161,10 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   // Every rank draws the same global batches (as one process would) and takes its slice, so
   // any world size trains on the same sequences per step.
   ShuffleSampler sampler(dataset->size(), static_cast<uint64_t>(config.train.seed));
+  if (resumed.resumed) {
+    sampler.restore(resumed.progress.sampler);
+    if (is_rank0) truncate_metrics_after(options.metrics_path, resumed.progress.step);
+  }
   MetricsLog metrics;
   if (is_rank0 && !options.metrics_path.empty()) metrics = MetricsLog(options.metrics_path);
   DeviceBuffer loss_buffer(ops, sizeof(float));
@@ -131,10 +172,12 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
 
   TrainOutcome outcome;
   const auto start = std::chrono::steady_clock::now();
-  int64_t tokens_seen = 0;  // over all ranks
+  int64_t tokens_seen = resumed.progress.tokens_seen;  // over all ranks
+  const double elapsed_before = resumed.progress.elapsed_s;  // earlier segments of a resumed run
   const int64_t steps = config.train.steps;
   std::vector<size_t> step_indices(global_batch);
-  for (int64_t step = 1; step <= steps; ++step) {
+  bool stopped_early = false;
+  for (int64_t step = resumed.progress.step + 1; step <= steps; ++step) {
     for (size_t& index : step_indices) index = sampler.next();
     // Draw the whole accumulation window first: the loss is normalised by its target count.
     std::vector<Batch> micro_batches;
@@ -174,6 +217,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
     outcome.losses.push_back(loss);
 
     const double elapsed =
+        elapsed_before +
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     StepReport report{step, steps, loss, lr, grad_norm,
                       elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0, elapsed};
@@ -186,13 +230,33 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
                     {"tokens_per_s", report.tokens_per_s}, {"tokens", tokens_seen},
                     {"elapsed_s", elapsed}});
     outcome.tokens_per_s = report.tokens_per_s;
+
+    if (!checkpointing) continue;
+    // Every rank must agree to stop (SIGTERM may reach them at different steps).
+    const bool signalled = env.world > 1
+                               ? units.sum_over_ranks(stop_signal_received() ? 1.0 : 0.0) > 0
+                               : stop_signal_received();
+    const bool stop = signalled || step == config.train.stop_at_step;
+    const bool periodic = config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0;
+    if (stop || periodic || step == steps) {
+      save_training_checkpoint(config, units, ops, layout, checkpoint_info,
+                               {step, steps, tokens_seen, elapsed, lr, sampler.state()});
+    }
+    if (stop && step < steps) {
+      if (is_rank0) {
+        log::info("stopped after step {} ({}); resume with --resume auto", step,
+                  signalled ? "SIGTERM" : "train.stop_at_step");
+      }
+      stopped_early = true;
+      break;
+    }
   }
   if (env.world > 1) {
     log::info("fsdp rank {}/{}: memory measured {}", env.rank, env.world,
               memory_json(units.memory()));
   }
 
-  if (!config.train.output_dir.empty()) {
+  if (!config.train.output_dir.empty() && !stopped_early) {
     // Unit by unit: every shard group gathers; rank 0 streams its units to the file.
     std::vector<float> host;
     const auto gather = [&](int u) {

@@ -1,0 +1,46 @@
+// `shardtrain export CKPT_DIR --out HF_DIR`: a sharded training checkpoint as a Hugging Face
+// model dir (train/checkpoint_export.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "train/checkpoint_export.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct ExportArgs {
+  std::string checkpoint, out_dir, dtype = "auto", max_shard_size = "5GB";
+};
+
+int run_export(const ExportArgs& args) {
+  ExportOptions options;
+  options.dtype = args.dtype;
+  options.max_shard_bytes = parse_byte_size(args.max_shard_size, "--max-shard-size");
+  const ExportResult result = export_checkpoint(args.checkpoint, args.out_dir, options);
+  std::printf("exported %s (step %lld) to %s%s\n", result.step_dir.c_str(),
+              static_cast<long long>(result.step), args.out_dir.c_str(),
+              result.copied_files.empty() ? "" : " with tokenizer files");
+  return 0;
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<ExportArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "export", "Write a Hugging Face model dir from a sharded training checkpoint");
+  cmd->add_option("checkpoint", args->checkpoint,
+                  "a step_XXXXXXXX checkpoint, or a checkpoint dir (its newest complete one)")
+      ->required();
+  cmd->add_option("--out", args->out_dir, "output Hugging Face dir (replaced atomically)")
+      ->required();
+  cmd->add_option("--dtype", args->dtype, "weight dtype: bf16, fp32, or auto (the run's model.dtype)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
+  cmd->add_option("--max-shard-size", args->max_shard_size,
+                  "split weights into files of at most this size, with an index (default 5GB)");
+  cmd->callback([args, &exit_code] { exit_code = run_export(*args); });
+}
+
+}  // namespace shardtrain::cli
