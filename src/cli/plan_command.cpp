@@ -1,6 +1,7 @@
 // `shardtrain plan --config FILE --world-size N`: the per-rank FSDP memory of the job for each
 // sharding strategy, computed from config.json alone before anything runs (fsdp/shard_plan.h
-// has the formulas). Activation memory is not included.
+// has the formulas), plus the activation memory of one micro-batch (LlamaModel::
+// activation_bytes_for, the same arithmetic the model reserves with).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "fsdp/fsdp_strategy.h"
 #include "fsdp/shard_plan.h"
 #include "model/hf_config.h"
+#include "model/llama_model.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
 #include "train/train_config.h"
@@ -70,12 +72,17 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
       layout.units.size(), world, local_world, std::string(dtype_name(act)).c_str(),
       static_cast<long long>(config.train.micro_batch * grad_accum * world),
       static_cast<long long>(config.train.micro_batch), static_cast<long long>(grad_accum), world);
+  const size_t activations = LlamaModel::activation_bytes_for(
+      model_config, config.train.micro_batch, config.data.seq_len, act,
+      config.train.activation_checkpointing == "full");
   std::printf(
-      "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s; activations not "
-      "included):\n",
-      config.fsdp.reduce_on_last_micro_batch ? "true" : "false");
-  std::printf("%-14s %6s %13s %13s %13s %13s %13s %13s\n", "strategy", "group", "params", "moments",
-              "grad shard", "full grads", "gathered", "total");
+      "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s; activations for micro_batch %lld x "
+      "seq_len %lld, activation_checkpointing = %s):\n",
+      config.fsdp.reduce_on_last_micro_batch ? "true" : "false",
+      static_cast<long long>(config.train.micro_batch), static_cast<long long>(config.data.seq_len),
+      config.train.activation_checkpointing.c_str());
+  std::printf("%-14s %6s %13s %13s %13s %13s %13s %13s %13s\n", "strategy", "group", "params",
+              "moments", "grad shard", "full grads", "gathered", "activations", "total");
   for (FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
                                 FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard}) {
     int group = 0;
@@ -88,10 +95,11 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
     }
     const FsdpMemory m = estimate_fsdp_memory(make_shard_plan(layout, group), strategy,
                                               config.fsdp.reduce_on_last_micro_batch, act);
-    std::printf("%-14s %6d %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy), group,
-                mib(m.master_bytes + m.compute_shard_bytes).c_str(), mib(m.moment_bytes).c_str(),
-                mib(m.grad_shard_bytes).c_str(), mib(m.full_grad_peak_bytes).c_str(),
-                mib(m.gathered_peak_bytes).c_str(), mib(m.total()).c_str());
+    std::printf("%-14s %6d %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),
+                group, mib(m.master_bytes + m.compute_shard_bytes).c_str(),
+                mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
+                mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
+                mib(activations).c_str(), mib(m.total() + activations).c_str());
   }
   return 0;
 }

@@ -60,6 +60,9 @@ Outcome run(const std::string& model, bool checkpointing) {
     ops->copy_to_host(outcome.grads.back().data(), units.grads(u));
   }
   outcome.activation_bytes = llama.activation_bytes();
+  // `shardtrain plan` reports this figure before anything runs: it must be what reserve took.
+  EXPECT_EQ(outcome.activation_bytes,
+            LlamaModel::activation_bytes_for(config, 3, 24, DType::kF32, checkpointing));
   return outcome;
 }
 

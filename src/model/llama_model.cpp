@@ -28,6 +28,24 @@ int64_t head_chunk_rows(int64_t tokens, int64_t vocab) {
 LlamaModel::LlamaModel(const ModelConfig& config, Ops& ops)
     : config_(config), layout_(make_param_layout(config)), ops_(ops) {}
 
+size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
+                                        DType act, bool checkpointing) {
+  const int64_t N = batch * seq_len, C = c.hidden_size, F = c.intermediate_size;
+  const int64_t QD = c.num_attention_heads * c.head_dim, KD = c.num_key_value_heads * c.head_dim;
+  const int64_t H = c.num_attention_heads, V = c.vocab_size;
+  const size_t a = dtype_size(act);
+  const size_t slack = Arena::kAlignment;
+  const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
+                           (2 * N + batch * H * seq_len) * 4 + 16 * slack;
+  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F +
+                          head_chunk_rows(N, V) * V) * a + N * 4 + 3 * N * 4 + 16 * slack;
+  // Without checkpointing every block keeps all its activations; with it, each block keeps
+  // only its input and one shared set is recomputed block by block in backward.
+  const int64_t stored_blocks = checkpointing ? 1 : c.num_hidden_layers;
+  const size_t block_inputs = checkpointing ? (N * C * a + slack) * c.num_hidden_layers : 0;
+  return per_block * stored_blocks + block_inputs + scratch;
+}
+
 void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
   const ModelConfig& c = config_;
   if (seq_len > c.max_position_embeddings) {
@@ -48,17 +66,7 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
   const int64_t V = c.vocab_size;
   chunk_rows_ = head_chunk_rows(N, V);
   const DType act = ops_.activation_dtype();
-  const size_t a = dtype_size(act);
-  const size_t slack = Arena::kAlignment;
-  const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
-                           (2 * N + batch * H * seq_len) * 4 + 16 * slack;
-  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F +
-                          chunk_rows_ * V) * a + N * 4 + 3 * N * 4 + 16 * slack;
-  // Without checkpointing every block keeps all its activations; with it, each block keeps
-  // only its input and one shared set is recomputed block by block in backward.
-  const int64_t stored_blocks = checkpointing_ ? 1 : c.num_hidden_layers;
-  const size_t block_inputs = checkpointing_ ? (N * C * a + slack) * c.num_hidden_layers : 0;
-  arena_ = Arena(ops_, per_block * stored_blocks + block_inputs + scratch);
+  arena_ = Arena(ops_, activation_bytes_for(c, batch, seq_len, act, checkpointing_));
 
   auto take_block = [&] {
     BlockActivations b;

@@ -42,6 +42,10 @@ class LlamaModel {
   // Allocates activations for micro-batches up to (batch, seq_len). Throws Error if seq_len
   // exceeds max_position_embeddings or a mistral sliding window.
   void reserve(int64_t batch, int64_t seq_len);
+  // Activation memory reserve() takes for this shape: a pure function, so `shardtrain plan`
+  // can report it before anything runs.
+  static size_t activation_bytes_for(const ModelConfig& config, int64_t batch, int64_t seq_len,
+                                     DType activation_dtype, bool checkpointing);
   // Bytes of activation memory reserved.
   size_t activation_bytes() const { return arena_.capacity(); }
 
