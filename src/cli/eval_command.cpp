@@ -13,12 +13,8 @@
 #include "core/error.h"
 #include "data/batch.h"
 #include "data/dataset.h"
-#include "io/hf_checkpoint.h"
-#include "model/hf_config.h"
-#include "model/init_weights.h"
 #include "model/llama_model.h"
-#include "ops/backend.h"
-#include "train/local_units.h"
+#include "train/inference_model.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -29,24 +25,16 @@ struct EvalArgs {
 };
 
 int run_eval(const EvalArgs& args) {
-  const HfCheckpoint checkpoint = HfCheckpoint::open(args.model_dir);
-  const ModelConfig model_config = read_hf_config(checkpoint.config_json_path());
+  InferenceModel loaded = load_inference_model(args.model_dir, args.device);
+  LlamaModel& model = *loaded.model;
+  Ops* ops = loaded.ops.get();
+  const ModelConfig& model_config = model.config();
   const int64_t seq_len =
       args.seq_len > 0 ? args.seq_len : std::min<int64_t>(model_config.max_position_embeddings, 2048);
   std::unique_ptr<SequenceDataset> dataset = open_dataset(args.data_path, args.format, seq_len, 0);
   validate_vocab(*dataset, model_config.vocab_size, args.data_path);
-
-  std::unique_ptr<Ops> ops = make_ops(args.device);
-  LlamaModel model(model_config, *ops);
-  LocalUnits units(*ops, model.layout(), /*with_optimizer_state=*/false);
-  std::vector<float> values;
-  for (int u = 0; u < model.unit_count(); ++u) {
-    values.assign(model.layout().units[u].numel, 0.0f);
-    load_unit_from_checkpoint(checkpoint, model.layout().units[u], values.data());
-    units.upload_master(u, values.data());
-  }
-  units.refresh_compute_params();
   model.reserve(args.batch, seq_len);
+  LocalUnits& units = *loaded.units;
 
   DeviceBuffer loss_buffer(*ops, sizeof(float));
   const Tensor loss_sum = loss_buffer.view(DType::kF32, {1});

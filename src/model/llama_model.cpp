@@ -252,15 +252,7 @@ void LlamaModel::head(const RootWeights& root, const RootWeights* root_grads, fl
     const Tensor logits = fit(s.logits_chunk, {end - begin, V});
     const Tensor xf_chunk = xf.rows(begin, end);
     ops_.linear_forward(xf_chunk, root.lm_head, Tensor(), logits);
-    if (logits_host_NV != nullptr) {
-      if (logits.dtype() == DType::kF32) {
-        ops_.copy_to_host(logits_host_NV + begin * V, logits);
-      } else {
-        std::vector<uint16_t> bits(logits.numel());
-        ops_.copy_to_host(bits.data(), logits);
-        convert_to_f32(bits.data(), logits.dtype(), logits_host_NV + begin * V, bits.size());
-      }
-    }
+    if (logits_host_NV != nullptr) copy_logits_to_host(logits, logits_host_NV + begin * V);
     if (loss_sum_1.defined() || with_grad) {
       ops_.cross_entropy(logits, targets.rows(begin, end), grad_scale, loss_sum_1, with_grad);
     }
@@ -281,6 +273,16 @@ LlamaModel::BlockActivations& LlamaModel::block_storage(int64_t layer) {
   return recompute_;
 }
 
+void LlamaModel::copy_logits_to_host(Tensor logits, float* host) {
+  if (logits.dtype() == DType::kF32) {
+    ops_.copy_to_host(host, logits);
+    return;
+  }
+  std::vector<uint16_t> bits(logits.numel());
+  ops_.copy_to_host(bits.data(), logits);
+  convert_to_f32(bits.data(), logits.dtype(), host, bits.size());
+}
+
 Tensor LlamaModel::block_output(int64_t layer) {
   const int64_t N = batch_ * seq_, C = config_.hidden_size;
   if (layer + 1 < config_.num_hidden_layers) return fit(acts_[layer + 1].x_in_NC, {N, C});
@@ -294,14 +296,7 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
   const int64_t N = batch_ * seq_, C = c.hidden_size;
   const UnitLayout& root_layout = layout_.units[0];
 
-  const RootWeights root = root_weights(root_layout, units.acquire_params(0), c.tie_word_embeddings);
-  embed_forward(root, fit(acts_[0].x_in_NC, {N, C}));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const int unit = static_cast<int>(1 + l);
-    const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
-    block_forward(w, block_storage(l), block_output(l));
-    units.release_params(unit);
-  }
+  const RootWeights root = forward_blocks(units);
   const RootWeights root_grads =
       root_weights(root_layout, units.acquire_grads(0), c.tie_word_embeddings);
   head(root, &root_grads, grad_scale, loss_sum_1, nullptr);
@@ -326,8 +321,8 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
   units.grads_ready(0);
 }
 
-void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
-  SHARDTRAIN_CHECK(batch_ > 0, "set_batch before forward");
+RootWeights LlamaModel::forward_blocks(UnitAccess& units) {
+  SHARDTRAIN_CHECK(batch_ > 0, "set_batch before a forward pass");
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
   const RootWeights root =
@@ -340,7 +335,28 @@ void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_hos
     block_forward(w, block_storage(l), block_output(l));
     units.release_params(unit);
   }
+  return root;
+}
+
+void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
+  const RootWeights root = forward_blocks(units);
   head(root, nullptr, 1.0f, loss_sum_1, logits_host_NV);
+  units.release_params(0);
+}
+
+void LlamaModel::forward_last_logits(UnitAccess& units, float* logits_host_BV) {
+  const RootWeights root = forward_blocks(units);
+  const ModelConfig& c = config_;
+  const int64_t N = batch_ * seq_, C = c.hidden_size, V = c.vocab_size;
+  const Tensor xf = fit(scratch_.xf_NC, {N, C});
+  ops_.rmsnorm_forward(fit(scratch_.out_NC, {N, C}), root.final_norm,
+                       static_cast<float>(c.rms_norm_eps), xf, fit(scratch_.rstdf_N, {N}));
+  const Tensor logits = fit(scratch_.logits_chunk, {1, V});
+  for (int64_t b = 0; b < batch_; ++b) {
+    const int64_t last = b * seq_ + seq_ - 1;
+    ops_.linear_forward(xf.rows(last, last + 1), root.lm_head, Tensor(), logits);
+    copy_logits_to_host(logits, logits_host_BV + b * V);
+  }
   units.release_params(0);
 }
 

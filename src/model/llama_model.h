@@ -60,6 +60,9 @@ class LlamaModel {
   // Forward only. loss_sum_1 += summed cross-entropy when defined; logits_host_NV (fp32,
   // N = B*T rows of V) receives the logits when non-null.
   void forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV);
+  // Forward only, returning just the logits of each sequence's last position (B rows of V)
+  // for generation: the lm head runs on B rows instead of B*T.
+  void forward_last_logits(UnitAccess& units, float* logits_host_BV);
 
  private:
   struct BlockActivations {
@@ -88,6 +91,10 @@ class LlamaModel {
   void head(const RootWeights& root, const RootWeights* root_grads, float grad_scale,
             Tensor loss_sum_1, float* logits_host_NV);
   Tensor block_output(int64_t layer);
+  // Embedding and every block for the current batch; returns the (still acquired) root
+  // weights, which the caller releases after the head.
+  RootWeights forward_blocks(UnitAccess& units);
+  void copy_logits_to_host(Tensor logits, float* host);
   // Where block `layer` keeps its activations: its own set, or (checkpointing) the shared
   // recompute set pointed at the block's saved input.
   BlockActivations& block_storage(int64_t layer);

@@ -382,6 +382,13 @@ ResumeResult resume_from(const std::string& resume, const std::string& dir, Fsdp
     if (i + 1 < candidates.size()) {
       log::warn("cannot resume from {}: {}; falling back to the previous checkpoint {}",
                 candidates[i], failed, candidates[i + 1]);
+      // Demoted to incomplete (every rank is past reading it): a later auto resume skips it,
+      // and pruning removes it once a newer checkpoint is complete.
+      if (units.world_rank() == 0) {
+        std::error_code ec;
+        fs::rename(fs::path(candidates[i]) / kManifestFile,
+                   fs::path(candidates[i]) / (std::string(kManifestFile) + ".damaged"), ec);
+      }
     } else {
       fail("cannot resume from {}: {}; no older complete checkpoint in {} (HINT: use "
            "--resume never with a new --checkpoint-dir to start over)",

@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/testing/test_support.h"
@@ -151,7 +152,9 @@ class CheckpointDistTest : public ::testing::Test {
 
   // Largest relative loss difference and parameter difference (relative to each tensor's
   // largest magnitude) of `got` against `want`.
-  static void expect_close(const std::string& want, const std::string& got, double tolerance) {
+  static void expect_close(const std::string& want, const std::string& got, double loss_tolerance,
+                           double param_tolerance = -1) {
+    if (param_tolerance < 0) param_tolerance = loss_tolerance;
     const Metrics a = metrics(want), b = metrics(got);
     EXPECT_EQ(b.steps, one_to(20)) << got;
     ASSERT_EQ(a.losses.size(), b.losses.size());
@@ -174,8 +177,8 @@ class CheckpointDistTest : public ::testing::Test {
     }
     std::printf("[%s vs %s] largest relative loss difference %.3g, parameter difference %.3g\n",
                 got.c_str(), want.c_str(), worst_loss, worst_param);
-    EXPECT_LE(worst_loss, tolerance) << got;
-    EXPECT_LE(worst_param, tolerance) << got;
+    EXPECT_LE(worst_loss, loss_tolerance) << got;
+    EXPECT_LE(worst_param, param_tolerance) << got;
   }
 
   // Exit code 2 and one error line containing every needle.
@@ -276,17 +279,39 @@ TEST_F(CheckpointDistTest, AutoResumeFallsBackPastACorruptCheckpoint) {
   expect_bit_identical(baseline(1), name);
 }
 
+TEST_F(CheckpointDistTest, ReshardedLoadIsExact) {
+  // A 4-rank checkpoint loaded on 2 ranks (and a 2-rank one on 4) and saved at once, without a
+  // step: the weights are the saved ones, byte for byte (export reassembles them independently).
+  for (const auto& [name, first, second] :
+       {std::tuple{"exact_4_to_2", 4, 2}, std::tuple{"exact_2_to_4", 2, 4}}) {
+    const std::string flags = "--checkpoint-dir " + ckpt(name) + " ";
+    CommandResult r = train(name, first, flags + "--train.stop_at_step=10");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = train(name, second, flags + "--train.steps=10");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string hf = dir_ + "/" + name + "/hf";
+    r = run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(read_file(hf + "/model.safetensors"), read_file(out(name) + "/model.safetensors"))
+        << name;
+  }
+}
+
 TEST_F(CheckpointDistTest, ReshardedResumeMatchesWithinFloatReassociation) {
+  // Losses within 1e-6 relative. Parameters: 20 AdamW steps turn the reassociation differences
+  // of the first 10 steps (on the other world size) into ~4e-6 of a tensor's largest value, the
+  // same as between uninterrupted runs on those world sizes (printed), hence 1e-5.
+  expect_close(baseline(2), baseline(4), 1e-5);
   interrupted_run("reshard_4_to_2", 4, 2);
-  expect_close(baseline(2), "reshard_4_to_2", 1e-6);
+  expect_close(baseline(2), "reshard_4_to_2", 1e-6, 1e-5);
   interrupted_run("reshard_2_to_4", 2, 4);
-  expect_close(baseline(4), "reshard_2_to_4", 1e-6);
+  expect_close(baseline(4), "reshard_2_to_4", 1e-6, 1e-5);
   interrupted_run("full_to_no_shard", 2, 2, "--fsdp.strategy=FULL_SHARD",
                   "--fsdp.strategy=NO_SHARD");
-  expect_close(baseline(2), "full_to_no_shard", 1e-6);
+  expect_close(baseline(2), "full_to_no_shard", 1e-6, 1e-6);
   // One process resumes a 4-rank checkpoint too (shard group 4 -> 1).
   interrupted_run("reshard_4_to_1", 4, 1);
-  expect_close(baseline(1), "reshard_4_to_1", 1e-6);
+  expect_close(baseline(1), "reshard_4_to_1", 1e-6, 1e-5);
 }
 
 TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {

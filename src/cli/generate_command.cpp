@@ -1,0 +1,123 @@
+// `shardtrain generate --model DIR --prompt TEXT`: continue a prompt with a trained model, so a
+// user can look at what they trained. Greedy by default (--temperature 0); with a temperature,
+// top-p (nucleus) sampling from a seeded generator. No KV cache: each new token re-runs the
+// prefix, which is fine for inspection-sized outputs.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/batch.h"
+#include "data/tokenizer/tokenizer.h"
+#include "data/tokenizer_files.h"
+#include "train/inference_model.h"
+
+namespace shardtrain::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model_dir, prompt, device = "auto";
+  int64_t max_new_tokens = 64;
+  double temperature = 0.0, top_p = 0.9;
+  int64_t seed = 0;
+};
+
+// Index of the next token: argmax when temperature is 0, else a draw from the smallest set of
+// most likely tokens whose probability reaches top_p.
+int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args, std::mt19937_64& rng) {
+  if (args.temperature <= 0) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  const float top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> probs(logits.size());
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    probs[i] = std::exp((logits[i] - top) / args.temperature);
+    total += probs[i];
+  }
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
+  double kept = 0;
+  size_t count = 0;
+  while (count < order.size() && (count == 0 || kept / total < args.top_p)) kept += probs[order[count++]];
+  double draw = std::uniform_real_distribution<double>(0.0, kept)(rng);
+  for (size_t i = 0; i < count; ++i) {
+    draw -= probs[order[i]];
+    if (draw <= 0) return order[i];
+  }
+  return order[count - 1];
+}
+
+int run_generate(const GenerateArgs& args) {
+  const TokenizerFiles files = locate_tokenizer(args.model_dir);
+  const Tokenizer tokenizer = Tokenizer::load(files.tokenizer_json);
+  InferenceModel loaded = load_inference_model(args.model_dir, args.device);
+  LlamaModel& model = *loaded.model;
+  const ModelConfig& config = model.config();
+
+  std::vector<int32_t> ids = tokenizer.encode(args.prompt, /*add_special_tokens=*/true);
+  if (ids.empty()) fail("--prompt is empty after tokenization; HINT: give some text");
+  for (int32_t id : ids) {
+    if (id >= config.vocab_size) {
+      fail("the tokenizer in {} produced id {} but the model's vocab_size is {}; HINT: the "
+           "tokenizer does not belong to this model",
+           args.model_dir, id, config.vocab_size);
+    }
+  }
+  const int64_t max_len = std::min<int64_t>(config.max_position_embeddings,
+                                            static_cast<int64_t>(ids.size()) + args.max_new_tokens);
+  if (static_cast<int64_t>(ids.size()) >= max_len) {
+    fail("the prompt has {} tokens, which leaves no room below max_position_embeddings = {}",
+         ids.size(), config.max_position_embeddings);
+  }
+  std::optional<int32_t> eos;
+  if (files.eos_token) eos = tokenizer.token_to_id(*files.eos_token);
+  if (!eos && config.eos_token_id >= 0) eos = static_cast<int32_t>(config.eos_token_id);
+
+  model.reserve(1, max_len);
+  std::mt19937_64 rng(static_cast<uint64_t>(args.seed));
+  std::vector<float> logits(config.vocab_size);
+  const size_t prompt_length = ids.size();
+  while (static_cast<int64_t>(ids.size()) < max_len) {
+    Example example;
+    example.input_ids = ids;
+    example.labels.assign(ids.size(), -100);
+    model.set_batch(make_batch({example}));
+    model.forward_last_logits(*loaded.units, logits.data());
+    const int32_t next = pick_token(logits, args, rng);
+    if (eos && next == *eos) break;
+    ids.push_back(next);
+  }
+  const std::vector<int32_t> generated(ids.begin() + static_cast<ptrdiff_t>(prompt_length), ids.end());
+  std::printf("%s%s\n", args.prompt.c_str(), tokenizer.decode(generated, true).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Continue a prompt with a Hugging Face checkpoint (greedy or top-p sampling)");
+  cmd->add_option("--model", args->model_dir, "checkpoint dir with tokenizer.json")->required();
+  cmd->add_option("--prompt", args->prompt, "text to continue")->required();
+  cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate at most")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", args->temperature, "0 = greedy; > 0 samples")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", args->top_p, "nucleus sampling mass (with --temperature > 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", args->seed, "random seed for sampling");
+  cmd->add_option("--device", args->device, "cpu, cuda or auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd->callback([args, &exit_code] { exit_code = run_generate(*args); });
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,24 @@
+// InferenceModel: a Hugging Face checkpoint loaded whole onto one device for forward-only use
+// (`shardtrain eval`, `shardtrain generate`). Parameters only: no gradients or moments.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/llama_model.h"
+#include "ops/ops.h"
+#include "train/local_units.h"
+
+namespace shardtrain {
+
+struct InferenceModel {
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<LocalUnits> units;
+};
+
+// Opens DIR (config.json + safetensors), builds the backend for `device` (cpu|cuda|auto) and
+// uploads the weights. Throws Error naming the file for any checkpoint problem.
+InferenceModel load_inference_model(const std::string& model_dir, const std::string& device);
+
+}  // namespace shardtrain
