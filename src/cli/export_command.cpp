@@ -36,7 +36,8 @@ void add_export_command(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--out", args->out_dir, "output Hugging Face dir (replaced atomically)")
       ->required();
-  cmd->add_option("--dtype", args->dtype, "weight dtype: bf16, fp32, or auto (the run's model.dtype)")
+  cmd->add_option("--dtype", args->dtype,
+                  "weight dtype: bf16, fp32, or auto (the run's model.dtype)")
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   cmd->add_option("--max-shard-size", args->max_shard_size,
                   "split weights into files of at most this size, with an index (default 5GB)");

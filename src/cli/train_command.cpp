@@ -39,7 +39,8 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
     }
     schema.apply_override(o.substr(2));
   }
-  if (!args.checkpoint_dir.empty()) schema.apply_override("train.checkpoint_dir=" + args.checkpoint_dir);
+  if (!args.checkpoint_dir.empty())
+    schema.apply_override("train.checkpoint_dir=" + args.checkpoint_dir);
   if (!args.checkpoint_every.empty()) {
     schema.apply_override("train.checkpoint_every=" + args.checkpoint_every);
   }

@@ -7,9 +7,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -56,8 +55,9 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
   const std::vector<std::vector<SafetensorsTensorSpec>> files =
       split_into_files(layout, dtype, options.max_shard_bytes);
   const auto file_name = [&](size_t f) {
-    return files.size() == 1 ? std::string("model.safetensors")
-                             : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, files.size());
+    return files.size() == 1
+               ? std::string("model.safetensors")
+               : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, files.size());
   };
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t total_bytes = 0;
@@ -68,9 +68,9 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
     const float* values = unit_values(static_cast<int>(u));
     for (const ParamSpec& p : layout.units[u].params) {
       if (!writer) {
-        writer = std::make_unique<SafetensorsWriter>((staging / file_name(file)).string(),
-                                                     files[file],
-                                                     std::map<std::string, std::string>{{"format", "pt"}});
+        writer = std::make_unique<SafetensorsWriter>(
+            (staging / file_name(file)).string(), files[file],
+            std::map<std::string, std::string>{{"format", "pt"}});
       }
       const float* src = values + p.offset;
       if (dtype == DType::kF32) {
@@ -93,7 +93,8 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
   if (files.size() > 1) {
     const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}},
                                   {"weight_map", weight_map}};
-    write_file_atomically((staging / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+    write_file_atomically((staging / "model.safetensors.index.json").string(),
+                          index.dump(2) + "\n");
   }
 }
 
@@ -107,11 +108,16 @@ void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,
   const fs::path parent = target.parent_path();
   std::error_code ec;
   fs::create_directories(parent, ec);
-  if (ec) fail("cannot create directory {}: {}; HINT: check train.output_dir", parent.string(), ec.message());
-  const fs::path staging = parent / (target.filename().string() + ".tmp-" + std::to_string(getpid()));
+  if (ec)
+    fail("cannot create directory {}: {}; HINT: check train.output_dir", parent.string(),
+         ec.message());
+  const fs::path staging =
+      parent / (target.filename().string() + ".tmp-" + std::to_string(getpid()));
   fs::remove_all(staging, ec);
   fs::create_directory(staging, ec);
-  if (ec) fail("cannot create {}: {}; HINT: check that {} is writable", staging.string(), ec.message(), parent.string());
+  if (ec)
+    fail("cannot create {}: {}; HINT: check that {} is writable", staging.string(), ec.message(),
+         parent.string());
 
   try {
     write_hf_files(staging, config, layout, unit_values, dtype, options);

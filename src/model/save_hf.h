@@ -2,8 +2,8 @@
 // that transformers loads with from_pretrained.
 #pragma once
 
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 

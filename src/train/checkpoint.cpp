@@ -1,13 +1,13 @@
 #include "train/checkpoint.h"
 
+#include <fmt/ranges.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
-
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -56,14 +56,17 @@ nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
   const int group_size = units.plan().group_size;
   nlohmann::json shard_files = nlohmann::json::array();
   for (int k = 0; k < group_size; ++k) shard_files.push_back(rank_file_name(k));
-  return {{"world_size", units.world_size()}, {"group_size", group_size},
-          {"strategy", strategy},             {"alignment_elems", kParamAlignElems},
-          {"shard_files", shard_files},       {"units", unit_list}};
+  return {
+      {"world_size", units.world_size()},    {"group_size", group_size},   {"strategy", strategy},
+      {"alignment_elems", kParamAlignElems}, {"shard_files", shard_files}, {"units", unit_list}};
 }
 
 nlohmann::json sampler_json(const SamplerState& s) {
-  return {{"epoch", s.epoch}, {"index", s.index}, {"seed", s.seed},
-          {"dataset_size", s.dataset_size}, {"world", s.world}};
+  return {{"epoch", s.epoch},
+          {"index", s.index},
+          {"seed", s.seed},
+          {"dataset_size", s.dataset_size},
+          {"world", s.world}};
 }
 
 // Writes this rank's shard file; returns its size and checksum.
@@ -72,7 +75,8 @@ ManifestEntry write_shard_file(const std::string& step_dir, FsdpUnits& units, Op
   std::vector<SafetensorsTensorSpec> specs;
   for (int u = 0; u < units.unit_count(); ++u) {
     for (const char* kind : kKinds) {
-      specs.push_back({tensor_name(u, kind), DType::kF32, Shape{units.plan().units[u].shard_numel}});
+      specs.push_back(
+          {tensor_name(u, kind), DType::kF32, Shape{units.plan().units[u].shard_numel}});
     }
   }
   const std::string file = rank_file_name(units.shard_rank());
@@ -139,7 +143,9 @@ CheckpointSaveStats save_checkpoint(const std::string& dir, int64_t keep, FsdpUn
     if (!is_rank0) return;
     std::error_code ec;
     fs::create_directories(stats.step_dir, ec);
-    if (ec) fail("cannot create checkpoint dir {}: {}; HINT: check train.checkpoint_dir", stats.step_dir, ec.message());
+    if (ec)
+      fail("cannot create checkpoint dir {}: {}; HINT: check train.checkpoint_dir", stats.step_dir,
+           ec.message());
     fs::remove(fs::path(stats.step_dir) / kManifestFile, ec);
   });
   if (!failed.empty()) fail("checkpoint step {} not saved: {}", progress.step, failed);
@@ -196,7 +202,8 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
   if (!fs::is_directory(step_dir, ec)) fail("checkpoint {} does not exist", step_dir);
   const Manifest manifest = read_manifest(step_dir);
   const ManifestEntry* state_entry = manifest.find(kTrainStateFile);
-  if (state_entry == nullptr) fail("{}/{} does not list {}", step_dir, kManifestFile, kTrainStateFile);
+  if (state_entry == nullptr)
+    fail("{}/{} does not list {}", step_dir, kManifestFile, kTrainStateFile);
   verify_checkpoint_file(step_dir, *state_entry);
   const std::string state_path = (fs::path(step_dir) / kTrainStateFile).string();
 
@@ -227,10 +234,11 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
     }
     const nlohmann::json& units = l.at("units");
     if (units.size() != layout.units.size()) {
-      fail("checkpoint {} was saved for a different model: {} units there, {} in this model "
-           "({} layers); HINT: resume with the model config it was saved with (copy: {}/{})",
-           step_dir, units.size(), layout.units.size(), layout.units.size() - 1, step_dir,
-           kModelConfigFile);
+      fail(
+          "checkpoint {} was saved for a different model: {} units there, {} in this model "
+          "({} layers); HINT: resume with the model config it was saved with (copy: {}/{})",
+          step_dir, units.size(), layout.units.size(), layout.units.size() - 1, step_dir,
+          kModelConfigFile);
     }
     for (size_t u = 0; u < units.size(); ++u) {
       const UnitLayout& want = layout.units[u];
@@ -238,7 +246,8 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
                      units[u].at("shard_numel").get<int64_t>()};
       const nlohmann::json& params = units[u].at("params");
       std::string mismatch;
-      if (unit.name != want.name || unit.numel != want.numel || params.size() != want.params.size()) {
+      if (unit.name != want.name || unit.numel != want.numel ||
+          params.size() != want.params.size()) {
         mismatch = fmt::format("unit {} is {} with {} elements there, {} with {} here", u,
                                unit.name, unit.numel, want.name, want.numel);
       }
@@ -253,9 +262,10 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
         }
       }
       if (!mismatch.empty()) {
-        fail("checkpoint {} was saved for a different model (layout mismatch: {}); HINT: "
-             "resume with the model config it was saved with (copy: {}/{})",
-             step_dir, mismatch, step_dir, kModelConfigFile);
+        fail(
+            "checkpoint {} was saved for a different model (layout mismatch: {}); HINT: "
+            "resume with the model config it was saved with (copy: {}/{})",
+            step_dir, mismatch, step_dir, kModelConfigFile);
       }
       if (unit.shard_numel * saved.group_size < unit.numel) {
         fail("{}: unit {} shards ({} x {}) do not cover its {} elements", state_path, u,
@@ -296,7 +306,8 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
     if (it == files_->by_shard.end()) {
       const std::string& file = checkpoint_.shard_files[k];
       const ManifestEntry* entry = files_->manifest.find(file);
-      if (entry == nullptr) fail("{}/{} does not list {}", checkpoint_.step_dir, kManifestFile, file);
+      if (entry == nullptr)
+        fail("{}/{} does not list {}", checkpoint_.step_dir, kManifestFile, file);
       verify_checkpoint_file(checkpoint_.step_dir, *entry);
       it = files_->by_shard
                .emplace(k, SafetensorsFile::open((fs::path(checkpoint_.step_dir) / file).string()))
@@ -305,9 +316,10 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
     const std::string name = tensor_name(unit, kind);
     const SafetensorsEntry* tensor = it->second.find(name);
     if (tensor == nullptr || tensor->dtype != DType::kF32 || tensor->shape.numel() != shard) {
-      fail("checkpoint file {} lacks tensor {} (F32, {} elements); HINT: the checkpoint is "
-           "damaged or from another program",
-           it->second.path(), name, shard);
+      fail(
+          "checkpoint file {} lacks tensor {} (F32, {} elements); HINT: the checkpoint is "
+          "damaged or from another program",
+          it->second.path(), name, shard);
     }
     const float* values = static_cast<const float*>(tensor->data);
     std::copy(values + (lo - k * shard), values + (hi - k * shard), dst + (lo - begin));
@@ -342,24 +354,27 @@ ResumeResult resume_from(const std::string& resume, const std::string& dir, Fsdp
   if (resume == "auto") {
     if (dir.empty()) return result;
     const std::vector<int64_t> steps = complete_checkpoint_steps(dir);
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it) candidates.push_back(step_dir_path(dir, *it));
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      candidates.push_back(step_dir_path(dir, *it));
     if (candidates.empty()) return result;
     fallback = true;
   } else {
     std::error_code ec;
     if (!fs::exists(resume, ec)) {
-      fail("--resume {}: no such checkpoint; HINT: give a step_XXXXXXXX directory or a "
-           "checkpoint dir, or use --resume auto",
-           resume);
+      fail(
+          "--resume {}: no such checkpoint; HINT: give a step_XXXXXXXX directory or a "
+          "checkpoint dir, or use --resume auto",
+          resume);
     }
     if (fs::exists(fs::path(resume) / kManifestFile, ec)) {
       candidates.push_back(resume);
     } else {
       const std::vector<int64_t> steps = complete_checkpoint_steps(resume);
       if (steps.empty()) {
-        fail("--resume {}: not a complete checkpoint (no {}) and holds no complete step_* "
-             "checkpoint",
-             resume, kManifestFile);
+        fail(
+            "--resume {}: not a complete checkpoint (no {}) and holds no complete step_* "
+            "checkpoint",
+            resume, kManifestFile);
       }
       candidates.push_back(step_dir_path(resume, steps.back()));
     }
@@ -390,9 +405,10 @@ ResumeResult resume_from(const std::string& resume, const std::string& dir, Fsdp
                    fs::path(candidates[i]) / (std::string(kManifestFile) + ".damaged"), ec);
       }
     } else {
-      fail("cannot resume from {}: {}; no older complete checkpoint in {} (HINT: use "
-           "--resume never with a new --checkpoint-dir to start over)",
-           candidates[i], failed, dir);
+      fail(
+          "cannot resume from {}: {}; no older complete checkpoint in {} (HINT: use "
+          "--resume never with a new --checkpoint-dir to start over)",
+          candidates[i], failed, dir);
     }
   }
   return result;
@@ -400,15 +416,16 @@ ResumeResult resume_from(const std::string& resume, const std::string& dir, Fsdp
 
 }  // namespace
 
-ResumeResult resume_training(const std::string& resume, const std::string& dir,
-                             FsdpUnits& units, Ops& ops, const ParamLayout& layout) {
+ResumeResult resume_training(const std::string& resume, const std::string& dir, FsdpUnits& units,
+                             Ops& ops, const ParamLayout& layout) {
   const ResumeResult result = resume_from(resume, dir, units, ops, layout);
   // Saving into a dir that holds later checkpoints would mix two runs' histories.
   const std::vector<int64_t> steps = complete_checkpoint_steps(dir);
   if (!dir.empty() && !steps.empty() && steps.back() > result.progress.step) {
-    fail("checkpoint dir {} holds a checkpoint at step {}, after the step this run starts from "
-         "({}); HINT: use --resume auto, or a new --checkpoint-dir",
-         dir, steps.back(), result.progress.step);
+    fail(
+        "checkpoint dir {} holds a checkpoint at step {}, after the step this run starts from "
+        "({}); HINT: use --resume auto, or a new --checkpoint-dir",
+        dir, steps.back(), result.progress.step);
   }
   return result;
 }

@@ -33,11 +33,11 @@ namespace shardtrain {
 
 // Where a run stands after a completed optimizer step.
 struct TrainProgress {
-  int64_t step = 0;          // optimizer steps completed
-  int64_t total_steps = 0;   // train.steps when saved (the LR schedule's length)
-  int64_t tokens_seen = 0;   // over all ranks
-  double elapsed_s = 0;      // training time so far, over all resumed segments
-  double lr = 0;             // learning rate of the last step
+  int64_t step = 0;         // optimizer steps completed
+  int64_t total_steps = 0;  // train.steps when saved (the LR schedule's length)
+  int64_t tokens_seen = 0;  // over all ranks
+  double elapsed_s = 0;     // training time so far, over all resumed segments
+  double lr = 0;            // learning rate of the last step
   SamplerState sampler;
 };
 
@@ -115,8 +115,8 @@ struct ResumeResult {
 // every rank resumes from the same checkpoint or every rank throws). Throws Error for a missing
 // path, a damaged checkpoint (explicit path, or every candidate damaged under auto) or a layout
 // mismatch.
-ResumeResult resume_training(const std::string& resume, const std::string& dir,
-                             FsdpUnits& units, Ops& ops, const ParamLayout& layout);
+ResumeResult resume_training(const std::string& resume, const std::string& dir, FsdpUnits& units,
+                             Ops& ops, const ParamLayout& layout);
 
 // Rewrites the metrics JSONL at `path` keeping only records with "step" <= step, so a resumed
 // run appends from the step it resumed at (one record per completed step). Atomic.

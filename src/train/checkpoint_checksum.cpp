@@ -1,8 +1,8 @@
 #include "train/checkpoint_checksum.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "io/mapped_file.h"
 
@@ -98,9 +98,12 @@ bool parse_xxhash64_hex(const std::string& text, uint64_t* value) {
   uint64_t v = 0;
   for (const char c : text) {
     int digit;
-    if (c >= '0' && c <= '9') digit = c - '0';
-    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      digit = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      digit = c - 'a' + 10;
+    else
+      return false;
     v = (v << 4) | static_cast<uint64_t>(digit);
   }
   *value = v;

@@ -1,12 +1,12 @@
 #include "train/checkpoint_dir.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -102,8 +102,8 @@ std::vector<ManifestEntry> take_rank_digests(const std::string& step_dir) {
   std::vector<std::string> paths;
   for (const fs::directory_entry& e : fs::directory_iterator(step_dir)) {
     const std::string name = e.path().filename().string();
-    if (name.size() > std::string(kDigestSuffix).size() &&
-        name.ends_with(kDigestSuffix) && name.rfind("rank_", 0) == 0) {
+    if (name.size() > std::string(kDigestSuffix).size() && name.ends_with(kDigestSuffix) &&
+        name.rfind("rank_", 0) == 0) {
       paths.push_back(e.path().string());
     }
   }
@@ -137,9 +137,10 @@ Manifest read_manifest(const std::string& step_dir) {
   const std::string path = (fs::path(step_dir) / kManifestFile).string();
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    fail("checkpoint {} is incomplete: it has no {} (a save was interrupted); HINT: resume from "
-         "an earlier checkpoint, or use --resume auto",
-         step_dir, kManifestFile);
+    fail(
+        "checkpoint {} is incomplete: it has no {} (a save was interrupted); HINT: resume from "
+        "an earlier checkpoint, or use --resume auto",
+        step_dir, kManifestFile);
   }
   Manifest manifest;
   try {

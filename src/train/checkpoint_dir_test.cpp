@@ -36,7 +36,8 @@ TEST(Xxhash64Test, MatchesPublishedVectors) {
 class CheckpointDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() / ("shardtrain_ckptdir_" + std::to_string(getpid()))).string();
+    dir_ =
+        (fs::temp_directory_path() / ("shardtrain_ckptdir_" + std::to_string(getpid()))).string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -49,7 +50,10 @@ class CheckpointDirTest : public ::testing::Test {
     const std::string contents = "shard bytes of step " + std::to_string(step);
     std::ofstream(step_dir + "/rank_00000.safetensors", std::ios::binary) << contents;
     if (complete) {
-      write_manifest(step_dir, {step, {{"rank_00000.safetensors", file_xxhash64(step_dir + "/rank_00000.safetensors")}}});
+      write_manifest(
+          step_dir,
+          {step,
+           {{"rank_00000.safetensors", file_xxhash64(step_dir + "/rank_00000.safetensors")}}});
     }
     return step_dir;
   }
@@ -72,9 +76,12 @@ TEST_F(CheckpointDirTest, ManifestRoundTripsAndVerifies) {
   EXPECT_EQ(error_of([&] { verify_checkpoint_file(step_dir, entry); }), "");
 
   // One flipped byte: same size, other checksum.
-  { std::fstream f(step_dir + "/rank_00000.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  {
+    std::fstream f(step_dir + "/rank_00000.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(3);
-    f.put('X'); }
+    f.put('X');
+  }
   std::string error = error_of([&] { verify_checkpoint_file(step_dir, entry); });
   EXPECT_NE(error.find("rank_00000.safetensors is corrupt"), std::string::npos) << error;
 

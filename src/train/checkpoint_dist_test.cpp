@@ -100,9 +100,9 @@ class CheckpointDistTest : public ::testing::Test {
                              const std::string& model = "llama_gqa") {
     const std::string run_dir = dir_ + "/" + name;
     fs::create_directories(run_dir);
-    const std::string launcher =
-        world == 1 ? kBinary
-                   : kBinary + " launch --standalone --nproc-per-node " + std::to_string(world) + " --";
+    const std::string launcher = world == 1 ? kBinary
+                                            : kBinary + " launch --standalone --nproc-per-node " +
+                                                  std::to_string(world) + " --";
     return run_command(launcher + " train --config " + dir_ + "/" + model + ".toml --metrics " +
                        run_dir + "/metrics.jsonl --train.output_dir=" + run_dir + "/out " + args);
   }
@@ -146,7 +146,8 @@ class CheckpointDistTest : public ::testing::Test {
     for (size_t s = 0; s < a.losses.size(); ++s) {
       EXPECT_EQ(a.losses[s], b.losses[s]) << got << " step " << s + 1;
     }
-    EXPECT_EQ(read_file(out(want) + "/model.safetensors"), read_file(out(got) + "/model.safetensors"))
+    EXPECT_EQ(read_file(out(want) + "/model.safetensors"),
+              read_file(out(got) + "/model.safetensors"))
         << got << ": final parameters differ";
   }
 
@@ -160,7 +161,8 @@ class CheckpointDistTest : public ::testing::Test {
     ASSERT_EQ(a.losses.size(), b.losses.size());
     double worst_loss = 0, worst_param = 0;
     for (size_t s = 0; s < a.losses.size(); ++s) {
-      worst_loss = std::max(worst_loss, std::abs(a.losses[s] - b.losses[s]) / std::abs(a.losses[s]));
+      worst_loss =
+          std::max(worst_loss, std::abs(a.losses[s] - b.losses[s]) / std::abs(a.losses[s]));
     }
     const HfCheckpoint x = HfCheckpoint::open(out(want)), y = HfCheckpoint::open(out(got));
     for (const std::string& tensor : x.tensor_names()) {
@@ -309,6 +311,11 @@ TEST_F(CheckpointDistTest, ReshardedResumeMatchesWithinFloatReassociation) {
   interrupted_run("full_to_no_shard", 2, 2, "--fsdp.strategy=FULL_SHARD",
                   "--fsdp.strategy=NO_SHARD");
   expect_close(baseline(2), "full_to_no_shard", 1e-6, 1e-6);
+  // HYBRID_SHARD 2x2 (only the first replica group writes shards) -> FULL_SHARD on 2.
+  interrupted_run("hybrid_to_full", 4, 2,
+                  "--fsdp.strategy=HYBRID_SHARD --fsdp.shard_group_size=2", "");
+  expect_close(baseline(2), "hybrid_to_full", 1e-6, 1e-5);
+  EXPECT_FALSE(fs::exists(ckpt("hybrid_to_full") + "/step_00000005/rank_00002.safetensors"));
   // One process resumes a 4-rank checkpoint too (shard group 4 -> 1).
   interrupted_run("reshard_4_to_1", 4, 1);
   expect_close(baseline(1), "reshard_4_to_1", 1e-6, 1e-5);
@@ -320,7 +327,8 @@ TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {
     const CommandResult r = train(name, 2, "--checkpoint-dir " + ckpt(name), model);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string hf = dir_ + "/" + name + "/hf";
-    const CommandResult e = run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
+    const CommandResult e =
+        run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
     ASSERT_EQ(e.exit_code, 0) << e.output;
     EXPECT_NE(e.output.find("step 20"), std::string::npos) << e.output;
     EXPECT_EQ(read_file(hf + "/model.safetensors"), read_file(out(name) + "/model.safetensors"))
@@ -329,16 +337,18 @@ TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {
   }
   // A tiny shard limit: several files plus an index, with the same tensors.
   const std::string name = "export_llama_gqa", sharded = dir_ + "/" + name + "/hf_sharded";
-  const CommandResult e = run_command(kBinary + " export " + ckpt(name) +
-                                      "/step_00000020 --out " + sharded + " --max-shard-size 64KB");
+  const CommandResult e = run_command(kBinary + " export " + ckpt(name) + "/step_00000020 --out " +
+                                      sharded + " --max-shard-size 64KB");
   ASSERT_EQ(e.exit_code, 0) << e.output;
   EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
   const nlohmann::json index =
       nlohmann::json::parse(read_file(sharded + "/model.safetensors.index.json"));
   std::set<std::string> files;
-  for (const auto& [tensor, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+  for (const auto& [tensor, file] : index["weight_map"].items())
+    files.insert(file.get<std::string>());
   EXPECT_GT(files.size(), 2u);
-  for (const std::string& file : files) EXPECT_LE(fs::file_size(sharded + "/" + file), 64'000u + 4096u) << file;
+  for (const std::string& file : files)
+    EXPECT_LE(fs::file_size(sharded + "/" + file), 64'000u + 4096u) << file;
   const HfCheckpoint a = HfCheckpoint::open(out(name)), b = HfCheckpoint::open(sharded);
   EXPECT_EQ(a.tensor_names(), b.tensor_names());
   for (const std::string& tensor : a.tensor_names()) {
@@ -349,7 +359,9 @@ TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {
   }
   // bf16 export: every tensor in BF16.
   const std::string bf16 = dir_ + "/" + name + "/hf_bf16";
-  ASSERT_EQ(run_command(kBinary + " export " + ckpt(name) + " --out " + bf16 + " --dtype bf16").exit_code, 0);
+  ASSERT_EQ(
+      run_command(kBinary + " export " + ckpt(name) + " --out " + bf16 + " --dtype bf16").exit_code,
+      0);
   const HfCheckpoint c = HfCheckpoint::open(bf16);
   for (const std::string& tensor : c.tensor_names()) EXPECT_EQ(c.find(tensor)->dtype, DType::kBF16);
 }
@@ -357,7 +369,8 @@ TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {
 TEST_F(CheckpointDistTest, BadCheckpointsAndKeysAreOneLineErrors) {
   const std::string name = "bad";
   const std::string good = ckpt(name) + "/step_00000005";
-  CommandResult r = train(name, 1, "--checkpoint-dir " + ckpt(name) + " --checkpoint-every 5 --train.stop_at_step=5");
+  CommandResult r = train(
+      name, 1, "--checkpoint-dir " + ckpt(name) + " --checkpoint-every 5 --train.stop_at_step=5");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   expect_user_error(train("bad_missing", 1, "--resume " + dir_ + "/no_such_ckpt"),

@@ -1,9 +1,9 @@
 #include "train/checkpoint_export.h"
 
+#include <toml++/toml.h>
+
 #include <cctype>
 #include <filesystem>
-
-#include <toml++/toml.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -18,23 +18,30 @@ namespace fs = std::filesystem;
 namespace {
 
 // Tokenizer and generation files transformers looks for next to the weights.
-constexpr const char* kTokenizerFiles[] = {
-    "tokenizer.json",  "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json",      "merges.txt",            "added_tokens.json",       "generation_config.json"};
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
+                                           "tokenizer_config.json",
+                                           "special_tokens_map.json",
+                                           "tokenizer.model",
+                                           "vocab.json",
+                                           "merges.txt",
+                                           "added_tokens.json",
+                                           "generation_config.json"};
 
 std::string resolve_step_dir(const std::string& checkpoint) {
   std::error_code ec;
   if (!fs::is_directory(checkpoint, ec)) {
-    fail("export: checkpoint {} does not exist; HINT: give a step_XXXXXXXX dir or the "
-         "train.checkpoint_dir of a run",
-         checkpoint);
+    fail(
+        "export: checkpoint {} does not exist; HINT: give a step_XXXXXXXX dir or the "
+        "train.checkpoint_dir of a run",
+        checkpoint);
   }
   if (fs::exists(fs::path(checkpoint) / kManifestFile, ec)) return checkpoint;
   const std::vector<int64_t> steps = complete_checkpoint_steps(checkpoint);
   if (steps.empty()) {
-    fail("export: {} is not a complete checkpoint (no {}) and holds no complete step_* "
-         "checkpoint",
-         checkpoint, kManifestFile);
+    fail(
+        "export: {} is not a complete checkpoint (no {}) and holds no complete step_* "
+        "checkpoint",
+        checkpoint, kManifestFile);
   }
   return step_dir_path(checkpoint, steps.back());
 }
@@ -61,13 +68,20 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   std::string unit = text.substr(digits);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   uint64_t scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KB") scale = 1'000;
-  else if (unit == "MB") scale = 1'000'000;
-  else if (unit == "GB") scale = 1'000'000'000;
-  else if (unit == "KIB") scale = 1ULL << 10;
-  else if (unit == "MIB") scale = 1ULL << 20;
-  else if (unit == "GIB") scale = 1ULL << 30;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KB")
+    scale = 1'000;
+  else if (unit == "MB")
+    scale = 1'000'000;
+  else if (unit == "GB")
+    scale = 1'000'000'000;
+  else if (unit == "KIB")
+    scale = 1ULL << 10;
+  else if (unit == "MIB")
+    scale = 1ULL << 20;
+  else if (unit == "GIB")
+    scale = 1ULL << 30;
   if (digits == 0 || scale == 0) {
     fail("{} must be a size like 5GB, 500MB or 1048576, got '{}'", what, text);
   }

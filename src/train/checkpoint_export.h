@@ -17,12 +17,12 @@
 namespace shardtrain {
 
 struct ExportOptions {
-  std::string dtype = "auto";       // "bf16" | "fp32" | "auto" (the run's model.dtype)
+  std::string dtype = "auto";  // "bf16" | "fp32" | "auto" (the run's model.dtype)
   uint64_t max_shard_bytes = 5'000'000'000;
 };
 
 struct ExportResult {
-  std::string step_dir;                  // the checkpoint exported
+  std::string step_dir;  // the checkpoint exported
   int64_t step = 0;
   std::vector<std::string> copied_files;  // tokenizer files copied from model.path
 };

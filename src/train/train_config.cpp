@@ -58,8 +58,9 @@ void TrainConfig::register_config(ConfigSchema& schema) {
              "ranks; when set, grad_accum is derived from it");
   schema.add("train.checkpoint_dir", &train.checkpoint_dir,
              "sharded checkpoints go to DIR/step_XXXXXXXX; empty = no checkpoints");
-  schema.add("train.checkpoint_every", &train.checkpoint_every,
-             "save a checkpoint every N steps (0 = only on SIGTERM, stop_at_step and the last step)");
+  schema.add(
+      "train.checkpoint_every", &train.checkpoint_every,
+      "save a checkpoint every N steps (0 = only on SIGTERM, stop_at_step and the last step)");
   schema.add("train.keep_checkpoints", &train.keep_checkpoints,
              "complete checkpoints to keep (older ones are removed; the newest never is)");
   schema.add("train.resume", &train.resume,
@@ -123,9 +124,10 @@ void TrainConfig::validate() const {
   require(train.stop_at_step >= 0, "train.stop_at_step", ">= 0 (0 = off)", train.stop_at_step);
   require(!train.resume.empty(), "train.resume", "auto, never or a checkpoint path", "\"\"");
   if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
-    fail("config key 'train.checkpoint_every' ({}) needs 'train.checkpoint_dir'; HINT: pass "
-         "--checkpoint-dir DIR",
-         train.checkpoint_every);
+    fail(
+        "config key 'train.checkpoint_every' ({}) needs 'train.checkpoint_dir'; HINT: pass "
+        "--checkpoint-dir DIR",
+        train.checkpoint_every);
   }
   require(fsdp.shard_group_size >= 0, "fsdp.shard_group_size", ">= 0 (0 = ranks per node)",
           fsdp.shard_group_size);

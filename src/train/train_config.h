@@ -66,10 +66,10 @@ struct TrainLoopConfig {
   int64_t global_batch = 0;
   // Sharded checkpoints (train/checkpoint.h, docs/checkpoints.md). "" = none.
   std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;   // save every N steps (0 = only on stop and at the end)
-  int64_t keep_checkpoints = 3;   // complete checkpoints kept (the newest is never removed)
-  std::string resume = "auto";    // "auto" | "never" | a checkpoint path
-  int64_t stop_at_step = 0;       // save a checkpoint and stop after this step (0 = run on)
+  int64_t checkpoint_every = 0;  // save every N steps (0 = only on stop and at the end)
+  int64_t keep_checkpoints = 3;  // complete checkpoints kept (the newest is never removed)
+  std::string resume = "auto";   // "auto" | "never" | a checkpoint path
+  int64_t stop_at_step = 0;      // save a checkpoint and stop after this step (0 = run on)
 };
 
 struct OptimConfig {

@@ -12,7 +12,6 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "fsdp/dist_env.h"
-#include "train/training_data.h"
 #include "fsdp/fsdp_groups.h"
 #include "fsdp/fsdp_units.h"
 #include "io/hf_checkpoint.h"
@@ -25,6 +24,7 @@
 #include "train/checkpoint_signal.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/training_data.h"
 
 namespace shardtrain {
 namespace {
@@ -72,11 +72,11 @@ static void save_training_checkpoint(const TrainConfig& config, FsdpUnits& units
                       layout, info, progress);
   const double total_bytes = units.sum_over_ranks(static_cast<double>(stats.bytes_written));
   if (units.world_rank() == 0) {
-    log::info("checkpoint step {} saved to {}: {:.1f} MB over all ranks; step loop stalled "
-              "{:.3f} s (synchronous write, {:.1f} MB/s on rank 0)",
-              progress.step, stats.step_dir, total_bytes / 1e6, stats.stall_s,
-              stats.stall_s > 0 ? static_cast<double>(stats.bytes_written) / 1e6 / stats.stall_s
-                                : 0.0);
+    log::info(
+        "checkpoint step {} saved to {}: {:.1f} MB over all ranks; step loop stalled "
+        "{:.3f} s (synchronous write, {:.1f} MB/s on rank 0)",
+        progress.step, stats.step_dir, total_bytes / 1e6, stats.stall_s,
+        stats.stall_s > 0 ? static_cast<double>(stats.bytes_written) / 1e6 / stats.stall_s : 0.0);
   }
 }
 
@@ -119,10 +119,11 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   FsdpGroups groups(*world.comm, group_size);
   FsdpUnits units(ops, layout, groups,
                   {strategy, config.fsdp.reduce_on_last_micro_batch});
-  const ResumeResult resumed = resume_training(
-      config.train.resume, config.train.checkpoint_dir, units, ops, layout);
+  const ResumeResult resumed =
+      resume_training(config.train.resume, config.train.checkpoint_dir, units, ops, layout);
   if (resumed.resumed) {
-    if (is_rank0) log::info("resumed from checkpoint {} (step {})", resumed.step_dir, resumed.progress.step);
+    if (is_rank0)
+      log::info("resumed from checkpoint {} (step {})", resumed.step_dir, resumed.progress.step);
   } else {
     load_initial_weights(config, units);
   }
@@ -172,7 +173,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
 
   TrainOutcome outcome;
   const auto start = std::chrono::steady_clock::now();
-  int64_t tokens_seen = resumed.progress.tokens_seen;  // over all ranks
+  int64_t tokens_seen = resumed.progress.tokens_seen;        // over all ranks
   const double elapsed_before = resumed.progress.elapsed_s;  // earlier segments of a resumed run
   const int64_t steps = config.train.steps;
   std::vector<size_t> step_indices(global_batch);
@@ -237,7 +238,8 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
                                ? units.sum_over_ranks(stop_signal_received() ? 1.0 : 0.0) > 0
                                : stop_signal_received();
     const bool stop = signalled || step == config.train.stop_at_step;
-    const bool periodic = config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0;
+    const bool periodic =
+        config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0;
     if (stop || periodic || step == steps) {
       save_training_checkpoint(config, units, ops, layout, checkpoint_info,
                                {step, steps, tokens_seen, elapsed, lr, sampler.state()});
