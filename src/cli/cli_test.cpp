@@ -194,6 +194,35 @@ TEST_F(CliTest, TrainOnRawTextExamplesPreparesOnceIntoTheCache) {
   EXPECT_NE(second.output.find(cached[0].string()), std::string::npos) << second.output;
 }
 
+TEST_F(CliTest, TrainedModelCarriesItsTokenizerAndGenerates) {
+  // Train the demo model briefly on raw text; the saved dir gets the tokenizer files, and
+  // `generate` continues a prompt deterministically (greedy, and seeded top-p sampling).
+  const std::string out = path("trained");
+  // demo.toml's paths are relative to the repository root.
+  Result train = shardtrain::testing::run_command(
+      "cd " + std::string(SHARDTRAIN_SOURCE_DIR) + " && " + kBinary +
+                     " train --config examples/demo.toml --steps 2 --optim.warmup_steps=1 --train.device=cpu"
+                     " --train.micro_batch=2 --data.cache_dir=" + path("cache") +
+                     " --train.output_dir=" + out + " --train.log_every=1");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  ASSERT_TRUE(fs::exists(out + "/tokenizer.json"));
+  ASSERT_TRUE(fs::exists(out + "/tokenizer_config.json"));
+  const std::string greedy = "generate --model " + out +
+                             " --prompt \"The red horse\" --max-new-tokens 12 --device cpu";
+  Result first = run(greedy);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.lines().back().rfind("The red horse", 0), 0u) << first.output;
+  EXPECT_GT(first.lines().back().size(), std::string("The red horse").size());
+  EXPECT_EQ(run(greedy).output, first.output);
+  const std::string sampled = greedy + " --temperature 1.0 --top-p 0.9 --seed 5";
+  Result a = run(sampled), b = run(sampled);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  // A checkpoint without tokenizer files cannot generate: one error line naming the dir.
+  fs::remove(out + "/tokenizer.json");
+  expect_user_error(run(greedy), {out});
+}
+
 TEST_F(CliTest, MissingCheckpointDir) {
   const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
   expect_user_error(run("eval --model " + path("nowhere") + " --data " + data),

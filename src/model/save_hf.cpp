@@ -100,6 +100,21 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
 
 }  // namespace
 
+std::vector<std::string> tokenizer_files_in(const std::string& model_dir) {
+  // What transformers looks for next to the weights.
+  static constexpr const char* kNames[] = {"tokenizer.json",    "tokenizer_config.json",
+                                           "special_tokens_map.json", "tokenizer.model",
+                                           "vocab.json",        "merges.txt",
+                                           "added_tokens.json", "generation_config.json"};
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const char* name : kNames) {
+    const fs::path source = fs::path(model_dir) / name;
+    if (fs::is_regular_file(source, ec)) found.push_back(source.string());
+  }
+  return found;
+}
+
 void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,
                         const ParamLayout& layout, const UnitValues& unit_values, DType dtype,
                         const SaveHfOptions& options) {

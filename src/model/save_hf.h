@@ -25,6 +25,10 @@ struct SaveHfOptions {
   std::vector<std::string> extra_files;
 };
 
+// The tokenizer and generation files (tokenizer.json, tokenizer_config.json, ...) present in
+// `model_dir`, as full paths: what a saved checkpoint should carry along (SaveHfOptions).
+std::vector<std::string> tokenizer_files_in(const std::string& model_dir);
+
 // Writes OUT_DIR/config.json and the weights (see SaveHfOptions) with every parameter in `dtype`
 // (bf16 or f32), streaming one tensor at a time; unit_values is called once per unit, in order.
 // The directory is replaced atomically: the files are written into a sibling temp directory

@@ -17,16 +17,6 @@ namespace shardtrain {
 namespace fs = std::filesystem;
 namespace {
 
-// Tokenizer and generation files transformers looks for next to the weights.
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
-                                           "tokenizer_config.json",
-                                           "special_tokens_map.json",
-                                           "tokenizer.model",
-                                           "vocab.json",
-                                           "merges.txt",
-                                           "added_tokens.json",
-                                           "generation_config.json"};
-
 std::string resolve_step_dir(const std::string& checkpoint) {
   std::error_code ec;
   if (!fs::is_directory(checkpoint, ec)) {
@@ -107,12 +97,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   SaveHfOptions save;
   save.max_shard_bytes = options.max_shard_bytes;
   std::error_code ec;
-  for (const char* name : kTokenizerFiles) {
-    const fs::path source = fs::path(saved.model_path) / name;
-    if (fs::is_regular_file(source, ec)) {
-      save.extra_files.push_back(source.string());
-      result.copied_files.push_back(name);
-    }
+  save.extra_files = tokenizer_files_in(saved.model_path);
+  for (const std::string& file : save.extra_files) {
+    result.copied_files.push_back(fs::path(file).filename().string());
   }
   if (!fs::is_directory(saved.model_path, ec)) {
     log::warn("export: model dir {} of the run is gone; no tokenizer files copied",

@@ -267,8 +267,10 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
       return host.data();
     };
     if (is_rank0) {
+      SaveHfOptions save;
+      save.extra_files = tokenizer_files_in(config.model.path);  // so the output is usable
       save_hf_checkpoint(config.train.output_dir, model_config, layout, gather,
-                         config.model.dtype == "bf16" ? DType::kBF16 : DType::kF32);
+                         config.model.dtype == "bf16" ? DType::kBF16 : DType::kF32, save);
       log::info("saved Hugging Face checkpoint to {}", config.train.output_dir);
     } else {
       for (int u = 0; u < units.unit_count(); ++u) gather(u);
