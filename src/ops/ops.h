@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/adamw_coefficients.h"
 
 namespace shardtrain {
 
@@ -32,6 +33,9 @@ struct AdamWStep {
   int64_t step = 1;        // 1-based, for bias correction
   float grad_scale = 1;    // grads are multiplied by this first (clipping, normalisation)
 };
+
+// The update's scalars for `step`, shared by every backend. REQUIRES: step.step >= 1.
+AdamWCoefficients adamw_coefficients(const AdamWStep& step);
 
 class Ops {
  public:

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/cpu_tensor_checks.h"
+#include "ops/op_checks.h"
 
 namespace shardtrain {
 
@@ -13,8 +13,8 @@ constexpr int32_t kIgnoreIndex = -100;
 
 void CpuOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                            bool compute_grad) {
-  const int64_t rows = cpu_detail::row_count(logits_NV);
-  const int64_t vocab = cpu_detail::row_width(logits_NV);
+  const int64_t rows = op_checks::row_count(logits_NV);
+  const int64_t vocab = op_checks::row_width(logits_NV);
   SHARDTRAIN_CHECK(targets_N.numel() == rows, "cross_entropy: logits {} targets {}",
                    logits_NV.shape().to_string(), targets_N.shape().to_string());
   const int32_t* targets = targets_N.i32();

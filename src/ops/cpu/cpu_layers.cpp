@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "ops/cpu/cpu_ops.h"
-#include "ops/cpu/cpu_tensor_checks.h"
+#include "ops/op_checks.h"
 
 namespace shardtrain {
 
-using cpu_detail::require_same_numel;
-using cpu_detail::row_count;
-using cpu_detail::row_width;
+using op_checks::require_same_numel;
+using op_checks::row_count;
+using op_checks::row_width;
 
 // ---- embedding ----
 

@@ -8,11 +8,11 @@
 #include <new>
 
 #include "core/host_buffer.h"
-#include "ops/cpu/cpu_tensor_checks.h"
+#include "ops/op_checks.h"
 
 namespace shardtrain {
 
-using cpu_detail::require_same_numel;
+using op_checks::require_same_numel;
 
 void* CpuOps::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -79,19 +79,7 @@ void CpuOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWSte
   require_same_numel(param, grad, "adamw grad");
   require_same_numel(param, m, "adamw m");
   require_same_numel(param, v, "adamw v");
-  SHARDTRAIN_CHECK(step.step >= 1, "adamw step {} must be >= 1", step.step);
-  const double beta1 = step.beta1;
-  const double beta2 = step.beta2;
-  const double step_count = static_cast<double>(step.step);
-  const float decay = static_cast<float>(1.0 - double{step.lr} * step.weight_decay);
-  const float m_weight = static_cast<float>(1.0 - beta1);
-  const float v_decay = static_cast<float>(beta2);
-  const float v_weight = static_cast<float>(1.0 - beta2);
-  const float step_size = static_cast<float>(step.lr / (1.0 - std::pow(beta1, step_count)));
-  const float bias_correction2_sqrt =
-      static_cast<float>(std::sqrt(1.0 - std::pow(beta2, step_count)));
-  const float eps = step.eps;
-  const float grad_scale = step.grad_scale;
+  const AdamWCoefficients c = adamw_coefficients(step);
 
   float* param_data = param.f32();
   const float* grad_data = grad.f32();
@@ -99,14 +87,14 @@ void CpuOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWSte
   float* v_data = v.f32();
   const int64_t n = param.numel();
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad_data[i] * grad_scale;
-    const float p = param_data[i] * decay;
-    const float m_new = m_data[i] + m_weight * (g - m_data[i]);
-    const float v_new = v_decay * v_data[i] + v_weight * g * g;
-    const float denom = std::sqrt(v_new) / bias_correction2_sqrt + eps;
+    const float g = grad_data[i] * c.grad_scale;
+    const float p = param_data[i] * c.decay;
+    const float m_new = m_data[i] + c.m_weight * (g - m_data[i]);
+    const float v_new = c.v_decay * v_data[i] + c.v_weight * g * g;
+    const float denom = std::sqrt(v_new) / c.bias_correction2_sqrt + c.eps;
     m_data[i] = m_new;
     v_data[i] = v_new;
-    param_data[i] = p - step_size * (m_new / denom);
+    param_data[i] = p - c.step_size * (m_new / denom);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "ops/adamw_coefficients.h"
 
 namespace shardtrain::cuda_kernels {
 
@@ -27,16 +28,7 @@ void cast(DType dst_dtype, void* dst, DType src_dtype, const void* src, int64_t 
 
 // ---- cuda_optim.cu ----
 // Per-element coefficients of torch.optim.AdamW, formed on the host in double (as Python does).
-struct AdamWCoefficients {
-  float decay;                  // 1 - lr * weight_decay
-  float m_weight;               // 1 - beta1
-  float v_decay;                // beta2
-  float v_weight;               // 1 - beta2
-  float step_size;              // lr / (1 - beta1^step)
-  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
-  float eps;
-  float grad_scale;
-};
+using AdamWCoefficients = ::shardtrain::AdamWCoefficients;  // ops/adamw_coefficients.h
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
            const AdamWCoefficients& coefficients, cudaStream_t stream);
 // *out += sum(x^2), fp32.

@@ -4,15 +4,13 @@
 #include "core/error.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/op_checks.h"
 
 namespace shardtrain {
 namespace {
 
-int64_t row_width(const Tensor& t) { return t.shape().rank() == 0 ? 1 : t.dim(-1); }
-int64_t row_count(const Tensor& t) {
-  const int64_t width = row_width(t);
-  return width == 0 ? 0 : t.numel() / width;
-}
+using op_checks::row_count;
+using op_checks::row_width;
 
 void require_cuda(const Tensor& t, const char* what) {
   SHARDTRAIN_CHECK(t.device() == Device::kCuda, "{} is a {} tensor, want cuda", what,
@@ -28,10 +26,7 @@ void require_dtype(const Tensor& t, DType dtype, const char* what) {
   SHARDTRAIN_CHECK(t.dtype() == dtype, "{} is {}, want {}", what, dtype_name(t.dtype()),
                    dtype_name(dtype));
 }
-void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  SHARDTRAIN_CHECK(a.numel() == b.numel(), "{}: {} vs {} elements ({} vs {})", what, a.numel(),
-                   b.numel(), a.shape().to_string(), b.shape().to_string());
-}
+using op_checks::require_same_numel;
 
 cuda_kernels::AttentionShape attention_shape(const Tensor& q_BTHD, const Tensor& k_BTKD,
                                              const Tensor& v_BTKD) {

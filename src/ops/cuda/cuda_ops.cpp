@@ -1,6 +1,7 @@
 // CudaOps: construction, memory, elementwise, optimizer and norm ops; layer ops live in
 // cuda_layers.cpp and the linear ops in cuda_gemm.cpp.
 #include "ops/cuda/cuda_ops.h"
+#include "ops/op_checks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,10 +24,7 @@ void require_f32(const Tensor& t, const char* what) {
   SHARDTRAIN_CHECK(t.dtype() == DType::kF32, "{} is {}, want f32", what, dtype_name(t.dtype()));
 }
 
-void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  SHARDTRAIN_CHECK(a.numel() == b.numel(), "{}: {} vs {} elements ({} vs {})", what, a.numel(),
-                   b.numel(), a.shape().to_string(), b.shape().to_string());
-}
+using op_checks::require_same_numel;
 
 }  // namespace
 
@@ -153,20 +151,7 @@ void CudaOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWSt
   require_same_numel(param, grad, "adamw grad");
   require_same_numel(param, m, "adamw m");
   require_same_numel(param, v, "adamw v");
-  SHARDTRAIN_CHECK(step.step >= 1, "adamw step {} must be >= 1", step.step);
-  // The same coefficients, formed the same way, as CpuOps::adamw.
-  const double beta1 = step.beta1;
-  const double beta2 = step.beta2;
-  const double step_count = static_cast<double>(step.step);
-  cuda_kernels::AdamWCoefficients c;
-  c.decay = static_cast<float>(1.0 - double{step.lr} * step.weight_decay);
-  c.m_weight = static_cast<float>(1.0 - beta1);
-  c.v_decay = static_cast<float>(beta2);
-  c.v_weight = static_cast<float>(1.0 - beta2);
-  c.step_size = static_cast<float>(step.lr / (1.0 - std::pow(beta1, step_count)));
-  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, step_count)));
-  c.eps = step.eps;
-  c.grad_scale = step.grad_scale;
+  const AdamWCoefficients c = adamw_coefficients(step);
   cuda_kernels::adamw(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), c, stream_);
 }
 

@@ -1,11 +1,11 @@
-// Shape and dtype checks shared by the CPU op files. Internal to ops/cpu.
+// Shape checks shared by the op backends (ops/cpu, ops/cuda). Internal to ops/.
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
 
-namespace shardtrain::cpu_detail {
+namespace shardtrain::op_checks {
 
 // Elements per row (the last dimension) and row count (all leading dimensions) of `t`.
 inline int64_t row_width(const Tensor& t) { return t.shape().rank() == 0 ? 1 : t.dim(-1); }
@@ -19,4 +19,4 @@ inline void require_same_numel(const Tensor& a, const Tensor& b, const char* wha
                    b.numel(), a.shape().to_string(), b.shape().to_string());
 }
 
-}  // namespace shardtrain::cpu_detail
+}  // namespace shardtrain::op_checks
