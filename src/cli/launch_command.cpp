@@ -32,12 +32,14 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   option("--node-rank,--node_rank", flags->node_rank,
          "this node's rank, 0..nnodes-1; node 0 hosts the store [PET_NODE_RANK, default 0]");
   option("--rdzv-endpoint,--rdzv_endpoint", flags->rdzv_endpoint,
-         "HOST:PORT of the store on node 0 [PET_RDZV_ENDPOINT; default "
+         "HOST:PORT of the store on node 0, or of etcd with --rdzv-backend etcd "
+         "[PET_RDZV_ENDPOINT; default "
          "MASTER_ADDR:MASTER_PORT]");
   option("--rdzv-id,--rdzv_id", flags->rdzv_id,
          "run id shared by all nodes of one job [PET_RDZV_ID, default none]");
   option("--rdzv-backend,--rdzv_backend", flags->rdzv_backend,
-         "c10d, static or tcp: all use the embedded TCP store [PET_RDZV_BACKEND]");
+         "c10d, static or tcp: the embedded TCP store; etcd: etcd v3 at --rdzv-endpoint "
+         "[PET_RDZV_BACKEND]");
   option("--rdzv-conf,--rdzv_conf", flags->rdzv_conf,
          "key=value,...; supported: join_timeout=SECONDS (default 600) [PET_RDZV_CONF]");
   option("--max-restarts,--max_restarts", flags->max_restarts,
@@ -48,6 +50,9 @@ void add_launch_command(CLI::App& app, int& exit_code) {
          "store port when --rdzv-endpoint is not given [PET_MASTER_PORT, default 29500]");
   option("--stop-grace", flags->stop_grace,
          "seconds between SIGTERM and SIGKILL when stopping workers [default 5]");
+  option("--watchdog-timeout,--watchdog_timeout", flags->watchdog_timeout,
+         "seconds without progress of any rank (heartbeats) before the group is reported and "
+         "restarted; 0 = off [PET_WATCHDOG_TIMEOUT, default 120]");
   cmd->add_flag("--standalone", flags->standalone,
                 "single node: host the store on a free local port [PET_STANDALONE]");
   // Everything from the first word that is not a launcher flag (or after --) is the worker

@@ -1,6 +1,6 @@
 // Store: the key-value service ranks and launcher agents use to find each other (rendezvous,
 // NCCL unique ids, Gloo bootstrap, heartbeats). Implementations: the embedded TCP store
-// (dist/tcp_store.h, the default, hosted by the node-0 launcher) and etcd v3 (later).
+// (dist/tcp_store.h, the default, hosted by the node-0 launcher) and etcd v3 (dist/etcd_store.h).
 //
 // Every blocking call takes a timeout; on expiry it throws shardtrain::Error naming the key,
 // the endpoint and what to check. Values are byte strings. Keys are plain strings; callers

@@ -15,7 +15,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/tcp_store.h"
+#include "launch/agent_stores.h"
 #include "launch/launcher.h"
+#include "launch/watchdog.h"
 #include "launch/worker_group.h"
 
 namespace shardtrain::launch {
@@ -59,10 +61,6 @@ class SignalForwarding {
   struct sigaction old_int_ {};
   struct sigaction old_term_ {};
 };
-
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
 
 std::string self_executable() {
   std::error_code ec;
@@ -151,6 +149,11 @@ void leave_round(Store& round, const LaunchConfig& config) {
   }
 }
 
+// Where one attempt's workers keep their keys (SHARDTRAIN_STORE_PREFIX), heartbeats included.
+std::string worker_store_prefix(const std::string& run_id, int restart) {
+  return fmt::format("run/{}/gen/{}/", run_id, restart);
+}
+
 std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const RoundPlan& plan,
                                      const std::string& store_host, int store_port,
                                      const std::string& run_id, int restart) {
@@ -176,7 +179,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const RoundPlan
         {"TORCHELASTIC_RUN_ID", run_id},
         {"SHARDTRAIN_RESTART_COUNT", std::to_string(restart)},
         {"SHARDTRAIN_RUN_ID", run_id},
-        {"SHARDTRAIN_STORE_PREFIX", fmt::format("run/{}/gen/{}/", run_id, restart)},
+        {"SHARDTRAIN_STORE_PREFIX", worker_store_prefix(run_id, restart)},
     };
     // As torchrun: one thread per worker unless the user chose, so N workers do not
     // oversubscribe the cores N times.
@@ -194,20 +197,17 @@ int run_agent(const LaunchConfig& config) {
   SignalForwarding signals;
   // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  std::unique_ptr<TcpStoreServer> server;
-  std::string store_host = config.rdzv_host;
-  int store_port = config.rdzv_port;
-  if (config.node_rank == 0) {
-    // Bind exactly the endpoint's address when it is loopback; otherwise every interface,
-    // since the name other nodes use (a service or pod name) may not be bindable here.
-    const std::string bind_host = is_loopback(config.rdzv_host) ? config.rdzv_host : "";
-    server = std::make_unique<TcpStoreServer>(bind_host, config.rdzv_port);
-    store_port = server->port();
-  }
   const std::string run_id =
       config.standalone && config.rdzv_id == "none" ? random_run_id() : config.rdzv_id;
-  TcpStoreClient client(store_host, store_port, config.join_timeout);
-  PrefixStore rdzv(client, "rdzv/" + run_id + "/");
+  AgentStores stores(config, run_id);  // --rdzv-backend: embedded TCP store or etcd
+  Store& rdzv = stores.rendezvous();
+  const std::string store_host = stores.worker_store_host();
+  const int store_port = stores.worker_store_port();
+  // Node 0 watches every rank's heartbeat for hangs (launch/watchdog.h), over its own connection.
+  std::unique_ptr<TcpStoreClient> watchdog_client;
+  if (config.node_rank == 0 && config.watchdog_timeout.count() > 0) {
+    watchdog_client = std::make_unique<TcpStoreClient>(store_host, store_port, config.join_timeout);
+  }
 
   std::vector<std::string> command = config.command;
   if (command.front().find('/') == std::string::npos) command.insert(command.begin(), self_executable());
@@ -222,13 +222,24 @@ int run_agent(const LaunchConfig& config) {
     WorkerGroup group(command,
                       worker_specs(config, plan, store_host, store_port, run_id, restart));
 
+    std::unique_ptr<Watchdog> watchdog;
+    if (watchdog_client) {
+      watchdog = std::make_unique<Watchdog>(*watchdog_client, worker_store_prefix(run_id, restart),
+                                            plan.world_size, config.watchdog_timeout);
+    }
+
     std::optional<std::string> posted;  // the round's "failed" value, once seen
     const auto should_stop = [&] {
       if (g_received_signal != 0) return true;
+      if (const std::optional<std::string> hang = watchdog ? watchdog->report() : std::nullopt) {
+        posted = round.compare_set("failed", "", "restart|" + *hang);
+        return true;
+      }
       posted = round.try_get("failed");
       return posted.has_value();
     };
     WorkerGroup::Outcome outcome = group.wait(should_stop, 200ms, g_signal_pipe[0]);
+    watchdog.reset();  // the workers are done or stopping: their heartbeats no longer count
     if (outcome == WorkerGroup::Outcome::kSucceeded) {
       round.add("done", 1);
       while (!should_stop()) {

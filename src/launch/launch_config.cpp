@@ -164,11 +164,17 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
   if (auto s = pick(flags.stop_grace, "--stop-grace", env, "PET_STOP_GRACE")) {
     config.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(parse_seconds(*s) * 1000));
   }
+  if (auto s = pick(flags.watchdog_timeout, "--watchdog-timeout", env, "PET_WATCHDOG_TIMEOUT")) {
+    config.watchdog_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(parse_seconds(*s) * 1000));
+  }
   if (auto s = pick(flags.rdzv_conf, "--rdzv-conf", env, "PET_RDZV_CONF")) parse_rdzv_conf(*s, config);
   if (auto s = pick(flags.rdzv_backend, "--rdzv-backend", env, "PET_RDZV_BACKEND")) {
-    if (s->value != "c10d" && s->value != "static" && s->value != "tcp") {
-      fail("{} '{}': supported backends are c10d, static and tcp (all use the embedded TCP "
-           "store hosted by node 0's launcher)",
+    if (s->value == "etcd" || s->value == "etcd-v2") {
+      config.rdzv_backend = "etcd";
+    } else if (s->value != "c10d" && s->value != "static" && s->value != "tcp") {
+      fail("{} '{}': supported backends are c10d, static and tcp (the embedded TCP store hosted "
+           "by node 0's launcher) and etcd (etcd v3 at --rdzv-endpoint)",
            s->source, s->value);
     }
   }
@@ -187,10 +193,15 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
     }
     config.min_nodes = config.max_nodes = 1;
     config.node_rank = 0;
+    config.rdzv_backend = "c10d";  // as torchrun: --standalone always uses the local store
     config.rdzv_host = "127.0.0.1";
     config.rdzv_port = 0;
   } else if (rdzv_endpoint) {
-    parse_endpoint(*rdzv_endpoint, 29400, config.rdzv_host, config.rdzv_port);
+    const int default_port = config.rdzv_backend == "etcd" ? 2379 : 29400;
+    parse_endpoint(*rdzv_endpoint, default_port, config.rdzv_host, config.rdzv_port);
+  } else if (config.rdzv_backend == "etcd") {
+    fail("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT of etcd's client port, e.g. "
+         "etcd0.cluster:2379");
   } else {
     if (master_addr) {
       int ignored = 0;

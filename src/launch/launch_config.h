@@ -27,6 +27,7 @@ struct LaunchFlags {
   std::optional<std::string> master_addr;     // --master-addr              PET_MASTER_ADDR
   std::optional<std::string> master_port;     // --master-port              PET_MASTER_PORT
   std::optional<std::string> stop_grace;      // --stop-grace SECONDS       PET_STOP_GRACE
+  std::optional<std::string> watchdog_timeout;  // --watchdog-timeout SECONDS PET_WATCHDOG_TIMEOUT
   bool standalone = false;                    // --standalone               PET_STANDALONE
   std::vector<std::string> command;           // after "--"
 };
@@ -38,12 +39,18 @@ struct LaunchConfig {
   int nproc_per_node = 1;
   int node_rank = 0;
   bool standalone = false;   // one node; the store runs on a free loopback port
+  // "c10d": node 0's agent hosts the embedded TCP store at the rendezvous endpoint;
+  // "etcd": agents meet in etcd v3 at the endpoint (launch/agent_stores.h).
+  std::string rdzv_backend = "c10d";
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 29500;
   std::string rdzv_id = "none";
   int max_restarts = 0;
   std::chrono::milliseconds stop_grace{5000};
   std::chrono::milliseconds join_timeout{600000};
+  // A worker group in which no rank's heartbeat (train/heartbeat.h) advances for this long is
+  // reported and restarted (launch/watchdog.h); 0 turns the watchdog off.
+  std::chrono::milliseconds watchdog_timeout{120000};
   // The worker command: a shardtrain subcommand and its arguments, or an executable when the
   // first element contains '/'.
   std::vector<std::string> command;

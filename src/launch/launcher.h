@@ -16,6 +16,10 @@
 // them, and starts round r+1 while r < --max-restarts; otherwise it exits 1 after printing one
 // line naming the rank and its exit code or signal. SIGINT/SIGTERM to the agent are forwarded
 // to the workers and end the run on every node without restart (exit 128 + signal).
+//
+// Hangs: node 0's agent runs a Watchdog (launch/watchdog.h) over the workers' heartbeats; when
+// no rank has made progress for --watchdog-timeout it posts "restart|<report naming the rank,
+// step and phase>" as the round's failure, handled like a worker failure above.
 #pragma once
 
 #include <string>

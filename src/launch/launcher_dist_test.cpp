@@ -270,7 +270,8 @@ TEST_F(LauncherTest, BadFlagsExit2WithOneLineNamingTheFlag) {
       {"--nnodes 2 --rdzv-endpoint :29400", "--rdzv-endpoint ':29400'"},
       {"--max-restarts -3", "--max-restarts '-3'"},
       {"--stop-grace soon", "--stop-grace 'soon'"},
-      {"--rdzv-backend etcd", "--rdzv-backend 'etcd'"},
+      {"--rdzv-backend zookeeper", "--rdzv-backend 'zookeeper'"},
+      {"--nnodes 2 --rdzv-backend etcd", "--rdzv-backend etcd needs --rdzv-endpoint"},
       {"--standalone --nnodes 2", "--standalone runs a single node; it conflicts with --nnodes 2"},
   };
   for (const auto& [flags, expected] : cases) {

@@ -3,8 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -22,6 +24,7 @@
 #include "obs/progress.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_signal.h"
+#include "train/heartbeat.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/training_data.h"
@@ -80,6 +83,18 @@ static void save_training_checkpoint(const TrainConfig& config, FsdpUnits& units
   }
 }
 
+// Test hook, for the launcher's hang watchdog test (src/train/restart_resume_dist_test.cpp):
+// SHARDTRAIN_TEST_HANG_AT_STEP=N makes rank SHARDTRAIN_TEST_HANG_RANK (default 0) stop
+// forever at the start of step N, as a rank stuck outside any collective would. Returns 0
+// (never) when unset.
+static int64_t test_hang_step(int rank) {
+  const char* step = std::getenv("SHARDTRAIN_TEST_HANG_AT_STEP");
+  if (step == nullptr || *step == '\0') return 0;
+  const char* hang_rank = std::getenv("SHARDTRAIN_TEST_HANG_RANK");
+  const int target = hang_rank != nullptr && *hang_rank != '\0' ? std::atoi(hang_rank) : 0;
+  return rank == target ? std::atoll(step) : 0;
+}
+
 static std::string memory_json(const FsdpMemory& m) {
   return fmt::format(
       "{{\"master_bytes\":{},\"moment_bytes\":{},\"grad_shard_bytes\":{},"
@@ -115,7 +130,10 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   }
   model.reserve(micro_batch, seq_len);
 
+  // Declared before the world: the heartbeat outlives the Comm that reports to it.
+  const std::unique_ptr<Heartbeat> heartbeat = Heartbeat::for_launched_worker(env);
   DistWorld world = connect_world(env, ops);
+  world.comm = with_heartbeat(std::move(world.comm), *heartbeat);
   FsdpGroups groups(*world.comm, group_size);
   FsdpUnits units(ops, layout, groups,
                   {strategy, config.fsdp.reduce_on_last_micro_batch});
@@ -178,7 +196,10 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   const int64_t steps = config.train.steps;
   std::vector<size_t> step_indices(global_batch);
   bool stopped_early = false;
+  const int64_t hang_step = test_hang_step(env.rank);
   for (int64_t step = resumed.progress.step + 1; step <= steps; ++step) {
+    heartbeat->set_step(step);
+    while (step == hang_step) std::this_thread::sleep_for(std::chrono::seconds(1));
     for (size_t& index : step_indices) index = sampler.next();
     // Draw the whole accumulation window first: the loss is normalised by its target count.
     std::vector<Batch> micro_batches;

@@ -1,0 +1,123 @@
+#include "launch/watchdog.h"
+
+#include <charconv>
+#include <tuple>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace shardtrain::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool parse_int64(const std::string& text, int64_t& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+// Heartbeat phases outside a collective start with this (train/heartbeat.h).
+bool waits_in_collective(const std::string& phase) { return phase.rfind("compute", 0) != 0; }
+
+}  // namespace
+
+std::optional<HeartbeatValue> parse_heartbeat(const std::string& value) {
+  const auto first = value.find(' ');
+  if (first == std::string::npos) return std::nullopt;
+  const auto second = value.find(' ', first + 1);
+  HeartbeatValue out;
+  if (!parse_int64(value.substr(0, first), out.step)) return std::nullopt;
+  if (!parse_int64(value.substr(first + 1, second == std::string::npos ? std::string::npos
+                                                                       : second - first - 1),
+                   out.unix_ms)) {
+    return std::nullopt;
+  }
+  if (second != std::string::npos) out.phase = value.substr(second + 1);
+  return out;
+}
+
+Watchdog::Watchdog(Store& store, std::string key_prefix, int world_size,
+                   std::chrono::milliseconds timeout, std::chrono::milliseconds poll)
+    : store_(store),
+      timeout_(timeout),
+      key_prefix_(std::move(key_prefix)),
+      poll_(poll),
+      ranks_(static_cast<size_t>(world_size)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, poll_, [this] { return stopping_; })) {
+    lock.unlock();
+    std::optional<std::string> report;
+    try {
+      report = check(Clock::now());
+    } catch (const Error& error) {
+      // The store is hosted by this agent: an error here means the agent is shutting down.
+      log::warn("launch: watchdog stopped: {}", error.what());
+      return;
+    }
+    lock.lock();
+    if (report) {
+      log::warn("launch: watchdog: {}", *report);
+      report_ = std::move(report);
+      return;
+    }
+  }
+}
+
+std::optional<std::string> Watchdog::report() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return report_;
+}
+
+std::optional<std::string> Watchdog::check(Clock::time_point now) {
+  bool any_seen = false;
+  Clock::time_point newest{};
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    std::optional<std::string> value =
+        store_.try_get(key_prefix_ + "heartbeat/" + std::to_string(r));
+    RankState& state = ranks_[r];
+    if (value && value != state.value) {
+      state.value = std::move(value);
+      state.changed = now;
+    }
+    if (!state.value) continue;
+    newest = any_seen ? std::max(newest, state.changed) : state.changed;
+    any_seen = true;
+  }
+  if (!any_seen || now - newest < timeout_) return std::nullopt;
+
+  // The likely cause: behind the others, not waiting for them, idle longest (by the ranks'
+  // own clocks: finer than this poll, and they only break ties within one hung group).
+  std::optional<std::tuple<int64_t, bool, int64_t, size_t>> culprit;
+  HeartbeatValue culprit_value;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (!ranks_[r].value) continue;
+    const std::optional<HeartbeatValue> parsed = parse_heartbeat(*ranks_[r].value);
+    if (!parsed) continue;
+    const auto key =
+        std::make_tuple(parsed->step, waits_in_collective(parsed->phase), parsed->unix_ms, r);
+    if (!culprit || key < *culprit) {
+      culprit = key;
+      culprit_value = *parsed;
+    }
+  }
+  if (!culprit) return std::nullopt;
+  const size_t rank = std::get<3>(*culprit);
+  const double idle_s = std::chrono::duration<double>(now - ranks_[rank].changed).count();
+  return fmt::format("rank {} made no progress for {:.0f} s at step {}, waiting in {}", rank,
+                     idle_s, culprit_value.step, culprit_value.phase);
+}
+
+}  // namespace shardtrain::launch

@@ -1,0 +1,72 @@
+// Watchdog: node 0's launcher agent detects a worker group that has stopped making progress
+// (a hang in a collective, a stopped or deadlocked rank) from the ranks' heartbeats
+// (train/heartbeat.h), instead of waiting out a NCCL/Gloo timeout.
+//
+// Every `poll` it reads `heartbeat/<r>` for every rank r of the group. A rank's progress is
+// a change of its value, timed by this agent's clock (so clocks of other nodes do not
+// matter). Ranks that have not published yet (still loading) are not judged. When no rank has
+// made progress for `timeout`, the group is hung: the watchdog names the rank most likely to
+// be the cause (the lowest step, then one that is not waiting in a collective, then the one
+// idle longest) in one line, "rank R made no progress for S s at step N, waiting in <phase>",
+// logs it, makes it available through report() and stops polling. While any rank advances
+// (e.g. rank 0 writing the final model while the others wait in a barrier), nothing fires.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/store.h"
+
+namespace shardtrain::launch {
+
+// One rank's heartbeat value "<step> <unix ms> <phase>", parsed; nullopt if malformed.
+struct HeartbeatValue {
+  int64_t step = 0;
+  int64_t unix_ms = 0;
+  std::string phase;
+};
+std::optional<HeartbeatValue> parse_heartbeat(const std::string& value);
+
+class Watchdog {
+ public:
+  // Watches keys `<key_prefix>heartbeat/<r>`, r in [0, world_size). REQUIRES: `store`
+  // outlives the watchdog and is used by no other thread (give it its own connection).
+  Watchdog(Store& store, std::string key_prefix, int world_size, std::chrono::milliseconds timeout,
+           std::chrono::milliseconds poll = std::chrono::seconds(1));
+  // Stops polling and joins the thread.
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // The hang report once the group is hung, else nullopt. Thread-safe.
+  std::optional<std::string> report() const;
+
+ private:
+  void run();
+  // The report line when the group is hung at `now`, else nullopt.
+  std::optional<std::string> check(std::chrono::steady_clock::time_point now);
+
+  struct RankState {
+    std::optional<std::string> value;  // last heartbeat seen
+    std::chrono::steady_clock::time_point changed;
+  };
+
+  Store& store_;
+  std::chrono::milliseconds timeout_;
+  std::string key_prefix_;
+  std::chrono::milliseconds poll_;
+  std::vector<RankState> ranks_;
+  mutable std::mutex mutex_;
+  std::optional<std::string> report_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace shardtrain::launch

@@ -1,0 +1,111 @@
+// The hang watchdog against an in-memory store: it judges the group, not single ranks, and
+// names the rank behind the others, outside a collective, idle longest.
+#include "launch/watchdog.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace shardtrain::launch {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Only set/try_get are used by the watchdog; the rest is not needed here.
+class MemoryStore final : public Store {
+ public:
+  void set(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    data_[key] = value;
+  }
+  std::optional<std::string> try_get(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = data_.find(key);
+    if (it == data_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::string get(const std::string&, Duration) override { return ""; }
+  int64_t add(const std::string&, int64_t) override { return 0; }
+  std::string compare_set(const std::string&, const std::string&, const std::string&) override {
+    return "";
+  }
+  void wait(const std::vector<std::string>&, Duration) override {}
+  bool remove(const std::string&) override { return false; }
+  std::string endpoint() const override { return "memory"; }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::string> data_;
+};
+
+std::optional<std::string> report_within(const Watchdog& watchdog, std::chrono::milliseconds t) {
+  const auto deadline = std::chrono::steady_clock::now() + t;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto r = watchdog.report()) return r;
+    std::this_thread::sleep_for(5ms);
+  }
+  return watchdog.report();
+}
+
+TEST(WatchdogTest, ParsesHeartbeats) {
+  const auto v =
+      parse_heartbeat("12 1700000000123 all_gather: unit 3 (layers.2) parameter all-gather");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->step, 12);
+  EXPECT_EQ(v->unix_ms, 1700000000123);
+  EXPECT_EQ(v->phase, "all_gather: unit 3 (layers.2) parameter all-gather");
+  EXPECT_FALSE(parse_heartbeat("x 1 phase"));
+  EXPECT_FALSE(parse_heartbeat("3"));
+  EXPECT_FALSE(parse_heartbeat("3 1.5 phase"));
+}
+
+TEST(WatchdogTest, SilentWithoutHeartbeatsAndWhileAnyRankAdvances) {
+  MemoryStore store;
+  Watchdog watchdog(store, "p/", 3, 300ms, 10ms);
+  EXPECT_FALSE(report_within(watchdog, 400ms)) << "no rank has published: nothing to judge";
+  // Ranks 1 and 2 wait in a barrier while rank 0 keeps advancing (e.g. writing the model).
+  store.set("p/heartbeat/1", "20 1000 barrier");
+  store.set("p/heartbeat/2", "20 1000 barrier");
+  for (int i = 0; i < 25; ++i) {
+    store.set("p/heartbeat/0",
+              "20 " + std::to_string(2000 + i) + " all_gather: unit " + std::to_string(i));
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_FALSE(watchdog.report());
+  const auto report = report_within(watchdog, 2s);
+  ASSERT_TRUE(report) << "the whole group stopped";
+  // All wait in collectives at one step: the one idle longest by its own clock.
+  EXPECT_EQ(report->rfind("rank 1 made no progress for ", 0), 0u) << *report;
+  EXPECT_NE(report->find(" s at step 20, waiting in barrier"), std::string::npos) << *report;
+}
+
+TEST(WatchdogTest, NamesTheRankBehindThenTheOneOutsideACollective) {
+  {
+    MemoryStore store;
+    store.set("heartbeat/0", "8 500 all_reduce: step totals");
+    store.set("heartbeat/1", "7 400 compute after all_gather: unit 2 (layers.1)");
+    store.set("heartbeat/2", "8 300 all_reduce: step totals");
+    Watchdog watchdog(store, "", 3, 50ms, 10ms);
+    const auto report = report_within(watchdog, 1s);
+    ASSERT_TRUE(report);
+    EXPECT_EQ(report->rfind("rank 1 made no progress for ", 0), 0u) << *report;
+    EXPECT_NE(report->find("at step 7, waiting in compute after all_gather: unit 2 (layers.1)"),
+              std::string::npos)
+        << *report;
+  }
+  {
+    MemoryStore store;
+    store.set("heartbeat/0", "3 100 all_reduce: step totals");
+    store.set("heartbeat/1", "3 900 compute at step start");
+    Watchdog watchdog(store, "", 2, 50ms, 10ms);
+    const auto report = report_within(watchdog, 1s);
+    ASSERT_TRUE(report);
+    EXPECT_NE(report->find("rank 1 made no progress"), std::string::npos)
+        << "rank 0 waits for rank 1, which is not in the collective: " << *report;
+  }
+}
+
+}  // namespace
+}  // namespace shardtrain::launch

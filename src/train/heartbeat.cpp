@@ -1,0 +1,177 @@
+#include "train/heartbeat.h"
+
+#include <chrono>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/tcp_store.h"
+
+namespace shardtrain {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kPublishInterval = 250ms;
+
+int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A TCP store connection whose keys all live under a prefix (PrefixStore that owns its inner).
+class ScopedTcpStore final : public Store {
+ public:
+  ScopedTcpStore(const std::string& host, int port, std::string prefix)
+      : client_(host, port, std::chrono::minutes(5)), scoped_(client_, std::move(prefix)) {}
+  void set(const std::string& key, const std::string& value) override { scoped_.set(key, value); }
+  std::string get(const std::string& key, Duration timeout) override {
+    return scoped_.get(key, timeout);
+  }
+  std::optional<std::string> try_get(const std::string& key) override {
+    return scoped_.try_get(key);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return scoped_.add(key, delta); }
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired) override {
+    return scoped_.compare_set(key, expected, desired);
+  }
+  void wait(const std::vector<std::string>& keys, Duration timeout) override {
+    scoped_.wait(keys, timeout);
+  }
+  bool remove(const std::string& key) override { return scoped_.remove(key); }
+  std::string endpoint() const override { return scoped_.endpoint(); }
+
+ private:
+  TcpStoreClient client_;
+  PrefixStore scoped_;
+};
+
+// Forwards to the wrapped Comm, telling the heartbeat what it waits in.
+class HeartbeatComm final : public Comm {
+ public:
+  HeartbeatComm(std::unique_ptr<Comm> inner, Heartbeat& heartbeat)
+      : inner_(std::move(inner)), heartbeat_(heartbeat) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_gather(Tensor out, Tensor in) override {
+    Waiting w(*this, "all_gather");
+    inner_->all_gather(out, in);
+  }
+  void reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    Waiting w(*this, "reduce_scatter");
+    inner_->reduce_scatter(out, in, op);
+  }
+  void all_reduce(Tensor inout, ReduceOp op) override {
+    Waiting w(*this, "all_reduce");
+    inner_->all_reduce(inout, op);
+  }
+  void broadcast(Tensor inout, int root) override {
+    Waiting w(*this, "broadcast");
+    inner_->broadcast(inout, root);
+  }
+  void barrier() override {
+    Waiting w(*this, "barrier");
+    inner_->barrier();
+  }
+  std::unique_ptr<Comm> split(int color, int key) override {
+    Waiting w(*this, "split");
+    return std::make_unique<HeartbeatComm>(inner_->split(color, key), heartbeat_);
+  }
+  std::string backend_name() const override { return inner_->backend_name(); }
+  void set_context(std::string context) override {
+    context_ = context;
+    inner_->set_context(std::move(context));
+  }
+
+ private:
+  // Marks the heartbeat "in <collective>" for its lifetime, "compute after" it afterwards.
+  class Waiting {
+   public:
+    Waiting(HeartbeatComm& comm, const char* collective)
+        : comm_(comm),
+          what_(comm.context_.empty() ? std::string(collective)
+                                      : std::string(collective) + ": " + comm.context_) {
+      comm_.heartbeat_.set_phase(what_);
+    }
+    ~Waiting() { comm_.heartbeat_.set_phase("compute after " + what_); }
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    HeartbeatComm& comm_;
+    std::string what_;
+  };
+
+  std::unique_ptr<Comm> inner_;
+  Heartbeat& heartbeat_;
+  std::string context_;
+};
+
+}  // namespace
+
+Heartbeat::Heartbeat(std::unique_ptr<Store> store, int rank)
+    : store_(std::move(store)), key_("heartbeat/" + std::to_string(rank)) {
+  if (store_) publisher_ = std::thread([this] { publish_loop(); });
+}
+
+std::unique_ptr<Heartbeat> Heartbeat::for_launched_worker(const DistEnv& env) {
+  const char* prefix = std::getenv("SHARDTRAIN_STORE_PREFIX");
+  std::unique_ptr<Store> store;
+  if (prefix != nullptr && *prefix != '\0' && !env.master_addr.empty() && env.master_port > 0 &&
+      env.store_dir.empty()) {
+    store = std::make_unique<ScopedTcpStore>(env.master_addr, env.master_port, prefix);
+  }
+  return std::make_unique<Heartbeat>(std::move(store), env.rank);
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (publisher_.joinable()) publisher_.join();
+}
+
+void Heartbeat::set_step(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_ = step;
+  phase_ = "compute at step start";
+  unix_ms_ = unix_ms_now();
+  ++version_;
+}
+
+void Heartbeat::set_phase(std::string phase) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  phase_ = std::move(phase);
+  unix_ms_ = unix_ms_now();
+  ++version_;
+}
+
+void Heartbeat::publish_loop() {
+  uint64_t published = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    wake_.wait_for(lock, kPublishInterval, [this] { return stopping_; });
+    if (stopping_ || step_ < 0 || version_ == published) continue;
+    const std::string value = std::to_string(step_) + " " + std::to_string(unix_ms_) + " " + phase_;
+    published = version_;
+    lock.unlock();
+    try {
+      store_->set(key_, value);
+    } catch (const Error& error) {
+      // The launcher's store is gone, so the launcher is too; this worker dies with it.
+      log::warn("heartbeat: cannot publish ({}); stopping heartbeats", error.what());
+      return;
+    }
+    lock.lock();
+  }
+}
+
+std::unique_ptr<Comm> with_heartbeat(std::unique_ptr<Comm> comm, Heartbeat& heartbeat) {
+  return std::make_unique<HeartbeatComm>(std::move(comm), heartbeat);
+}
+
+}  // namespace shardtrain

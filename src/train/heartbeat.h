@@ -1,0 +1,66 @@
+// Heartbeat: this rank's progress, published in the store for the launcher's hang watchdog
+// (launch/watchdog.h).
+//
+// The key is `heartbeat/<rank>` under SHARDTRAIN_STORE_PREFIX (the launcher's per-attempt
+// scope); the value is "<step> <unix ms> <phase>", where the time is that of the last progress
+// and the phase names what the rank is doing: "<collective>: <context>" while it waits in a
+// collective (the context is what Comm::set_context named, e.g. "all_gather: unit 3
+// (layers.2) parameter all-gather"), "compute after <collective>: <context>" after it returns,
+// "compute at step start" at a step boundary.
+//
+// Updating is cheap (a mutex and a string copy): the training thread only records progress;
+// a background thread with its own store connection publishes a changed value every 250 ms.
+// Nothing is published before the first set_step(), so a long model load is not a hang. A
+// rank that stops (SIGSTOP, a deadlock in a collective) publishes nothing new, which is what
+// the watchdog detects. On NCCL the phase is the last collective enqueued, not the one the GPU
+// waits in.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "dist/comm.h"
+#include "dist/store.h"
+#include "fsdp/dist_env.h"
+
+namespace shardtrain {
+
+class Heartbeat {
+ public:
+  // Publishes under `store` (already scoped; null = disabled, every call a no-op).
+  Heartbeat(std::unique_ptr<Store> store, int rank);
+  // For a worker started by `shardtrain launch`: the launcher's TCP store at MASTER_ADDR with
+  // SHARDTRAIN_STORE_PREFIX; disabled without them (a single process, a FileStore run).
+  static std::unique_ptr<Heartbeat> for_launched_worker(const DistEnv& env);
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  void set_step(int64_t step);
+  void set_phase(std::string phase);
+
+ private:
+  void publish_loop();
+
+  std::unique_ptr<Store> store_;
+  std::string key_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  int64_t step_ = -1;  // -1: not started, nothing published
+  int64_t unix_ms_ = 0;
+  std::string phase_;
+  uint64_t version_ = 0;
+  std::thread publisher_;
+};
+
+// `comm` with every collective reported to `heartbeat` (entry and return), its set_context
+// kept as the phase's context; split() wraps the sub-groups too. REQUIRES: heartbeat outlives
+// the returned Comm and its sub-groups.
+std::unique_ptr<Comm> with_heartbeat(std::unique_ptr<Comm> comm, Heartbeat& heartbeat);
+
+}  // namespace shardtrain
