@@ -64,25 +64,14 @@ Metrics read_metrics(const std::string& path) {
   return m;
 }
 
-std::vector<int64_t> one_to(int64_t n) {
-  std::vector<int64_t> steps;
-  for (int64_t s = 1; s <= n; ++s) steps.push_back(s);
-  return steps;
-}
+using testing::one_to;
 
 class CheckpointDistTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     char pattern[] = "/tmp/shardtrain_ckpt_XXXXXX";
     dir_ = ::mkdtemp(pattern);
-    std::mt19937 rng(11);
-    std::ofstream data(dir_ + "/data.jsonl");
-    for (int line = 0; line < 40; ++line) {
-      const int length = 6 + static_cast<int>(rng() % 11);
-      nlohmann::json ids = nlohmann::json::array();
-      for (int i = 0; i < length; ++i) ids.push_back(static_cast<int>(rng() % 96));
-      data << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
-    }
+    testing::write_random_sequences(dir_ + "/data.jsonl", 40, 11, 96);
     for (const std::string model : {"llama_gqa", "qwen2_tied_bias"}) {
       std::ofstream toml(dir_ + "/" + model + ".toml");
       toml << "[model]\npath = \"" << kGolden << model << "\"\ndtype = \"fp32\"\n"

@@ -90,25 +90,14 @@ std::vector<pid_t> processes_with(const std::string& token, int rank = -1) {
   return pids;
 }
 
-std::vector<int64_t> one_to(int64_t n) {
-  std::vector<int64_t> steps;
-  for (int64_t s = 1; s <= n; ++s) steps.push_back(s);
-  return steps;
-}
+using testing::one_to;
 
 class RestartResumeDistTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     char pattern[] = "/tmp/shardtrain_restart_XXXXXX";
     dir_ = ::mkdtemp(pattern);
-    std::mt19937 rng(11);
-    std::ofstream data(dir_ + "/data.jsonl");
-    for (int line = 0; line < 40; ++line) {
-      const int length = 6 + static_cast<int>(rng() % 11);
-      nlohmann::json ids = nlohmann::json::array();
-      for (int i = 0; i < length; ++i) ids.push_back(static_cast<int>(rng() % 96));
-      data << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
-    }
+    testing::write_random_sequences(dir_ + "/data.jsonl", 40, 11, 96);
     std::ofstream toml(dir_ + "/llama_gqa.toml");
     toml << "[model]\npath = \"" << kGolden << "llama_gqa\"\ndtype = \"fp32\"\n"
          << "[data]\npath = \"" << dir_ << "/data.jsonl\"\nseq_len = 16\n"

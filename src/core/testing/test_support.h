@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdint>
+#include <fstream>
+#include <random>
 #include <cstdio>
 #include <functional>
 #include <sstream>
@@ -12,6 +15,8 @@
 #include <vector>
 
 #include "core/error.h"
+
+#include <nlohmann/json.hpp>
 
 namespace shardtrain::testing {
 
@@ -55,6 +60,26 @@ inline CommandResult run_command(const std::string& command) {
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// Writes `lines` JSONL sequences {"input_ids": [...]} of 6..16 random ids below `vocab`, from a
+// fixed seed (the multi-process tests' training data).
+inline void write_random_sequences(const std::string& path, int lines, unsigned seed, int vocab) {
+  std::mt19937 rng(seed);
+  std::ofstream data(path);
+  for (int line = 0; line < lines; ++line) {
+    const int length = 6 + static_cast<int>(rng() % 11);
+    nlohmann::json ids = nlohmann::json::array();
+    for (int i = 0; i < length; ++i) ids.push_back(static_cast<int>(rng() % vocab));
+    data << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
+  }
+}
+
+// {1, 2, ..., n}: the step numbers a complete run's metrics hold.
+inline std::vector<int64_t> one_to(int64_t n) {
+  std::vector<int64_t> steps;
+  for (int64_t s = 1; s <= n; ++s) steps.push_back(s);
+  return steps;
 }
 
 }  // namespace shardtrain::testing
