@@ -223,6 +223,17 @@ TEST_F(CliTest, TrainedModelCarriesItsTokenizerAndGenerates) {
   expect_user_error(run(greedy), {out});
 }
 
+TEST_F(CliTest, BenchCommRunsAcrossLaunchedRanks) {
+  // A measurement command, checked only for working: 2 Gloo ranks, 2 sizes, one row each.
+  Result r = run("launch --standalone --nproc-per-node 2 -- bench comm --device cpu "
+                 "--min-mib 1 --max-mib 2 --iterations 1 --warmup 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("bench comm: 2 ranks, gloo"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1048576"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2097152"), std::string::npos) << r.output;
+  expect_user_error(run("bench comm --min-mib 8 --max-mib 1"), {"--min-mib"});
+}
+
 TEST_F(CliTest, MissingCheckpointDir) {
   const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
   expect_user_error(run("eval --model " + path("nowhere") + " --data " + data),
