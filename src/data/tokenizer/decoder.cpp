@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "data/tokenizer/byte_level.h"
 #include "data/tokenizer/regex.h"
+#include "data/tokenizer/replace_rule.h"
 #include "data/tokenizer/utf8.h"
 
 namespace shardtrain::tokenizer {
@@ -40,38 +41,13 @@ class ByteLevelDecoder : public Decoder {
 
 class ReplaceDecoder : public Decoder {
  public:
-  ReplaceDecoder(std::string literal, std::optional<Regex> regex, std::string content)
-      : literal_(std::move(literal)), regex_(std::move(regex)), content_(std::move(content)) {}
-
+  explicit ReplaceDecoder(ReplaceRule rule) : rule_(std::move(rule)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
-    std::vector<MatchSpan> matches;
-    for (std::string& token : tokens) {
-      matches.clear();
-      if (regex_) {
-        regex_->find_all(token, matches);
-      } else if (!literal_.empty()) {
-        for (size_t pos = token.find(literal_); pos != std::string::npos;
-             pos = token.find(literal_, pos + literal_.size())) {
-          matches.push_back({pos, pos + literal_.size()});
-        }
-      }
-      if (matches.empty()) continue;
-      std::string replaced;
-      size_t previous_end = 0;
-      for (const MatchSpan& match : matches) {
-        replaced.append(token, previous_end, match.start - previous_end);
-        replaced += content_;
-        previous_end = match.end;
-      }
-      replaced.append(token, previous_end, std::string::npos);
-      token = std::move(replaced);
-    }
+    for (std::string& token : tokens) rule_.apply(token);
   }
 
  private:
-  std::string literal_;
-  std::optional<Regex> regex_;
-  std::string content_;
+  ReplaceRule rule_;
 };
 
 // "<0xAB>" -> 0xAB; -1 for anything else.
@@ -218,21 +194,7 @@ class SequenceDecoder : public Decoder {
 };
 
 std::unique_ptr<Decoder> parse_replace(const nlohmann::json& config, const ConfigSite& site) {
-  const ConfigSite pattern_site = site.child("pattern");
-  const nlohmann::json& pattern = config.contains("pattern") ? config["pattern"] : config;
-  std::string literal;
-  std::optional<Regex> regex;
-  if (pattern.is_object() && pattern.contains("String")) {
-    literal = string_field(pattern, "String", pattern_site);
-  } else if (pattern.is_object() && pattern.contains("Regex")) {
-    regex.emplace(string_field(pattern, "Regex", pattern_site),
-                  pattern_site.file + ": " + pattern_site.location);
-  } else {
-    fail("{}: {} must be {{\"String\": ...}} or {{\"Regex\": ...}}", site.file,
-         pattern_site.location);
-  }
-  return std::make_unique<ReplaceDecoder>(std::move(literal), std::move(regex),
-                                          string_field(config, "content", site));
+  return std::make_unique<ReplaceDecoder>(ReplaceRule::parse(config, site));
 }
 
 char32_t single_character(const std::string& text, const ConfigSite& site, const char* key) {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer/regex.h"
+#include "data/tokenizer/replace_rule.h"
 #include "data/tokenizer/utf8.h"
 
 namespace shardtrain::tokenizer {
@@ -75,36 +76,11 @@ class PrependNormalizer : public Normalizer {
 
 class ReplaceNormalizer : public Normalizer {
  public:
-  ReplaceNormalizer(std::string literal, std::optional<Regex> regex, std::string content)
-      : literal_(std::move(literal)), regex_(std::move(regex)), content_(std::move(content)) {}
-
-  void normalize(std::string& text) const override {
-    std::vector<MatchSpan> matches;
-    if (regex_) {
-      regex_->find_all(text, matches);
-    } else if (!literal_.empty()) {
-      for (size_t pos = text.find(literal_); pos != std::string::npos;
-           pos = text.find(literal_, pos + literal_.size())) {
-        matches.push_back({pos, pos + literal_.size()});
-      }
-    }
-    if (matches.empty()) return;
-    std::string out;
-    out.reserve(text.size() + matches.size() * content_.size());
-    size_t previous_end = 0;
-    for (const MatchSpan& match : matches) {
-      out.append(text, previous_end, match.start - previous_end);
-      out += content_;
-      previous_end = match.end;
-    }
-    out.append(text, previous_end, std::string::npos);
-    text = std::move(out);
-  }
+  explicit ReplaceNormalizer(ReplaceRule rule) : rule_(std::move(rule)) {}
+  void normalize(std::string& text) const override { rule_.apply(text); }
 
  private:
-  std::string literal_;
-  std::optional<Regex> regex_;
-  std::string content_;
+  ReplaceRule rule_;
 };
 
 class SequenceNormalizer : public Normalizer {
@@ -140,21 +116,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& config, const
     return std::make_unique<PrependNormalizer>(string_field(config, "prepend", site));
   }
   if (type == "Replace") {
-    const ConfigSite pattern_site = site.child("pattern");
-    const nlohmann::json& pattern = config.contains("pattern") ? config["pattern"] : config;
-    std::string literal;
-    std::optional<Regex> regex;
-    if (pattern.is_object() && pattern.contains("String")) {
-      literal = string_field(pattern, "String", pattern_site);
-    } else if (pattern.is_object() && pattern.contains("Regex")) {
-      regex.emplace(string_field(pattern, "Regex", pattern_site),
-                    pattern_site.file + ": " + pattern_site.location);
-    } else {
-      fail("{}: {} must be {{\"String\": ...}} or {{\"Regex\": ...}}", site.file,
-           pattern_site.location);
-    }
-    return std::make_unique<ReplaceNormalizer>(std::move(literal), std::move(regex),
-                                               string_field(config, "content", site));
+    return std::make_unique<ReplaceNormalizer>(ReplaceRule::parse(config, site));
   }
   if (type == "Sequence") {
     const ConfigSite list_site = site.child("normalizers");
