@@ -56,10 +56,7 @@ void CpuOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out
                              Tensor rstd_N) {
   const int64_t rows = row_count(x_NC);
   const int64_t channels = row_width(x_NC);
-  SHARDTRAIN_CHECK(weight_C.numel() == channels && rstd_N.numel() == rows,
-                   "rmsnorm: x {}, weight {}, rstd {}", x_NC.shape().to_string(),
-                   weight_C.shape().to_string(), rstd_N.shape().to_string());
-  require_same_numel(x_NC, out_NC, "rmsnorm out");
+  op_checks::check_rmsnorm_forward(x_NC, weight_C, out_NC, rstd_N);
   const float* x = x_NC.f32();
   const float* weight = weight_C.f32();
   float* out = out_NC.f32();
@@ -83,12 +80,7 @@ void CpuOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tens
                               Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) {
   const int64_t rows = row_count(x_NC);
   const int64_t channels = row_width(x_NC);
-  SHARDTRAIN_CHECK(
-      weight_C.numel() == channels && dweight_C.numel() == channels && rstd_N.numel() == rows,
-      "rmsnorm backward: x {}, weight {}, dweight {}, rstd {}", x_NC.shape().to_string(),
-      weight_C.shape().to_string(), dweight_C.shape().to_string(), rstd_N.shape().to_string());
-  require_same_numel(x_NC, dout_NC, "rmsnorm dout");
-  require_same_numel(x_NC, dx_NC, "rmsnorm dx");
+  op_checks::check_rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C);
   const float* dout = dout_NC.f32();
   const float* x = x_NC.f32();
   const float* weight = weight_C.f32();
