@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace shardtrain {
 
@@ -38,17 +39,6 @@ std::string printable(const char* bytes, size_t count) {
                                    : fmt::format("\\x{:02x}", c);
   }
   return out;
-}
-
-void write_all(int fd, const void* data, size_t bytes, const std::string& temp_path) {
-  const char* cursor = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t written = ::write(fd, cursor, bytes);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) fail("token file {}: write failed ({})", temp_path, std::strerror(errno));
-    cursor += written;
-    bytes -= static_cast<size_t>(written);
-  }
 }
 
 }  // namespace
@@ -182,31 +172,15 @@ void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
   header.n_tokens = tokens.size();
   header.reserved = 0;
 
-  const std::string temp_path = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    fail("token file {}: cannot create {} ({}); check that the directory exists and is writable",
-         path, temp_path, std::strerror(errno));
+  AtomicFileWriter out(path);  // temp file + fsync + rename; removed if we throw
+  out.write(&header, sizeof(header));
+  out.write(tokens.data(), tokens.size_bytes());
+  if (!loss_mask.empty()) {
+    std::vector<uint8_t> normalized(loss_mask.begin(), loss_mask.end());
+    for (uint8_t& flag : normalized) flag = flag != 0 ? 1 : 0;
+    out.write(normalized.data(), normalized.size());
   }
-  try {
-    write_all(fd, &header, sizeof(header), temp_path);
-    write_all(fd, tokens.data(), tokens.size_bytes(), temp_path);
-    if (!loss_mask.empty()) {
-      std::vector<uint8_t> normalized(loss_mask.begin(), loss_mask.end());
-      for (uint8_t& flag : normalized) flag = flag != 0 ? 1 : 0;
-      write_all(fd, normalized.data(), normalized.size(), temp_path);
-    }
-    if (::fsync(fd) != 0) fail("token file {}: fsync failed ({})", temp_path, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temp_path.c_str());
-    throw;
-  }
-  if (::close(fd) != 0 || ::rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int saved = errno;
-    ::unlink(temp_path.c_str());
-    fail("token file {}: could not finish writing ({})", path, std::strerror(saved));
-  }
+  out.commit();
 }
 
 }  // namespace shardtrain
