@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/read_file.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -31,13 +32,6 @@ std::vector<int64_t> dims_of(const Shape& shape) {
   return dims;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
                            const std::string& strategy) {
@@ -174,7 +168,7 @@ CheckpointSaveStats save_checkpoint(const std::string& dir, int64_t keep, FsdpUn
         {"layout", layout_json(units, layout, info.strategy)}};
     rank0_files.push_back(write_small_file(stats.step_dir, kTrainStateFile, state.dump(1) + "\n"));
     rank0_files.push_back(
-        write_small_file(stats.step_dir, kModelConfigFile, read_text(info.model_config_path)));
+        write_small_file(stats.step_dir, kModelConfigFile, read_file(info.model_config_path)));
   });
   if (!failed.empty()) fail("checkpoint step {} not saved: {}", progress.step, failed);
 
@@ -210,7 +204,7 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
   SavedCheckpoint saved;
   saved.step_dir = step_dir;
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_text(state_path));
+    const nlohmann::json j = nlohmann::json::parse(read_file(state_path));
     TrainProgress& p = saved.progress;
     p.step = j.at("step").get<int64_t>();
     p.total_steps = j.at("total_steps").get<int64_t>();

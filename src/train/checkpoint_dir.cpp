@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/read_file.h"
 #include "io/atomic_file.h"
 
 namespace shardtrain {
@@ -41,13 +42,6 @@ std::vector<int64_t> step_dirs(const std::string& dir, bool complete) {
   return steps;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 nlohmann::json entry_json(const ManifestEntry& e) {
   return {{"file", e.file}, {"bytes", e.digest.bytes}, {"xxh64", xxhash64_hex(e.digest.xxh64)}};
@@ -112,7 +106,7 @@ std::vector<ManifestEntry> take_rank_digests(const std::string& step_dir) {
   for (const std::string& path : paths) {
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_text(path));
+      j = nlohmann::json::parse(read_file(path));
     } catch (const nlohmann::json::exception& error) {
       fail("{} is malformed: {}", path, error.what());
     }
@@ -144,7 +138,7 @@ Manifest read_manifest(const std::string& step_dir) {
   }
   Manifest manifest;
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_text(path));
+    const nlohmann::json j = nlohmann::json::parse(read_file(path));
     if (j.at("format").get<std::string>() != "shardtrain-checkpoint" ||
         j.at("version").get<int>() != 1) {
       fail("{} is not a shardtrain checkpoint manifest (format/version)", path);
