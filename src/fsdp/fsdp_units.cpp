@@ -97,24 +97,39 @@ void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
   last_micro_batch_ = index == count - 1;
 }
 
-double FsdpUnits::sum_over_ranks(double value) {
-  // Two floats (value and its rounding error) keep ~48 bits through an fp32 all-reduce.
-  const float high = static_cast<float>(value);
-  const float parts[2] = {high, static_cast<float>(value - high)};
-  DeviceBuffer buffer(ops_, sizeof(parts));
-  const Tensor parts_2 = buffer.view(DType::kF32, {2});
-  ops_.copy_from_host(parts_2, parts);
-  groups_.world().set_context("step totals (targets, tokens, loss)");
-  groups_.world().all_reduce(parts_2, ReduceOp::kSum);
-  float summed[2];
-  ops_.copy_to_host(summed, parts_2);
-  return static_cast<double>(summed[0]) + static_cast<double>(summed[1]);
+Tensor FsdpUnits::scalar_scratch(int64_t floats) {
+  // Kept across steps: a device allocation per call would stall CUDA (cudaFree synchronises).
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  if (scalar_scratch_.bytes() < bytes) scalar_scratch_ = DeviceBuffer(ops_, bytes);
+  return scalar_scratch_.view(DType::kF32, {floats});
 }
+
+std::vector<double> FsdpUnits::sum_over_ranks(const std::vector<double>& values) {
+  // Two floats per value (the value and its rounding error) keep ~48 bits through an fp32
+  // all-reduce; every value goes in one collective.
+  std::vector<float> parts;
+  for (double value : values) {
+    const float high = static_cast<float>(value);
+    parts.push_back(high);
+    parts.push_back(static_cast<float>(value - high));
+  }
+  const Tensor parts_tensor = scalar_scratch(static_cast<int64_t>(parts.size()));
+  ops_.copy_from_host(parts_tensor, parts.data());
+  groups_.world().set_context("step totals (targets, tokens, loss)");
+  groups_.world().all_reduce(parts_tensor, ReduceOp::kSum);
+  ops_.copy_to_host(parts.data(), parts_tensor);
+  std::vector<double> sums(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    sums[i] = static_cast<double>(parts[2 * i]) + static_cast<double>(parts[2 * i + 1]);
+  }
+  return sums;
+}
+
+double FsdpUnits::sum_over_ranks(double value) { return sum_over_ranks(std::vector{value})[0]; }
 
 double FsdpUnits::global_grad_square_sum(double local_sum) {
   const float value = static_cast<float>(local_sum);
-  DeviceBuffer buffer(ops_, sizeof(float));
-  const Tensor value_1 = buffer.view(DType::kF32, {1});
+  const Tensor value_1 = scalar_scratch(1);
   ops_.copy_from_host(value_1, &value);
   groups_.shard().set_context("gradient norm");
   groups_.shard().all_reduce(value_1, ReduceOp::kSum);

@@ -79,6 +79,8 @@ class FsdpUnits final : public UnitAccess {
   void refresh_compute_params();
   // Sum of `value` over all ranks (the data-parallel group: every rank reads its own data).
   double sum_over_ranks(double value);
+  // Element-wise sums of several values in one collective.
+  std::vector<double> sum_over_ranks(const std::vector<double>& values);
 
   // This rank's place in the mesh (fsdp/fsdp_groups.h): its index in the shard group and in the
   // replicate group, and in the world.
@@ -126,6 +128,9 @@ class FsdpUnits final : public UnitAccess {
   std::vector<DeviceBuffer> master_, grad_, exp_avg_, exp_avg_sq_, compute_;
   std::vector<UnitState> state_;
   Pool gathered_pool_, full_grad_pool_;
+  // A few fp32 scalars for the per-step totals and the gradient norm, reused every step.
+  Tensor scalar_scratch(int64_t floats);
+  DeviceBuffer scalar_scratch_;
   DeviceBuffer reduced_shard_;  // fp32, largest shard: reduce-scatter output before adding
   bool last_micro_batch_ = true;
 };

@@ -223,8 +223,10 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
       model.set_batch(micro_batches[m]);
       model.forward_backward(units, grad_scale, loss_sum);
     }
-    tokens_seen += static_cast<int64_t>(units.sum_over_ranks(static_cast<double>(local_tokens)));
-    const double loss_total = units.sum_over_ranks(ops.read_scalar(loss_sum));
+    const std::vector<double> totals =
+        units.sum_over_ranks({static_cast<double>(local_tokens), ops.read_scalar(loss_sum)});
+    tokens_seen += static_cast<int64_t>(totals[0]);
+    const double loss_total = totals[1];
     const double loss = targets > 0 ? loss_total / targets : 0;
     const double grad_norm = std::sqrt(units.global_grad_square_sum(
         static_cast<double>(ops.read_scalar(optimizer.grad_square_sum(buffers)))));
