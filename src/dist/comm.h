@@ -7,6 +7,7 @@
 // enqueued on the stream given at construction.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,11 @@
 namespace shardtrain {
 
 enum class ReduceOp { kSum, kAvg };
+
+// A collective started by Comm::start_*; Comm::finish orders later compute after it.
+struct CommWork {
+  int64_t id = -1;  // -1: already complete (blocking backends)
+};
 
 class Comm {
  public:
@@ -31,6 +37,26 @@ class Comm {
   virtual void all_reduce(Tensor inout, ReduceOp op) = 0;
   virtual void broadcast(Tensor inout, int root) = 0;
   virtual void barrier() = 0;
+
+  // Overlap (FSDP prefetch and gradient reduction). start_* enqueues the collective so that it
+  // runs after all work already enqueued on the backend's compute stream, on the comm's own
+  // stream, and returns at once; finish(work) makes compute enqueued afterwards wait for it
+  // (an event, not a host wait). Until finish, compute must not touch the buffers. Every
+  // started work must be finished exactly once. Blocking backends (Gloo) run the collective
+  // inside start_* and finish is a no-op: these defaults.
+  virtual CommWork start_all_gather(Tensor out, Tensor in) {
+    all_gather(out, in);
+    return {};
+  }
+  virtual CommWork start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) {
+    reduce_scatter(out, in, op);
+    return {};
+  }
+  virtual CommWork start_all_reduce(Tensor inout, ReduceOp op) {
+    all_reduce(inout, op);
+    return {};
+  }
+  virtual void finish(CommWork work) {}
 
   // A sub-group of the ranks with the same `color`, ordered by `key` (then by rank). Every
   // rank of this group must call it. Used for the 2-D mesh of HYBRID_SHARD.

@@ -15,6 +15,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
@@ -88,7 +89,7 @@ void check_device_tensor(const Tensor& t, const char* collective) {
 }
 
 CudaOps& cuda_ops_of(Ops& ops) {
-  auto* cuda = dynamic_cast<CudaOps*>(&ops);
+  auto* cuda = dynamic_cast<CudaOps*>(ops.backend());
   SHARDTRAIN_CHECK(cuda != nullptr, "NcclComm needs the CUDA ops backend");
   return *cuda;
 }
@@ -117,6 +118,13 @@ class NcclComm final : public Comm {
     }
     SHARDTRAIN_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
     SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(barrier_scratch_, 0, sizeof(float), stream_));
+    // The overlap stream, at the highest priority so that communication kernels are scheduled
+    // as soon as SMs free up while the compute stream is busy.
+    int least_priority = 0, greatest_priority = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+    SHARDTRAIN_CUDA_CHECK(
+        cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest_priority));
+    SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -127,7 +135,9 @@ class NcclComm final : public Comm {
     }
     stop_signal_.notify_all();
     watchdog_.join();
-    wait_stream("teardown");  // collectives still in flight must finish before finalize
+    // Collectives still in flight must finish before finalize.
+    wait_stream("teardown", stream_);
+    wait_stream("teardown", comm_stream_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       check_locked(ncclCommFinalize(comm_), "teardown", "ncclCommFinalize");
@@ -136,6 +146,10 @@ class NcclComm final : public Comm {
     }
     for (const Pending& p : pending_) cudaEventDestroy(p.done);
     for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
+    for (const auto& [id, event] : started_) cudaEventDestroy(event);
+    for (cudaEvent_t event : free_work_events_) cudaEventDestroy(event);
+    cudaEventDestroy(compute_ready_);
+    cudaStreamDestroy(comm_stream_);
     cudaFree(barrier_scratch_);
   }
   NcclComm(const NcclComm&) = delete;
@@ -150,44 +164,46 @@ class NcclComm final : public Comm {
   }
 
   void all_gather(Tensor out, Tensor in) override {
-    check_device_tensor(out, "all_gather");
-    check_device_tensor(in, "all_gather");
-    SHARDTRAIN_CHECK(out.dtype() == in.dtype(), "all_gather dtypes {} vs {}",
-                     dtype_name(out.dtype()), dtype_name(in.dtype()));
-    SHARDTRAIN_CHECK(out.numel() == in.numel() * size_, "all_gather sizes {} vs {} x {}",
-                     out.numel(), in.numel(), size_);
-    if (in.numel() == 0) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    // In place when `in` is our own slice of `out` (NCCL's in-place rule is the same).
-    check_locked(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()),
-                               nccl_type(in.dtype()), comm_, stream_),
-                 "all_gather", "ncclAllGather");
-    track_locked("all_gather");
+    enqueue_all_gather_locked(out, in, stream_);
   }
-
   void reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
-    check_device_tensor(out, "reduce_scatter");
-    check_device_tensor(in, "reduce_scatter");
-    SHARDTRAIN_CHECK(out.dtype() == in.dtype(), "reduce_scatter dtypes {} vs {}",
-                     dtype_name(out.dtype()), dtype_name(in.dtype()));
-    SHARDTRAIN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter sizes {} vs {} x {}",
-                     in.numel(), out.numel(), size_);
-    if (out.numel() == 0) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    check_locked(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
-                                   nccl_type(in.dtype()), nccl_op(op), comm_, stream_),
-                 "reduce_scatter", "ncclReduceScatter");
-    track_locked("reduce_scatter");
+    enqueue_reduce_scatter_locked(out, in, op, stream_);
+  }
+  void all_reduce(Tensor inout, ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    enqueue_all_reduce_locked(inout, op, stream_);
   }
 
-  void all_reduce(Tensor inout, ReduceOp op) override {
-    check_device_tensor(inout, "all_reduce");
-    if (inout.numel() == 0) return;
+  // Overlap: the same collectives on comm_stream_, after the compute stream's current work.
+  CommWork start_all_gather(Tensor out, Tensor in) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    check_locked(ncclAllReduce(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
-                               nccl_type(inout.dtype()), nccl_op(op), comm_, stream_),
-                 "all_reduce", "ncclAllReduce");
-    track_locked("all_reduce");
+    follow_compute_locked();
+    enqueue_all_gather_locked(out, in, comm_stream_);
+    return record_work_locked();
+  }
+  CommWork start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    follow_compute_locked();
+    enqueue_reduce_scatter_locked(out, in, op, comm_stream_);
+    return record_work_locked();
+  }
+  CommWork start_all_reduce(Tensor inout, ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    follow_compute_locked();
+    enqueue_all_reduce_locked(inout, op, comm_stream_);
+    return record_work_locked();
+  }
+  void finish(CommWork work) override {
+    if (work.id < 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = started_.find(work.id);
+    SHARDTRAIN_CHECK(found != started_.end(), "NcclComm: work {} finished twice or unknown",
+                     work.id);
+    SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, found->second, 0));
+    free_work_events_.push_back(found->second);  // re-recording later is safe after the wait
+    started_.erase(found);
   }
 
   void broadcast(Tensor inout, int root) override {
@@ -198,7 +214,7 @@ class NcclComm final : public Comm {
     check_locked(ncclBroadcast(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
                                nccl_type(inout.dtype()), root, comm_, stream_),
                  "broadcast", "ncclBroadcast");
-    track_locked("broadcast");
+    track_locked("broadcast", stream_);
   }
 
   // A one-element all-reduce, then a host wait for it (and for everything enqueued before it
@@ -209,9 +225,9 @@ class NcclComm final : public Comm {
       check_locked(ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_,
                                  stream_),
                    "barrier", "ncclAllReduce");
-      track_locked("barrier");
+      track_locked("barrier", stream_);
     }
-    wait_stream("barrier");
+    wait_stream("barrier", stream_);
   }
 
   std::unique_ptr<Comm> split(int color, int key) override {
@@ -236,6 +252,65 @@ class NcclComm final : public Comm {
     std::string context;
     Clock::time_point enqueued;
   };
+
+  void enqueue_all_gather_locked(Tensor out, Tensor in, cudaStream_t stream) {
+    check_device_tensor(out, "all_gather");
+    check_device_tensor(in, "all_gather");
+    SHARDTRAIN_CHECK(out.dtype() == in.dtype(), "all_gather dtypes {} vs {}",
+                     dtype_name(out.dtype()), dtype_name(in.dtype()));
+    SHARDTRAIN_CHECK(out.numel() == in.numel() * size_, "all_gather sizes {} vs {} x {}",
+                     out.numel(), in.numel(), size_);
+    if (in.numel() == 0) return;
+    // In place when `in` is our own slice of `out` (NCCL's in-place rule is the same).
+    check_locked(ncclAllGather(in.data(), out.data(), static_cast<size_t>(in.numel()),
+                               nccl_type(in.dtype()), comm_, stream),
+                 "all_gather", "ncclAllGather");
+    track_locked("all_gather", stream);
+  }
+
+  void enqueue_reduce_scatter_locked(Tensor out, Tensor in, ReduceOp op, cudaStream_t stream) {
+    check_device_tensor(out, "reduce_scatter");
+    check_device_tensor(in, "reduce_scatter");
+    SHARDTRAIN_CHECK(out.dtype() == in.dtype(), "reduce_scatter dtypes {} vs {}",
+                     dtype_name(out.dtype()), dtype_name(in.dtype()));
+    SHARDTRAIN_CHECK(in.numel() == out.numel() * size_, "reduce_scatter sizes {} vs {} x {}",
+                     in.numel(), out.numel(), size_);
+    if (out.numel() == 0) return;
+    check_locked(ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
+                                   nccl_type(in.dtype()), nccl_op(op), comm_, stream),
+                 "reduce_scatter", "ncclReduceScatter");
+    track_locked("reduce_scatter", stream);
+  }
+
+  void enqueue_all_reduce_locked(Tensor inout, ReduceOp op, cudaStream_t stream) {
+    check_device_tensor(inout, "all_reduce");
+    if (inout.numel() == 0) return;
+    check_locked(ncclAllReduce(inout.data(), inout.data(), static_cast<size_t>(inout.numel()),
+                               nccl_type(inout.dtype()), nccl_op(op), comm_, stream),
+                 "all_reduce", "ncclAllReduce");
+    track_locked("all_reduce", stream);
+  }
+
+  // comm_stream_ waits for everything enqueued so far on the compute stream.
+  void follow_compute_locked() {
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(compute_ready_, stream_));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
+  }
+
+  // An event after the collective just enqueued on comm_stream_, for finish().
+  CommWork record_work_locked() {
+    cudaEvent_t event = nullptr;
+    if (free_work_events_.empty()) {
+      SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } else {
+      event = free_work_events_.back();
+      free_work_events_.pop_back();
+    }
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(event, comm_stream_));
+    const int64_t id = next_work_id_++;
+    started_.emplace(id, event);
+    return CommWork{id};
+  }
 
   // The communicator's asynchronous state: ncclSuccess, ncclInProgress or an error.
   // REQUIRES (this and every *_locked method, and failed): mutex_ held.
@@ -286,10 +361,10 @@ class NcclComm final : public Comm {
 
   // Host wait for all work enqueued so far on the stream, polling NCCL's error state and the
   // deadline instead of blocking in cudaStreamSynchronize.
-  void wait_stream(const char* collective) {
+  void wait_stream(const char* collective, cudaStream_t stream) {
     cudaEvent_t event = nullptr;
     SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(event, stream_));
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(event, stream));
     const Clock::time_point deadline = Clock::now() + timeout_;
     for (;;) {
       const cudaError_t query = cudaEventQuery(event);
@@ -305,8 +380,8 @@ class NcclComm final : public Comm {
     SHARDTRAIN_CUDA_CHECK(cudaEventDestroy(event));
   }
 
-  // Follows the collective just enqueued with an event the watchdog polls.
-  void track_locked(const char* collective) {
+  // Follows the collective just enqueued on `stream` with an event the watchdog polls.
+  void track_locked(const char* collective, cudaStream_t stream) {
     cudaEvent_t event = nullptr;
     if (free_events_.empty()) {
       SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -314,7 +389,7 @@ class NcclComm final : public Comm {
       event = free_events_.back();
       free_events_.pop_back();
     }
-    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(event, stream_));
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(event, stream));
     pending_.push_back({event, collective, context_, Clock::now()});
   }
 
@@ -374,7 +449,9 @@ class NcclComm final : public Comm {
 
   ncclComm_t comm_ = nullptr;
   CudaOps& ops_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;                 // the compute stream (CudaOps)
+  cudaStream_t comm_stream_ = nullptr;  // start_* collectives
+  cudaEvent_t compute_ready_ = nullptr;
   int device_;
   std::string group_name_;
   std::chrono::seconds timeout_;
@@ -388,6 +465,9 @@ class NcclComm final : public Comm {
   std::string context_;
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
+  std::unordered_map<int64_t, cudaEvent_t> started_;  // started, not yet finished work
+  std::vector<cudaEvent_t> free_work_events_;
+  int64_t next_work_id_ = 0;
   std::thread watchdog_;
 };
 

@@ -4,10 +4,13 @@
 // Bootstrap: rank 0 creates the NCCL unique id and publishes it (hex) in the Store under
 // `prefix`; the other ranks read it from there. split() uses ncclCommSplit (no store traffic).
 //
-// Streams: every collective is enqueued on the compute stream of the CudaOps it was made with,
-// so it is ordered with the ops before and after it without events. (The next step, DESIGN.md
-// "Streams": separate all-gather / reduce-scatter streams ordered by events, to overlap
-// communication with compute.)
+// Streams: the blocking collectives (all_gather, reduce_scatter, all_reduce, broadcast, barrier)
+// are enqueued on the compute stream of the CudaOps the comm was made with, so they are ordered
+// with the ops around them without events. The start_* collectives (dist/comm.h; FSDP's
+// prefetch and gradient reduction) run on the comm's own high-priority stream: it first waits
+// (cudaStreamWaitEvent) for the compute stream's work enqueued so far, and finish() makes the
+// compute stream wait for the collective's completion event. No host synchronisation. NCCL
+// serialises the operations of one communicator, so both streams keep the issue order.
 //
 // Failures never hang silently. Communicators are non-blocking (ncclConfig_t::blocking = 0):
 // every NCCL call is checked, and every wait (init, split, barrier, teardown) polls

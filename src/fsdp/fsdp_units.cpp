@@ -28,7 +28,9 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, Fs
     int64_t largest_shard = 0;
     for (const UnitShard& unit : plan_.units)
       largest_shard = std::max(largest_shard, unit.shard_numel);
-    reduced_shard_ = DeviceBuffer(ops, static_cast<size_t>(largest_shard) * sizeof(float));
+    for (DeviceBuffer& buffer : reduced_) {
+      buffer = DeviceBuffer(ops, static_cast<size_t>(largest_shard) * sizeof(float));
+    }
   }
 }
 
@@ -90,6 +92,7 @@ void FsdpUnits::zero_grads() {
       state_[u].full_grad_slot = -1;
     }
   }
+  SHARDTRAIN_CHECK(pending_.empty(), "zero_grads with {} reductions in flight", pending_.size());
 }
 
 void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
@@ -167,54 +170,73 @@ FsdpMemory FsdpUnits::memory() const {
     m.compute_shard_bytes += compute_[u].bytes();
   }
   m.gathered_peak_bytes = gathered_pool_.peak_bytes;
-  m.full_grad_peak_bytes = full_grad_pool_.peak_bytes;
+  m.full_grad_peak_bytes = full_grad_pool_.peak_bytes + reduced_[0].bytes() + reduced_[1].bytes();
   return m;
 }
 
-int FsdpUnits::take_slot(Pool& pool, size_t buffer_bytes, size_t unit_bytes) {
+int FsdpUnits::take_slot(Pool& pool, size_t bytes) {
   int slot = -1;
   for (size_t i = 0; i < pool.buffers.size(); ++i) {
-    if (!pool.in_use[i]) {
+    if (pool.in_use[i] || pool.buffers[i].bytes() < bytes) continue;
+    if (slot < 0 || pool.buffers[i].bytes() < pool.buffers[slot].bytes()) {
       slot = static_cast<int>(i);
-      break;
     }
   }
   if (slot < 0) {
-    pool.buffers.emplace_back(ops_, buffer_bytes);
+    pool.buffers.emplace_back(ops_, bytes);
     pool.in_use.push_back(false);
     slot = static_cast<int>(pool.buffers.size() - 1);
   }
   pool.in_use[slot] = true;
-  pool.in_use_bytes += unit_bytes;
+  pool.in_use_bytes += bytes;
   pool.peak_bytes = std::max(pool.peak_bytes, pool.in_use_bytes);
   return slot;
 }
 
-void FsdpUnits::free_slot(Pool& pool, int slot, size_t unit_bytes) {
+void FsdpUnits::free_slot(Pool& pool, int slot, size_t bytes) {
   SHARDTRAIN_CHECK(pool.in_use[slot], "pool slot {} freed twice", slot);
   pool.in_use[slot] = false;
-  pool.in_use_bytes -= unit_bytes;
+  pool.in_use_bytes -= bytes;
+}
+
+void FsdpUnits::start_gather(int unit) {
+  UnitState& state = state_[unit];
+  if (state.gathered_slot >= 0) return;
+  const DType act = ops_.activation_dtype();
+  const int64_t padded = plan_.units[unit].padded_numel;
+  state.gathered_slot = take_slot(gathered_pool_, static_cast<size_t>(padded) * dtype_size(act));
+  const Tensor gathered = gathered_pool_.buffers[state.gathered_slot].view(act, {padded});
+  const Tensor compute_shard = act == DType::kF32
+                                   ? master_shard(unit)
+                                   : compute_[unit].view(act, {plan_.units[unit].shard_numel});
+  groups_.shard().set_context(unit_context(unit, "parameter all-gather"));
+  state.gather = groups_.shard().start_all_gather(gathered, compute_shard);
+  state.gather_in_flight = true;
+}
+
+void FsdpUnits::finish_gather(int unit) {
+  UnitState& state = state_[unit];
+  if (!state.gather_in_flight) return;
+  groups_.shard().finish(state.gather);
+  state.gather_in_flight = false;
 }
 
 Tensor FsdpUnits::acquire_params(int unit) {
   const DType act = ops_.activation_dtype();
   const int64_t numel = layout_.units[unit].numel;
-  const Tensor compute_shard = act == DType::kF32
-                                   ? master_shard(unit)
-                                   : compute_[unit].view(act, {plan_.units[unit].shard_numel});
-  if (!sharded()) return compute_shard.rows(0, numel);
-
-  const int64_t padded = plan_.units[unit].padded_numel;
-  UnitState& state = state_[unit];
-  if (state.gathered_slot < 0) {
-    state.gathered_slot =
-        take_slot(gathered_pool_, static_cast<size_t>(plan_.max_padded_numel()) * dtype_size(act),
-                  static_cast<size_t>(padded) * dtype_size(act));
-    const Tensor gathered = gathered_pool_.buffers[state.gathered_slot].view(act, {padded});
-    groups_.shard().set_context(unit_context(unit, "parameter all-gather"));
-    groups_.shard().all_gather(gathered, compute_shard);
+  if (!sharded()) {
+    const Tensor compute_shard = act == DType::kF32
+                                     ? master_shard(unit)
+                                     : compute_[unit].view(act, {plan_.units[unit].shard_numel});
+    return compute_shard.rows(0, numel);
   }
-  return gathered_pool_.buffers[state.gathered_slot].view(act, {padded}).rows(0, numel);
+  if (unit == 0) forward_phase_ = true;  // every pass starts at the root
+  start_gather(unit);
+  finish_gather(unit);
+  // Forward walks the units in order: gather the next one while this one computes.
+  if (forward_phase_ && unit + 1 < unit_count()) start_gather(unit + 1);
+  const int64_t padded = plan_.units[unit].padded_numel;
+  return gathered_pool_.buffers[state_[unit].gathered_slot].view(act, {padded}).rows(0, numel);
 }
 
 void FsdpUnits::release_params(int unit) {
@@ -223,6 +245,7 @@ void FsdpUnits::release_params(int unit) {
   // SHARD_GRAD_OP keeps forward's gather for backward; everything is freed after backward.
   const bool keep = options_.strategy == FsdpStrategy::kShardGradOp && !state.in_backward;
   if (keep) return;
+  finish_gather(unit);  // a prefetched gather never used: order the buffer's reuse after it
   free_slot(
       gathered_pool_, state.gathered_slot,
       static_cast<size_t>(plan_.units[unit].padded_numel) * dtype_size(ops_.activation_dtype()));
@@ -232,14 +255,17 @@ void FsdpUnits::release_params(int unit) {
 Tensor FsdpUnits::acquire_grads(int unit) {
   UnitState& state = state_[unit];
   state.in_backward = true;
+  forward_phase_ = false;
   const int64_t numel = layout_.units[unit].numel;
   if (!sharded()) return grad_shard(unit).rows(0, numel);
 
+  // Backward walks the blocks in reverse after the root's head: gather the next one now.
+  const int next = unit == 0 ? unit_count() - 1 : unit - 1;
+  if (next >= 1 && next != unit) start_gather(next);
+
   const int64_t padded = plan_.units[unit].padded_numel;
   if (state.full_grad_slot < 0) {
-    state.full_grad_slot =
-        take_slot(full_grad_pool_, static_cast<size_t>(plan_.max_padded_numel()) * sizeof(float),
-                  static_cast<size_t>(padded) * sizeof(float));
+    state.full_grad_slot = take_slot(full_grad_pool_, static_cast<size_t>(padded) * sizeof(float));
     ops_.fill_zero(full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded}));
   }
   return full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded}).rows(0, numel);
@@ -250,18 +276,49 @@ void FsdpUnits::grads_ready(int unit) {
   state.in_backward = false;
   const Tensor shard = grad_shard(unit);
   if (sharded()) {
-    if (options_.reduce_on_last_micro_batch && !last_micro_batch_) return;
-    const int64_t padded = plan_.units[unit].padded_numel;
-    const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
-    const Tensor reduced = reduced_shard_.view(DType::kF32, {shard.numel()});
-    groups_.shard().set_context(unit_context(unit, "gradient reduce-scatter"));
-    groups_.shard().reduce_scatter(reduced, full, ReduceOp::kSum);
-    ops_.add(shard, shard, reduced);
-    free_slot(full_grad_pool_, state.full_grad_slot, static_cast<size_t>(padded) * sizeof(float));
-    state.full_grad_slot = -1;
-  }
-  if (last_micro_batch_ && groups_.replicate().size() > 1) {
+    if (!options_.reduce_on_last_micro_batch || last_micro_batch_) {
+      // Both output buffers busy: complete the older reduction first.
+      while (reduced_in_use_[0] && reduced_in_use_[1]) complete_oldest_reduction();
+      const int slot = reduced_in_use_[0] ? 1 : 0;
+      reduced_in_use_[slot] = true;
+      const int64_t padded = plan_.units[unit].padded_numel;
+      const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
+      const Tensor reduced = reduced_[slot].view(DType::kF32, {shard.numel()});
+      groups_.shard().set_context(unit_context(unit, "gradient reduce-scatter"));
+      PendingReduction p;
+      p.unit = unit;
+      p.work = groups_.shard().start_reduce_scatter(reduced, full, ReduceOp::kSum);
+      p.reduced_slot = slot;
+      p.full_grad_slot = state.full_grad_slot;
+      state.full_grad_slot = -1;  // owned by the pending reduction until it completes
+      pending_.push_back(p);
+    }
+  } else if (last_micro_batch_ && groups_.replicate().size() > 1) {
     groups_.replicate().set_context(unit_context(unit, "gradient all-reduce"));
+    PendingReduction p;
+    p.unit = unit;
+    p.replicate = true;
+    p.work = groups_.replicate().start_all_reduce(shard, ReduceOp::kSum);
+    pending_.push_back(p);
+  }
+  // Keep one reduction in flight behind the next unit's backward; the root comes last.
+  while (pending_.size() > (unit == 0 ? 0u : 1u)) complete_oldest_reduction();
+}
+
+void FsdpUnits::complete_oldest_reduction() {
+  SHARDTRAIN_CHECK(!pending_.empty(), "no reduction in flight");
+  const PendingReduction p = pending_.front();
+  pending_.pop_front();
+  reduction_comm(p).finish(p.work);
+  if (p.reduced_slot < 0) return;  // in-place all-reduce: nothing more to do
+  const Tensor shard = grad_shard(p.unit);
+  ops_.add(shard, shard, reduced_[p.reduced_slot].view(DType::kF32, {shard.numel()}));
+  reduced_in_use_[p.reduced_slot] = false;
+  free_slot(full_grad_pool_, p.full_grad_slot,
+            static_cast<size_t>(plan_.units[p.unit].padded_numel) * sizeof(float));
+  if (last_micro_batch_ && groups_.replicate().size() > 1) {
+    // HYBRID_SHARD: then sum the shard over the replicas (on the compute stream).
+    groups_.replicate().set_context(unit_context(p.unit, "gradient all-reduce"));
     groups_.replicate().all_reduce(shard, ReduceOp::kSum);
   }
 }

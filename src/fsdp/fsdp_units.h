@@ -7,6 +7,11 @@
 // (size G) and replicated across the replicate group (size world / G).
 //  - acquire_params: all-gather over the shard group into a buffer from a small pool. G = 1:
 //    the shard is the whole unit and is returned directly (no buffer, no communication).
+//  - Prefetch, from the model's fixed unit order (model/unit_access.h): in forward (from
+//    acquire_params(0)) acquiring unit u starts the gather of u + 1; in backward
+//    acquire_grads(u) starts the gather of u - 1 (acquire_grads(0), before the head, starts the
+//    last block's). Gathers and reductions are Comm::start_* collectives: on NCCL they run on
+//    the comm's stream, ordered against compute by events (no host waits); on Gloo they block.
 //  - release_params: FULL_SHARD / HYBRID_SHARD free the buffer after forward and after
 //    backward; SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it
 //    after backward. The root unit is acquired once per micro-batch and stays gathered.
@@ -16,6 +21,9 @@
 //    is kept across micro-batches and reduced once, on the last one (costs one full fp32 grad
 //    buffer per unit). G = 1: backward accumulates straight into the grad shard (= whole unit).
 //    On the last micro-batch the grad shard is then all-reduced (sum) over the replicate group.
+//    Reductions are started at grads_ready(u) and completed one unit later (at grads_ready of
+//    the next unit, so they overlap that unit's backward); grads_ready(0) (the root, always
+//    last) completes them all, so every grad shard is final when forward_backward returns.
 // Sums, not averages: the model scales grads by 1 / (targets in the global batch), so the sum
 // over ranks is the gradient of the global mean loss.
 //
@@ -26,6 +34,7 @@
 // Every rank must make the same calls in the same order (they are collective).
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,18 +112,37 @@ class FsdpUnits final : public UnitAccess {
 
  private:
   struct UnitState {
-    int gathered_slot = -1;    // index into gathered_pool_, -1 = not gathered
-    int full_grad_slot = -1;   // index into full_grad_pool_, -1 = none
-    bool in_backward = false;  // acquire_grads was called since the last grads_ready
+    int gathered_slot = -1;         // index into gathered_pool_, -1 = not gathered
+    CommWork gather;                // the gather into gathered_slot, until acquire finishes it
+    bool gather_in_flight = false;  // started (prefetch) and not yet finished
+    int full_grad_slot = -1;        // index into full_grad_pool_, -1 = none
+    bool in_backward = false;       // acquire_grads was called since the last grads_ready
   };
-  // A pool of equal-sized buffers (the largest unit); in-use bytes are tracked per unit size.
+  // A reduction started by grads_ready and not yet completed.
+  struct PendingReduction {
+    int unit = 0;
+    CommWork work;
+    bool replicate = false;   // an all-reduce over the replicate group (G = 1), in place
+    int reduced_slot = -1;    // reduce-scatter output (index into reduced_), -1 for none
+    int full_grad_slot = -1;  // its input, freed on completion
+  };
+  // A pool of buffers; a request takes the smallest free buffer that fits or allocates one of
+  // exactly its size, so the root and the (equal) blocks settle into separate buffers after
+  // the first step. In-use bytes are tracked per unit size.
   struct Pool {
     std::vector<DeviceBuffer> buffers;
     std::vector<bool> in_use;
     size_t in_use_bytes = 0, peak_bytes = 0;
   };
-  int take_slot(Pool& pool, size_t bytes, size_t unit_bytes);
-  void free_slot(Pool& pool, int slot, size_t unit_bytes);
+  int take_slot(Pool& pool, size_t bytes);
+  void free_slot(Pool& pool, int slot, size_t bytes);
+  // Starts the all-gather of `unit` into a pool buffer unless it is gathered or in flight.
+  void start_gather(int unit);
+  void finish_gather(int unit);
+  void complete_oldest_reduction();
+  Comm& reduction_comm(const PendingReduction& p) {
+    return p.replicate ? groups_.replicate() : groups_.shard();
+  }
   Tensor shard_tensor(const std::vector<DeviceBuffer>& buffers, int unit) const;
   bool sharded() const { return plan_.group_size > 1; }
   // "unit 3 (layers.2) <phase>": what a collective is for, in communication errors.
@@ -131,7 +159,12 @@ class FsdpUnits final : public UnitAccess {
   // A few fp32 scalars for the per-step totals and the gradient norm, reused every step.
   Tensor scalar_scratch(int64_t floats);
   DeviceBuffer scalar_scratch_;
-  DeviceBuffer reduced_shard_;  // fp32, largest shard: reduce-scatter output before adding
+  // fp32, largest shard each: reduce-scatter outputs before they are added into grad shards
+  // (two, so that one reduction can be in flight while the previous one is completed).
+  DeviceBuffer reduced_[2];
+  bool reduced_in_use_[2] = {false, false};
+  std::deque<PendingReduction> pending_;
+  bool forward_phase_ = true;  // set by acquire_params(0), cleared by acquire_grads
   bool last_micro_batch_ = true;
 };
 

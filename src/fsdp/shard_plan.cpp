@@ -43,18 +43,24 @@ FsdpMemory estimate_fsdp_memory(const ShardPlan& plan, FsdpStrategy strategy,
   const bool sharded = plan.group_size > 1;
   if (activation_dtype != DType::kF32) m.compute_shard_bytes = shard * act;
 
-  size_t all_units = 0, largest_block = 0;
+  size_t all_units = 0, largest_block = 0, blocks = 0, largest_shard = 0;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     all_units += static_cast<size_t>(plan.units[u].padded_numel);
-    if (u > 0)
+    largest_shard = std::max(largest_shard, static_cast<size_t>(plan.units[u].shard_numel));
+    if (u > 0) {
       largest_block = std::max(largest_block, static_cast<size_t>(plan.units[u].padded_numel));
+      ++blocks;
+    }
   }
   const size_t root = plan.units.empty() ? 0 : static_cast<size_t>(plan.units[0].padded_numel);
-  const size_t root_and_block = root + largest_block;
+  // The block being computed and the one prefetched (forward and backward), or the one being
+  // computed and the one being reduced (backward).
+  const size_t root_and_blocks = root + std::min<size_t>(blocks, 2) * largest_block;
   if (sharded) {
     const bool keep_all = strategy == FsdpStrategy::kShardGradOp;
-    m.gathered_peak_bytes = act * (keep_all ? all_units : root_and_block);
-    m.full_grad_peak_bytes = f32 * (reduce_on_last_micro_batch ? all_units : root_and_block);
+    m.gathered_peak_bytes = act * (keep_all ? all_units : root_and_blocks);
+    m.full_grad_peak_bytes = f32 * (reduce_on_last_micro_batch ? all_units : root_and_blocks) +
+                             2 * f32 * largest_shard;  // the two reduce-scatter outputs
   }
   return m;
 }

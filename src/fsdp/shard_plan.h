@@ -34,11 +34,13 @@ ShardPlan make_shard_plan(const ParamLayout& layout, int group_size);
 
 // Bytes one rank holds for FSDP state. The formulas (also in docs/fsdp.md):
 //   master = 4 * sum_u S_u; moments = 2 * master; grad_shard = master
-//   gathered_peak = act_bytes * (padded root + padded largest block)      (FULL/HYBRID_SHARD)
+//   B = min(2, blocks): the block in use and the one prefetched (or being reduced)
+//   gathered_peak = act_bytes * (padded root + B * padded largest block)  (FULL/HYBRID_SHARD)
 //                 = act_bytes * sum_u padded_u                            (SHARD_GRAD_OP)
 //                 = 0 when G = 1 (the shard is the whole unit: no gather)
-//   full_grad_peak = 4 * (padded root + padded largest block) per-micro-batch reduction, G > 1
-//                  = 4 * sum_u padded_u with reduce_on_last_micro_batch, G > 1
+//   full_grad_peak = 4 * (padded root + B * padded largest block) per-micro-batch reduction
+//                  = 4 * sum_u padded_u with reduce_on_last_micro_batch
+//                    (G > 1; both + 2 * 4 * largest shard: the reduce-scatter outputs)
 //                  = 0 for G = 1 (backward accumulates straight into the grad shard)
 //   compute_shard = act_bytes * sum_u S_u when the activation dtype is not fp32, else 0
 struct FsdpMemory {

@@ -31,8 +31,8 @@ TEST(ShardPlan, MemoryFormulasPerStrategy) {
   const FsdpMemory full = estimate_fsdp_memory(plan, FsdpStrategy::kFullShard, false, DType::kF32);
   EXPECT_EQ(full.master_bytes, 4u * (512 + 192));
   EXPECT_EQ(full.moment_bytes, 2 * full.master_bytes);
-  EXPECT_EQ(full.gathered_peak_bytes, 4u * (1024 + 384));  // root + largest block
-  EXPECT_EQ(full.full_grad_peak_bytes, 4u * (1024 + 384));
+  EXPECT_EQ(full.gathered_peak_bytes, 4u * (1024 + 384));                  // root + largest block
+  EXPECT_EQ(full.full_grad_peak_bytes, 4u * (1024 + 384) + 2 * 4u * 512);  // + reduce outputs
   EXPECT_EQ(full.compute_shard_bytes, 0u);
   const FsdpMemory bf16 =
       estimate_fsdp_memory(plan, FsdpStrategy::kShardGradOp, true, DType::kBF16);
@@ -43,6 +43,19 @@ TEST(ShardPlan, MemoryFormulasPerStrategy) {
   EXPECT_EQ(none.gathered_peak_bytes, 0u);
   EXPECT_EQ(none.full_grad_peak_bytes, 0u);
   EXPECT_EQ(none.master_bytes, 4u * (1024 + 320));
+}
+
+TEST(ShardPlan, PrefetchKeepsTwoBlocksInFlight) {
+  ParamLayout layout = two_unit_layout();
+  layout.units.push_back({"layers.1", {}, 300});
+  layout.units.push_back({"layers.2", {}, 300});
+  const ShardPlan plan = make_shard_plan(layout, 2);  // padded 1024, then 384 per block
+  const FsdpMemory full = estimate_fsdp_memory(plan, FsdpStrategy::kFullShard, false, DType::kBF16);
+  EXPECT_EQ(full.gathered_peak_bytes, 2u * (1024 + 2 * 384));  // root + current + prefetched
+  EXPECT_EQ(full.full_grad_peak_bytes, 4u * (1024 + 2 * 384) + 2 * 4u * 512);
+  const FsdpMemory all = estimate_fsdp_memory(plan, FsdpStrategy::kShardGradOp, true, DType::kBF16);
+  EXPECT_EQ(all.gathered_peak_bytes, 2u * (1024 + 3 * 384));
+  EXPECT_EQ(all.full_grad_peak_bytes, 4u * (1024 + 3 * 384) + 2 * 4u * 512);
 }
 
 TEST(FsdpStrategy, GroupSizes) {

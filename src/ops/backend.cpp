@@ -1,7 +1,11 @@
 #include "ops/backend.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/profiled_ops.h"
 
 #if defined(SHARDTRAIN_WITH_CUDA)
 #include "ops/cuda/cuda_ops.h"
@@ -19,7 +23,9 @@ int visible_gpu_count() {
 
 bool cuda_available() { return visible_gpu_count() > 0; }
 
-std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device) {
+namespace {
+
+std::unique_ptr<Ops> make_backend(const std::string& device_choice, int cuda_device) {
   if (device_choice == "cpu") return make_cpu_ops();
   if (device_choice == "cuda" || device_choice == "auto") {
 #if defined(SHARDTRAIN_WITH_CUDA)
@@ -39,6 +45,17 @@ std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device)
 #endif
   }
   fail("unknown device '{}'; HINT: use cpu, cuda or auto", device_choice);
+}
+
+}  // namespace
+
+std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device) {
+  std::unique_ptr<Ops> ops = make_backend(device_choice, cuda_device);
+  const char* profile = std::getenv("SHARDTRAIN_PROFILE_OPS");
+  if (profile != nullptr && *profile != '\0' && std::string(profile) != "0") {
+    return std::make_unique<ProfiledOps>(std::move(ops));
+  }
+  return ops;
 }
 
 }  // namespace shardtrain

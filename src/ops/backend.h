@@ -13,6 +13,8 @@ namespace shardtrain {
 // A CUDA backend drives GPU `cuda_device` (made current with cudaSetDevice first; one rank per
 // GPU under the launcher, fsdp/dist_env.h make_rank_ops). REQUIRES: cuda_device <
 // visible_gpu_count() when the choice resolves to CUDA.
+// With SHARDTRAIN_PROFILE_OPS=1 in the environment the backend is wrapped in ProfiledOps
+// (ops/profiled_ops.h): a per-op-class time table in the log at exit; slow, for profiling.
 std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device = 0);
 // True when this binary includes the CUDA backend and at least one GPU is visible.
 bool cuda_available();

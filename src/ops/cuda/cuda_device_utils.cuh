@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "core/dtype.h"
 #include "ops/cuda/cuda_check.h"
@@ -70,6 +71,31 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
   const int warps = blockDim.x / 32;
   x = lane < warps ? shared[lane] : -INFINITY;
   return warp_max(x);
+}
+
+// 16-byte vector access to 8 bf16 values (memory-bound kernels: one load instruction instead of
+// eight). REQUIRES: 16-byte aligned addresses.
+constexpr int kBf16PerVector = 8;
+struct alignas(16) Bf16x8 {
+  bf16 values[kBf16PerVector];
+};
+__device__ __forceinline__ void load8(const bf16* p, float* out) {
+  const Bf16x8 v = *reinterpret_cast<const Bf16x8*>(p);
+  for (int j = 0; j < kBf16PerVector; ++j) out[j] = to_float(v.values[j]);
+}
+__device__ __forceinline__ void store8(bf16* p, const float* in) {
+  Bf16x8 v;
+  for (int j = 0; j < kBf16PerVector; ++j) v.values[j] = from_float<bf16>(in[j]);
+  *reinterpret_cast<Bf16x8*>(p) = v;
+}
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// True when n elements of `dtype` at every pointer can be processed as Bf16x8 vectors.
+inline bool bf16_vectorizable(DType dtype, int64_t n, std::initializer_list<const void*> pointers) {
+  if (dtype != DType::kBF16 || n % kBf16PerVector != 0) return false;
+  for (const void* p : pointers) {
+    if (!aligned16(p)) return false;
+  }
+  return true;
 }
 
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than needed.

@@ -135,69 +135,76 @@ class CudaOpsTest : public ::testing::Test {
 #define EXPECT_F32_CLOSE(pair) EXPECT_LE(error(pair), kF32Tolerance) << #pair
 
 TEST_F(CudaOpsTest, AddScaleAndCast) {
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
-    const Shape shape{37, 53};
-    Pair a = random_input(shape, dtype), b = random_input(shape, dtype);
-    Pair out = output(shape, dtype);
-    cpu_->add(out.cpu, a.cpu, b.cpu);
-    gpu_->add(out.gpu, a.gpu, b.gpu);
-    EXPECT_LE(error(out), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
-    cpu_->add(a.cpu, a.cpu, b.cpu);  // aliasing
-    gpu_->add(a.gpu, a.gpu, b.gpu);
-    cpu_->scale(a.cpu, -0.37f);
-    gpu_->scale(a.gpu, -0.37f);
-    EXPECT_LE(error(a), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
-  }
+  // 37 x 53: scalar kernels; 32 x 64: the 16-byte vector kernels (bf16).
+  for (const Shape& shape : {Shape{37, 53}, Shape{32, 64}})
+    for (DType dtype : {DType::kBF16, DType::kF32}) {
+      Pair a = random_input(shape, dtype), b = random_input(shape, dtype);
+      Pair out = output(shape, dtype);
+      cpu_->add(out.cpu, a.cpu, b.cpu);
+      gpu_->add(out.gpu, a.gpu, b.gpu);
+      EXPECT_LE(error(out), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
+      cpu_->add(a.cpu, a.cpu, b.cpu);  // aliasing
+      gpu_->add(a.gpu, a.gpu, b.gpu);
+      cpu_->scale(a.cpu, -0.37f);
+      gpu_->scale(a.gpu, -0.37f);
+      EXPECT_LE(error(a), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
+    }
   // f32 -> bf16 rounds to nearest even exactly like the host conversion; bf16 -> f32 is exact.
-  const std::vector<float> values = [] {
-    std::mt19937 rng(4242);
-    std::normal_distribution<float> dist(0, 3);
-    std::vector<float> v(1001);
-    for (float& x : v) x = dist(rng);
-    return v;
-  }();
-  const Shape shape{1001};
-  Tensor source = gpu_tensor(values, DType::kF32, shape);
-  buffers_.emplace_back(*gpu_, 1001 * 2);
-  Tensor narrow = buffers_.back().view(DType::kBF16, shape);
-  poison(narrow);
-  gpu_->cast(narrow, source);
-  Tensor wide = gpu_tensor(values, DType::kF32, shape);
-  poison(wide);
-  gpu_->cast(wide, narrow);
-  const std::vector<float> round_trip = download(wide);
-  for (size_t i = 0; i < values.size(); ++i) {
-    ASSERT_EQ(round_trip[i], bf16_to_f32(f32_to_bf16(values[i]))) << "element " << i;
+  // 1001 elements: scalar kernel; 1024: vector kernel.
+  for (const int64_t count : {1001, 1024}) {
+    const std::vector<float> values = [count] {
+      std::mt19937 rng(4242);
+      std::normal_distribution<float> dist(0, 3);
+      std::vector<float> v(count);
+      for (float& x : v) x = dist(rng);
+      return v;
+    }();
+    const Shape shape{count};
+    Tensor source = gpu_tensor(values, DType::kF32, shape);
+    buffers_.emplace_back(*gpu_, count * 2);
+    Tensor narrow = buffers_.back().view(DType::kBF16, shape);
+    poison(narrow);
+    gpu_->cast(narrow, source);
+    Tensor wide = gpu_tensor(values, DType::kF32, shape);
+    poison(wide);
+    gpu_->cast(wide, narrow);
+    const std::vector<float> round_trip = download(wide);
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_EQ(round_trip[i], bf16_to_f32(f32_to_bf16(values[i]))) << "element " << i;
+    }
+    buffers_.emplace_back(*gpu_, count * 2);
+    Tensor half = buffers_.back().view(DType::kF16, shape);
+    gpu_->cast(half, source);
+    gpu_->cast(wide, half);
+    const std::vector<float> half_trip = download(wide);
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_EQ(half_trip[i], f16_to_f32(f32_to_f16(values[i]))) << "element " << i;
+    }
+    gpu_->fill_zero(wide);
+    for (float v : download(wide)) ASSERT_EQ(v, 0.0f);
   }
-  buffers_.emplace_back(*gpu_, 1001 * 2);
-  Tensor half = buffers_.back().view(DType::kF16, shape);
-  gpu_->cast(half, source);
-  gpu_->cast(wide, half);
-  const std::vector<float> half_trip = download(wide);
-  for (size_t i = 0; i < values.size(); ++i) {
-    ASSERT_EQ(half_trip[i], f16_to_f32(f32_to_f16(values[i]))) << "element " << i;
-  }
-  gpu_->fill_zero(wide);
-  for (float v : download(wide)) ASSERT_EQ(v, 0.0f);
 }
 
 TEST_F(CudaOpsTest, AdamWMatchesReference) {
-  const Shape shape{100003};
-  Pair param = random_input(shape, DType::kF32), m = random_input(shape, DType::kF32, -0.1f, 0.1f);
-  Pair v = random_input(shape, DType::kF32, 0.0f, 0.01f);
-  for (int64_t step = 1; step <= 3; ++step) {
-    Pair grad = random_input(shape, DType::kF32);
-    AdamWStep s;
-    s.lr = 1e-3f;
-    s.weight_decay = 0.1f;
-    s.step = step;
-    s.grad_scale = 0.5f;
-    cpu_->adamw(param.cpu, grad.cpu, m.cpu, v.cpu, s);
-    gpu_->adamw(param.gpu, grad.gpu, m.gpu, v.gpu, s);
+  for (const int64_t count : {100003, 100000}) {  // scalar and float4 kernels
+    const Shape shape{count};
+    Pair param = random_input(shape, DType::kF32),
+         m = random_input(shape, DType::kF32, -0.1f, 0.1f);
+    Pair v = random_input(shape, DType::kF32, 0.0f, 0.01f);
+    for (int64_t step = 1; step <= 3; ++step) {
+      Pair grad = random_input(shape, DType::kF32);
+      AdamWStep s;
+      s.lr = 1e-3f;
+      s.weight_decay = 0.1f;
+      s.step = step;
+      s.grad_scale = 0.5f;
+      cpu_->adamw(param.cpu, grad.cpu, m.cpu, v.cpu, s);
+      gpu_->adamw(param.gpu, grad.gpu, m.gpu, v.gpu, s);
+    }
+    EXPECT_F32_CLOSE(param);
+    EXPECT_F32_CLOSE(m);
+    EXPECT_F32_CLOSE(v);
   }
-  EXPECT_F32_CLOSE(param);
-  EXPECT_F32_CLOSE(m);
-  EXPECT_F32_CLOSE(v);
 }
 
 TEST_F(CudaOpsTest, SumSquaresAccumulates) {
@@ -230,7 +237,9 @@ TEST_F(CudaOpsTest, Embedding) {
 }
 
 TEST_F(CudaOpsTest, RmsNorm) {
-  for (const int64_t channels : {96, 1000}) {
+  // 96 / 1000: vector kernels with one 8-channel chunk per thread, 4096: two, 6000: four;
+  // 77: the generic kernels.
+  for (const int64_t channels : {96, 1000, 4096, 6000, 77}) {
     const int64_t rows = 67;
     Pair x = random_input({rows, channels}, DType::kBF16, -2, 2);
     Pair weight = random_input({channels}, DType::kBF16, 0.5f, 1.5f);
@@ -328,23 +337,24 @@ TEST_F(CudaOpsTest, RopeForwardAndBackward) {
 }
 
 TEST_F(CudaOpsTest, SwiGlu) {
-  const Shape shape{33, 250};
-  Pair gate = random_input(shape, DType::kBF16, -4, 4), up = random_input(shape);
-  Pair out = output(shape);
-  cpu_->swiglu_forward(gate.cpu, up.cpu, out.cpu);
-  gpu_->swiglu_forward(gate.gpu, up.gpu, out.gpu);
-  EXPECT_BF16_CLOSE(out);
-  Pair dout = random_input(shape);
-  Pair dgate = output(shape), dup = output(shape);
-  cpu_->swiglu_backward(dout.cpu, gate.cpu, up.cpu, dgate.cpu, dup.cpu);
-  gpu_->swiglu_backward(dout.gpu, gate.gpu, up.gpu, dgate.gpu, dup.gpu);
-  EXPECT_BF16_CLOSE(dgate);
-  EXPECT_BF16_CLOSE(dup);
-  // In place, as the model may do: dgate over gate, dup over up.
-  cpu_->swiglu_backward(dout.cpu, gate.cpu, up.cpu, gate.cpu, up.cpu);
-  gpu_->swiglu_backward(dout.gpu, gate.gpu, up.gpu, gate.gpu, up.gpu);
-  EXPECT_BF16_CLOSE(gate);
-  EXPECT_BF16_CLOSE(up);
+  for (const Shape& shape : {Shape{33, 250}, Shape{32, 256}}) {  // scalar, then vector kernels
+    Pair gate = random_input(shape, DType::kBF16, -4, 4), up = random_input(shape);
+    Pair out = output(shape);
+    cpu_->swiglu_forward(gate.cpu, up.cpu, out.cpu);
+    gpu_->swiglu_forward(gate.gpu, up.gpu, out.gpu);
+    EXPECT_BF16_CLOSE(out);
+    Pair dout = random_input(shape);
+    Pair dgate = output(shape), dup = output(shape);
+    cpu_->swiglu_backward(dout.cpu, gate.cpu, up.cpu, dgate.cpu, dup.cpu);
+    gpu_->swiglu_backward(dout.gpu, gate.gpu, up.gpu, dgate.gpu, dup.gpu);
+    EXPECT_BF16_CLOSE(dgate);
+    EXPECT_BF16_CLOSE(dup);
+    // In place, as the model may do: dgate over gate, dup over up.
+    cpu_->swiglu_backward(dout.cpu, gate.cpu, up.cpu, gate.cpu, up.cpu);
+    gpu_->swiglu_backward(dout.gpu, gate.gpu, up.gpu, gate.gpu, up.gpu);
+    EXPECT_BF16_CLOSE(gate);
+    EXPECT_BF16_CLOSE(up);
+  }
 }
 
 struct AttentionCase {

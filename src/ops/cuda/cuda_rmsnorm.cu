@@ -5,7 +5,14 @@
 // exactly CpuOps). Backward: one block handles a strided set of rows; each thread owns fixed
 // channels, so it accumulates its dweight partials in shared memory without atomics; the
 // per-block partials are then summed in a fixed order (accumulate_partials): deterministic.
+//
+// Fast path (bf16 activations, channels a multiple of 8 up to 8192, 16-byte aligned rows): each
+// thread owns up to kMaxChunks chunks of 8 channels, loads them with 16-byte accesses, keeps the
+// weight and its dweight partials in registers, and holds a whole row in registers between the
+// row reduction and the store. The generic kernels below serve every other case.
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_kernels.h"
@@ -77,6 +84,128 @@ __global__ void rmsnorm_backward_kernel(const Act* dout_NC, const Act* x_NC, con
 
 int64_t backward_blocks(int64_t rows) { return std::min(rows, kBackwardBlocks); }
 
+constexpr int kVector = cuda_detail::kBf16PerVector;
+constexpr int kMaxChunks = 4;
+
+using cuda_detail::bf16;
+using cuda_detail::load8;
+using cuda_detail::store8;
+
+template <typename Weight>
+__device__ __forceinline__ void load_weight8(const Weight* w, int64_t c, float* out) {
+  for (int j = 0; j < kVector; ++j) out[j] = to_float(w[c + j]);
+}
+
+bool vector_path(DType act_dtype, const void* a, const void* b, const void* c, int64_t channels) {
+  using cuda_detail::aligned16;
+  return act_dtype == DType::kBF16 && channels % kVector == 0 &&
+         channels <= int64_t{kThreads} * kVector * kMaxChunks && aligned16(a) && aligned16(b) &&
+         aligned16(c);
+}
+
+template <typename Weight, typename Out, int kChunks>
+__global__ void rmsnorm_forward_vec_kernel(const bf16* x_NC, const Weight* weight_C, float eps,
+                                           int64_t rows, int channels, Out* out_NC, float* rstd_N) {
+  __shared__ float shared[32];
+  const int chunks = channels / kVector;
+  float w[kChunks][kVector];
+  for (int k = 0; k < kChunks; ++k) {
+    const int chunk = threadIdx.x + k * blockDim.x;
+    if (chunk < chunks) load_weight8(weight_C, int64_t{chunk} * kVector, w[k]);
+  }
+  for (int64_t n = blockIdx.x; n < rows; n += gridDim.x) {
+    const bf16* x_row = x_NC + n * channels;
+    float x[kChunks][kVector];
+    float sum_squares = 0;
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = threadIdx.x + k * blockDim.x;
+      if (chunk >= chunks) continue;
+      load8(x_row + chunk * kVector, x[k]);
+      for (int j = 0; j < kVector; ++j) sum_squares += x[k][j] * x[k][j];
+    }
+    sum_squares = block_sum(sum_squares, shared);
+    const float rstd = 1.0f / sqrtf(sum_squares / static_cast<float>(channels) + eps);
+    if (threadIdx.x == 0) rstd_N[n] = rstd;
+    Out* out_row = out_NC + n * channels;
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = threadIdx.x + k * blockDim.x;
+      if (chunk >= chunks) continue;
+      float y[kVector];
+      for (int j = 0; j < kVector; ++j) {
+        y[j] = w[k][j] * to_float(from_float<Out>(x[k][j] * rstd));
+      }
+      if constexpr (sizeof(Out) == 2) {
+        store8(reinterpret_cast<bf16*>(out_row + chunk * kVector), y);
+      } else {
+        for (int j = 0; j < kVector; ++j) out_row[chunk * kVector + j] = y[j];
+      }
+    }
+  }
+}
+
+template <typename Weight, int kChunks>
+__global__ void rmsnorm_backward_vec_kernel(const bf16* dout_NC, const bf16* x_NC,
+                                            const Weight* weight_C, const float* rstd_N,
+                                            int64_t rows, int channels, bf16* dx_NC,
+                                            bool accumulate_dx, float* partials_PC) {
+  __shared__ float shared[32];
+  const int chunks = channels / kVector;
+  float w[kChunks][kVector], dweight[kChunks][kVector];
+  for (int k = 0; k < kChunks; ++k) {
+    const int chunk = threadIdx.x + k * blockDim.x;
+    for (int j = 0; j < kVector; ++j) dweight[k][j] = 0;
+    if (chunk < chunks) load_weight8(weight_C, int64_t{chunk} * kVector, w[k]);
+  }
+  for (int64_t n = blockIdx.x; n < rows; n += gridDim.x) {
+    const int64_t row = n * channels;
+    const float r = rstd_N[n];
+    float dy[kChunks][kVector], x[kChunks][kVector];
+    float weighted_dot = 0;
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = threadIdx.x + k * blockDim.x;
+      if (chunk >= chunks) continue;
+      load8(dout_NC + row + chunk * kVector, dy[k]);
+      load8(x_NC + row + chunk * kVector, x[k]);
+      for (int j = 0; j < kVector; ++j) weighted_dot += dy[k][j] * w[k][j] * x[k][j];
+    }
+    // Every thread has read its part of the row before anyone writes dx (dx may alias dout).
+    weighted_dot = block_sum(weighted_dot, shared);
+    const float correction = weighted_dot * r * r * r / static_cast<float>(channels);
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = threadIdx.x + k * blockDim.x;
+      if (chunk >= chunks) continue;
+      float grad[kVector], old[kVector];
+      if (accumulate_dx) load8(dx_NC + row + chunk * kVector, old);
+      for (int j = 0; j < kVector; ++j) {
+        grad[j] = r * w[k][j] * dy[k][j] - x[k][j] * correction;
+        if (accumulate_dx) grad[j] += old[j];
+        dweight[k][j] += dy[k][j] * x[k][j] * r;
+      }
+      store8(dx_NC + row + chunk * kVector, grad);
+    }
+  }
+  for (int k = 0; k < kChunks; ++k) {
+    const int chunk = threadIdx.x + k * blockDim.x;
+    if (chunk >= chunks) continue;
+    for (int j = 0; j < kVector; ++j) {
+      partials_PC[blockIdx.x * int64_t{channels} + chunk * kVector + j] = dweight[k][j];
+    }
+  }
+}
+
+// Runs `launch` with kChunks = the fewest chunks per thread (1, 2 or 4) that cover `channels`.
+template <typename Launch>
+void with_chunks(int64_t channels, Launch&& launch) {
+  const int64_t chunks_per_thread = (channels / kVector + kThreads - 1) / kThreads;
+  if (chunks_per_thread <= 1) {
+    launch(std::integral_constant<int, 1>{});
+  } else if (chunks_per_thread <= 2) {
+    launch(std::integral_constant<int, 2>{});
+  } else {
+    launch(std::integral_constant<int, 4>{});
+  }
+}
+
 }  // namespace
 
 void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const void* weight_C,
@@ -84,6 +213,20 @@ void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const 
                      float* rstd_N, cudaStream_t stream) {
   if (rows == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
+  if (vector_path(x_dtype, x_NC, out_NC, x_NC, channels)) {
+    SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
+      SHARDTRAIN_DISPATCH_FLOAT(out_dtype, Out, {
+        with_chunks(channels, [&](auto chunks) {
+          rmsnorm_forward_vec_kernel<Weight, Out, decltype(chunks)::value>
+              <<<blocks, kThreads, 0, stream>>>(
+                  static_cast<const bf16*>(x_NC), static_cast<const Weight*>(weight_C), eps, rows,
+                  static_cast<int>(channels), static_cast<Out*>(out_NC), rstd_N);
+        });
+      });
+    });
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    return;
+  }
   SHARDTRAIN_DISPATCH_FLOAT(x_dtype, Act, {
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
       SHARDTRAIN_DISPATCH_FLOAT(out_dtype, Out, {
@@ -106,6 +249,20 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
                       float* scratch, cudaStream_t stream) {
   if (rows == 0) return;
   const int64_t blocks = backward_blocks(rows);
+  if (vector_path(act_dtype, dout_NC, x_NC, dx_NC, channels)) {
+    SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
+      with_chunks(channels, [&](auto chunks) {
+        rmsnorm_backward_vec_kernel<Weight, decltype(chunks)::value>
+            <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+                static_cast<const bf16*>(dout_NC), static_cast<const bf16*>(x_NC),
+                static_cast<const Weight*>(weight_C), rstd_N, rows, static_cast<int>(channels),
+                static_cast<bf16*>(dx_NC), accumulate_dx, scratch);
+      });
+    });
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    accumulate_partials(scratch, blocks, channels, dweight_dtype, dweight_C, stream);
+    return;
+  }
   const size_t shared_bytes = static_cast<size_t>(channels) * sizeof(float);
   SHARDTRAIN_DISPATCH_FLOAT(act_dtype, Act, {
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {

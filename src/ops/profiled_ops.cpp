@@ -1,0 +1,156 @@
+#include "ops/profiled_ops.h"
+
+#include <string>
+
+#include "core/log.h"
+
+namespace shardtrain {
+
+const char* op_class_name(OpClass op_class) {
+  switch (op_class) {
+    case OpClass::kGemm:
+      return "gemm (linear, lm head)";
+    case OpClass::kAttention:
+      return "attention";
+    case OpClass::kNorm:
+      return "rmsnorm";
+    case OpClass::kElementwise:
+      return "elementwise (add, rope, swiglu)";
+    case OpClass::kEmbedding:
+      return "embedding";
+    case OpClass::kLoss:
+      return "cross-entropy";
+    case OpClass::kOptimizer:
+      return "optimizer (adamw, norms, casts)";
+    case OpClass::kMemory:
+      return "memory (copies, fills)";
+    case OpClass::kCount:
+      break;
+  }
+  return "?";
+}
+
+ProfiledOps::ProfiledOps(std::unique_ptr<Ops> inner)
+    : inner_(std::move(inner)), created_(std::chrono::steady_clock::now()) {}
+
+ProfiledOps::~ProfiledOps() {
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
+  double total = 0;
+  for (const ClassTotals& t : totals_) total += t.seconds;
+  std::string table = "op profile (SHARDTRAIN_PROFILE_OPS; synchronised per op):";
+  for (int c = 0; c < static_cast<int>(OpClass::kCount); ++c) {
+    const ClassTotals& t = totals_[c];
+    table += fmt::format("\n  {:<34} {:>8} calls {:>11.1f} ms {:>6.1f}%",
+                         op_class_name(static_cast<OpClass>(c)), t.calls, t.seconds * 1e3,
+                         total > 0 ? 100.0 * t.seconds / total : 0.0);
+  }
+  table += fmt::format("\n  {:<34} {:>14} {:>11.1f} ms (process wall time {:.1f} ms)", "all ops",
+                       "", total * 1e3, wall * 1e3);
+  log::info("{}", table);
+}
+
+template <typename Op>
+void ProfiledOps::timed(OpClass op_class, Op&& op) {
+  inner_->synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  op();
+  inner_->synchronize();
+  ClassTotals& t = totals_[static_cast<int>(op_class)];
+  ++t.calls;
+  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void* ProfiledOps::allocate(size_t bytes) { return inner_->allocate(bytes); }
+void ProfiledOps::release(void* pointer) { inner_->release(pointer); }
+void ProfiledOps::copy_from_host(Tensor dst, const void* src) {
+  timed(OpClass::kMemory, [&] { inner_->copy_from_host(dst, src); });
+}
+void ProfiledOps::copy_to_host(void* dst, Tensor src) {
+  timed(OpClass::kMemory, [&] { inner_->copy_to_host(dst, src); });
+}
+void ProfiledOps::fill_zero(Tensor dst) {
+  timed(OpClass::kMemory, [&] { inner_->fill_zero(dst); });
+}
+void ProfiledOps::cast(Tensor dst, Tensor src) {
+  timed(OpClass::kOptimizer, [&] { inner_->cast(dst, src); });
+}
+void ProfiledOps::add(Tensor out, Tensor a, Tensor b) {
+  timed(OpClass::kElementwise, [&] { inner_->add(out, a, b); });
+}
+void ProfiledOps::scale(Tensor x, float factor) {
+  timed(OpClass::kElementwise, [&] { inner_->scale(x, factor); });
+}
+void ProfiledOps::embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) {
+  timed(OpClass::kEmbedding, [&] { inner_->embedding_forward(ids_N, table_VC, out_NC); });
+}
+void ProfiledOps::embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) {
+  timed(OpClass::kEmbedding, [&] { inner_->embedding_backward(ids_N, dout_NC, dtable_VC); });
+}
+void ProfiledOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                                  Tensor rstd_N) {
+  timed(OpClass::kNorm, [&] { inner_->rmsnorm_forward(x_NC, weight_C, eps, out_NC, rstd_N); });
+}
+void ProfiledOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                                   Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) {
+  timed(OpClass::kNorm, [&] {
+    inner_->rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C, accumulate_dx);
+  });
+}
+void ProfiledOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
+  timed(OpClass::kGemm, [&] { inner_->linear_forward(x_NI, weight_OI, bias_O, out_NO); });
+}
+void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                                  Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
+  timed(OpClass::kGemm, [&] {
+    inner_->linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx);
+  });
+}
+void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
+  timed(OpClass::kElementwise, [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
+}
+void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR,
+                                Tensor sin_PR) {
+  timed(OpClass::kElementwise,
+        [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
+}
+void ProfiledOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                    Tensor out_BTHD, Tensor lse_BHT) {
+  timed(OpClass::kAttention,
+        [&] { inner_->attention_forward(q_BTHD, k_BTKD, v_BTKD, scale, out_BTHD, lse_BHT); });
+}
+void ProfiledOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
+                                     Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT, float scale,
+                                     Tensor dq_BTHD, Tensor dk_BTKD, Tensor dv_BTKD) {
+  timed(OpClass::kAttention, [&] {
+    inner_->attention_backward(dout_BTHD, q_BTHD, k_BTKD, v_BTKD, out_BTHD, lse_BHT, scale,
+                               dq_BTHD, dk_BTKD, dv_BTKD);
+  });
+}
+void ProfiledOps::swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {
+  timed(OpClass::kElementwise, [&] { inner_->swiglu_forward(gate_NF, up_NF, out_NF); });
+}
+void ProfiledOps::swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                                  Tensor dup_NF) {
+  timed(OpClass::kElementwise,
+        [&] { inner_->swiglu_backward(dout_NF, gate_NF, up_NF, dgate_NF, dup_NF); });
+}
+void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale,
+                                Tensor loss_sum_1, bool compute_grad) {
+  timed(OpClass::kLoss, [&] {
+    inner_->cross_entropy(logits_NV, targets_N, grad_scale, loss_sum_1, compute_grad);
+  });
+}
+void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
+  timed(OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
+}
+void ProfiledOps::sum_squares(Tensor x, Tensor out_1) {
+  timed(OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });
+}
+float ProfiledOps::read_scalar(Tensor x_1) {
+  float value = 0;
+  timed(OpClass::kMemory, [&] { value = inner_->read_scalar(x_1); });
+  return value;
+}
+
+}  // namespace shardtrain

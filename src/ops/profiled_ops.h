@@ -1,0 +1,95 @@
+// ProfiledOps: an Ops decorator that measures where a step's device time goes, by op class
+// (GEMM, attention, norms, elementwise, loss, optimizer, ...), for `SHARDTRAIN_PROFILE_OPS=1`
+// (ops/backend.h make_ops wraps the backend when it is set).
+//
+// Each call synchronises the device before and after the wrapped op and adds the wall time to
+// its class, so the figures are exact per-op device times but the run itself is slower (no
+// overlap, no queued launches): a profile run is for the breakdown, never for tokens/s. On
+// destruction the table (class, calls, total ms, share) is written to the log.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+enum class OpClass {
+  kGemm,
+  kAttention,
+  kNorm,
+  kElementwise,
+  kEmbedding,
+  kLoss,
+  kOptimizer,
+  kMemory,
+  kCount
+};
+const char* op_class_name(OpClass op_class);
+
+class ProfiledOps final : public Ops {
+ public:
+  explicit ProfiledOps(std::unique_ptr<Ops> inner);
+  ~ProfiledOps() override;
+
+  struct ClassTotals {
+    int64_t calls = 0;
+    double seconds = 0;
+  };
+  const ClassTotals& totals(OpClass op_class) const {
+    return totals_[static_cast<int>(op_class)];
+  }
+
+  Ops* backend() override { return inner_->backend(); }
+  Device device() const override { return inner_->device(); }
+  DType activation_dtype() const override { return inner_->activation_dtype(); }
+
+  void* allocate(size_t bytes) override;
+  void release(void* pointer) override;
+  void copy_from_host(Tensor dst, const void* src) override;
+  void copy_to_host(void* dst, Tensor src) override;
+  void fill_zero(Tensor dst) override;
+  void cast(Tensor dst, Tensor src) override;
+  void synchronize() override { inner_->synchronize(); }
+
+  void add(Tensor out, Tensor a, Tensor b) override;
+  void scale(Tensor x, float factor) override;
+  void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
+  void embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) override;
+  void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                       Tensor rstd_N) override;
+  void rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
+                        Tensor dweight_C, bool accumulate_dx) override;
+  void linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) override;
+  void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                       Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
+                         Tensor lse_BHT) override;
+  void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                          Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
+                          Tensor dk_BTKD, Tensor dv_BTKD) override;
+  void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
+  void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                       Tensor dup_NF) override;
+  void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
+                     bool compute_grad) override;
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
+  void sum_squares(Tensor x, Tensor out_1) override;
+  float read_scalar(Tensor x_1) override;
+
+ private:
+  // Synchronises, runs `op`, synchronises, adds the time to `op_class`.
+  template <typename Op>
+  void timed(OpClass op_class, Op&& op);
+
+  std::unique_ptr<Ops> inner_;
+  std::array<ClassTotals, static_cast<size_t>(OpClass::kCount)> totals_{};
+  std::chrono::steady_clock::time_point created_;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,60 @@
+// ProfiledOps forwards every op unchanged (bit-identical results) and books each call to its
+// class.
+#include "ops/profiled_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "core/host_buffer.h"
+#include "ops/backend.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace shardtrain {
+namespace {
+
+HostTensor filled(Shape shape, float start) {
+  HostTensor t(DType::kF32, shape);
+  for (int64_t i = 0; i < t.tensor.numel(); ++i) t.tensor.f32()[i] = start + 0.01f * (i % 37);
+  return t;
+}
+
+TEST(ProfiledOps, ForwardsOpsUnchangedAndCountsClasses) {
+  ProfiledOps profiled(make_cpu_ops());
+  auto plain = make_cpu_ops();
+  const HostTensor x = filled({4, 8}, -0.2f), weight = filled({6, 8}, 0.1f);
+  HostTensor out_profiled(DType::kF32, {4, 6}), out_plain(DType::kF32, {4, 6});
+  profiled.linear_forward(x.tensor, weight.tensor, Tensor(), out_profiled.tensor);
+  plain->linear_forward(x.tensor, weight.tensor, Tensor(), out_plain.tensor);
+  const HostTensor norm_weight = filled({6}, 0.9f);
+  HostTensor rstd(DType::kF32, {4});
+  profiled.rmsnorm_forward(out_profiled.tensor, norm_weight.tensor, 1e-6f, out_profiled.tensor,
+                           rstd.tensor);
+  plain->rmsnorm_forward(out_plain.tensor, norm_weight.tensor, 1e-6f, out_plain.tensor,
+                         rstd.tensor);
+  profiled.add(out_profiled.tensor, out_profiled.tensor, out_profiled.tensor);
+  plain->add(out_plain.tensor, out_plain.tensor, out_plain.tensor);
+  for (int64_t i = 0; i < out_plain.tensor.numel(); ++i) {
+    ASSERT_EQ(out_profiled.tensor.f32()[i], out_plain.tensor.f32()[i]) << i;
+  }
+  EXPECT_EQ(profiled.totals(OpClass::kGemm).calls, 1);
+  EXPECT_EQ(profiled.totals(OpClass::kNorm).calls, 1);
+  EXPECT_EQ(profiled.totals(OpClass::kElementwise).calls, 1);
+  EXPECT_EQ(profiled.totals(OpClass::kAttention).calls, 0);
+  EXPECT_GE(profiled.totals(OpClass::kGemm).seconds, 0.0);
+  EXPECT_EQ(profiled.backend()->device(), Device::kCpu);
+  EXPECT_NE(profiled.backend(), static_cast<Ops*>(&profiled));
+}
+
+TEST(ProfiledOps, EnvironmentVariableWrapsTheBackend) {
+  ::setenv("SHARDTRAIN_PROFILE_OPS", "1", 1);
+  auto wrapped = make_ops("cpu");
+  ::unsetenv("SHARDTRAIN_PROFILE_OPS");
+  auto plain = make_ops("cpu");
+  EXPECT_NE(dynamic_cast<ProfiledOps*>(wrapped.get()), nullptr);
+  EXPECT_EQ(dynamic_cast<ProfiledOps*>(plain.get()), nullptr);
+}
+
+}  // namespace
+}  // namespace shardtrain
