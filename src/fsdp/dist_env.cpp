@@ -3,8 +3,10 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/file_store.h"
 #include "dist/gloo_comm.h"
+#include "dist/host_staged_comm.h"
 #include "dist/nccl_comm.h"
 #include "dist/tcp_store.h"
 #include "fsdp/fsdp_groups.h"
@@ -56,21 +58,42 @@ DistEnv read_dist_env() {
   return env;
 }
 
+WorldComm choose_world_comm(const std::string& backend, Device device, const DistEnv& env,
+                            int visible_gpus) {
+  if (backend != "auto" && backend != "nccl" && backend != "gloo") {
+    fail("config key 'dist.backend' must be one of \"auto\", \"nccl\", \"gloo\"; got \"{}\"",
+         backend);
+  }
+  if (backend == "nccl" && device != Device::kCuda) {
+    fail(
+        "config key 'dist.backend' = \"nccl\" needs CUDA ranks, but this rank computes on the "
+        "{}; HINT: use --train.device=cuda, or --dist.backend=auto",
+        device_name(device));
+  }
+  if (env.world == 1) return WorldComm::kSingle;
+  if (device != Device::kCuda) return WorldComm::kGloo;
+  if (backend == "gloo") return WorldComm::kHostStagedGloo;
+  if (env.local_world <= visible_gpus) return WorldComm::kNccl;
+  if (backend == "auto") return WorldComm::kHostStagedGloo;
+  fail(
+      "{} ranks on this node (LOCAL_WORLD_SIZE) but {} GPU(s) visible, and dist.backend = "
+      "\"nccl\" needs one GPU per rank (NCCL refuses two ranks on one GPU); HINT: use "
+      "--nproc-per-node {}, check CUDA_VISIBLE_DEVICES, or use --dist.backend=gloo (host-staged, "
+      "slow: for testing the sharded path on fewer GPUs)",
+      env.local_world, visible_gpus, visible_gpus);
+}
+
 std::unique_ptr<Ops> make_rank_ops(const std::string& device_choice, const DistEnv& env) {
   const int gpus = visible_gpu_count();
   const bool wants_cuda = device_choice == "cuda" || (device_choice == "auto" && gpus > 0);
-  if (wants_cuda && gpus > 0 && env.local_world > gpus) {
-    fail("{} ranks on this node (LOCAL_WORLD_SIZE) but {} GPU(s) visible: NCCL needs one GPU per "
-         "rank; HINT: use --nproc-per-node {} (or gpu), check CUDA_VISIBLE_DEVICES, or train on "
-         "the CPU with --train.device=cpu",
-         env.local_world, gpus, gpus);
-  }
-  return make_ops(device_choice, wants_cuda ? env.local_rank : 0);
+  return make_ops(device_choice, wants_cuda && gpus > 0 ? env.local_rank % gpus : 0);
 }
 
-DistWorld connect_world(const DistEnv& env, Ops& ops) {
+DistWorld connect_world(const DistEnv& env, Ops& ops, const std::string& backend) {
+  const int gpus = ops.device() == Device::kCuda ? visible_gpu_count() : 0;
+  const WorldComm choice = choose_world_comm(backend, ops.device(), env, gpus);
   DistWorld world;
-  if (env.world == 1) {
+  if (choice == WorldComm::kSingle) {
     world.comm = make_single_rank_comm();
     return world;
   }
@@ -88,10 +111,28 @@ DistWorld connect_world(const DistEnv& env, Ops& ops) {
   }
   // Keys scoped by restart, so a restarted group never reads the previous group's addresses.
   const std::string prefix = "shardtrain/restart" + std::to_string(env.restart_count) + "/world";
-  if (ops.device() == Device::kCuda) {
-    world.comm = make_nccl_comm(*world.store, env.rank, env.world, prefix, ops);
-  } else {
-    world.comm = make_gloo_comm(*world.store, env.rank, env.world, prefix);
+  switch (choice) {
+    case WorldComm::kNccl:
+      world.comm = make_nccl_comm(*world.store, env.rank, env.world, prefix, ops);
+      break;
+    case WorldComm::kGloo:
+      world.comm = make_gloo_comm(*world.store, env.rank, env.world, prefix);
+      break;
+    case WorldComm::kHostStagedGloo:
+      if (env.rank == 0) {
+        log::info(
+            "dist: {}: collectives go through Gloo staged via host memory, each rank on GPU "
+            "LOCAL_RANK % {}; a correctness/testing path, much slower than NCCL",
+            backend == "gloo"
+                ? std::string("dist.backend = gloo")
+                : fmt::format("{} ranks on this node but {} visible GPU(s)", env.local_world, gpus),
+            gpus);
+      }
+      world.comm =
+          make_host_staged_comm(make_gloo_comm(*world.store, env.rank, env.world, prefix), ops);
+      break;
+    case WorldComm::kSingle:
+      break;
   }
   return world;
 }
