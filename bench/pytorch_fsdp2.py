@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""PyTorch FSDP2 baseline for bench/run_bench.sh (one process per GPU; world size from torchrun
-or 1). transformers model from a config, fully_shard per decoder layer, MixedPrecisionPolicy
-(bf16 params, fp32 reduce), fused AdamW, SDPA attention, random tokens.
+"""PyTorch FSDP2 baseline for bench/run_bench.sh and bench/run_scaling.sh (one process per GPU;
+world size from torchrun, or 1). transformers model from a config, fully_shard per decoder layer,
+MixedPrecisionPolicy (bf16 params, fp32 reduce), fused AdamW, SDPA attention, random tokens.
+--strategy shard_grad_op keeps the gathered parameters from forward to backward
+(fully_shard(..., reshard_after_forward=False): FSDP2's SHARD_GRAD_OP / ZeRO-2); full_shard
+(default) frees them after forward and gathers again in backward.
 
-Usage: python3 bench/pytorch_fsdp2.py CONFIG_JSON SEQ_LEN MICRO_BATCH STEPS [--checkpointing]
-Prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib, step_ms.
+Usage: [torchrun --standalone --nproc-per-node N] python3 bench/pytorch_fsdp2.py CONFIG_JSON
+       SEQ_LEN MICRO_BATCH STEPS [--checkpointing] [--strategy full_shard|shard_grad_op]
+Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib, step_ms.
 """
+import argparse
 import json
 import os
-import sys
 import time
 
 import torch
@@ -18,8 +22,18 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
 def main():
-    config_path, seq_len, micro_batch, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    checkpointing = "--checkpointing" in sys.argv
+    parser = argparse.ArgumentParser(description="PyTorch FSDP2 training throughput")
+    parser.add_argument("config_path")
+    parser.add_argument("seq_len", type=int)
+    parser.add_argument("micro_batch", type=int)
+    parser.add_argument("steps", type=int)
+    parser.add_argument("--checkpointing", action="store_true")
+    parser.add_argument("--strategy", choices=["full_shard", "shard_grad_op"], default="full_shard")
+    args = parser.parse_args()
+    config_path, seq_len = args.config_path, args.seq_len
+    micro_batch, steps = args.micro_batch, args.steps
+    checkpointing = args.checkpointing
+    reshard = args.strategy == "full_shard"
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
     os.environ.setdefault("RANK", "0")
@@ -36,8 +50,8 @@ def main():
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.model.layers:
-        fully_shard(layer, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(layer, mp_policy=policy, reshard_after_forward=reshard)
+    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=True)
     generator = torch.Generator(device="cuda").manual_seed(1)
     warmup = 3
@@ -54,10 +68,13 @@ def main():
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
     tokens = micro_batch * seq_len * steps
-    print(json.dumps({"framework": "pytorch-fsdp2", "torch": torch.__version__,
-                      "tokens_per_s": tokens / elapsed, "step_ms": 1000 * elapsed / steps,
-                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-                      "checkpointing": checkpointing, "loss": loss.item()}))
+    result = {"framework": "pytorch-fsdp2", "torch": torch.__version__,
+              "world_size": dist.get_world_size(), "strategy": args.strategy,
+              "tokens_per_s": tokens / elapsed, "step_ms": 1000 * elapsed / steps,
+              "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+              "checkpointing": checkpointing, "loss": loss.item()}
+    if dist.get_rank() == 0:
+        print(json.dumps(result), flush=True)
     dist.destroy_process_group()
 
 

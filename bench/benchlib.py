@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Arithmetic and parsing shared by bench/run_bench.sh and bench/run_scaling.sh (standard library
+only, so every part can be tried on a machine without a GPU).
+
+FLOPs per token (the one formula behind every MFU figure in bench/RESULTS.md):
+  6 x matmul parameters (q, k, v, o, gate, up, down per layer, plus the lm head whether tied or
+  not; the embedding lookup is excluded) + 6 x layers x seq_len x heads x head_dim (attention).
+MFU = tokens/s per GPU x FLOPs per token / 790 TFLOP/s (the H200's measured bf16 matmul ceiling).
+
+Subcommands:
+  flops CONFIG_JSON SEQ_LEN             FLOPs per token
+  bench-rows SHAPE OURS_TPS TORCH_TPS FLOPS OURS_MIB TORCH_MIB
+                                        run_bench.sh's table rows for one shape
+  tokens CONFIG_JSON OUT SEQ_LEN SEQS   random-token file (shardtrain's token format) with
+                                        SEQS x SEQ_LEN + 1 ids below the config's vocab_size
+  ours-tps METRICS_JSONL WORLD          per-GPU tokens/s of a shardtrain run from rank 0's
+                                        --metrics file (its "tokens" are summed over ranks);
+                                        steps 1 and 2 are warm-up, not timed
+  torch-tps LOG                         tokens/s per GPU from bench/pytorch_fsdp2.py's JSON line
+  peak-mib MEM_CSV GPUS                 largest memory.used (MiB) of GPUs 0..GPUS-1 in an
+                                        `nvidia-smi --query-gpu=index,memory.used` sample log
+  plan-total PLAN_OUTPUT STRATEGY       the per-rank "total" (MiB) of STRATEGY in the output of
+                                        `shardtrain plan`
+  record RUNS_JSONL key=value...        append one scaling run (see run_scaling.sh) to RUNS_JSONL,
+                                        reading its figures from the files named in the keys
+  scaling-table RUNS_JSONL              the scaling table of those runs
+"""
+import array
+import json
+import random
+import re
+import struct
+import sys
+
+PEAK_FLOPS = 790e12
+
+
+def flops_per_token(config_path, seq_len):
+    with open(config_path) as f:
+        c = json.load(f)
+    C, F, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+    H, V = c["num_attention_heads"], c["vocab_size"]
+    K = c.get("num_key_value_heads") or H
+    D = c.get("head_dim") or C // H
+    per_layer = C * H * D * 2 + C * K * D * 2 + 3 * C * F
+    matmul = L * per_layer + V * C
+    return 6 * matmul + 6 * L * int(seq_len) * H * D
+
+
+def mfu_percent(tokens_per_s, flops):
+    return 100.0 * float(tokens_per_s) * float(flops) / PEAK_FLOPS
+
+
+def write_tokens(config_path, out, seq_len, sequences):
+    with open(config_path) as f:
+        vocab = json.load(f)["vocab_size"]
+    n = int(sequences) * int(seq_len) + 1
+    rng = random.Random(0)
+    ids = array.array("I", (rng.randrange(vocab) for _ in range(n)))
+    assert ids.itemsize == 4
+    if sys.byteorder != "little":
+        ids.byteswap()
+    with open(out, "wb") as f:
+        f.write(struct.pack("<8sIIQQ", b"SHTOKENS", 1, 0, n, 0))
+        f.write(ids.tobytes())
+
+
+def ours_tokens_per_s(metrics_path, world):
+    with open(metrics_path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    if len(records) < 3:
+        raise ValueError(f"{metrics_path}: {len(records)} steps logged, need >= 3")
+    # Timed from the end of step 2 to the end of the last step: steps 1 and 2 (allocation,
+    # first kernels) are not timed, as in every run_bench.sh figure so far.
+    a, b = records[1], records[-1]
+    return (b["tokens"] - a["tokens"]) / (b["elapsed_s"] - a["elapsed_s"]) / int(world)
+
+
+def torch_tokens_per_s(log_path):
+    with open(log_path) as f:
+        lines = [line for line in f if '"tokens_per_s"' in line]
+    if not lines:
+        raise ValueError(f"{log_path}: no result line")
+    # Under torchrun only rank 0 prints it; a prefix such as "[rank0]:" is skipped.
+    line = lines[-1]
+    return json.loads(line[line.index("{"):])["tokens_per_s"]
+
+
+def peak_mib(mem_csv, gpus):
+    peak = None
+    with open(mem_csv) as f:
+        for line in f:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) != 2 or not parts[0].isdigit():
+                continue
+            try:
+                used = float(parts[1])
+            except ValueError:  # "[N/A]"
+                continue
+            if int(parts[0]) < int(gpus):
+                peak = used if peak is None else max(peak, used)
+    if peak is None:
+        raise ValueError(f"{mem_csv}: no memory samples")
+    return peak
+
+
+def plan_total_mib(plan_output, strategy):
+    """`shardtrain plan` prints one row per strategy: name, group, then seven "X MiB" columns
+    (params, moments, grad shard, full grads, gathered, activations, total)."""
+    with open(plan_output) as f:
+        for line in f:
+            words = line.split()
+            if words and words[0] == strategy.upper():
+                sizes = re.findall(r"([0-9.]+) MiB", line)
+                if len(sizes) != 7:
+                    raise ValueError(f"{plan_output}: {strategy.upper()}: {line.strip()}")
+                return float(sizes[-1])
+    raise ValueError(f"{plan_output}: no row for {strategy.upper()}")
+
+
+def bench_rows(shape, ours, theirs, flops, ours_mib, torch_mib):
+    rows = []
+    for name, tps, mib in (("shardtrain", ours, ours_mib), ("pytorch", theirs, torch_mib)):
+        rows.append(f"{shape:<14} {name:<10} {float(tps):12.0f} {mfu_percent(tps, flops):6.1f}% "
+                    f"{float(mib) / 1024:9.1f}")
+    rows.append(f"{shape:<14} {'ratio':<10} {float(ours) / float(theirs):12.3f}")
+    return "\n".join(rows)
+
+
+def record(runs_path, pairs):
+    """One run: run=, engine=, strategy=, gpus=, status=, flops=, and the files metrics= (ours)
+    or log= (PyTorch), mem=, plan= (ours). A figure that cannot be read turns the status into
+    the reason."""
+    r = dict(pair.split("=", 1) for pair in pairs)
+    gpus = int(r["gpus"])
+    out = {"run": r["run"], "engine": r["engine"], "strategy": r["strategy"], "gpus": gpus,
+           "status": r.get("status", "ok"), "tokens_per_s_gpu": None, "mfu": None,
+           "peak_mib": None, "plan_mib": None}
+    try:
+        if r.get("plan"):
+            out["plan_mib"] = plan_total_mib(r["plan"], r["strategy"])
+    except (OSError, ValueError) as e:
+        print(f"plan: {e}", file=sys.stderr)
+    try:
+        if r.get("mem"):
+            out["peak_mib"] = peak_mib(r["mem"], gpus)
+    except (OSError, ValueError) as e:
+        print(f"memory: {e}", file=sys.stderr)
+    if out["status"] == "ok":
+        try:
+            tps = (ours_tokens_per_s(r["metrics"], gpus) if r["engine"] == "shardtrain"
+                   else torch_tokens_per_s(r["log"]))
+            out["tokens_per_s_gpu"] = tps
+            out["mfu"] = mfu_percent(tps, r["flops"])
+        except (OSError, ValueError, KeyError) as e:
+            out["status"] = f"no result ({e})"
+    with open(runs_path, "a") as f:
+        f.write(json.dumps(out) + "\n")
+
+
+def scaling_table(runs_path):
+    with open(runs_path) as f:
+        runs = [json.loads(line) for line in f if line.strip()]
+    ok = [r for r in runs if r["tokens_per_s_gpu"] is not None]
+    base = {}  # (run, engine, strategy) -> the run at the fewest GPUs with a result
+    for r in ok:
+        key = (r["run"], r["engine"], r["strategy"])
+        if key not in base or r["gpus"] < base[key]["gpus"]:
+            base[key] = r
+    torch = {(r["run"], r["strategy"], r["gpus"]): r for r in ok if r["engine"] == "pytorch"}
+
+    def num(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    lines = [
+        "per GPU: tokens/s, MFU (790 TFLOP/s), peak nvidia-smi memory.used (largest GPU);",
+        "planGiB = `shardtrain plan` per-rank total; eff = tokens/s per GPU / the same at the "
+        "fewest GPUs (@N when not 1); vs torch = shardtrain / PyTorch FSDP2 tokens/s",
+        f"{'shape':<18} {'engine':<10} {'strategy':<13} {'gpus':>4} {'tok/s/gpu':>10} "
+        f"{'MFU':>6} {'peakGiB':>8} {'planGiB':>8} {'meas/plan':>9} {'eff':>9} {'vs torch':>8}  "
+        "status",
+    ]
+    order = {"shardtrain": 0, "pytorch": 1}
+    for r in sorted(runs, key=lambda r: (r["run"], r["strategy"], r["gpus"],
+                                         order.get(r["engine"], 2))):
+        tps = r["tokens_per_s_gpu"]
+        peak, plan = r["peak_mib"], r["plan_mib"]
+        ratio = peak / plan if peak and plan else None
+        eff = "-"
+        b = base.get((r["run"], r["engine"], r["strategy"]))
+        if tps is not None and b is not None:
+            eff = f"{tps / b['tokens_per_s_gpu']:.3f}" + ("" if b["gpus"] == 1 else f"@{b['gpus']}")
+        mfu = "-" if r["mfu"] is None else f"{r['mfu']:.1f}%"
+        vs = None
+        t = torch.get((r["run"], r["strategy"], r["gpus"]))
+        if r["engine"] == "shardtrain" and tps is not None and t is not None:
+            vs = tps / t["tokens_per_s_gpu"]
+        lines.append(
+            f"{r['run']:<18} {r['engine']:<10} {r['strategy']:<13} {r['gpus']:>4} "
+            f"{num(tps, '10.0f'):>10} {mfu:>6} "
+            f"{num(peak and peak / 1024, '8.1f'):>8} {num(plan and plan / 1024, '8.1f'):>8} "
+            f"{num(ratio, '9.3f'):>9} {eff:>9} {num(vs, '8.3f'):>8}  {r['status']}")
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.exit(__doc__)
+    command, args = argv[1], argv[2:]
+    if command == "flops" and len(args) == 2:
+        print(flops_per_token(*args))
+    elif command == "bench-rows" and len(args) == 6:
+        print(bench_rows(*args))
+    elif command == "tokens" and len(args) == 4:
+        write_tokens(*args)
+    elif command == "ours-tps" and len(args) == 2:
+        print(ours_tokens_per_s(*args))
+    elif command == "torch-tps" and len(args) == 1:
+        print(torch_tokens_per_s(*args))
+    elif command == "peak-mib" and len(args) == 2:
+        print(peak_mib(*args))
+    elif command == "plan-total" and len(args) == 2:
+        print(plan_total_mib(*args))
+    elif command == "record" and len(args) >= 2:
+        record(args[0], args[1:])
+    elif command == "scaling-table" and len(args) == 1:
+        print(scaling_table(*args))
+    else:
+        sys.exit(f"benchlib.py: bad arguments {argv[1:]}\n{__doc__}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
