@@ -6,6 +6,8 @@
 # A shape ending in "+ckpt" (e.g. qwen2.5-1.5b+ckpt) runs both engines with full activation
 # checkpointing.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory, and the ratio.
+# BENCH_PROFILE=1 adds, per shape, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
+# (device time per op class, synchronised per op; OUT_DIR/SHAPE-profile.txt), never timed.
 set -euo pipefail
 bin=$1 out=$2
 shift 2
@@ -41,6 +43,12 @@ for run in "${shapes[@]}"; do
     --train.micro_batch="$mb" --train.steps="$steps" --metrics "$out/$run-metrics.jsonl" \
     "${ours_ckpt[@]}")
   ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1)
+  if [[ -n ${BENCH_PROFILE:-} ]]; then
+    SHARDTRAIN_PROFILE_OPS=1 "$bin" train --config "$root/bench/bench.toml" \
+      --model.path="$root/bench/shapes/$shape" --data.path="$tokens" --data.seq_len="$seq" \
+      --train.micro_batch="$mb" --train.steps=3 "${ours_ckpt[@]}" >"$out/$run-profile.log" 2>&1 || true
+    sed -n '/op profile/,$p' "$out/$run-profile.log" >"$out/$run-profile.txt"
+  fi
   torch_mib=$(peak_mib "$out/$run-pytorch.log" python3 "$root/bench/pytorch_fsdp2.py" "$config" "$seq" "$mb" "$steps" "${torch_ckpt[@]}")
   theirs=$(python3 "$lib" torch-tps "$out/$run-pytorch.log")
   python3 "$lib" bench-rows "$run" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" >>"$out/table.txt"

@@ -17,13 +17,15 @@ grep -E "largest relative|PASSED|FAILED|Skipped" "$out/gpu-tests.log" | head -20
 build-gpu/train_parity_gpu_test 2>&1 | grep -E "largest relative difference"
 # Kernel timing at the benchmark shape (a measurement, not a test: disabled in ctest).
 build-gpu/cuda_ops_gpu_test --gtest_also_run_disabled_tests \
-  --gtest_filter='*AttentionThroughputBenchShape*' >/dev/null 2>&1
+  --gtest_filter='*AttentionThroughputBenchShape*:*DISABLED_Throughput*' >"$out/kernel-timing.log" 2>&1
 cat "$out/attention-timing.txt" 2>/dev/null
+grep -E "rmsnorm|linear|cross" "$out/kernel-timing.log" | head -6
 timeout 120 build-gpu/shardtrain train --config examples/demo.toml --train.device=cuda \
   --train.output_dir="" --metrics "$out/demo-gpu.jsonl" >"$out/demo-gpu.log" 2>&1
 tail -2 "$out/demo-gpu.log"
 if (($# > 0)) || [[ -z ${SKIP_BENCH:-} ]]; then
-  timeout 420 bench/run_bench.sh "$root/build-gpu/shardtrain" "$out/bench" "$@" 2>&1 | tail -8
+  BENCH_PROFILE=1 timeout 420 bench/run_bench.sh "$root/build-gpu/shardtrain" "$out/bench" "$@" 2>&1 | tail -8
   cp "$out/bench/table.txt" "$out/bench-table.txt" 2>/dev/null
+  for f in "$out"/bench/*-profile.txt; do [[ -f $f ]] && { echo "== $f"; cat "$f"; }; done
 fi
 echo "session: $(( $(date +%s) - start )) s"
