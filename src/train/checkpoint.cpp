@@ -2,12 +2,14 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "io/read_file.h"
@@ -63,37 +65,6 @@ nlohmann::json sampler_json(const SamplerState& s) {
           {"world", s.world}};
 }
 
-// Writes this rank's shard file; returns its size and checksum.
-ManifestEntry write_shard_file(const std::string& step_dir, FsdpUnits& units, Ops& ops,
-                               int64_t step) {
-  std::vector<SafetensorsTensorSpec> specs;
-  for (int u = 0; u < units.unit_count(); ++u) {
-    for (const char* kind : kKinds) {
-      specs.push_back(
-          {tensor_name(u, kind), DType::kF32, Shape{units.plan().units[u].shard_numel}});
-    }
-  }
-  const std::string file = rank_file_name(units.shard_rank());
-  const std::string path = (fs::path(step_dir) / file).string();
-  SafetensorsWriter writer(path, specs,
-                           {{"format", "shardtrain-shard"},
-                            {"step", std::to_string(step)},
-                            {"shard_rank", std::to_string(units.shard_rank())},
-                            {"group_size", std::to_string(units.plan().group_size)}});
-  std::vector<float> host;  // (shard_numel) one tensor at a time
-  for (int u = 0; u < units.unit_count(); ++u) {
-    const Tensor shards[] = {units.master_shard(u), units.exp_avg_shard(u),
-                             units.exp_avg_sq_shard(u)};
-    for (int k = 0; k < 3; ++k) {
-      host.resize(shards[k].numel());
-      ops.copy_to_host(host.data(), shards[k]);
-      writer.write_tensor(tensor_name(u, kKinds[k]), host.data(), host.size() * sizeof(float));
-    }
-  }
-  writer.finish();
-  return {file, file_xxhash64(path)};
-}
-
 ManifestEntry write_small_file(const std::string& step_dir, const std::string& file,
                                const std::string& contents) {
   const std::string path = (fs::path(step_dir) / file).string();
@@ -119,76 +90,139 @@ std::string agree(FsdpUnits& units, const std::function<void()>& action) {
 
 }  // namespace
 
-CheckpointSaveStats save_checkpoint(const std::string& dir, int64_t keep, FsdpUnits& units,
-                                    Ops& ops, const ParamLayout& layout,
-                                    const CheckpointRunInfo& info, const TrainProgress& progress) {
-  const auto start = std::chrono::steady_clock::now();
-  CheckpointSaveStats stats;
-  stats.step_dir = step_dir_path(dir, progress.step);
-  const bool is_rank0 = units.world_rank() == 0;
-  // Replicas hold identical shards: the first replica group writes them.
-  const bool writes_shard = units.replicate_rank() == 0;
-  SHARDTRAIN_CHECK(!writes_shard || units.world_rank() == units.shard_rank(),
+void snapshot_checkpoint(const std::string& dir, FsdpUnits& units, Ops& ops,
+                         const ParamLayout& layout, const CheckpointRunInfo& info,
+                         const TrainProgress& progress, CheckpointSnapshot* snapshot) {
+  CheckpointSnapshot& s = *snapshot;
+  s.step = progress.step;
+  s.step_dir = step_dir_path(dir, progress.step);
+  s.writes_shard = units.replicate_rank() == 0;
+  SHARDTRAIN_CHECK(!s.writes_shard || units.world_rank() == units.shard_rank(),
                    "replicate group 0 is world ranks [0, G)");
-
-  // Phase 1 (rank 0): an existing directory for this step (from an abandoned run or an
-  // interrupted save) loses its manifest before any file in it changes.
-  std::string failed = agree(units, [&] {
-    if (!is_rank0) return;
-    std::error_code ec;
-    fs::create_directories(stats.step_dir, ec);
-    if (ec)
-      fail("cannot create checkpoint dir {}: {}; HINT: check train.checkpoint_dir", stats.step_dir,
-           ec.message());
-    fs::remove(fs::path(stats.step_dir) / kManifestFile, ec);
-  });
-  if (!failed.empty()) fail("checkpoint step {} not saved: {}", progress.step, failed);
-
-  // Phase 2: every writing rank writes its shard file and digest; rank 0 the run state.
-  std::vector<ManifestEntry> rank0_files;
-  failed = agree(units, [&] {
-    if (writes_shard) {
-      const ManifestEntry entry = write_shard_file(stats.step_dir, units, ops, progress.step);
-      stats.bytes_written = entry.digest.bytes;
-      write_rank_digest(stats.step_dir, units.shard_rank(), entry);
-    }
-    if (!is_rank0) return;
-    const nlohmann::json state = {
-        {"format", "shardtrain-train-state"},
-        {"version", 1},
-        {"step", progress.step},
-        {"total_steps", progress.total_steps},
-        {"lr", progress.lr},
-        {"tokens_seen", progress.tokens_seen},
-        {"elapsed_s", progress.elapsed_s},
-        {"sampler", sampler_json(progress.sampler)},
-        {"rng", "none: init and data order derive from train.seed and the sampler state"},
-        {"model_path", info.model_path},
-        {"config_toml", info.config_toml},
-        {"layout", layout_json(units, layout, info.strategy)}};
-    rank0_files.push_back(write_small_file(stats.step_dir, kTrainStateFile, state.dump(1) + "\n"));
-    rank0_files.push_back(
-        write_small_file(stats.step_dir, kModelConfigFile, read_file(info.model_config_path)));
-  });
-  if (!failed.empty()) fail("checkpoint step {} not saved: {}", progress.step, failed);
-
-  // Phase 3 (rank 0, after every rank finished): the manifest, last; then pruning.
-  if (is_rank0) {
-    Manifest manifest;
-    manifest.step = progress.step;
-    manifest.files = take_rank_digests(stats.step_dir);
-    if (static_cast<int>(manifest.files.size()) != units.plan().group_size) {
-      fail("checkpoint step {} not saved: {} shard files reported, expected {}", progress.step,
-           manifest.files.size(), units.plan().group_size);
-    }
-    manifest.files.insert(manifest.files.end(), rank0_files.begin(), rank0_files.end());
-    write_manifest(stats.step_dir, manifest);
-    for (const std::string& removed : prune_checkpoints(dir, keep)) {
-      log::info("removed old checkpoint {}", removed);
+  s.shard_rank = units.shard_rank();
+  s.group_size = units.plan().group_size;
+  s.shard_numel.clear();
+  int64_t total = 0;
+  for (int u = 0; u < units.unit_count(); ++u) {
+    s.shard_numel.push_back(units.plan().units[u].shard_numel);
+    total += 3 * s.shard_numel.back();
+  }
+  if (s.writes_shard) {
+    // Grows once; later checkpoints reuse the buffer (the values are all overwritten).
+    if (s.shard_values.size() < static_cast<size_t>(total)) s.shard_values.resize(total);
+    float* cursor = s.shard_values.data();
+    for (int u = 0; u < units.unit_count(); ++u) {
+      for (const Tensor& shard :
+           {units.master_shard(u), units.exp_avg_shard(u), units.exp_avg_sq_shard(u)}) {
+        ops.copy_to_host(cursor, shard);
+        cursor += shard.numel();
+      }
     }
   }
-  stats.stall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return stats;
+  s.writes_run_state = units.world_rank() == 0;
+  s.train_state_json.clear();
+  s.model_config_path = info.model_config_path;
+  if (!s.writes_run_state) return;
+  const nlohmann::json state = {
+      {"format", "shardtrain-train-state"},
+      {"version", 1},
+      {"step", progress.step},
+      {"total_steps", progress.total_steps},
+      {"lr", progress.lr},
+      {"tokens_seen", progress.tokens_seen},
+      {"elapsed_s", progress.elapsed_s},
+      {"sampler", sampler_json(progress.sampler)},
+      {"rng", "none: init and data order derive from train.seed and the sampler state"},
+      {"model_path", info.model_path},
+      {"config_toml", info.config_toml},
+      {"layout", layout_json(units, layout, info.strategy)}};
+  s.train_state_json = state.dump(1) + "\n";
+}
+
+CheckpointFilesWritten write_checkpoint_files(const CheckpointSnapshot& s,
+                                              std::chrono::milliseconds delay_per_file) {
+  CheckpointFilesWritten written;
+  if (!s.writes_shard && !s.writes_run_state) return written;
+  const auto before_file = [&] {
+    if (delay_per_file.count() > 0) std::this_thread::sleep_for(delay_per_file);
+  };
+  std::error_code ec;
+  fs::create_directories(s.step_dir, ec);
+  if (ec) {
+    fail("cannot create checkpoint dir {}: {}; HINT: check train.checkpoint_dir", s.step_dir,
+         ec.message());
+  }
+  // An existing directory for this step (an abandoned run, an interrupted save) loses its
+  // manifest before any file in it changes: each writing rank removes it before touching a file
+  // of its own, so no rank needs to wait for another.
+  fs::remove(fs::path(s.step_dir) / kManifestFile, ec);
+
+  if (s.writes_shard) {
+    before_file();
+    std::vector<SafetensorsTensorSpec> specs;
+    for (size_t u = 0; u < s.shard_numel.size(); ++u) {
+      for (const char* kind : kKinds) {
+        specs.push_back(
+            {tensor_name(static_cast<int>(u), kind), DType::kF32, Shape{s.shard_numel[u]}});
+      }
+    }
+    const std::string file = rank_file_name(s.shard_rank);
+    const std::string path = (fs::path(s.step_dir) / file).string();
+    SafetensorsWriter writer(path, specs,
+                             {{"format", "shardtrain-shard"},
+                              {"step", std::to_string(s.step)},
+                              {"shard_rank", std::to_string(s.shard_rank)},
+                              {"group_size", std::to_string(s.group_size)}});
+    const float* cursor = s.shard_values.data();
+    for (size_t u = 0; u < s.shard_numel.size(); ++u) {
+      for (const char* kind : kKinds) {
+        writer.write_tensor(tensor_name(static_cast<int>(u), kind), cursor,
+                            s.shard_numel[u] * sizeof(float));
+        cursor += s.shard_numel[u];
+      }
+    }
+    writer.finish();
+    const ManifestEntry entry{file, file_xxhash64(path)};
+    written.bytes += entry.digest.bytes;
+    before_file();
+    write_rank_digest(s.step_dir, s.shard_rank, entry);
+  }
+  if (s.writes_run_state) {
+    before_file();
+    written.run_state_files.push_back(
+        write_small_file(s.step_dir, kTrainStateFile, s.train_state_json));
+    before_file();
+    written.run_state_files.push_back(
+        write_small_file(s.step_dir, kModelConfigFile, read_file(s.model_config_path)));
+    for (const ManifestEntry& e : written.run_state_files) written.bytes += e.digest.bytes;
+  }
+  return written;
+}
+
+std::vector<std::string> finalize_checkpoint(const std::string& dir, int64_t keep, int64_t step,
+                                             int group_size,
+                                             const std::vector<ManifestEntry>& run_state_files) {
+  const std::string step_dir = step_dir_path(dir, step);
+  Manifest manifest;
+  manifest.step = step;
+  // Digests of shard ranks >= group_size can only be left over from an abandoned save of this
+  // step at another world size; they are dropped with the rest.
+  const std::vector<ManifestEntry> digests = take_rank_digests(step_dir);
+  for (int k = 0; k < group_size; ++k) {
+    const std::string file = rank_file_name(k);
+    const auto it = std::find_if(digests.begin(), digests.end(),
+                                 [&](const ManifestEntry& e) { return e.file == file; });
+    if (it == digests.end()) {
+      fail(
+          "no digest of {} in {} (expected {} shard files); HINT: a rank's write was lost, "
+          "check that every rank sees the same checkpoint dir",
+          file, step_dir, group_size);
+    }
+    manifest.files.push_back(*it);
+  }
+  manifest.files.insert(manifest.files.end(), run_state_files.begin(), run_state_files.end());
+  write_manifest(step_dir, manifest);
+  return prune_checkpoints(dir, keep);
 }
 
 SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& layout) {

@@ -1,6 +1,7 @@
 // Sharded training checkpoints of an FSDP job: save, verify, load (at any world size and
 // strategy) and resume. The directory layout and its safety rules are in train/checkpoint_dir.h;
-// docs/checkpoints.md is the user's guide.
+// the asynchronous save protocol of the step loop (host snapshot, background write, manifest
+// once every rank is done) is train/checkpoint_saver.h; docs/checkpoints.md is the user's guide.
 //
 // What a checkpoint holds: per shard-group rank k, one safetensors file with the fp32 tensors
 // `unit.U.master`, `unit.U.exp_avg`, `unit.U.exp_avg_sq` (each the rank's shard of unit U,
@@ -18,6 +19,7 @@
 // files it needs, and verifies each of them against the manifest before reading it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,6 +30,7 @@
 #include "fsdp/fsdp_units.h"
 #include "model/param_layout.h"
 #include "ops/ops.h"
+#include "train/checkpoint_dir.h"
 
 namespace shardtrain {
 
@@ -49,18 +52,54 @@ struct CheckpointRunInfo {
   std::string model_config_path;  // the model's config.json, copied into the checkpoint
 };
 
-struct CheckpointSaveStats {
-  std::string step_dir;
-  uint64_t bytes_written = 0;  // this rank's shard file (0 if it writes none)
-  double stall_s = 0;          // time the step loop waited on this rank
+// One rank's part of one checkpoint, staged in host memory (copied from the device at the step
+// boundary), so that it can be written while training continues (train/checkpoint_saver.h).
+// The staging buffers are meant to be reused across checkpoints: snapshot_checkpoint() only
+// grows them.
+struct CheckpointSnapshot {
+  int64_t step = 0;
+  std::string step_dir;  // DIR/step_XXXXXXXX
+  // Replicas hold identical shards: only replicate group 0 writes them.
+  bool writes_shard = false;
+  int shard_rank = 0, group_size = 1;
+  std::vector<int64_t> shard_numel;  // [unit]
+  // (units, 3, shard_numel): per unit its master, exp_avg and exp_avg_sq shard, back to back.
+  std::vector<float> shard_values;
+  // World rank 0 only: train_state.json's contents and the model config.json to copy.
+  bool writes_run_state = false;
+  std::string train_state_json;
+  std::string model_config_path;
 };
 
-// Collective over all ranks: writes DIR/step_XXXXXXXX (train/checkpoint_dir.h) for
-// `progress.step`, then (rank 0) the manifest and pruning to `keep` checkpoints. Any rank's
-// failure throws Error on every rank and leaves the checkpoint incomplete.
-CheckpointSaveStats save_checkpoint(const std::string& dir, int64_t keep, FsdpUnits& units,
-                                    Ops& ops, const ParamLayout& layout,
-                                    const CheckpointRunInfo& info, const TrainProgress& progress);
+// Local: fills `snapshot` for `progress.step` under checkpoint dir `dir`: copies this rank's
+// fp32 master and moment shards to host (ops.copy_to_host) and, on world rank 0, serialises the
+// run state. No disk access.
+void snapshot_checkpoint(const std::string& dir, FsdpUnits& units, Ops& ops,
+                         const ParamLayout& layout, const CheckpointRunInfo& info,
+                         const TrainProgress& progress, CheckpointSnapshot* snapshot);
+
+// What write_checkpoint_files wrote.
+struct CheckpointFilesWritten {
+  uint64_t bytes = 0;                          // all files this rank wrote
+  std::vector<ManifestEntry> run_state_files;  // rank 0: train_state.json, model_config.json
+};
+
+// Local, touches no device and no communicator (safe on a background thread): creates the step
+// dir, removes any manifest an earlier attempt left there (before any file changes), then
+// writes this rank's shard file and its digest (rank_RRRRR.digest.json) and, on rank 0, the
+// run state files; each atomically (temp + fsync + rename). `delay_per_file` is a test hook
+// (slept before each file). Throws Error naming the file on failure; a failed write leaves no
+// partial file behind (only its temp file is removed).
+CheckpointFilesWritten write_checkpoint_files(const CheckpointSnapshot& snapshot,
+                                              std::chrono::milliseconds delay_per_file = {});
+
+// World rank 0, only after every rank's write_checkpoint_files of `step` succeeded: folds the
+// rank digests of shard ranks [0, group_size) into the manifest with `run_state_files`, writes
+// the manifest (which makes the checkpoint exist), then prunes `dir` to `keep` complete
+// checkpoints. Returns the removed step dirs. Throws Error when a shard's digest is missing.
+std::vector<std::string> finalize_checkpoint(const std::string& dir, int64_t keep, int64_t step,
+                                             int group_size,
+                                             const std::vector<ManifestEntry>& run_state_files);
 
 // The saved layout of a checkpoint (from its train_state.json).
 struct SavedUnit {

@@ -7,7 +7,13 @@
 //  - resharding 4 -> 2, 2 -> 4 and FULL_SHARD -> NO_SHARD within 1e-6 of the uninterrupted run;
 //  - export equals the trainer's own final save (fp32, byte for byte), also split into shards
 //    with an index under a tiny --max-shard-size, and for a tied-embedding Qwen2 model;
-//  - bad input: exit 2 with one error line naming the file or key.
+//  - bad input: exit 2 with one error line naming the file or key;
+//  - asynchronous saves (train/checkpoint_saver.h): the files equal those of synchronous saves
+//    while training runs on during a slowed write (test hook
+//    SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS), the step loop is not stalled by the write
+//    (up to train.checkpoint_max_lag_steps), a stop's checkpoint is complete before exit, and a
+//    failed background write is a one-line error (exit 2) that leaves the previous checkpoint
+//    complete and resumable.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -15,12 +21,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -65,6 +73,38 @@ Metrics read_metrics(const std::string& path) {
 }
 
 using testing::one_to;
+
+// The metrics record of `step` in a metrics JSONL (null when absent).
+nlohmann::json metrics_record(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (record["step"].get<int64_t>() == step) return record;
+  }
+  return nullptr;
+}
+
+// Sets an environment variable (a test hook) for the commands run while it lives.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The step after which the log says checkpoint `step` became complete, or -1.
+int64_t completed_after(const std::string& output, int64_t step) {
+  std::smatch match;
+  const std::regex pattern("checkpoint step " + std::to_string(step) +
+                           " complete after step ([0-9]+) ");
+  return std::regex_search(output, match, pattern) ? std::stoll(match[1].str()) : -1;
+}
 
 class CheckpointDistTest : public ::testing::Test {
  protected:
@@ -389,6 +429,133 @@ TEST_F(CheckpointDistTest, BadCheckpointsAndKeysAreOneLineErrors) {
   expect_user_error(run_command(kBinary + " export " + dir_ + "/truncated --out " + dir_ + "/x"),
                     {"rank_00000.safetensors", "truncated"});
   EXPECT_FALSE(fs::exists(dir_ + "/x"));
+}
+
+TEST_F(CheckpointDistTest, AsyncCheckpointFilesEqualSynchronousOnes) {
+  // 10 steps on 2 ranks with checkpoints every 5, written synchronously, then in the background
+  // by a slowed writer (4 files x 100 ms on rank 0) while steps 6..10 run: a writer that read
+  // the live shards instead of the step-5 snapshot would write other bytes.
+  const std::string flags = " --checkpoint-every 5 --train.steps=10 ";
+  CommandResult r = train(
+      "sync", 2, "--checkpoint-dir " + ckpt("sync") + flags + "--train.checkpoint_async=false");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(completed_after(r.output, 5), 5) << r.output;
+  {
+    const ScopedEnv slow("SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "100");
+    r = train("async", 2, "--checkpoint-dir " + ckpt("async") + flags);
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GT(completed_after(r.output, 5), 5) << r.output;
+  for (const std::string step_dir : {"/step_00000005", "/step_00000010"}) {
+    for (const std::string file : {"/rank_00000.safetensors", "/rank_00001.safetensors"}) {
+      const std::string sync_bytes = read_file(ckpt("sync") + step_dir + file);
+      EXPECT_GT(sync_bytes.size(), 1000u) << step_dir << file;
+      EXPECT_EQ(read_file(ckpt("async") + step_dir + file), sync_bytes) << step_dir << file;
+    }
+    const nlohmann::json a =
+        nlohmann::json::parse(read_file(ckpt("sync") + step_dir + "/manifest.json"));
+    const nlohmann::json b =
+        nlohmann::json::parse(read_file(ckpt("async") + step_dir + "/manifest.json"));
+    EXPECT_EQ(a["files"][0], b["files"][0]) << step_dir;
+    EXPECT_EQ(a["files"][1], b["files"][1]) << step_dir;
+  }
+}
+
+TEST_F(CheckpointDistTest, AsyncWriteDoesNotStallTheStepLoop) {
+  // A slow disk: each file takes 400 ms (rank 0 writes 4 files: >= 1.6 s per checkpoint).
+  const ScopedEnv slow("SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "400");
+  // Without a lag bound, steps 11..19 all run while step 10 is written.
+  const std::string name = "slow_disk";
+  CommandResult r = train(name, 2,
+                          "--checkpoint-dir " + ckpt(name) +
+                              " --checkpoint-every 10 --train.checkpoint_max_lag_steps=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string path = dir_ + "/" + name + "/metrics.jsonl";
+  const nlohmann::json at10 = metrics_record(path, 10), at11 = metrics_record(path, 11);
+  ASSERT_TRUE(at10.contains("checkpoint_stall_s")) << at10;
+  EXPECT_LT(at10["checkpoint_stall_s"].get<double>(), 0.3) << at10;
+  for (int64_t step = 11; step < 20; ++step)
+    EXPECT_FALSE(metrics_record(path, step).contains("checkpoint_stall_s")) << step;
+  EXPECT_TRUE(metrics_record(path, 20).contains("checkpoint_stall_s"));
+  // Step 11 ended (its elapsed_s includes step 10's stall) long before step 10's write could.
+  EXPECT_LT(at11["elapsed_s"].get<double>() - at10["elapsed_s"].get<double>(), 0.8);
+  EXPECT_GT(completed_after(r.output, 10), 12) << r.output;
+  EXPECT_NE(r.output.find("background write"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MB/s on rank 0"), std::string::npos) << r.output;
+  // The last checkpoint is complete at exit: export verifies every file against its manifest
+  // and equals the run's final save.
+  EXPECT_TRUE(fs::exists(ckpt(name) + "/step_00000020/manifest.json"));
+  const std::string hf = dir_ + "/" + name + "/hf";
+  r = run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(hf + "/model.safetensors"), read_file(out(name) + "/model.safetensors"));
+
+  // With the default bound (train.checkpoint_max_lag_steps = 2), steps 11 and 12 overlap the
+  // write, then step 12 waits for the rest: the checkpoint is complete before step 13.
+  const std::string bounded = "slow_disk_bounded";
+  r = train(bounded, 1,
+            "--checkpoint-dir " + ckpt(bounded) + " --checkpoint-every 10 --train.steps=14");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(completed_after(r.output, 10), 12) << r.output;
+  const std::string bounded_path = dir_ + "/" + bounded + "/metrics.jsonl";
+  EXPECT_FALSE(metrics_record(bounded_path, 11).contains("checkpoint_stall_s"));
+  const nlohmann::json at12 = metrics_record(bounded_path, 12);
+  ASSERT_TRUE(at12.contains("checkpoint_stall_s")) << at12;
+  EXPECT_GT(at12["checkpoint_stall_s"].get<double>(), 0.5) << at12;
+  EXPECT_NE(r.output.find("checkpoint step 10 was not complete 2 steps later"), std::string::npos)
+      << r.output;
+
+  // A stop (as on SIGTERM) exits only once its checkpoint is complete.
+  const std::string stopped = "slow_disk_stop";
+  r = train(stopped, 1, "--checkpoint-dir " + ckpt(stopped) + " --train.stop_at_step=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(completed_after(r.output, 3), 3) << r.output;
+  EXPECT_TRUE(fs::exists(ckpt(stopped) + "/step_00000003/manifest.json"));
+}
+
+TEST_F(CheckpointDistTest, FailedAsyncWriteIsAOneLineErrorAndKeepsThePreviousCheckpoint) {
+  // A directory where step 10's shard file must go: its background write fails at the rename
+  // (as on a full disk, after the data was written), while training runs on.
+  const std::string name = "write_fails";
+  const std::string step10 = ckpt(name) + "/step_00000010";
+  fs::create_directories(step10 + "/rank_00000.safetensors");
+  const std::string flags = "--checkpoint-dir " + ckpt(name) + " --checkpoint-every 5 ";
+  CommandResult r = train(name, 1, flags);
+  expect_user_error(r, {"checkpoint step 10 not saved", step10 + "/rank_00000.safetensors", "HINT",
+                        "newest complete checkpoint is still " + ckpt(name) + "/step_00000005"});
+  const std::vector<int64_t> steps = metrics(name).steps;
+  ASSERT_FALSE(steps.empty());
+  // Surfaced at step 11's all-reduce, or at step 12 where the lag bound waits for the write.
+  EXPECT_GE(steps.back(), 10);
+  EXPECT_LE(steps.back(), 11);
+  ASSERT_TRUE(fs::is_directory(step10));
+  EXPECT_FALSE(fs::exists(step10 + "/manifest.json"));
+  for (const auto& entry : fs::directory_iterator(step10)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  }
+  EXPECT_FALSE(fs::exists(out(name)));
+
+  // Step 5 is untouched: once the obstacle is gone, the run resumes from it and ends exactly
+  // as the uninterrupted run.
+  fs::remove_all(step10);
+  r = train(name, 1, flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from checkpoint " + ckpt(name) + "/step_00000005"),
+            std::string::npos)
+      << r.output;
+  expect_bit_identical(baseline(1), name);
+
+  // On 2 ranks, rank 1's failure stops both, and no manifest is written.
+  const std::string two = "write_fails_w2";
+  fs::create_directories(ckpt(two) + "/step_00000010/rank_00001.safetensors");
+  r = train(two, 2, "--checkpoint-dir " + ckpt(two) + " --checkpoint-every 5");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("checkpoint step 10 not saved: cannot rename"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("checkpoint step 10 not saved: 1 of 2 ranks failed"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(ckpt(two) + "/step_00000010/manifest.json"));
+  EXPECT_TRUE(fs::exists(ckpt(two) + "/step_00000005/manifest.json"));
 }
 
 }  // namespace

@@ -68,6 +68,12 @@ void TrainConfig::register_config(ConfigSchema& schema) {
              "never; or a checkpoint path");
   schema.add("train.stop_at_step", &train.stop_at_step,
              "save a checkpoint and stop after this step, as on SIGTERM (0 = run to train.steps)");
+  schema.add("train.checkpoint_async", &train.checkpoint_async,
+             "write checkpoint files on a background thread while training continues (the step "
+             "loop stalls only for a copy to host memory); false = wait for the write");
+  schema.add("train.checkpoint_max_lag_steps", &train.checkpoint_max_lag_steps,
+             "a checkpoint must be complete on disk at most this many steps after it was taken; a "
+             "slower write makes the step loop wait for it then (0 = no bound)");
 
   schema.add_choice("fsdp.strategy", &fsdp.strategy,
                     {"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"},
@@ -77,6 +83,11 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   schema.add("fsdp.reduce_on_last_micro_batch", &fsdp.reduce_on_last_micro_batch,
              "keep full unreduced grads across micro-batches and reduce once (one full fp32 grad "
              "buffer per unit)");
+
+  schema.add_choice(
+      "dist.backend", &dist.backend, {"auto", "nccl", "gloo"},
+      "collectives: auto = NCCL for one GPU per rank, Gloo for CPU ranks, host-staged "
+      "Gloo when ranks share a GPU; gloo on GPUs = host-staged (slow, for testing)");
 
   schema.add("optim.lr", &optim.lr, "peak learning rate");
   schema.add("optim.min_lr", &optim.min_lr, "learning rate at the end of the decay");
@@ -122,6 +133,8 @@ void TrainConfig::validate() const {
           train.checkpoint_every);
   require(train.keep_checkpoints >= 1, "train.keep_checkpoints", ">= 1", train.keep_checkpoints);
   require(train.stop_at_step >= 0, "train.stop_at_step", ">= 0 (0 = off)", train.stop_at_step);
+  require(train.checkpoint_max_lag_steps >= 0, "train.checkpoint_max_lag_steps",
+          ">= 0 (0 = no bound)", train.checkpoint_max_lag_steps);
   require(!train.resume.empty(), "train.resume", "auto, never or a checkpoint path", "\"\"");
   if (train.checkpoint_every > 0 && train.checkpoint_dir.empty()) {
     fail(

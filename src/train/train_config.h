@@ -5,10 +5,12 @@
 //   [model] path, init, dtype     [data] path, format, seq_len, pad_id
 //   [train] steps, micro_batch, grad_accum, seed, device, log_every, output_dir, max_grad_norm
 //   [train] global_batch (0 = micro_batch x grad_accum x data-parallel size)
-//   [train] checkpoint_dir, checkpoint_every, keep_checkpoints, resume, stop_at_step
+//   [train] checkpoint_dir, checkpoint_every, keep_checkpoints, resume, stop_at_step,
+//           checkpoint_async, checkpoint_max_lag_steps
 //   [optim] lr, min_lr, warmup_steps, schedule, weight_decay, beta1, beta2, eps,
 //           decay_norms_and_biases
 //   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch (docs/fsdp.md)
+//   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
 //
 // Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
 //        schema.load_toml_file(path); schema.apply_override(...); config.validate();
@@ -70,6 +72,12 @@ struct TrainLoopConfig {
   int64_t keep_checkpoints = 3;  // complete checkpoints kept (the newest is never removed)
   std::string resume = "auto";   // "auto" | "never" | a checkpoint path
   int64_t stop_at_step = 0;      // save a checkpoint and stop after this step (0 = run on)
+  // Write checkpoint files on a background thread while training continues (the step loop
+  // stalls only for a host copy); false = the step loop waits for the write.
+  bool checkpoint_async = true;
+  // A checkpoint must be complete on disk at most this many steps after it was taken; a slower
+  // write makes the step loop wait for it there (0 = no bound: only the next checkpoint waits).
+  int64_t checkpoint_max_lag_steps = 2;
 };
 
 struct OptimConfig {
@@ -90,12 +98,20 @@ struct FsdpConfig {
   bool reduce_on_last_micro_batch = false;
 };
 
+struct DistConfig {
+  // "auto" | "nccl" | "gloo": which engine carries collectives (fsdp/dist_env.h
+  // choose_world_comm). auto = NCCL for CUDA ranks with one GPU each, Gloo for CPU ranks, and
+  // host-staged Gloo when a node has more CUDA ranks than GPUs; gloo on CUDA ranks = host-staged.
+  std::string backend = "auto";
+};
+
 struct TrainConfig {
   ModelSourceConfig model;
   DataConfig data;
   TrainLoopConfig train;
   OptimConfig optim;
   FsdpConfig fsdp;
+  DistConfig dist;
 
   // Declares every key above in `schema`, bound to this object's fields.
   void register_config(ConfigSchema& schema);

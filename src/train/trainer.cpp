@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -23,6 +25,7 @@
 #include "obs/metrics_log.h"
 #include "obs/progress.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_saver.h"
 #include "train/checkpoint_signal.h"
 #include "train/heartbeat.h"
 #include "train/lr_schedule.h"
@@ -64,23 +67,6 @@ static std::string config_toml(const TrainConfig& config) {
   ConfigSchema schema;
   copy.register_config(schema);
   return schema.to_toml();
-}
-
-// Collective: saves a checkpoint of `progress` and logs (rank 0) the stall and bandwidth.
-static void save_training_checkpoint(const TrainConfig& config, FsdpUnits& units, Ops& ops,
-                                     const ParamLayout& layout, const CheckpointRunInfo& info,
-                                     const TrainProgress& progress) {
-  const CheckpointSaveStats stats =
-      save_checkpoint(config.train.checkpoint_dir, config.train.keep_checkpoints, units, ops,
-                      layout, info, progress);
-  const double total_bytes = units.sum_over_ranks(static_cast<double>(stats.bytes_written));
-  if (units.world_rank() == 0) {
-    log::info(
-        "checkpoint step {} saved to {}: {:.1f} MB over all ranks; step loop stalled "
-        "{:.3f} s (synchronous write, {:.1f} MB/s on rank 0)",
-        progress.step, stats.step_dir, total_bytes / 1e6, stats.stall_s,
-        stats.stall_s > 0 ? static_cast<double>(stats.bytes_written) / 1e6 / stats.stall_s : 0.0);
-  }
 }
 
 // Test hook, for the launcher's hang watchdog test (src/train/restart_resume_dist_test.cpp):
@@ -132,7 +118,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
 
   // Declared before the world: the heartbeat outlives the Comm that reports to it.
   const std::unique_ptr<Heartbeat> heartbeat = Heartbeat::for_launched_worker(env);
-  DistWorld world = connect_world(env, ops);
+  DistWorld world = connect_world(env, ops, config.dist.backend);
   world.comm = with_heartbeat(std::move(world.comm), *heartbeat);
   FsdpGroups groups(*world.comm, group_size);
   FsdpUnits units(ops, layout, groups,
@@ -147,8 +133,17 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   }
   const bool checkpointing = !config.train.checkpoint_dir.empty();
   if (checkpointing) install_stop_signal_handler();
-  const CheckpointRunInfo checkpoint_info{config.fsdp.strategy, config_toml(config),
-                                          config.model.path, config_json_of(config.model.path)};
+  // Declared after the units it copies from: its writer thread ends first.
+  std::optional<CheckpointSaver> checkpoints;
+  if (checkpointing) {
+    checkpoints.emplace(
+        CheckpointSaverOptions{config.train.checkpoint_dir, config.train.keep_checkpoints,
+                               config.train.checkpoint_async,
+                               config.train.checkpoint_max_lag_steps},
+        units, ops, layout,
+        CheckpointRunInfo{config.fsdp.strategy, config_toml(config), config.model.path,
+                          config_json_of(config.model.path)});
+  }
   if (is_rank0) {
     log::info("model {}: {} parameters, {} layers; data {}: {} sequences of {} tokens; device {}",
               model_config.model_type, layout.parameter_count(), model_config.num_hidden_layers,
@@ -250,24 +245,34 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
       std::printf("%s\n", format_progress_line(report).c_str());
       std::fflush(stdout);
     }
-    metrics.append({{"step", step}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                    {"tokens_per_s", report.tokens_per_s}, {"tokens", tokens_seen},
-                    {"elapsed_s", elapsed}});
+    nlohmann::json record = {{"step", step},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens_per_s", report.tokens_per_s},
+                             {"tokens", tokens_seen},
+                             {"elapsed_s", elapsed}};
     outcome.tokens_per_s = report.tokens_per_s;
 
-    if (!checkpointing) continue;
-    // Every rank must agree to stop (SIGTERM may reach them at different steps).
-    const bool signalled = env.world > 1
-                               ? units.sum_over_ranks(stop_signal_received() ? 1.0 : 0.0) > 0
-                               : stop_signal_received();
-    const bool stop = signalled || step == config.train.stop_at_step;
-    const bool periodic =
-        config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0;
-    if (stop || periodic || step == steps) {
-      save_training_checkpoint(config, units, ops, layout, checkpoint_info,
-                               {step, steps, tokens_seen, elapsed, lr, sampler.state()});
+    bool stop = false, signalled = false;
+    if (checkpoints) {
+      // Every rank must agree to stop (SIGTERM may reach them at different steps); the same
+      // collective advances a checkpoint being written in the background.
+      const CheckpointPoll polled = checkpoints->poll(step, stop_signal_received());
+      signalled = polled.stop;
+      stop = signalled || step == config.train.stop_at_step;
+      if (polled.waited) record["checkpoint_stall_s"] = polled.wait_s;
+      const bool periodic =
+          config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0;
+      if (stop || periodic || step == steps) {
+        const CheckpointStall stall =
+            checkpoints->save({step, steps, tokens_seen, elapsed, lr, sampler.state()});
+        record["checkpoint_stall_s"] = polled.wait_s + stall.total_s();
+      }
     }
+    metrics.append(record);
     if (stop && step < steps) {
+      checkpoints->finish();  // a stop's checkpoint is complete on disk before the process ends
       if (is_rank0) {
         log::info("stopped after step {} ({}); resume with --resume auto", step,
                   signalled ? "SIGTERM" : "train.stop_at_step");
@@ -276,6 +281,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
       break;
     }
   }
+  if (checkpoints) checkpoints->finish();
   if (env.world > 1) {
     log::info("fsdp rank {}/{}: memory measured {}", env.rank, env.world,
               memory_json(units.memory()));
