@@ -34,31 +34,60 @@ ProfiledOps::ProfiledOps(std::unique_ptr<Ops> inner)
     : inner_(std::move(inner)), created_(std::chrono::steady_clock::now()) {}
 
 ProfiledOps::~ProfiledOps() {
+  if (step_has_update_) steps_.push_back(current_step_);
+  Table table = totals_;
+  std::string scope = "totals over the run";
+  if (steps_.size() >= 2) {
+    table = {};
+    for (size_t step = 1; step < steps_.size(); ++step) {
+      for (size_t c = 0; c < table.size(); ++c) {
+        table[c].calls += steps_[step][c].calls;
+        table[c].seconds += steps_[step][c].seconds;
+      }
+    }
+    const double count = static_cast<double>(steps_.size() - 1);
+    for (ClassTotals& t : table) {
+      t.calls = static_cast<int64_t>(static_cast<double>(t.calls) / count + 0.5);
+      t.seconds /= count;
+    }
+    scope = fmt::format("per step, mean of steps 2..{}", steps_.size());
+  }
+  double total = 0;
+  for (const ClassTotals& t : table) total += t.seconds;
+  std::string text =
+      fmt::format("op profile (SHARDTRAIN_PROFILE_OPS; synchronised per op; {}):", scope);
+  for (int c = 0; c < static_cast<int>(OpClass::kCount); ++c) {
+    const ClassTotals& t = table[c];
+    text += fmt::format("\n  {:<34} {:>8} calls {:>11.2f} ms {:>6.1f}%",
+                        op_class_name(static_cast<OpClass>(c)), t.calls, t.seconds * 1e3,
+                        total > 0 ? 100.0 * t.seconds / total : 0.0);
+  }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
-  double total = 0;
-  for (const ClassTotals& t : totals_) total += t.seconds;
-  std::string table = "op profile (SHARDTRAIN_PROFILE_OPS; synchronised per op):";
-  for (int c = 0; c < static_cast<int>(OpClass::kCount); ++c) {
-    const ClassTotals& t = totals_[c];
-    table += fmt::format("\n  {:<34} {:>8} calls {:>11.1f} ms {:>6.1f}%",
-                         op_class_name(static_cast<OpClass>(c)), t.calls, t.seconds * 1e3,
-                         total > 0 ? 100.0 * t.seconds / total : 0.0);
-  }
-  table += fmt::format("\n  {:<34} {:>14} {:>11.1f} ms (process wall time {:.1f} ms)", "all ops",
-                       "", total * 1e3, wall * 1e3);
-  log::info("{}", table);
+  text += fmt::format("\n  {:<34} {:>14} {:>11.2f} ms (process wall time {:.1f} s)", "all ops", "",
+                      total * 1e3, wall);
+  log::info("{}", text);
 }
 
 template <typename Op>
 void ProfiledOps::timed(OpClass op_class, Op&& op) {
+  const bool compute = op_class != OpClass::kOptimizer && op_class != OpClass::kMemory;
+  if (compute && step_has_update_) {  // the first compute op after an update: a new step
+    steps_.push_back(current_step_);
+    current_step_ = {};
+    step_has_update_ = false;
+  }
   inner_->synchronize();
   const auto start = std::chrono::steady_clock::now();
   op();
   inner_->synchronize();
-  ClassTotals& t = totals_[static_cast<int>(op_class)];
-  ++t.calls;
-  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (Table* table : {&totals_, &current_step_}) {
+    ClassTotals& t = (*table)[static_cast<int>(op_class)];
+    ++t.calls;
+    t.seconds += seconds;
+  }
 }
 
 void* ProfiledOps::allocate(size_t bytes) { return inner_->allocate(bytes); }
@@ -109,22 +138,20 @@ void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
 void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
   timed(OpClass::kElementwise, [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
 }
-void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR,
-                                Tensor sin_PR) {
-  timed(OpClass::kElementwise,
-        [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
+void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
+  timed(OpClass::kElementwise, [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
 }
 void ProfiledOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
                                     Tensor out_BTHD, Tensor lse_BHT) {
   timed(OpClass::kAttention,
         [&] { inner_->attention_forward(q_BTHD, k_BTKD, v_BTKD, scale, out_BTHD, lse_BHT); });
 }
-void ProfiledOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
-                                     Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT, float scale,
-                                     Tensor dq_BTHD, Tensor dk_BTKD, Tensor dv_BTKD) {
+void ProfiledOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                                     Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
+                                     Tensor dk_BTKD, Tensor dv_BTKD) {
   timed(OpClass::kAttention, [&] {
-    inner_->attention_backward(dout_BTHD, q_BTHD, k_BTKD, v_BTKD, out_BTHD, lse_BHT, scale,
-                               dq_BTHD, dk_BTKD, dv_BTKD);
+    inner_->attention_backward(dout_BTHD, q_BTHD, k_BTKD, v_BTKD, out_BTHD, lse_BHT, scale, dq_BTHD,
+                               dk_BTKD, dv_BTKD);
   });
 }
 void ProfiledOps::swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {
@@ -137,12 +164,12 @@ void ProfiledOps::swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, 
 }
 void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale,
                                 Tensor loss_sum_1, bool compute_grad) {
-  timed(OpClass::kLoss, [&] {
-    inner_->cross_entropy(logits_NV, targets_N, grad_scale, loss_sum_1, compute_grad);
-  });
+  timed(OpClass::kLoss,
+        [&] { inner_->cross_entropy(logits_NV, targets_N, grad_scale, loss_sum_1, compute_grad); });
 }
 void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
   timed(OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
+  step_has_update_ = true;
 }
 void ProfiledOps::sum_squares(Tensor x, Tensor out_1) {
   timed(OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });

@@ -5,13 +5,17 @@
 // Each call synchronises the device before and after the wrapped op and adds the wall time to
 // its class, so the figures are exact per-op device times but the run itself is slower (no
 // overlap, no queued launches): a profile run is for the breakdown, never for tokens/s. On
-// destruction the table (class, calls, total ms, share) is written to the log.
+// destruction the table (class, calls, ms, share) is written to the log: per training step,
+// averaged over the steps after the first (which also holds one-time work: weight upload,
+// cuBLASLt algorithm search), when there are at least two; else totals. A step ends with its
+// AdamW calls: the first compute op after an adamw starts the next one.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -39,9 +43,11 @@ class ProfiledOps final : public Ops {
     int64_t calls = 0;
     double seconds = 0;
   };
-  const ClassTotals& totals(OpClass op_class) const {
-    return totals_[static_cast<int>(op_class)];
-  }
+  using Table = std::array<ClassTotals, static_cast<size_t>(OpClass::kCount)>;
+  // Totals over every call so far.
+  const ClassTotals& totals(OpClass op_class) const { return totals_[static_cast<int>(op_class)]; }
+  // Completed steps (see the header comment), each with its per-class totals.
+  const std::vector<Table>& steps() const { return steps_; }
 
   Ops* backend() override { return inner_->backend(); }
   Device device() const override { return inner_->device(); }
@@ -88,7 +94,9 @@ class ProfiledOps final : public Ops {
   void timed(OpClass op_class, Op&& op);
 
   std::unique_ptr<Ops> inner_;
-  std::array<ClassTotals, static_cast<size_t>(OpClass::kCount)> totals_{};
+  Table totals_{}, current_step_{};
+  std::vector<Table> steps_;
+  bool step_has_update_ = false;  // an adamw ran in current_step_
   std::chrono::steady_clock::time_point created_;
 };
 

@@ -47,6 +47,27 @@ TEST(ProfiledOps, ForwardsOpsUnchangedAndCountsClasses) {
   EXPECT_NE(profiled.backend(), static_cast<Ops*>(&profiled));
 }
 
+TEST(ProfiledOps, StepsEndWithTheirAdamWCalls) {
+  ProfiledOps profiled(make_cpu_ops());
+  HostTensor a = filled({16}, 0.1f), b = filled({16}, 0.2f), m = filled({16}, 0.0f),
+             v = filled({16}, 0.0f);
+  AdamWStep step;
+  step.lr = 1e-3f;
+  for (int s = 0; s < 3; ++s) {
+    profiled.add(a.tensor, a.tensor, b.tensor);
+    profiled.add(a.tensor, a.tensor, b.tensor);
+    profiled.adamw(a.tensor, b.tensor, m.tensor, v.tensor, step);
+    profiled.adamw(a.tensor, b.tensor, m.tensor, v.tensor, step);  // several units per step
+  }
+  profiled.add(a.tensor, a.tensor, b.tensor);  // starts a fourth step
+  ASSERT_EQ(profiled.steps().size(), 3u);
+  for (const ProfiledOps::Table& table : profiled.steps()) {
+    EXPECT_EQ(table[static_cast<int>(OpClass::kElementwise)].calls, 2);
+    EXPECT_EQ(table[static_cast<int>(OpClass::kOptimizer)].calls, 2);
+  }
+  EXPECT_EQ(profiled.totals(OpClass::kElementwise).calls, 7);
+}
+
 TEST(ProfiledOps, EnvironmentVariableWrapsTheBackend) {
   ::setenv("SHARDTRAIN_PROFILE_OPS", "1", 1);
   auto wrapped = make_ops("cpu");

@@ -15,13 +15,14 @@
 //             written once (no atomics across the group); dQ += dS K goes through shared memory
 //             (dS^T) and fp32 atomics into a scratch buffer that a last kernel scales to bf16.
 // Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4; A regs hold
-// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t..2t+1, n g), (k 2t+8.., n g);
-// C holds (g, 2t..2t+1), (g+8, 2t..2t+1). So two adjacent C tiles of scores, rounded to bf16, are
-// exactly the A fragment of the next product (P V), with no trip through shared memory.
+// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t..2t+1, n g), (k 2t+8.., n
+// g); C holds (g, 2t..2t+1), (g+8, 2t..2t+1). So two adjacent C tiles of scores, rounded to bf16,
+// are exactly the A fragment of the next product (P V), with no trip through shared memory.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "ops/cuda/cuda_device_utils.cuh"
@@ -213,15 +214,15 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int kc = 0; kc < kTile / 16; ++kc) {
-      const uint32_t p_frag[4] = {
-          pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-          pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-          pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const uint32_t p_frag[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]),
+                                  pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
       for (int dp = 0; dp < kDChunks; ++dp) {
         uint32_t vb[4];
-        ldmatrix_x4_trans(vb, v_tile + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P +
-                                  dp * 16 + (lane / 16) * 8);
+        ldmatrix_x4_trans(vb, v_tile + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dp * 16 +
+                                  (lane / 16) * 8);
         mma(acc[2 * dp], p_frag, vb[0], vb[1]);
         mma(acc[2 * dp + 1], p_frag, vb[2], vb[3]);
       }
@@ -238,8 +239,8 @@ __global__ void __launch_bounds__(kThreads)
     bf16* out_row = out_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<__nv_bfloat162*>(out_row + n * 8 + 2 * t) = __floats2bfloat162_rn(
-          acc[n][2 * r] * inverse_sum, acc[n][2 * r + 1] * inverse_sum);
+      *reinterpret_cast<__nv_bfloat162*>(out_row + n * 8 + 2 * t) =
+          __floats2bfloat162_rn(acc[n][2 * r] * inverse_sum, acc[n][2 * r + 1] * inverse_sum);
     }
     if (t == 0) {
       lse_BHT[(int64_t{b} * shape.heads + h) * seq + query] =
@@ -261,10 +262,10 @@ __global__ void flash_delta_kernel(const bf16* dout_BTHD, const bf16* out_BTHD,
   float dot = 0;
 #pragma unroll
   for (int d = 2 * lane; d < D; d += 64) {
-    const float2 o = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162*>(out_BTHD + row * D + d));
-    const float2 dO = __bfloat1622float2(
-        *reinterpret_cast<const __nv_bfloat162*>(dout_BTHD + row * D + d));
+    const float2 o =
+        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out_BTHD + row * D + d));
+    const float2 dO =
+        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout_BTHD + row * D + d));
     dot += o.x * dO.x + o.y * dO.y;
   }
   dot = cuda_detail::warp_sum(dot);
@@ -280,31 +281,38 @@ template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                           const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
-                          float scale, AttentionShape shape, float* dq_accum_BTHD, bf16* dk_BTKD,
-                          bf16* dv_BTKD) {
+                          float scale, AttentionShape shape, int heads_per_block,
+                          float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD, float* dk_accum_BTKD,
+                          float* dv_accum_BTKD) {
   constexpr int P = pitch<D>();
   constexpr int kDChunks = D / 16;
   const int seq = shape.seq;
   const int q_tiles = (seq + kTile - 1) / kTile;
-  // Block index -> (key tile, kv head, batch) with the heaviest key tiles (most query tiles
-  // after them) dispatched first.
-  const int heads_and_batches = shape.kv_heads * shape.batch;
-  const int kv_tile = blockIdx.x / heads_and_batches;
-  const int kv_head = blockIdx.x % heads_and_batches % shape.kv_heads;
-  const int b = blockIdx.x % heads_and_batches / shape.kv_heads;
+  // Block index -> (key tile, kv head, slice of its query-head group, batch) with the heaviest
+  // key tiles (most query tiles after them) dispatched first. A block walks `heads_per_block`
+  // query heads of the group; when that is not the whole group, several blocks share a key
+  // tile and add their dK, dV into fp32 accumulators instead of storing them.
   const int group = shape.heads / shape.kv_heads;
+  const int slices = group / heads_per_block;
+  const int units = shape.kv_heads * slices;
+  const int heads_and_batches = units * shape.batch;
+  const int kv_tile = blockIdx.x / heads_and_batches;
+  const int unit = blockIdx.x % heads_and_batches % units;
+  const int b = blockIdx.x % heads_and_batches / units;
+  const int kv_head = unit / slices;
+  const int first_head = kv_head * group + (unit % slices) * heads_per_block;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* k_s = reinterpret_cast<bf16*>(shared_bytes);    // [kTile][P]
-  bf16* v_s = k_s + kTile * P;                          // [kTile][P]
-  bf16* q_s = v_s + kTile * P;                          // [2][kTile][P]
-  bf16* dout_s = q_s + 2 * kTile * P;                   // [2][kTile][P]
-  bf16* dscores_s = dout_s + 2 * kTile * P;             // dS^T: [kTile keys][kScorePitch]
+  bf16* k_s = reinterpret_cast<bf16*>(shared_bytes);  // [kTile][P]
+  bf16* v_s = k_s + kTile * P;                        // [kTile][P]
+  bf16* q_s = v_s + kTile * P;                        // [2][kTile][P]
+  bf16* dout_s = q_s + 2 * kTile * P;                 // [2][kTile][P]
+  bf16* dscores_s = dout_s + 2 * kTile * P;           // dS^T: [kTile keys][kScorePitch]
   float* lse_s = reinterpret_cast<float*>(dscores_s + kTile * kScorePitch);  // [2][kTile], log2
-  float* delta_s = lse_s + 2 * kTile;                                         // [2][kTile]
+  float* delta_s = lse_s + 2 * kTile;                                        // [2][kTile]
 
   const int first_key = kv_tile * kTile;
   const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
@@ -312,15 +320,14 @@ __global__ void __launch_bounds__(kThreads)
   load_tile_async<D>(v_s, v_BTKD + kv_offset, kv_token, first_key, seq);
 
   const int tiles_per_head = q_tiles - kv_tile;
-  const int steps = group * tiles_per_head;
+  const int steps = heads_per_block * tiles_per_head;
   // Step -> (query head, query tile); stages Q, dO, lse and delta of that step into `stage`.
   auto load_step = [&](int step, int stage) {
-    const int h = kv_head * group + step / tiles_per_head;
+    const int h = first_head + step / tiles_per_head;
     const int first_query = (kv_tile + step % tiles_per_head) * kTile;
     const int64_t q_offset = b * int64_t{seq} * q_token + int64_t{h} * D;
     load_tile_async<D>(q_s + stage * kTile * P, q_BTHD + q_offset, q_token, first_query, seq);
-    load_tile_async<D>(dout_s + stage * kTile * P, dout_BTHD + q_offset, q_token, first_query,
-                       seq);
+    load_tile_async<D>(dout_s + stage * kTile * P, dout_BTHD + q_offset, q_token, first_query, seq);
     const int64_t stats = (int64_t{b} * shape.heads + h) * seq;
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const int query = first_query + i;
@@ -348,7 +355,7 @@ __global__ void __launch_bounds__(kThreads)
       cp_async_commit();
     }
     const int stage = step & 1;
-    const int h = kv_head * group + step / tiles_per_head;
+    const int h = first_head + step / tiles_per_head;
     const int q_tile = kv_tile + step % tiles_per_head;
     const bf16* q_tile_s = q_s + stage * kTile * P;
     const bf16* dout_tile_s = dout_s + stage * kTile * P;
@@ -370,8 +377,8 @@ __global__ void __launch_bounds__(kThreads)
       ldmatrix_x4(v_frag, v_s + a_offset);
 #pragma unroll
       for (int np = 0; np < kTile / 16; ++np) {
-        const int b_offset = (np * 16 + lane % 8 + (lane / 16) * 8) * P + kc * 16 +
-                             ((lane / 8) % 2) * 8;
+        const int b_offset =
+            (np * 16 + lane % 8 + (lane / 16) * 8) * P + kc * 16 + ((lane / 8) % 2) * 8;
         uint32_t qb[4], ob[4];
         ldmatrix_x4(qb, q_tile_s + b_offset);
         mma(s[2 * np], k_frag, qb[0], qb[1]);
@@ -407,18 +414,18 @@ __global__ void __launch_bounds__(kThreads)
     // dV += P^T dO; dK += dS^T Q (scaled at the end).
 #pragma unroll
     for (int kc = 0; kc < kTile / 16; ++kc) {
-      const uint32_t p_frag[4] = {
-          pack_bf16(s[2 * kc][0], s[2 * kc][1]), pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-          pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-          pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-      const uint32_t ds_frag[4] = {
-          pack_bf16(dp[2 * kc][0], dp[2 * kc][1]), pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
-          pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
-          pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+      const uint32_t p_frag[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]),
+                                  pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      const uint32_t ds_frag[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]),
+                                   pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
+                                   pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                                   pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
 #pragma unroll
       for (int dpair = 0; dpair < kDChunks; ++dpair) {
-        const int b_offset = (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 +
-                             (lane / 16) * 8;
+        const int b_offset =
+            (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 + (lane / 16) * 8;
         uint32_t ob[4], qb[4];
         ldmatrix_x4_trans(ob, dout_tile_s + b_offset);
         mma(dv[2 * dpair], p_frag, ob[0], ob[1]);
@@ -434,9 +441,9 @@ __global__ void __launch_bounds__(kThreads)
     uint32_t dsq_frag[kTile / 16][4];
 #pragma unroll
     for (int kc = 0; kc < kTile / 16; ++kc) {
-      ldmatrix_x4_trans(dsq_frag[kc], dscores_s + (kc * 16 + lane % 8 + (lane / 16) * 8) *
-                                                      kScorePitch +
-                                                  warp * 16 + ((lane / 8) % 2) * 8);
+      ldmatrix_x4_trans(dsq_frag[kc], dscores_s +
+                                          (kc * 16 + lane % 8 + (lane / 16) * 8) * kScorePitch +
+                                          warp * 16 + ((lane / 8) % 2) * 8);
     }
     const int query0 = q_tile * kTile + warp * 16 + g;
     float* dq_row0 = dq_accum_BTHD + (b * int64_t{seq} + query0) * q_token + int64_t{h} * D;
@@ -447,18 +454,20 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kc = 0; kc < kTile / 16; ++kc) {
         uint32_t kb[4];
-        ldmatrix_x4_trans(kb, k_s + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P +
-                                  dpair * 16 + (lane / 16) * 8);
+        ldmatrix_x4_trans(kb, k_s + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 +
+                                  (lane / 16) * 8);
         mma(dq[0], dsq_frag[kc], kb[0], kb[1]);
         mma(dq[1], dsq_frag[kc], kb[2], kb[3]);
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int col = dpair * 16 + half * 8 + 2 * t;
-        if (query0 < seq) atomicAdd(reinterpret_cast<float2*>(dq_row0 + col),
-                                    make_float2(dq[half][0], dq[half][1]));
-        if (query0 + 8 < seq) atomicAdd(reinterpret_cast<float2*>(dq_row1 + col),
-                                        make_float2(dq[half][2], dq[half][3]));
+        if (query0 < seq)
+          atomicAdd(reinterpret_cast<float2*>(dq_row0 + col),
+                    make_float2(dq[half][0], dq[half][1]));
+        if (query0 + 8 < seq)
+          atomicAdd(reinterpret_cast<float2*>(dq_row1 + col),
+                    make_float2(dq[half][2], dq[half][3]));
       }
     }
   }
@@ -471,6 +480,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const int col = n * 8 + 2 * t;
+      if (dk_accum_BTKD != nullptr) {  // shared key tile: unscaled sums, converted afterwards
+        atomicAdd(reinterpret_cast<float2*>(dk_accum_BTKD + row_offset + col),
+                  make_float2(dk[n][2 * r], dk[n][2 * r + 1]));
+        atomicAdd(reinterpret_cast<float2*>(dv_accum_BTKD + row_offset + col),
+                  make_float2(dv[n][2 * r], dv[n][2 * r + 1]));
+        continue;
+      }
       *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
           __floats2bfloat162_rn(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
       *reinterpret_cast<__nv_bfloat162*>(dv_BTKD + row_offset + col) =
@@ -479,9 +495,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dq = bf16(dq_accum * scale), 4 elements per thread. REQUIRES: count % 4 == 0.
-__global__ void flash_dq_convert_kernel(const float* dq_accum, float scale, int64_t count,
-                                        bf16* dq) {
+// out = bf16(accum * scale) (dQ, and dK / dV of split groups), 4 elements per thread.
+// REQUIRES: count % 4 == 0.
+__global__ void flash_accum_convert_kernel(const float* dq_accum, float scale, int64_t count,
+                                           bf16* dq) {
   for (int64_t i = 4 * (blockIdx.x * int64_t{blockDim.x} + threadIdx.x); i < count;
        i += 4 * int64_t{gridDim.x} * blockDim.x) {
     const float4 v = *reinterpret_cast<const float4*>(dq_accum + i);
@@ -501,8 +518,7 @@ constexpr size_t forward_shared_bytes() {
 }
 template <int D>
 constexpr size_t backward_shared_bytes() {
-  return sizeof(bf16) * (6 * kTile * pitch<D>() + kTile * kScorePitch) +
-         sizeof(float) * 4 * kTile;
+  return sizeof(bf16) * (6 * kTile * pitch<D>() + kTile * kScorePitch) + sizeof(float) * 4 * kTile;
 }
 
 template <typename Kernel>
@@ -533,6 +549,31 @@ size_t delta_floats(const AttentionShape& s) {
   return (n + 3) / 4 * 4;  // keeps the dq accumulator after it 16-byte aligned
 }
 
+// Query heads per backward block: the whole GQA group (dK, dV written once, no atomics) unless
+// that leaves fewer than ~8 blocks per SM; causal key tiles differ in work by up to the number
+// of query tiles, so with about one block per SM the heaviest tiles decide the kernel's time.
+// Then the group is split into the fewest slices that give enough blocks.
+int backward_heads_per_block(const AttentionShape& s, int key_tiles) {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device));
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  const int group = s.heads / s.kv_heads;
+  // Test hook: force a slice size (must divide the group), so tests reach every path on
+  // small shapes.
+  if (const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK")) {
+    const int heads = std::atoi(forced);
+    if (heads > 0 && group % heads == 0) return heads;
+  }
+  const int64_t unsplit = int64_t{key_tiles} * s.kv_heads * s.batch;
+  for (int slices = 1; slices <= group; ++slices) {
+    if (group % slices == 0 && unsplit * slices >= 8 * int64_t{sms}) return group / slices;
+  }
+  return 1;
+}
+
 }  // namespace
 
 bool flash_attention_supported(DType dtype, const AttentionShape& shape) {
@@ -559,21 +600,29 @@ void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void*
 }
 
 size_t flash_attention_backward_scratch_floats(const AttentionShape& shape) {
+  const size_t kv = static_cast<size_t>(shape.batch) * shape.seq * shape.kv_heads * shape.head_dim;
   return delta_floats(shape) +
-         static_cast<size_t>(shape.batch) * shape.seq * shape.heads * shape.head_dim;
+         static_cast<size_t>(shape.batch) * shape.seq * shape.heads * shape.head_dim + 2 * kv;
 }
 
 void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
                               const void* v_BTKD, const void* out_BTHD, const float* lse_BHT,
                               float scale, const AttentionShape& shape, void* dq_BTHD,
-                              void* dk_BTKD, void* dv_BTKD, float* scratch,
-                              cudaStream_t stream) {
+                              void* dk_BTKD, void* dv_BTKD, float* scratch, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
   float* delta_BHT = scratch;
   float* dq_accum_BTHD = scratch + delta_floats(shape);
   const int64_t dq_count = int64_t{shape.batch} * shape.seq * shape.heads * shape.head_dim;
+  const int64_t kv_count = int64_t{shape.batch} * shape.seq * shape.kv_heads * shape.head_dim;
+  float* dk_accum_BTKD = dq_accum_BTHD + dq_count;
+  float* dv_accum_BTKD = dk_accum_BTKD + kv_count;
+  const int key_tiles = (shape.seq + kTile - 1) / kTile;
+  const int heads_per_block = backward_heads_per_block(shape, key_tiles);
+  const bool split = heads_per_block < shape.heads / shape.kv_heads;
+  // dQ and (when split) dK, dV accumulate in fp32; the three are adjacent in the scratch.
+  const int64_t accum_count = dq_count + (split ? 2 * kv_count : 0);
   SHARDTRAIN_CUDA_CHECK(
-      cudaMemsetAsync(dq_accum_BTHD, 0, static_cast<size_t>(dq_count) * sizeof(float), stream));
+      cudaMemsetAsync(dq_accum_BTHD, 0, static_cast<size_t>(accum_count) * sizeof(float), stream));
   dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
     const int64_t rows = int64_t{shape.batch} * shape.seq * shape.heads;
@@ -581,26 +630,35 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
     const unsigned delta_blocks =
         static_cast<unsigned>((rows * 32 + kDeltaThreads - 1) / kDeltaThreads);
     flash_delta_kernel<D><<<delta_blocks, kDeltaThreads, 0, stream>>>(
-        static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(out_BTHD), shape,
-        delta_BHT);
+        static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(out_BTHD), shape, delta_BHT);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
 
     auto kernel = flash_backward_kernel<D>;
     constexpr size_t bytes = backward_shared_bytes<D>();
     allow_shared(kernel, bytes);
-    const unsigned blocks = static_cast<unsigned>((shape.seq + kTile - 1) / kTile) *
-                            static_cast<unsigned>(shape.kv_heads * shape.batch);
+    const int slices = shape.heads / shape.kv_heads / heads_per_block;
+    const unsigned blocks = static_cast<unsigned>(key_tiles) *
+                            static_cast<unsigned>(shape.kv_heads * slices * shape.batch);
     kernel<<<blocks, kThreads, bytes, stream>>>(
         static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
         static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
-        scale, shape, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD), static_cast<bf16*>(dv_BTKD));
+        scale, shape, heads_per_block, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
+        static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
+        split ? dv_accum_BTKD : nullptr);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
 
     constexpr int kConvertThreads = 256;
-    flash_dq_convert_kernel<<<cuda_detail::grid_for(dq_count / 4, kConvertThreads),
-                              kConvertThreads, 0, stream>>>(dq_accum_BTHD, scale, dq_count,
-                                                            static_cast<bf16*>(dq_BTHD));
-    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    const auto convert = [&](const float* accum, float factor, int64_t count, void* out) {
+      flash_accum_convert_kernel<<<cuda_detail::grid_for(count / 4, kConvertThreads),
+                                   kConvertThreads, 0, stream>>>(accum, factor, count,
+                                                                 static_cast<bf16*>(out));
+      SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    };
+    convert(dq_accum_BTHD, scale, dq_count, dq_BTHD);
+    if (split) {
+      convert(dk_accum_BTKD, scale, kv_count, dk_BTKD);
+      convert(dv_accum_BTKD, 1.0f, kv_count, dv_BTKD);
+    }
   });
 }
 

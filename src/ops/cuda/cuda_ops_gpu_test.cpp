@@ -412,6 +412,33 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.head_dim);
     });
 
+// The flash backward splits a GQA group over several blocks on small grids (dK, dV then add up
+// in fp32); every slice size must give the reference gradients.
+TEST_F(CudaOpsTest, AttentionBackwardForEveryGroupSlicing) {
+  const AttentionCase c{1, 200, 12, 2, 128};
+  const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
+  const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  Pair q = random_input(q_shape, DType::kBF16, -2, 2),
+       k = random_input(kv_shape, DType::kBF16, -2, 2);
+  Pair v = random_input(kv_shape), dout = random_input(q_shape);
+  Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
+  cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
+  gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
+  for (const char* heads_per_block : {"6", "3", "2", "1"}) {
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block, 1);
+    Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
+    cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
+                             dv.cpu);
+    gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu, dk.gpu,
+                             dv.gpu);
+    EXPECT_BF16_CLOSE(dq) << "heads per block " << heads_per_block;
+    EXPECT_BF16_CLOSE(dk) << "heads per block " << heads_per_block;
+    EXPECT_BF16_CLOSE(dv) << "heads per block " << heads_per_block;
+  }
+  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
+}
+
 TEST_F(CudaOpsTest, CrossEntropy) {
   for (const int64_t vocab : {1000, 32003}) {
     const int64_t rows = 37;
