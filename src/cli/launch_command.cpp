@@ -24,13 +24,17 @@ void add_launch_command(CLI::App& app, int& exit_code) {
     cmd->add_option_function<std::string>(
         name, [&target](const std::string& v) { target = v; }, help);
   };
-  option("--nnodes", flags->nnodes, "number of nodes: N, or MIN:MAX (elastic ranges run at MAX "
-                                    "for now) [PET_NNODES, default 1]");
+  option("--nnodes", flags->nnodes,
+         "number of nodes: N, or MIN:MAX (elastic: start once MAX nodes joined, or "
+         "last_call_timeout after MIN did; re-form without nodes that leave) [PET_NNODES, "
+         "default 1]");
   option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
          "workers on this node: N, auto (one per GPU, 1 without GPUs), gpu or cpu "
          "[PET_NPROC_PER_NODE, default 1]");
   option("--node-rank,--node_rank", flags->node_rank,
-         "this node's rank, 0..nnodes-1; node 0 hosts the store [PET_NODE_RANK, default 0]");
+         "this node's rank, 0..nnodes-1: orders the nodes when the group first forms; with the "
+         "c10d backend node 0 hosts the store [PET_NODE_RANK; default: assigned in join order, "
+         "the node the endpoint names hosts]");
   option("--rdzv-endpoint,--rdzv_endpoint", flags->rdzv_endpoint,
          "HOST:PORT of the store on node 0, or of etcd with --rdzv-backend etcd "
          "[PET_RDZV_ENDPOINT; default "
@@ -41,9 +45,13 @@ void add_launch_command(CLI::App& app, int& exit_code) {
          "c10d, static or tcp: the embedded TCP store; etcd: etcd v3 at --rdzv-endpoint "
          "[PET_RDZV_BACKEND]");
   option("--rdzv-conf,--rdzv_conf", flags->rdzv_conf,
-         "key=value,...; supported: join_timeout=SECONDS (default 600) [PET_RDZV_CONF]");
+         "key=value,...: join_timeout=SECONDS (wait for MIN nodes, default 600), "
+         "last_call_timeout=SECONDS (wait for more once MIN joined, default 30), "
+         "keep_alive_interval=SECONDS (default 5) and keep_alive_max_attempt=N (default 3): a "
+         "node silent for their product has left [PET_RDZV_CONF]");
   option("--max-restarts,--max_restarts", flags->max_restarts,
-         "restarts of the worker group after a failure [PET_MAX_RESTARTS, default 0]");
+         "restarts of the worker group after a failure or a node leaving [PET_MAX_RESTARTS, "
+         "default 0]");
   option("--master-addr,--master_addr", flags->master_addr,
          "store host when --rdzv-endpoint is not given [PET_MASTER_ADDR, default 127.0.0.1]");
   option("--master-port,--master_port", flags->master_port,

@@ -1,19 +1,16 @@
 // EtcdStore against a real etcd (Debian `etcd-server`, started here on free loopback ports with
 // a temporary data dir and stopped at the end), and a two-agent launch through it.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "core/error.h"
 #include "dist/etcd_store.h"
+#include "dist/etcd_store_test_server.h"
 
 namespace shardtrain {
 namespace {
@@ -21,76 +18,18 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-std::string find_etcd() {
-  for (const char* path : {"/usr/bin/etcd", "/usr/local/bin/etcd"}) {
-    if (::access(path, X_OK) == 0) return path;
-  }
-  return "";
-}
+using testing::free_loopback_port;
 
 // One etcd process for the whole suite.
 class EtcdStoreTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string etcd = find_etcd();
-    if (etcd.empty()) return;
-    char pattern[] = "/tmp/shardtrain_etcd_XXXXXX";
-    data_dir_ = ::mkdtemp(pattern);
-    port_ = free_port();
-    const int peer_port = free_port();
-    const std::string client_url = "http://127.0.0.1:" + std::to_string(port_);
-    const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer_port);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const std::string log = data_dir_ + "/etcd.log";
-      std::freopen(log.c_str(), "w", stdout);
-      std::freopen(log.c_str(), "a", stderr);
-      ::execl(etcd.c_str(), etcd.c_str(), "--data-dir", (data_dir_ + "/data").c_str(),
-              "--listen-client-urls", client_url.c_str(), "--advertise-client-urls",
-              client_url.c_str(), "--listen-peer-urls", peer_url.c_str(),
-              "--initial-advertise-peer-urls", peer_url.c_str(), "--initial-cluster",
-              ("default=" + peer_url).c_str(), nullptr);
-      ::_exit(127);
-    }
-    // Healthy once a read succeeds.
-    EtcdStore::Options quick;
-    quick.request_timeout = 200ms;
-    EtcdStore probe("127.0.0.1", port_, "/probe/", quick);
-    const auto deadline = Clock::now() + 15s;
-    while (Clock::now() < deadline) {
-      try {
-        probe.try_get("x");
-        healthy_ = true;
-        return;
-      } catch (const Error&) {
-      }
-    }
-  }
-
-  static void TearDownTestSuite() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-    if (!data_dir_.empty()) std::filesystem::remove_all(data_dir_);
-  }
+  static void SetUpTestSuite() { server_.start(); }
+  static void TearDownTestSuite() { server_.stop(); }
 
   void SetUp() override {
-    if (pid_ <= 0) GTEST_SKIP() << "etcd not found: install etcd-server (scripts/setup.sh)";
-    ASSERT_TRUE(healthy_) << "etcd did not become healthy; see " << data_dir_ << "/etcd.log";
+    if (!server_.found()) GTEST_SKIP() << "etcd not found: install etcd-server (scripts/setup.sh)";
+    ASSERT_TRUE(server_.healthy()) << "etcd did not become healthy; see " << server_.log();
+    port_ = server_.port();
   }
 
   // A store scoped to this test, so tests do not see each other's keys.
@@ -100,10 +39,8 @@ class EtcdStoreTest : public ::testing::Test {
                                        std::string("/test/") + test->name() + "/", options);
   }
 
-  static inline pid_t pid_ = -1;
+  static inline testing::EtcdTestServer server_;
   static inline int port_ = 0;
-  static inline bool healthy_ = false;
-  static inline std::string data_dir_;
 };
 
 TEST_F(EtcdStoreTest, SetGetTryGetRemove) {
@@ -177,7 +114,7 @@ TEST_F(EtcdStoreTest, TimeoutsNameKeyAndEndpoint) {
     EXPECT_NE(std::string(e.what()).find(endpoint), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--rdzv-endpoint"), std::string::npos) << e.what();
   }
-  const int closed_port = free_port();
+  const int closed_port = free_loopback_port();
   EtcdStore::Options quick;
   quick.request_timeout = 300ms;
   EtcdStore unreachable("127.0.0.1", closed_port, "/x/", quick);

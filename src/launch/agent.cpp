@@ -15,8 +15,10 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/tcp_store.h"
+#include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
 #include "launch/launcher.h"
+#include "launch/rendezvous.h"
 #include "launch/watchdog.h"
 #include "launch/worker_group.h"
 
@@ -24,6 +26,7 @@ namespace shardtrain::launch {
 namespace {
 
 using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
 
 // Signal handling state must be global: a handler can reach nothing else.
 std::atomic<int> g_received_signal{0};
@@ -68,7 +71,7 @@ std::string self_executable() {
   return ec ? std::string("/proc/self/exe") : path.string();
 }
 
-std::string random_run_id() {
+std::string random_hex() {
   std::random_device device;
   return fmt::format("{:08x}", device());
 }
@@ -79,107 +82,39 @@ std::string host_name() {
   return buffer;
 }
 
-// This node's place in one round's group.
-struct RoundPlan {
-  int first_rank = 0;
-  int world_size = 0;
-};
-
-RoundPlan join_round(Store& round, const LaunchConfig& config, const std::string& run_id) {
-  const std::string me = std::to_string(config.node_rank);
-  const std::string token = fmt::format("{}:{}", host_name(), ::getpid());
-  const std::string claimed = round.compare_set("node/" + me + "/claim", "", token);
-  if (claimed != token) {
-    fail("rendezvous '{}' at {}: node rank {} has already joined (from {}); give each node its "
-         "own --node-rank 0..{}",
-         run_id, round.endpoint(), config.node_rank, claimed, config.max_nodes - 1);
-  }
-  round.set("node/" + me, std::to_string(config.nproc_per_node));
-
-  std::vector<std::string> keys;
-  for (int i = 0; i < config.max_nodes; ++i) keys.push_back("node/" + std::to_string(i));
-  // Wait in slices, so a Ctrl-C during rendezvous ends the agent promptly.
-  const auto deadline = std::chrono::steady_clock::now() + config.join_timeout;
-  while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    try {
-      round.wait(keys, std::clamp(left, 0ms, std::chrono::milliseconds(1000)));
-      break;
-    } catch (const Error&) {
-      if (g_received_signal != 0) fail("interrupted by signal {} during rendezvous", g_received_signal.load());
-      if (left > 1000ms) continue;
-      std::string missing;
-      int joined = 0;
-      for (int i = 0; i < config.max_nodes; ++i) {
-        if (round.try_get(keys[i])) {
-          ++joined;
-        } else {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-        }
-      }
-      fail("rendezvous '{}' at {}: only {} of {} nodes joined within {} s (missing node rank "
-           "{}); HINT: start `shardtrain launch --nnodes {} --node-rank R --rdzv-endpoint {}` on "
-           "every node",
-           run_id, round.endpoint(), joined, config.max_nodes, config.join_timeout.count() / 1000,
-           missing, config.max_nodes, round.endpoint());
-    }
-  }
-  RoundPlan plan;
-  for (int i = 0; i < config.max_nodes; ++i) {
-    const int nproc = std::stoi(round.get(keys[i], 1000ms));
-    if (i < config.node_rank) plan.first_rank += nproc;
-    plan.world_size += nproc;
-  }
-  return plan;
-}
-
-// Marks this agent as finished; node 0 (which hosts the store) then waits, briefly, until the
-// other agents have read the outcome, so none of them sees the store vanish first.
-void leave_round(Store& round, const LaunchConfig& config) {
-  try {
-    round.add("left", 1);
-    if (config.node_rank != 0) return;
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (round.add("left", 0) < config.max_nodes && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(50ms);
-    }
-  } catch (const Error&) {
-    // Node 0 is gone already: nothing left to tell it.
-  }
-}
-
 // Where one attempt's workers keep their keys (SHARDTRAIN_STORE_PREFIX), heartbeats included.
-std::string worker_store_prefix(const std::string& run_id, int restart) {
-  return fmt::format("run/{}/gen/{}/", run_id, restart);
+std::string worker_store_prefix(const std::string& run_id, int64_t attempt) {
+  return fmt::format("run/{}/gen/{}/", run_id, attempt);
 }
 
-std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const RoundPlan& plan,
-                                     const std::string& store_host, int store_port,
-                                     const std::string& run_id, int restart) {
+std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generation& gen,
+                                     const AgentStores::Endpoint& store,
+                                     const std::string& run_id) {
   std::vector<WorkerSpec> specs;
+  const int first_rank = gen.first_rank();
+  const int world_size = gen.world_size();
   for (int local = 0; local < config.nproc_per_node; ++local) {
-    const int rank = plan.first_rank + local;
+    const int rank = first_rank + local;
     WorkerSpec spec;
     spec.global_rank = rank;
     spec.env = {
         {"RANK", std::to_string(rank)},
         {"LOCAL_RANK", std::to_string(local)},
-        {"WORLD_SIZE", std::to_string(plan.world_size)},
+        {"WORLD_SIZE", std::to_string(world_size)},
         {"LOCAL_WORLD_SIZE", std::to_string(config.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(config.node_rank)},
-        {"GROUP_WORLD_SIZE", std::to_string(config.max_nodes)},
+        {"GROUP_RANK", std::to_string(gen.group_rank)},
+        {"GROUP_WORLD_SIZE", std::to_string(gen.members.size())},
         {"ROLE_NAME", "default"},
         {"ROLE_RANK", std::to_string(rank)},
-        {"ROLE_WORLD_SIZE", std::to_string(plan.world_size)},
-        {"MASTER_ADDR", store_host},
-        {"MASTER_PORT", std::to_string(store_port)},
-        {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart)},
+        {"ROLE_WORLD_SIZE", std::to_string(world_size)},
+        {"MASTER_ADDR", store.host},
+        {"MASTER_PORT", std::to_string(store.port)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(gen.attempt)},
         {"TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts)},
         {"TORCHELASTIC_RUN_ID", run_id},
-        {"SHARDTRAIN_RESTART_COUNT", std::to_string(restart)},
+        {"SHARDTRAIN_RESTART_COUNT", std::to_string(gen.attempt)},
         {"SHARDTRAIN_RUN_ID", run_id},
-        {"SHARDTRAIN_STORE_PREFIX", worker_store_prefix(run_id, restart)},
+        {"SHARDTRAIN_STORE_PREFIX", worker_store_prefix(run_id, gen.attempt)},
     };
     // As torchrun: one thread per worker unless the user chose, so N workers do not
     // oversubscribe the cores N times.
@@ -191,6 +126,168 @@ std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const RoundPlan
   return specs;
 }
 
+// How one generation's attempt ended.
+struct AttemptEnd {
+  enum class Kind { kSucceeded, kInterrupted, kFailed } kind = Kind::kFailed;
+  std::string failed;  // kFailed: the generation's "failed" value, "restart|<what>" etc.
+};
+
+// What every agent of a generation's group watches while its workers run (each 200 ms): a
+// signal, the watchdog (group rank 0), a failure posted by another agent, and, every liveness
+// check, a member that is gone and agents waiting to join a group smaller than max_nodes.
+// Whatever this agent notices first it posts as the generation's failure (the first post wins).
+class GroupWatch {
+ public:
+  GroupWatch(const LaunchConfig& config, const Generation& gen, Store& keys, Rendezvous& rendezvous,
+             AgentLiveness& liveness)
+      : config_(config),
+        gen_(gen),
+        keys_(keys),
+        rendezvous_(rendezvous),
+        liveness_(liveness),
+        next_check_(Clock::now() + liveness.check_interval()) {}
+
+  void watch_hangs(Watchdog* watchdog) { watchdog_ = watchdog; }
+
+  // Whether the workers must stop; then failure() says why (unless a signal came).
+  bool should_stop(bool workers_running) {
+    if (g_received_signal != 0) return true;
+    if (const std::optional<std::string> hang = watchdog_ ? watchdog_->report() : std::nullopt) {
+      return post("restart|" + *hang);
+    }
+    posted_ = keys_.try_get("failed");
+    if (posted_) return true;
+    if (Clock::now() < next_check_) return false;
+    next_check_ = Clock::now() + liveness_.check_interval();
+    if (const std::optional<std::string> gone = rendezvous_.departed_member(gen_)) {
+      return post("restart|" + *gone);
+    }
+    const int nodes = static_cast<int>(gen_.members.size());
+    if (workers_running && nodes < config_.max_nodes) {
+      if (const int waiting = rendezvous_.waiting_count(gen_); waiting > 0) {
+        return post(fmt::format("rejoin|{} node(s) waiting to join the group of {} (--nnodes "
+                                "allows {})",
+                                waiting, nodes, config_.max_nodes));
+      }
+    }
+    return false;
+  }
+
+  // Posts `value` unless another failure was posted first; returns true.
+  bool post(const std::string& value) {
+    posted_ = keys_.compare_set("failed", "", value);
+    return true;
+  }
+  void post_signal(int sig) {
+    post(fmt::format("stop|node {}'s launcher received signal {}", gen_.group_rank, sig));
+  }
+
+  // How the attempt ends when it did not succeed.
+  AttemptEnd unsuccessful() const {
+    if (g_received_signal != 0) return AttemptEnd{AttemptEnd::Kind::kInterrupted, ""};
+    return AttemptEnd{AttemptEnd::Kind::kFailed, posted_.value_or("restart|unknown failure")};
+  }
+
+ private:
+  const LaunchConfig& config_;
+  const Generation& gen_;
+  Store& keys_;
+  Rendezvous& rendezvous_;
+  AgentLiveness& liveness_;
+  Watchdog* watchdog_ = nullptr;
+  std::optional<std::string> posted_;  // the generation's "failed" value, once seen
+  Clock::time_point next_check_;
+};
+
+// Runs this node's workers for generation `gen` until the group succeeds, fails, must re-form
+// or the agent is interrupted (GroupWatch).
+AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
+                          const std::vector<std::string>& command, const Generation& gen,
+                          AgentStores& stores, Rendezvous& rendezvous, AgentLiveness& liveness) {
+  PrefixStore keys(stores.rendezvous(), gen.prefix());
+  const int nodes = static_cast<int>(gen.members.size());
+  GroupWatch watch(config, gen, keys, rendezvous, liveness);
+  const std::optional<AgentStores::Endpoint> store =
+      stores.worker_store(gen, [&] { return watch.should_stop(false); });
+  if (!store) {
+    if (g_received_signal != 0) watch.post_signal(g_received_signal);
+    return watch.unsuccessful();
+  }
+  log::info("launch: run '{}' attempt {}: node {} of {} starting ranks {}..{} of {} "
+            "(generation {}, store {})",
+            run_id, gen.attempt, gen.group_rank, nodes, gen.first_rank(),
+            gen.first_rank() + config.nproc_per_node - 1, gen.world_size(), gen.number,
+            tcp_store_wire::format_endpoint(store->host, store->port));
+  WorkerGroup group(command, worker_specs(config, gen, *store, run_id));
+
+  // Group rank 0 watches every rank's heartbeat for hangs (launch/watchdog.h), over its own
+  // connection.
+  std::unique_ptr<TcpStoreClient> watchdog_client;
+  std::unique_ptr<Watchdog> watchdog;
+  if (gen.group_rank == 0 && config.watchdog_timeout.count() > 0) {
+    watchdog_client =
+        std::make_unique<TcpStoreClient>(store->host, store->port, config.join_timeout);
+    watchdog =
+        std::make_unique<Watchdog>(*watchdog_client, worker_store_prefix(run_id, gen.attempt),
+                                   gen.world_size(), config.watchdog_timeout);
+    watch.watch_hangs(watchdog.get());
+  }
+  const WorkerGroup::Outcome outcome =
+      group.wait([&] { return watch.should_stop(true); }, 200ms, g_signal_pipe[0]);
+  // The workers are done or stopping: their heartbeats no longer count.
+  watch.watch_hangs(nullptr);
+  watchdog.reset();
+  if (outcome == WorkerGroup::Outcome::kSucceeded) {
+    keys.add("done", 1);
+    const auto all_done = [&] {
+      const std::optional<std::string> done = keys.try_get("done");
+      return done && std::stoll(*done) >= nodes;
+    };
+    while (true) {
+      if (all_done()) return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
+      // A peer that finished and left after this agent's last read is not a failure.
+      if (watch.should_stop(false)) {
+        if (g_received_signal == 0 && all_done()) {
+          return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
+        }
+        break;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  } else if (outcome == WorkerGroup::Outcome::kFailed) {
+    watch.post("restart|" + group.failure());
+  }
+  if (const int sig = g_received_signal; sig != 0) {
+    log::warn("launch: received signal {}; stopping the workers", sig);
+    group.stop(config.stop_grace, sig);
+    watch.post_signal(sig);
+    return AttemptEnd{AttemptEnd::Kind::kInterrupted, ""};
+  }
+  group.stop(config.stop_grace, SIGTERM);
+  return watch.unsuccessful();
+}
+
+// Records the run's end in `gen` and, on the agent hosting the rendezvous store, waits
+// (briefly) until the others have read the outcome, so none of them sees the store vanish
+// first. Returns `exit_code`.
+int finish(AgentStores& stores, Rendezvous& rendezvous, const Generation& gen,
+           const std::string& how, int exit_code) {
+  try {
+    rendezvous.end(gen, how);
+    PrefixStore keys(stores.rendezvous(), gen.prefix());
+    keys.add("left", 1);
+    if (!stores.hosts_rendezvous_store()) return exit_code;
+    const auto deadline = Clock::now() + 10s;
+    const auto left = [&] { return std::stoll(keys.try_get("left").value_or("0")); };
+    while (left() < static_cast<int64_t>(gen.members.size()) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(50ms);
+    }
+  } catch (const Error&) {
+    // The store is gone already: nothing left to tell.
+  }
+  return exit_code;
+}
+
 }  // namespace
 
 int run_agent(const LaunchConfig& config) {
@@ -198,89 +295,52 @@ int run_agent(const LaunchConfig& config) {
   // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const std::string run_id =
-      config.standalone && config.rdzv_id == "none" ? random_run_id() : config.rdzv_id;
+      config.standalone && config.rdzv_id == "none" ? random_hex() : config.rdzv_id;
   AgentStores stores(config, run_id);  // --rdzv-backend: embedded TCP store or etcd
-  Store& rdzv = stores.rendezvous();
-  const std::string store_host = stores.worker_store_host();
-  const int store_port = stores.worker_store_port();
-  // Node 0 watches every rank's heartbeat for hangs (launch/watchdog.h), over its own connection.
-  std::unique_ptr<TcpStoreClient> watchdog_client;
-  if (config.node_rank == 0 && config.watchdog_timeout.count() > 0) {
-    watchdog_client = std::make_unique<TcpStoreClient>(store_host, store_port, config.join_timeout);
-  }
+  RendezvousMember self;
+  self.host = host_name();
+  self.id = fmt::format("{}:{}:{}", self.host, ::getpid(), random_hex());
+  self.nproc = config.nproc_per_node;
+  self.node_rank = config.node_rank_given ? config.node_rank : -1;
+  AgentLiveness liveness(stores.liveness_mode(), stores.liveness_publisher(), stores.rendezvous(),
+                         self.id, config.keep_alive_interval, config.keep_alive_max_attempt);
+  Rendezvous rendezvous(stores.rendezvous(), liveness, config, run_id, self,
+                        [] { return g_received_signal != 0; });
 
   std::vector<std::string> command = config.command;
-  if (command.front().find('/') == std::string::npos) command.insert(command.begin(), self_executable());
+  if (command.front().find('/') == std::string::npos) {
+    command.insert(command.begin(), self_executable());
+  }
 
-  for (int restart = 0;; ++restart) {
-    PrefixStore round(rdzv, "round/" + std::to_string(restart) + "/");
-    const RoundPlan plan = join_round(round, config, run_id);
-    log::info("launch: run '{}' attempt {}: node {} of {} starting ranks {}..{} of {} (store {})",
-              run_id, restart, config.node_rank, config.max_nodes, plan.first_rank,
-              plan.first_rank + config.nproc_per_node - 1, plan.world_size,
-              tcp_store_wire::format_endpoint(store_host, store_port));
-    WorkerGroup group(command,
-                      worker_specs(config, plan, store_host, store_port, run_id, restart));
-
-    std::unique_ptr<Watchdog> watchdog;
-    if (watchdog_client) {
-      watchdog = std::make_unique<Watchdog>(*watchdog_client, worker_store_prefix(run_id, restart),
-                                            plan.world_size, config.watchdog_timeout);
+  Generation gen = rendezvous.join(-1);
+  while (true) {
+    const AttemptEnd end =
+        run_generation(config, run_id, command, gen, stores, rendezvous, liveness);
+    if (end.kind == AttemptEnd::Kind::kSucceeded) {
+      return finish(stores, rendezvous, gen, "succeeded", 0);
     }
-
-    std::optional<std::string> posted;  // the round's "failed" value, once seen
-    const auto should_stop = [&] {
-      if (g_received_signal != 0) return true;
-      if (const std::optional<std::string> hang = watchdog ? watchdog->report() : std::nullopt) {
-        posted = round.compare_set("failed", "", "restart|" + *hang);
-        return true;
-      }
-      posted = round.try_get("failed");
-      return posted.has_value();
-    };
-    WorkerGroup::Outcome outcome = group.wait(should_stop, 200ms, g_signal_pipe[0]);
-    watchdog.reset();  // the workers are done or stopping: their heartbeats no longer count
-    if (outcome == WorkerGroup::Outcome::kSucceeded) {
-      round.add("done", 1);
-      while (!should_stop()) {
-        if (round.add("done", 0) >= config.max_nodes) {
-          leave_round(round, config);
-          return 0;
-        }
-        std::this_thread::sleep_for(100ms);
-      }
-    } else if (outcome == WorkerGroup::Outcome::kFailed) {
-      posted = round.compare_set("failed", "", "restart|" + group.failure());
+    if (end.kind == AttemptEnd::Kind::kInterrupted) {
+      return finish(stores, rendezvous, gen, "interrupted", 128 + g_received_signal);
     }
-
-    if (const int sig = g_received_signal; sig != 0) {
-      log::warn("launch: received signal {}; stopping the workers", sig);
-      group.stop(config.stop_grace, sig);
-      round.compare_set("failed", "", fmt::format("stop|node {}'s launcher received signal {}",
-                                                  config.node_rank, sig));
-      leave_round(round, config);
-      return 128 + sig;
-    }
-    group.stop(config.stop_grace, SIGTERM);
-    const std::string value = posted.value_or("restart|unknown failure");
-    const auto bar = value.find('|');
-    const std::string kind = value.substr(0, bar);
-    const std::string what = value.substr(bar + 1);
+    const auto bar = end.failed.find('|');
+    const std::string kind = end.failed.substr(0, bar);
+    const std::string what = end.failed.substr(bar + 1);
     if (kind == "stop") {
       std::fprintf(stderr, "shardtrain: launch stopped: %s\n", what.c_str());
-      leave_round(round, config);
-      return 1;
+      return finish(stores, rendezvous, gen, "stopped", 1);
     }
-    if (restart < config.max_restarts) {
-      log::warn("launch: {}; restarting the worker group (restart {} of {})", what, restart + 1,
-                config.max_restarts);
-      leave_round(round, config);
-      continue;
+    if (kind == "rejoin") {
+      log::warn("launch: {}; re-forming the group (not counted as a restart)", what);
+    } else if (gen.restarts < config.max_restarts) {
+      log::warn("launch: {}; restarting the worker group (restart {} of {})", what,
+                gen.restarts + 1, config.max_restarts);
+    } else {
+      std::fprintf(stderr, "shardtrain: launch failed: %s; no restarts left (--max-restarts %d)\n",
+                   what.c_str(), config.max_restarts);
+      return finish(stores, rendezvous, gen, "failed", 1);
     }
-    std::fprintf(stderr, "shardtrain: launch failed: %s; no restarts left (--max-restarts %d)\n",
-                 what.c_str(), config.max_restarts);
-    leave_round(round, config);
-    return 1;
+    rendezvous.advance(gen);
+    gen = rendezvous.join(gen.group_rank);
   }
 }
 

@@ -1,6 +1,13 @@
 #include "launch/agent_stores.h"
 
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -9,30 +16,58 @@
 namespace shardtrain::launch {
 namespace {
 
-constexpr int kLeaseTtlSeconds = 10;
+using Clock = std::chrono::steady_clock;
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
-// The generation agents of this launch join: the current one unless a previous launch with
-// the same run id closed it, in which case the first agent to notice opens the next.
-std::string open_generation(Store& run) {
-  while (true) {
-    const auto current = run.try_get("generation");
-    if (!current) {
-      run.compare_set("generation", "", "0");
-      continue;
-    }
-    if (!run.try_get("gen/" + *current + "/closed")) return *current;
-    // Losing this race is fine: another agent moved it on; read again.
-    run.compare_set("generation", *current, std::to_string(std::stoll(*current) + 1));
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+bool same_address(const sockaddr* a, const sockaddr* b) {
+  if (a->sa_family != b->sa_family) return false;
+  if (a->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in*>(b)->sin_addr.s_addr;
   }
+  if (a->sa_family == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
+// Whether `host` names this machine: a loopback name, this host's name, or an address of one
+// of its interfaces (as torchrun decides which agent hosts the c10d store).
+bool names_this_machine(const std::string& host) {
+  if (is_loopback(host) || host == host_name()) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  ifaddrs* interfaces = nullptr;
+  bool local = false;
+  if (::getifaddrs(&interfaces) == 0) {
+    for (const addrinfo* a = found; a != nullptr && !local; a = a->ai_next) {
+      for (const ifaddrs* i = interfaces; i != nullptr && !local; i = i->ifa_next) {
+        local = i->ifa_addr != nullptr && same_address(a->ai_addr, i->ifa_addr);
+      }
+    }
+    ::freeifaddrs(interfaces);
+  }
+  ::freeaddrinfo(found);
+  return local;
 }
 
 }  // namespace
 
-AgentStores::AgentStores(const LaunchConfig& config, const std::string& run_id) {
+AgentStores::AgentStores(const LaunchConfig& config, const std::string& run_id)
+    : config_(config), run_id_(run_id) {
   if (config.rdzv_backend == "etcd") {
     start_etcd(config, run_id);
   } else {
@@ -40,66 +75,80 @@ AgentStores::AgentStores(const LaunchConfig& config, const std::string& run_id) 
   }
 }
 
-AgentStores::~AgentStores() {
-  if (generation_.empty()) return;
-  try {
-    backend_->set("gen/" + generation_ + "/closed", "1");
-  } catch (const Error& e) {
-    log::warn("launch: could not mark etcd generation {} closed: {}", generation_, e.what());
-  }
-}
-
 void AgentStores::start_tcp(const LaunchConfig& config, const std::string& run_id) {
-  worker_store_host_ = config.rdzv_host;
-  worker_store_port_ = config.rdzv_port;
-  if (config.node_rank == 0) {
+  worker_endpoint_ = {config.rdzv_host, config.rdzv_port};
+  const bool must_host = config.node_rank_given && config.node_rank == 0;
+  const bool may_host = !config.node_rank_given && names_this_machine(config.rdzv_host);
+  if (must_host || may_host) {
     // Bind exactly the endpoint's address when it is loopback; otherwise every interface,
     // since the name other nodes use (a service or pod name) may not be bindable here.
     const std::string bind_host = is_loopback(config.rdzv_host) ? config.rdzv_host : "";
-    server_ = std::make_unique<TcpStoreServer>(bind_host, config.rdzv_port);
-    worker_store_port_ = server_->port();
+    try {
+      rendezvous_server_ = std::make_unique<TcpStoreServer>(bind_host, config.rdzv_port);
+      worker_endpoint_.port = rendezvous_server_->port();
+    } catch (const Error& e) {
+      if (must_host) throw;
+      log::info("launch: not hosting the store ({}); joining the agent that does", e.what());
+    }
   }
-  backend_ =
-      std::make_unique<TcpStoreClient>(worker_store_host_, worker_store_port_, config.join_timeout);
-  rendezvous_ = std::make_unique<PrefixStore>(*backend_, "rdzv/" + run_id + "/");
+  const auto connect = [&] {
+    return std::make_unique<TcpStoreClient>(worker_endpoint_.host, worker_endpoint_.port,
+                                            config.join_timeout);
+  };
+  const std::string scope = "rdzv/" + run_id + "/";
+  backend_ = connect();
+  rendezvous_ = std::make_unique<PrefixStore>(*backend_, scope);
+  liveness_backend_ = connect();
+  liveness_publisher_ = std::make_unique<PrefixStore>(*liveness_backend_, scope);
+  liveness_mode_ = AgentLiveness::Mode::kHeartbeat;
 }
 
 void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_id) {
   EtcdStore::Options options;
   options.request_timeout = config.join_timeout;
-  options.lease_ttl_seconds = kLeaseTtlSeconds;
-  options.leased_keys = [](const std::string& key) {
-    return key.find("/node/") != std::string::npos;
-  };
+  const double ttl = std::chrono::duration<double>(config.keep_alive_interval).count() *
+                     config.keep_alive_max_attempt;
+  options.lease_ttl_seconds = std::max(1, static_cast<int>(std::ceil(ttl)));
+  options.leased_keys = [](const std::string& key) { return key.rfind("alive/", 0) == 0; };
   backend_ = std::make_unique<EtcdStore>(config.rdzv_host, config.rdzv_port,
                                          "/shardtrain/" + run_id + "/", std::move(options));
-  generation_ = open_generation(*backend_);
-  const std::string worker_store_key = "gen/" + generation_ + "/worker_store";
-  const bool loopback = is_loopback(config.rdzv_host);
-  if (config.node_rank == 0) {
-    server_ = std::make_unique<TcpStoreServer>(loopback ? "127.0.0.1" : "", 0);
-    char name[256] = {};
-    ::gethostname(name, sizeof(name) - 1);
-    worker_store_host_ = loopback ? "127.0.0.1" : name;
-    worker_store_port_ = server_->port();
-    backend_->set(worker_store_key, worker_store_host_ + ":" + std::to_string(worker_store_port_));
-  } else {
-    std::string published;
-    try {
-      published = backend_->get(worker_store_key, config.join_timeout);
-    } catch (const Error& e) {
-      fail(
-          "{}; HINT: start `shardtrain launch --node-rank 0 --rdzv-backend etcd "
-          "--rdzv-id {}` (node 0 hosts the workers' store)",
-          e.what(), run_id);
+  rendezvous_ = std::make_unique<PrefixStore>(*backend_, "");
+  liveness_publisher_ = std::make_unique<PrefixStore>(*backend_, "");
+  liveness_mode_ = AgentLiveness::Mode::kLease;
+}
+
+std::optional<AgentStores::Endpoint> AgentStores::worker_store(
+    const Generation& g, const std::function<bool()>& give_up) {
+  if (config_.rdzv_backend != "etcd") return worker_endpoint_;
+  const std::string key = g.prefix() + "worker_store";
+  if (g.group_rank == 0) {
+    if (!worker_server_) {
+      const bool loopback = is_loopback(config_.rdzv_host);
+      worker_server_ = std::make_unique<TcpStoreServer>(loopback ? "127.0.0.1" : "", 0);
+      worker_endpoint_ = {loopback ? "127.0.0.1" : host_name(), worker_server_->port()};
     }
-    const auto colon = published.rfind(':');
-    worker_store_host_ = published.substr(0, colon);
-    worker_store_port_ = std::stoi(published.substr(colon + 1));
+    rendezvous_->set(key,
+                     tcp_store_wire::format_endpoint(worker_endpoint_.host, worker_endpoint_.port));
+    return worker_endpoint_;
   }
-  log::info("launch: etcd rendezvous at {}, run '{}' generation {}", backend_->endpoint(), run_id,
-            generation_);
-  rendezvous_ = std::make_unique<PrefixStore>(*backend_, "gen/" + generation_ + "/");
+  const auto deadline = Clock::now() + config_.join_timeout;
+  while (true) {
+    if (const std::optional<std::string> published = rendezvous_->try_get(key)) {
+      const auto colon = published->rfind(':');
+      std::string host = published->substr(0, colon);
+      if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      return Endpoint{host, std::stoi(published->substr(colon + 1))};
+    }
+    if (give_up()) return std::nullopt;
+    if (Clock::now() >= deadline) {
+      fail(
+          "etcd at {}: node 0 of generation {} ({}) did not publish the workers' store "
+          "(key '{}') within {} s; HINT: is its launcher running?",
+          backend_->endpoint(), g.number, g.members[0].host, key,
+          config_.join_timeout.count() / 1000);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 }  // namespace shardtrain::launch

@@ -10,7 +10,6 @@
 #include <regex>
 
 #include "core/error.h"
-#include "core/log.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -86,7 +85,16 @@ double parse_seconds(const Setting& s) {
   return v;
 }
 
+std::chrono::milliseconds to_millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
+}
+
+// torchrun's --rdzv-conf: "key=value,key=value". Unknown keys are errors, so a typo is not
+// silently ignored.
 void parse_rdzv_conf(const Setting& s, LaunchConfig& config) {
+  const char* supported =
+      "join_timeout, last_call_timeout, keep_alive_interval (seconds) and "
+      "keep_alive_max_attempt (a count)";
   size_t start = 0;
   while (start <= s.value.size()) {
     const size_t comma = std::min(s.value.find(',', start), s.value.size());
@@ -94,13 +102,26 @@ void parse_rdzv_conf(const Setting& s, LaunchConfig& config) {
     start = comma + 1;
     if (item.empty()) continue;
     const auto eq = item.find('=');
-    if (eq == std::string::npos) fail("{} '{}': expected key=value pairs separated by commas", s.source, s.value);
+    if (eq == std::string::npos || eq == 0) {
+      fail("{} '{}': expected key=value pairs separated by commas, e.g. "
+           "last_call_timeout=30,join_timeout=600",
+           s.source, s.value);
+    }
     const std::string key = item.substr(0, eq);
+    const Setting value{item.substr(eq + 1), s.source + " " + key};
     if (key == "join_timeout") {
-      const double seconds = parse_seconds(Setting{item.substr(eq + 1), s.source + " join_timeout"});
-      config.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+      config.join_timeout = to_millis(parse_seconds(value));
+    } else if (key == "last_call_timeout") {
+      config.last_call_timeout = to_millis(parse_seconds(value));
+    } else if (key == "keep_alive_interval") {
+      config.keep_alive_interval = to_millis(parse_seconds(value));
+      if (config.keep_alive_interval.count() < 100) {
+        fail("{} '{}': expected at least 0.1 seconds", value.source, value.value);
+      }
+    } else if (key == "keep_alive_max_attempt") {
+      config.keep_alive_max_attempt = parse_count(value, 1, "a number of missed keep-alives");
     } else {
-      log::warn("{}: ignoring '{}' (only join_timeout is supported)", s.source, key);
+      fail("{} '{}': unknown key '{}'; supported: {}", s.source, s.value, key, supported);
     }
   }
 }
@@ -157,6 +178,7 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
   }
   if (auto s = pick(flags.node_rank, "--node-rank", env, "PET_NODE_RANK")) {
     config.node_rank = parse_count(*s, 0, "this node's rank");
+    config.node_rank_given = true;
   }
   if (auto s = pick(flags.max_restarts, "--max-restarts", env, "PET_MAX_RESTARTS")) {
     config.max_restarts = parse_count(*s, 0, "a restart count");
@@ -193,6 +215,7 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
     }
     config.min_nodes = config.max_nodes = 1;
     config.node_rank = 0;
+    config.node_rank_given = true;
     config.rdzv_backend = "c10d";  // as torchrun: --standalone always uses the local store
     config.rdzv_host = "127.0.0.1";
     config.rdzv_port = 0;
@@ -225,11 +248,6 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
   if (config.node_rank >= config.max_nodes) {
     fail("--node-rank {} must be less than --nnodes {} (node ranks are 0..{})", config.node_rank,
          config.max_nodes, config.max_nodes - 1);
-  }
-  if (config.min_nodes != config.max_nodes) {
-    log::warn("--nnodes {}:{}: elastic membership is not implemented yet; waiting for all {} "
-              "nodes (fixed size)",
-              config.min_nodes, config.max_nodes, config.max_nodes);
   }
 
   config.command = flags.command;

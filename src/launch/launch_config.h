@@ -34,12 +34,18 @@ struct LaunchFlags {
 
 // The validated configuration an agent runs with.
 struct LaunchConfig {
+  // --nnodes MIN:MAX (N = N:N). A rendezvous completes when max_nodes agents have joined, or
+  // last_call_timeout after min_nodes have (launch/rendezvous.h).
   int min_nodes = 1;
-  int max_nodes = 1;  // fixed-size groups for now: the agent waits for max_nodes
+  int max_nodes = 1;
   int nproc_per_node = 1;
+  // --node-rank: a preference, not a promise. Agents that give one are ordered by it when a
+  // group first forms (so distinct ranks 0..N-1 are kept); later generations keep the previous
+  // order. With the c10d backend, the agent with node rank 0 hosts the store.
   int node_rank = 0;
+  bool node_rank_given = false;  // from --node-rank or PET_NODE_RANK
   bool standalone = false;   // one node; the store runs on a free loopback port
-  // "c10d": node 0's agent hosts the embedded TCP store at the rendezvous endpoint;
+  // "c10d": one agent hosts the embedded TCP store at the rendezvous endpoint;
   // "etcd": agents meet in etcd v3 at the endpoint (launch/agent_stores.h).
   std::string rdzv_backend = "c10d";
   std::string rdzv_host = "127.0.0.1";
@@ -47,7 +53,13 @@ struct LaunchConfig {
   std::string rdzv_id = "none";
   int max_restarts = 0;
   std::chrono::milliseconds stop_grace{5000};
-  std::chrono::milliseconds join_timeout{600000};
+  // --rdzv-conf keys, torchrun's names and defaults:
+  std::chrono::milliseconds join_timeout{600000};      // join_timeout: wait for min_nodes
+  std::chrono::milliseconds last_call_timeout{30000};  // last_call_timeout: wait for more
+  // An agent whose heartbeat (TCP store) or etcd lease has not been renewed for
+  // keep_alive_interval x keep_alive_max_attempt has left the group.
+  std::chrono::milliseconds keep_alive_interval{5000};  // keep_alive_interval
+  int keep_alive_max_attempt = 3;                       // keep_alive_max_attempt
   // A worker group in which no rank's heartbeat (train/heartbeat.h) advances for this long is
   // reported and restarted (launch/watchdog.h); 0 turns the watchdog off.
   std::chrono::milliseconds watchdog_timeout{120000};

@@ -1,25 +1,31 @@
 // The launcher agent: one per node. It rendezvouses with the other nodes' agents through the
 // store, starts this node's workers, watches them and restarts the whole group on failure.
 //
-// Rendezvous (fixed size): node 0's agent hosts the TcpStore at the rendezvous endpoint
-// (a free loopback port with --standalone). Keys live under "rdzv/<run id>/round/<r>/", where
-// r is the restart count, so every attempt starts from fresh keys:
-//   node/<i>/claim  compare_set by node i's agent (a second agent with the same rank is refused)
-//   node/<i>        node i's process count; all agents wait for nodes 0..nnodes-1
-//   failed          "restart|<what>" or "stop|<what>", first failure wins; every agent polls it
-//   done, left      counters: nodes whose workers all exited 0; agents that have finished
-// Global ranks are numbered node by node: node i's first rank is the sum of the process
-// counts of nodes 0..i-1.
+// Rendezvous (launch/rendezvous.h): the agents form the group generation by generation. A
+// generation closes when --nnodes MAX agents have joined, or, with MIN:MAX, last_call_timeout
+// after MIN have; world size = the sum of the joined agents' worker counts; global ranks are
+// numbered node by node in group order (a node keeps its place from one generation to the
+// next). Each generation's keys ("gen/<g>/...") are fresh, so nothing of a failed attempt is
+// read again.
 //
-// Failure handling: when a worker exits non-zero or by a signal (or another node posts a
-// failure), the agent sends SIGTERM to all its workers, SIGKILL after --stop-grace, reaps
-// them, and starts round r+1 while r < --max-restarts; otherwise it exits 1 after printing one
-// line naming the rank and its exit code or signal. SIGINT/SIGTERM to the agent are forwarded
-// to the workers and end the run on every node without restart (exit 128 + signal).
+// Failure handling: when a worker exits non-zero or by a signal, or another agent posts a
+// failure in gen/<g>/failed, the agent sends SIGTERM to all its workers, SIGKILL after
+// --stop-grace, reaps them, and, while the group's restart count is below --max-restarts,
+// moves on to generation g+1 with the agents that come (the restarted workers resume from the
+// newest checkpoint, at whatever world size the new group has); otherwise it exits 1 after
+// printing one line naming the rank and its exit code or signal. SIGINT/SIGTERM to the agent
+// are forwarded to the workers and end the run on every node without restart (exit
+// 128 + signal).
 //
-// Hangs: node 0's agent runs a Watchdog (launch/watchdog.h) over the workers' heartbeats; when
-// no rank has made progress for --watchdog-timeout it posts "restart|<report naming the rank,
-// step and phase>" as the round's failure, handled like a worker failure above.
+// Membership: an agent that disappears without a word (SIGKILL, a lost node) is noticed by the
+// others through launch/agent_liveness.h (a stale heartbeat in the TCP store, an expired etcd
+// lease): one of them posts "node N (...) left the group" as the generation's failure, which
+// restarts the group like a worker failure. An agent that arrives while a group smaller than
+// MAX runs makes it re-form with the newcomer (not counted as a restart).
+//
+// Hangs: the agent with group rank 0 runs a Watchdog (launch/watchdog.h) over the workers'
+// heartbeats; when no rank has made progress for --watchdog-timeout it posts "restart|<report
+// naming the rank, step and phase>" as the generation's failure, handled like a worker failure.
 #pragma once
 
 #include <string>

@@ -254,6 +254,17 @@ TEST_F(LauncherTest, PetVariablesAreReadAndFlagsWin) {
   const Result bad = run("launch -- /bin/sh -c true", "PET_NPROC_PER_NODE=many");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("PET_NPROC_PER_NODE 'many'"), std::string::npos) << bad.output;
+
+  const Result bad_conf = run("launch -- /bin/sh -c true", "PET_RDZV_CONF=is_host=1");
+  EXPECT_EQ(bad_conf.exit_code, 2) << bad_conf.output;
+  EXPECT_NE(bad_conf.output.find("PET_RDZV_CONF 'is_host=1': unknown key 'is_host'"),
+            std::string::npos)
+      << bad_conf.output;
+  // A flag wins over PET_RDZV_CONF.
+  const Result conf_flag =
+      run("launch --standalone --rdzv-conf join_timeout=5 -- /bin/sh -c true",
+          "PET_RDZV_CONF=is_host=1");
+  EXPECT_EQ(conf_flag.exit_code, 0) << conf_flag.output;
 }
 
 TEST_F(LauncherTest, BadFlagsExit2WithOneLineNamingTheFlag) {
@@ -273,6 +284,17 @@ TEST_F(LauncherTest, BadFlagsExit2WithOneLineNamingTheFlag) {
       {"--rdzv-backend zookeeper", "--rdzv-backend 'zookeeper'"},
       {"--nnodes 2 --rdzv-backend etcd", "--rdzv-backend etcd needs --rdzv-endpoint"},
       {"--standalone --nnodes 2", "--standalone runs a single node; it conflicts with --nnodes 2"},
+      {"--nnodes 4:2", "--nnodes '4:2': MIN 4 is greater than MAX 2"},
+      {"--nnodes 1:x", "--nnodes '1:x'"},
+      {"--rdzv-conf last_call_timeout", "--rdzv-conf 'last_call_timeout': expected key=value"},
+      {"--rdzv-conf =5", "--rdzv-conf '=5': expected key=value"},
+      {"--rdzv-conf last_call_timeout=soon", "--rdzv-conf last_call_timeout 'soon'"},
+      {"--rdzv-conf join_timeout=-1", "--rdzv-conf join_timeout '-1'"},
+      {"--rdzv-conf keep_alive_max_attempt=0", "--rdzv-conf keep_alive_max_attempt '0'"},
+      {"--rdzv-conf keep_alive_interval=0", "--rdzv-conf keep_alive_interval '0'"},
+      {"--rdzv-conf join_timeout=5,lastcall=5",
+       "--rdzv-conf 'join_timeout=5,lastcall=5': unknown key 'lastcall'; supported: "
+       "join_timeout, last_call_timeout"},
   };
   for (const auto& [flags, expected] : cases) {
     const Result r = run("launch " + flags + " -- /bin/sh -c true");
