@@ -75,6 +75,22 @@ class HeartbeatComm final : public Comm {
     Waiting w(*this, "barrier");
     inner_->barrier();
   }
+  // The overlapped collectives must reach the inner Comm as such: Comm's defaults would turn
+  // them into blocking calls (on NCCL: enqueued on the compute stream, no overlap). On NCCL
+  // they return at once, so the phase names the last collective started.
+  CommWork start_all_gather(Tensor out, Tensor in) override {
+    Waiting w(*this, "all_gather");
+    return inner_->start_all_gather(out, in);
+  }
+  CommWork start_reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
+    Waiting w(*this, "reduce_scatter");
+    return inner_->start_reduce_scatter(out, in, op);
+  }
+  CommWork start_all_reduce(Tensor inout, ReduceOp op) override {
+    Waiting w(*this, "all_reduce");
+    return inner_->start_all_reduce(inout, op);
+  }
+  void finish(CommWork work) override { inner_->finish(work); }
   std::unique_ptr<Comm> split(int color, int key) override {
     Waiting w(*this, "split");
     return std::make_unique<HeartbeatComm>(inner_->split(color, key), heartbeat_);
