@@ -1,5 +1,6 @@
 #include "launch/watchdog.h"
 
+#include <algorithm>
 #include <charconv>
 #include <tuple>
 
@@ -92,32 +93,46 @@ std::optional<std::string> Watchdog::check(Clock::time_point now) {
       state.value = std::move(value);
       state.changed = now;
     }
+    std::optional<std::string> alive =
+        store_.try_get(key_prefix_ + "heartbeat_alive/" + std::to_string(r));
+    if (alive && alive != state.alive) {
+      state.alive = std::move(alive);
+      state.alive_changed = now;
+    }
     if (!state.value) continue;
     newest = any_seen ? std::max(newest, state.changed) : state.changed;
     any_seen = true;
   }
   if (!any_seen || now - newest < timeout_) return std::nullopt;
 
-  // The likely cause: behind the others, not waiting for them, idle longest (by the ranks'
-  // own clocks: finer than this poll, and they only break ties within one hung group).
-  std::optional<std::tuple<int64_t, bool, int64_t, size_t>> culprit;
+  // The likely cause: a frozen process first (its liveness counter stopped too: its published
+  // phase may be older than where it stopped, so the rules below could name a waiting peer);
+  // then behind the others, not waiting for them, idle longest (by the ranks' own clocks:
+  // finer than this poll, and they only break ties within one hung group).
+  const auto frozen_after =
+      std::max<std::chrono::steady_clock::duration>(3 * poll_, std::chrono::milliseconds(1500));
+  const auto frozen = [&](const RankState& state) {
+    return state.alive && now - state.alive_changed >= frozen_after;
+  };
+  std::optional<std::tuple<bool, int64_t, bool, int64_t, size_t>> culprit;
   HeartbeatValue culprit_value;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (!ranks_[r].value) continue;
     const std::optional<HeartbeatValue> parsed = parse_heartbeat(*ranks_[r].value);
     if (!parsed) continue;
-    const auto key =
-        std::make_tuple(parsed->step, waits_in_collective(parsed->phase), parsed->unix_ms, r);
+    const auto key = std::make_tuple(!frozen(ranks_[r]), parsed->step,
+                                     waits_in_collective(parsed->phase), parsed->unix_ms, r);
     if (!culprit || key < *culprit) {
       culprit = key;
       culprit_value = *parsed;
     }
   }
   if (!culprit) return std::nullopt;
-  const size_t rank = std::get<3>(*culprit);
+  const size_t rank = std::get<4>(*culprit);
   const double idle_s = std::chrono::duration<double>(now - ranks_[rank].changed).count();
-  return fmt::format("rank {} made no progress for {:.0f} s at step {}, waiting in {}", rank,
-                     idle_s, culprit_value.step, culprit_value.phase);
+  return fmt::format("rank {} made no progress for {:.0f} s at step {}, waiting in {}{}", rank,
+                     idle_s, culprit_value.step, culprit_value.phase,
+                     frozen(ranks_[rank]) ? "; its process is not running" : "");
 }
 
 }  // namespace shardtrain::launch

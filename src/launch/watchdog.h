@@ -6,8 +6,11 @@
 // a change of its value, timed by this agent's clock (so clocks of other nodes do not
 // matter). Ranks that have not published yet (still loading) are not judged. When no rank has
 // made progress for `timeout`, the group is hung: the watchdog names the rank most likely to
-// be the cause (the lowest step, then one that is not waiting in a collective, then the one
-// idle longest) in one line, "rank R made no progress for S s at step N, waiting in <phase>",
+// be the cause (a rank whose process is frozen: its `heartbeat_alive/<r>` counter, bumped every
+// 250 ms by the rank's publisher thread, has not changed for 3 poll periods (at least 1.5 s);
+// then the lowest step, then one that is not waiting in a collective, then the one idle
+// longest) in one line, "rank R made no progress for S s at step N, waiting in <phase>" (plus
+// "; its process is not running" for a frozen one),
 // logs it, makes it available through report() and stops polling. While any rank advances
 // (e.g. rank 0 writing the final model while the others wait in a barrier), nothing fires.
 #pragma once
@@ -55,6 +58,8 @@ class Watchdog {
   struct RankState {
     std::optional<std::string> value;  // last heartbeat seen
     std::chrono::steady_clock::time_point changed;
+    std::optional<std::string> alive;  // last liveness counter seen
+    std::chrono::steady_clock::time_point alive_changed;
   };
 
   Store& store_;

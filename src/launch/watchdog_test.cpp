@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -104,6 +105,44 @@ TEST(WatchdogTest, NamesTheRankBehindThenTheOneOutsideACollective) {
     ASSERT_TRUE(report);
     EXPECT_NE(report->find("rank 1 made no progress"), std::string::npos)
         << "rank 0 waits for rank 1, which is not in the collective: " << *report;
+  }
+}
+
+TEST(WatchdogTest, NamesAFrozenProcessBeforeRanksThatWaitForIt) {
+  // Rank 1 was stopped (SIGSTOP) before it could publish its newest phase: its last value says
+  // it waits in a collective and is newer than rank 0's, so only liveness tells them apart:
+  // rank 0's publisher keeps ticking, rank 1's does not.
+  MemoryStore store;
+  store.set("heartbeat/0", "5 100 all_reduce: step totals");
+  store.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
+  store.set("heartbeat_alive/1", "17");
+  std::atomic<bool> stop{false};
+  std::thread ticker([&] {
+    for (int tick = 0; !stop; ++tick) {
+      store.set("heartbeat_alive/0", std::to_string(tick));
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  {
+    Watchdog watchdog(store, "", 2, 2s, 10ms);
+    const auto report = report_within(watchdog, 5s);
+    ASSERT_TRUE(report);
+    EXPECT_EQ(report->rfind("rank 1 made no progress for ", 0), 0u) << *report;
+    EXPECT_NE(report->find("; its process is not running"), std::string::npos) << *report;
+  }
+  stop = true;
+  ticker.join();
+  {
+    // Without liveness counters (both frozen alike or none published) the old rules apply:
+    // the same step, both in collectives, rank 0 idle longest by its own clock.
+    MemoryStore plain;
+    plain.set("heartbeat/0", "5 100 all_reduce: step totals");
+    plain.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
+    Watchdog watchdog(plain, "", 2, 50ms, 10ms);
+    const auto report = report_within(watchdog, 1s);
+    ASSERT_TRUE(report);
+    EXPECT_EQ(report->rfind("rank 0 made no progress for ", 0), 0u) << *report;
+    EXPECT_EQ(report->find("not running"), std::string::npos) << *report;
   }
 }
 

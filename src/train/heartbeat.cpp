@@ -128,7 +128,9 @@ class HeartbeatComm final : public Comm {
 }  // namespace
 
 Heartbeat::Heartbeat(std::unique_ptr<Store> store, int rank)
-    : store_(std::move(store)), key_("heartbeat/" + std::to_string(rank)) {
+    : store_(std::move(store)),
+      key_("heartbeat/" + std::to_string(rank)),
+      alive_key_("heartbeat_alive/" + std::to_string(rank)) {
   if (store_) publisher_ = std::thread([this] { publish_loop(); });
 }
 
@@ -167,16 +169,20 @@ void Heartbeat::set_phase(std::string phase) {
 }
 
 void Heartbeat::publish_loop() {
-  uint64_t published = 0;
+  uint64_t published = 0, ticks = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     wake_.wait_for(lock, kPublishInterval, [this] { return stopping_; });
-    if (stopping_ || step_ < 0 || version_ == published) continue;
-    const std::string value = std::to_string(step_) + " " + std::to_string(unix_ms_) + " " + phase_;
+    if (stopping_ || step_ < 0) continue;
+    // The tick says "this process runs" even while training waits; the value says progress.
+    const bool changed = version_ != published;
+    const std::string value =
+        changed ? std::to_string(step_) + " " + std::to_string(unix_ms_) + " " + phase_ : "";
     published = version_;
     lock.unlock();
     try {
-      store_->set(key_, value);
+      if (changed) store_->set(key_, value);
+      store_->set(alive_key_, std::to_string(++ticks));
     } catch (const Error& error) {
       // The launcher's store is gone, so the launcher is too; this worker dies with it.
       log::warn("heartbeat: cannot publish ({}); stopping heartbeats", error.what());

@@ -9,7 +9,10 @@
 // "compute at step start" at a step boundary.
 //
 // Updating is cheap (a mutex and a string copy): the training thread only records progress;
-// a background thread with its own store connection publishes a changed value every 250 ms.
+// a background thread with its own store connection publishes a changed value every 250 ms,
+// and bumps `heartbeat_alive/<rank>` (a counter) every 250 ms whether or not there was progress:
+// a rank whose counter stops too is frozen as a process (SIGSTOP, a dead machine), which the
+// watchdog names before ranks that merely wait for it.
 // Nothing is published before the first set_step(), so a long model load is not a hang. A
 // rank that stops (SIGSTOP, a deadlock in a collective) publishes nothing new, which is what
 // the watchdog detects. On NCCL the phase is the last collective enqueued, not the one the GPU
@@ -47,7 +50,7 @@ class Heartbeat {
   void publish_loop();
 
   std::unique_ptr<Store> store_;
-  std::string key_;
+  std::string key_, alive_key_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
