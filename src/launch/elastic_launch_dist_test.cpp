@@ -167,7 +167,7 @@ TEST_F(ElasticLaunchTest, ShrinkToOneNodeResumesFromTheCheckpointAtHalfTheWorld)
   const std::string ckpt = dir_ + "/ckpt";
   const std::string train = "train --config " + config + " --metrics " + metrics +
                             " --train.output_dir=" + dir_ + "/out --checkpoint-dir " + ckpt +
-                            " --checkpoint-every 5";
+                            " --checkpoint-every 5 --train.checkpoint_max_lag_steps=2";
   const std::string flags =
       "--nnodes 1:2 --max-restarts 1 --stop-grace 1 --rdzv-conf last_call_timeout=2,"
       "keep_alive_interval=0.5,keep_alive_max_attempt=4";

@@ -88,7 +88,8 @@ TEST_F(ElasticEtcdLaunchTest, KilledLauncherComesBackAndTheRunEndsBitIdentical) 
   };
   const std::string ckpt = dir_ + "/killed/ckpt";
   const std::string killed_run =
-      train("killed", "--checkpoint-dir " + ckpt + " --checkpoint-every 5");
+      train("killed", "--checkpoint-dir " + ckpt +
+                          " --checkpoint-every 5 --train.checkpoint_max_lag_steps=2");
   const std::string flags =
       "--nnodes 2 --max-restarts 2 --stop-grace 1 --rdzv-conf "
       "keep_alive_interval=1,keep_alive_max_attempt=3";

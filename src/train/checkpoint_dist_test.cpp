@@ -341,8 +341,8 @@ TEST_F(CheckpointDistTest, ReshardedResumeMatchesWithinFloatReassociation) {
                   "--fsdp.strategy=NO_SHARD");
   expect_close(baseline(2), "full_to_no_shard", 1e-6, 1e-6);
   // HYBRID_SHARD 2x2 (only the first replica group writes shards) -> FULL_SHARD on 2.
-  interrupted_run("hybrid_to_full", 4, 2,
-                  "--fsdp.strategy=HYBRID_SHARD --fsdp.shard_group_size=2", "");
+  interrupted_run("hybrid_to_full", 4, 2, "--fsdp.strategy=HYBRID_SHARD --fsdp.shard_group_size=2",
+                  "");
   expect_close(baseline(2), "hybrid_to_full", 1e-6, 1e-5);
   EXPECT_FALSE(fs::exists(ckpt("hybrid_to_full") + "/step_00000005/rank_00002.safetensors"));
   // One process resumes a 4-rank checkpoint too (shard group 4 -> 1).
@@ -490,11 +490,12 @@ TEST_F(CheckpointDistTest, AsyncWriteDoesNotStallTheStepLoop) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(hf + "/model.safetensors"), read_file(out(name) + "/model.safetensors"));
 
-  // With the default bound (train.checkpoint_max_lag_steps = 2), steps 11 and 12 overlap the
-  // write, then step 12 waits for the rest: the checkpoint is complete before step 13.
+  // With a bound (train.checkpoint_max_lag_steps = 2), steps 11 and 12 overlap the write, then
+  // step 12 waits for the rest: the checkpoint is complete before step 13.
   const std::string bounded = "slow_disk_bounded";
   r = train(bounded, 1,
-            "--checkpoint-dir " + ckpt(bounded) + " --checkpoint-every 10 --train.steps=14");
+            "--checkpoint-dir " + ckpt(bounded) +
+                " --checkpoint-every 10 --train.steps=14 --train.checkpoint_max_lag_steps=2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(completed_after(r.output, 10), 12) << r.output;
   const std::string bounded_path = dir_ + "/" + bounded + "/metrics.jsonl";
@@ -519,7 +520,9 @@ TEST_F(CheckpointDistTest, FailedAsyncWriteIsAOneLineErrorAndKeepsThePreviousChe
   const std::string name = "write_fails";
   const std::string step10 = ckpt(name) + "/step_00000010";
   fs::create_directories(step10 + "/rank_00000.safetensors");
-  const std::string flags = "--checkpoint-dir " + ckpt(name) + " --checkpoint-every 5 ";
+  // A lag bound makes the failure surface by step 12 however slow the machine is.
+  const std::string flags = "--checkpoint-dir " + ckpt(name) +
+                            " --checkpoint-every 5 --train.checkpoint_max_lag_steps=2 ";
   CommandResult r = train(name, 1, flags);
   expect_user_error(r, {"checkpoint step 10 not saved", step10 + "/rank_00000.safetensors", "HINT",
                         "newest complete checkpoint is still " + ckpt(name) + "/step_00000005"});

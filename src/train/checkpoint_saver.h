@@ -28,7 +28,7 @@
 //    is. finish() (end of training, and after a SIGTERM or stop_at_step save) returns only
 //    once the checkpoint's manifest is on disk.
 //  - Bounded lag: a checkpoint must be complete at most options.max_lag_steps steps after it
-//    was taken (train.checkpoint_max_lag_steps, default 2). If it is not when poll() reaches
+//    was taken (train.checkpoint_max_lag_steps, default 0 = no bound). If it is not when poll() reaches
 //    that step, the step loop waits for it there (complete_pending). This is what makes a
 //    crash more than max_lag_steps after a checkpoint step always find that checkpoint; the
 //    stall is then only the part of the write that those steps did not hide, never more than
@@ -66,7 +66,7 @@ struct CheckpointSaverOptions {
   std::string dir;            // train.checkpoint_dir
   int64_t keep = 3;           // train.keep_checkpoints
   bool async = true;          // train.checkpoint_async
-  int64_t max_lag_steps = 2;  // train.checkpoint_max_lag_steps (0 = no bound)
+  int64_t max_lag_steps = 0;  // train.checkpoint_max_lag_steps (0 = no bound)
 };
 
 // What poll() found.

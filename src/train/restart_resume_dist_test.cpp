@@ -162,8 +162,9 @@ TEST_F(RestartResumeDistTest, KilledWorkerIsRestartedAndResumesBitIdentically) {
   // The checkpoint dir is in every worker's command line: it tells this run's workers apart.
   const std::string ckpt = dir_ + "/killed/ckpt";
   const std::string log = dir_ + "/killed.log";
-  const std::string launch =
-      command("killed", "--max-restarts 1", "--checkpoint-dir " + ckpt + " --checkpoint-every 5");
+  const std::string launch = command(
+      "killed", "--max-restarts 1",
+      "--checkpoint-dir " + ckpt + " --checkpoint-every 5 --train.checkpoint_max_lag_steps=2");
   const pid_t launcher = start(launch, log);
   const int64_t seen = wait_for_mid_run_step("killed");
   const std::vector<pid_t> rank1 = processes_with(ckpt, 1);

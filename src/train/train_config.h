@@ -77,7 +77,7 @@ struct TrainLoopConfig {
   bool checkpoint_async = true;
   // A checkpoint must be complete on disk at most this many steps after it was taken; a slower
   // write makes the step loop wait for it there (0 = no bound: only the next checkpoint waits).
-  int64_t checkpoint_max_lag_steps = 2;
+  int64_t checkpoint_max_lag_steps = 0;
 };
 
 struct OptimConfig {
