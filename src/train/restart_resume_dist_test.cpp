@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -79,7 +80,9 @@ std::vector<pid_t> processes_with(const std::string& token, int rank = -1) {
     const std::vector<std::string> cmdline = proc_entries(pid, "cmdline");
     if (!contains(cmdline, token)) continue;
     if (rank >= 0) {
-      if (contains(cmdline, "launch")) continue;
+      // The launcher's own command line has the argument "launch" (the build dir's path may
+      // contain the word too, so compare whole arguments).
+      if (std::find(cmdline.begin(), cmdline.end(), "launch") != cmdline.end()) continue;
       bool match = false;
       for (const std::string& e : proc_entries(pid, "environ"))
         match = match || e == "RANK=" + std::to_string(rank);
