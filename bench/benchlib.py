@@ -76,6 +76,15 @@ def ours_tokens_per_s(metrics_path, world):
     return (b["tokens"] - a["tokens"]) / (b["elapsed_s"] - a["elapsed_s"]) / int(world)
 
 
+def ours_comm_wait_ms(metrics_path):
+    """Mean exposed communication per step (the "comm_wait_s" that shardtrain records with
+    SHARDTRAIN_MEASURE_COMM_WAIT=1), over the timed steps; None when not recorded."""
+    with open(metrics_path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    waits = [r["comm_wait_s"] for r in records[2:] if "comm_wait_s" in r]
+    return 1e3 * sum(waits) / len(waits) if waits else None
+
+
 def torch_tokens_per_s(log_path):
     with open(log_path) as f:
         lines = [line for line in f if '"tokens_per_s"' in line]
@@ -152,6 +161,8 @@ def record(runs_path, pairs):
                    else torch_tokens_per_s(r["log"]))
             out["tokens_per_s_gpu"] = tps
             out["mfu"] = mfu_percent(tps, r["flops"])
+            if r["engine"] == "shardtrain":
+                out["comm_wait_ms"] = ours_comm_wait_ms(r["metrics"])
         except (OSError, ValueError, KeyError) as e:
             out["status"] = f"no result ({e})"
     with open(runs_path, "a") as f:
@@ -175,10 +186,12 @@ def scaling_table(runs_path):
     lines = [
         "per GPU: tokens/s, MFU (790 TFLOP/s), peak nvidia-smi memory.used (largest GPU);",
         "planGiB = `shardtrain plan` per-rank total; eff = tokens/s per GPU / the same at the "
-        "fewest GPUs (@N when not 1); vs torch = shardtrain / PyTorch FSDP2 tokens/s",
+        "fewest GPUs (@N when not 1); vs torch = shardtrain / PyTorch FSDP2 tokens/s; "
+        "wait ms = exposed communication per step (rank 0's compute stream waiting for FSDP's "
+        "collectives)",
         f"{'shape':<18} {'engine':<10} {'strategy':<13} {'gpus':>4} {'tok/s/gpu':>10} "
-        f"{'MFU':>6} {'peakGiB':>8} {'planGiB':>8} {'meas/plan':>9} {'eff':>9} {'vs torch':>8}  "
-        "status",
+        f"{'MFU':>6} {'peakGiB':>8} {'planGiB':>8} {'meas/plan':>9} {'eff':>9} {'vs torch':>8} "
+        f"{'wait ms':>8}  status",
     ]
     order = {"shardtrain": 0, "pytorch": 1}
     for r in sorted(runs, key=lambda r: (r["run"], r["strategy"], r["gpus"],
@@ -199,7 +212,8 @@ def scaling_table(runs_path):
             f"{r['run']:<18} {r['engine']:<10} {r['strategy']:<13} {r['gpus']:>4} "
             f"{num(tps, '10.0f'):>10} {mfu:>6} "
             f"{num(peak and peak / 1024, '8.1f'):>8} {num(plan and plan / 1024, '8.1f'):>8} "
-            f"{num(ratio, '9.3f'):>9} {eff:>9} {num(vs, '8.3f'):>8}  {r['status']}")
+            f"{num(ratio, '9.3f'):>9} {eff:>9} {num(vs, '8.3f'):>8} "
+            f"{num(r.get('comm_wait_ms'), '8.1f'):>8}  {r['status']}")
     return "\n".join(lines)
 
 

@@ -29,6 +29,8 @@ usage() { sed -n '/^# Usage/,/^# Defaults/p' "$0" >&2; exit 2; }
 bin=$1 out=$2
 shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
+# Our runs record each step's exposed communication (comm_wait_s in --metrics).
+export SHARDTRAIN_MEASURE_COMM_WAIT=1
 lib=$root/bench/benchlib.py
 gpu_list="1 2 4 8" shapes="qwen2.5-1.5b" strategies="full_shard shard_grad_op"
 engines="shardtrain pytorch" config=$root/bench/bench.toml run_timeout=300

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,11 @@ class Comm {
     return {};
   }
   virtual void finish(CommWork work) {}
+  // Exposed communication: seconds the compute stream has stood still in finish() waiting for
+  // collectives, summed over the waits that completed since the last call (CUDA events around
+  // each wait). nullopt when the backend does not measure it: blocking backends, whose
+  // collectives all show in the step time, and NCCL unless SHARDTRAIN_MEASURE_COMM_WAIT=1.
+  virtual std::optional<double> take_compute_wait_seconds() { return std::nullopt; }
 
   // A sub-group of the ranks with the same `color`, ordered by `key` (then by rank). Every
   // rank of this group must call it. Used for the 2-D mesh of HYBRID_SHARD.

@@ -148,6 +148,11 @@ class NcclComm final : public Comm {
     for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
     for (const auto& [id, event] : started_) cudaEventDestroy(event);
     for (cudaEvent_t event : free_work_events_) cudaEventDestroy(event);
+    for (const TimedWait& wait : timed_waits_) {
+      cudaEventDestroy(wait.before);
+      cudaEventDestroy(wait.after);
+    }
+    for (cudaEvent_t event : free_timing_events_) cudaEventDestroy(event);
     cudaEventDestroy(compute_ready_);
     cudaStreamDestroy(comm_stream_);
     cudaFree(barrier_scratch_);
@@ -201,9 +206,39 @@ class NcclComm final : public Comm {
     const auto found = started_.find(work.id);
     SHARDTRAIN_CHECK(found != started_.end(), "NcclComm: work {} finished twice or unknown",
                      work.id);
-    SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, found->second, 0));
+    if (measure_waits_) {
+      TimedWait wait{timing_event_locked(), nullptr};
+      SHARDTRAIN_CUDA_CHECK(cudaEventRecord(wait.before, stream_));
+      SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, found->second, 0));
+      wait.after = timing_event_locked();
+      SHARDTRAIN_CUDA_CHECK(cudaEventRecord(wait.after, stream_));
+      timed_waits_.push_back(wait);
+    } else {
+      SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, found->second, 0));
+    }
     free_work_events_.push_back(found->second);  // re-recording later is safe after the wait
     started_.erase(found);
+  }
+
+  // The waits whose closing event has been reached, in order; a wait still ahead of the
+  // compute stream stays for a later call.
+  std::optional<double> take_compute_wait_seconds() override {
+    if (!measure_waits_) return std::nullopt;
+    std::lock_guard<std::mutex> lock(mutex_);
+    double seconds = 0;
+    while (!timed_waits_.empty()) {
+      const TimedWait& wait = timed_waits_.front();
+      const cudaError_t reached = cudaEventQuery(wait.after);
+      if (reached == cudaErrorNotReady) break;
+      SHARDTRAIN_CUDA_CHECK(reached);
+      float ms = 0;
+      SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, wait.before, wait.after));
+      seconds += ms / 1e3;
+      free_timing_events_.push_back(wait.before);
+      free_timing_events_.push_back(wait.after);
+      timed_waits_.pop_front();
+    }
+    return seconds;
   }
 
   void broadcast(Tensor inout, int root) override {
@@ -289,6 +324,18 @@ class NcclComm final : public Comm {
                                nccl_type(inout.dtype()), nccl_op(op), comm_, stream),
                  "all_reduce", "ncclAllReduce");
     track_locked("all_reduce", stream);
+  }
+
+  // A reusable event with timing enabled (for the exposed-wait measurement).
+  cudaEvent_t timing_event_locked() {
+    if (!free_timing_events_.empty()) {
+      const cudaEvent_t event = free_timing_events_.back();
+      free_timing_events_.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&event));
+    return event;
   }
 
   // comm_stream_ waits for everything enqueued so far on the compute stream.
@@ -466,6 +513,16 @@ class NcclComm final : public Comm {
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   std::unordered_map<int64_t, cudaEvent_t> started_;  // started, not yet finished work
+  // SHARDTRAIN_MEASURE_COMM_WAIT=1: events around each finish() wait on the compute stream.
+  struct TimedWait {
+    cudaEvent_t before, after;
+  };
+  const bool measure_waits_ = [] {
+    const char* text = std::getenv("SHARDTRAIN_MEASURE_COMM_WAIT");
+    return text != nullptr && *text != '\0' && std::string(text) != "0";
+  }();
+  std::deque<TimedWait> timed_waits_;
+  std::vector<cudaEvent_t> free_timing_events_;
   std::vector<cudaEvent_t> free_work_events_;
   int64_t next_work_id_ = 0;
   std::thread watchdog_;

@@ -161,6 +161,16 @@ void FsdpUnits::gather_master_to_host(int unit, float* host_values) {
   ops_.copy_to_host(host_values, full_flat.rows(0, numel));
 }
 
+std::optional<double> FsdpUnits::take_compute_wait_seconds() {
+  std::optional<double> total = groups_.shard().take_compute_wait_seconds();
+  if (&groups_.replicate() != &groups_.shard()) {
+    if (const std::optional<double> replicate = groups_.replicate().take_compute_wait_seconds()) {
+      total = total.value_or(0) + *replicate;
+    }
+  }
+  return total;
+}
+
 FsdpMemory FsdpUnits::memory() const {
   FsdpMemory m;
   for (int u = 0; u < unit_count(); ++u) {

@@ -36,6 +36,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,11 @@ class FsdpUnits final : public UnitAccess {
   // Collective over the shard group: fills host_values (unit numel) with the whole unit's
   // fp32 master parameters.
   void gather_master_to_host(int unit, float* host_values);
+
+  // Exposed communication since the last call: seconds the compute stream waited for FSDP's
+  // overlapped collectives (Comm::take_compute_wait_seconds over the shard and replicate
+  // groups); nullopt when the backend does not measure it.
+  std::optional<double> take_compute_wait_seconds();
 
   // Bytes held now (shards) and the peak of gathered / full-grad buffers so far.
   FsdpMemory memory() const;

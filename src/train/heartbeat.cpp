@@ -91,6 +91,9 @@ class HeartbeatComm final : public Comm {
     return inner_->start_all_reduce(inout, op);
   }
   void finish(CommWork work) override { inner_->finish(work); }
+  std::optional<double> take_compute_wait_seconds() override {
+    return inner_->take_compute_wait_seconds();
+  }
   std::unique_ptr<Comm> split(int color, int key) override {
     Waiting w(*this, "split");
     return std::make_unique<HeartbeatComm>(inner_->split(color, key), heartbeat_);

@@ -35,6 +35,7 @@ class RecordingComm final : public Comm {
     return {3};
   }
   void finish(CommWork work) override { calls_.push_back("finish " + std::to_string(work.id)); }
+  std::optional<double> take_compute_wait_seconds() override { return 0.25; }
   std::unique_ptr<Comm> split(int, int) override { return std::make_unique<RecordingComm>(calls_); }
   std::string backend_name() const override { return "recording"; }
 
@@ -59,6 +60,7 @@ TEST(HeartbeatComm, ForwardsOverlappedCollectivesAsSuch) {
       "start_all_gather", "start_reduce_scatter", "start_all_reduce", "finish 1", "finish 2",
       "finish 3",         "start_all_gather",     "finish 1"};
   EXPECT_EQ(calls, want);
+  EXPECT_EQ(comm->take_compute_wait_seconds(), std::optional<double>(0.25));
 }
 
 }  // namespace

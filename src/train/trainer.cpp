@@ -39,8 +39,10 @@ std::string config_json_of(const std::string& model_dir) {
   namespace fs = std::filesystem;
   if (model_dir.empty()) fail("model.path is empty; HINT: set it to a Hugging Face checkpoint dir");
   if (!fs::is_directory(model_dir)) {
-    fail("model.path {} is not a directory; HINT: point it at a Hugging Face checkpoint dir "
-         "(with config.json)", model_dir);
+    fail(
+        "model.path {} is not a directory; HINT: point it at a Hugging Face checkpoint dir "
+        "(with config.json)",
+        model_dir);
   }
   return (fs::path(model_dir) / "config.json").string();
 }
@@ -110,9 +112,10 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
       open_training_data(config.data, config.model.path, static_cast<uint64_t>(config.train.seed));
   validate_vocab(*dataset, model_config.vocab_size, config.data.path);
   if (dataset->size() < static_cast<size_t>(micro_batch * env.world)) {
-    fail("data {} has {} sequences of {} tokens, fewer than train.micro_batch = {} x {} ranks; "
-         "HINT: lower train.micro_batch or data.seq_len, or add data",
-         config.data.path, dataset->size(), seq_len, micro_batch, env.world);
+    fail(
+        "data {} has {} sequences of {} tokens, fewer than train.micro_batch = {} x {} ranks; "
+        "HINT: lower train.micro_batch or data.seq_len, or add data",
+        config.data.path, dataset->size(), seq_len, micro_batch, env.world);
   }
   model.reserve(micro_batch, seq_len);
 
@@ -121,8 +124,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   DistWorld world = connect_world(env, ops, config.dist.backend);
   world.comm = with_heartbeat(std::move(world.comm), *heartbeat);
   FsdpGroups groups(*world.comm, group_size);
-  FsdpUnits units(ops, layout, groups,
-                  {strategy, config.fsdp.reduce_on_last_micro_batch});
+  FsdpUnits units(ops, layout, groups, {strategy, config.fsdp.reduce_on_last_micro_batch});
   const ResumeResult resumed =
       resume_training(config.train.resume, config.train.checkpoint_dir, units, ops, layout);
   if (resumed.resumed) {
@@ -150,13 +152,14 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
               config.data.path, dataset->size(), seq_len, device_name(ops.device()));
   }
   if (env.world > 1) {
-    log::info("fsdp rank {}/{}: {} shard group {}, global batch {} = micro_batch {} x "
-              "grad_accum {} x ranks {}; memory estimate {}",
-              env.rank, env.world, fsdp_strategy_name(strategy), group_size, global_batch,
-              micro_batch, grad_accum, env.world,
-              memory_json(estimate_fsdp_memory(units.plan(), strategy,
-                                               config.fsdp.reduce_on_last_micro_batch,
-                                               ops.activation_dtype())));
+    log::info(
+        "fsdp rank {}/{}: {} shard group {}, global batch {} = micro_batch {} x "
+        "grad_accum {} x ranks {}; memory estimate {}",
+        env.rank, env.world, fsdp_strategy_name(strategy), group_size, global_batch, micro_batch,
+        grad_accum, env.world,
+        memory_json(estimate_fsdp_memory(units.plan(), strategy,
+                                         config.fsdp.reduce_on_last_micro_batch,
+                                         ops.activation_dtype())));
   }
 
   AdamWSettings adam;
@@ -226,20 +229,24 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
     const double grad_norm = std::sqrt(units.global_grad_square_sum(
         static_cast<double>(ops.read_scalar(optimizer.grad_square_sum(buffers)))));
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      fail("training diverged at step {} (loss {}, grad norm {}); HINT: lower optim.lr or "
-           "check the data",
-           step, loss, grad_norm);
+      fail(
+          "training diverged at step {} (loss {}, grad norm {}); HINT: lower optim.lr or "
+          "check the data",
+          step, loss, grad_norm);
     }
     const double lr = learning_rate(config.optim, step, steps);
-    optimizer.step(buffers, lr, step, AdamW::clip_coefficient(grad_norm, config.train.max_grad_norm));
+    optimizer.step(buffers, lr, step,
+                   AdamW::clip_coefficient(grad_norm, config.train.max_grad_norm));
     units.refresh_compute_params();
     outcome.losses.push_back(loss);
 
     const double elapsed =
         elapsed_before +
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    StepReport report{step, steps, loss, lr, grad_norm,
-                      elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0, elapsed};
+    StepReport report{step,      steps,
+                      loss,      lr,
+                      grad_norm, elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0,
+                      elapsed};
     if (is_rank0 && !options.quiet &&
         (step % config.train.log_every == 0 || step == steps || step == 1)) {
       std::printf("%s\n", format_progress_line(report).c_str());
@@ -253,6 +260,10 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
                              {"tokens", tokens_seen},
                              {"elapsed_s", elapsed}};
     outcome.tokens_per_s = report.tokens_per_s;
+    // The step's collectives are done (the scalar reads above synchronised).
+    if (const std::optional<double> waited = units.take_compute_wait_seconds()) {
+      record["comm_wait_s"] = *waited;
+    }
 
     bool stop = false, signalled = false;
     if (checkpoints) {
