@@ -167,6 +167,9 @@ TEST_F(TrainConfigTest, ValidateNamesTheKey) {
       {"optim.min_lr=0.1", "'optim.min_lr' (0.1) must be <= 'optim.lr' (0.0003)"},
       {"data.pad_id=-1", "'data.pad_id' must be >= 0"},
       {"train.max_grad_norm=-1", "'train.max_grad_norm' must be >= 0"},
+      {"train.checkpoint_max_lag_steps=-1", "'train.checkpoint_max_lag_steps' must be >= 0"},
+      {"train.keep_checkpoints=0", "'train.keep_checkpoints' must be >= 1"},
+      {"train.checkpoint_every=-5", "'train.checkpoint_every' must be >= 0"},
       {"model.path=", "'model.path' is not set"},
       {"data.path=", "'data.path' is not set"},
   };
