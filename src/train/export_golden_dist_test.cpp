@@ -23,14 +23,10 @@
 #include <vector>
 
 #include "core/testing/test_support.h"
-#include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/hf_config.h"
-#include "model/init_weights.h"
-#include "model/llama_model.h"
-#include "ops/cpu/cpu_ops.h"
-#include "train/local_units.h"
+#include "train/testing/golden_fixture.h"
 
 namespace shardtrain {
 namespace {
@@ -42,21 +38,9 @@ using testing::run_command;
 const std::string kBinary = SHARDTRAIN_BINARY;
 const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
 
-std::vector<float> entry_f32(const SafetensorsEntry& e) {
-  std::vector<float> out(e.shape.numel());
-  convert_to_f32(e.data, e.dtype, out.data(), out.size());
-  return out;
-}
-
-// max|ours - theirs| / max|theirs| over the tensor.
-double max_relative_error(const std::vector<float>& ours, const std::vector<float>& theirs) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < ours.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(static_cast<double>(ours[i]) - theirs[i]));
-    max_ref = std::max(max_ref, std::abs(static_cast<double>(theirs[i])));
-  }
-  return max_ref > 0 ? max_diff / max_ref : max_diff;
-}
+using testing::entry_f32;
+using testing::GoldenModel;
+using testing::max_relative_error;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -166,39 +150,14 @@ TEST_P(ExportGoldenDistTest, ExportedModelIsTheGoldenOneAndGivesTransformersLogi
 
   // (b) Our forward on the exported dir against transformers' logits and loss.
   const SafetensorsFile expected = SafetensorsFile::open(golden + "/expected.safetensors");
-  const SafetensorsEntry* ids = expected.find("input_ids");
-  const SafetensorsEntry* labels = expected.find("labels");
-  ASSERT_NE(ids, nullptr);
-  ASSERT_NE(labels, nullptr);
-  const int64_t B = ids->shape[0], T = ids->shape[1];
-  std::vector<Example> examples(B);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto* id_data = static_cast<const int32_t*>(ids->data) + b * T;
-    const auto* label_data = static_cast<const int32_t*>(labels->data) + b * T;
-    examples[b].input_ids.assign(id_data, id_data + T);
-    examples[b].labels.assign(label_data, label_data + T);
-  }
-  const Batch batch = make_batch(examples);
-  const HfCheckpoint checkpoint = HfCheckpoint::open(hf);
-  std::unique_ptr<Ops> ops = make_cpu_ops();
-  LlamaModel model(got_config, *ops);
-  LocalUnits units(*ops, model.layout(), false);
-  for (int u = 0; u < model.unit_count(); ++u) {
-    std::vector<float> values(model.layout().units[u].numel);
-    load_unit_from_checkpoint(checkpoint, model.layout().units[u], values.data());
-    units.upload_master(u, values.data());
-  }
-  model.reserve(B, T);
-  model.set_batch(batch);
-  std::vector<float> logits(B * T * got_config.vocab_size);
-  DeviceBuffer loss_buffer(*ops, sizeof(float));
-  const Tensor loss_sum = loss_buffer.view(DType::kF32, {1});
-  ops->fill_zero(loss_sum);
-  model.forward(units, loss_sum, logits.data());
+  const Batch batch = testing::golden_batch(expected);
+  GoldenModel exported(got_config, HfCheckpoint::open(hf), batch, /*with_grads=*/false);
+  const GoldenModel::Forward forward = exported.forward(batch);
+  const std::vector<float>& logits = forward.logits;
   const std::vector<float> want_logits = entry_f32(*expected.find("logits"));
   ASSERT_EQ(logits.size(), want_logits.size());
   const double logits_error = max_relative_error(logits, want_logits);
-  const double loss = ops->read_scalar(loss_sum) / static_cast<double>(batch.target_count);
+  const double loss = forward.loss;
   const double want_loss = entry_f32(*expected.find("loss"))[0];
   const double loss_error = std::abs(loss - want_loss) / std::abs(want_loss);
   std::printf(
