@@ -8,43 +8,20 @@
 #include <functional>
 #include <thread>
 
+#include "core/testing/test_support.h"
 #include "dist/file_store.h"
 
 namespace shardtrain {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/shardtrain_gloo_XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // Runs body(comm) on `world` threads, each with its own GlooComm; rethrows the first failure.
 void run_ranks(int world, const std::function<void(Comm&)>& body) {
-  TempDir dir;
+  testing::TempDir dir("shardtrain_gloo_");
   FileStore store(dir.path());
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        std::unique_ptr<Comm> comm = make_gloo_comm(store, r, world, "test");
-        body(*comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  testing::run_threads(world, [&](int r) {
+    std::unique_ptr<Comm> comm = make_gloo_comm(store, r, world, "test");
+    body(*comm);
+  });
 }
 
 Tensor view(std::vector<float>& v) {
@@ -134,7 +111,7 @@ TEST(GlooCommSplit, FourRanksSplitIntoTwoByTwoMesh) {
 }
 
 TEST(FileStoreTest, AddCompareSetAndTimeoutNamesKey) {
-  TempDir dir;
+  testing::TempDir dir("shardtrain_gloo_");
   FileStore store(dir.path());
   EXPECT_EQ(store.add("counter", 3), 3);
   EXPECT_EQ(store.add("counter", -1), 2);
@@ -155,7 +132,7 @@ TEST(FileStoreTest, AddCompareSetAndTimeoutNamesKey) {
 }
 
 TEST(FileStoreTest, ConcurrentAddsAreAtomic) {
-  TempDir dir;
+  testing::TempDir dir("shardtrain_gloo_");
   FileStore store(dir.path());
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)

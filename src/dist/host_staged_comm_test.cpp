@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/testing/test_support.h"
 #include "dist/file_store.h"
 #include "dist/gloo_comm.h"
 #include "ops/cpu/cpu_ops.h"
@@ -73,19 +74,6 @@ class ProbeComm final : public Comm {
   HostSide& seen_;
 };
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/shardtrain_staged_XXXXXX";
-    path_ = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // One rank's view: its staged Comm, its compute backend and what the host Comm was handed.
 struct Rank {
   Comm& comm;
@@ -96,27 +84,16 @@ struct Rank {
 // Runs body on `world` threads, each with a HostStagedComm over (probe over) its own GlooComm;
 // rethrows the first failure.
 void run_ranks(int world, const std::function<void(Rank&)>& body) {
-  TempDir dir;
+  testing::TempDir dir("shardtrain_staged_");
   FileStore store(dir.path());
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        std::unique_ptr<Ops> ops = make_cpu_ops();
-        HostSide host_side;
-        std::unique_ptr<Comm> comm = make_host_staged_comm(
-            std::make_unique<ProbeComm>(make_gloo_comm(store, r, world, "test"), host_side), *ops);
-        Rank rank{*comm, *ops, host_side};
-        body(rank);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  testing::run_threads(world, [&](int r) {
+    std::unique_ptr<Ops> ops = make_cpu_ops();
+    HostSide host_side;
+    std::unique_ptr<Comm> comm = make_host_staged_comm(
+        std::make_unique<ProbeComm>(make_gloo_comm(store, r, world, "test"), host_side), *ops);
+    Rank rank{*comm, *ops, host_side};
+    body(rank);
+  });
 }
 
 // A "device" tensor of `dtype` holding `values` (exactly representable in dtype).

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "fsdp/testing/fsdp_test_job.h"
 #include "io/hf_checkpoint.h"
 #include "model/param_layout.h"
 
@@ -48,26 +49,7 @@ class FsdpDistTest : public ::testing::Test {
   static void SetUpTestSuite() {
     char pattern[] = "/tmp/shardtrain_fsdp_XXXXXX";
     dir_ = ::mkdtemp(pattern);
-    // Sequences of varying length (and some masked labels), so ranks see different numbers of
-    // targets and the global-count normalisation matters.
-    std::mt19937 rng(11);
-    std::ofstream data(dir_ + "/data.jsonl");
-    for (int line = 0; line < 40; ++line) {
-      const int length = 6 + static_cast<int>(rng() % 11);
-      nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
-      for (int i = 0; i < length; ++i) {
-        const int id = static_cast<int>(rng() % 96);
-        ids.push_back(id);
-        labels.push_back(i < 2 && line % 3 == 0 ? -100 : id);
-      }
-      data << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
-    }
-    std::ofstream toml(dir_ + "/job.toml");
-    toml << "[model]\npath = \"" << kModel << "\"\ninit = \"pretrained\"\ndtype = \"fp32\"\n"
-         << "[data]\npath = \"" << dir_ << "/data.jsonl\"\nseq_len = 16\n"
-         << "[train]\nsteps = " << kSteps << "\nmicro_batch = 1\nglobal_batch = 4\nseed = 7\n"
-         << "device = \"cpu\"\nmax_grad_norm = 1.0\n"
-         << "[optim]\nlr = 3e-3\nwarmup_steps = 2\nweight_decay = 0.01\n";
+    testing::write_fsdp_test_job(dir_, kSteps, "cpu");
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
@@ -157,11 +139,10 @@ class FsdpDistTest : public ::testing::Test {
     result.output_dir = run_dir + "/out";
     const std::string metrics = run_dir + "/metrics.jsonl";
     const std::string log = run_dir + "/launch.log";
-    const std::string command = std::string(SHARDTRAIN_BINARY) +
-                                " launch --standalone --nproc-per-node " + std::to_string(nproc) +
-                                " -- train --config " + dir_ + "/job.toml --metrics " + metrics +
-                                " --train.output_dir=" + result.output_dir + " " + extra_args +
-                                " > " + log + " 2>&1";
+    const std::string command =
+        std::string(SHARDTRAIN_BINARY) + " launch --standalone --nproc-per-node " +
+        std::to_string(nproc) + " -- train --config " + dir_ + "/job.toml --metrics " + metrics +
+        " --train.output_dir=" + result.output_dir + " " + extra_args + " > " + log + " 2>&1";
     const int status = std::system(command.c_str());
     std::ifstream in(log);
     std::stringstream text;
@@ -253,9 +234,9 @@ TEST_F(FsdpDistTest, FullShardWorld2And4MatchOneProcess) {
 
 TEST_F(FsdpDistTest, LaunchedWithTcpStoreMatchesOneProcess) {
   expect_equivalent("launch_full_shard_2", run_through_launcher("launch2", 2, ""));
-  expect_equivalent("launch_hybrid_2x2",
-                    run_through_launcher("launch4", 4,
-                                         "--fsdp.strategy=HYBRID_SHARD --fsdp.shard_group_size=2"));
+  expect_equivalent(
+      "launch_hybrid_2x2",
+      run_through_launcher("launch4", 4, "--fsdp.strategy=HYBRID_SHARD --fsdp.shard_group_size=2"));
 }
 
 TEST_F(FsdpDistTest, ShardBytesAreTotalOverWorldWithinPadding) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/testing/test_support.h"
+#include "fsdp/testing/fsdp_test_job.h"
 #include "io/hf_checkpoint.h"
 #include "ops/backend.h"
 
@@ -50,26 +51,7 @@ class FsdpHostStagedGpu : public ::testing::Test {
     dir_ = (fs::temp_directory_path() / ("shardtrain_staged_gpu_" + std::to_string(::getpid())))
                .string();
     fs::create_directories(dir_);
-    // Sequences of varying length, some labels masked: ranks see different target counts.
-    std::mt19937 rng(11);
-    std::ofstream data(dir_ + "/data.jsonl");
-    for (int line = 0; line < 40; ++line) {
-      const int length = 6 + static_cast<int>(rng() % 11);
-      nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
-      for (int i = 0; i < length; ++i) {
-        const int id = static_cast<int>(rng() % 96);
-        ids.push_back(id);
-        labels.push_back(i < 2 && line % 3 == 0 ? -100 : id);
-      }
-      data << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
-    }
-    std::ofstream toml(dir_ + "/job.toml");
-    toml << "[model]\npath = \"" << SHARDTRAIN_SOURCE_DIR << "/tests/golden/llama_gqa\"\n"
-         << "init = \"pretrained\"\ndtype = \"fp32\"\n"
-         << "[data]\npath = \"" << dir_ << "/data.jsonl\"\nseq_len = 16\n"
-         << "[train]\nsteps = " << kSteps << "\nmicro_batch = 1\nglobal_batch = 4\nseed = 7\n"
-         << "device = \"cuda\"\nmax_grad_norm = 1.0\n"
-         << "[optim]\nlr = 3e-3\nwarmup_steps = 2\nweight_decay = 0.01\n";
+    testing::write_fsdp_test_job(dir_, kSteps, "cuda");
   }
   static void TearDownTestSuite() {
     if (!dir_.empty()) fs::remove_all(dir_);

@@ -182,11 +182,9 @@ TEST_F(ElasticLaunchTest, ShrinkToOneNodeResumesFromTheCheckpointAtHalfTheWorld)
   EXPECT_TRUE(contains(out, "attempt 0: node 0 of 2 starting ranks 0..1 of 4")) << out;
   EXPECT_TRUE(contains(out, "restarting the worker group (restart 1 of 1)")) << out;
   EXPECT_TRUE(contains(out, "attempt 1: node 0 of 1 starting ranks 0..1 of 2")) << out;
-  std::smatch resumed;
-  ASSERT_TRUE(std::regex_search(out, resumed,
-                                std::regex("resumed from checkpoint " + ckpt + "/step_0*([0-9]+)")))
-      << out;
-  const int64_t resumed_step = std::stoll(resumed[1].str());
+  const std::optional<int64_t> resumed = testing::resumed_step(out, ckpt);
+  ASSERT_TRUE(resumed) << out;
+  const int64_t resumed_step = *resumed;
   EXPECT_EQ(resumed_step % 5, 0);
   EXPECT_GE(resumed_step, seen / 5 * 5) << "killed at step " << seen;
   EXPECT_LE(resumed_step, seen / 5 * 5 + 5) << "killed at step " << seen;

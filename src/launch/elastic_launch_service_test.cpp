@@ -106,11 +106,9 @@ TEST_F(ElasticEtcdLaunchTest, KilledLauncherComesBackAndTheRunEndsBitIdentical) 
   const std::string out0 = node0.output();
   EXPECT_TRUE(contains(out0, "restarting the worker group (restart 1 of 2)")) << out0;
   EXPECT_TRUE(contains(node1->output(), "starting ranks 2..3 of 4")) << node1->output();
-  std::smatch resumed;
-  ASSERT_TRUE(std::regex_search(out0, resumed,
-                                std::regex("resumed from checkpoint " + ckpt + "/step_0*([0-9]+)")))
-      << out0;
-  const int64_t resumed_step = std::stoll(resumed[1].str());
+  const std::optional<int64_t> resumed = testing::resumed_step(out0, ckpt);
+  ASSERT_TRUE(resumed) << out0;
+  const int64_t resumed_step = *resumed;
   EXPECT_EQ(resumed_step % 5, 0);
   EXPECT_GE(resumed_step, seen / 5 * 5) << "killed at step " << seen;
   EXPECT_LE(resumed_step, seen / 5 * 5 + 5) << "killed at step " << seen;

@@ -186,11 +186,9 @@ TEST_F(RestartResumeDistTest, KilledWorkerIsRestartedAndResumesBitIdentically) {
       << output;
   // The restart resumed from the newest checkpoint complete at the kill: step 5 for a kill
   // seen at 7..9 (10 only if rank 1 outran the observation past the step-10 save).
-  std::smatch resumed;
-  ASSERT_TRUE(std::regex_search(output, resumed,
-                                std::regex("resumed from checkpoint " + ckpt + "/step_0*([0-9]+)")))
-      << output;
-  const int64_t resumed_step = std::stoll(resumed[1].str());
+  const std::optional<int64_t> resumed = testing::resumed_step(output, ckpt);
+  ASSERT_TRUE(resumed) << output;
+  const int64_t resumed_step = *resumed;
   EXPECT_EQ(resumed_step % 5, 0);
   EXPECT_GE(resumed_step, seen / 5 * 5) << "killed at step " << seen;
   EXPECT_LE(resumed_step, seen / 5 * 5 + 5) << "killed at step " << seen;

@@ -1,22 +1,30 @@
 // Helpers shared by the *_test.cpp files (header-only; tests only): capturing a thrown Error's
-// message, and running a command (usually the shardtrain binary) with its output and exit code.
+// message, running a command (usually the shardtrain binary) with its output and exit code, a
+// temporary directory, ranks as threads, and the training data and resume checks of the
+// multi-process tests.
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdint>
-#include <fstream>
-#include <random>
 #include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
-
-#include <nlohmann/json.hpp>
 
 namespace shardtrain::testing {
 
@@ -56,7 +64,8 @@ inline CommandResult run_command(const std::string& command) {
   if (pipe == nullptr) return result;
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   const int status = pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
@@ -73,6 +82,54 @@ inline void write_random_sequences(const std::string& path, int lines, unsigned 
     for (int i = 0; i < length; ++i) ids.push_back(static_cast<int>(rng() % vocab));
     data << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
   }
+}
+
+// A fresh directory under /tmp named `prefix` + a random suffix, removed with everything in it.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix) {
+    std::string pattern = "/tmp/" + prefix + "XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp " + pattern);
+    path_ = pattern;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs body(rank) for rank = 0..world-1 on one thread each (in-process "ranks"), joins them all,
+// then rethrows the first failure.
+inline void run_threads(int world, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// The step of the checkpoint under `checkpoint_dir` that a run's output says it resumed from
+// ("resumed from checkpoint DIR/step_00000005"), or nullopt.
+inline std::optional<int64_t> resumed_step(const std::string& output,
+                                           const std::string& checkpoint_dir) {
+  std::smatch match;
+  if (!std::regex_search(
+          output, match,
+          std::regex("resumed from checkpoint " + checkpoint_dir + "/step_0*([0-9]+)")))
+    return std::nullopt;
+  return std::stoll(match[1].str());
 }
 
 // {1, 2, ..., n}: the step numbers a complete run's metrics hold.
