@@ -287,10 +287,10 @@ void FsdpUnits::grads_ready(int unit) {
   const Tensor shard = grad_shard(unit);
   if (sharded()) {
     if (!options_.reduce_on_last_micro_batch || last_micro_batch_) {
-      // Both output buffers busy: complete the older reduction first.
-      while (reduced_in_use_[0] && reduced_in_use_[1]) complete_oldest_reduction();
-      const int slot = reduced_in_use_[0] ? 1 : 0;
-      reduced_in_use_[slot] = true;
+      // At most one reduction is pending here (see the end of this function): its output
+      // buffer is busy, the other one is free.
+      SHARDTRAIN_CHECK(pending_.size() <= 1, "{} reductions in flight", pending_.size());
+      const int slot = !pending_.empty() && pending_.back().reduced_slot == 0 ? 1 : 0;
       const int64_t padded = plan_.units[unit].padded_numel;
       const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
       const Tensor reduced = reduced_[slot].view(DType::kF32, {shard.numel()});
@@ -323,7 +323,6 @@ void FsdpUnits::complete_oldest_reduction() {
   if (p.reduced_slot < 0) return;  // in-place all-reduce: nothing more to do
   const Tensor shard = grad_shard(p.unit);
   ops_.add(shard, shard, reduced_[p.reduced_slot].view(DType::kF32, {shard.numel()}));
-  reduced_in_use_[p.reduced_slot] = false;
   free_slot(full_grad_pool_, p.full_grad_slot,
             static_cast<size_t>(plan_.units[p.unit].padded_numel) * sizeof(float));
   if (last_micro_batch_ && groups_.replicate().size() > 1) {

@@ -168,7 +168,6 @@ class FsdpUnits final : public UnitAccess {
   // fp32, largest shard each: reduce-scatter outputs before they are added into grad shards
   // (two, so that one reduction can be in flight while the previous one is completed).
   DeviceBuffer reduced_[2];
-  bool reduced_in_use_[2] = {false, false};
   std::deque<PendingReduction> pending_;
   bool forward_phase_ = true;  // set by acquire_params(0), cleared by acquire_grads
   bool last_micro_batch_ = true;

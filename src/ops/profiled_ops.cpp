@@ -33,18 +33,30 @@ const char* op_class_name(OpClass op_class) {
 ProfiledOps::ProfiledOps(std::unique_ptr<Ops> inner)
     : inner_(std::move(inner)), created_(std::chrono::steady_clock::now()) {}
 
+ProfiledOps::Table ProfiledOps::sum_from_step(size_t first) const {
+  Table sum = first == 0 ? current_step_ : Table{};
+  for (size_t step = first; step < steps_.size(); ++step) {
+    for (size_t c = 0; c < sum.size(); ++c) {
+      sum[c].calls += steps_[step][c].calls;
+      sum[c].seconds += steps_[step][c].seconds;
+    }
+  }
+  return sum;
+}
+
+ProfiledOps::ClassTotals ProfiledOps::totals(OpClass op_class) const {
+  return sum_from_step(0)[static_cast<int>(op_class)];
+}
+
 ProfiledOps::~ProfiledOps() {
-  if (step_has_update_) steps_.push_back(current_step_);
-  Table table = totals_;
+  if (step_has_update_) {
+    steps_.push_back(current_step_);
+    current_step_ = {};
+  }
+  Table table = sum_from_step(0);
   std::string scope = "totals over the run";
   if (steps_.size() >= 2) {
-    table = {};
-    for (size_t step = 1; step < steps_.size(); ++step) {
-      for (size_t c = 0; c < table.size(); ++c) {
-        table[c].calls += steps_[step][c].calls;
-        table[c].seconds += steps_[step][c].seconds;
-      }
-    }
+    table = sum_from_step(1);
     const double count = static_cast<double>(steps_.size() - 1);
     for (ClassTotals& t : table) {
       t.calls = static_cast<int64_t>(static_cast<double>(t.calls) / count + 0.5);
@@ -83,11 +95,9 @@ void ProfiledOps::timed(OpClass op_class, Op&& op) {
   inner_->synchronize();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (Table* table : {&totals_, &current_step_}) {
-    ClassTotals& t = (*table)[static_cast<int>(op_class)];
-    ++t.calls;
-    t.seconds += seconds;
-  }
+  ClassTotals& t = current_step_[static_cast<int>(op_class)];
+  ++t.calls;
+  t.seconds += seconds;
 }
 
 void* ProfiledOps::allocate(size_t bytes) { return inner_->allocate(bytes); }

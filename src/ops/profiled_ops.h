@@ -45,7 +45,7 @@ class ProfiledOps final : public Ops {
   };
   using Table = std::array<ClassTotals, static_cast<size_t>(OpClass::kCount)>;
   // Totals over every call so far.
-  const ClassTotals& totals(OpClass op_class) const { return totals_[static_cast<int>(op_class)]; }
+  ClassTotals totals(OpClass op_class) const;
   // Completed steps (see the header comment), each with its per-class totals.
   const std::vector<Table>& steps() const { return steps_; }
 
@@ -94,7 +94,10 @@ class ProfiledOps final : public Ops {
   void timed(OpClass op_class, Op&& op);
 
   std::unique_ptr<Ops> inner_;
-  Table totals_{}, current_step_{};
+  // Completed steps, then the current one (since the last step boundary). The totals over the
+  // run and per step are sums of these.
+  Table sum_from_step(size_t first) const;
+  Table current_step_{};
   std::vector<Table> steps_;
   bool step_has_update_ = false;  // an adamw ran in current_step_
   std::chrono::steady_clock::time_point created_;
