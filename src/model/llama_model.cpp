@@ -16,11 +16,18 @@ Tensor fit(Tensor t, Shape shape) {
   return Tensor(t.data(), t.dtype(), shape, t.device());
 }
 
-// Logit rows per chunk of the lm head: a chunk holds about 32M logits (64 MiB in bf16), so
-// peak memory does not grow with tokens x vocab.
-int64_t head_chunk_rows(int64_t tokens, int64_t vocab) {
-  const int64_t target_elems = int64_t{32} << 20;
-  return std::clamp<int64_t>(target_elems / std::max<int64_t>(vocab, 1), 1, tokens);
+// Logit rows per chunk of the lm head. A chunk holds at most max_logits (by default 256M logits,
+// 512 MiB in bf16), so peak memory does not grow with tokens x vocab; chunks are as large as
+// that allows because
+// each one re-reads and re-writes the whole fp32 lm-head gradient (vocab x hidden) in its
+// weight-gradient GEMM: with ~200-row chunks that traffic, not the FLOPs, bounded the head.
+// Rows are split evenly over the chunks and rounded up to a multiple of 128 (GEMM tiles).
+int64_t head_chunk_rows(int64_t tokens, int64_t vocab, int64_t max_logits) {
+  const int64_t max_rows = std::max<int64_t>(max_logits / std::max<int64_t>(vocab, 1), 1);
+  const int64_t chunks = (tokens + max_rows - 1) / max_rows;
+  int64_t rows = (tokens + chunks - 1) / chunks;
+  if (rows > 128) rows = std::min(max_rows, (rows + 127) / 128 * 128);
+  return std::clamp<int64_t>(rows, 1, std::max<int64_t>(tokens, 1));
 }
 
 }  // namespace
@@ -29,7 +36,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, Ops& ops)
     : config_(config), layout_(make_param_layout(config)), ops_(ops) {}
 
 size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
-                                        DType act, bool checkpointing) {
+                                        DType act, bool checkpointing,
+                                        int64_t head_chunk_logits) {
   const int64_t N = batch * seq_len, C = c.hidden_size, F = c.intermediate_size;
   const int64_t QD = c.num_attention_heads * c.head_dim, KD = c.num_key_value_heads * c.head_dim;
   const int64_t H = c.num_attention_heads, V = c.vocab_size;
@@ -38,7 +46,8 @@ size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int
   const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
                            (2 * N + batch * H * seq_len) * 4 + 16 * slack;
   const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F +
-                          head_chunk_rows(N, V) * V) * a + N * 4 + 3 * N * 4 + 16 * slack;
+                          head_chunk_rows(N, V, head_chunk_logits) * V) * a +
+                         N * 4 + 3 * N * 4 + 16 * slack;
   // Without checkpointing every block keeps all its activations; with it, each block keeps
   // only its input and one shared set is recomputed block by block in backward.
   const int64_t stored_blocks = checkpointing ? 1 : c.num_hidden_layers;
@@ -64,9 +73,10 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
   const int64_t QD = c.num_attention_heads * c.head_dim, KD = c.num_key_value_heads * c.head_dim;
   const int64_t H = c.num_attention_heads;
   const int64_t V = c.vocab_size;
-  chunk_rows_ = head_chunk_rows(N, V);
+  chunk_rows_ = head_chunk_rows(N, V, head_chunk_logits_);
   const DType act = ops_.activation_dtype();
-  arena_ = Arena(ops_, activation_bytes_for(c, batch, seq_len, act, checkpointing_));
+  arena_ = Arena(ops_,
+                 activation_bytes_for(c, batch, seq_len, act, checkpointing_, head_chunk_logits_));
 
   auto take_block = [&] {
     BlockActivations b;

@@ -39,13 +39,20 @@ class LlamaModel {
   void set_activation_checkpointing(bool enabled) { checkpointing_ = enabled; }
   bool activation_checkpointing() const { return checkpointing_; }
 
+  // The lm head and loss run over chunks of at most this many logits (rows x vocab; at least
+  // one row per chunk), so peak memory does not grow with tokens x vocab. Tests lower it to
+  // exercise several chunks on tiny models. REQUIRES: called before reserve().
+  static constexpr int64_t kDefaultHeadChunkLogits = int64_t{256} << 20;
+  void set_head_chunk_logits(int64_t max_logits) { head_chunk_logits_ = max_logits; }
+
   // Allocates activations for micro-batches up to (batch, seq_len). Throws Error if seq_len
   // exceeds max_position_embeddings or a mistral sliding window.
   void reserve(int64_t batch, int64_t seq_len);
   // Activation memory reserve() takes for this shape: a pure function, so `shardtrain plan`
   // can report it before anything runs.
   static size_t activation_bytes_for(const ModelConfig& config, int64_t batch, int64_t seq_len,
-                                     DType activation_dtype, bool checkpointing);
+                                     DType activation_dtype, bool checkpointing,
+                                     int64_t head_chunk_logits = kDefaultHeadChunkLogits);
   // Bytes of activation memory reserved.
   size_t activation_bytes() const { return arena_.capacity(); }
 
@@ -105,6 +112,7 @@ class LlamaModel {
   int64_t reserved_batch_ = 0, reserved_seq_ = 0;
   int64_t batch_ = 0, seq_ = 0;
   int64_t chunk_rows_ = 0;
+  int64_t head_chunk_logits_ = kDefaultHeadChunkLogits;
   Arena arena_;
   bool checkpointing_ = false;
   std::vector<BlockActivations> acts_;  // per block (only x_in_NC when checkpointing)

@@ -1,6 +1,8 @@
 #include "ops/profiled_ops.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/log.h"
 
@@ -78,7 +80,36 @@ ProfiledOps::~ProfiledOps() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
   text += fmt::format("\n  {:<34} {:>14} {:>11.2f} ms (process wall time {:.1f} s)", "all ops", "",
                       total * 1e3, wall);
+  text += gemm_shape_table();
   log::info("{}", text);
+}
+
+void ProfiledOps::record_gemm(bool backward, int64_t rows, int64_t in, int64_t out,
+                              double flops) {
+  if (steps_.empty()) return;  // step 1 also holds the algorithm searches
+  GemmShapeTotals& t = gemm_shapes_[{backward, rows, in, out}];
+  ++t.calls;
+  t.seconds += last_op_seconds_;
+  t.flops += flops;
+}
+
+std::string ProfiledOps::gemm_shape_table() const {
+  const size_t steps = steps_.size() + (step_has_update_ ? 1 : 0);
+  if (gemm_shapes_.empty() || steps < 2) return "";
+  const double count = static_cast<double>(steps - 1);
+  std::vector<std::pair<std::tuple<bool, int64_t, int64_t, int64_t>, GemmShapeTotals>> rows(
+      gemm_shapes_.begin(), gemm_shapes_.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string text = "\n  gemm by shape (per step; backward = dx + dweight [+ dbias]):";
+  for (const auto& [key, t] : rows) {
+    const auto& [backward, tokens, in, out] = key;
+    text += fmt::format("\n    {:<8} {:>6} x {:>6} -> {:>6} {:>8.1f} calls {:>9.2f} ms {:>6.0f} TFLOP/s",
+                        backward ? "backward" : "forward", tokens, in, out,
+                        static_cast<double>(t.calls) / count, t.seconds / count * 1e3,
+                        t.seconds > 0 ? t.flops / t.seconds / 1e12 : 0.0);
+  }
+  return text;
 }
 
 template <typename Op>
@@ -95,6 +126,7 @@ void ProfiledOps::timed(OpClass op_class, Op&& op) {
   inner_->synchronize();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  last_op_seconds_ = seconds;
   ClassTotals& t = current_step_[static_cast<int>(op_class)];
   ++t.calls;
   t.seconds += seconds;
@@ -138,12 +170,18 @@ void ProfiledOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C,
 }
 void ProfiledOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
   timed(OpClass::kGemm, [&] { inner_->linear_forward(x_NI, weight_OI, bias_O, out_NO); });
+  const int64_t out = weight_OI.dim(0), in = out > 0 ? weight_OI.numel() / out : 0;
+  const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
+  record_gemm(false, rows, in, out, 2.0 * rows * in * out);
 }
 void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                   Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
   timed(OpClass::kGemm, [&] {
     inner_->linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx);
   });
+  const int64_t out = weight_OI.dim(0), in = out > 0 ? weight_OI.numel() / out : 0;
+  const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
+  record_gemm(true, rows, in, out, (dx_NI.defined() ? 4.0 : 2.0) * rows * in * out);
 }
 void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
   timed(OpClass::kElementwise, [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });

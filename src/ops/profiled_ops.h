@@ -8,13 +8,17 @@
 // destruction the table (class, calls, ms, share) is written to the log: per training step,
 // averaged over the steps after the first (which also holds one-time work: weight upload,
 // cuBLASLt algorithm search), when there are at least two; else totals. A step ends with its
-// AdamW calls: the first compute op after an adamw starts the next one.
+// AdamW calls: the first compute op after an adamw starts the next one. A second table splits
+// the GEMM time by direction and shape (tokens x in -> out) with the achieved TFLOP/s.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/ops.h"
@@ -48,6 +52,8 @@ class ProfiledOps final : public Ops {
   ClassTotals totals(OpClass op_class) const;
   // Completed steps (see the header comment), each with its per-class totals.
   const std::vector<Table>& steps() const { return steps_; }
+  // The GEMM-by-shape lines of the log table (steps 2..N; empty before a second step).
+  std::string gemm_shape_table() const;
 
   Ops* backend() override { return inner_->backend(); }
   Device device() const override { return inner_->device(); }
@@ -93,7 +99,17 @@ class ProfiledOps final : public Ops {
   template <typename Op>
   void timed(OpClass op_class, Op&& op);
 
+  // Adds a GEMM's time (just measured by `timed`) to its shape's row, from step 2 on.
+  void record_gemm(bool backward, int64_t rows, int64_t in, int64_t out, double flops);
+
   std::unique_ptr<Ops> inner_;
+  struct GemmShapeTotals {
+    int64_t calls = 0;
+    double seconds = 0, flops = 0;
+  };
+  // (backward, rows, in, out) -> totals over steps 2..N.
+  std::map<std::tuple<bool, int64_t, int64_t, int64_t>, GemmShapeTotals> gemm_shapes_;
+  double last_op_seconds_ = 0;  // duration of the latest `timed` call
   // Completed steps, then the current one (since the last step boundary). The totals over the
   // run and per step are sums of these.
   Table sum_from_step(size_t first) const;

@@ -68,6 +68,27 @@ TEST(ProfiledOps, StepsEndWithTheirAdamWCalls) {
   EXPECT_EQ(profiled.totals(OpClass::kElementwise).calls, 7);
 }
 
+TEST(ProfiledOps, GemmShapesAreTabledFromTheSecondStep) {
+  ProfiledOps profiled(make_cpu_ops());
+  const HostTensor x = filled({4, 8}, -0.2f), weight = filled({6, 8}, 0.1f);
+  HostTensor out(DType::kF32, {4, 6}), dx(DType::kF32, {4, 8}), dweight(DType::kF32, {6, 8});
+  HostTensor m = filled({48}, 0.0f), v = filled({48}, 0.0f), p = filled({48}, 0.1f);
+  AdamWStep step;
+  step.lr = 1e-3f;
+  for (int s = 0; s < 3; ++s) {
+    profiled.linear_forward(x.tensor, weight.tensor, Tensor(), out.tensor);
+    profiled.linear_backward(out.tensor, x.tensor, weight.tensor, dx.tensor, dweight.tensor,
+                             Tensor(), false);
+    if (s < 2) EXPECT_EQ(profiled.gemm_shape_table(), "") << "no table before a second step";
+    profiled.adamw(p.tensor, dweight.tensor.reshaped({48}), m.tensor, v.tensor, step);
+  }
+  const std::string table = profiled.gemm_shape_table();
+  EXPECT_NE(table.find("forward       4 x      8 ->      6      1.0 calls"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("backward      4 x      8 ->      6      1.0 calls"), std::string::npos)
+      << table;
+}
+
 TEST(ProfiledOps, EnvironmentVariableWrapsTheBackend) {
   ::setenv("SHARDTRAIN_PROFILE_OPS", "1", 1);
   auto wrapped = make_ops("cpu");
