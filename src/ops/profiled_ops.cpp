@@ -54,6 +54,7 @@ ProfiledOps::~ProfiledOps() {
   if (step_has_update_) {
     steps_.push_back(current_step_);
     current_step_ = {};
+    step_has_update_ = false;
   }
   Table table = sum_from_step(0);
   std::string scope = "totals over the run";

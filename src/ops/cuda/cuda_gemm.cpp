@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -62,6 +63,8 @@ void set_preference(cublasLtMatmulPreference_t preference,
 CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
   SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
   SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  const char* autotune = std::getenv("SHARDTRAIN_GEMM_AUTOTUNE");
+  autotune_ = autotune == nullptr || std::string(autotune) != "0";
 }
 
 CublasLtGemm::~CublasLtGemm() {
@@ -133,10 +136,15 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                  static_cast<uint32_t>(alignment_of(call.c)));
   set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                  static_cast<uint32_t>(alignment_of(call.c)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int found_count = 0;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result, &found_count));
+  const size_t output_bytes =
+      static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
+  const bool tune = autotune_ && output_bytes <= kMaxTunedOutputBytes;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
+                                                         plan.c, plan.c, preference,
+                                                         tune ? kTuneCandidates : 1, results,
+                                                         &found_count));
   cublasLtMatmulPreferenceDestroy(preference);
   SHARDTRAIN_CHECK(found_count > 0,
                    "cuBLASLt has no algorithm for m={} n={} k={} trans={}{} dtypes {}/{}/{} "
@@ -144,19 +152,64 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                    call.m, call.n, call.k, call.transpose_a, call.transpose_b,
                    dtype_name(call.a_dtype), dtype_name(call.b_dtype), dtype_name(call.c_dtype),
                    has_bias);
-  plan.algo = result.algo;
+  plan.algo = results[found_count > 1 ? fastest(plan, call, results, found_count) : 0].algo;
   return plans_.emplace(key, plan).first->second;
+}
+
+int CublasLtGemm::fastest(const Plan& plan, const GemmCall& call,
+                          const cublasLtMatmulHeuristicResult_t* candidates, int count) {
+  // An accumulating call must not see the trial runs: they write to a scratch output (its
+  // contents do not matter for timing). An overwriting call may write its own output: the
+  // real launch that follows overwrites it again.
+  void* output = call.c;
+  void* scratch = nullptr;
+  if (call.beta != 0) {
+    const size_t bytes = static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
+    SHARDTRAIN_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream_));
+    output = scratch;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
+  constexpr int kRepeats = 3;
+  int best = 0;
+  float best_ms = 0, first_ms = 0;
+  for (int i = 0; i < count; ++i) {
+    launch(plan, candidates[i].algo, call, output);  // warm-up (also loads the kernel)
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream_));
+    for (int r = 0; r < kRepeats; ++r) launch(plan, candidates[i].algo, call, output);
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i == 0) {
+      first_ms = best_ms = ms;
+    } else if (ms < best_ms && ms < 0.97f * first_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (scratch != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFreeAsync(scratch, stream_));
+  return best;
+}
+
+void CublasLtGemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                          const GemmCall& call, void* d) {
+  if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  const float alpha = 1.0f;
+  const float beta = call.beta;
+  // C and D share a buffer: the call's output, or a tuning trial's scratch.
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b,
+                                         &beta, d, plan.c, d, plan.c, &algo, workspace_,
+                                         kWorkspaceBytes, stream_));
 }
 
 void CublasLtGemm::run(const GemmCall& call) {
   if (call.m == 0 || call.n == 0) return;
-  Plan& plan = plan_for(call);
-  if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
-  const float alpha = 1.0f;
-  const float beta = call.beta;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b,
-                                         &beta, call.c, plan.c, call.c, plan.c, &plan.algo,
-                                         workspace_, kWorkspaceBytes, stream_));
+  const Plan& plan = plan_for(call);
+  launch(plan, plan.algo, call, call.c);
 }
 
 // ---- CudaOps linear ----

@@ -1,7 +1,14 @@
 // CublasLtGemm: column-major GEMMs through cuBLASLt with bf16 (or f32) inputs, fp32 compute and
 // accumulation, and an f32 or bf16 output C = D (in place, beta 0 or 1). The descriptors and the
-// heuristic's algorithm are built once per problem key (shape, transposes, dtypes, leading
-// dimensions, epilogue, pointer alignments) and cached. Internal to ops/cuda.
+// algorithm are chosen once per problem key (shape, transposes, dtypes, leading dimensions,
+// epilogue, pointer alignments) and cached.
+// Algorithm choice: the heuristic's first answer, unless autotuning is on (the default; off with
+// SHARDTRAIN_GEMM_AUTOTUNE=0): then the first call of a key times the heuristic's top
+// candidates on the call's own operands (output to a scratch copy when it accumulates, so the
+// call's result is unaffected) and keeps the fastest; a candidate must beat the heuristic's
+// first by 3% to replace it. Tuning synchronises the stream once per key (first step only).
+// Outputs larger than kMaxTunedOutputBytes are not tuned (no scratch of that size).
+// Internal to ops/cuda.
 //
 // Row-major callers (CudaOps::linear_*) express a row-major product as the column-major product
 // of the transposes; cuda_gemm.cpp spells out each mapping.
@@ -38,6 +45,8 @@ struct GemmCall {
 class CublasLtGemm {
  public:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  static constexpr int kTuneCandidates = 8;
+  static constexpr size_t kMaxTunedOutputBytes = size_t{256} << 20;
 
   explicit CublasLtGemm(cudaStream_t stream);
   ~CublasLtGemm();
@@ -57,10 +66,15 @@ class CublasLtGemm {
                          int64_t, bool, int, bool, int, int, int, int>;
 
   Plan& plan_for(const GemmCall& call);
+  // Times each candidate on the call's operands; returns the index of the one to keep.
+  int fastest(const Plan& plan, const GemmCall& call,
+              const cublasLtMatmulHeuristicResult_t* candidates, int count);
+  void launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmCall& call, void* d);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
+  bool autotune_ = true;
   std::map<Key, Plan> plans_;
 };
 
