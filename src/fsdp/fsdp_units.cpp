@@ -49,6 +49,11 @@ Tensor FsdpUnits::master_shard(int unit) const { return shard_tensor(master_, un
 Tensor FsdpUnits::grad_shard(int unit) const { return shard_tensor(grad_, unit); }
 Tensor FsdpUnits::exp_avg_shard(int unit) const { return shard_tensor(exp_avg_, unit); }
 Tensor FsdpUnits::exp_avg_sq_shard(int unit) const { return shard_tensor(exp_avg_sq_, unit); }
+Tensor FsdpUnits::compute_shard(int unit) const {
+  const DType act = ops_.activation_dtype();
+  if (act == DType::kF32) return Tensor();
+  return compute_[unit].view(act, {plan_.units[unit].shard_numel});
+}
 
 void FsdpUnits::init_random(uint64_t seed, double std) {
   std::vector<float> unit_values, shard_values;
@@ -85,7 +90,7 @@ void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
 
 void FsdpUnits::zero_grads() {
   for (int u = 0; u < unit_count(); ++u) {
-    ops_.fill_zero(grad_shard(u));
+    if (!grad_shards_zero_) ops_.fill_zero(grad_shard(u));
     if (state_[u].full_grad_slot >= 0) {
       free_slot(full_grad_pool_, state_[u].full_grad_slot,
                 static_cast<size_t>(plan_.units[u].padded_numel) * sizeof(float));
@@ -93,6 +98,7 @@ void FsdpUnits::zero_grads() {
     }
   }
   SHARDTRAIN_CHECK(pending_.empty(), "zero_grads with {} reductions in flight", pending_.size());
+  grad_shards_zero_ = true;
 }
 
 void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
@@ -142,8 +148,7 @@ double FsdpUnits::global_grad_square_sum(double local_sum) {
 void FsdpUnits::refresh_compute_params() {
   if (ops_.activation_dtype() == DType::kF32) return;
   for (int u = 0; u < unit_count(); ++u) {
-    ops_.cast(compute_[u].view(ops_.activation_dtype(), {plan_.units[u].shard_numel}),
-              master_shard(u));
+    ops_.cast(compute_shard(u), master_shard(u));
   }
 }
 
@@ -216,11 +221,9 @@ void FsdpUnits::start_gather(int unit) {
   const int64_t padded = plan_.units[unit].padded_numel;
   state.gathered_slot = take_slot(gathered_pool_, static_cast<size_t>(padded) * dtype_size(act));
   const Tensor gathered = gathered_pool_.buffers[state.gathered_slot].view(act, {padded});
-  const Tensor compute_shard = act == DType::kF32
-                                   ? master_shard(unit)
-                                   : compute_[unit].view(act, {plan_.units[unit].shard_numel});
+  const Tensor sent = act == DType::kF32 ? master_shard(unit) : compute_shard(unit);
   groups_.shard().set_context(unit_context(unit, "parameter all-gather"));
-  state.gather = groups_.shard().start_all_gather(gathered, compute_shard);
+  state.gather = groups_.shard().start_all_gather(gathered, sent);
   state.gather_in_flight = true;
 }
 
@@ -235,10 +238,8 @@ Tensor FsdpUnits::acquire_params(int unit) {
   const DType act = ops_.activation_dtype();
   const int64_t numel = layout_.units[unit].numel;
   if (!sharded()) {
-    const Tensor compute_shard = act == DType::kF32
-                                     ? master_shard(unit)
-                                     : compute_[unit].view(act, {plan_.units[unit].shard_numel});
-    return compute_shard.rows(0, numel);
+    const Tensor params = act == DType::kF32 ? master_shard(unit) : compute_shard(unit);
+    return params.rows(0, numel);
   }
   if (unit == 0) forward_phase_ = true;  // every pass starts at the root
   start_gather(unit);
@@ -265,6 +266,7 @@ void FsdpUnits::release_params(int unit) {
 Tensor FsdpUnits::acquire_grads(int unit) {
   UnitState& state = state_[unit];
   state.in_backward = true;
+  grad_shards_zero_ = false;  // backward writes the shard (directly, or by a reduction)
   forward_phase_ = false;
   const int64_t numel = layout_.units[unit].numel;
   if (!sharded()) return grad_shard(unit).rows(0, numel);

@@ -30,7 +30,9 @@
 // Order of calls per step (the trainer): zero_grads(); for each micro-batch m of M:
 // begin_micro_batch(m, M), model.forward_backward(*this, ...); then grad_square_sum(),
 // AdamW on the shards (train/optimizer.h UnitBuffers with offset = shard_begin), then
-// refresh_compute_params().
+// refresh_compute_params() -- or, when the AdamW step also wrote compute_shard() and zeroed the
+// grad shards (one pass), note_grads_zeroed() instead, which lets the next zero_grads() skip
+// its fill.
 // Every rank must make the same calls in the same order (they are collective).
 #pragma once
 
@@ -72,6 +74,9 @@ class FsdpUnits final : public UnitAccess {
   Tensor grad_shard(int unit) const;
   Tensor exp_avg_shard(int unit) const;
   Tensor exp_avg_sq_shard(int unit) const;
+  // The compute-dtype copy of master_shard (shard_numel, what the all-gathers send); undefined
+  // when the backend computes in fp32 (the master shard is sent).
+  Tensor compute_shard(int unit) const;
 
   // Initialisation: each rank fills only its own shard. Random init generates the unit (the
   // same values on every world size) and keeps its slice; pretrained reads only the byte
@@ -81,6 +86,9 @@ class FsdpUnits final : public UnitAccess {
 
   // Per step (see the header comment).
   void zero_grads();
+  // Every grad shard is zero now (the optimizer zeroed them as it read them): the next
+  // zero_grads() skips its fill, unless a backward (acquire_grads) comes first.
+  void note_grads_zeroed() { grad_shards_zero_ = true; }
   void begin_micro_batch(int64_t index, int64_t count);
   // The global sum of squared gradients from this rank's local sum over its grad shards:
   // summed over the shard group only, as replicas hold identical shards (each element of the
@@ -171,6 +179,7 @@ class FsdpUnits final : public UnitAccess {
   std::deque<PendingReduction> pending_;
   bool forward_phase_ = true;  // set by acquire_params(0), cleared by acquire_grads
   bool last_micro_batch_ = true;
+  bool grad_shards_zero_ = false;  // known all zero: set by zero_grads, note_grads_zeroed
 };
 
 }  // namespace shardtrain

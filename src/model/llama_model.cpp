@@ -45,9 +45,9 @@ size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int
   const size_t slack = Arena::kAlignment;
   const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
                            (2 * N + batch * H * seq_len) * 4 + 16 * slack;
-  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F +
+  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F + N * (QD + 2 * KD) +
                           head_chunk_rows(N, V, head_chunk_logits) * V) * a +
-                         N * 4 + 3 * N * 4 + 16 * slack;
+                         N * 4 + 3 * N * 4 + 18 * slack;
   // Without checkpointing every block keeps all its activations; with it, each block keeps
   // only its input and one shared set is recomputed block by block in backward.
   const int64_t stored_blocks = checkpointing ? 1 : c.num_hidden_layers;
@@ -110,6 +110,7 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
   s.dq_NHD = arena_.take(act, {N, QD});
   s.dk_NKD = arena_.take(act, {N, KD});
   s.dv_NKD = arena_.take(act, {N, KD});
+  s.qkv_NX = arena_.take(act, {N, QD + 2 * KD});
   s.dgate_NF = arena_.take(act, {N, F});
   s.dup_NF = arena_.take(act, {N, F});
   s.dact_NF = arena_.take(act, {N, F});
@@ -183,11 +184,11 @@ void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tenso
 
   ops_.rmsnorm_forward(x, w.input_norm, static_cast<float>(c.rms_norm_eps), ln1,
                        sized.rstd1_N);
-  ops_.linear_forward(ln1, w.q_proj, w.q_bias, q);
-  ops_.linear_forward(ln1, w.k_proj, w.k_bias, k);
-  ops_.linear_forward(ln1, w.v_proj, w.v_bias, v);
-  ops_.rope_forward(q.reshaped({N, H, D}), positions, rope_cos_PR_, rope_sin_PR_);
-  ops_.rope_forward(k.reshaped({N, K, D}), positions, rope_cos_PR_, rope_sin_PR_);
+  // One GEMM for q, k and v (packed weights), then split with rope applied to q and k.
+  const Tensor qkv = fit(scratch_.qkv_NX, {N, (H + 2 * K) * D});
+  ops_.linear_forward(ln1, w.qkv_proj, w.qkv_bias, qkv);
+  ops_.split_qkv_rope(qkv, positions, rope_cos_PR_, rope_sin_PR_, q.reshaped({N, H, D}),
+                      k.reshaped({N, K, D}), v.reshaped({N, K, D}));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   ops_.attention_forward(q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
                          v.reshaped({batch_, seq_, K, D}), scale,
@@ -237,11 +238,10 @@ void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
                           sized.lse_BHT, scale,
                           dq.reshaped({batch_, seq_, H, D}), dk.reshaped({batch_, seq_, K, D}),
                           dv.reshaped({batch_, seq_, K, D}));
-  ops_.rope_backward(dq.reshaped({N, H, D}), positions, rope_cos_PR_, rope_sin_PR_);
-  ops_.rope_backward(dk.reshaped({N, K, D}), positions, rope_cos_PR_, rope_sin_PR_);
-  ops_.linear_backward(dq, ln1, w.q_proj, dln, g.q_proj, g.q_bias, false);
-  ops_.linear_backward(dk, ln1, w.k_proj, dln, g.k_proj, g.k_bias, true);
-  ops_.linear_backward(dv, ln1, w.v_proj, dln, g.v_proj, g.v_bias, true);
+  const Tensor dqkv = fit(s.qkv_NX, {N, (H + 2 * K) * D});
+  ops_.pack_qkv_rope_backward(dq.reshaped({N, H, D}), dk.reshaped({N, K, D}),
+                              dv.reshaped({N, K, D}), positions, rope_cos_PR_, rope_sin_PR_, dqkv);
+  ops_.linear_backward(dqkv, ln1, w.qkv_proj, dln, g.qkv_proj, g.qkv_bias, false);
   ops_.rmsnorm_backward(dln, x, w.input_norm, sized.rstd1_N, dresid_NC, g.input_norm,
                         true);
 }

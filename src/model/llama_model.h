@@ -83,6 +83,7 @@ class LlamaModel {
   };
   struct Scratch {
     Tensor dresid_NC, dln_NC, dattn_NHD, dq_NHD, dk_NKD, dv_NKD, dgate_NF, dup_NF, dact_NF;
+    Tensor qkv_NX;  // packed q/k/v projection output (forward) and its gradient (backward)
     Tensor xf_NC, rstdf_N, dxf_NC, logits_chunk;  // final norm + head
     Tensor out_NC;  // output of the last block
   };

@@ -7,13 +7,17 @@ namespace {
 
 int64_t align_up(int64_t n) { return (n + kParamAlignElems - 1) / kParamAlignElems * kParamAlignElems; }
 
-void add_param(UnitLayout& unit, std::string name, Shape shape, bool decay) {
+// Appends a parameter at the unit's end. The next one starts at the following aligned offset,
+// or right after this one when `packed_with_next` (q/k/v: one matrix for one GEMM).
+void add_param(UnitLayout& unit, std::string name, Shape shape, bool decay,
+               bool packed_with_next = false) {
   ParamSpec spec;
   spec.name = std::move(name);
   spec.shape = shape;
   spec.offset = unit.numel;
   spec.decay = decay;
-  unit.numel = align_up(unit.numel + spec.numel());
+  unit.numel = unit.numel + spec.numel();
+  if (!packed_with_next) unit.numel = align_up(unit.numel);
   unit.params.push_back(std::move(spec));
 }
 
@@ -54,12 +58,15 @@ ParamLayout make_param_layout(const ModelConfig& c) {
     UnitLayout block;
     block.name = fmt::format("layers.{}", l);
     const std::string p = fmt::format("model.layers.{}.", l);
-    add_param(block, p + "self_attn.q_proj.weight", {q_dim, c.hidden_size}, true);
-    if (c.attention_bias) add_param(block, p + "self_attn.q_proj.bias", {q_dim}, false);
-    add_param(block, p + "self_attn.k_proj.weight", {kv_dim, c.hidden_size}, true);
-    if (c.attention_bias) add_param(block, p + "self_attn.k_proj.bias", {kv_dim}, false);
+    // q, k, v weights back to back (a (H+2K)*D x C matrix), then their biases likewise.
+    add_param(block, p + "self_attn.q_proj.weight", {q_dim, c.hidden_size}, true, true);
+    add_param(block, p + "self_attn.k_proj.weight", {kv_dim, c.hidden_size}, true, true);
     add_param(block, p + "self_attn.v_proj.weight", {kv_dim, c.hidden_size}, true);
-    if (c.attention_bias) add_param(block, p + "self_attn.v_proj.bias", {kv_dim}, false);
+    if (c.attention_bias) {
+      add_param(block, p + "self_attn.q_proj.bias", {q_dim}, false, true);
+      add_param(block, p + "self_attn.k_proj.bias", {kv_dim}, false, true);
+      add_param(block, p + "self_attn.v_proj.bias", {kv_dim}, false);
+    }
     add_param(block, p + "self_attn.o_proj.weight", {c.hidden_size, q_dim}, true);
     add_param(block, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, true);
     add_param(block, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, true);

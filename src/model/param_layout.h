@@ -3,7 +3,9 @@
 // Units (DESIGN.md "Flat units"): unit 0 is the root (embed_tokens, final norm, lm_head unless
 // tied); units 1..L are the transformer blocks. Within a unit, parameters follow Hugging Face
 // module order (the order of `model.named_parameters()`), each starting at an offset that is a
-// multiple of kParamAlignElems elements (128 bytes in bf16). The layout is a pure function of
+// multiple of kParamAlignElems elements (128 bytes in bf16), with one exception: a block's
+// q_proj, k_proj and v_proj weights are packed back to back, then their biases, so one GEMM
+// computes all three projections (BlockWeights::qkv_proj). The layout is a pure function of
 // the ModelConfig, so it is identical on every rank and across runs.
 #pragma once
 
@@ -28,7 +30,7 @@ struct ParamSpec {
 
 struct UnitLayout {
   std::string name;               // "root" or "layers.3"
-  std::vector<ParamSpec> params;  // in HF module order
+  std::vector<ParamSpec> params;  // in HF module order (q/k/v packed, see above)
   int64_t numel = 0;              // padded total, a multiple of kParamAlignElems
   // Index into `params` of the parameter named `name`; -1 if absent.
   int find(const std::string& name) const;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
+
 namespace shardtrain {
 
 Tensor param_view(const UnitLayout& unit, Tensor flat, const std::string& name) {
@@ -14,6 +16,26 @@ Tensor param_view(const UnitLayout& unit, Tensor flat, const std::string& name) 
   return Tensor(base, flat.dtype(), spec.shape, flat.device());
 }
 
+namespace {
+
+// One tensor over parts that lie back to back in memory (rows of the same width, or 1-D).
+Tensor packed_view(std::initializer_list<Tensor> parts) {
+  const Tensor& first = *parts.begin();
+  const int64_t width = first.shape().rank() == 2 ? first.dim(1) : 1;
+  int64_t rows = 0;
+  const char* next = static_cast<const char*>(first.data());
+  for (const Tensor& part : parts) {
+    SHARDTRAIN_CHECK(part.data() == next && part.numel() % width == 0,
+                     "q/k/v parameters are not packed back to back");
+    next += part.bytes();
+    rows += part.numel() / width;
+  }
+  return Tensor(first.data(), first.dtype(),
+                first.shape().rank() == 2 ? Shape{rows, width} : Shape{rows}, first.device());
+}
+
+}  // namespace
+
 BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer, bool has_bias) {
   const std::string p = fmt::format("model.layers.{}.", layer);
   BlockWeights w;
@@ -25,6 +47,8 @@ BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer, b
     w.k_bias = param_view(unit, flat, p + "self_attn.k_proj.bias");
     w.v_bias = param_view(unit, flat, p + "self_attn.v_proj.bias");
   }
+  w.qkv_proj = packed_view({w.q_proj, w.k_proj, w.v_proj});
+  if (has_bias) w.qkv_bias = packed_view({w.q_bias, w.k_bias, w.v_bias});
   w.o_proj = param_view(unit, flat, p + "self_attn.o_proj.weight");
   w.gate_proj = param_view(unit, flat, p + "mlp.gate_proj.weight");
   w.up_proj = param_view(unit, flat, p + "mlp.up_proj.weight");

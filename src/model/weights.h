@@ -10,6 +10,9 @@ struct BlockWeights {
   Tensor q_proj, q_bias;        // (H*D, C), (H*D) or undefined
   Tensor k_proj, k_bias;        // (K*D, C), (K*D) or undefined
   Tensor v_proj, v_bias;        // (K*D, C), (K*D) or undefined
+  // The three projections as one matrix ((H+2K)*D, C) and bias ((H+2K)*D, or undefined): the
+  // same memory as q/k/v above (the layout packs them back to back).
+  Tensor qkv_proj, qkv_bias;
   Tensor o_proj;                // (C, H*D)
   Tensor gate_proj, up_proj;    // (F, C)
   Tensor down_proj;             // (C, F)

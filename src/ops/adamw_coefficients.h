@@ -18,4 +18,17 @@ struct AdamWCoefficients {
   float grad_scale;
 };
 
+#if defined(__CUDACC__)
+#define SHARDTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define SHARDTRAIN_HOST_DEVICE
+#endif
+
+// AdamWCoefficients::decay. The product of two floats is exact in double, so the result is the
+// same on the host and on a device (with or without a fused multiply-add): kernels that take
+// one weight decay per range form it themselves from lr and get adamw's value bit for bit.
+SHARDTRAIN_HOST_DEVICE inline float adamw_decay(float lr, float weight_decay) {
+  return static_cast<float>(1.0 - static_cast<double>(lr) * static_cast<double>(weight_decay));
+}
+
 }  // namespace shardtrain

@@ -38,4 +38,27 @@ inline void check_rmsnorm_backward(const Tensor& dout, const Tensor& x, const Te
   require_same_numel(x, dx, "rmsnorm dx");
 }
 
+// Packed q/k/v (Ops::split_qkv_rope): q (N, H, D), k and v (N, K, D), qkv (N, (H + 2K) * D),
+// one position per token, D even. Returns the sizes.
+struct PackedQkv {
+  int64_t tokens, q_heads, kv_heads, head_dim;
+  int64_t q_width() const { return q_heads * head_dim; }
+  int64_t kv_width() const { return kv_heads * head_dim; }
+  int64_t row() const { return q_width() + 2 * kv_width(); }
+};
+inline PackedQkv check_packed_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& positions) {
+  const int64_t tokens = positions.numel();
+  SHARDTRAIN_CHECK(tokens > 0 && q.shape().rank() == 3 && k.shape().rank() == 3 &&
+                       q.dim(0) == tokens && k.dim(0) == tokens && k.shape() == v.shape() &&
+                       q.dim(2) == k.dim(2) && q.dim(2) % 2 == 0,
+                   "packed qkv: q {}, k {}, v {} for {} positions", q.shape().to_string(),
+                   k.shape().to_string(), v.shape().to_string(), tokens);
+  const PackedQkv p{tokens, q.dim(1), k.dim(1), q.dim(2)};
+  SHARDTRAIN_CHECK(qkv.numel() == tokens * p.row(), "packed qkv {} for q {}, k {}, v {}",
+                   qkv.shape().to_string(), q.shape().to_string(), k.shape().to_string(),
+                   v.shape().to_string());
+  return p;
+}
+
 }  // namespace shardtrain::op_checks

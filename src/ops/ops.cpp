@@ -10,7 +10,7 @@ AdamWCoefficients adamw_coefficients(const AdamWStep& step) {
   const double beta2 = step.beta2;
   const double step_count = static_cast<double>(step.step);
   AdamWCoefficients c;
-  c.decay = static_cast<float>(1.0 - double{step.lr} * step.weight_decay);
+  c.decay = adamw_decay(step.lr, step.weight_decay);
   c.m_weight = static_cast<float>(1.0 - beta1);
   c.v_decay = static_cast<float>(beta2);
   c.v_weight = static_cast<float>(1.0 - beta2);

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/adamw_coefficients.h"
@@ -36,6 +37,16 @@ struct AdamWStep {
 
 // The update's scalars for `step`, shared by every backend. REQUIRES: step.step >= 1.
 AdamWCoefficients adamw_coefficients(const AdamWStep& step);
+
+// One contiguous range of a multi-range AdamW update (Ops::adamw_multi).
+struct AdamWSegment {
+  Tensor param, grad, exp_avg, exp_avg_sq;  // each (n) fp32
+  float weight_decay = 0;                   // replaces AdamWStep::weight_decay for this range
+  // Optional (n) bf16 or f16: receives the updated param converted (round to nearest), as
+  // cast(compute_param, param) after the update would.
+  Tensor compute_param;
+  bool zero_grad = false;  // grad is zero-filled after it is read
+};
 
 class Ops {
  public:
@@ -91,6 +102,17 @@ class Ops {
   virtual void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR,
                              Tensor sin_PR) = 0;
 
+  // ---- packed q/k/v projections: one GEMM writes qkv_NX, X = (H + 2K) * D ----
+  // Each row of qkv_NX holds that token's q (H*D), then k (K*D), then v (K*D). Copies them to
+  // q_NHD, k_NKD and v_NKD, rotating q and k as rope_forward does.
+  virtual void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                              Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) = 0;
+  // The transpose: each row of dqkv_NX (overwritten) becomes (rope_backward(dq), rope_backward(dk),
+  // dv) of that token; dq, dk and dv are left unchanged.
+  virtual void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
+                                      Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                                      Tensor dqkv_NX) = 0;
+
   // ---- causal grouped-query attention: query head h reads kv head h / (H / K) ----
   // out_BTHD = softmax(q k^T * scale + causal mask) v; lse_BHT = log-sum-exp per row (fp32).
   virtual void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
@@ -116,6 +138,10 @@ class Ops {
   // ---- optimizer and norms over fp32 buffers ----
   // AdamW on one contiguous range: m, v, param updated in place from grad (all fp32, same n).
   virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) = 0;
+  // Every segment updated as adamw (with the segment's weight_decay), then cast into its
+  // compute_param and its grad zeroed where asked; the result equals those calls bit for bit.
+  // CUDA: one launch for all segments. REQUIRES: segments do not overlap.
+  virtual void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) = 0;
   // out_1 (f32 [1]) += sum(x^2), x fp32.
   virtual void sum_squares(Tensor x, Tensor out_1) = 0;
   // Reads one fp32 scalar to the host; synchronises.

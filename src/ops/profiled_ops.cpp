@@ -17,7 +17,7 @@ const char* op_class_name(OpClass op_class) {
     case OpClass::kNorm:
       return "rmsnorm";
     case OpClass::kElementwise:
-      return "elementwise (add, rope, swiglu)";
+      return "elementwise (add, rope, qkv, swiglu)";
     case OpClass::kEmbedding:
       return "embedding";
     case OpClass::kLoss:
@@ -190,6 +190,19 @@ void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, 
 void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
   timed(OpClass::kElementwise, [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
 }
+void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR,
+                                 Tensor sin_PR, Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
+  timed(OpClass::kElementwise, [&] {
+    inner_->split_qkv_rope(qkv_NX, positions_N, cos_PR, sin_PR, q_NHD, k_NKD, v_NKD);
+  });
+}
+void ProfiledOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
+                                         Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                                         Tensor dqkv_NX) {
+  timed(OpClass::kElementwise, [&] {
+    inner_->pack_qkv_rope_backward(dq_NHD, dk_NKD, dv_NKD, positions_N, cos_PR, sin_PR, dqkv_NX);
+  });
+}
 void ProfiledOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
                                     Tensor out_BTHD, Tensor lse_BHT) {
   timed(OpClass::kAttention,
@@ -219,6 +232,10 @@ void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_s
 void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
   timed(OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
   step_has_update_ = true;
+}
+void ProfiledOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
+  timed(OpClass::kOptimizer, [&] { inner_->adamw_multi(segments, step); });
+  step_has_update_ = true;  // ends a step as adamw does
 }
 void ProfiledOps::sum_squares(Tensor x, Tensor out_1) {
   timed(OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });

@@ -80,6 +80,10 @@ class ProfiledOps final : public Ops {
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
   void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                      Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) override;
+  void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
+                              Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
   void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
                          Tensor lse_BHT) override;
   void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
@@ -91,6 +95,7 @@ class ProfiledOps final : public Ops {
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
+  void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
 

@@ -98,5 +98,26 @@ TEST(ProfiledOps, EnvironmentVariableWrapsTheBackend) {
   EXPECT_EQ(dynamic_cast<ProfiledOps*>(plain.get()), nullptr);
 }
 
+TEST(ProfiledOps, AdamwMultiEndsAStepAsAdamwDoes) {
+  ProfiledOps profiled(make_cpu_ops());
+  HostTensor a = filled({16}, 0.1f), b = filled({16}, 0.2f), m = filled({16}, 0.0f),
+             v = filled({16}, 0.0f);
+  AdamWStep step;
+  step.lr = 1e-3f;
+  const std::vector<AdamWSegment> segments = {
+      {a.tensor.rows(0, 9), b.tensor.rows(0, 9), m.tensor.rows(0, 9), v.tensor.rows(0, 9), 0.1f},
+      {a.tensor.rows(9, 16), b.tensor.rows(9, 16), m.tensor.rows(9, 16), v.tensor.rows(9, 16)}};
+  for (int s = 0; s < 2; ++s) {
+    profiled.add(a.tensor, a.tensor, b.tensor);
+    profiled.adamw_multi(segments, step);
+  }
+  profiled.add(a.tensor, a.tensor, b.tensor);  // starts a third step
+  ASSERT_EQ(profiled.steps().size(), 2u);
+  for (const ProfiledOps::Table& table : profiled.steps()) {
+    EXPECT_EQ(table[static_cast<int>(OpClass::kElementwise)].calls, 1);
+    EXPECT_EQ(table[static_cast<int>(OpClass::kOptimizer)].calls, 1);  // one call, two ranges
+  }
+}
+
 }  // namespace
 }  // namespace shardtrain

@@ -32,6 +32,11 @@ Tensor LocalUnits::exp_avg_sq(int unit) const {
   return exp_avg_sq_[unit].view(DType::kF32, {numel_[unit]});
 }
 
+Tensor LocalUnits::compute(int unit) const {
+  if (ops_.activation_dtype() == DType::kF32) return Tensor();
+  return compute_[unit].view(ops_.activation_dtype(), {numel_[unit]});
+}
+
 void LocalUnits::upload_master(int unit, const float* values) {
   ops_.copy_from_host(master(unit), values);
 }
@@ -47,13 +52,13 @@ void LocalUnits::zero_grads() {
 void LocalUnits::refresh_compute_params() {
   if (ops_.activation_dtype() == DType::kF32) return;
   for (int u = 0; u < unit_count(); ++u) {
-    ops_.cast(compute_[u].view(ops_.activation_dtype(), {numel_[u]}), master(u));
+    ops_.cast(compute(u), master(u));
   }
 }
 
 Tensor LocalUnits::acquire_params(int unit) {
   if (ops_.activation_dtype() == DType::kF32) return master(unit);
-  return compute_[unit].view(ops_.activation_dtype(), {numel_[unit]});
+  return compute(unit);
 }
 
 }  // namespace shardtrain

@@ -4,7 +4,8 @@
 //
 // Master parameters, gradients and moments are fp32. When the backend computes in another
 // dtype (bf16 on CUDA), a compute copy of the parameters is kept and refreshed by
-// `refresh_compute_params()` after each optimizer step.
+// `refresh_compute_params()` after each optimizer step, or written by the step itself when it
+// is given `compute(unit)` (train/optimizer.h UnitBuffers::compute_param).
 #pragma once
 
 #include <vector>
@@ -26,6 +27,7 @@ class LocalUnits final : public UnitAccess {
   Tensor grads(int unit) const;       // fp32
   Tensor exp_avg(int unit) const;     // fp32
   Tensor exp_avg_sq(int unit) const;  // fp32
+  Tensor compute(int unit) const;     // compute dtype; undefined when that is fp32 (no copy)
 
   // Copies host fp32 values (unit numel) into a unit's master parameters.
   void upload_master(int unit, const float* values);

@@ -20,8 +20,8 @@ float AdamW::clip_coefficient(double grad_norm, double max_norm) {
   return static_cast<float>(std::min(coefficient, 1.0));
 }
 
-void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
-                 float grad_scale) {
+void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step, float grad_scale,
+                 GradsAfterStep grads_after) {
   AdamWStep s;
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(settings_.beta1);
@@ -29,6 +29,7 @@ void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
   s.eps = static_cast<float>(settings_.eps);
   s.step = step;
   s.grad_scale = grad_scale;
+  std::vector<AdamWSegment> segments;
   for (const UnitBuffers& u : units) {
     const int64_t begin = u.offset, end = u.offset + u.param.numel();
     for (const ParamSpec& spec : u.layout->params) {
@@ -36,15 +37,21 @@ void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
       const int64_t lo = std::max(begin, spec.offset);
       const int64_t hi = std::min(end, spec.offset + spec.numel());
       if (lo >= hi) continue;
-      s.weight_decay = (spec.decay || settings_.decay_norms_and_biases)
-                           ? static_cast<float>(settings_.weight_decay)
-                           : 0.0f;
       const int64_t rel = lo - begin, n = hi - lo;
-      ops_.adamw(u.param.rows(rel, rel + n),
-                 u.grad.rows(rel, rel + n), u.exp_avg.rows(rel, rel + n),
-                 u.exp_avg_sq.rows(rel, rel + n), s);
+      AdamWSegment segment;
+      segment.param = u.param.rows(rel, rel + n);
+      segment.grad = u.grad.rows(rel, rel + n);
+      segment.exp_avg = u.exp_avg.rows(rel, rel + n);
+      segment.exp_avg_sq = u.exp_avg_sq.rows(rel, rel + n);
+      segment.weight_decay = (spec.decay || settings_.decay_norms_and_biases)
+                                 ? static_cast<float>(settings_.weight_decay)
+                                 : 0.0f;
+      if (u.compute_param.defined()) segment.compute_param = u.compute_param.rows(rel, rel + n);
+      segment.zero_grad = grads_after == GradsAfterStep::kZero;
+      segments.push_back(segment);
     }
   }
+  ops_.adamw_multi(segments, s);
 }
 
 }  // namespace shardtrain

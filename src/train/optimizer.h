@@ -26,6 +26,19 @@ struct UnitBuffers {
   const UnitLayout* layout = nullptr;
   int64_t offset = 0;
   Tensor param, grad, exp_avg, exp_avg_sq;  // each (numel) fp32
+  // Optional (numel) compute-dtype copy of param (bf16 on CUDA): step() writes the updated
+  // parameters into it, which replaces a separate cast pass. Padding between and after the
+  // parameters is not written; the masters there never change.
+  Tensor compute_param;
+};
+
+// What step() leaves in the gradient buffers.
+enum class GradsAfterStep {
+  kKeep,
+  // Each parameter's gradient range is zeroed as the update reads it (no separate zero pass
+  // before the next step). Padding ranges are not written: backward never writes them, so they
+  // stay zero and the whole buffer is zero after the step.
+  kZero,
 };
 
 class AdamW {
@@ -36,8 +49,10 @@ class AdamW {
   Tensor grad_square_sum(const std::vector<UnitBuffers>& units);
   // Clip coefficient for a global gradient norm (1 when no clipping is needed).
   static float clip_coefficient(double grad_norm, double max_norm);
-  // One AdamW step (1-based `step`) with gradients multiplied by grad_scale first.
-  void step(const std::vector<UnitBuffers>& units, double lr, int64_t step, float grad_scale);
+  // One AdamW step (1-based `step`) with gradients multiplied by grad_scale first: a single
+  // Ops::adamw_multi call over every parameter range of every unit (weight decay per parameter).
+  void step(const std::vector<UnitBuffers>& units, double lr, int64_t step, float grad_scale,
+            GradsAfterStep grads_after = GradsAfterStep::kKeep);
 
  private:
   Ops& ops_;

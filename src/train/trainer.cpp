@@ -172,7 +172,8 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   std::vector<UnitBuffers> buffers;
   for (int u = 0; u < units.unit_count(); ++u) {
     buffers.push_back({&layout.units[u], units.shard_begin(u), units.master_shard(u),
-                       units.grad_shard(u), units.exp_avg_shard(u), units.exp_avg_sq_shard(u)});
+                       units.grad_shard(u), units.exp_avg_shard(u), units.exp_avg_sq_shard(u),
+                       units.compute_shard(u)});
   }
 
   // Every rank draws the same global batches (as one process would) and takes its slice, so
@@ -214,7 +215,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
     }
     const double targets = units.sum_over_ranks(static_cast<double>(local_targets));
     const float grad_scale = targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
-    units.zero_grads();
+    units.zero_grads();  // no fill when the previous step's update zeroed them
     ops.fill_zero(loss_sum);
     for (int64_t m = 0; m < grad_accum; ++m) {
       units.begin_micro_batch(m, grad_accum);
@@ -235,9 +236,12 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
           step, loss, grad_norm);
     }
     const double lr = learning_rate(config.optim, step, steps);
+    // One pass: the update also writes the compute shards (no refresh_compute_params) and
+    // zeroes the grad shards it has read (the next step's zero_grads skips its fill).
     optimizer.step(buffers, lr, step,
-                   AdamW::clip_coefficient(grad_norm, config.train.max_grad_norm));
-    units.refresh_compute_params();
+                   AdamW::clip_coefficient(grad_norm, config.train.max_grad_norm),
+                   GradsAfterStep::kZero);
+    units.note_grads_zeroed();
     outcome.losses.push_back(loss);
 
     const double elapsed =

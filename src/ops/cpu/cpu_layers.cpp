@@ -172,15 +172,13 @@ void CpuOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tens
 
 namespace {
 
-// Rotates every (x[i], x[i + R]) pair of x_NHD by angle p*theta_i (direction = +1) or by its
-// negation (direction = -1, the transpose used in backward).
-void rotate_pairs(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, float direction) {
-  const int64_t tokens = positions_N.numel();
-  const int64_t head_dim = row_width(x_NHD);
+// Rotates every (x[i], x[i + R]) pair of `heads` heads per token by angle p*theta_i (direction
+// = +1), by its negation (-1, the transpose used in backward) or not at all (0: a copy), reading
+// token n's heads at src + n * src_row and writing them at dst + n * dst_row (src may be dst).
+void rotate_rows(const float* src, int64_t src_row, float* dst, int64_t dst_row, int64_t tokens,
+                 int64_t heads, int64_t head_dim, Tensor positions_N, Tensor cos_PR,
+                 Tensor sin_PR, float direction) {
   const int64_t half = head_dim / 2;
-  SHARDTRAIN_CHECK(head_dim % 2 == 0 && tokens > 0 && x_NHD.numel() % (tokens * head_dim) == 0,
-                   "rope: x {} for {} positions", x_NHD.shape().to_string(), tokens);
-  const int64_t heads = x_NHD.numel() / (tokens * head_dim);
   const int64_t max_positions = cos_PR.dim(0);
   SHARDTRAIN_CHECK(row_width(cos_PR) == half && cos_PR.shape() == sin_PR.shape(),
                    "rope tables cos {} sin {} for head dim {}", cos_PR.shape().to_string(),
@@ -188,7 +186,6 @@ void rotate_pairs(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR
   const int32_t* positions = positions_N.i32();
   const float* cos_table = cos_PR.f32();
   const float* sin_table = sin_PR.f32();
-  float* x = x_NHD.f32();
   for (int64_t n = 0; n < tokens; ++n) {
     const int32_t p = positions[n];
     SHARDTRAIN_CHECK(p >= 0 && p < max_positions, "rope position {} outside [0, {})", p,
@@ -196,17 +193,33 @@ void rotate_pairs(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR
     const float* cos_row = cos_table + p * half;
     const float* sin_row = sin_table + p * half;
     for (int64_t h = 0; h < heads; ++h) {
-      float* head = x + (n * heads + h) * head_dim;
+      const float* in = src + n * src_row + h * head_dim;
+      float* out = dst + n * dst_row + h * head_dim;
+      if (direction == 0) {
+        std::copy(in, in + head_dim, out);
+        continue;
+      }
       for (int64_t i = 0; i < half; ++i) {
         const float c = cos_row[i];
         const float s = direction * sin_row[i];
-        const float first = head[i];
-        const float second = head[i + half];
-        head[i] = first * c - second * s;
-        head[i + half] = second * c + first * s;
+        const float first = in[i];
+        const float second = in[i + half];
+        out[i] = first * c - second * s;
+        out[i + half] = second * c + first * s;
       }
     }
   }
+}
+
+// rotate_rows in place over x_NHD.
+void rotate_pairs(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, float direction) {
+  const int64_t tokens = positions_N.numel();
+  const int64_t head_dim = row_width(x_NHD);
+  SHARDTRAIN_CHECK(head_dim % 2 == 0 && tokens > 0 && x_NHD.numel() % (tokens * head_dim) == 0,
+                   "rope: x {} for {} positions", x_NHD.shape().to_string(), tokens);
+  const int64_t heads = x_NHD.numel() / (tokens * head_dim);
+  rotate_rows(x_NHD.f32(), heads * head_dim, x_NHD.f32(), heads * head_dim, tokens, heads,
+              head_dim, positions_N, cos_PR, sin_PR, direction);
 }
 
 }  // namespace
@@ -217,6 +230,33 @@ void CpuOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tenso
 
 void CpuOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
   rotate_pairs(dx_NHD, positions_N, cos_PR, sin_PR, -1.0f);
+}
+
+void CpuOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                            Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
+  const op_checks::PackedQkv p = op_checks::check_packed_qkv(qkv_NX, q_NHD, k_NKD, v_NKD,
+                                                             positions_N);
+  const float* row = qkv_NX.f32();
+  rotate_rows(row, p.row(), q_NHD.f32(), p.q_width(), p.tokens, p.q_heads, p.head_dim,
+              positions_N, cos_PR, sin_PR, 1.0f);
+  rotate_rows(row + p.q_width(), p.row(), k_NKD.f32(), p.kv_width(), p.tokens, p.kv_heads,
+              p.head_dim, positions_N, cos_PR, sin_PR, 1.0f);
+  rotate_rows(row + p.q_width() + p.kv_width(), p.row(), v_NKD.f32(), p.kv_width(), p.tokens,
+              p.kv_heads, p.head_dim, positions_N, cos_PR, sin_PR, 0.0f);
+}
+
+void CpuOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
+                                    Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                                    Tensor dqkv_NX) {
+  const op_checks::PackedQkv p = op_checks::check_packed_qkv(dqkv_NX, dq_NHD, dk_NKD, dv_NKD,
+                                                             positions_N);
+  float* row = dqkv_NX.f32();
+  rotate_rows(dq_NHD.f32(), p.q_width(), row, p.row(), p.tokens, p.q_heads, p.head_dim,
+              positions_N, cos_PR, sin_PR, -1.0f);
+  rotate_rows(dk_NKD.f32(), p.kv_width(), row + p.q_width(), p.row(), p.tokens, p.kv_heads,
+              p.head_dim, positions_N, cos_PR, sin_PR, -1.0f);
+  rotate_rows(dv_NKD.f32(), p.kv_width(), row + p.q_width() + p.kv_width(), p.row(), p.tokens,
+              p.kv_heads, p.head_dim, positions_N, cos_PR, sin_PR, 0.0f);
 }
 
 // ---- SwiGLU ----

@@ -98,6 +98,16 @@ void CpuOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWSte
   }
 }
 
+void CpuOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
+  AdamWStep segment_step = step;
+  for (const AdamWSegment& segment : segments) {
+    segment_step.weight_decay = segment.weight_decay;
+    adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq, segment_step);
+    if (segment.compute_param.defined()) cast(segment.compute_param, segment.param);
+    if (segment.zero_grad) fill_zero(segment.grad);
+  }
+}
+
 void CpuOps::sum_squares(Tensor x, Tensor out_1) {
   const float* data = x.f32();
   const int64_t n = x.numel();

@@ -48,6 +48,10 @@ class CpuOps final : public Ops {
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
   void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                      Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) override;
+  void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
+                              Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
@@ -65,6 +69,8 @@ class CpuOps final : public Ops {
 
   // ---- optimizer and norms ----
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
+  // Segment by segment: adamw, cast, fill_zero (the definition of the op's result).
+  void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
 };

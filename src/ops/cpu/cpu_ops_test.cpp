@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -351,6 +352,61 @@ struct RopeFixture {
   }
 };
 
+// split_qkv_rope is "copy q, k, v out of each packed row, then rope_forward q and k";
+// pack_qkv_rope_backward is "rope_backward dq and dk, then copy the three into the packed row".
+TEST_F(CpuOpsTest, PackedQkvEqualsCopiesAndRope) {
+  RopeFixture rope;
+  const int64_t N = RopeFixture::kTokens, D = RopeFixture::kHeadDim, H = 3, K = 1;
+  const int64_t row = (H + 2 * K) * D;
+  const std::vector<float> packed = random_values(N * row, 17);
+  std::vector<float> q(N * H * D), k(N * K * D), v(N * K * D);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = packed.data() + n * row;
+    std::copy(r, r + H * D, q.begin() + n * H * D);
+    std::copy(r + H * D, r + (H + K) * D, k.begin() + n * K * D);
+    std::copy(r + (H + K) * D, r + row, v.begin() + n * K * D);
+  }
+  HostTensor q_want = make_tensor({N, H, D}, q), k_want = make_tensor({N, K, D}, k);
+  ops.rope_forward(q_want.tensor, rope.positions.tensor, rope.cos_table.tensor,
+                   rope.sin_table.tensor);
+  ops.rope_forward(k_want.tensor, rope.positions.tensor, rope.cos_table.tensor,
+                   rope.sin_table.tensor);
+  const HostTensor qkv = make_tensor({N, row}, packed);
+  HostTensor q_got{DType::kF32, {N, H, D}}, k_got{DType::kF32, {N, K, D}},
+      v_got{DType::kF32, {N, K, D}};
+  ops.split_qkv_rope(qkv.tensor, rope.positions.tensor, rope.cos_table.tensor,
+                     rope.sin_table.tensor, q_got.tensor, k_got.tensor, v_got.tensor);
+  EXPECT_EQ(to_vector(q_got.tensor), to_vector(q_want.tensor));
+  EXPECT_EQ(to_vector(k_got.tensor), to_vector(k_want.tensor));
+  EXPECT_EQ(to_vector(v_got.tensor), v);
+
+  // Backward: the transpose rotation of dq and dk, dv copied, packed per row.
+  HostTensor dq = make_tensor({N, H, D}, random_values(N * H * D, 18));
+  HostTensor dk = make_tensor({N, K, D}, random_values(N * K * D, 19));
+  const HostTensor dv = make_tensor({N, K, D}, random_values(N * K * D, 20));
+  const std::vector<float> dq_before = to_vector(dq.tensor), dk_before = to_vector(dk.tensor);
+  HostTensor dqkv{DType::kF32, {N, row}};
+  ops.pack_qkv_rope_backward(dq.tensor, dk.tensor, dv.tensor, rope.positions.tensor,
+                             rope.cos_table.tensor, rope.sin_table.tensor, dqkv.tensor);
+  EXPECT_EQ(to_vector(dq.tensor), dq_before) << "inputs are left unchanged";
+  EXPECT_EQ(to_vector(dk.tensor), dk_before);
+  ops.rope_backward(dq.tensor, rope.positions.tensor, rope.cos_table.tensor,
+                    rope.sin_table.tensor);
+  ops.rope_backward(dk.tensor, rope.positions.tensor, rope.cos_table.tensor,
+                    rope.sin_table.tensor);
+  const std::vector<float> got = to_vector(dqkv.tensor);
+  const std::vector<float> dq_rot = to_vector(dq.tensor), dk_rot = to_vector(dk.tensor),
+                           dv_values = to_vector(dv.tensor);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < row; ++j) {
+      const float want = j < H * D         ? dq_rot[n * H * D + j]
+                         : j < (H + K) * D ? dk_rot[n * K * D + j - H * D]
+                                           : dv_values[n * K * D + j - (H + K) * D];
+      ASSERT_EQ(got[n * row + j], want) << "token " << n << " column " << j;
+    }
+  }
+}
+
 TEST_F(CpuOpsTest, RopeForwardMatchesRotateHalfFormula) {
   RopeFixture rope;
   const int64_t count = RopeFixture::kTokens * RopeFixture::kHeads * RopeFixture::kHeadDim;
@@ -603,6 +659,76 @@ TEST_F(CpuOpsTest, AdamwMatchesPytorchFormulaOverThreeSteps) {
     EXPECT_NEAR(m.tensor.f32()[i], m_ref[i], 1e-5 * std::abs(m_ref[i])) << i;
     EXPECT_NEAR(v.tensor.f32()[i], v_ref[i], 1e-5 * std::abs(v_ref[i])) << i;
   }
+}
+
+// adamw_multi is defined as, per segment: adamw with the segment's weight decay, cast into the
+// compute copy, zero the grad. Segments at odd offsets and lengths (one of length 1) inside
+// shared flat buffers, with gaps that must stay untouched.
+TEST_F(CpuOpsTest, AdamwMultiEqualsPerRangeAdamwCastAndZeroBitForBit) {
+  struct Range {
+    int64_t offset, numel;
+    float weight_decay;
+    bool compute, zero_grad;
+  };
+  const std::vector<Range> ranges = {{1, 13, 0.1f, true, true},
+                                     {14, 1, 0.0f, true, false},
+                                     {17, 30, 0.5f, false, true},
+                                     {50, 7, 0.1f, true, false}};
+  const int64_t total = 61;
+  const auto buffers = [&] {
+    std::vector<HostTensor> b;
+    b.push_back(make_tensor({total}, random_values(total, 41)));        // param
+    b.push_back(make_tensor({total}, random_values(total, 42)));        // grad
+    b.push_back(make_tensor({total}, random_values(total, 43, 0.1f)));  // exp_avg
+    std::vector<float> squares = random_values(total, 44, 0.1f);
+    for (float& value : squares) value *= value;
+    b.push_back(make_tensor({total}, squares));  // exp_avg_sq
+    b.emplace_back(DType::kBF16, Shape{total});  // compute copy
+    return b;
+  };
+  std::vector<HostTensor> fused = buffers(), reference = buffers();
+  AdamWStep step;
+  step.lr = 0.01f;
+  step.beta2 = 0.95f;
+  step.step = 3;
+  step.grad_scale = 0.5f;
+  step.weight_decay = 123.0f;  // ignored by adamw_multi: each segment has its own
+
+  std::vector<AdamWSegment> segments;
+  for (const Range& r : ranges) {
+    const auto part = [&](int k) { return fused[k].tensor.rows(r.offset, r.offset + r.numel); };
+    AdamWSegment segment{part(0), part(1), part(2), part(3), r.weight_decay};
+    if (r.compute) segment.compute_param = part(4);
+    segment.zero_grad = r.zero_grad;
+    segments.push_back(segment);
+  }
+  ops.adamw_multi(segments, step);
+  for (const Range& r : ranges) {
+    const auto part = [&](int k) { return reference[k].tensor.rows(r.offset, r.offset + r.numel); };
+    AdamWStep range_step = step;
+    range_step.weight_decay = r.weight_decay;
+    ops.adamw(part(0), part(1), part(2), part(3), range_step);
+    if (r.compute) ops.cast(part(4), part(0));
+    if (r.zero_grad) ops.fill_zero(part(1));
+  }
+
+  for (int k = 0; k < 5; ++k) {
+    const Tensor& got = fused[k].tensor;
+    ASSERT_EQ(std::memcmp(got.data(), reference[k].tensor.data(), got.bytes()), 0)
+        << "buffer " << k;
+  }
+  // The reference itself did what the ranges say.
+  const std::vector<HostTensor> before = buffers();
+  const float* grad = fused[1].tensor.f32();
+  const float* param = fused[0].tensor.f32();
+  EXPECT_EQ(grad[0], before[1].tensor.f32()[0]);     // outside every range
+  EXPECT_EQ(grad[1], 0.0f);                          // zeroed
+  EXPECT_EQ(grad[14], before[1].tensor.f32()[14]);   // range without zero_grad
+  EXPECT_EQ(param[15], before[0].tensor.f32()[15]);  // gap
+  EXPECT_NE(param[14], before[0].tensor.f32()[14]);  // the length-1 range was updated
+  EXPECT_EQ(bf16_to_f32(static_cast<const uint16_t*>(fused[4].tensor.data())[14]),
+            bf16_to_f32(f32_to_bf16(param[14])));
+  EXPECT_EQ(static_cast<const uint16_t*>(fused[4].tensor.data())[20], 0);  // no compute copy
 }
 
 TEST_F(CpuOpsTest, SumSquaresAccumulates) {

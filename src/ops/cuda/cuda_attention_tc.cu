@@ -3,11 +3,15 @@
 // with warp-level `mma.sync.m16n8k16` (bf16 operands, fp32 accumulators) fed by `ldmatrix`;
 // tiles stream through shared memory with `cp.async`, two stages deep.
 //
-// Tiles are 64 rows; a block is 4 warps and each warp owns 16 rows of its tile. Shared rows are
-// padded by 16 bytes (pitch D + 8) so the 8 row addresses of one ldmatrix hit distinct banks.
-//   forward   block = (query tile, head, batch), heaviest query tiles first; K/V tiles 0..diag;
-//             online softmax in fp32 registers in the log2 domain (exp2 of pre-scaled scores);
-//             only the diagonal tile is masked.
+// Key/value tiles are 64 rows; each warp owns 16 query (forward) or key (backward) rows. Shared
+// rows are padded by 16 bytes (pitch D + 8) so the 8 row addresses of one ldmatrix hit distinct
+// banks.
+//   forward   block = (query tile, head, batch) of 8 warps and 128 query rows (4 warps and 64
+//             rows under the test hook SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4), heaviest query
+//             tiles first; K/V tiles 0 .. the one holding the tile's last row; online softmax in
+//             fp32 registers in the log2 domain (exp2 of pre-scaled scores); only K/V tiles that
+//             straddle a warp's rows are masked, and a warp skips the math of tiles entirely
+//             after its rows (it still loads and synchronises with the block).
 //   backward  delta = rowsum(dO * O) first. Then block = (key tile, kv head, batch), heaviest
 //             key tiles first, looping over the group's query heads and the query tiles at or
 //             after the key tile: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
@@ -33,9 +37,10 @@ namespace {
 
 using cuda_detail::bf16;
 
-constexpr int kTile = 64;  // rows of a query or key tile
-constexpr int kWarps = 4;
+constexpr int kTile = 64;  // rows of a key/value tile (forward), of any tile (backward)
+constexpr int kWarps = 4;  // backward block
 constexpr int kThreads = kWarps * 32;
+constexpr int kDefaultForwardWarps = 8;  // forward block: 128 query rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -88,13 +93,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Rows [first, first + kTile) of one head (row stride `token_stride` elements) into a shared
+// Rows [first, first + kRows) of one head (row stride `token_stride` elements) into a shared
 // tile of pitch<D>(); rows at or past `seq` become zeros. Asynchronous: commit and wait.
-template <int D>
+// REQUIRES: called by all kBlockThreads threads of the block.
+template <int D, int kRows, int kBlockThreads>
 __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_base,
                                                 int64_t token_stride, int first, int seq) {
   constexpr int kChunksPerRow = D / 8;
-  for (int index = threadIdx.x; index < kTile * kChunksPerRow; index += kThreads) {
+  for (int index = threadIdx.x; index < kRows * kChunksPerRow; index += kBlockThreads) {
     const int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
     const int t = first + row;
     const bool valid = t < seq;
@@ -105,12 +111,26 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_bas
 
 // ---- forward ----
 
-template <int D>
-__global__ void __launch_bounds__(kThreads)
+// Blocks per SM the forward is compiled for (__launch_bounds__). D = 64 fits 16 warps per SM
+// (128 registers a thread, no spills). D = 128 needs ~200 registers (the fp32 output
+// accumulators alone take 64; at 128 ptxas spills 344 bytes), so the 64 K registers of an SM hold
+// one 8-warp block or two 4-warp blocks: 8 warps per SM either way.
+template <int D, int kForwardWarps>
+constexpr int forward_min_blocks() {
+  return D == 64 ? 16 / kForwardWarps : 8 / kForwardWarps;
+}
+
+// One block = kForwardWarps warps = a query tile of 16 * kForwardWarps rows of one head.
+// REQUIRES: blockDim.x == 32 * kForwardWarps; dynamic shared memory forward_shared_bytes<D,
+// kForwardWarps>(); grid (query tiles, heads, batch).
+template <int D, int kForwardWarps>
+__global__ void __launch_bounds__(kForwardWarps * 32, forward_min_blocks<D, kForwardWarps>())
     flash_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
                          AttentionShape shape, bf16* out_BTHD, float* lse_BHT) {
   constexpr int P = pitch<D>();
   constexpr int kDChunks = D / 16;  // k-steps over the head dim
+  constexpr int kQueryRows = kForwardWarps * 16;
+  constexpr int kBlockThreads = kForwardWarps * 32;
   const int seq = shape.seq;
   const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest (longest causal row) first
   const int h = blockIdx.y, b = blockIdx.z;
@@ -120,17 +140,20 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* q_s = reinterpret_cast<bf16*>(shared_bytes);  // [kTile][P]
-  bf16* k_s = q_s + kTile * P;                        // [2][kTile][P]
+  bf16* q_s = reinterpret_cast<bf16*>(shared_bytes);  // [kQueryRows][P]
+  bf16* k_s = q_s + kQueryRows * P;                   // [2][kTile][P]
   bf16* v_s = k_s + 2 * kTile * P;                    // [2][kTile][P]
 
   const bf16* q_base = q_BTHD + b * int64_t{seq} * q_token + int64_t{h} * D;
   const bf16* k_base = k_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
   const bf16* v_base = v_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
-  const int first_query = q_tile * kTile;
-  load_tile_async<D>(q_s, q_base, q_token, first_query, seq);
-  load_tile_async<D>(k_s, k_base, kv_token, 0, seq);
-  load_tile_async<D>(v_s, v_base, kv_token, 0, seq);
+  const int first_query = q_tile * kQueryRows;
+  const int warp_first_query = first_query + warp * 16;
+  // Causal: K/V tiles up to the one holding the tile's last real query row.
+  const int last_kv_tile = (min(first_query + kQueryRows, seq) - 1) / kTile;
+  load_tile_async<D, kQueryRows, kBlockThreads>(q_s, q_base, q_token, first_query, seq);
+  load_tile_async<D, kTile, kBlockThreads>(k_s, k_base, kv_token, 0, seq);
+  load_tile_async<D, kTile, kBlockThreads>(v_s, v_base, kv_token, 0, seq);
   cp_async_commit();
 
   const float scale_log2 = scale * kLog2e;
@@ -140,13 +163,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0};  // rows g and g + 8
 
-  for (int kv_tile = 0; kv_tile <= q_tile; ++kv_tile) {
+  for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
     cp_async_wait_all();
     __syncthreads();  // tile kv_tile visible; everyone is done with the other buffer
-    if (kv_tile + 1 <= q_tile) {
+    if (kv_tile < last_kv_tile) {
       const int next = (kv_tile + 1) & 1;
-      load_tile_async<D>(k_s + next * kTile * P, k_base, kv_token, (kv_tile + 1) * kTile, seq);
-      load_tile_async<D>(v_s + next * kTile * P, v_base, kv_token, (kv_tile + 1) * kTile, seq);
+      const int next_key = (kv_tile + 1) * kTile;
+      load_tile_async<D, kTile, kBlockThreads>(k_s + next * kTile * P, k_base, kv_token, next_key,
+                                               seq);
+      load_tile_async<D, kTile, kBlockThreads>(v_s + next * kTile * P, v_base, kv_token, next_key,
+                                               seq);
       cp_async_commit();
     }
     if (kv_tile == 0) {
@@ -155,6 +181,11 @@ __global__ void __launch_bounds__(kThreads)
         ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * P + kc * 16 + (lane / 16) * 8);
       }
     }
+    // Keys counted from this warp's first row. Every key after every row of the warp (never
+    // tile 0): nothing to add. The branch is warp-uniform and comes after the block's loads and
+    // barrier, so the warp still takes its part in both.
+    const int key_offset = kv_tile * kTile - warp_first_query;
+    if (key_offset > 15) continue;
     const bf16* k_tile = k_s + (kv_tile & 1) * kTile * P;
     const bf16* v_tile = v_s + (kv_tile & 1) * kTile * P;
 
@@ -173,15 +204,15 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    const bool diagonal = kv_tile == q_tile;
+    const bool straddles = key_offset + kTile - 1 > 0;  // some key after some row: mask
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = warp * 16 + g + (e / 2) * 8, key = n * 8 + 2 * t + e % 2;
+        const int row = g + (e / 2) * 8, key = key_offset + n * 8 + 2 * t + e % 2;
         float x = s[n][e] * scale_log2;
-        if (diagonal && key > row) x = -INFINITY;
+        if (straddles && key > row) x = -INFINITY;
         s[n][e] = x;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
       }
@@ -233,7 +264,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < 2; ++r) {
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
     row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    const int query = first_query + warp * 16 + g + r * 8;
+    const int query = warp_first_query + g + r * 8;
     if (query >= seq) continue;
     const float inverse_sum = 1.0f / row_sum[r];
     bf16* out_row = out_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D;
@@ -316,8 +347,8 @@ __global__ void __launch_bounds__(kThreads)
 
   const int first_key = kv_tile * kTile;
   const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
-  load_tile_async<D>(k_s, k_BTKD + kv_offset, kv_token, first_key, seq);
-  load_tile_async<D>(v_s, v_BTKD + kv_offset, kv_token, first_key, seq);
+  load_tile_async<D, kTile, kThreads>(k_s, k_BTKD + kv_offset, kv_token, first_key, seq);
+  load_tile_async<D, kTile, kThreads>(v_s, v_BTKD + kv_offset, kv_token, first_key, seq);
 
   const int tiles_per_head = q_tiles - kv_tile;
   const int steps = heads_per_block * tiles_per_head;
@@ -326,8 +357,10 @@ __global__ void __launch_bounds__(kThreads)
     const int h = first_head + step / tiles_per_head;
     const int first_query = (kv_tile + step % tiles_per_head) * kTile;
     const int64_t q_offset = b * int64_t{seq} * q_token + int64_t{h} * D;
-    load_tile_async<D>(q_s + stage * kTile * P, q_BTHD + q_offset, q_token, first_query, seq);
-    load_tile_async<D>(dout_s + stage * kTile * P, dout_BTHD + q_offset, q_token, first_query, seq);
+    load_tile_async<D, kTile, kThreads>(q_s + stage * kTile * P, q_BTHD + q_offset, q_token,
+                                        first_query, seq);
+    load_tile_async<D, kTile, kThreads>(dout_s + stage * kTile * P, dout_BTHD + q_offset, q_token,
+                                        first_query, seq);
     const int64_t stats = (int64_t{b} * shape.heads + h) * seq;
     for (int i = threadIdx.x; i < kTile; i += kThreads) {
       const int query = first_query + i;
@@ -510,11 +543,11 @@ __global__ void flash_accum_convert_kernel(const float* dq_accum, float scale, i
 
 // ---- launch helpers ----
 
-// Layouts as carved in the kernels: forward Q + 2 stages of K and V = 5 tiles; backward K, V +
-// 2 stages of Q and dO = 6 tiles, dS^T, 2 stages of lse and delta.
-template <int D>
+// Layouts as carved in the kernels: forward Q (16 rows a warp) + 2 stages of K and V tiles;
+// backward K, V + 2 stages of Q and dO = 6 tiles, dS^T, 2 stages of lse and delta.
+template <int D, int kForwardWarps>
 constexpr size_t forward_shared_bytes() {
-  return sizeof(bf16) * 5 * kTile * pitch<D>();
+  return sizeof(bf16) * (kForwardWarps * 16 + 4 * kTile) * pitch<D>();
 }
 template <int D>
 constexpr size_t backward_shared_bytes() {
@@ -542,6 +575,14 @@ void dispatch_head_dim(int head_dim, Fn&& fn) {
                    __LINE__, head_dim);
       std::abort();
   }
+}
+
+// Warps (16 query rows each) of a forward block: kDefaultForwardWarps, or 4 under the test
+// hook SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4 (the 64-row query tiles), so tests and the
+// bench reach and compare both shapes.
+int forward_warps() {
+  const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
+  return forced != nullptr && std::atoi(forced) == 4 ? 4 : kDefaultForwardWarps;
 }
 
 size_t delta_floats(const AttentionShape& s) {
@@ -585,17 +626,27 @@ void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void*
                              float scale, const AttentionShape& shape, void* out_BTHD,
                              float* lse_BHT, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
+  const int warps = forward_warps();
   dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
-    auto kernel = flash_forward_kernel<D>;
-    constexpr size_t bytes = forward_shared_bytes<D>();
-    allow_shared(kernel, bytes);
-    const dim3 grid(static_cast<unsigned>((shape.seq + kTile - 1) / kTile),
-                    static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch));
-    kernel<<<grid, kThreads, bytes, stream>>>(
-        static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
-        static_cast<const bf16*>(v_BTKD), scale, shape, static_cast<bf16*>(out_BTHD), lse_BHT);
-    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    const auto launch = [&](auto warps_constant) {
+      constexpr int kForwardWarps = decltype(warps_constant)::value;
+      constexpr int kQueryRows = kForwardWarps * 16;
+      auto kernel = flash_forward_kernel<D, kForwardWarps>;
+      constexpr size_t bytes = forward_shared_bytes<D, kForwardWarps>();
+      allow_shared(kernel, bytes);
+      const dim3 grid(static_cast<unsigned>((shape.seq + kQueryRows - 1) / kQueryRows),
+                      static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch));
+      kernel<<<grid, kForwardWarps * 32, bytes, stream>>>(
+          static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
+          static_cast<const bf16*>(v_BTKD), scale, shape, static_cast<bf16*>(out_BTHD), lse_BHT);
+      SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    };
+    if (warps == 4) {
+      launch(std::integral_constant<int, 4>{});
+    } else {
+      launch(std::integral_constant<int, kDefaultForwardWarps>{});
+    }
   });
 }
 

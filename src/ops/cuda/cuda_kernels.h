@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/adamw_coefficients.h"
@@ -33,6 +34,47 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
            const AdamWCoefficients& coefficients, cudaStream_t stream);
 // *out += sum(x^2), fp32.
 void sum_squares(const float* x, int64_t n, float* out, cudaStream_t stream);
+
+// One range of adamw_multi (ops/ops.h AdamWSegment as raw pointers).
+struct AdamWRange {
+  float* param;
+  float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  void* compute_param;  // null: none; else compute_dtype (bf16 or f16)
+  DType compute_dtype;
+  int64_t numel;
+  float weight_decay;
+  bool zero_grad;
+};
+
+// Runs adamw_multi in one kernel launch over all ranges, with the per-range work table in device
+// memory. A training step repeats the same ranges every step, so the table is kept and uploaded
+// (one cudaMemcpyAsync from pinned memory, no host wait) only when the ranges differ from the
+// previous call's; the per-step scalars (lr, step) travel as kernel arguments.
+class AdamWMultiLauncher {
+ public:
+  AdamWMultiLauncher() = default;
+  ~AdamWMultiLauncher();
+  AdamWMultiLauncher(const AdamWMultiLauncher&) = delete;
+  AdamWMultiLauncher& operator=(const AdamWMultiLauncher&) = delete;
+
+  // `coefficients` from adamw_coefficients (its decay is ignored: each range forms its own from
+  // lr and its weight_decay). REQUIRES: ranges do not overlap; all launches on one `stream`.
+  void launch(const AdamWRange* ranges, int count, float lr, const AdamWCoefficients& coefficients,
+              cudaStream_t stream);
+
+ private:
+  void upload(cudaStream_t stream);
+
+  std::vector<unsigned char> table_;  // the last launch's work table, as uploaded
+  int table_count_ = 0;
+  int64_t table_tiles_ = 0;
+  void* pinned_ = nullptr;  // host staging for the upload and the device table, capacity_bytes_
+  void* device_ = nullptr;  // each
+  size_t capacity_bytes_ = 0;
+  cudaEvent_t uploaded_ = nullptr;  // the last upload's copy has read pinned_
+};
 
 // ---- cuda_reduce.cu ----
 // Scratch floats that column_sums_accumulate needs for a rows x cols input.
@@ -71,6 +113,11 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
 void rope(DType dtype, void* x_NHD, const int32_t* positions_N, int64_t tokens, int64_t heads,
           int64_t head_dim, const float* cos_PR, const float* sin_PR, float direction,
           cudaStream_t stream);
+// The same rotation from src to dst: token n's `heads` heads are read at src + n * src_row and
+// written at dst + n * dst_row (elements). src == dst with equal strides is the in-place rope.
+void rope_rows(DType dtype, const void* src, int64_t src_row, void* dst, int64_t dst_row,
+               const int32_t* positions_N, int64_t tokens, int64_t heads, int64_t head_dim,
+               const float* cos_PR, const float* sin_PR, float direction, cudaStream_t stream);
 
 // ---- cuda_swiglu.cu ---- (all tensors of `dtype`; outputs may alias inputs)
 void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,

@@ -1,7 +1,10 @@
 // CudaOps layer ops: shape and dtype checks, then the kernel launchers of cuda_kernels.h.
 // Kernels live one family per .cu file (cuda_embedding, cuda_rmsnorm, cuda_rope, cuda_swiglu,
 // cuda_attention, cuda_cross_entropy).
+#include <cuda_runtime_api.h>
+
 #include "core/error.h"
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/op_checks.h"
@@ -145,6 +148,66 @@ void CudaOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Te
   cuda_kernels::rope(dx_NHD.dtype(), dx_NHD.data(), positions_N.i32(), tokens,
                      dx_NHD.numel() / (tokens * head_dim), head_dim, cos_PR.f32(), sin_PR.f32(),
                      -1.0f, stream_);
+}
+
+// ---- packed q/k/v ----
+
+namespace {
+
+// Checks the packed q/k/v tensors of one dtype and the rope inputs; returns the sizes.
+op_checks::PackedQkv check_packed(const Tensor& qkv, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& positions, const Tensor& cos_PR,
+                                  const Tensor& sin_PR) {
+  const op_checks::PackedQkv p = op_checks::check_packed_qkv(qkv, q, k, v, positions);
+  check_rope(q, positions, cos_PR, sin_PR);
+  for (const Tensor* t : {&q, &k, &v}) require_dtype(*t, qkv.dtype(), "packed qkv part");
+  return p;
+}
+
+// Copies `tokens` rows of `width` elements between row strides (v, which rope leaves alone).
+void copy_rows(const Tensor& like, const void* src, int64_t src_row, void* dst, int64_t dst_row,
+               int64_t tokens, int64_t width, cudaStream_t stream) {
+  const size_t element = dtype_size(like.dtype());
+  SHARDTRAIN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_row * element, src, src_row * element,
+                                          width * element, tokens, cudaMemcpyDeviceToDevice,
+                                          stream));
+}
+
+}  // namespace
+
+void CudaOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                             Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
+  const op_checks::PackedQkv p =
+      check_packed(qkv_NX, q_NHD, k_NKD, v_NKD, positions_N, cos_PR, sin_PR);
+  const DType dtype = qkv_NX.dtype();
+  const char* row = static_cast<const char*>(qkv_NX.data());
+  const size_t element = dtype_size(dtype);
+  cuda_kernels::rope_rows(dtype, row, p.row(), q_NHD.data(), p.q_width(), positions_N.i32(),
+                          p.tokens, p.q_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), 1.0f,
+                          stream_);
+  cuda_kernels::rope_rows(dtype, row + p.q_width() * element, p.row(), k_NKD.data(),
+                          p.kv_width(), positions_N.i32(), p.tokens, p.kv_heads, p.head_dim,
+                          cos_PR.f32(), sin_PR.f32(), 1.0f, stream_);
+  copy_rows(qkv_NX, row + (p.q_width() + p.kv_width()) * element, p.row(), v_NKD.data(),
+            p.kv_width(), p.tokens, p.kv_width(), stream_);
+}
+
+void CudaOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
+                                     Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                                     Tensor dqkv_NX) {
+  const op_checks::PackedQkv p =
+      check_packed(dqkv_NX, dq_NHD, dk_NKD, dv_NKD, positions_N, cos_PR, sin_PR);
+  const DType dtype = dqkv_NX.dtype();
+  char* row = static_cast<char*>(dqkv_NX.data());
+  const size_t element = dtype_size(dtype);
+  cuda_kernels::rope_rows(dtype, dq_NHD.data(), p.q_width(), row, p.row(), positions_N.i32(),
+                          p.tokens, p.q_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), -1.0f,
+                          stream_);
+  cuda_kernels::rope_rows(dtype, dk_NKD.data(), p.kv_width(), row + p.q_width() * element,
+                          p.row(), positions_N.i32(), p.tokens, p.kv_heads, p.head_dim,
+                          cos_PR.f32(), sin_PR.f32(), -1.0f, stream_);
+  copy_rows(dqkv_NX, dv_NKD.data(), p.kv_width(), row + (p.q_width() + p.kv_width()) * element,
+            p.row(), p.tokens, p.kv_width(), stream_);
 }
 
 // ---- SwiGLU ----

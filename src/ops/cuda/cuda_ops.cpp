@@ -47,11 +47,13 @@ CudaOps::CudaOps() {
   SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device_index_));
   SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
+  adamw_multi_ = std::make_unique<cuda_kernels::AdamWMultiLauncher>();
 }
 
 CudaOps::~CudaOps() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
+  adamw_multi_.reset();
   if (scratch_ != nullptr) cudaFree(scratch_);
   cudaStreamDestroy(stream_);
 }
@@ -153,6 +155,33 @@ void CudaOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWSt
   require_same_numel(param, v, "adamw v");
   const AdamWCoefficients c = adamw_coefficients(step);
   cuda_kernels::adamw(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), c, stream_);
+}
+
+void CudaOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
+  std::vector<cuda_kernels::AdamWRange> ranges;
+  ranges.reserve(segments.size());
+  for (const AdamWSegment& s : segments) {
+    require_f32(s.param, "adamw_multi param");
+    require_f32(s.grad, "adamw_multi grad");
+    require_f32(s.exp_avg, "adamw_multi exp_avg");
+    require_f32(s.exp_avg_sq, "adamw_multi exp_avg_sq");
+    require_same_numel(s.param, s.grad, "adamw_multi grad");
+    require_same_numel(s.param, s.exp_avg, "adamw_multi exp_avg");
+    require_same_numel(s.param, s.exp_avg_sq, "adamw_multi exp_avg_sq");
+    if (s.compute_param.defined()) {
+      require_cuda(s.compute_param, "adamw_multi compute_param");
+      require_same_numel(s.param, s.compute_param, "adamw_multi compute_param");
+      SHARDTRAIN_CHECK(
+          s.compute_param.dtype() == DType::kBF16 || s.compute_param.dtype() == DType::kF16,
+          "adamw_multi compute_param is {}, want bf16 or f16", dtype_name(s.compute_param.dtype()));
+    }
+    ranges.push_back({s.param.f32(), s.grad.f32(), s.exp_avg.f32(), s.exp_avg_sq.f32(),
+                      s.compute_param.defined() ? s.compute_param.data() : nullptr,
+                      s.compute_param.defined() ? s.compute_param.dtype() : DType::kF32,
+                      s.param.numel(), s.weight_decay, s.zero_grad});
+  }
+  adamw_multi_->launch(ranges.data(), static_cast<int>(ranges.size()), step.lr,
+                       adamw_coefficients(step), stream_);
 }
 
 void CudaOps::sum_squares(Tensor x, Tensor out_1) {

@@ -28,6 +28,9 @@
 namespace shardtrain {
 
 class CublasLtGemm;
+namespace cuda_kernels {
+class AdamWMultiLauncher;
+}
 
 class CudaOps final : public Ops {
  public:
@@ -64,6 +67,10 @@ class CudaOps final : public Ops {
                         Tensor dweight_C, bool accumulate_dx) override;
   void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                      Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) override;
+  void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
+                              Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
@@ -82,6 +89,8 @@ class CudaOps final : public Ops {
 
   // ---- optimizer and norms (cuda_ops.cpp) ----
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
+  // One launch; the segment table is uploaded only when the segments change (cuda_kernels.h).
+  void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
 
@@ -94,6 +103,7 @@ class CudaOps final : public Ops {
   int device_index_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
+  std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 };

@@ -1,6 +1,9 @@
 // Optimizer kernels over fp32 shards: AdamW (torch.optim.AdamW's single-tensor formula, the
-// same element math as CpuOps::adamw) and the sum of squares for the global gradient norm.
+// same element math as CpuOps::adamw), its multi-range form (one launch for a whole step, with
+// the cast to the compute copy and the grad zeroing folded in) and the sum of squares for the
+// global gradient norm.
 #include <algorithm>
+#include <cstring>
 
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_kernels.h"
@@ -48,6 +51,154 @@ __global__ void adamw_vec_kernel(float4* param, const float4* grad, float4* m, f
   }
 }
 
+// ---- adamw_multi ----
+// Work layout: each range is cut into items of 4 elements. When its four fp32 arrays share one
+// 16-byte phase (and the compute copy's 4-element groups are 8-byte aligned), the first `vectors`
+// items are float4 groups starting at element `head` (0..3, the scalar prefix up to alignment);
+// the remaining items walk the scalar elements (the prefix, then the tail) 4 at a time.
+// Otherwise vectors = 0 and every item is scalar. Items are grouped into tiles of kTileItems;
+// `first_tile` (the tiles of the ranges before) lets a block find its range by binary search.
+constexpr int kItemsPerThread = 4;
+constexpr int64_t kTileItems = int64_t{kThreads} * kItemsPerThread;
+enum ComputeKind : int { kNoCompute = 0, kComputeBf16 = 1, kComputeF16 = 2 };
+
+struct AdamWRangeWork {
+  float* param;
+  float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  void* compute_param;
+  int64_t numel;
+  int64_t head;
+  int64_t vectors;
+  int64_t items;
+  int64_t first_tile;
+  float weight_decay;
+  int compute_kind;
+  int zero_grad;
+};
+
+template <typename T>
+struct alignas(4 * sizeof(T)) Vector4 {
+  T values[4];
+};
+
+template <typename T>
+__device__ __forceinline__ void store_compute4(void* base, int64_t e, const float4& p) {
+  Vector4<T> out;
+  out.values[0] = cuda_detail::from_float<T>(p.x);
+  out.values[1] = cuda_detail::from_float<T>(p.y);
+  out.values[2] = cuda_detail::from_float<T>(p.z);
+  out.values[3] = cuda_detail::from_float<T>(p.w);
+  *reinterpret_cast<Vector4<T>*>(static_cast<T*>(base) + e) = out;
+}
+
+__device__ __forceinline__ void store_compute(const AdamWRangeWork& r, int64_t e, float value) {
+  if (r.compute_kind == kComputeBf16) {
+    static_cast<cuda_detail::bf16*>(r.compute_param)[e] =
+        cuda_detail::from_float<cuda_detail::bf16>(value);
+  } else if (r.compute_kind == kComputeF16) {
+    static_cast<__half*>(r.compute_param)[e] = cuda_detail::from_float<__half>(value);
+  }
+}
+
+__device__ __forceinline__ void adamw_vector_item(const AdamWRangeWork& r, int64_t item,
+                                                  const AdamWCoefficients& c) {
+  const int64_t e = r.head + 4 * item;
+  float4 p = *reinterpret_cast<const float4*>(r.param + e);
+  float4 m = *reinterpret_cast<const float4*>(r.exp_avg + e);
+  float4 v = *reinterpret_cast<const float4*>(r.exp_avg_sq + e);
+  const float4 g = *reinterpret_cast<const float4*>(r.grad + e);
+  adamw_element(p.x, g.x, m.x, v.x, c);
+  adamw_element(p.y, g.y, m.y, v.y, c);
+  adamw_element(p.z, g.z, m.z, v.z, c);
+  adamw_element(p.w, g.w, m.w, v.w, c);
+  *reinterpret_cast<float4*>(r.param + e) = p;
+  *reinterpret_cast<float4*>(r.exp_avg + e) = m;
+  *reinterpret_cast<float4*>(r.exp_avg_sq + e) = v;
+  if (r.zero_grad) *reinterpret_cast<float4*>(r.grad + e) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (r.compute_kind == kComputeBf16) store_compute4<cuda_detail::bf16>(r.compute_param, e, p);
+  if (r.compute_kind == kComputeF16) store_compute4<__half>(r.compute_param, e, p);
+}
+
+__device__ __forceinline__ void adamw_scalar_item(const AdamWRangeWork& r, int64_t item,
+                                                  const AdamWCoefficients& c) {
+  const int64_t vector_elements = 4 * r.vectors;
+  const int64_t scalar_elements = r.numel - vector_elements;
+  const int64_t first = 4 * (item - r.vectors);
+  const int64_t end = first + 4 < scalar_elements ? first + 4 : scalar_elements;
+  for (int64_t s = first; s < end; ++s) {
+    const int64_t e = s < r.head ? s : s + vector_elements;
+    adamw_element(r.param[e], r.grad[e], r.exp_avg[e], r.exp_avg_sq[e], c);
+    if (r.zero_grad) r.grad[e] = 0.0f;
+    store_compute(r, e, r.param[e]);
+  }
+}
+
+__global__ void adamw_multi_kernel(const AdamWRangeWork* __restrict__ ranges, int count,
+                                   int64_t tiles, float lr, AdamWCoefficients c) {
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int lo = 0, hi = count - 1;  // the last range whose first tile is <= tile
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (ranges[mid].first_tile <= tile) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const AdamWRangeWork r = ranges[lo];
+    AdamWCoefficients range_c = c;
+    range_c.decay = adamw_decay(lr, r.weight_decay);
+    const int64_t first_item = (tile - r.first_tile) * kTileItems + threadIdx.x;
+    for (int k = 0; k < kItemsPerThread; ++k) {
+      const int64_t item = first_item + int64_t{k} * kThreads;
+      if (item >= r.items) break;
+      if (item < r.vectors) {
+        adamw_vector_item(r, item, range_c);
+      } else {
+        adamw_scalar_item(r, item, range_c);
+      }
+    }
+  }
+}
+
+AdamWRangeWork range_work(const AdamWRange& range, int64_t first_tile) {
+  AdamWRangeWork w;
+  std::memset(&w, 0, sizeof(w));  // padding too: tables are compared byte for byte
+  w.param = range.param;
+  w.grad = range.grad;
+  w.exp_avg = range.exp_avg;
+  w.exp_avg_sq = range.exp_avg_sq;
+  w.compute_param = range.compute_param;
+  w.numel = range.numel;
+  w.weight_decay = range.weight_decay;
+  w.zero_grad = range.zero_grad ? 1 : 0;
+  if (range.compute_param != nullptr) {
+    if (range.compute_dtype == DType::kBF16) {
+      w.compute_kind = kComputeBf16;
+    } else if (range.compute_dtype == DType::kF16) {
+      w.compute_kind = kComputeF16;
+    } else {
+      cuda_detail::unsupported_dtype(__FILE__, __LINE__, range.compute_dtype);
+    }
+  }
+  const auto phase = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16; };
+  const uintptr_t param_phase = phase(range.param);
+  const bool same_phase = param_phase % 4 == 0 && phase(range.grad) == param_phase &&
+                          phase(range.exp_avg) == param_phase &&
+                          phase(range.exp_avg_sq) == param_phase;
+  w.head = std::min<int64_t>(static_cast<int64_t>((16 - param_phase) % 16 / 4), range.numel);
+  const bool compute_aligned =
+      range.compute_param == nullptr ||
+      (reinterpret_cast<uintptr_t>(range.compute_param) + 2 * w.head) % 8 == 0;
+  w.vectors = same_phase && compute_aligned ? (range.numel - w.head) / 4 : 0;
+  if (w.vectors == 0) w.head = 0;
+  w.items = w.vectors + (range.numel - 4 * w.vectors + 3) / 4;
+  w.first_tile = first_tile;
+  return w;
+}
+
 __global__ void sum_squares_kernel(const float* x, int64_t n, float* out) {
   __shared__ float shared[32];
   float partial = 0;
@@ -76,6 +227,61 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
   adamw_kernel<<<cuda_detail::grid_for(n, kThreads), kThreads, 0, stream>>>(param, grad, m, v, n,
                                                                             coefficients);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+AdamWMultiLauncher::~AdamWMultiLauncher() {
+  if (device_ != nullptr) cudaFree(device_);  // synchronises the device first
+  if (pinned_ != nullptr) cudaFreeHost(pinned_);
+  if (uploaded_ != nullptr) cudaEventDestroy(uploaded_);
+}
+
+void AdamWMultiLauncher::launch(const AdamWRange* ranges, int count, float lr,
+                                const AdamWCoefficients& coefficients, cudaStream_t stream) {
+  std::vector<unsigned char> table;
+  int table_count = 0;
+  int64_t tiles = 0;
+  for (int i = 0; i < count; ++i) {
+    if (ranges[i].numel == 0) continue;
+    const AdamWRangeWork w = range_work(ranges[i], tiles);
+    tiles += (w.items + kTileItems - 1) / kTileItems;
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&w);
+    table.insert(table.end(), bytes, bytes + sizeof(w));
+    ++table_count;
+  }
+  if (table_count == 0) return;
+  if (table != table_) {
+    table_ = std::move(table);
+    table_count_ = table_count;
+    table_tiles_ = tiles;
+    upload(stream);
+  }
+  adamw_multi_kernel<<<cuda_detail::grid_for(table_tiles_ * kThreads, kThreads), kThreads, 0,
+                       stream>>>(static_cast<const AdamWRangeWork*>(device_), table_count_,
+                                 table_tiles_, lr, coefficients);
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void AdamWMultiLauncher::upload(cudaStream_t stream) {
+  const size_t bytes = table_.size();
+  if (bytes > capacity_bytes_) {
+    // Launches and the copy queued earlier may still read the old buffers: wait for them once.
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (device_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFree(device_));
+    if (pinned_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFreeHost(pinned_));
+    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&device_, bytes));
+    SHARDTRAIN_CUDA_CHECK(cudaMallocHost(&pinned_, bytes));
+    capacity_bytes_ = bytes;
+    if (uploaded_ == nullptr) {
+      SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+    }
+  } else {
+    // The previous upload's copy must have read pinned_ before it is overwritten (launches
+    // that read the device table are ordered before the new copy by the stream).
+    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(uploaded_));
+  }
+  std::memcpy(pinned_, table_.data(), bytes);
+  SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_, pinned_, bytes, cudaMemcpyHostToDevice, stream));
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(uploaded_, stream));
 }
 
 void sum_squares(const float* x, int64_t n, float* out, cudaStream_t stream) {
