@@ -193,15 +193,13 @@ void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tenso
   ops_.attention_forward(q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
                          v.reshaped({batch_, seq_, K, D}), scale,
                          attn.reshaped({batch_, seq_, H, D}), sized.lse_BHT);
-  ops_.linear_forward(attn, w.o_proj, Tensor(), h);
-  ops_.add(h, h, x);
+  ops_.linear_forward_residual(attn, w.o_proj, x, h);  // h = x + o(attn)
   ops_.rmsnorm_forward(h, w.post_attention_norm, static_cast<float>(c.rms_norm_eps), ln2,
                        sized.rstd2_N);
   ops_.linear_forward(ln2, w.gate_proj, Tensor(), gate);
   ops_.linear_forward(ln2, w.up_proj, Tensor(), up);
   ops_.swiglu_forward(gate, up, act);
-  ops_.linear_forward(act, w.down_proj, Tensor(), out_NC);
-  ops_.add(out_NC, out_NC, h);
+  ops_.linear_forward_residual(act, w.down_proj, h, out_NC);  // out = h + down(act)
 }
 
 void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,

@@ -88,6 +88,10 @@ class Ops {
 
   // ---- linear: out_NO = x_NI @ weight_OI^T (+ bias_O when bias_O.defined()) ----
   virtual void linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) = 0;
+  // out_NO = x_NI @ weight_OI^T + residual_NO: the residual stream's add in the GEMM's epilogue
+  // (one rounding, no separate pass). out_NO may alias residual_NO.
+  virtual void linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
+                                       Tensor out_NO) = 0;
   // dx_NI = dout_NO @ weight_OI (overwritten, or accumulated when accumulate_dx; skipped when
   // dx_NI is undefined); dweight_OI += dout_NO^T @ x_NI; dbias_O += sum_n dout_NO (if defined).
   virtual void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,

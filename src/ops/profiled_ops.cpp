@@ -175,6 +175,14 @@ void ProfiledOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, T
   const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
   record_gemm(false, rows, in, out, 2.0 * rows * in * out);
 }
+void ProfiledOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
+                                          Tensor out_NO) {
+  timed(OpClass::kGemm,
+        [&] { inner_->linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO); });
+  const int64_t out = weight_OI.dim(0), in = out > 0 ? weight_OI.numel() / out : 0;
+  const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
+  record_gemm(false, rows, in, out, 2.0 * rows * in * out);
+}
 void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                   Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
   timed(OpClass::kGemm, [&] {

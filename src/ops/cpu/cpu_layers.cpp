@@ -133,6 +133,25 @@ void CpuOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor
               x_NI.f32(), in_features, weight_OI.f32(), in_features, beta, out, out_features);
 }
 
+void CpuOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
+                                     Tensor out_NO) {
+  const int64_t rows = row_count(x_NI);
+  const int64_t in_features = row_width(x_NI);
+  const int64_t out_features = weight_OI.dim(0);
+  SHARDTRAIN_CHECK(weight_OI.numel() == out_features * in_features &&
+                       out_NO.numel() == rows * out_features,
+                   "linear: x {}, weight {}, out {}", x_NI.shape().to_string(),
+                   weight_OI.shape().to_string(), out_NO.shape().to_string());
+  require_same_numel(out_NO, residual_NO, "linear residual");
+  if (rows == 0 || out_features == 0) return;
+  if (out_NO.data() != residual_NO.data()) {
+    std::copy(residual_NO.f32(), residual_NO.f32() + residual_NO.numel(), out_NO.f32());
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out_features, in_features, 1.0f,
+              x_NI.f32(), in_features, weight_OI.f32(), in_features, 1.0f, out_NO.f32(),
+              out_features);
+}
+
 void CpuOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                              Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
   const int64_t rows = row_count(x_NI);

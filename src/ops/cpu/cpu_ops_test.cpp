@@ -334,6 +334,28 @@ void check_linear(Ops& ops, bool with_bias) {
 TEST_F(CpuOpsTest, LinearWithoutBias) { check_linear(ops, false); }
 TEST_F(CpuOpsTest, LinearWithBias) { check_linear(ops, true); }
 
+// out = x W^T + residual, into a separate buffer and in place over the residual.
+TEST_F(CpuOpsTest, LinearForwardResidualAddsTheResidual) {
+  const int64_t rows = 5, in = 7, out = 3;
+  const HostTensor x = make_tensor({rows, in}, random_values(rows * in, 31));
+  const HostTensor weight = make_tensor({out, in}, random_values(out * in, 32));
+  const std::vector<float> residual_values = random_values(rows * out, 33);
+  HostTensor product{DType::kF32, {rows, out}};
+  ops.linear_forward(x.tensor, weight.tensor, Tensor(), product.tensor);
+  std::vector<double> expected(rows * out);
+  for (int64_t i = 0; i < rows * out; ++i) {
+    expected[i] = double{product.tensor.f32()[i]} + residual_values[i];
+  }
+  const HostTensor residual = make_tensor({rows, out}, residual_values);
+  HostTensor separate{DType::kF32, {rows, out}};
+  ops.linear_forward_residual(x.tensor, weight.tensor, residual.tensor, separate.tensor);
+  expect_close(to_vector(separate.tensor), expected, 1e-6, "separate output");
+  EXPECT_EQ(to_vector(residual.tensor), residual_values) << "the residual is only read";
+  HostTensor in_place = make_tensor({rows, out}, residual_values);
+  ops.linear_forward_residual(x.tensor, weight.tensor, in_place.tensor, in_place.tensor);
+  EXPECT_EQ(to_vector(in_place.tensor), to_vector(separate.tensor));
+}
+
 // ---- RoPE ----
 
 struct RopeFixture {

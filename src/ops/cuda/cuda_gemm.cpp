@@ -36,6 +36,8 @@ cudaDataType_t cuda_type(DType dtype) {
   return CUDA_R_32F;
 }
 
+void* output_of(const GemmCall& call) { return call.d != nullptr ? call.d : call.c; }
+
 // Largest power of two (at most 16 bytes) that divides the address: cuBLASLt's algorithm choice
 // depends on it, and slices of activations (e.g. lm-head chunks) need not be 16-byte aligned.
 int alignment_of(const void* pointer) {
@@ -97,7 +99,8 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                 alignment_of(call.a),
                 alignment_of(call.b),
                 alignment_of(call.c),
-                has_bias ? alignment_of(call.bias) : 0};
+                has_bias ? alignment_of(call.bias) : 0,
+                alignment_of(output_of(call))};
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
 
@@ -135,7 +138,7 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
   set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                  static_cast<uint32_t>(alignment_of(call.c)));
   set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                 static_cast<uint32_t>(alignment_of(call.c)));
+                 static_cast<uint32_t>(alignment_of(output_of(call))));
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int found_count = 0;
   const size_t output_bytes =
@@ -158,15 +161,16 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
 
 int CublasLtGemm::fastest(const Plan& plan, const GemmCall& call,
                           const cublasLtMatmulHeuristicResult_t* candidates, int count) {
-  // An accumulating call must not see the trial runs: they write to a scratch output (its
-  // contents do not matter for timing). An overwriting call may write its own output: the
-  // real launch that follows overwrites it again.
-  void* output = call.c;
+  // An in-place accumulating call must not see the trial runs: they read and write a scratch
+  // C = D (its contents do not matter for timing). Any other call may write its own output:
+  // the real launch that follows overwrites it again.
+  void* input = call.c;
+  void* output = output_of(call);
   void* scratch = nullptr;
-  if (call.beta != 0) {
+  if (call.beta != 0 && output == call.c) {
     const size_t bytes = static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
     SHARDTRAIN_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream_));
-    output = scratch;
+    input = output = scratch;
   }
   cudaEvent_t start = nullptr, stop = nullptr;
   SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
@@ -175,9 +179,9 @@ int CublasLtGemm::fastest(const Plan& plan, const GemmCall& call,
   int best = 0;
   float best_ms = 0, first_ms = 0;
   for (int i = 0; i < count; ++i) {
-    launch(plan, candidates[i].algo, call, output);  // warm-up (also loads the kernel)
+    launch(plan, candidates[i].algo, call, input, output);  // warm-up (also loads the kernel)
     SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream_));
-    for (int r = 0; r < kRepeats; ++r) launch(plan, candidates[i].algo, call, output);
+    for (int r = 0; r < kRepeats; ++r) launch(plan, candidates[i].algo, call, input, output);
     SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream_));
     SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -196,20 +200,19 @@ int CublasLtGemm::fastest(const Plan& plan, const GemmCall& call,
 }
 
 void CublasLtGemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
-                          const GemmCall& call, void* d) {
+                          const GemmCall& call, void* c, void* d) {
   if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
   const float alpha = 1.0f;
   const float beta = call.beta;
-  // C and D share a buffer: the call's output, or a tuning trial's scratch.
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b,
-                                         &beta, d, plan.c, d, plan.c, &algo, workspace_,
+                                         &beta, c, plan.c, d, plan.c, &algo, workspace_,
                                          kWorkspaceBytes, stream_));
 }
 
 void CublasLtGemm::run(const GemmCall& call) {
   if (call.m == 0 || call.n == 0) return;
   const Plan& plan = plan_for(call);
-  launch(plan, plan.algo, call, call.c);
+  launch(plan, plan.algo, call, call.c, output_of(call));
 }
 
 // ---- CudaOps linear ----
@@ -226,7 +229,10 @@ void require_gemm_input(const Tensor& t, const char* what) {
 
 }  // namespace
 
-void CudaOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
+namespace {
+
+// The GEMM of out_NO = x_NI @ weight_OI^T (overwriting out), after the shape and dtype checks.
+GemmCall forward_call(const Tensor& x_NI, const Tensor& weight_OI, const Tensor& out_NO) {
   const int64_t in_features = row_width(x_NI);
   const int64_t rows = in_features == 0 ? 0 : x_NI.numel() / in_features;
   const int64_t out_features = weight_OI.dim(0);
@@ -239,7 +245,6 @@ void CudaOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tenso
   require_gemm_input(out_NO, "linear out");
   SHARDTRAIN_CHECK(x_NI.dtype() == weight_OI.dtype(), "linear: x {} but weight {}",
                    dtype_name(x_NI.dtype()), dtype_name(weight_OI.dtype()));
-  if (rows == 0 || out_features == 0) return;
   GemmCall call;
   call.transpose_a = true;
   call.m = out_features;
@@ -254,13 +259,34 @@ void CudaOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tenso
   call.c = out_NO.data();
   call.c_dtype = out_NO.dtype();
   call.ldc = out_features;
+  return call;
+}
+
+}  // namespace
+
+void CudaOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
+  GemmCall call = forward_call(x_NI, weight_OI, out_NO);
   if (bias_O.defined()) {
-    SHARDTRAIN_CHECK(bias_O.numel() == out_features, "linear bias {} for {} outputs",
-                     bias_O.shape().to_string(), out_features);
+    SHARDTRAIN_CHECK(bias_O.numel() == call.m, "linear bias {} for {} outputs",
+                     bias_O.shape().to_string(), call.m);
     require_gemm_input(bias_O, "linear bias");
     call.bias = bias_O.data();
     call.bias_dtype = bias_O.dtype();
   }
+  gemm_->run(call);
+}
+
+void CudaOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
+                                      Tensor out_NO) {
+  GemmCall call = forward_call(x_NI, weight_OI, out_NO);
+  SHARDTRAIN_CHECK(residual_NO.numel() == out_NO.numel() && residual_NO.dtype() == out_NO.dtype(),
+                   "linear residual {} {} for out {} {}", residual_NO.shape().to_string(),
+                   dtype_name(residual_NO.dtype()), out_NO.shape().to_string(),
+                   dtype_name(out_NO.dtype()));
+  require_gemm_input(residual_NO, "linear residual");
+  call.c = residual_NO.data();
+  call.d = out_NO.data();  // the epilogue adds C = residual, so out may alias it
+  call.beta = 1.0f;
   gemm_->run(call);
 }
 

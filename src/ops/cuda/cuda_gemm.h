@@ -1,5 +1,6 @@
 // CublasLtGemm: column-major GEMMs through cuBLASLt with bf16 (or f32) inputs, fp32 compute and
-// accumulation, and an f32 or bf16 output C = D (in place, beta 0 or 1). The descriptors and the
+// accumulation, and an f32 or bf16 output D = op(A) op(B) + beta C (beta 0 or 1; D is C unless
+// the call names another buffer, e.g. a residual stream added in the epilogue). The descriptors and the
 // algorithm are chosen once per problem key (shape, transposes, dtypes, leading dimensions,
 // epilogue, pointer alignments) and cached.
 // Algorithm choice: the heuristic's first answer, unless autotuning is on (the default; off with
@@ -34,7 +35,8 @@ struct GemmCall {
   const void* b = nullptr;
   DType b_dtype = DType::kBF16;
   int64_t ldb = 0;
-  void* c = nullptr;  // C and D: the same buffer
+  void* c = nullptr;  // C, read when beta != 0
+  void* d = nullptr;  // D, the output, with C's layout; nullptr: D is C (in place)
   DType c_dtype = DType::kBF16;
   int64_t ldc = 0;
   float beta = 0;              // 0: overwrite, 1: accumulate
@@ -63,13 +65,14 @@ class CublasLtGemm {
     cublasLtMatmulAlgo_t algo{};
   };
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int, int, int, int64_t, int64_t,
-                         int64_t, bool, int, bool, int, int, int, int>;
+                         int64_t, bool, int, bool, int, int, int, int, int>;
 
   Plan& plan_for(const GemmCall& call);
   // Times each candidate on the call's operands; returns the index of the one to keep.
   int fastest(const Plan& plan, const GemmCall& call,
               const cublasLtMatmulHeuristicResult_t* candidates, int count);
-  void launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmCall& call, void* d);
+  void launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmCall& call, void* c,
+              void* d);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;

@@ -84,6 +84,8 @@ class CudaOps final : public Ops {
 
   // ---- linear (cuda_gemm.cpp) ----
   void linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) override;
+  void linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
+                               Tensor out_NO) override;
   void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
 
