@@ -284,15 +284,19 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
         const auto dims = params[i].at("shape").get<std::vector<int64_t>>();
         if (params[i].at("name").get<std::string>() != p.name || dims != dims_of(p.shape) ||
             params[i].at("offset").get<int64_t>() != p.offset) {
-          mismatch = fmt::format("parameter {} has shape {} there, {} here",
-                                 params[i].at("name").get<std::string>(),
-                                 fmt::format("[{}]", fmt::join(dims, ", ")), p.shape.to_string());
+          mismatch = fmt::format("parameter {} of unit {} is {} {} at offset {} there, {} {} at "
+                                 "offset {} here",
+                                 i, u, params[i].at("name").get<std::string>(),
+                                 fmt::format("[{}]", fmt::join(dims, ", ")),
+                                 params[i].at("offset").get<int64_t>(), p.name,
+                                 p.shape.to_string(), p.offset);
         }
       }
       if (!mismatch.empty()) {
         fail(
             "checkpoint {} was saved for a different model (layout mismatch: {}); HINT: "
-            "resume with the model config it was saved with (copy: {}/{})",
+            "resume with the model config it was saved with (copy: {}/{}); a checkpoint of an "
+            "older shardtrain with another layout: export it with that version first",
             step_dir, mismatch, step_dir, kModelConfigFile);
       }
       if (unit.shard_numel * saved.group_size < unit.numel) {

@@ -3,21 +3,26 @@
 // with warp-level `mma.sync.m16n8k16` (bf16 operands, fp32 accumulators) fed by `ldmatrix`;
 // tiles stream through shared memory with `cp.async`, two stages deep.
 //
-// Key/value tiles are 64 rows; each warp owns 16 query (forward) or key (backward) rows. Shared
-// rows are padded by 16 bytes (pitch D + 8) so the 8 row addresses of one ldmatrix hit distinct
-// banks.
+// Each warp owns 16 query (forward) or key (backward) rows; the tiles streamed past them are 64
+// rows (K/V forward, Q/dO backward). Shared rows are padded by 16 bytes (pitch D + 8) so the 8
+// row addresses of one ldmatrix hit distinct banks.
 //   forward   block = (query tile, head, batch) of 8 warps and 128 query rows (4 warps and 64
 //             rows under the test hook SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4), heaviest query
 //             tiles first; K/V tiles 0 .. the one holding the tile's last row; online softmax in
 //             fp32 registers in the log2 domain (exp2 of pre-scaled scores); only K/V tiles that
 //             straddle a warp's rows are masked, and a warp skips the math of tiles entirely
 //             after its rows (it still loads and synchronises with the block).
-//   backward  delta = rowsum(dO * O) first. Then block = (key tile, kv head, batch), heaviest
-//             key tiles first, looping over the group's query heads and the query tiles at or
-//             after the key tile: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
+//   backward  delta = rowsum(dO * O) first. Then block = (key tile, kv head, batch[, slice of
+//             the GQA group]) of 8 warps and 128 keys (4 warps and 64 keys under the test hook
+//             SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4), heaviest key tiles first, looping over
+//             the group's query heads and the 64-row query tiles holding a query at or after the
+//             first key: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
 //             dS^T = P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q stay in registers and are
-//             written once (no atomics across the group); dQ += dS K goes through shared memory
-//             (dS^T) and fp32 atomics into a scratch buffer that a last kernel scales to bf16.
+//             written once (fp32 atomics only when the group is split over blocks); a warp whose
+//             keys all follow the query tile skips that math. dQ += dS K goes through shared
+//             memory (dS^T), is shared out over all warps (16 queries x D / 2 columns each with
+//             8) and added once per (key tile, query tile) with fp32 atomics into a scratch
+//             buffer that a last kernel scales to bf16.
 // Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4; A regs hold
 // (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t..2t+1, n g), (k 2t+8.., n
 // g); C holds (g, 2t..2t+1), (g+8, 2t..2t+1). So two adjacent C tiles of scores, rounded to bf16,
@@ -37,10 +42,9 @@ namespace {
 
 using cuda_detail::bf16;
 
-constexpr int kTile = 64;  // rows of a key/value tile (forward), of any tile (backward)
-constexpr int kWarps = 4;  // backward block
-constexpr int kThreads = kWarps * 32;
-constexpr int kDefaultForwardWarps = 8;  // forward block: 128 query rows
+constexpr int kTile = 64;  // rows of a key/value tile (forward), of a query tile (backward)
+constexpr int kDefaultForwardWarps = 8;   // forward block: 128 query rows
+constexpr int kDefaultBackwardWarps = 8;  // backward block: 128 key rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -308,15 +312,27 @@ __global__ void flash_delta_kernel(const bf16* dout_BTHD, const bf16* out_BTHD,
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads)
+// One block = kBackwardWarps warps = a key tile of kBackwardWarps * 16 rows (16 keys a warp) of
+// one kv head and batch, for `heads_per_block` query heads of its group; query tiles are 64 rows.
+// REQUIRES: blockDim.x == 32 * kBackwardWarps; dynamic shared memory backward_shared_bytes<D,
+// kBackwardWarps>(); grid as flash_attention_backward computes it; dq_accum_BTHD zeroed, and
+// dk_accum_BTKD, dv_accum_BTKD zeroed when given (null: the block owns the whole group).
+template <int D, int kBackwardWarps>
+__global__ void __launch_bounds__(kBackwardWarps * 32)
     flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                           const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
                           float scale, AttentionShape shape, int heads_per_block,
                           float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD, float* dk_accum_BTKD,
                           float* dv_accum_BTKD) {
+  static_assert(kBackwardWarps == 4 || kBackwardWarps == 8, "dQ is split over 4 or 8 warps");
   constexpr int P = pitch<D>();
   constexpr int kDChunks = D / 16;
+  constexpr int kKeyRows = kBackwardWarps * 16;
+  constexpr int kKeyChunks = kKeyRows / 16;  // k-steps of dQ = dS K: one per warp's keys
+  constexpr int kBlockThreads = kBackwardWarps * 32;
+  // dQ of a query tile is shared out as 4 row groups (16 queries) x kBackwardWarps / 4 column
+  // parts; a warp owns kDqChunks 16-column chunks of the head dim.
+  constexpr int kDqChunks = kDChunks * 4 / kBackwardWarps;
   const int seq = shape.seq;
   const int q_tiles = (seq + kTile - 1) / kTile;
   // Block index -> (key tile, kv head, slice of its query-head group, batch) with the heaviest
@@ -337,32 +353,36 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* k_s = reinterpret_cast<bf16*>(shared_bytes);  // [kTile][P]
-  bf16* v_s = k_s + kTile * P;                        // [kTile][P]
-  bf16* q_s = v_s + kTile * P;                        // [2][kTile][P]
+  bf16* k_s = reinterpret_cast<bf16*>(shared_bytes);  // [kKeyRows][P]
+  bf16* v_s = k_s + kKeyRows * P;                     // [kKeyRows][P]
+  bf16* q_s = v_s + kKeyRows * P;                     // [2][kTile][P]
   bf16* dout_s = q_s + 2 * kTile * P;                 // [2][kTile][P]
-  bf16* dscores_s = dout_s + 2 * kTile * P;           // dS^T: [kTile keys][kScorePitch]
-  float* lse_s = reinterpret_cast<float*>(dscores_s + kTile * kScorePitch);  // [2][kTile], log2
-  float* delta_s = lse_s + 2 * kTile;                                        // [2][kTile]
+  bf16* dscores_s = dout_s + 2 * kTile * P;           // dS^T: [kKeyRows keys][kScorePitch]
+  float* lse_s = reinterpret_cast<float*>(dscores_s + kKeyRows * kScorePitch);  // [2][kTile]
+  float* delta_s = lse_s + 2 * kTile;                                           // [2][kTile]
 
-  const int first_key = kv_tile * kTile;
+  const int first_key = kv_tile * kKeyRows;
   const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
-  load_tile_async<D, kTile, kThreads>(k_s, k_BTKD + kv_offset, kv_token, first_key, seq);
-  load_tile_async<D, kTile, kThreads>(v_s, v_BTKD + kv_offset, kv_token, first_key, seq);
+  load_tile_async<D, kKeyRows, kBlockThreads>(k_s, k_BTKD + kv_offset, kv_token, first_key, seq);
+  load_tile_async<D, kKeyRows, kBlockThreads>(v_s, v_BTKD + kv_offset, kv_token, first_key, seq);
 
-  const int tiles_per_head = q_tiles - kv_tile;
+  // Query tiles holding a query at or after the first key: from the one that starts there
+  // (kKeyRows is a multiple of kTile) to the last.
+  const int first_q_tile = first_key / kTile;
+  const int tiles_per_head = q_tiles - first_q_tile;
   const int steps = heads_per_block * tiles_per_head;
-  // Step -> (query head, query tile); stages Q, dO, lse and delta of that step into `stage`.
+  // Step -> (query head, query tile); stages Q, dO, lse (log2 domain) and delta of that step
+  // into `stage`.
   auto load_step = [&](int step, int stage) {
     const int h = first_head + step / tiles_per_head;
-    const int first_query = (kv_tile + step % tiles_per_head) * kTile;
+    const int first_query = (first_q_tile + step % tiles_per_head) * kTile;
     const int64_t q_offset = b * int64_t{seq} * q_token + int64_t{h} * D;
-    load_tile_async<D, kTile, kThreads>(q_s + stage * kTile * P, q_BTHD + q_offset, q_token,
-                                        first_query, seq);
-    load_tile_async<D, kTile, kThreads>(dout_s + stage * kTile * P, dout_BTHD + q_offset, q_token,
-                                        first_query, seq);
+    load_tile_async<D, kTile, kBlockThreads>(q_s + stage * kTile * P, q_BTHD + q_offset, q_token,
+                                             first_query, seq);
+    load_tile_async<D, kTile, kBlockThreads>(dout_s + stage * kTile * P, dout_BTHD + q_offset,
+                                             q_token, first_query, seq);
     const int64_t stats = (int64_t{b} * shape.heads + h) * seq;
-    for (int i = threadIdx.x; i < kTile; i += kThreads) {
+    for (int i = threadIdx.x; i < kTile; i += kBlockThreads) {
       const int query = first_query + i;
       // +inf lse makes every probability of a padding query 0.
       lse_s[stage * kTile + i] = query < seq ? lse_BHT[stats + query] * kLog2e : INFINITY;
@@ -389,118 +409,140 @@ __global__ void __launch_bounds__(kThreads)
     }
     const int stage = step & 1;
     const int h = first_head + step / tiles_per_head;
-    const int q_tile = kv_tile + step % tiles_per_head;
+    const int first_query = (first_q_tile + step % tiles_per_head) * kTile;
     const bf16* q_tile_s = q_s + stage * kTile * P;
     const bf16* dout_tile_s = dout_s + stage * kTile * P;
     const float* lse_tile = lse_s + stage * kTile;
     const float* delta_tile = delta_s + stage * kTile;
 
-    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x 64 queries.
-    float s[kTile / 8][4], dp[kTile / 8][4];
+    // This warp's first key counted from the tile's first query (first_query >= first_key).
+    // At kTile or more every key follows every query: P^T = dS^T = 0, nothing to add to dK,
+    // dV, and the warp only zeroes its dS^T rows for dQ. The branch is warp-uniform and the
+    // block's loads and barriers stay outside it.
+    const int key_offset = first_key + warp * 16 - first_query;
+    if (key_offset >= kTile) {
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0;
-    }
-#pragma unroll
-    for (int kc = 0; kc < kDChunks; ++kc) {
-      uint32_t k_frag[4], v_frag[4];
-      const int a_offset = (warp * 16 + lane % 16) * P + kc * 16 + (lane / 16) * 8;
-      ldmatrix_x4(k_frag, k_s + a_offset);
-      ldmatrix_x4(v_frag, v_s + a_offset);
-#pragma unroll
-      for (int np = 0; np < kTile / 16; ++np) {
-        const int b_offset =
-            (np * 16 + lane % 8 + (lane / 16) * 8) * P + kc * 16 + ((lane / 8) % 2) * 8;
-        uint32_t qb[4], ob[4];
-        ldmatrix_x4(qb, q_tile_s + b_offset);
-        mma(s[2 * np], k_frag, qb[0], qb[1]);
-        mma(s[2 * np + 1], k_frag, qb[2], qb[3]);
-        ldmatrix_x4(ob, dout_tile_s + b_offset);
-        mma(dp[2 * np], v_frag, ob[0], ob[1]);
-        mma(dp[2 * np + 1], v_frag, ob[2], ob[3]);
+      for (int n = 0; n < kTile / 8; ++n) {
+        const int row = warp * 16 + g, col = n * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(dscores_s + row * kScorePitch + col) = 0;
+        *reinterpret_cast<uint32_t*>(dscores_s + (row + 8) * kScorePitch + col) = 0;
       }
-    }
+    } else {
+      // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x 64 queries.
+      float s[kTile / 8][4], dp[kTile / 8][4];
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0;
+      }
+#pragma unroll
+      for (int kc = 0; kc < kDChunks; ++kc) {
+        uint32_t k_frag[4], v_frag[4];
+        const int a_offset = (warp * 16 + lane % 16) * P + kc * 16 + (lane / 16) * 8;
+        ldmatrix_x4(k_frag, k_s + a_offset);
+        ldmatrix_x4(v_frag, v_s + a_offset);
+#pragma unroll
+        for (int np = 0; np < kTile / 16; ++np) {
+          const int b_offset =
+              (np * 16 + lane % 8 + (lane / 16) * 8) * P + kc * 16 + ((lane / 8) % 2) * 8;
+          uint32_t qb[4], ob[4];
+          ldmatrix_x4(qb, q_tile_s + b_offset);
+          mma(s[2 * np], k_frag, qb[0], qb[1]);
+          mma(s[2 * np + 1], k_frag, qb[2], qb[3]);
+          ldmatrix_x4(ob, dout_tile_s + b_offset);
+          mma(dp[2 * np], v_frag, ob[0], ob[1]);
+          mma(dp[2 * np + 1], v_frag, ob[2], ob[3]);
+        }
+      }
 
-    // P^T in s, dS^T in dp (rows = keys, columns = queries).
-    const bool diagonal = q_tile == kv_tile;
+      // P^T in s, dS^T in dp (rows = keys, columns = queries). Causal mask only where some
+      // key of the warp follows some query of the tile.
+      const bool straddles = key_offset + 15 > 0;
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
+      for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = warp * 16 + g + (e / 2) * 8, query = n * 8 + 2 * t + e % 2;
-        float p = exp2f(s[n][e] * scale_log2 - lse_tile[query]);
-        if (diagonal && key > query) p = 0;
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - delta_tile[query]);
+        for (int e = 0; e < 4; ++e) {
+          const int key = key_offset + g + (e / 2) * 8, query = n * 8 + 2 * t + e % 2;
+          float p = exp2f(s[n][e] * scale_log2 - lse_tile[query]);
+          if (straddles && key > query) p = 0;
+          s[n][e] = p;
+          dp[n][e] = p * (dp[n][e] - delta_tile[query]);
+        }
       }
-    }
-    // dS^T to shared memory for dQ, which needs it transposed across warps.
+      // dS^T to shared memory for dQ, which needs it transposed across warps.
 #pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-      const int row = warp * 16 + g, col = n * 8 + 2 * t;
-      *reinterpret_cast<uint32_t*>(dscores_s + row * kScorePitch + col) =
-          pack_bf16(dp[n][0], dp[n][1]);
-      *reinterpret_cast<uint32_t*>(dscores_s + (row + 8) * kScorePitch + col) =
-          pack_bf16(dp[n][2], dp[n][3]);
-    }
-    // dV += P^T dO; dK += dS^T Q (scaled at the end).
+      for (int n = 0; n < kTile / 8; ++n) {
+        const int row = warp * 16 + g, col = n * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(dscores_s + row * kScorePitch + col) =
+            pack_bf16(dp[n][0], dp[n][1]);
+        *reinterpret_cast<uint32_t*>(dscores_s + (row + 8) * kScorePitch + col) =
+            pack_bf16(dp[n][2], dp[n][3]);
+      }
+      // dV += P^T dO; dK += dS^T Q (scaled at the end).
 #pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      const uint32_t p_frag[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]),
-                                  pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-      const uint32_t ds_frag[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]),
-                                   pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
-                                   pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
-                                   pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+      for (int kc = 0; kc < kTile / 16; ++kc) {
+        const uint32_t p_frag[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]),
+                                    pack_bf16(s[2 * kc][2], s[2 * kc][3]),
+                                    pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
+                                    pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+        const uint32_t ds_frag[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]),
+                                     pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
+                                     pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
+                                     pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
 #pragma unroll
-      for (int dpair = 0; dpair < kDChunks; ++dpair) {
-        const int b_offset =
-            (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 + (lane / 16) * 8;
-        uint32_t ob[4], qb[4];
-        ldmatrix_x4_trans(ob, dout_tile_s + b_offset);
-        mma(dv[2 * dpair], p_frag, ob[0], ob[1]);
-        mma(dv[2 * dpair + 1], p_frag, ob[2], ob[3]);
-        ldmatrix_x4_trans(qb, q_tile_s + b_offset);
-        mma(dk[2 * dpair], ds_frag, qb[0], qb[1]);
-        mma(dk[2 * dpair + 1], ds_frag, qb[2], qb[3]);
+        for (int dpair = 0; dpair < kDChunks; ++dpair) {
+          const int b_offset =
+              (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 + (lane / 16) * 8;
+          uint32_t ob[4], qb[4];
+          ldmatrix_x4_trans(ob, dout_tile_s + b_offset);
+          mma(dv[2 * dpair], p_frag, ob[0], ob[1]);
+          mma(dv[2 * dpair + 1], p_frag, ob[2], ob[3]);
+          ldmatrix_x4_trans(qb, q_tile_s + b_offset);
+          mma(dk[2 * dpair], ds_frag, qb[0], qb[1]);
+          mma(dk[2 * dpair + 1], ds_frag, qb[2], qb[3]);
+        }
       }
     }
     __syncthreads();  // dS^T complete
 
-    // dQ (this warp's 16 queries x D) += dS K, added into the fp32 scratch.
-    uint32_t dsq_frag[kTile / 16][4];
+    // dQ (16 queries from dq_row x kDqChunks * 16 columns from dq_chunk * 16) += dS K over
+    // all the tile's keys, added once per (key tile, query tile) into the fp32 scratch. (Leaving
+    // out the causally zero key chunks costs ptxas spills at D = 128 and saves ~0.3% of the
+    // math at T = 4096.) Row groups holding only padding queries add nothing.
+    const int dq_row = (warp % 4) * 16, dq_chunk = (warp / 4) * kDqChunks;
+    const int query0 = first_query + dq_row + g;
+    if (first_query + dq_row < seq) {
+      uint32_t dsq_frag[kKeyChunks][4];
 #pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      ldmatrix_x4_trans(dsq_frag[kc], dscores_s +
-                                          (kc * 16 + lane % 8 + (lane / 16) * 8) * kScorePitch +
-                                          warp * 16 + ((lane / 8) % 2) * 8);
-    }
-    const int query0 = q_tile * kTile + warp * 16 + g;
-    float* dq_row0 = dq_accum_BTHD + (b * int64_t{seq} + query0) * q_token + int64_t{h} * D;
-    float* dq_row1 = dq_row0 + 8 * q_token;
-#pragma unroll
-    for (int dpair = 0; dpair < kDChunks; ++dpair) {
-      float dq[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-#pragma unroll
-      for (int kc = 0; kc < kTile / 16; ++kc) {
-        uint32_t kb[4];
-        ldmatrix_x4_trans(kb, k_s + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 +
-                                  (lane / 16) * 8);
-        mma(dq[0], dsq_frag[kc], kb[0], kb[1]);
-        mma(dq[1], dsq_frag[kc], kb[2], kb[3]);
+      for (int kc = 0; kc < kKeyChunks; ++kc) {
+        ldmatrix_x4_trans(dsq_frag[kc], dscores_s +
+                                            (kc * 16 + lane % 8 + (lane / 16) * 8) * kScorePitch +
+                                            dq_row + ((lane / 8) % 2) * 8);
       }
+      float* dq_row0 = dq_accum_BTHD + (b * int64_t{seq} + query0) * q_token + int64_t{h} * D;
+      float* dq_row1 = dq_row0 + 8 * q_token;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int col = dpair * 16 + half * 8 + 2 * t;
-        if (query0 < seq)
-          atomicAdd(reinterpret_cast<float2*>(dq_row0 + col),
-                    make_float2(dq[half][0], dq[half][1]));
-        if (query0 + 8 < seq)
-          atomicAdd(reinterpret_cast<float2*>(dq_row1 + col),
-                    make_float2(dq[half][2], dq[half][3]));
+      for (int c = 0; c < kDqChunks; ++c) {
+        const int dpair = dq_chunk + c;
+        float dq[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+        for (int kc = 0; kc < kKeyChunks; ++kc) {
+          uint32_t kb[4];
+          ldmatrix_x4_trans(kb, k_s + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 +
+                                    (lane / 16) * 8);
+          mma(dq[0], dsq_frag[kc], kb[0], kb[1]);
+          mma(dq[1], dsq_frag[kc], kb[2], kb[3]);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int col = dpair * 16 + half * 8 + 2 * t;
+          if (query0 < seq)
+            atomicAdd(reinterpret_cast<float2*>(dq_row0 + col),
+                      make_float2(dq[half][0], dq[half][1]));
+          if (query0 + 8 < seq)
+            atomicAdd(reinterpret_cast<float2*>(dq_row1 + col),
+                      make_float2(dq[half][2], dq[half][3]));
+        }
       }
     }
   }
@@ -544,15 +586,21 @@ __global__ void flash_accum_convert_kernel(const float* dq_accum, float scale, i
 // ---- launch helpers ----
 
 // Layouts as carved in the kernels: forward Q (16 rows a warp) + 2 stages of K and V tiles;
-// backward K, V + 2 stages of Q and dO = 6 tiles, dS^T, 2 stages of lse and delta.
+// backward K, V (16 rows a warp) + 2 stages of 64-row Q and dO tiles, dS^T (a row per key), 2
+// stages of lse and delta.
 template <int D, int kForwardWarps>
 constexpr size_t forward_shared_bytes() {
   return sizeof(bf16) * (kForwardWarps * 16 + 4 * kTile) * pitch<D>();
 }
-template <int D>
+template <int D, int kBackwardWarps>
 constexpr size_t backward_shared_bytes() {
-  return sizeof(bf16) * (6 * kTile * pitch<D>() + kTile * kScorePitch) + sizeof(float) * 4 * kTile;
+  constexpr int kKeyRows = kBackwardWarps * 16;
+  return sizeof(bf16) * ((2 * kKeyRows + 4 * kTile) * pitch<D>() + kKeyRows * kScorePitch) +
+         sizeof(float) * 4 * kTile;
 }
+// 227 KB: the most dynamic shared memory one block may take on sm_90.
+static_assert(backward_shared_bytes<128, kDefaultBackwardWarps>() <= 227 * 1024,
+              "backward tiles exceed shared memory");
 
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
@@ -585,16 +633,27 @@ int forward_warps() {
   return forced != nullptr && std::atoi(forced) == 4 ? 4 : kDefaultForwardWarps;
 }
 
+// Warps (16 keys each) of a backward block: kDefaultBackwardWarps, or 4 under the test hook
+// SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4 (the 64-row key tiles), so tests and the bench
+// reach and compare both shapes.
+int backward_warps() {
+  const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
+  return forced != nullptr && std::atoi(forced) == 4 ? 4 : kDefaultBackwardWarps;
+}
+
 size_t delta_floats(const AttentionShape& s) {
   const size_t n = static_cast<size_t>(s.batch) * s.heads * s.seq;
   return (n + 3) / 4 * 4;  // keeps the dq accumulator after it 16-byte aligned
 }
 
-// Query heads per backward block: the whole GQA group (dK, dV written once, no atomics) unless
-// that leaves fewer than ~8 blocks per SM; causal key tiles differ in work by up to the number
-// of query tiles, so with about one block per SM the heaviest tiles decide the kernel's time.
-// Then the group is split into the fewest slices that give enough blocks.
-int backward_heads_per_block(const AttentionShape& s, int key_tiles) {
+// Query heads per backward block of `warps` warps: the whole GQA group (dK, dV written once,
+// no atomics) unless that leaves fewer than 32 warps' worth of blocks per SM (8 blocks of 4
+// warps, 4 of 8: the same work, as a 128-key tile is two 64-key ones, so both shapes slice a
+// group alike; about 4 waves at D = 128, where an SM holds 8 backward warps either way); causal
+// key tiles differ in work by up to the number of query tiles, so with about one block per SM
+// the heaviest tiles decide the kernel's time. Then the group is split into the fewest slices
+// that give enough blocks.
+int backward_heads_per_block(const AttentionShape& s, int key_tiles, int warps) {
   static const int sms = [] {
     int device = 0, count = 0;
     SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device));
@@ -609,8 +668,9 @@ int backward_heads_per_block(const AttentionShape& s, int key_tiles) {
     if (heads > 0 && group % heads == 0) return heads;
   }
   const int64_t unsplit = int64_t{key_tiles} * s.kv_heads * s.batch;
+  const int64_t wanted = int64_t{32 / warps} * sms;
   for (int slices = 1; slices <= group; ++slices) {
-    if (group % slices == 0 && unsplit * slices >= 8 * int64_t{sms}) return group / slices;
+    if (group % slices == 0 && unsplit * slices >= wanted) return group / slices;
   }
   return 1;
 }
@@ -667,8 +727,10 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
   const int64_t kv_count = int64_t{shape.batch} * shape.seq * shape.kv_heads * shape.head_dim;
   float* dk_accum_BTKD = dq_accum_BTHD + dq_count;
   float* dv_accum_BTKD = dk_accum_BTKD + kv_count;
-  const int key_tiles = (shape.seq + kTile - 1) / kTile;
-  const int heads_per_block = backward_heads_per_block(shape, key_tiles);
+  const int warps = backward_warps();
+  const int key_rows = warps * 16;
+  const int key_tiles = (shape.seq + key_rows - 1) / key_rows;
+  const int heads_per_block = backward_heads_per_block(shape, key_tiles, warps);
   const bool split = heads_per_block < shape.heads / shape.kv_heads;
   // dQ and (when split) dK, dV accumulate in fp32; the three are adjacent in the scratch.
   const int64_t accum_count = dq_count + (split ? 2 * kv_count : 0);
@@ -684,19 +746,27 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
         static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(out_BTHD), shape, delta_BHT);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
 
-    auto kernel = flash_backward_kernel<D>;
-    constexpr size_t bytes = backward_shared_bytes<D>();
-    allow_shared(kernel, bytes);
     const int slices = shape.heads / shape.kv_heads / heads_per_block;
     const unsigned blocks = static_cast<unsigned>(key_tiles) *
                             static_cast<unsigned>(shape.kv_heads * slices * shape.batch);
-    kernel<<<blocks, kThreads, bytes, stream>>>(
-        static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
-        static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
-        scale, shape, heads_per_block, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
-        static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
-        split ? dv_accum_BTKD : nullptr);
-    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    const auto launch = [&](auto warps_constant) {
+      constexpr int kBackwardWarps = decltype(warps_constant)::value;
+      auto kernel = flash_backward_kernel<D, kBackwardWarps>;
+      constexpr size_t bytes = backward_shared_bytes<D, kBackwardWarps>();
+      allow_shared(kernel, bytes);
+      kernel<<<blocks, kBackwardWarps * 32, bytes, stream>>>(
+          static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
+          static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
+          scale, shape, heads_per_block, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
+          static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
+          split ? dv_accum_BTKD : nullptr);
+      SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    };
+    if (warps == 4) {
+      launch(std::integral_constant<int, 4>{});
+    } else {
+      launch(std::integral_constant<int, kDefaultBackwardWarps>{});
+    }
 
     constexpr int kConvertThreads = 256;
     const auto convert = [&](const float* accum, float factor, int64_t count, void* out) {

