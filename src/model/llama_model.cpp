@@ -315,9 +315,10 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
     const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
     const BlockWeights g = block_weights(layout_.units[unit], units.acquire_grads(unit), l, bias);
     BlockActivations& a = block_storage(l);
-    if (checkpointing_) {
-      // Recompute the block's activations from its saved input; the output (equal to the next
-      // block's saved input) goes to a scratch buffer that backward overwrites before use.
+    // Recompute the block's activations from its saved input; the output (equal to the next
+    // block's saved input) goes to a scratch buffer that backward overwrites before use. The
+    // last block needs none: forward left its activations in the shared recompute set.
+    if (checkpointing_ && l + 1 < c.num_hidden_layers) {
       block_forward(w, a, fit(scratch_.dln_NC, {N, C}));
     }
     block_backward(w, g, a, dresid);
