@@ -4,7 +4,8 @@
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [SHAPE ...]   (default: qwen2.5-1.5b llama3.2-1b;
 # also llama2-7b, which needs BENCH_MICRO_BATCH=1 and +ckpt on one GPU)
 # A shape ending in "+ckpt" (e.g. qwen2.5-1.5b+ckpt) runs both engines with full activation
-# checkpointing.
+# checkpointing; "+sel" runs ours with selective checkpointing (attention outputs kept) against
+# PyTorch's full checkpointing (transformers offers no selective mode): compare the memory too.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory, and the ratio.
 # BENCH_PROFILE=1 adds, per shape, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
 # (device time per op class, synchronised per op; OUT_DIR/SHAPE-profile.txt), never timed.
@@ -28,10 +29,12 @@ peak_mib() {  # samples nvidia-smi while "$@" runs; prints the peak used MiB on 
 }
 printf '%-14s %-10s %12s %7s %9s\n' shape engine tokens/s MFU peakGiB >"$out/table.txt"
 for run in "${shapes[@]}"; do
-  shape=${run%+ckpt}
+  shape=${run%+ckpt} shape=${shape%+sel}
   ours_ckpt=() torch_ckpt=()
   if [[ $run == *+ckpt ]]; then
     ours_ckpt=(--train.activation_checkpointing=full) torch_ckpt=(--checkpointing)
+  elif [[ $run == *+sel ]]; then  # transformers has no selective mode: PyTorch runs full
+    ours_ckpt=(--train.activation_checkpointing=selective) torch_ckpt=(--checkpointing)
   fi
   config=$root/bench/shapes/$shape/config.json
   flops=$(python3 "$lib" flops "$config" "$seq")

@@ -74,7 +74,7 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
       static_cast<long long>(config.train.micro_batch), static_cast<long long>(grad_accum), world);
   const size_t activations = LlamaModel::activation_bytes_for(
       model_config, config.train.micro_batch, config.data.seq_len, act,
-      config.train.activation_checkpointing == "full");
+      LlamaModel::checkpointing_from_name(config.train.activation_checkpointing));
   std::printf(
       "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s; activations for micro_batch %lld x "
       "seq_len %lld, activation_checkpointing = %s):\n",

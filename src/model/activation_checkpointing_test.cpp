@@ -1,6 +1,7 @@
-// Activation checkpointing recomputes each block in backward from its saved input: on the
-// deterministic CPU backend the loss and every gradient are bit-identical to the run that keeps
-// all activations, and the activation memory is smaller.
+// Activation checkpointing recomputes each block in backward from its saved input ("full"), or
+// all but its attention, whose output it keeps ("selective"): on the deterministic CPU backend
+// the loss and every gradient are bit-identical to the run that keeps all activations, and the
+// activation memory is smaller (full < selective < none).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -23,7 +24,9 @@ struct Outcome {
   size_t activation_bytes = 0;
 };
 
-Outcome run(const std::string& model, bool checkpointing) {
+using Checkpointing = LlamaModel::Checkpointing;
+
+Outcome run(const std::string& model, Checkpointing checkpointing) {
   const std::string dir = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/" + model;
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   const ModelConfig config = read_hf_config(checkpoint.config_json_path());
@@ -69,16 +72,22 @@ Outcome run(const std::string& model, bool checkpointing) {
 class ActivationCheckpointing : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ActivationCheckpointing, GradientsAreBitIdenticalAndMemoryIsSmaller) {
-  const Outcome full = run(GetParam(), false);
-  const Outcome recomputed = run(GetParam(), true);
-  EXPECT_EQ(recomputed.loss_sum, full.loss_sum);
-  ASSERT_EQ(recomputed.grads.size(), full.grads.size());
-  for (size_t u = 0; u < full.grads.size(); ++u) {
-    EXPECT_EQ(recomputed.grads[u], full.grads[u]) << "unit " << u;
+  const Outcome kept = run(GetParam(), Checkpointing::kNone);
+  const Outcome full = run(GetParam(), Checkpointing::kFull);
+  const Outcome selective = run(GetParam(), Checkpointing::kSelective);
+  for (const Outcome* recomputed : {&full, &selective}) {
+    const char* mode = recomputed == &full ? "full" : "selective";
+    EXPECT_EQ(recomputed->loss_sum, kept.loss_sum) << mode;
+    ASSERT_EQ(recomputed->grads.size(), kept.grads.size());
+    for (size_t u = 0; u < kept.grads.size(); ++u) {
+      EXPECT_EQ(recomputed->grads[u], kept.grads[u]) << mode << ", unit " << u;
+    }
   }
-  EXPECT_LT(recomputed.activation_bytes, full.activation_bytes);
-  std::printf("%s: activation memory %zu -> %zu bytes\n", GetParam().c_str(),
-              full.activation_bytes, recomputed.activation_bytes);
+  EXPECT_LT(full.activation_bytes, selective.activation_bytes);
+  EXPECT_LT(selective.activation_bytes, kept.activation_bytes);
+  std::printf("%s: activation memory %zu (none) -> %zu (selective) -> %zu (full) bytes\n",
+              GetParam().c_str(), kept.activation_bytes, selective.activation_bytes,
+              full.activation_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, ActivationCheckpointing,

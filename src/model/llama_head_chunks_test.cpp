@@ -67,7 +67,8 @@ Outcome run(const std::string& model, int64_t head_chunk_logits) {
   llama.forward(units, Tensor(), outcome.logits.data());
   outcome.activation_bytes = llama.activation_bytes();
   EXPECT_EQ(outcome.activation_bytes,
-            LlamaModel::activation_bytes_for(config, kBatch, kSeq, DType::kF32, false,
+            LlamaModel::activation_bytes_for(config, kBatch, kSeq, DType::kF32,
+                                             LlamaModel::Checkpointing::kNone,
                                              head_chunk_logits));
   return outcome;
 }

@@ -35,8 +35,15 @@ int64_t head_chunk_rows(int64_t tokens, int64_t vocab, int64_t max_logits) {
 LlamaModel::LlamaModel(const ModelConfig& config, Ops& ops)
     : config_(config), layout_(make_param_layout(config)), ops_(ops) {}
 
+LlamaModel::Checkpointing LlamaModel::checkpointing_from_name(const std::string& name) {
+  if (name == "full") return Checkpointing::kFull;
+  if (name == "selective") return Checkpointing::kSelective;
+  SHARDTRAIN_CHECK(name == "none", "activation checkpointing mode '{}'", name);
+  return Checkpointing::kNone;
+}
+
 size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
-                                        DType act, bool checkpointing,
+                                        DType act, Checkpointing checkpointing,
                                         int64_t head_chunk_logits) {
   const int64_t N = batch * seq_len, C = c.hidden_size, F = c.intermediate_size;
   const int64_t QD = c.num_attention_heads * c.head_dim, KD = c.num_key_value_heads * c.head_dim;
@@ -49,10 +56,16 @@ size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int
                           head_chunk_rows(N, V, head_chunk_logits) * V) * a +
                          N * 4 + 3 * N * 4 + 18 * slack;
   // Without checkpointing every block keeps all its activations; with it, each block keeps
-  // only its input and one shared set is recomputed block by block in backward.
-  const int64_t stored_blocks = checkpointing ? 1 : c.num_hidden_layers;
-  const size_t block_inputs = checkpointing ? (N * C * a + slack) * c.num_hidden_layers : 0;
-  return per_block * stored_blocks + block_inputs + scratch;
+  // only its input (and, selective, its attention output and lse) and one shared set is
+  // recomputed block by block in backward.
+  const bool checkpointed = checkpointing != Checkpointing::kNone;
+  const int64_t stored_blocks = checkpointed ? 1 : c.num_hidden_layers;
+  size_t kept_per_block = 0;
+  if (checkpointing == Checkpointing::kFull) kept_per_block = N * C * a + slack;
+  if (checkpointing == Checkpointing::kSelective) {
+    kept_per_block = (N * C + QD * N) * a + batch * H * seq_len * 4 + 3 * slack;
+  }
+  return per_block * stored_blocks + kept_per_block * c.num_hidden_layers + scratch;
 }
 
 void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
@@ -97,8 +110,14 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
     return b;
   };
   acts_.assign(c.num_hidden_layers, {});
-  if (checkpointing_) {
-    for (auto& b : acts_) b.x_in_NC = arena_.take(act, {N, C});
+  if (checkpointing_ != Checkpointing::kNone) {
+    for (auto& b : acts_) {
+      b.x_in_NC = arena_.take(act, {N, C});
+      if (checkpointing_ == Checkpointing::kSelective) {
+        b.attn_NHD = arena_.take(act, {N, QD});
+        b.lse_BHT = arena_.take(DType::kF32, {batch, H, seq_len});
+      }
+    }
     recompute_ = take_block();
   } else {
     for (auto& b : acts_) b = take_block();
@@ -172,7 +191,8 @@ void LlamaModel::embed_forward(const RootWeights& root, Tensor out_NC) {
   ops_.embedding_forward(fit(ids_N_, {batch_ * seq_}), root.embed_tokens, out_NC);
 }
 
-void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC) {
+void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC,
+                               bool reuse_attention) {
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, D = c.head_dim;
   const int64_t H = c.num_attention_heads, K = c.num_key_value_heads;
@@ -190,9 +210,11 @@ void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tenso
   ops_.split_qkv_rope(qkv, positions, rope_cos_PR_, rope_sin_PR_, q.reshaped({N, H, D}),
                       k.reshaped({N, K, D}), v.reshaped({N, K, D}));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ops_.attention_forward(q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
-                         v.reshaped({batch_, seq_, K, D}), scale,
-                         attn.reshaped({batch_, seq_, H, D}), sized.lse_BHT);
+  if (!reuse_attention) {
+    ops_.attention_forward(q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
+                           v.reshaped({batch_, seq_, K, D}), scale,
+                           attn.reshaped({batch_, seq_, H, D}), sized.lse_BHT);
+  }
   ops_.linear_forward_residual(attn, w.o_proj, x, h);  // h = x + o(attn)
   ops_.rmsnorm_forward(h, w.post_attention_norm, static_cast<float>(c.rms_norm_eps), ln2,
                        sized.rstd2_N);
@@ -276,8 +298,12 @@ void LlamaModel::head(const RootWeights& root, const RootWeights* root_grads, fl
 }
 
 LlamaModel::BlockActivations& LlamaModel::block_storage(int64_t layer) {
-  if (!checkpointing_) return acts_[layer];
+  if (checkpointing_ == Checkpointing::kNone) return acts_[layer];
   recompute_.x_in_NC = acts_[layer].x_in_NC;
+  if (checkpointing_ == Checkpointing::kSelective) {
+    recompute_.attn_NHD = acts_[layer].attn_NHD;
+    recompute_.lse_BHT = acts_[layer].lse_BHT;
+  }
   return recompute_;
 }
 
@@ -318,8 +344,9 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
     // Recompute the block's activations from its saved input; the output (equal to the next
     // block's saved input) goes to a scratch buffer that backward overwrites before use. The
     // last block needs none: forward left its activations in the shared recompute set.
-    if (checkpointing_ && l + 1 < c.num_hidden_layers) {
-      block_forward(w, a, fit(scratch_.dln_NC, {N, C}));
+    if (checkpointing_ != Checkpointing::kNone && l + 1 < c.num_hidden_layers) {
+      block_forward(w, a, fit(scratch_.dln_NC, {N, C}),
+                    checkpointing_ == Checkpointing::kSelective);
     }
     block_backward(w, g, a, dresid);
     units.release_params(unit);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "data/batch.h"
@@ -33,11 +34,18 @@ class LlamaModel {
   const ParamLayout& layout() const { return layout_; }
   int unit_count() const { return static_cast<int>(layout_.units.size()); }
 
-  // Activation checkpointing ("full"): keep only each block's input in forward and recompute
-  // the block in backward (one extra block forward per block; activation memory of one block
-  // plus L block inputs). REQUIRES: called before reserve().
-  void set_activation_checkpointing(bool enabled) { checkpointing_ = enabled; }
-  bool activation_checkpointing() const { return checkpointing_; }
+  // Activation checkpointing (train.activation_checkpointing), per block:
+  //   kFull: keep only each block's input in forward and recompute the block in backward (one
+  //     extra block forward per block but the last; activation memory of one block plus L block
+  //     inputs);
+  //   kSelective: also keep each block's attention output and log-sum-exp, so the recompute
+  //     skips attention, the costliest op to redo (Megatron's "selective" recomputation).
+  // REQUIRES: called before reserve().
+  enum class Checkpointing { kNone, kFull, kSelective };
+  // "none" | "full" | "selective" (the config values; validated by the config schema).
+  static Checkpointing checkpointing_from_name(const std::string& name);
+  void set_activation_checkpointing(Checkpointing mode) { checkpointing_ = mode; }
+  Checkpointing activation_checkpointing() const { return checkpointing_; }
 
   // The lm head and loss run over chunks of at most this many logits (rows x vocab; at least
   // one row per chunk), so peak memory does not grow with tokens x vocab. Tests lower it to
@@ -51,7 +59,7 @@ class LlamaModel {
   // Activation memory reserve() takes for this shape: a pure function, so `shardtrain plan`
   // can report it before anything runs.
   static size_t activation_bytes_for(const ModelConfig& config, int64_t batch, int64_t seq_len,
-                                     DType activation_dtype, bool checkpointing,
+                                     DType activation_dtype, Checkpointing checkpointing,
                                      int64_t head_chunk_logits = kDefaultHeadChunkLogits);
   // Bytes of activation memory reserved.
   size_t activation_bytes() const { return arena_.capacity(); }
@@ -91,7 +99,10 @@ class LlamaModel {
   // Views of a block's activations shaped for the current batch (<= the reserved one).
   BlockActivations sized_for_batch(const BlockActivations& a) const;
   void embed_forward(const RootWeights& root, Tensor out_NC);
-  void block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC);
+  // Forward of one block; with reuse_attention (selective recompute), a.attn_NHD and
+  // a.lse_BHT already hold the attention output and the attention is not run.
+  void block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC,
+                     bool reuse_attention = false);
   void block_backward(const BlockWeights& w, const BlockWeights& g, BlockActivations& a,
                       Tensor dresid_NC);
   // Final norm, lm head and loss over token chunks; with grads, writes d(last block output)
@@ -115,8 +126,10 @@ class LlamaModel {
   int64_t chunk_rows_ = 0;
   int64_t head_chunk_logits_ = kDefaultHeadChunkLogits;
   Arena arena_;
-  bool checkpointing_ = false;
-  std::vector<BlockActivations> acts_;  // per block (only x_in_NC when checkpointing)
+  Checkpointing checkpointing_ = Checkpointing::kNone;
+  // Per block: everything; with checkpointing only x_in_NC (kFull) or x_in_NC, attn_NHD and
+  // lse_BHT (kSelective).
+  std::vector<BlockActivations> acts_;
   BlockActivations recompute_;          // checkpointing: the one recomputed block
   Scratch scratch_;
   Tensor ids_N_, targets_N_, positions_N_;

@@ -49,9 +49,10 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   schema.add("train.max_grad_norm", &train.max_grad_norm,
              "clip the global gradient norm to this; 0 disables clipping");
   schema.add_choice("train.activation_checkpointing", &train.activation_checkpointing,
-                    {"none", "full"},
+                    {"none", "full", "selective"},
                     "full = keep only each block's input and recompute the block in backward "
-                    "(less activation memory, one extra block forward)");
+                    "(less activation memory, one extra block forward); selective = also keep "
+                    "the attention output, so the recompute skips attention");
 
   schema.add("train.global_batch", &train.global_batch,
              "sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x "

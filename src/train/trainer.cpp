@@ -103,7 +103,8 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
 
   const ModelConfig model_config = read_model_config(config);
   LlamaModel model(model_config, ops);
-  model.set_activation_checkpointing(config.train.activation_checkpointing == "full");
+  model.set_activation_checkpointing(
+      LlamaModel::checkpointing_from_name(config.train.activation_checkpointing));
   const ParamLayout& layout = model.layout();
 
   const int64_t seq_len = config.data.seq_len, micro_batch = config.train.micro_batch;
