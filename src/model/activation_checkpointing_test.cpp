@@ -10,10 +10,8 @@
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
-#include "model/init_weights.h"
 #include "model/llama_model.h"
-#include "ops/cpu/cpu_ops.h"
-#include "train/local_units.h"
+#include "train/testing/golden_fixture.h"
 
 namespace shardtrain {
 namespace {
@@ -30,15 +28,6 @@ Outcome run(const std::string& model, Checkpointing checkpointing) {
   const std::string dir = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/" + model;
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   const ModelConfig config = read_hf_config(checkpoint.config_json_path());
-  std::unique_ptr<Ops> ops = make_cpu_ops();
-  LlamaModel llama(config, *ops);
-  llama.set_activation_checkpointing(checkpointing);
-  LocalUnits units(*ops, llama.layout(), true);
-  for (int u = 0; u < llama.unit_count(); ++u) {
-    std::vector<float> values(llama.layout().units[u].numel);
-    load_unit_from_checkpoint(checkpoint, llama.layout().units[u], values.data());
-    units.upload_master(u, values.data());
-  }
   std::vector<Example> examples(3);
   for (int b = 0; b < 3; ++b) {
     for (int t = 0; t < 24; ++t) {
@@ -47,22 +36,24 @@ Outcome run(const std::string& model, Checkpointing checkpointing) {
     }
   }
   const Batch batch = make_batch(examples);
-  llama.reserve(3, 24);
-  llama.set_batch(batch);
-  DeviceBuffer loss(*ops, sizeof(float));
+  testing::GoldenModel golden(config, checkpoint, batch, true, [&](LlamaModel& m) {
+    m.set_activation_checkpointing(checkpointing);
+  });
+  Ops& ops = *golden.ops;
+  DeviceBuffer loss(ops, sizeof(float));
   const Tensor loss_sum = loss.view(DType::kF32, {1});
-  ops->fill_zero(loss_sum);
-  units.zero_grads();
+  ops.fill_zero(loss_sum);
+  golden.units.zero_grads();
   // Two micro-batches, so recomputation must not disturb gradient accumulation either.
-  llama.forward_backward(units, 1.0f / batch.target_count, loss_sum);
-  llama.forward_backward(units, 1.0f / batch.target_count, loss_sum);
+  golden.model.forward_backward(golden.units, 1.0f / batch.target_count, loss_sum);
+  golden.model.forward_backward(golden.units, 1.0f / batch.target_count, loss_sum);
   Outcome outcome;
-  outcome.loss_sum = ops->read_scalar(loss_sum);
-  for (int u = 0; u < llama.unit_count(); ++u) {
-    outcome.grads.emplace_back(llama.layout().units[u].numel);
-    ops->copy_to_host(outcome.grads.back().data(), units.grads(u));
+  outcome.loss_sum = ops.read_scalar(loss_sum);
+  for (int u = 0; u < golden.model.unit_count(); ++u) {
+    outcome.grads.emplace_back(golden.model.layout().units[u].numel);
+    ops.copy_to_host(outcome.grads.back().data(), golden.units.grads(u));
   }
-  outcome.activation_bytes = llama.activation_bytes();
+  outcome.activation_bytes = golden.model.activation_bytes();
   // `shardtrain plan` reports this figure before anything runs: it must be what reserve took.
   EXPECT_EQ(outcome.activation_bytes,
             LlamaModel::activation_bytes_for(config, 3, 24, DType::kF32, checkpointing));

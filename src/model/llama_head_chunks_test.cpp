@@ -12,10 +12,8 @@
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
-#include "model/init_weights.h"
 #include "model/llama_model.h"
-#include "ops/cpu/cpu_ops.h"
-#include "train/local_units.h"
+#include "train/testing/golden_fixture.h"
 
 namespace shardtrain {
 namespace {
@@ -33,15 +31,6 @@ Outcome run(const std::string& model, int64_t head_chunk_logits) {
   const std::string dir = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/" + model;
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   const ModelConfig config = read_hf_config(checkpoint.config_json_path());
-  std::unique_ptr<Ops> ops = make_cpu_ops();
-  LlamaModel llama(config, *ops);
-  llama.set_head_chunk_logits(head_chunk_logits);
-  LocalUnits units(*ops, llama.layout(), true);
-  for (int u = 0; u < llama.unit_count(); ++u) {
-    std::vector<float> values(llama.layout().units[u].numel);
-    load_unit_from_checkpoint(checkpoint, llama.layout().units[u], values.data());
-    units.upload_master(u, values.data());
-  }
   std::vector<Example> examples(kBatch);
   for (int b = 0; b < kBatch; ++b) {
     for (int t = 0; t < kSeq; ++t) {
@@ -50,22 +39,23 @@ Outcome run(const std::string& model, int64_t head_chunk_logits) {
     }
   }
   const Batch batch = make_batch(examples);
-  llama.reserve(kBatch, kSeq);
-  llama.set_batch(batch);
-  DeviceBuffer loss(*ops, sizeof(float));
+  testing::GoldenModel golden(config, checkpoint, batch, true, [&](LlamaModel& m) {
+    m.set_head_chunk_logits(head_chunk_logits);
+  });
+  Ops& ops = *golden.ops;
+  DeviceBuffer loss(ops, sizeof(float));
   const Tensor loss_sum = loss.view(DType::kF32, {1});
-  ops->fill_zero(loss_sum);
-  units.zero_grads();
-  llama.forward_backward(units, 1.0f / batch.target_count, loss_sum);
+  ops.fill_zero(loss_sum);
+  golden.units.zero_grads();
+  golden.model.forward_backward(golden.units, 1.0f / batch.target_count, loss_sum);
   Outcome outcome;
-  outcome.loss_sum = ops->read_scalar(loss_sum);
-  for (int u = 0; u < llama.unit_count(); ++u) {
-    outcome.grads.emplace_back(llama.layout().units[u].numel);
-    ops->copy_to_host(outcome.grads.back().data(), units.grads(u));
+  outcome.loss_sum = ops.read_scalar(loss_sum);
+  for (int u = 0; u < golden.model.unit_count(); ++u) {
+    outcome.grads.emplace_back(golden.model.layout().units[u].numel);
+    ops.copy_to_host(outcome.grads.back().data(), golden.units.grads(u));
   }
-  outcome.logits.resize(static_cast<size_t>(kBatch) * kSeq * config.vocab_size);
-  llama.forward(units, Tensor(), outcome.logits.data());
-  outcome.activation_bytes = llama.activation_bytes();
+  outcome.logits = golden.forward(batch).logits;
+  outcome.activation_bytes = golden.model.activation_bytes();
   EXPECT_EQ(outcome.activation_bytes,
             LlamaModel::activation_bytes_for(config, kBatch, kSeq, DType::kF32,
                                              LlamaModel::Checkpointing::kNone,

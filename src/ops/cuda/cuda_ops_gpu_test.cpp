@@ -468,42 +468,68 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.head_dim);
     });
 
+// Attention inputs with the CPU reference gradients, for running the GPU backward under several
+// kernel shapes (the SHARDTRAIN_TEST_ATTENTION_* hooks).
+class CudaAttentionBackwardTest : public CudaOpsTest {
+ protected:
+  struct Inputs {
+    Pair q, k, v, dout, out, lse, dq, dk, dv;
+    float scale = 1;
+  };
+  // Random inputs of case `c`; forward on both backends, backward on the CPU.
+  Inputs prepare(const AttentionCase& c) {
+    const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
+    const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
+    Inputs in;
+    in.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    in.q = random_input(q_shape, DType::kBF16, -2, 2);
+    in.k = random_input(kv_shape, DType::kBF16, -2, 2);
+    in.v = random_input(kv_shape);
+    in.dout = random_input(q_shape);
+    in.out = output(q_shape);
+    in.lse = output({c.batch, c.heads, c.seq}, DType::kF32);
+    cpu_->attention_forward(in.q.cpu, in.k.cpu, in.v.cpu, in.scale, in.out.cpu, in.lse.cpu);
+    gpu_->attention_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.scale, in.out.gpu, in.lse.gpu);
+    in.dq = output(q_shape);
+    in.dk = output(kv_shape);
+    in.dv = output(kv_shape);
+    cpu_->attention_backward(in.dout.cpu, in.q.cpu, in.k.cpu, in.v.cpu, in.out.cpu, in.lse.cpu,
+                             in.scale, in.dq.cpu, in.dk.cpu, in.dv.cpu);
+    return in;
+  }
+  // The GPU backward with `warps` per block and `heads_per_block` into poisoned outputs, against
+  // the CPU gradients.
+  void expect_backward(Inputs& in, const std::string& warps, const std::string& heads_per_block) {
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps.c_str(), 1);
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block.c_str(), 1);
+    poison(in.dq.gpu);
+    poison(in.dk.gpu);
+    poison(in.dv.gpu);
+    gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu, in.lse.gpu,
+                             in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu);
+    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
+    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
+    Pair &dq = in.dq, &dk = in.dk, &dv = in.dv;
+    EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
+    EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
+    EXPECT_BF16_CLOSE(dv) << "warps " << warps << ", heads per block " << heads_per_block;
+  }
+};
+
 // The flash backward splits a GQA group over several blocks on small grids (dK, dV then add up
 // in fp32); every slice size must give the reference gradients, with both block shapes (8 and
 // 4 warps) and both head dims. T = 200, 300: ragged last key tiles of either size.
-TEST_F(CudaOpsTest, AttentionBackwardForEveryGroupSlicing) {
+TEST_F(CudaAttentionBackwardTest, EveryGroupSlicing) {
   for (const AttentionCase c :
        {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
     SCOPED_TRACE(testing::PrintToString(c));
-    const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
-    const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    Pair q = random_input(q_shape, DType::kBF16, -2, 2),
-         k = random_input(kv_shape, DType::kBF16, -2, 2);
-    Pair v = random_input(kv_shape), dout = random_input(q_shape);
-    Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
-    cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
-    gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
-    Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
-    cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
-                             dv.cpu);
+    Inputs in = prepare(c);
     for (const char* warps : {"8", "4"}) {
-      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
       for (const char* heads_per_block : {"6", "3", "2", "1"}) {
-        ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block, 1);
-        poison(dq.gpu);
-        poison(dk.gpu);
-        poison(dv.gpu);
-        gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu,
-                                 dk.gpu, dv.gpu);
-        EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
-        EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
-        EXPECT_BF16_CLOSE(dv) << "warps " << warps << ", heads per block " << heads_per_block;
+        expect_backward(in, warps, heads_per_block);
       }
     }
   }
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
 }
 
 // The flash backward with 128-key tiles of 8 warps (the default) and 64-key tiles of 4 warps
@@ -512,7 +538,7 @@ TEST_F(CudaOpsTest, AttentionBackwardForEveryGroupSlicing) {
 // gradients. T = 77, 100: a single 128-key tile over two query tiles, keys past T; 129: a last
 // key tile with one real key; 192: a last key tile whose upper warps hold only padding keys;
 // 200, 300, 1000: ragged last tiles of every size; GQA groups 1 to 4.
-TEST_F(CudaOpsTest, AttentionBackwardForBothWarpCounts) {
+TEST_F(CudaAttentionBackwardTest, BothWarpCounts) {
   for (const AttentionCase c : {AttentionCase{1, 1, 2, 1, 64}, AttentionCase{2, 77, 4, 2, 64},
                                 AttentionCase{1, 77, 2, 1, 128}, AttentionCase{1, 100, 4, 1, 64},
                                 AttentionCase{2, 100, 4, 2, 128}, AttentionCase{1, 129, 2, 1, 64},
@@ -522,36 +548,14 @@ TEST_F(CudaOpsTest, AttentionBackwardForBothWarpCounts) {
                                 AttentionCase{1, 300, 8, 2, 128}, AttentionCase{1, 1000, 4, 2, 64},
                                 AttentionCase{1, 1000, 4, 2, 128}}) {
     SCOPED_TRACE(testing::PrintToString(c));
-    const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
-    const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    Pair q = random_input(q_shape, DType::kBF16, -2, 2),
-         k = random_input(kv_shape, DType::kBF16, -2, 2);
-    Pair v = random_input(kv_shape), dout = random_input(q_shape);
-    Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
-    cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
-    gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
-    Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
-    cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
-                             dv.cpu);
+    Inputs in = prepare(c);
     const std::string whole_group = std::to_string(c.heads / c.kv_heads);
     for (const char* warps : {"8", "4"}) {
-      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
       for (const std::string& heads_per_block : {whole_group, std::string("1")}) {
-        ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block.c_str(), 1);
-        poison(dq.gpu);
-        poison(dk.gpu);
-        poison(dv.gpu);
-        gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu,
-                                 dk.gpu, dv.gpu);
-        EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
-        EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
-        EXPECT_BF16_CLOSE(dv) << "warps " << warps << ", heads per block " << heads_per_block;
+        expect_backward(in, warps, heads_per_block);
       }
     }
   }
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
 }
 
 // The flash forward runs 128-row query tiles of 8 warps by default and 64-row tiles of 4 warps

@@ -1,11 +1,13 @@
 // The transformers fixtures of tests/golden/ (tools/make_golden.py) in tests (header-only; tests
 // only): the fixture's batch, a fp32 CPU forward of a checkpoint on it, and the error measure
-// of the parity bands. Used by model/llama_golden_test.cpp and train/export_golden_dist_test.cpp.
+// of the parity bands. Used by model/llama_golden_test.cpp, train/export_golden_dist_test.cpp and
+// the model tests that compare two ways of computing the same step.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -57,19 +59,21 @@ inline Batch golden_batch(const SafetensorsFile& expected) {
   return make_batch(examples);
 }
 
-// A checkpoint loaded into LlamaModel on the fp32 CPU backend, with `batch` set.
+// A checkpoint loaded into LlamaModel on the fp32 CPU backend, with `batch` set. `configure`
+// (optional) sets model options that must precede reserve() (checkpointing, head chunks).
 struct GoldenModel {
   std::unique_ptr<Ops> ops = make_cpu_ops();
   LlamaModel model;
   LocalUnits units;
   GoldenModel(const ModelConfig& config, const HfCheckpoint& checkpoint, const Batch& batch,
-              bool with_grads)
+              bool with_grads, const std::function<void(LlamaModel&)>& configure = {})
       : model(config, *ops), units(*ops, model.layout(), with_grads) {
     for (int u = 0; u < model.unit_count(); ++u) {
       std::vector<float> values(model.layout().units[u].numel);
       load_unit_from_checkpoint(checkpoint, model.layout().units[u], values.data());
       units.upload_master(u, values.data());
     }
+    if (configure) configure(model);
     model.reserve(batch.batch_size, batch.seq_len);
     model.set_batch(batch);
   }
