@@ -39,20 +39,11 @@ Outcome run(const std::string& model, Checkpointing checkpointing) {
   testing::GoldenModel golden(config, checkpoint, batch, true, [&](LlamaModel& m) {
     m.set_activation_checkpointing(checkpointing);
   });
-  Ops& ops = *golden.ops;
-  DeviceBuffer loss(ops, sizeof(float));
-  const Tensor loss_sum = loss.view(DType::kF32, {1});
-  ops.fill_zero(loss_sum);
-  golden.units.zero_grads();
   // Two micro-batches, so recomputation must not disturb gradient accumulation either.
-  golden.model.forward_backward(golden.units, 1.0f / batch.target_count, loss_sum);
-  golden.model.forward_backward(golden.units, 1.0f / batch.target_count, loss_sum);
+  const testing::GoldenModel::Gradients step = golden.gradients(batch, 2);
   Outcome outcome;
-  outcome.loss_sum = ops.read_scalar(loss_sum);
-  for (int u = 0; u < golden.model.unit_count(); ++u) {
-    outcome.grads.emplace_back(golden.model.layout().units[u].numel);
-    ops.copy_to_host(outcome.grads.back().data(), golden.units.grads(u));
-  }
+  outcome.loss_sum = step.loss_sum;
+  outcome.grads = step.per_unit;
   outcome.activation_bytes = golden.model.activation_bytes();
   // `shardtrain plan` reports this figure before anything runs: it must be what reserve took.
   EXPECT_EQ(outcome.activation_bytes,

@@ -42,18 +42,10 @@ Outcome run(const std::string& model, int64_t head_chunk_logits) {
   testing::GoldenModel golden(config, checkpoint, batch, true, [&](LlamaModel& m) {
     m.set_head_chunk_logits(head_chunk_logits);
   });
-  Ops& ops = *golden.ops;
-  DeviceBuffer loss(ops, sizeof(float));
-  const Tensor loss_sum = loss.view(DType::kF32, {1});
-  ops.fill_zero(loss_sum);
-  golden.units.zero_grads();
-  golden.model.forward_backward(golden.units, 1.0f / batch.target_count, loss_sum);
+  const testing::GoldenModel::Gradients step = golden.gradients(batch);
   Outcome outcome;
-  outcome.loss_sum = ops.read_scalar(loss_sum);
-  for (int u = 0; u < golden.model.unit_count(); ++u) {
-    outcome.grads.emplace_back(golden.model.layout().units[u].numel);
-    ops.copy_to_host(outcome.grads.back().data(), golden.units.grads(u));
-  }
+  outcome.loss_sum = step.loss_sum;
+  outcome.grads = step.per_unit;
   outcome.logits = golden.forward(batch).logits;
   outcome.activation_bytes = golden.model.activation_bytes();
   EXPECT_EQ(outcome.activation_bytes,

@@ -413,64 +413,9 @@ void PrintTo(const AttentionCase& c, std::ostream* os) {
       << " D=" << c.head_dim;
 }
 
-class CudaAttentionTest : public CudaOpsTest,
-                          public ::testing::WithParamInterface<AttentionCase> {};
-
-TEST_P(CudaAttentionTest, ForwardAndBackward) {
-  const AttentionCase c = GetParam();
-  const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
-  const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  Pair q = random_input(q_shape, DType::kBF16, -2, 2),
-       k = random_input(kv_shape, DType::kBF16, -2, 2);
-  Pair v = random_input(kv_shape);
-  Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
-  cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
-  gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
-  EXPECT_BF16_CLOSE(out);
-  EXPECT_LE(error(lse), 1e-5);
-
-  Pair dout = random_input(q_shape);
-  Pair dq = output(q_shape), dk = output(kv_shape), dv = output(kv_shape);
-  cpu_->attention_backward(dout.cpu, q.cpu, k.cpu, v.cpu, out.cpu, lse.cpu, scale, dq.cpu, dk.cpu,
-                           dv.cpu);
-  // The flash backward's two block shapes (8 warps and 128-key tiles, the default; 4 warps and
-  // 64-key tiles); the SIMT kernels ignore the hook and simply run twice.
-  for (const char* warps : {"8", "4"}) {
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
-    poison(dq.gpu);
-    poison(dk.gpu);
-    poison(dv.gpu);
-    gpu_->attention_backward(dout.gpu, q.gpu, k.gpu, v.gpu, out.gpu, lse.gpu, scale, dq.gpu, dk.gpu,
-                             dv.gpu);
-    EXPECT_BF16_CLOSE(dq) << "backward warps " << warps;
-    EXPECT_BF16_CLOSE(dk) << "backward warps " << warps;
-    EXPECT_BF16_CLOSE(dv) << "backward warps " << warps;
-  }
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaAttentionTest,
-    // D=64 and D=128 in bf16 take the tensor-core flash kernels (cuda_attention_tc.cu): tile
-    // multiples, ragged last tiles (T=300, 100, 65, 1) and GQA ratios 1, 2, 4 and 6. The rest take
-    // the SIMT kernels (cuda_attention.cu).
-    ::testing::Values(AttentionCase{2, 256, 8, 2, 64}, AttentionCase{1, 128, 4, 4, 128},
-                      AttentionCase{2, 16, 4, 2, 16}, AttentionCase{2, 100, 4, 2, 64},
-                      AttentionCase{1, 100, 6, 2, 48}, AttentionCase{1, 77, 2, 1, 96},
-                      AttentionCase{1, 512, 4, 2, 128}, AttentionCase{2, 300, 8, 2, 64},
-                      AttentionCase{1, 256, 12, 2, 128}, AttentionCase{2, 65, 12, 2, 64},
-                      AttentionCase{1, 1, 2, 1, 128}, AttentionCase{1, 200, 6, 1, 128}),
-    [](const testing::TestParamInfo<AttentionCase>& info) {
-      const AttentionCase& c = info.param;
-      return "B" + std::to_string(c.batch) + "T" + std::to_string(c.seq) + "H" +
-             std::to_string(c.heads) + "K" + std::to_string(c.kv_heads) + "D" +
-             std::to_string(c.head_dim);
-    });
-
-// Attention inputs with the CPU reference gradients, for running the GPU backward under several
-// kernel shapes (the SHARDTRAIN_TEST_ATTENTION_* hooks).
-class CudaAttentionBackwardTest : public CudaOpsTest {
+// Attention inputs with the CPU reference output and gradients, for checking the GPU kernels
+// under several kernel shapes (the SHARDTRAIN_TEST_ATTENTION_* hooks).
+class CudaAttentionKernelTest : public CudaOpsTest {
  protected:
   struct Inputs {
     Pair q, k, v, dout, out, lse, dq, dk, dv;
@@ -497,11 +442,14 @@ class CudaAttentionBackwardTest : public CudaOpsTest {
                              in.scale, in.dq.cpu, in.dk.cpu, in.dv.cpu);
     return in;
   }
-  // The GPU backward with `warps` per block and `heads_per_block` into poisoned outputs, against
-  // the CPU gradients.
-  void expect_backward(Inputs& in, const std::string& warps, const std::string& heads_per_block) {
+  // The GPU backward with `warps` per block and `heads_per_block` (empty: the launcher's choice)
+  // into poisoned outputs, against the CPU gradients. The SIMT kernels ignore both hooks.
+  void expect_backward(Inputs& in, const std::string& warps,
+                       const std::string& heads_per_block = "") {
     ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps.c_str(), 1);
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block.c_str(), 1);
+    if (!heads_per_block.empty()) {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block.c_str(), 1);
+    }
     poison(in.dq.gpu);
     poison(in.dk.gpu);
     poison(in.dv.gpu);
@@ -516,10 +464,41 @@ class CudaAttentionBackwardTest : public CudaOpsTest {
   }
 };
 
+class CudaAttentionTest : public CudaAttentionKernelTest,
+                          public ::testing::WithParamInterface<AttentionCase> {};
+
+TEST_P(CudaAttentionTest, ForwardAndBackward) {
+  Inputs in = prepare(GetParam());
+  Pair &out = in.out, &lse = in.lse;
+  EXPECT_BF16_CLOSE(out);
+  EXPECT_LE(error(lse), 1e-5);
+  // The flash backward's two block shapes (8 warps and 128-key tiles, the default; 4 warps and
+  // 64-key tiles); the SIMT kernels ignore the hook and simply run twice.
+  for (const char* warps : {"8", "4"}) expect_backward(in, warps);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionTest,
+    // D=64 and D=128 in bf16 take the tensor-core flash kernels (cuda_attention_tc.cu): tile
+    // multiples, ragged last tiles (T=300, 100, 65, 1) and GQA ratios 1, 2, 4 and 6. The rest take
+    // the SIMT kernels (cuda_attention.cu).
+    ::testing::Values(AttentionCase{2, 256, 8, 2, 64}, AttentionCase{1, 128, 4, 4, 128},
+                      AttentionCase{2, 16, 4, 2, 16}, AttentionCase{2, 100, 4, 2, 64},
+                      AttentionCase{1, 100, 6, 2, 48}, AttentionCase{1, 77, 2, 1, 96},
+                      AttentionCase{1, 512, 4, 2, 128}, AttentionCase{2, 300, 8, 2, 64},
+                      AttentionCase{1, 256, 12, 2, 128}, AttentionCase{2, 65, 12, 2, 64},
+                      AttentionCase{1, 1, 2, 1, 128}, AttentionCase{1, 200, 6, 1, 128}),
+    [](const testing::TestParamInfo<AttentionCase>& info) {
+      const AttentionCase& c = info.param;
+      return "B" + std::to_string(c.batch) + "T" + std::to_string(c.seq) + "H" +
+             std::to_string(c.heads) + "K" + std::to_string(c.kv_heads) + "D" +
+             std::to_string(c.head_dim);
+    });
+
 // The flash backward splits a GQA group over several blocks on small grids (dK, dV then add up
 // in fp32); every slice size must give the reference gradients, with both block shapes (8 and
 // 4 warps) and both head dims. T = 200, 300: ragged last key tiles of either size.
-TEST_F(CudaAttentionBackwardTest, EveryGroupSlicing) {
+TEST_F(CudaAttentionKernelTest, BackwardForEveryGroupSlicing) {
   for (const AttentionCase c :
        {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
     SCOPED_TRACE(testing::PrintToString(c));
@@ -538,7 +517,7 @@ TEST_F(CudaAttentionBackwardTest, EveryGroupSlicing) {
 // gradients. T = 77, 100: a single 128-key tile over two query tiles, keys past T; 129: a last
 // key tile with one real key; 192: a last key tile whose upper warps hold only padding keys;
 // 200, 300, 1000: ragged last tiles of every size; GQA groups 1 to 4.
-TEST_F(CudaAttentionBackwardTest, BothWarpCounts) {
+TEST_F(CudaAttentionKernelTest, BackwardForBothWarpCounts) {
   for (const AttentionCase c : {AttentionCase{1, 1, 2, 1, 64}, AttentionCase{2, 77, 4, 2, 64},
                                 AttentionCase{1, 77, 2, 1, 128}, AttentionCase{1, 100, 4, 1, 64},
                                 AttentionCase{2, 100, 4, 2, 128}, AttentionCase{1, 129, 2, 1, 64},
@@ -562,26 +541,20 @@ TEST_F(CudaAttentionBackwardTest, BothWarpCounts) {
 // under SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4; both must give the reference output and lse.
 // T = 1, 77, 100, 300, 1000: ragged last tiles of either size; 129 and 192: a last 128-row tile
 // whose upper warps hold only padding rows and skip or mask K/V tiles past the sequence.
-TEST_F(CudaOpsTest, AttentionForwardForBothWarpCounts) {
+TEST_F(CudaAttentionKernelTest, ForwardForBothWarpCounts) {
   for (const AttentionCase c :
        {AttentionCase{1, 1, 2, 1, 64}, AttentionCase{2, 77, 4, 2, 64},
         AttentionCase{1, 100, 4, 1, 128}, AttentionCase{1, 129, 2, 1, 128},
         AttentionCase{2, 192, 4, 2, 64}, AttentionCase{1, 200, 6, 2, 128},
         AttentionCase{1, 300, 4, 2, 64}, AttentionCase{1, 1000, 4, 2, 128}}) {
     SCOPED_TRACE(testing::PrintToString(c));
-    const Shape q_shape{c.batch, c.seq, c.heads, c.head_dim};
-    const Shape kv_shape{c.batch, c.seq, c.kv_heads, c.head_dim};
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    Pair q = random_input(q_shape, DType::kBF16, -2, 2),
-         k = random_input(kv_shape, DType::kBF16, -2, 2);
-    Pair v = random_input(kv_shape);
-    Pair out = output(q_shape), lse = output({c.batch, c.heads, c.seq}, DType::kF32);
-    cpu_->attention_forward(q.cpu, k.cpu, v.cpu, scale, out.cpu, lse.cpu);
+    Inputs in = prepare(c);
+    Pair &out = in.out, &lse = in.lse;
     for (const char* warps : {"8", "4"}) {
       ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", warps, 1);
       poison(out.gpu);
       poison(lse.gpu);
-      gpu_->attention_forward(q.gpu, k.gpu, v.gpu, scale, out.gpu, lse.gpu);
+      gpu_->attention_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.scale, out.gpu, lse.gpu);
       EXPECT_BF16_CLOSE(out) << "forward warps " << warps;
       EXPECT_LE(error(lse), 1e-5) << "forward warps " << warps;
     }

@@ -78,6 +78,29 @@ struct GoldenModel {
     model.set_batch(batch);
   }
 
+  // The summed loss and every unit's gradients after `micro_batches` forward-backward passes
+  // of `batch` (gradients accumulate across them). REQUIRES: built with_grads.
+  struct Gradients {
+    float loss_sum = 0;
+    std::vector<std::vector<float>> per_unit;
+  };
+  Gradients gradients(const Batch& batch, int micro_batches = 1) {
+    DeviceBuffer loss_buffer(*ops, sizeof(float));
+    const Tensor loss_sum = loss_buffer.view(DType::kF32, {1});
+    ops->fill_zero(loss_sum);
+    units.zero_grads();
+    for (int m = 0; m < micro_batches; ++m) {
+      model.forward_backward(units, 1.0f / static_cast<float>(batch.target_count), loss_sum);
+    }
+    Gradients result;
+    result.loss_sum = ops->read_scalar(loss_sum);
+    for (int u = 0; u < model.unit_count(); ++u) {
+      result.per_unit.emplace_back(model.layout().units[u].numel);
+      ops->copy_to_host(result.per_unit.back().data(), units.grads(u));
+    }
+    return result;
+  }
+
   // Logits [B, T, V] and the mean loss over the batch's targets.
   struct Forward {
     std::vector<float> logits;
