@@ -139,7 +139,8 @@ void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD, 
                         const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD, void* dv_BTKD,
                         float* scratch, cudaStream_t stream);
 
-// ---- cuda_attention_tc.cu ---- (tensor-core flash attention; same contract as above)
+// ---- cuda_attention_tc_forward.cu, cuda_attention_tc_backward.cu ---- (tensor-core flash
+// attention; same contract as above)
 // True when the flash kernels handle this case: bf16, head_dim 64 or 128.
 bool flash_attention_supported(DType dtype, const AttentionShape& shape);
 // REQUIRES: flash_attention_supported(kBF16, shape); all tensors bf16 except lse (fp32).

@@ -479,7 +479,7 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionTest,
-    // D=64 and D=128 in bf16 take the tensor-core flash kernels (cuda_attention_tc.cu): tile
+    // D=64 and D=128 in bf16 take the tensor-core flash kernels (cuda_attention_tc_*.cu): tile
     // multiples, ragged last tiles (T=300, 100, 65, 1) and GQA ratios 1, 2, 4 and 6. The rest take
     // the SIMT kernels (cuda_attention.cu).
     ::testing::Values(AttentionCase{2, 256, 8, 2, 64}, AttentionCase{1, 128, 4, 4, 128},

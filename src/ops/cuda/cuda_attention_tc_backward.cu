@@ -1,17 +1,5 @@
-// Causal grouped-query flash attention on the tensor cores, bf16 in and out, head dims 64 and 128
-// (the SIMT kernels of cuda_attention.cu handle every other case). FlashAttention-2 structure
-// with warp-level `mma.sync.m16n8k16` (bf16 operands, fp32 accumulators) fed by `ldmatrix`;
-// tiles stream through shared memory with `cp.async`, two stages deep.
-//
-// Each warp owns 16 query (forward) or key (backward) rows; the tiles streamed past them are 64
-// rows (K/V forward, Q/dO backward). Shared rows are padded by 16 bytes (pitch D + 8) so the 8
-// row addresses of one ldmatrix hit distinct banks.
-//   forward   block = (query tile, head, batch) of 8 warps and 128 query rows (4 warps and 64
-//             rows under the test hook SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4), heaviest query
-//             tiles first; K/V tiles 0 .. the one holding the tile's last row; online softmax in
-//             fp32 registers in the log2 domain (exp2 of pre-scaled scores); only K/V tiles that
-//             straddle a warp's rows are masked, and a warp skips the math of tiles entirely
-//             after its rows (it still loads and synchronises with the block).
+// Causal grouped-query flash attention backward on the tensor cores (bf16, head dims 64 and
+// 128); the structure and fragment layouts are described in cuda_attention_tc.cuh.
 //   backward  delta = rowsum(dO * O) first. Then block = (key tile, kv head, batch[, slice of
 //             the GQA group]) of 8 warps and 128 keys (4 warps and 64 keys under the test hook
 //             SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4), heaviest key tiles first, looping over
@@ -23,266 +11,17 @@
 //             memory (dS^T), is shared out over all warps (16 queries x D / 2 columns each with
 //             8) and added once per (key tile, query tile) with fp32 atomics into a scratch
 //             buffer that a last kernel scales to bf16.
-// Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4; A regs hold
-// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t..2t+1, n g), (k 2t+8.., n
-// g); C holds (g, 2t..2t+1), (g+8, 2t..2t+1). So two adjacent C tiles of scores, rounded to bf16,
-// are exactly the A fragment of the next product (P V), with no trip through shared memory.
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <type_traits>
 
-#include "ops/cuda/cuda_device_utils.cuh"
-#include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_attention_tc.cuh"
 
 namespace shardtrain::cuda_kernels {
 namespace {
 
-using cuda_detail::bf16;
-
-constexpr int kTile = 64;  // rows of a key/value tile (forward), of a query tile (backward)
-constexpr int kDefaultForwardWarps = 8;   // forward block: 128 query rows
-constexpr int kDefaultBackwardWarps = 8;  // backward block: 128 key rows
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-template <int D>
-__host__ __device__ constexpr int pitch() {
-  return D + 8;  // bf16 elements per shared row: 16 bytes of padding
-}
-constexpr int kScorePitch = kTile + 8;
-
-// ---- PTX wrappers ----
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-
-// c += a b (16x16 bf16 times 16x8 bf16, fp32 accumulate).
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 16-byte global -> shared copy; zero-fills the destination when !valid.
-__device__ __forceinline__ void cp_async_16(bf16* dst, const bf16* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);  // .x (low half) = low
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Rows [first, first + kRows) of one head (row stride `token_stride` elements) into a shared
-// tile of pitch<D>(); rows at or past `seq` become zeros. Asynchronous: commit and wait.
-// REQUIRES: called by all kBlockThreads threads of the block.
-template <int D, int kRows, int kBlockThreads>
-__device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_base,
-                                                int64_t token_stride, int first, int seq) {
-  constexpr int kChunksPerRow = D / 8;
-  for (int index = threadIdx.x; index < kRows * kChunksPerRow; index += kBlockThreads) {
-    const int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
-    const int t = first + row;
-    const bool valid = t < seq;
-    const bf16* src = head_base + (valid ? int64_t{t} * token_stride + chunk * 8 : 0);
-    cp_async_16(tile + row * pitch<D>() + chunk * 8, src, valid);
-  }
-}
-
-// ---- forward ----
-
-// Blocks per SM the forward is compiled for (__launch_bounds__). D = 64 fits 16 warps per SM
-// (128 registers a thread, no spills). D = 128 needs ~200 registers (the fp32 output
-// accumulators alone take 64; at 128 ptxas spills 344 bytes), so the 64 K registers of an SM hold
-// one 8-warp block or two 4-warp blocks: 8 warps per SM either way.
-template <int D, int kForwardWarps>
-constexpr int forward_min_blocks() {
-  return D == 64 ? 16 / kForwardWarps : 8 / kForwardWarps;
-}
-
-// One block = kForwardWarps warps = a query tile of 16 * kForwardWarps rows of one head.
-// REQUIRES: blockDim.x == 32 * kForwardWarps; dynamic shared memory forward_shared_bytes<D,
-// kForwardWarps>(); grid (query tiles, heads, batch).
-template <int D, int kForwardWarps>
-__global__ void __launch_bounds__(kForwardWarps * 32, forward_min_blocks<D, kForwardWarps>())
-    flash_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
-                         AttentionShape shape, bf16* out_BTHD, float* lse_BHT) {
-  constexpr int P = pitch<D>();
-  constexpr int kDChunks = D / 16;  // k-steps over the head dim
-  constexpr int kQueryRows = kForwardWarps * 16;
-  constexpr int kBlockThreads = kForwardWarps * 32;
-  const int seq = shape.seq;
-  const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest (longest causal row) first
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int kv_head = h / (shape.heads / shape.kv_heads);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
-
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* q_s = reinterpret_cast<bf16*>(shared_bytes);  // [kQueryRows][P]
-  bf16* k_s = q_s + kQueryRows * P;                   // [2][kTile][P]
-  bf16* v_s = k_s + 2 * kTile * P;                    // [2][kTile][P]
-
-  const bf16* q_base = q_BTHD + b * int64_t{seq} * q_token + int64_t{h} * D;
-  const bf16* k_base = k_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
-  const bf16* v_base = v_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
-  const int first_query = q_tile * kQueryRows;
-  const int warp_first_query = first_query + warp * 16;
-  // Causal: K/V tiles up to the one holding the tile's last real query row.
-  const int last_kv_tile = (min(first_query + kQueryRows, seq) - 1) / kTile;
-  load_tile_async<D, kQueryRows, kBlockThreads>(q_s, q_base, q_token, first_query, seq);
-  load_tile_async<D, kTile, kBlockThreads>(k_s, k_base, kv_token, 0, seq);
-  load_tile_async<D, kTile, kBlockThreads>(v_s, v_base, kv_token, 0, seq);
-  cp_async_commit();
-
-  const float scale_log2 = scale * kLog2e;
-  uint32_t q_frag[kDChunks][4];
-  float acc[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0};  // rows g and g + 8
-
-  for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
-    cp_async_wait_all();
-    __syncthreads();  // tile kv_tile visible; everyone is done with the other buffer
-    if (kv_tile < last_kv_tile) {
-      const int next = (kv_tile + 1) & 1;
-      const int next_key = (kv_tile + 1) * kTile;
-      load_tile_async<D, kTile, kBlockThreads>(k_s + next * kTile * P, k_base, kv_token, next_key,
-                                               seq);
-      load_tile_async<D, kTile, kBlockThreads>(v_s + next * kTile * P, v_base, kv_token, next_key,
-                                               seq);
-      cp_async_commit();
-    }
-    if (kv_tile == 0) {
-#pragma unroll
-      for (int kc = 0; kc < kDChunks; ++kc) {
-        ldmatrix_x4(q_frag[kc], q_s + (warp * 16 + lane % 16) * P + kc * 16 + (lane / 16) * 8);
-      }
-    }
-    // Keys counted from this warp's first row. Every key after every row of the warp (never
-    // tile 0): nothing to add. The branch is warp-uniform and comes after the block's loads and
-    // barrier, so the warp still takes its part in both.
-    const int key_offset = kv_tile * kTile - warp_first_query;
-    if (key_offset > 15) continue;
-    const bf16* k_tile = k_s + (kv_tile & 1) * kTile * P;
-    const bf16* v_tile = v_s + (kv_tile & 1) * kTile * P;
-
-    float s[kTile / 8][4];
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
-#pragma unroll
-    for (int kc = 0; kc < kDChunks; ++kc) {
-#pragma unroll
-      for (int np = 0; np < kTile / 16; ++np) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, k_tile + (np * 16 + lane % 8 + (lane / 16) * 8) * P + kc * 16 +
-                            ((lane / 8) % 2) * 8);
-        mma(s[2 * np], q_frag[kc], kb[0], kb[1]);
-        mma(s[2 * np + 1], q_frag[kc], kb[2], kb[3]);
-      }
-    }
-
-    const bool straddles = key_offset + kTile - 1 > 0;  // some key after some row: mask
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + (e / 2) * 8, key = key_offset + n * 8 + 2 * t + e % 2;
-        float x = s[n][e] * scale_log2;
-        if (straddles && key > row) x = -INFINITY;
-        s[n][e] = x;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
-      }
-    }
-    float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      // Key 0 of tile 0 is visible to every row, so the running max is finite from then on.
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      correction[r] = exp2f(row_max[r] - new_max);
-      row_max[r] = new_max;
-      row_sum[r] *= correction[r];
-    }
-#pragma unroll
-    for (int n = 0; n < kTile / 8; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2f(s[n][e] - row_max[e / 2]);
-        row_sum[e / 2] += s[n][e];
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      acc[n][0] *= correction[0];
-      acc[n][1] *= correction[0];
-      acc[n][2] *= correction[1];
-      acc[n][3] *= correction[1];
-    }
-#pragma unroll
-    for (int kc = 0; kc < kTile / 16; ++kc) {
-      const uint32_t p_frag[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]),
-                                  pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < kDChunks; ++dp) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, v_tile + (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dp * 16 +
-                                  (lane / 16) * 8);
-        mma(acc[2 * dp], p_frag, vb[0], vb[1]);
-        mma(acc[2 * dp + 1], p_frag, vb[2], vb[3]);
-      }
-    }
-  }
-
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    const int query = warp_first_query + g + r * 8;
-    if (query >= seq) continue;
-    const float inverse_sum = 1.0f / row_sum[r];
-    bf16* out_row = out_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<__nv_bfloat162*>(out_row + n * 8 + 2 * t) =
-          __floats2bfloat162_rn(acc[n][2 * r] * inverse_sum, acc[n][2 * r + 1] * inverse_sum);
-    }
-    if (t == 0) {
-      lse_BHT[(int64_t{b} * shape.heads + h) * seq + query] =
-          (row_max[r] + log2f(row_sum[r])) * kLn2;
-    }
-  }
-}
+using namespace flash;  // NOLINT: the kernel helpers of cuda_attention_tc.cuh
 
 // ---- backward ----
 
@@ -583,15 +322,8 @@ __global__ void flash_accum_convert_kernel(const float* dq_accum, float scale, i
   }
 }
 
-// ---- launch helpers ----
-
-// Layouts as carved in the kernels: forward Q (16 rows a warp) + 2 stages of K and V tiles;
-// backward K, V (16 rows a warp) + 2 stages of 64-row Q and dO tiles, dS^T (a row per key), 2
-// stages of lse and delta.
-template <int D, int kForwardWarps>
-constexpr size_t forward_shared_bytes() {
-  return sizeof(bf16) * (kForwardWarps * 16 + 4 * kTile) * pitch<D>();
-}
+// Layout as carved in the kernel: K, V (16 rows a warp) + 2 stages of 64-row Q and dO tiles,
+// dS^T (a row per key), 2 stages of lse and delta.
 template <int D, int kBackwardWarps>
 constexpr size_t backward_shared_bytes() {
   constexpr int kKeyRows = kBackwardWarps * 16;
@@ -602,43 +334,10 @@ constexpr size_t backward_shared_bytes() {
 static_assert(backward_shared_bytes<128, kDefaultBackwardWarps>() <= 227 * 1024,
               "backward tiles exceed shared memory");
 
-template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes) {
-  SHARDTRAIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(bytes)));
-}
-
-// Calls fn(std::integral_constant<int, D>) for the supported head dims.
-template <typename Fn>
-void dispatch_head_dim(int head_dim, Fn&& fn) {
-  switch (head_dim) {
-    case 64:
-      fn(std::integral_constant<int, 64>{});
-      break;
-    case 128:
-      fn(std::integral_constant<int, 128>{});
-      break;
-    default:
-      std::fprintf(stderr, "%s:%d: flash attention wants head dim 64 or 128, got %d\n", __FILE__,
-                   __LINE__, head_dim);
-      std::abort();
-  }
-}
-
-// Warps (16 query rows each) of a forward block: kDefaultForwardWarps, or 4 under the test
-// hook SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4 (the 64-row query tiles), so tests and the
-// bench reach and compare both shapes.
-int forward_warps() {
-  const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
-  return forced != nullptr && std::atoi(forced) == 4 ? 4 : kDefaultForwardWarps;
-}
-
 // Warps (16 keys each) of a backward block: kDefaultBackwardWarps, or 4 under the test hook
-// SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4 (the 64-row key tiles), so tests and the bench
-// reach and compare both shapes.
+// SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4 (the 64-row key tiles).
 int backward_warps() {
-  const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
-  return forced != nullptr && std::atoi(forced) == 4 ? 4 : kDefaultBackwardWarps;
+  return warps_with_hook("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", kDefaultBackwardWarps);
 }
 
 size_t delta_floats(const AttentionShape& s) {
@@ -676,39 +375,6 @@ int backward_heads_per_block(const AttentionShape& s, int key_tiles, int warps) 
 }
 
 }  // namespace
-
-bool flash_attention_supported(DType dtype, const AttentionShape& shape) {
-  return dtype == DType::kBF16 && (shape.head_dim == 64 || shape.head_dim == 128) &&
-         shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0;
-}
-
-void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
-                             float scale, const AttentionShape& shape, void* out_BTHD,
-                             float* lse_BHT, cudaStream_t stream) {
-  if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
-  const int warps = forward_warps();
-  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
-    constexpr int D = decltype(head_dim)::value;
-    const auto launch = [&](auto warps_constant) {
-      constexpr int kForwardWarps = decltype(warps_constant)::value;
-      constexpr int kQueryRows = kForwardWarps * 16;
-      auto kernel = flash_forward_kernel<D, kForwardWarps>;
-      constexpr size_t bytes = forward_shared_bytes<D, kForwardWarps>();
-      allow_shared(kernel, bytes);
-      const dim3 grid(static_cast<unsigned>((shape.seq + kQueryRows - 1) / kQueryRows),
-                      static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch));
-      kernel<<<grid, kForwardWarps * 32, bytes, stream>>>(
-          static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
-          static_cast<const bf16*>(v_BTKD), scale, shape, static_cast<bf16*>(out_BTHD), lse_BHT);
-      SHARDTRAIN_CUDA_CHECK_LAUNCH();
-    };
-    if (warps == 4) {
-      launch(std::integral_constant<int, 4>{});
-    } else {
-      launch(std::integral_constant<int, kDefaultForwardWarps>{});
-    }
-  });
-}
 
 size_t flash_attention_backward_scratch_floats(const AttentionShape& shape) {
   const size_t kv = static_cast<size_t>(shape.batch) * shape.seq * shape.kv_heads * shape.head_dim;

@@ -1,0 +1,135 @@
+// Shared pieces of the tensor-core flash attention kernels (cuda_attention_tc_forward.cu,
+// cuda_attention_tc_backward.cu): tile constants, PTX wrappers (ldmatrix, mma.sync, cp.async),
+// the cp.async tile loader and launch helpers. Internal to ops/cuda (.cu files only).
+//
+// Causal grouped-query flash attention on the tensor cores, bf16 in and out, head dims 64 and 128
+// (the SIMT kernels of cuda_attention.cu handle every other case). FlashAttention-2 structure
+// with warp-level `mma.sync.m16n8k16` (bf16 operands, fp32 accumulators) fed by `ldmatrix`;
+// tiles stream through shared memory with `cp.async`, two stages deep. Each warp owns 16 query
+// (forward) or key (backward) rows; the tiles streamed past them are 64 rows (K/V forward, Q/dO
+// backward). Shared rows are padded by 16 bytes (pitch D + 8) so the 8 row addresses of one
+// ldmatrix hit distinct banks. Each kernel file describes its own loop.
+// Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4; A regs hold
+// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t..2t+1, n g), (k 2t+8.., n
+// g); C holds (g, 2t..2t+1), (g+8, 2t..2t+1). So two adjacent C tiles of scores, rounded to bf16,
+// are exactly the A fragment of the next product (P V), with no trip through shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <type_traits>
+
+#include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_kernels.h"
+
+namespace shardtrain::cuda_kernels::flash {
+
+using cuda_detail::bf16;
+
+constexpr int kTile = 64;  // rows of a key/value tile (forward), of a query tile (backward)
+constexpr int kDefaultForwardWarps = 8;   // forward block: 128 query rows
+constexpr int kDefaultBackwardWarps = 8;  // backward block: 128 key rows
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int D>
+__host__ __device__ constexpr int pitch() {
+  return D + 8;  // bf16 elements per shared row: 16 bytes of padding
+}
+constexpr int kScorePitch = kTile + 8;
+
+// ---- PTX wrappers ----
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+// c += a b (16x16 bf16 times 16x8 bf16, fp32 accumulate).
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16-byte global -> shared copy; zero-fills the destination when !valid.
+__device__ __forceinline__ void cp_async_16(bf16* dst, const bf16* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);  // .x (low half) = low
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Rows [first, first + kRows) of one head (row stride `token_stride` elements) into a shared
+// tile of pitch<D>(); rows at or past `seq` become zeros. Asynchronous: commit and wait.
+// REQUIRES: called by all kBlockThreads threads of the block.
+template <int D, int kRows, int kBlockThreads>
+__device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_base,
+                                                int64_t token_stride, int first, int seq) {
+  constexpr int kChunksPerRow = D / 8;
+  for (int index = threadIdx.x; index < kRows * kChunksPerRow; index += kBlockThreads) {
+    const int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
+    const int t = first + row;
+    const bool valid = t < seq;
+    const bf16* src = head_base + (valid ? int64_t{t} * token_stride + chunk * 8 : 0);
+    cp_async_16(tile + row * pitch<D>() + chunk * 8, src, valid);
+  }
+}
+
+// ---- launch helpers ----
+
+template <typename Kernel>
+inline void allow_shared(Kernel kernel, size_t bytes) {
+  SHARDTRAIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(bytes)));
+}
+
+// Calls fn(std::integral_constant<int, D>) for the supported head dims.
+template <typename Fn>
+inline void dispatch_head_dim(int head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 64:
+      fn(std::integral_constant<int, 64>{});
+      break;
+    case 128:
+      fn(std::integral_constant<int, 128>{});
+      break;
+    default:
+      std::fprintf(stderr, "%s:%d: flash attention wants head dim 64 or 128, got %d\n", __FILE__,
+                   __LINE__, head_dim);
+      std::abort();
+  }
+}
+
+// Warps of a block: `default_warps`, or 4 when the test hook `variable` is set to 4 (the shapes
+// of 16 * 4 = 64 rows), so tests and the bench reach and compare both shapes.
+inline int warps_with_hook(const char* variable, int default_warps) {
+  const char* forced = std::getenv(variable);
+  return forced != nullptr && std::atoi(forced) == 4 ? 4 : default_warps;
+}
+
+}  // namespace shardtrain::cuda_kernels::flash
