@@ -266,6 +266,37 @@ TEST_F(CliTest, TensorMissingFromCheckpoint) {
                     {"model.layers.2.", model});
 }
 
+// `shardtrain plan` counts activation memory per checkpointing mode: full keeps the least,
+// selective (attention outputs kept) more, none the most; an unknown mode is a one-line error.
+TEST_F(CliTest, PlanActivationMemoryPerCheckpointingMode) {
+  const std::string toml = write(
+      "plan.toml", "[model]\npath = \"" + kGolden + "llama_gqa\"\n[data]\npath = \"" +
+                       path("unused.jsonl") + "\"\nseq_len = 128\n[train]\nmicro_batch = 64\n");
+  const auto activations_mib = [&](const std::string& mode) {
+    const Result r = run("plan --config " + toml + " --train.activation_checkpointing=" + mode);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("FULL_SHARD", 0) != 0) continue;
+      // strategy, group, then 7 "<value> MiB" columns: activations is the sixth.
+      std::istringstream fields(line);
+      std::string strategy, unit;
+      double group = 0, value = 0;
+      fields >> strategy >> group;
+      for (int column = 0; column < 6; ++column) fields >> value >> unit;
+      return value;
+    }
+    ADD_FAILURE() << "no FULL_SHARD row in " << r.output;
+    return 0.0;
+  };
+  const double none = activations_mib("none"), selective = activations_mib("selective"),
+               full = activations_mib("full");
+  EXPECT_LT(full, selective);
+  EXPECT_LT(selective, none);
+  expect_user_error(run("plan --config " + toml + " --train.activation_checkpointing=partial"),
+                    {"train.activation_checkpointing", "selective"});
+}
+
 TEST_F(CliTest, TomlUnknownKeySuggestsNearest) {
   const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
   const std::string toml =
