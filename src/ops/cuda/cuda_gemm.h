@@ -8,7 +8,8 @@
 // candidates on the call's own operands (output to a scratch copy when it accumulates, so the
 // call's result is unaffected) and keeps the fastest; a candidate must beat the heuristic's
 // first by 3% to replace it. Tuning synchronises the stream once per key (first step only).
-// Outputs larger than kMaxTunedOutputBytes are not tuned (no scratch of that size).
+// Outputs larger than kMaxTunedOutputBytes are not tuned (no scratch of that size), nor are
+// in-place accumulations when the scratch cannot be allocated (a nearly full GPU).
 // Internal to ops/cuda.
 //
 // Row-major callers (CudaOps::linear_*) express a row-major product as the column-major product
