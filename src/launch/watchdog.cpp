@@ -114,6 +114,16 @@ std::optional<std::string> Watchdog::check(Clock::time_point now) {
   const auto frozen = [&](const RankState& state) {
     return state.alive && now - state.alive_changed >= frozen_after;
   };
+  // A counter that stopped less than frozen_after ago may be a process frozen just after its
+  // peers began to wait for it (they stall first, so the hang is seen before the freeze is):
+  // wait for it to be judged rather than blame a waiting peer.
+  const auto freezing = [&](const RankState& state) {
+    return state.alive && now - state.alive_changed >= poll_ && !frozen(state);
+  };
+  if (std::none_of(ranks_.begin(), ranks_.end(), frozen) &&
+      std::any_of(ranks_.begin(), ranks_.end(), freezing)) {
+    return std::nullopt;
+  }
   std::optional<std::tuple<bool, int64_t, bool, int64_t, size_t>> culprit;
   HeartbeatValue culprit_value;
   for (size_t r = 0; r < ranks_.size(); ++r) {

@@ -8,6 +8,7 @@
 // made progress for `timeout`, the group is hung: the watchdog names the rank most likely to
 // be the cause (a rank whose process is frozen: its `heartbeat_alive/<r>` counter, bumped every
 // 250 ms by the rank's publisher thread, has not changed for 3 poll periods (at least 1.5 s);
+// while a counter has stopped for less than that, the report waits for its verdict);
 // then the lowest step, then one that is not waiting in a collective, then the one idle
 // longest) in one line, "rank R made no progress for S s at step N, waiting in <phase>" (plus
 // "; its process is not running" for a frozen one),

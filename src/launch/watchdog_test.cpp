@@ -146,5 +146,36 @@ TEST(WatchdogTest, NamesAFrozenProcessBeforeRanksThatWaitForIt) {
   }
 }
 
+TEST(WatchdogTest, WaitsForTheVerdictOnARankThatFrozeAfterItsPeersStalled) {
+  // The peers stalled (their values stop changing) while rank 1 still ran; rank 1 froze 0.5 s
+  // later. The group counts as hung after 1 s, when rank 1's counter has been still for 0.5 s,
+  // short of the 1.5 s that prove a freeze: the report must wait for that verdict, not name
+  // waiting rank 0 (which the ordinary rules would: same step, both in collectives, rank 0
+  // idle longest).
+  MemoryStore store;
+  store.set("heartbeat/0", "5 100 all_reduce: step totals");
+  store.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
+  std::atomic<bool> stop{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread ticker([&] {
+    for (int tick = 0; !stop; ++tick) {
+      store.set("heartbeat_alive/0", std::to_string(tick));
+      if (std::chrono::steady_clock::now() - start < 500ms) {
+        store.set("heartbeat_alive/1", std::to_string(tick));
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  {
+    Watchdog watchdog(store, "", 2, 1s, 10ms);
+    const auto report = report_within(watchdog, 5s);
+    ASSERT_TRUE(report);
+    EXPECT_EQ(report->rfind("rank 1 made no progress for ", 0), 0u) << *report;
+    EXPECT_NE(report->find("; its process is not running"), std::string::npos) << *report;
+  }
+  stop = true;
+  ticker.join();
+}
+
 }  // namespace
 }  // namespace shardtrain::launch
