@@ -84,6 +84,16 @@ __device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// The A fragment (16 x 16 bf16) made of two adjacent 16 x 8 C tiles of fp32 results, rounded:
+// the layouts line up (see above), so P and dS feed the next product from registers.
+__device__ __forceinline__ void a_fragment_of(const float (&left)[4], const float (&right)[4],
+                                              uint32_t (&a)[4]) {
+  a[0] = pack_bf16(left[0], left[1]);
+  a[1] = pack_bf16(left[2], left[3]);
+  a[2] = pack_bf16(right[0], right[1]);
+  a[3] = pack_bf16(right[2], right[3]);
+}
+
 // Rows [first, first + kRows) of one head (row stride `token_stride` elements) into a shared
 // tile of pitch<D>(); rows at or past `seq` become zeros. Asynchronous: commit and wait.
 // REQUIRES: called by all kBlockThreads threads of the block.

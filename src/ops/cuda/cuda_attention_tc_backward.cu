@@ -220,14 +220,10 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
       // dV += P^T dO; dK += dS^T Q (scaled at the end).
 #pragma unroll
       for (int kc = 0; kc < kTile / 16; ++kc) {
-        const uint32_t p_frag[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]),
-                                    pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                                    pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                    pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-        const uint32_t ds_frag[4] = {pack_bf16(dp[2 * kc][0], dp[2 * kc][1]),
-                                     pack_bf16(dp[2 * kc][2], dp[2 * kc][3]),
-                                     pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]),
-                                     pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+        uint32_t p_frag[4];
+        a_fragment_of(s[2 * kc], s[2 * kc + 1], p_frag);
+        uint32_t ds_frag[4];
+        a_fragment_of(dp[2 * kc], dp[2 * kc + 1], ds_frag);
 #pragma unroll
         for (int dpair = 0; dpair < kDChunks; ++dpair) {
           const int b_offset =

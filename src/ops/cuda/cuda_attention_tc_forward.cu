@@ -154,10 +154,8 @@ __global__ void __launch_bounds__(kForwardWarps * 32, forward_min_blocks<D, kFor
     }
 #pragma unroll
     for (int kc = 0; kc < kTile / 16; ++kc) {
-      const uint32_t p_frag[4] = {pack_bf16(s[2 * kc][0], s[2 * kc][1]),
-                                  pack_bf16(s[2 * kc][2], s[2 * kc][3]),
-                                  pack_bf16(s[2 * kc + 1][0], s[2 * kc + 1][1]),
-                                  pack_bf16(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+      uint32_t p_frag[4];
+      a_fragment_of(s[2 * kc], s[2 * kc + 1], p_frag);
 #pragma unroll
       for (int dp = 0; dp < kDChunks; ++dp) {
         uint32_t vb[4];
