@@ -106,12 +106,7 @@ TEST_F(ElasticEtcdLaunchTest, KilledLauncherComesBackAndTheRunEndsBitIdentical) 
   const std::string out0 = node0.output();
   EXPECT_TRUE(contains(out0, "restarting the worker group (restart 1 of 2)")) << out0;
   EXPECT_TRUE(contains(node1->output(), "starting ranks 2..3 of 4")) << node1->output();
-  const std::optional<int64_t> resumed = testing::resumed_step(out0, ckpt);
-  ASSERT_TRUE(resumed) << out0;
-  const int64_t resumed_step = *resumed;
-  EXPECT_EQ(resumed_step % 5, 0);
-  EXPECT_GE(resumed_step, seen / 5 * 5) << "killed at step " << seen;
-  EXPECT_LE(resumed_step, seen / 5 * 5 + 5) << "killed at step " << seen;
+  ASSERT_NO_FATAL_FAILURE(testing::expect_resumed_near_kill(out0, ckpt, seen));
   EXPECT_EQ(testing::metric_steps(dir_ + "/killed/metrics.jsonl"), testing::one_to(20));
   const int64_t killed_generation = last_generation(out0);
 

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
+#include <string>
 #include <mutex>
 #include <thread>
 
@@ -108,6 +110,43 @@ TEST(WatchdogTest, NamesTheRankBehindThenTheOneOutsideACollective) {
   }
 }
 
+// Bumps `heartbeat_alive/<r>` every `period` for each rank r in `frozen_after`, as a rank's
+// publisher thread does, until that rank's time is up (a frozen process; nullopt: never).
+class LivenessTicker {
+ public:
+  LivenessTicker(MemoryStore& store,
+                 std::map<int, std::optional<std::chrono::milliseconds>> frozen_after,
+                 std::chrono::milliseconds period)
+      : thread_([this, &store, frozen_after, period] {
+          const auto start = std::chrono::steady_clock::now();
+          for (int tick = 0; !stop_; ++tick) {
+            for (const auto& [rank, after] : frozen_after) {
+              if (after && std::chrono::steady_clock::now() - start >= *after) continue;
+              store.set("heartbeat_alive/" + std::to_string(rank), std::to_string(tick));
+            }
+            std::this_thread::sleep_for(period);
+          }
+        }) {}
+  ~LivenessTicker() {
+    stop_ = true;
+    thread_.join();
+  }
+  LivenessTicker(const LivenessTicker&) = delete;
+  LivenessTicker& operator=(const LivenessTicker&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// The report names `rank` as a process that is not running.
+void expect_names_frozen_rank(const std::optional<std::string>& report, int rank) {
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->rfind("rank " + std::to_string(rank) + " made no progress for ", 0), 0u)
+      << *report;
+  EXPECT_NE(report->find("; its process is not running"), std::string::npos) << *report;
+}
+
 TEST(WatchdogTest, NamesAFrozenProcessBeforeRanksThatWaitForIt) {
   // Rank 1 was stopped (SIGSTOP) before it could publish its newest phase: its last value says
   // it waits in a collective and is newer than rank 0's, so only liveness tells them apart:
@@ -116,22 +155,11 @@ TEST(WatchdogTest, NamesAFrozenProcessBeforeRanksThatWaitForIt) {
   store.set("heartbeat/0", "5 100 all_reduce: step totals");
   store.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
   store.set("heartbeat_alive/1", "17");
-  std::atomic<bool> stop{false};
-  std::thread ticker([&] {
-    for (int tick = 0; !stop; ++tick) {
-      store.set("heartbeat_alive/0", std::to_string(tick));
-      std::this_thread::sleep_for(10ms);
-    }
-  });
   {
+    const LivenessTicker ticker(store, {{0, std::nullopt}}, 10ms);
     Watchdog watchdog(store, "", 2, 2s, 10ms);
-    const auto report = report_within(watchdog, 5s);
-    ASSERT_TRUE(report);
-    EXPECT_EQ(report->rfind("rank 1 made no progress for ", 0), 0u) << *report;
-    EXPECT_NE(report->find("; its process is not running"), std::string::npos) << *report;
+    expect_names_frozen_rank(report_within(watchdog, 5s), 1);
   }
-  stop = true;
-  ticker.join();
   {
     // Without liveness counters (both frozen alike or none published) the old rules apply:
     // the same step, both in collectives, rank 0 idle longest by its own clock.
@@ -155,26 +183,9 @@ TEST(WatchdogTest, WaitsForTheVerdictOnARankThatFrozeAfterItsPeersStalled) {
   MemoryStore store;
   store.set("heartbeat/0", "5 100 all_reduce: step totals");
   store.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
-  std::atomic<bool> stop{false};
-  const auto start = std::chrono::steady_clock::now();
-  std::thread ticker([&] {
-    for (int tick = 0; !stop; ++tick) {
-      store.set("heartbeat_alive/0", std::to_string(tick));
-      if (std::chrono::steady_clock::now() - start < 500ms) {
-        store.set("heartbeat_alive/1", std::to_string(tick));
-      }
-      std::this_thread::sleep_for(2ms);
-    }
-  });
-  {
-    Watchdog watchdog(store, "", 2, 1s, 10ms);
-    const auto report = report_within(watchdog, 5s);
-    ASSERT_TRUE(report);
-    EXPECT_EQ(report->rfind("rank 1 made no progress for ", 0), 0u) << *report;
-    EXPECT_NE(report->find("; its process is not running"), std::string::npos) << *report;
-  }
-  stop = true;
-  ticker.join();
+  const LivenessTicker ticker(store, {{0, std::nullopt}, {1, 500ms}}, 2ms);
+  Watchdog watchdog(store, "", 2, 1s, 10ms);
+  expect_names_frozen_rank(report_within(watchdog, 5s), 1);
 }
 
 }  // namespace

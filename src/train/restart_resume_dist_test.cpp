@@ -186,12 +186,7 @@ TEST_F(RestartResumeDistTest, KilledWorkerIsRestartedAndResumesBitIdentically) {
       << output;
   // The restart resumed from the newest checkpoint complete at the kill: step 5 for a kill
   // seen at 7..9 (10 only if rank 1 outran the observation past the step-10 save).
-  const std::optional<int64_t> resumed = testing::resumed_step(output, ckpt);
-  ASSERT_TRUE(resumed) << output;
-  const int64_t resumed_step = *resumed;
-  EXPECT_EQ(resumed_step % 5, 0);
-  EXPECT_GE(resumed_step, seen / 5 * 5) << "killed at step " << seen;
-  EXPECT_LE(resumed_step, seen / 5 * 5 + 5) << "killed at step " << seen;
+  ASSERT_NO_FATAL_FAILURE(testing::expect_resumed_near_kill(output, ckpt, seen));
 
   EXPECT_EQ(metric_steps(dir_ + "/killed/metrics.jsonl"), one_to(20))
       << "one record per completed step";

@@ -4,6 +4,7 @@
 // multi-process tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,6 +131,19 @@ inline std::optional<int64_t> resumed_step(const std::string& output,
           std::regex("resumed from checkpoint " + checkpoint_dir + "/step_0*([0-9]+)")))
     return std::nullopt;
   return std::stoll(match[1].str());
+}
+
+// Expects `output` to say the run resumed from the checkpoint (saved every `every` steps under
+// `checkpoint_dir`) that was the newest complete one when a rank was killed at step
+// `killed_at`: the save at or before that step, or the next one when the killed rank outran the
+// observation past a save. Wrap calls in ASSERT_NO_FATAL_FAILURE to stop a test at a failure.
+inline void expect_resumed_near_kill(const std::string& output, const std::string& checkpoint_dir,
+                                     int64_t killed_at, int64_t every = 5) {
+  const std::optional<int64_t> resumed = resumed_step(output, checkpoint_dir);
+  ASSERT_TRUE(resumed) << output;
+  EXPECT_EQ(*resumed % every, 0);
+  EXPECT_GE(*resumed, killed_at / every * every) << "killed at step " << killed_at;
+  EXPECT_LE(*resumed, killed_at / every * every + every) << "killed at step " << killed_at;
 }
 
 // {1, 2, ..., n}: the step numbers a complete run's metrics hold.
