@@ -24,6 +24,7 @@
 
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_wgmma.cuh"
 
 namespace shardtrain::cuda_kernels::flash {
 
@@ -109,6 +110,48 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_bas
     cp_async_16(tile + row * pitch<D>() + chunk * 8, src, valid);
   }
 }
+
+// Rows [first, first + kRows) of one head into a swizzled tile of kRows rows (cuda_wgmma.cuh:
+// D / 64 column blocks of 128-byte rows); rows at or past `seq` become zeros. Asynchronous:
+// commit, wait, then wgmma::fence_shared_for_async_proxy() and a barrier before wgmma reads it.
+// REQUIRES: called by all kBlockThreads threads of the block; tile 1024-byte aligned.
+template <int D, int kRows, int kBlockThreads>
+__device__ __forceinline__ void load_swizzled_tile_async(bf16* tile, const bf16* head_base,
+                                                         int64_t token_stride, int first, int seq) {
+  constexpr int kChunksPerRow = D / 8;
+  for (int index = threadIdx.x; index < kRows * kChunksPerRow; index += kBlockThreads) {
+    const int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
+    const int t = first + row;
+    const bool valid = t < seq;
+    const bf16* src = head_base + (valid ? int64_t{t} * token_stride + chunk * 8 : 0);
+    cp_async_16(tile + wgmma::swizzled_offset(kRows, row, chunk * 8), src, valid);
+  }
+}
+
+// The first 1024-byte aligned address in dynamic shared memory (swizzled tiles need it); the
+// kernel asks for kSharedAlignSlack extra bytes.
+constexpr size_t kSharedAlignSlack = 1024;
+__device__ __forceinline__ unsigned char* align_shared_1024(unsigned char* raw) {
+  const uint32_t address = shared_address(raw);
+  return raw + ((1024u - address % 1024u) % 1024u);
+}
+
+// ---- Hopper (wgmma) kernels: cuda_attention_wgmma_forward.cu, _backward.cu ----
+
+// True when the wgmma kernels run here: this build compiled them (sm_90a, SHARDTRAIN_CUDA_WGMMA)
+// and the current device is compute capability 9.0; false under the test hook
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=mma (the mma.sync kernels, for tests and comparisons).
+bool wgmma_attention_enabled();
+void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD,
+                             float scale, const AttentionShape& shape, bf16* out_BTHD,
+                             float* lse_BHT, cudaStream_t stream);
+// The backward kernel over `blocks` 128-key blocks; delta, the zeroed accumulators and the
+// GQA slicing as flash_attention_backward prepares them for 128-key tiles.
+void wgmma_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
+                              const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
+                              float scale, const AttentionShape& shape, int heads_per_block,
+                              unsigned blocks, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
+                              float* dk_accum_BTKD, float* dv_accum_BTKD, cudaStream_t stream);
 
 // ---- launch helpers ----
 

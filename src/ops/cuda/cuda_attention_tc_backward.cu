@@ -389,7 +389,9 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
   const int64_t kv_count = int64_t{shape.batch} * shape.seq * shape.kv_heads * shape.head_dim;
   float* dk_accum_BTKD = dq_accum_BTHD + dq_count;
   float* dv_accum_BTKD = dk_accum_BTKD + kv_count;
-  const int warps = backward_warps();
+  // The wgmma kernel works on 128-key tiles, as the 8-warp mma.sync kernel does.
+  const bool wgmma = wgmma_attention_enabled();
+  const int warps = wgmma ? kDefaultBackwardWarps : backward_warps();
   const int key_rows = warps * 16;
   const int key_tiles = (shape.seq + key_rows - 1) / key_rows;
   const int heads_per_block = backward_heads_per_block(shape, key_tiles, warps);
@@ -411,6 +413,14 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
     const int slices = shape.heads / shape.kv_heads / heads_per_block;
     const unsigned blocks = static_cast<unsigned>(key_tiles) *
                             static_cast<unsigned>(shape.kv_heads * slices * shape.batch);
+    if (wgmma) {
+      wgmma_attention_backward(static_cast<const bf16*>(dout_BTHD),
+                               static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
+                               static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT, scale, shape,
+                               heads_per_block, blocks, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
+                               static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
+                               split ? dv_accum_BTKD : nullptr, stream);
+    }
     const auto launch = [&](auto warps_constant) {
       constexpr int kBackwardWarps = decltype(warps_constant)::value;
       auto kernel = flash_backward_kernel<D, kBackwardWarps>;
@@ -424,7 +434,9 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
           split ? dv_accum_BTKD : nullptr);
       SHARDTRAIN_CUDA_CHECK_LAUNCH();
     };
-    if (warps == 4) {
+    if (wgmma) {
+      // launched above
+    } else if (warps == 4) {
       launch(std::integral_constant<int, 4>{});
     } else {
       launch(std::integral_constant<int, kDefaultBackwardWarps>{});

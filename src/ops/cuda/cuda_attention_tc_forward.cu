@@ -210,6 +210,12 @@ void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void*
                              float scale, const AttentionShape& shape, void* out_BTHD,
                              float* lse_BHT, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
+  if (wgmma_attention_enabled()) {
+    wgmma_attention_forward(static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
+                            static_cast<const bf16*>(v_BTKD), scale, shape,
+                            static_cast<bf16*>(out_BTHD), lse_BHT, stream);
+    return;
+  }
   const int warps = forward_warps();
   dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;

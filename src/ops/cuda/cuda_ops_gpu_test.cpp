@@ -337,8 +337,7 @@ TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
 class CudaRopeTest : public CudaOpsTest, public ::testing::WithParamInterface<int64_t> {};
 
 TEST_P(CudaRopeTest, RopeForwardAndBackward) {
-  const int64_t tokens = 48, heads = 4, head_dim = GetParam(), positions = 64,
-                half = head_dim / 2;
+  const int64_t tokens = 48, heads = 4, head_dim = GetParam(), positions = 64, half = head_dim / 2;
   std::vector<float> cos_values(positions * half), sin_values(positions * half);
   for (int64_t p = 0; p < positions; ++p) {
     for (int64_t i = 0; i < half; ++i) {
@@ -442,11 +441,15 @@ class CudaAttentionKernelTest : public CudaOpsTest {
                              in.scale, in.dq.cpu, in.dk.cpu, in.dv.cpu);
     return in;
   }
-  // The GPU backward with `warps` per block and `heads_per_block` (empty: the launcher's choice)
-  // into poisoned outputs, against the CPU gradients. The SIMT kernels ignore both hooks.
+  // The GPU backward of kernel `warps` ("default": wgmma on an H200; "8" or "4": the mma.sync
+  // kernel with that many warps a block) and `heads_per_block` (empty: the launcher's choice)
+  // into poisoned outputs, against the CPU gradients. The SIMT kernels ignore the hooks.
   void expect_backward(Inputs& in, const std::string& warps,
                        const std::string& heads_per_block = "") {
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps.c_str(), 1);
+    if (warps != "default") {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps.c_str(), 1);
+    }
     if (!heads_per_block.empty()) {
       ::setenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", heads_per_block.c_str(), 1);
     }
@@ -457,6 +460,7 @@ class CudaAttentionKernelTest : public CudaOpsTest {
                              in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu);
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
+    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
     Pair &dq = in.dq, &dk = in.dk, &dv = in.dv;
     EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
     EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
@@ -472,9 +476,9 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
   Pair &out = in.out, &lse = in.lse;
   EXPECT_BF16_CLOSE(out);
   EXPECT_LE(error(lse), 1e-5);
-  // The flash backward's two block shapes (8 warps and 128-key tiles, the default; 4 warps and
-  // 64-key tiles); the SIMT kernels ignore the hook and simply run twice.
-  for (const char* warps : {"8", "4"}) expect_backward(in, warps);
+  // The flash backward kernels (wgmma on an H200, the default; mma.sync with 8 warps and 128-key
+  // tiles or 4 warps and 64-key tiles); the SIMT kernels ignore the hooks and simply run thrice.
+  for (const char* warps : {"default", "8", "4"}) expect_backward(in, warps);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -496,14 +500,15 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The flash backward splits a GQA group over several blocks on small grids (dK, dV then add up
-// in fp32); every slice size must give the reference gradients, with both block shapes (8 and
-// 4 warps) and both head dims. T = 200, 300: ragged last key tiles of either size.
+// in fp32); every slice size must give the reference gradients, with every kernel (wgmma,
+// mma.sync with 8 and 4 warps) and both head dims. T = 200, 300: ragged last key tiles of
+// either size.
 TEST_F(CudaAttentionKernelTest, BackwardForEveryGroupSlicing) {
   for (const AttentionCase c :
        {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
-    for (const char* warps : {"8", "4"}) {
+    for (const char* warps : {"default", "8", "4"}) {
       for (const char* heads_per_block : {"6", "3", "2", "1"}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -511,13 +516,14 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryGroupSlicing) {
   }
 }
 
-// The flash backward with 128-key tiles of 8 warps (the default) and 64-key tiles of 4 warps
-// (SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4), each with the whole GQA group in a block (dK,
-// dV stored once) and with one head a block (fp32 atomics): all must give the reference
-// gradients. T = 77, 100: a single 128-key tile over two query tiles, keys past T; 129: a last
-// key tile with one real key; 192: a last key tile whose upper warps hold only padding keys;
+// The flash backward kernels: wgmma (the default on an H200; 128-key tiles of two warpgroups),
+// mma.sync with 128-key tiles of 8 warps and with 64-key tiles of 4 warps
+// (SHARDTRAIN_TEST_ATTENTION_KERNEL=mma, _BACKWARD_WARPS=8 or 4), each with the whole GQA group
+// in a block (dK, dV stored once) and with one head a block (fp32 atomics): all must give the
+// reference gradients. T = 77, 100: a single 128-key tile over two query tiles, keys past T; 129: a
+// last key tile with one real key; 192: a last key tile whose upper warps hold only padding keys;
 // 200, 300, 1000: ragged last tiles of every size; GQA groups 1 to 4.
-TEST_F(CudaAttentionKernelTest, BackwardForBothWarpCounts) {
+TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
   for (const AttentionCase c : {AttentionCase{1, 1, 2, 1, 64}, AttentionCase{2, 77, 4, 2, 64},
                                 AttentionCase{1, 77, 2, 1, 128}, AttentionCase{1, 100, 4, 1, 64},
                                 AttentionCase{2, 100, 4, 2, 128}, AttentionCase{1, 129, 2, 1, 64},
@@ -529,7 +535,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForBothWarpCounts) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
     const std::string whole_group = std::to_string(c.heads / c.kv_heads);
-    for (const char* warps : {"8", "4"}) {
+    for (const char* warps : {"default", "8", "4"}) {
       for (const std::string& heads_per_block : {whole_group, std::string("1")}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -537,29 +543,42 @@ TEST_F(CudaAttentionKernelTest, BackwardForBothWarpCounts) {
   }
 }
 
-// The flash forward runs 128-row query tiles of 8 warps by default and 64-row tiles of 4 warps
-// under SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4; both must give the reference output and lse.
-// T = 1, 77, 100, 300, 1000: ragged last tiles of either size; 129 and 192: a last 128-row tile
-// whose upper warps hold only padding rows and skip or mask K/V tiles past the sequence.
-TEST_F(CudaAttentionKernelTest, ForwardForBothWarpCounts) {
+// The forward kernels: on an H200 the wgmma kernel (cuda_attention_wgmma_forward.cu) by
+// default; the mma.sync kernel under SHARDTRAIN_TEST_ATTENTION_KERNEL=mma with 128-row query
+// tiles of 8 warps, or 64-row tiles of 4 warps under SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4.
+// All must give the reference output and lse. T = 1, 77, 100, 300, 1000: ragged last tiles of
+// every size; 129 and 192: a last 128-row tile whose upper warps (warpgroup) hold only padding
+// rows and skip or mask K/V tiles past the sequence; 256, 1000: several 128-key tiles.
+TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
+  struct Kernel {
+    const char* name;
+    const char* kernel_hook;  // SHARDTRAIN_TEST_ATTENTION_KERNEL, or null: the default
+    const char* warps;        // SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS
+  };
   for (const AttentionCase c :
        {AttentionCase{1, 1, 2, 1, 64}, AttentionCase{2, 77, 4, 2, 64},
         AttentionCase{1, 100, 4, 1, 128}, AttentionCase{1, 129, 2, 1, 128},
         AttentionCase{2, 192, 4, 2, 64}, AttentionCase{1, 200, 6, 2, 128},
-        AttentionCase{1, 300, 4, 2, 64}, AttentionCase{1, 1000, 4, 2, 128}}) {
+        AttentionCase{2, 256, 4, 2, 128}, AttentionCase{1, 300, 4, 2, 64},
+        AttentionCase{1, 1000, 4, 2, 128}, AttentionCase{1, 1000, 8, 2, 64}}) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
     Pair &out = in.out, &lse = in.lse;
-    for (const char* warps : {"8", "4"}) {
-      ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", warps, 1);
+    for (const Kernel kernel : {Kernel{"default", nullptr, "8"}, Kernel{"mma 8 warps", "mma", "8"},
+                                Kernel{"mma 4 warps", "mma", "4"}}) {
+      if (kernel.kernel_hook != nullptr) {
+        ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", kernel.kernel_hook, 1);
+      }
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", kernel.warps, 1);
       poison(out.gpu);
       poison(lse.gpu);
       gpu_->attention_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.scale, out.gpu, lse.gpu);
-      EXPECT_BF16_CLOSE(out) << "forward warps " << warps;
-      EXPECT_LE(error(lse), 1e-5) << "forward warps " << warps;
+      ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+      ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
+      EXPECT_BF16_CLOSE(out) << "forward kernel " << kernel.name;
+      EXPECT_LE(error(lse), 1e-5) << "forward kernel " << kernel.name;
     }
   }
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
 }
 
 TEST_F(CudaOpsTest, CrossEntropy) {
@@ -592,8 +611,9 @@ TEST_F(CudaOpsTest, CrossEntropy) {
 // Timing of attention at the benchmark shape (Qwen2.5-1.5B, T=4096, micro-batch 2) and at
 // Llama-3.2-1B's (32 heads, 8 kv heads, head dim 64), run with the gpu tests because attention
 // dominates the step; also appended to $OUT/attention-timing.txt when OUT is set (the device
-// session's output folder). Forward and backward are each timed with both block shapes (8 warps,
-// the default, and 4 warps). Checks only that outputs are finite.
+// session's output folder). The forward is timed with the default kernel (wgmma on an H200) and
+// both mma.sync block shapes, the backward with both block shapes (8 warps, the default, and 4).
+// Checks only that outputs are finite.
 TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
   for (const AttentionCase c :
        {AttentionCase{2, 4096, 12, 2, 128}, AttentionCase{2, 4096, 32, 8, 64}}) {
@@ -609,33 +629,45 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
     Tensor dv = device(kv_shape, DType::kBF16);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const double flops = 4.0 * B * H * T * T * D / 2;  // causal
-    const auto time_forward = [&](const char* warps) {
-      ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", warps, 1);
+    // warps "wgmma": the default kernel (wgmma on an H200); "8", "4": the mma.sync kernel.
+    const auto time_forward = [&](const std::string& warps) {
+      const bool mma = warps != "wgmma";
+      if (mma) ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", mma ? warps.c_str() : "8", 1);
       const double ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); }, 10);
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
+      ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
       return ms;
     };
-    const auto time_backward = [&](const char* warps) {
-      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps, 1);
+    const auto time_backward = [&](const std::string& warps) {
+      const bool mma = warps != "wgmma";
+      if (mma) ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", mma ? warps.c_str() : "8", 1);
       const double ms = time_ms(
           [&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); }, 10);
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
+      ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
       return ms;
     };
     // The defaults last: out and lse of the default forward feed the backward.
     const double forward4_ms = time_forward("4");
-    const double forward_ms = time_forward("8");
+    const double forward8_ms = time_forward("8");
+    const double forward_ms = time_forward("wgmma");
     const double backward4_ms = time_backward("4");
-    const double backward_ms = time_backward("8");
+    const double backward8_ms = time_backward("8");
+    const double backward_ms = time_backward("wgmma");
     char line[512];
     std::snprintf(line, sizeof(line),
                   "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s) "
-                  "8 warps, %.3f ms (%.1f TFLOP/s) 4 warps; backward (TFLOP/s at 2.5x forward "
-                  "flops) %.3f ms (%.1f TFLOP/s) 8 warps, %.3f ms (%.1f TFLOP/s) 4 warps\n",
+                  "default, mma.sync %.3f ms (%.1f TFLOP/s) 8 warps, %.3f ms (%.1f TFLOP/s) 4 "
+                  "warps; backward (TFLOP/s at 2.5x forward flops) %.3f ms (%.1f TFLOP/s) "
+                  "default, mma.sync %.3f ms (%.1f TFLOP/s) 8 warps, %.3f ms (%.1f TFLOP/s) 4 "
+                  "warps\n",
                   static_cast<long>(B), static_cast<long>(T), static_cast<long>(H),
                   static_cast<long>(K), static_cast<long>(D), forward_ms, flops / forward_ms * 1e-9,
-                  forward4_ms, flops / forward4_ms * 1e-9, backward_ms,
-                  2.5 * flops / backward_ms * 1e-9, backward4_ms,
+                  forward8_ms, flops / forward8_ms * 1e-9, forward4_ms, flops / forward4_ms * 1e-9,
+                  backward_ms, 2.5 * flops / backward_ms * 1e-9, backward8_ms,
+                  2.5 * flops / backward8_ms * 1e-9, backward4_ms,
                   2.5 * flops / backward4_ms * 1e-9);
     std::printf("%s", line);
     if (const char* out_dir = std::getenv("OUT")) {
@@ -694,8 +726,8 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
   Pair chunk_targets = ints(std::vector<int32_t>(chunk_rows, 5), {chunk_rows});
   const double ce_grad_ms =
       time_ms([&] { gpu_->cross_entropy(chunk, chunk_targets.gpu, 1.0f, loss, true); });
-  std::printf("cross_entropy rows=%ld V=%ld (loss and dlogits): %.3f ms (%.0f GB/s)\n",
-              chunk_rows, V, ce_grad_ms, 6.0 * chunk_rows * V / ce_grad_ms * 1e-6);
+  std::printf("cross_entropy rows=%ld V=%ld (loss and dlogits): %.3f ms (%.0f GB/s)\n", chunk_rows,
+              V, ce_grad_ms, 6.0 * chunk_rows * V / ce_grad_ms * 1e-6);
 }
 
 // ---- adamw_multi ----
@@ -731,10 +763,10 @@ std::vector<AdamWSegment> adamw_test_segments(const AdamWTestBuffers& b,
 // The one-launch kernel against the single-range adamw + cast + fill_zero on the GPU (within a
 // few fp32 ulps: the same element math, but nvcc contracts multiply-adds differently in the two
 // kernels; the H200 run showed param and exp_avg_sq differing in the last bits) and against the
-// CPU reference (fp32 tolerance). Ranges cover float4 bodies, unaligned starts (scalar prefixes), scalar tails,
-// a range of length 1, one without a compute copy, and one whose grad sits in another 16-byte
-// phase than its param (all scalar). Four steps: three with the same ranges (the cached device
-// table), then fewer ranges (a new table).
+// CPU reference (fp32 tolerance). Ranges cover float4 bodies, unaligned starts (scalar prefixes),
+// scalar tails, a range of length 1, one without a compute copy, and one whose grad sits in another
+// 16-byte phase than its param (all scalar). Four steps: three with the same ranges (the cached
+// device table), then fewer ranges (a new table).
 TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCast) {
   const std::vector<AdamWTestRange> ranges = {
       {0, 0, 4096, 0.1f, DType::kBF16, true},          // float4 only

@@ -1,0 +1,290 @@
+// Causal grouped-query flash attention backward with Hopper warpgroup MMAs (wgmma, sm_90a; bf16,
+// head dims 64 and 128). Same contract, grid, scratch and results as the mma.sync kernel of
+// cuda_attention_tc_backward.cu (whose launcher computes delta, zeroes the fp32 accumulators,
+// picks the GQA slicing and converts dQ afterwards); that kernel remains the path on other GPUs
+// and under the test hook SHARDTRAIN_TEST_ATTENTION_KERNEL=mma.
+//   block = (128-key tile, kv head, batch[, slice of the GQA group]) of two warpgroups, each
+//   owning 64 keys; it loops over the group's query heads and the 64-row query tiles holding a
+//   query at or after its first key (Q, dO, lse, delta two stages deep, cp.async, 128-byte
+//   swizzled tiles, cuda_wgmma.cuh). Per query tile a warpgroup computes
+//     S^T = K Q^T and dP^T = V dO^T          (A and B from shared memory)
+//     P^T = exp2(S^T - lse), dS^T = P^T (dP^T - delta)   (fp32 registers)
+//     dV += P^T dO, dK += dS^T Q             (A from registers, B MN-major; fp32 registers)
+//   and stores dS^T to shared memory; then dQ (64 queries x D) += dS K over the block's 128 keys
+//   (A = dS^T as an MN-major operand, B = K MN-major) is added with fp32 atomics into the
+//   scratch: at D = 128 each warpgroup computes 64 of the columns, at D = 64 the warpgroups take
+//   turns. A warpgroup whose keys all follow the query tile skips its math (uniformly, after the
+//   loads and the barrier) and writes zeros for its half of dS^T.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/cuda_attention_tc.cuh"
+
+namespace shardtrain::cuda_kernels::flash {
+namespace {
+
+constexpr int kBwdKeys = 128;    // keys of a block: two warpgroups of 64
+constexpr int kBwdQueries = 64;  // rows of a query tile
+constexpr int kBwdThreads = 256;
+
+template <int D>
+constexpr size_t wgmma_backward_shared_bytes() {
+  return sizeof(bf16) * (2 * kBwdKeys * D + 4 * kBwdQueries * D + kBwdKeys * kBwdQueries) +
+         sizeof(float) * 4 * kBwdQueries + kSharedAlignSlack;
+}
+static_assert(wgmma_backward_shared_bytes<128>() <= 227 * 1024, "backward tiles exceed shared");
+
+#if SHARDTRAIN_WGMMA_COMPILED
+// P^T or dS^T (64 keys x 64 queries, accumulator layout) as the four A fragments of a product
+// over the queries.
+__device__ __forceinline__ void a_fragments_of(const float (&x)[32], uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    a[i / 8][((i / 4) % 2) * 2 + (i % 4) / 2] = pack_bf16(x[i], x[i + 1]);
+  }
+}
+#endif
+
+// REQUIRES: blockDim.x == kBwdThreads; dynamic shared memory wgmma_backward_shared_bytes<D>();
+// grid and accumulators as flash_attention_backward sets them up for 128-key tiles.
+template <int D>
+__global__ void __launch_bounds__(kBwdThreads, 1)
+    wgmma_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
+                          const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
+                          float scale, AttentionShape shape, int heads_per_block,
+                          float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD, float* dk_accum_BTKD,
+                          float* dv_accum_BTKD) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  const int seq = shape.seq;
+  const int q_tiles = (seq + kBwdQueries - 1) / kBwdQueries;
+  // Block index -> (key tile, kv head, slice of its group, batch), heaviest key tiles first (as
+  // the mma.sync kernel).
+  const int group = shape.heads / shape.kv_heads;
+  const int slices = group / heads_per_block;
+  const int units = shape.kv_heads * slices;
+  const int heads_and_batches = units * shape.batch;
+  const int kv_tile = blockIdx.x / heads_and_batches;
+  const int unit = blockIdx.x % heads_and_batches % units;
+  const int b = blockIdx.x % heads_and_batches / units;
+  const int kv_head = unit / slices;
+  const int first_head = kv_head * group + (unit % slices) * heads_per_block;
+  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
+
+  extern __shared__ unsigned char shared_raw[];
+  bf16* k_s = reinterpret_cast<bf16*>(align_shared_1024(shared_raw));  // [128] x D swizzled
+  bf16* v_s = k_s + kBwdKeys * D;                                      // [128] x D
+  bf16* q_s = v_s + kBwdKeys * D;                                      // [2][64] x D
+  bf16* dout_s = q_s + 2 * kBwdQueries * D;                            // [2][64] x D
+  bf16* dst_s = dout_s + 2 * kBwdQueries * D;  // dS^T: [128 keys] x 64 queries
+  float* lse_s = reinterpret_cast<float*>(dst_s + kBwdKeys * kBwdQueries);  // [2][64]
+  float* delta_s = lse_s + 2 * kBwdQueries;                                 // [2][64]
+  const uint32_t k_address = shared_address(k_s), v_address = shared_address(v_s),
+                 q_address = shared_address(q_s), dout_address = shared_address(dout_s),
+                 dst_address = shared_address(dst_s);
+  constexpr uint32_t kQueryTileBytes = kBwdQueries * D * sizeof(bf16);
+
+  const int first_key = kv_tile * kBwdKeys;
+  const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
+  load_swizzled_tile_async<D, kBwdKeys, kBwdThreads>(k_s, k_BTKD + kv_offset, kv_token, first_key,
+                                                     seq);
+  load_swizzled_tile_async<D, kBwdKeys, kBwdThreads>(v_s, v_BTKD + kv_offset, kv_token, first_key,
+                                                     seq);
+
+  const int first_q_tile = first_key / kBwdQueries;
+  const int tiles_per_head = q_tiles - first_q_tile;
+  const int steps = heads_per_block * tiles_per_head;
+  auto load_step = [&](int step, int stage) {
+    const int h = first_head + step / tiles_per_head;
+    const int first_query = (first_q_tile + step % tiles_per_head) * kBwdQueries;
+    const int64_t q_offset = b * int64_t{seq} * q_token + int64_t{h} * D;
+    load_swizzled_tile_async<D, kBwdQueries, kBwdThreads>(
+        q_s + stage * kBwdQueries * D, q_BTHD + q_offset, q_token, first_query, seq);
+    load_swizzled_tile_async<D, kBwdQueries, kBwdThreads>(
+        dout_s + stage * kBwdQueries * D, dout_BTHD + q_offset, q_token, first_query, seq);
+    const int64_t stats = (int64_t{b} * shape.heads + h) * seq;
+    for (int i = threadIdx.x; i < kBwdQueries; i += kBwdThreads) {
+      const int query = first_query + i;
+      // +inf lse makes every probability of a padding query 0.
+      lse_s[stage * kBwdQueries + i] = query < seq ? lse_BHT[stats + query] * kLog2e : INFINITY;
+      delta_s[stage * kBwdQueries + i] = query < seq ? delta_BHT[stats + query] : 0.0f;
+    }
+  };
+  load_step(0, 0);
+  cp_async_commit();
+
+  const float scale_log2 = scale * kLog2e;
+  float dk[D / 2], dv[D / 2];  // 64 keys x D each, accumulator layout
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0;
+  float s[32], dp[32];  // S^T, dP^T: 64 keys x 64 queries
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0;
+
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait_all();
+    wgmma::fence_shared_for_async_proxy();
+    __syncthreads();  // this step's tiles visible; the other stage and dS^T are free
+    if (step + 1 < steps) {
+      load_step(step + 1, (step + 1) & 1);
+      cp_async_commit();
+    }
+    const int stage = step & 1;
+    const int h = first_head + step / tiles_per_head;
+    const int first_query = (first_q_tile + step % tiles_per_head) * kBwdQueries;
+    const uint32_t q_tile = q_address + stage * kQueryTileBytes;
+    const uint32_t dout_tile = dout_address + stage * kQueryTileBytes;
+    const float* lse_tile = lse_s + stage * kBwdQueries;
+    const float* delta_tile = delta_s + stage * kBwdQueries;
+
+    // This warpgroup's first key counted from the tile's first query; from 64 on, every key
+    // follows every query: nothing to add, and dQ leaves these keys out (below).
+    const int key_offset = first_key + warpgroup * 64 - first_query;
+    if (key_offset < kBwdQueries) {
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wgmma::mma_ss<kBwdQueries, 0, 0>(s, wgmma::k_major(k_address, kBwdKeys, warpgroup * 64, kk),
+                                         wgmma::k_major(q_tile, kBwdQueries, 0, kk), kk > 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        wgmma::mma_ss<kBwdQueries, 0, 0>(dp,
+                                         wgmma::k_major(v_address, kBwdKeys, warpgroup * 64, kk),
+                                         wgmma::k_major(dout_tile, kBwdQueries, 0, kk), kk > 0);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_registers(s);
+      wgmma::fence_registers(dp);
+
+      const bool straddles = key_offset + 63 > 0;  // some key after some query: mask
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int e = i % 4;
+        const int key = key_offset + warp * 16 + g + (e / 2) * 8;
+        const int query = (i / 4) * 8 + 2 * t + e % 2;
+        float p = exp2f(s[i] * scale_log2 - lse_tile[query]);
+        if (straddles && key > query) p = 0;
+        s[i] = p;
+        dp[i] = p * (dp[i] - delta_tile[query]);
+      }
+      // dS^T to shared memory (bf16 pairs at the swizzled positions) for dQ.
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int key = warpgroup * 64 + warp * 16 + g + ((i % 4) / 2) * 8;
+        const int query = (i / 4) * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(dst_s + wgmma::swizzled_offset(kBwdKeys, key, query)) =
+            pack_bf16(dp[i], dp[i + 1]);
+      }
+      uint32_t p_frag[4][4], ds_frag[4][4];
+      a_fragments_of(s, p_frag);
+      a_fragments_of(dp, ds_frag);
+      wgmma::fence();
+#pragma unroll
+      for (int kc = 0; kc < kBwdQueries / 16; ++kc) {
+        wgmma::mma_rs<D, 1>(dv, p_frag[kc], wgmma::mn_major(dout_tile, kBwdQueries, kc), 1);
+      }
+#pragma unroll
+      for (int kc = 0; kc < kBwdQueries / 16; ++kc) {
+        wgmma::mma_rs<D, 1>(dk, ds_frag[kc], wgmma::mn_major(q_tile, kBwdQueries, kc), 1);
+      }
+      wgmma::commit();
+    } else {
+      // Every key after every query: dS^T = 0 (dQ multiplies all 128 keys).
+#pragma unroll
+      for (int i = 0; i < 32; i += 2) {
+        const int key = warpgroup * 64 + warp * 16 + g + ((i % 4) / 2) * 8;
+        const int query = (i / 4) * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(dst_s + wgmma::swizzled_offset(kBwdKeys, key, query)) = 0;
+      }
+    }
+    wgmma::fence_shared_for_async_proxy();  // dS^T stores visible to the dQ wgmma
+    __syncthreads();                        // both halves of dS^T written
+
+    // dQ (64 queries x 64 columns) += dS K: at D = 128 warpgroup w takes column block w, at
+    // D = 64 the warpgroups alternate.
+    const bool dq_here = D == 128 || warpgroup == (step & 1);
+    if (dq_here) {
+      float dq[32];
+      const int column_block = D == 128 ? warpgroup : 0;
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kBwdKeys / 16; ++kk) {
+        wgmma::mma_ss<64, 1, 1>(dq, wgmma::mn_major(dst_address, kBwdKeys, kk),
+                                wgmma::mn_major(k_address, kBwdKeys, kk, column_block), kk > 0);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_registers(dq);
+      wgmma::fence_registers(dk);
+      wgmma::fence_registers(dv);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int query = first_query + warp * 16 + g + 8 * r;
+        if (query >= seq) continue;
+        float* dq_row = dq_accum_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D +
+                        column_block * 64;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          atomicAdd(reinterpret_cast<float2*>(dq_row + 8 * j + 2 * t),
+                    make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+        }
+      }
+    } else {
+      wgmma::wait<0>();  // this step's dK, dV products
+      wgmma::fence_registers(dk);
+      wgmma::fence_registers(dv);
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = first_key + warpgroup * 64 + warp * 16 + g + r * 8;
+    if (key >= seq) continue;
+    const int64_t row_offset = kv_offset + int64_t{key} * kv_token;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int col = j * 8 + 2 * t;
+      const float dk0 = dk[4 * j + 2 * r], dk1 = dk[4 * j + 2 * r + 1];
+      const float dv0 = dv[4 * j + 2 * r], dv1 = dv[4 * j + 2 * r + 1];
+      if (dk_accum_BTKD != nullptr) {  // shared key tile: unscaled sums, converted afterwards
+        atomicAdd(reinterpret_cast<float2*>(dk_accum_BTKD + row_offset + col),
+                  make_float2(dk0, dk1));
+        atomicAdd(reinterpret_cast<float2*>(dv_accum_BTKD + row_offset + col),
+                  make_float2(dv0, dv1));
+        continue;
+      }
+      *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
+          __floats2bfloat162_rn(dk0 * scale, dk1 * scale);
+      *reinterpret_cast<__nv_bfloat162*>(dv_BTKD + row_offset + col) =
+          __floats2bfloat162_rn(dv0, dv1);
+    }
+  }
+#else
+  __trap();  // not built for sm_90a: wgmma_attention_enabled() keeps this from launching
+#endif
+}
+
+}  // namespace
+
+void wgmma_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
+                              const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
+                              float scale, const AttentionShape& shape, int heads_per_block,
+                              unsigned blocks, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
+                              float* dk_accum_BTKD, float* dv_accum_BTKD, cudaStream_t stream) {
+  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
+    constexpr int D = decltype(head_dim)::value;
+    auto kernel = wgmma_backward_kernel<D>;
+    constexpr size_t bytes = wgmma_backward_shared_bytes<D>();
+    allow_shared(kernel, bytes);
+    kernel<<<blocks, kBwdThreads, bytes, stream>>>(
+        dout_BTHD, q_BTHD, k_BTKD, v_BTKD, lse_BHT, delta_BHT, scale, shape, heads_per_block,
+        dq_accum_BTHD, dk_BTKD, dv_BTKD, dk_accum_BTKD, dv_accum_BTKD);
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace shardtrain::cuda_kernels::flash

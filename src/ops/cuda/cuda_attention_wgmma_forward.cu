@@ -1,0 +1,211 @@
+// Causal grouped-query flash attention forward with Hopper warpgroup MMAs (wgmma, sm_90a; bf16,
+// head dims 64 and 128). Same contract and results as the mma.sync kernel of
+// cuda_attention_tc_forward.cu, which remains the path on other GPUs and under the test hook
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=mma.
+//   block = (128-row query tile, head, batch) of two warpgroups, each owning 64 query rows;
+//   heaviest query tiles first. K/V tiles of 128 keys stream through shared memory (cp.async,
+//   two stages, 128-byte swizzled so wgmma reads them through descriptors, cuda_wgmma.cuh).
+//   Per tile a warpgroup computes S = Q K^T (Q and K from shared memory), the online softmax in
+//   fp32 registers in the log2 domain, and O += P V with P straight from registers (the
+//   accumulator layout is the A-fragment layout) and V as an MN-major operand. A warpgroup
+//   skips (uniformly, after the block's loads and barrier) the tiles whose keys all follow its
+//   rows and masks only the tile that straddles them.
+// Why: wgmma reads each shared K/V tile once per 64 query rows (mma.sync: once per 16), so the
+// shared-memory traffic no longer bounds the tensor cores (the mma.sync kernel peaks near
+// 200 TFLOP/s on an H200, see NOTES.md).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "ops/cuda/cuda_attention_tc.cuh"
+
+namespace shardtrain::cuda_kernels::flash {
+namespace {
+
+constexpr int kWgQueryRows = 128;  // two warpgroups of 64 rows
+constexpr int kWgKeys = 128;       // keys of a K/V tile
+constexpr int kWgThreads = 256;
+
+template <int D>
+constexpr size_t wgmma_forward_shared_bytes() {
+  return sizeof(bf16) * (kWgQueryRows + 4 * kWgKeys) * D + kSharedAlignSlack;
+}
+
+// REQUIRES: blockDim.x == kWgThreads; dynamic shared memory wgmma_forward_shared_bytes<D>();
+// grid (query tiles of 128, heads, batch).
+template <int D>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    wgmma_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
+                         AttentionShape shape, bf16* out_BTHD, float* lse_BHT) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  const int seq = shape.seq;
+  const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest (longest causal row) first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int kv_head = h / (shape.heads / shape.kv_heads);
+  const int warpgroup = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
+
+  extern __shared__ unsigned char shared_raw[];
+  bf16* q_s = reinterpret_cast<bf16*>(align_shared_1024(shared_raw));  // [128] x D swizzled
+  bf16* k_s = q_s + kWgQueryRows * D;                                  // [2][128] x D
+  bf16* v_s = k_s + 2 * kWgKeys * D;                                   // [2][128] x D
+  const uint32_t q_address = shared_address(q_s), k_address = shared_address(k_s),
+                 v_address = shared_address(v_s);
+  constexpr uint32_t kKvTileBytes = kWgKeys * D * sizeof(bf16);
+
+  const bf16* q_base = q_BTHD + b * int64_t{seq} * q_token + int64_t{h} * D;
+  const bf16* k_base = k_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
+  const bf16* v_base = v_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
+  const int first_query = q_tile * kWgQueryRows;
+  const int group_first_query = first_query + warpgroup * 64;
+  const int last_kv_tile = (min(first_query + kWgQueryRows, seq) - 1) / kWgKeys;
+  load_swizzled_tile_async<D, kWgQueryRows, kWgThreads>(q_s, q_base, q_token, first_query, seq);
+  load_swizzled_tile_async<D, kWgKeys, kWgThreads>(k_s, k_base, kv_token, 0, seq);
+  load_swizzled_tile_async<D, kWgKeys, kWgThreads>(v_s, v_base, kv_token, 0, seq);
+  cp_async_commit();
+
+  const float scale_log2 = scale * kLog2e;
+  float s[kWgKeys / 2];  // scores of 64 rows x 128 keys (accumulator layout)
+  float o[D / 2];        // output of 64 rows x D
+#pragma unroll
+  for (int i = 0; i < kWgKeys / 2; ++i) s[i] = 0;
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0};  // rows g and g + 8
+
+  for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
+    cp_async_wait_all();
+    wgmma::fence_shared_for_async_proxy();
+    __syncthreads();  // tile kv_tile visible to wgmma; everyone is done with the other stage
+    if (kv_tile < last_kv_tile) {
+      const int next = (kv_tile + 1) & 1, next_key = (kv_tile + 1) * kWgKeys;
+      load_swizzled_tile_async<D, kWgKeys, kWgThreads>(k_s + next * kWgKeys * D, k_base, kv_token,
+                                                       next_key, seq);
+      load_swizzled_tile_async<D, kWgKeys, kWgThreads>(v_s + next * kWgKeys * D, v_base, kv_token,
+                                                       next_key, seq);
+      cp_async_commit();
+    }
+    // Keys counted from this warpgroup's first row; past 63 every key follows every row.
+    const int key_offset = kv_tile * kWgKeys - group_first_query;
+    if (key_offset > 63) continue;
+    const uint32_t k_tile = k_address + (kv_tile & 1) * kKvTileBytes;
+    const uint32_t v_tile = v_address + (kv_tile & 1) * kKvTileBytes;
+
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      wgmma::mma_ss<kWgKeys, 0, 0>(s, wgmma::k_major(q_address, kWgQueryRows, warpgroup * 64, kk),
+                                   wgmma::k_major(k_tile, kWgKeys, 0, kk), kk > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_registers(s);
+
+    const bool straddles = key_offset + kWgKeys - 1 > warp * 16;  // some key after some row
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kWgKeys / 2; ++i) {
+      const int e = i % 4;
+      const int row = warp * 16 + g + (e / 2) * 8, key = key_offset + (i / 4) * 8 + 2 * t + e % 2;
+      float x = s[i] * scale_log2;
+      if (straddles && key > row) x = -INFINITY;
+      s[i] = x;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      // Key 0 of tile 0 is visible to every row, so the running max is finite from then on.
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      correction[r] = exp2f(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+    uint32_t p[kWgKeys / 16][4];  // P as A fragments, one per 16 keys
+#pragma unroll
+    for (int i = 0; i < kWgKeys / 2; i += 2) {
+      const int r = (i % 4) / 2;
+      const float p0 = exp2f(s[i] - row_max[r]), p1 = exp2f(s[i + 1] - row_max[r]);
+      row_sum[r] += p0 + p1;
+      // s[i], s[i + 1]: keys 8j + 2t, +1 of row g + 8r, j = i / 4; A fragment j / 2 (16 keys),
+      // register (j % 2) * 2 + r
+      p[i / 8][((i / 4) % 2) * 2 + r] = pack_bf16(p0, p1);
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
+
+    wgmma::fence();
+#pragma unroll
+    for (int kc = 0; kc < kWgKeys / 16; ++kc) {
+      wgmma::mma_rs<D, 1>(o, p[kc], wgmma::mn_major(v_tile, kWgKeys, kc), 1);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_registers(o);
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    const int query = group_first_query + warp * 16 + g + r * 8;
+    if (query >= seq) continue;
+    const float inverse_sum = 1.0f / row_sum[r];
+    bf16* out_row = out_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out_row + j * 8 + 2 * t) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inverse_sum, o[4 * j + 2 * r + 1] * inverse_sum);
+    }
+    if (t == 0) {
+      lse_BHT[(int64_t{b} * shape.heads + h) * seq + query] =
+          (row_max[r] + log2f(row_sum[r])) * kLn2;
+    }
+  }
+#else
+  __trap();  // not built for sm_90a: wgmma_attention_enabled() keeps this from launching
+#endif
+}
+
+}  // namespace
+
+bool wgmma_attention_enabled() {
+#if defined(SHARDTRAIN_CUDA_WGMMA)
+  static const bool device_is_hopper = [] {
+    int device = 0, major = 0, minor = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device));
+    SHARDTRAIN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    SHARDTRAIN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return major == 9 && minor == 0;
+  }();
+  const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+  return device_is_hopper && !(forced != nullptr && std::strcmp(forced, "mma") == 0);
+#else
+  return false;
+#endif
+}
+
+void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD,
+                             float scale, const AttentionShape& shape, bf16* out_BTHD,
+                             float* lse_BHT, cudaStream_t stream) {
+  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
+    constexpr int D = decltype(head_dim)::value;
+    auto kernel = wgmma_forward_kernel<D>;
+    constexpr size_t bytes = wgmma_forward_shared_bytes<D>();
+    allow_shared(kernel, bytes);
+    const dim3 grid(static_cast<unsigned>((shape.seq + kWgQueryRows - 1) / kWgQueryRows),
+                    static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch));
+    kernel<<<grid, kWgThreads, bytes, stream>>>(q_BTHD, k_BTKD, v_BTKD, scale, shape, out_BTHD,
+                                                lse_BHT);
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace shardtrain::cuda_kernels::flash
