@@ -80,6 +80,13 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+// 2^x on the special function unit (flush-to-zero; -inf gives 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float low, float high) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(low, high);  // .x (low half) = low
   return *reinterpret_cast<const uint32_t*>(&v);

@@ -143,12 +143,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     // follows every query: nothing to add, and dQ leaves these keys out (below).
     const int key_offset = first_key + warpgroup * 64 - first_query;
     if (key_offset < kBwdQueries) {
+      // Overlapped: P is computed while dP^T runs, dS while dV += P^T dO runs.
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         wgmma::mma_ss<kBwdQueries, 0, 0>(s, wgmma::k_major(k_address, kBwdKeys, warpgroup * 64, kk),
                                          wgmma::k_major(q_tile, kBwdQueries, 0, kk), kk > 0);
       }
+      wgmma::commit();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         wgmma::mma_ss<kBwdQueries, 0, 0>(dp,
@@ -156,9 +158,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
                                          wgmma::k_major(dout_tile, kBwdQueries, 0, kk), kk > 0);
       }
       wgmma::commit();
-      wgmma::wait<0>();
+      wgmma::wait<1>();  // S^T
       wgmma::fence_registers(s);
-      wgmma::fence_registers(dp);
 
       const bool straddles = key_offset + 63 > 0;  // some key after some query: mask
 #pragma unroll
@@ -166,10 +167,24 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
         const int e = i % 4;
         const int key = key_offset + warp * 16 + g + (e / 2) * 8;
         const int query = (i / 4) * 8 + 2 * t + e % 2;
-        float p = exp2f(s[i] * scale_log2 - lse_tile[query]);
+        float p = fast_exp2(fmaf(s[i], scale_log2, -lse_tile[query]));
         if (straddles && key > query) p = 0;
         s[i] = p;
-        dp[i] = p * (dp[i] - delta_tile[query]);
+      }
+      uint32_t p_frag[4][4], ds_frag[4][4];
+      a_fragments_of(s, p_frag);
+      wgmma::fence();
+#pragma unroll
+      for (int kc = 0; kc < kBwdQueries / 16; ++kc) {
+        wgmma::mma_rs<D, 1>(dv, p_frag[kc], wgmma::mn_major(dout_tile, kBwdQueries, kc), 1);
+      }
+      wgmma::commit();
+      wgmma::wait<1>();  // dP^T
+      wgmma::fence_registers(dp);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int query = (i / 4) * 8 + 2 * t + i % 2;
+        dp[i] = s[i] * (dp[i] - delta_tile[query]);
       }
       // dS^T to shared memory (bf16 pairs at the swizzled positions) for dQ.
 #pragma unroll
@@ -179,14 +194,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
         *reinterpret_cast<uint32_t*>(dst_s + wgmma::swizzled_offset(kBwdKeys, key, query)) =
             pack_bf16(dp[i], dp[i + 1]);
       }
-      uint32_t p_frag[4][4], ds_frag[4][4];
-      a_fragments_of(s, p_frag);
       a_fragments_of(dp, ds_frag);
       wgmma::fence();
-#pragma unroll
-      for (int kc = 0; kc < kBwdQueries / 16; ++kc) {
-        wgmma::mma_rs<D, 1>(dv, p_frag[kc], wgmma::mn_major(dout_tile, kBwdQueries, kc), 1);
-      }
 #pragma unroll
       for (int kc = 0; kc < kBwdQueries / 16; ++kc) {
         wgmma::mma_rs<D, 1>(dk, ds_frag[kc], wgmma::mn_major(q_tile, kBwdQueries, kc), 1);

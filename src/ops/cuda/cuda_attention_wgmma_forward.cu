@@ -3,13 +3,13 @@
 // cuda_attention_tc_forward.cu, which remains the path on other GPUs and under the test hook
 // SHARDTRAIN_TEST_ATTENTION_KERNEL=mma.
 //   block = (128-row query tile, head, batch) of two warpgroups, each owning 64 query rows;
-//   heaviest query tiles first. K/V tiles of 128 keys stream through shared memory (cp.async,
-//   two stages, 128-byte swizzled so wgmma reads them through descriptors, cuda_wgmma.cuh).
-//   Per tile a warpgroup computes S = Q K^T (Q and K from shared memory), the online softmax in
-//   fp32 registers in the log2 domain, and O += P V with P straight from registers (the
-//   accumulator layout is the A-fragment layout) and V as an MN-major operand. A warpgroup
-//   skips (uniformly, after the block's loads and barrier) the tiles whose keys all follow its
-//   rows and masks only the tile that straddles them.
+//   heaviest query tiles first. K/V tiles of 128 keys (64 at D = 64) stream through shared memory
+//   (cp.async, two stages, 128-byte swizzled so wgmma reads them through descriptors,
+//   cuda_wgmma.cuh). Per tile a warpgroup computes S = Q K^T (Q and K from shared memory), the
+//   online softmax in fp32 registers in the log2 domain, and O += P V with P straight from
+//   registers (the accumulator layout is the A-fragment layout) and V as an MN-major operand.
+//   Pipelined: tile j's S is issued with tile j-1's P V, and tile j's softmax runs while that
+//   P V executes. Only tiles that straddle a warp's rows are masked.
 // Why: wgmma reads each shared K/V tile once per 64 query rows (mma.sync: once per 16), so the
 // shared-memory traffic no longer bounds the tensor cores (the mma.sync kernel peaks near
 // 200 TFLOP/s on an H200, see NOTES.md).
@@ -25,18 +25,24 @@ namespace shardtrain::cuda_kernels::flash {
 namespace {
 
 constexpr int kWgQueryRows = 128;  // two warpgroups of 64 rows
-constexpr int kWgKeys = 128;       // keys of a K/V tile
+// Keys of a K/V tile: 128 at D = 128 (one block of ~230 registers a thread per SM); 64 at
+// D = 64, where the softmax outweighs the products, so that two blocks fit an SM (<= 128
+// registers) and one block's softmax overlaps the other's products.
+template <int D>
+constexpr int kWgKeys = D == 64 ? 64 : 128;
+template <int D>
+constexpr int kWgBlocksPerSm = D == 64 ? 2 : 1;
 constexpr int kWgThreads = 256;
 
 template <int D>
 constexpr size_t wgmma_forward_shared_bytes() {
-  return sizeof(bf16) * (kWgQueryRows + 4 * kWgKeys) * D + kSharedAlignSlack;
+  return sizeof(bf16) * (kWgQueryRows + 4 * kWgKeys<D>)*D + kSharedAlignSlack;
 }
 
 // REQUIRES: blockDim.x == kWgThreads; dynamic shared memory wgmma_forward_shared_bytes<D>();
 // grid (query tiles of 128, heads, batch).
 template <int D>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
     wgmma_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
                          AttentionShape shape, bf16* out_BTHD, float* lse_BHT) {
 #if SHARDTRAIN_WGMMA_COMPILED
@@ -50,70 +56,89 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   extern __shared__ unsigned char shared_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(align_shared_1024(shared_raw));  // [128] x D swizzled
-  bf16* k_s = q_s + kWgQueryRows * D;                                  // [2][128] x D
-  bf16* v_s = k_s + 2 * kWgKeys * D;                                   // [2][128] x D
+  bf16* k_s = q_s + kWgQueryRows * D;                                  // [2][kWgKeys] x D
+  bf16* v_s = k_s + 2 * kWgKeys<D> * D;                                // [2][kWgKeys] x D
   const uint32_t q_address = shared_address(q_s), k_address = shared_address(k_s),
                  v_address = shared_address(v_s);
-  constexpr uint32_t kKvTileBytes = kWgKeys * D * sizeof(bf16);
+  constexpr uint32_t kKvTileBytes = kWgKeys<D> * D * sizeof(bf16);
 
   const bf16* q_base = q_BTHD + b * int64_t{seq} * q_token + int64_t{h} * D;
   const bf16* k_base = k_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
   const bf16* v_base = v_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
   const int first_query = q_tile * kWgQueryRows;
   const int group_first_query = first_query + warpgroup * 64;
-  const int last_kv_tile = (min(first_query + kWgQueryRows, seq) - 1) / kWgKeys;
+  // Causal: K/V tiles up to the one holding the tile's last real row. Every warpgroup works on
+  // every tile: with 64-key tiles the last one may lie wholly after warpgroup 0's rows, and
+  // its mask then zeroes all of P (row maxima stay finite: key 0 precedes every row).
+  const int last_kv_tile = (min(first_query + kWgQueryRows, seq) - 1) / kWgKeys<D>;
   load_swizzled_tile_async<D, kWgQueryRows, kWgThreads>(q_s, q_base, q_token, first_query, seq);
-  load_swizzled_tile_async<D, kWgKeys, kWgThreads>(k_s, k_base, kv_token, 0, seq);
-  load_swizzled_tile_async<D, kWgKeys, kWgThreads>(v_s, v_base, kv_token, 0, seq);
+  load_swizzled_tile_async<D, kWgKeys<D>, kWgThreads>(k_s, k_base, kv_token, 0, seq);
   cp_async_commit();
 
   const float scale_log2 = scale * kLog2e;
-  float s[kWgKeys / 2];  // scores of 64 rows x 128 keys (accumulator layout)
-  float o[D / 2];        // output of 64 rows x D
+  float s[kWgKeys<D> / 2];  // scores of 64 rows x the tile's keys (accumulator layout), then P
+  float o[D / 2];           // output of 64 rows x D
+  uint32_t p[kWgKeys<D> / 16][4];  // P of the previous tile as A fragments, one per 16 keys
 #pragma unroll
-  for (int i = 0; i < kWgKeys / 2; ++i) s[i] = 0;
+  for (int i = 0; i < kWgKeys<D> / 2; ++i) s[i] = 0;
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0};  // rows g and g + 8
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0};  // rows g and g + 8 (log2)
 
+  // O += P V of the tile whose V sits in stage `stage` (asynchronous: commit, wait later).
+  const auto issue_pv = [&](int stage) {
+#pragma unroll
+    for (int kc = 0; kc < kWgKeys<D> / 16; ++kc) {
+      wgmma::mma_rs<D, 1>(o, p[kc],
+                          wgmma::mn_major(v_address + stage * kKvTileBytes, kWgKeys<D>, kc), 1);
+    }
+    wgmma::commit();
+  };
+
+  // Pipeline: tile j's S = Q K^T is issued together with tile j - 1's O += P V, and the
+  // softmax of tile j runs while P V still executes. K_j and V_(j-1) arrive in the same
+  // cp.async group, so two stages of each suffice.
   for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
     cp_async_wait_all();
     wgmma::fence_shared_for_async_proxy();
-    __syncthreads();  // tile kv_tile visible to wgmma; everyone is done with the other stage
+    __syncthreads();  // K_j, V_(j-1) visible to wgmma; the stages of K_(j-1), V_(j-2) are free
     if (kv_tile < last_kv_tile) {
-      const int next = (kv_tile + 1) & 1, next_key = (kv_tile + 1) * kWgKeys;
-      load_swizzled_tile_async<D, kWgKeys, kWgThreads>(k_s + next * kWgKeys * D, k_base, kv_token,
-                                                       next_key, seq);
-      load_swizzled_tile_async<D, kWgKeys, kWgThreads>(v_s + next * kWgKeys * D, v_base, kv_token,
-                                                       next_key, seq);
-      cp_async_commit();
+      const int next = (kv_tile + 1) & 1;
+      load_swizzled_tile_async<D, kWgKeys<D>, kWgThreads>(
+          k_s + next * kWgKeys<D> * D, k_base, kv_token, (kv_tile + 1) * kWgKeys<D>, seq);
     }
-    // Keys counted from this warpgroup's first row; past 63 every key follows every row.
-    const int key_offset = kv_tile * kWgKeys - group_first_query;
-    if (key_offset > 63) continue;
+    load_swizzled_tile_async<D, kWgKeys<D>, kWgThreads>(
+        v_s + (kv_tile & 1) * kWgKeys<D> * D, v_base, kv_token, kv_tile * kWgKeys<D>, seq);
+    cp_async_commit();
+    // Keys counted from this warpgroup's first row.
+    const int key_offset = kv_tile * kWgKeys<D> - group_first_query;
     const uint32_t k_tile = k_address + (kv_tile & 1) * kKvTileBytes;
-    const uint32_t v_tile = v_address + (kv_tile & 1) * kKvTileBytes;
 
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      wgmma::mma_ss<kWgKeys, 0, 0>(s, wgmma::k_major(q_address, kWgQueryRows, warpgroup * 64, kk),
-                                   wgmma::k_major(k_tile, kWgKeys, 0, kk), kk > 0);
+      wgmma::mma_ss<kWgKeys<D>, 0, 0>(s,
+                                      wgmma::k_major(q_address, kWgQueryRows, warpgroup * 64, kk),
+                                      wgmma::k_major(k_tile, kWgKeys<D>, 0, kk), kk > 0);
     }
     wgmma::commit();
-    wgmma::wait<0>();
+    if (kv_tile > 0) {
+      issue_pv((kv_tile - 1) & 1);
+      wgmma::wait<1>();  // S done; P V may still run
+    } else {
+      wgmma::wait<0>();
+    }
     wgmma::fence_registers(s);
 
-    const bool straddles = key_offset + kWgKeys - 1 > warp * 16;  // some key after some row
+    // Max of the raw scores (the scale is positive), masked where a key follows its row.
+    const bool straddles = key_offset + kWgKeys<D> - 1 > warp * 16;  // some key after some row
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < kWgKeys / 2; ++i) {
+    for (int i = 0; i < kWgKeys<D> / 2; ++i) {
       const int e = i % 4;
       const int row = warp * 16 + g + (e / 2) * 8, key = key_offset + (i / 4) * 8 + 2 * t + e % 2;
-      float x = s[i] * scale_log2;
-      if (straddles && key > row) x = -INFINITY;
-      s[i] = x;
-      tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+      if (straddles && key > row) s[i] = -INFINITY;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], s[i]);
     }
     float correction[2];
 #pragma unroll
@@ -121,33 +146,36 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
       // Key 0 of tile 0 is visible to every row, so the running max is finite from then on.
-      const float new_max = fmaxf(row_max[r], tile_max[r]);
-      correction[r] = exp2f(row_max[r] - new_max);
+      const float new_max = fmaxf(row_max[r], tile_max[r] * scale_log2);
+      correction[r] = fast_exp2(row_max[r] - new_max);
       row_max[r] = new_max;
       row_sum[r] *= correction[r];
     }
-    uint32_t p[kWgKeys / 16][4];  // P as A fragments, one per 16 keys
 #pragma unroll
-    for (int i = 0; i < kWgKeys / 2; i += 2) {
+    for (int i = 0; i < kWgKeys<D> / 2; ++i) {
       const int r = (i % 4) / 2;
-      const float p0 = exp2f(s[i] - row_max[r]), p1 = exp2f(s[i + 1] - row_max[r]);
-      row_sum[r] += p0 + p1;
-      // s[i], s[i + 1]: keys 8j + 2t, +1 of row g + 8r, j = i / 4; A fragment j / 2 (16 keys),
-      // register (j % 2) * 2 + r
-      p[i / 8][((i / 4) % 2) * 2 + r] = pack_bf16(p0, p1);
+      s[i] = fast_exp2(fmaf(s[i], scale_log2, -row_max[r]));
+      row_sum[r] += s[i];
     }
+    wgmma::wait<0>();  // the previous tile's P V: o and p are free
+    wgmma::fence_registers(o);
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
-
-    wgmma::fence();
 #pragma unroll
-    for (int kc = 0; kc < kWgKeys / 16; ++kc) {
-      wgmma::mma_rs<D, 1>(o, p[kc], wgmma::mn_major(v_tile, kWgKeys, kc), 1);
+    for (int i = 0; i < kWgKeys<D> / 2; i += 2) {
+      // s[i], s[i + 1]: keys 8j + 2t, +1 of row g + 8r, j = i / 4, r = (i % 4) / 2; A fragment
+      // j / 2 (16 keys), register (j % 2) * 2 + r
+      p[i / 8][((i / 4) % 2) * 2 + (i % 4) / 2] = pack_bf16(s[i], s[i + 1]);
     }
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_registers(o);
   }
+  // The last tile's P V.
+  cp_async_wait_all();
+  wgmma::fence_shared_for_async_proxy();
+  __syncthreads();  // V_last visible to wgmma
+  wgmma::fence();
+  issue_pv(last_kv_tile & 1);
+  wgmma::wait<0>();
+  wgmma::fence_registers(o);
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
