@@ -75,6 +75,11 @@ __device__ __forceinline__ void cp_async_16(bf16* dst, const bf16* src, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
                "l"(src), "r"(valid ? 16 : 0));
 }
+// 4-byte global -> shared copy; zero-fills the destination when !valid.
+__device__ __forceinline__ void cp_async_4(float* dst, const float* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
@@ -125,13 +130,21 @@ __device__ __forceinline__ void load_tile_async(bf16* tile, const bf16* head_bas
 template <int D, int kRows, int kBlockThreads>
 __device__ __forceinline__ void load_swizzled_tile_async(bf16* tile, const bf16* head_base,
                                                          int64_t token_stride, int first, int seq) {
+  // A thread copies the same 16-byte chunk of rows row0, row0 + kRowsPerPass, ...: as
+  // kRowsPerPass is a multiple of 8 its swizzled column is the same in every row.
   constexpr int kChunksPerRow = D / 8;
-  for (int index = threadIdx.x; index < kRows * kChunksPerRow; index += kBlockThreads) {
-    const int row = index / kChunksPerRow, chunk = index % kChunksPerRow;
-    const int t = first + row;
-    const bool valid = t < seq;
-    const bf16* src = head_base + (valid ? int64_t{t} * token_stride + chunk * 8 : 0);
-    cp_async_16(tile + wgmma::swizzled_offset(kRows, row, chunk * 8), src, valid);
+  constexpr int kRowsPerPass = kBlockThreads / kChunksPerRow;
+  static_assert(
+      kBlockThreads % kChunksPerRow == 0 && kRowsPerPass % 8 == 0 && kRows % kRowsPerPass == 0,
+      "a pass covers whole 8-row swizzle periods");
+  const int chunk = threadIdx.x % kChunksPerRow, row0 = threadIdx.x / kChunksPerRow;
+  bf16* dst = tile + wgmma::swizzled_offset(kRows, row0, chunk * 8);
+  const bf16* src = head_base + int64_t{first + row0} * token_stride + chunk * 8;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const bool valid = first + row0 + pass * kRowsPerPass < seq;
+    cp_async_16(dst + pass * kRowsPerPass * wgmma::kBlockColumns,
+                valid ? src + pass * kRowsPerPass * token_stride : head_base, valid);
   }
 }
 

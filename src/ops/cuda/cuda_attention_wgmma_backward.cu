@@ -104,12 +104,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
         q_s + stage * kBwdQueries * D, q_BTHD + q_offset, q_token, first_query, seq);
     load_swizzled_tile_async<D, kBwdQueries, kBwdThreads>(
         dout_s + stage * kBwdQueries * D, dout_BTHD + q_offset, q_token, first_query, seq);
+    // lse (natural log) and delta of the tile's queries, asynchronously. Padding queries read
+    // zeros: their Q and dO rows are zeros too, so P^T dO and dS^T = P^T (dP^T - delta) vanish.
     const int64_t stats = (int64_t{b} * shape.heads + h) * seq;
-    for (int i = threadIdx.x; i < kBwdQueries; i += kBwdThreads) {
-      const int query = first_query + i;
-      // +inf lse makes every probability of a padding query 0.
-      lse_s[stage * kBwdQueries + i] = query < seq ? lse_BHT[stats + query] * kLog2e : INFINITY;
-      delta_s[stage * kBwdQueries + i] = query < seq ? delta_BHT[stats + query] : 0.0f;
+    if (threadIdx.x < 2 * kBwdQueries) {
+      const int i = threadIdx.x % kBwdQueries, query = first_query + i;
+      const bool valid = query < seq;
+      const float* source = threadIdx.x < kBwdQueries ? lse_BHT : delta_BHT;
+      float* target = threadIdx.x < kBwdQueries ? lse_s : delta_s;
+      cp_async_4(target + stage * kBwdQueries + i, source + (valid ? stats + query : 0), valid);
     }
   };
   load_step(0, 0);
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
         const int e = i % 4;
         const int key = key_offset + warp * 16 + g + (e / 2) * 8;
         const int query = (i / 4) * 8 + 2 * t + e % 2;
-        float p = fast_exp2(fmaf(s[i], scale_log2, -lse_tile[query]));
+        float p = fast_exp2(fmaf(s[i], scale_log2, -lse_tile[query] * kLog2e));
         if (straddles && key > query) p = 0;
         s[i] = p;
       }
