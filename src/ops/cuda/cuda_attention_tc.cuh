@@ -107,6 +107,29 @@ __device__ __forceinline__ void a_fragment_of(const float (&left)[4], const floa
   a[3] = pack_bf16(right[2], right[3]);
 }
 
+// The work of one backward block: a key tile of one batch and kv head, for `heads_per_block`
+// query heads of its group from `first_head`. Block indices run over (key tile, kv head, slice
+// of the group, batch) with the heaviest key tiles (most query tiles after them) first; when a
+// block walks less than the whole group, several blocks share a key tile and add their dK, dV
+// into fp32 accumulators instead of storing them.
+struct BackwardBlock {
+  int kv_tile, batch, kv_head, first_head;
+};
+__device__ __forceinline__ BackwardBlock backward_block(const AttentionShape& shape,
+                                                        int heads_per_block) {
+  const int group = shape.heads / shape.kv_heads;
+  const int slices = group / heads_per_block;
+  const int units = shape.kv_heads * slices;
+  const int heads_and_batches = units * shape.batch;
+  const int unit = blockIdx.x % heads_and_batches % units;
+  BackwardBlock block;
+  block.kv_tile = blockIdx.x / heads_and_batches;
+  block.batch = blockIdx.x % heads_and_batches / units;
+  block.kv_head = unit / slices;
+  block.first_head = block.kv_head * group + (unit % slices) * heads_per_block;
+  return block;
+}
+
 // Rows [first, first + kRows) of one head (row stride `token_stride` elements) into a shared
 // tile of pitch<D>(); rows at or past `seq` become zeros. Asynchronous: commit and wait.
 // REQUIRES: called by all kBlockThreads threads of the block.

@@ -74,19 +74,9 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
   constexpr int kDqChunks = kDChunks * 4 / kBackwardWarps;
   const int seq = shape.seq;
   const int q_tiles = (seq + kTile - 1) / kTile;
-  // Block index -> (key tile, kv head, slice of its query-head group, batch) with the heaviest
-  // key tiles (most query tiles after them) dispatched first. A block walks `heads_per_block`
-  // query heads of the group; when that is not the whole group, several blocks share a key
-  // tile and add their dK, dV into fp32 accumulators instead of storing them.
-  const int group = shape.heads / shape.kv_heads;
-  const int slices = group / heads_per_block;
-  const int units = shape.kv_heads * slices;
-  const int heads_and_batches = units * shape.batch;
-  const int kv_tile = blockIdx.x / heads_and_batches;
-  const int unit = blockIdx.x % heads_and_batches % units;
-  const int b = blockIdx.x % heads_and_batches / units;
-  const int kv_head = unit / slices;
-  const int first_head = kv_head * group + (unit % slices) * heads_per_block;
+  const BackwardBlock block = backward_block(shape, heads_per_block);
+  const int kv_tile = block.kv_tile, b = block.batch, kv_head = block.kv_head;
+  const int first_head = block.first_head;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;

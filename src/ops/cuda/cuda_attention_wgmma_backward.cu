@@ -58,17 +58,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
 #if SHARDTRAIN_WGMMA_COMPILED
   const int seq = shape.seq;
   const int q_tiles = (seq + kBwdQueries - 1) / kBwdQueries;
-  // Block index -> (key tile, kv head, slice of its group, batch), heaviest key tiles first (as
-  // the mma.sync kernel).
-  const int group = shape.heads / shape.kv_heads;
-  const int slices = group / heads_per_block;
-  const int units = shape.kv_heads * slices;
-  const int heads_and_batches = units * shape.batch;
-  const int kv_tile = blockIdx.x / heads_and_batches;
-  const int unit = blockIdx.x % heads_and_batches % units;
-  const int b = blockIdx.x % heads_and_batches / units;
-  const int kv_head = unit / slices;
-  const int first_head = kv_head * group + (unit % slices) * heads_per_block;
+  const BackwardBlock block = backward_block(shape, heads_per_block);
+  const int kv_tile = block.kv_tile, b = block.batch, kv_head = block.kv_head;
+  const int first_head = block.first_head;
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t q_token = int64_t{shape.heads} * D, kv_token = int64_t{shape.kv_heads} * D;
@@ -125,6 +117,18 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   float s[32], dp[32];  // S^T, dP^T: 64 keys x 64 queries
 #pragma unroll
   for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0;
+
+  // This warpgroup's dS^T (64 keys x 64 queries, accumulator layout) into shared memory as bf16
+  // pairs at their swizzled positions, for dQ.
+  const auto store_dst = [&](const float(&values)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const int key = warpgroup * 64 + warp * 16 + g + ((i % 4) / 2) * 8;
+      const int query = (i / 4) * 8 + 2 * t;
+      *reinterpret_cast<uint32_t*>(dst_s + wgmma::swizzled_offset(kBwdKeys, key, query)) =
+          pack_bf16(values[i], values[i + 1]);
+    }
+  };
 
   for (int step = 0; step < steps; ++step) {
     cp_async_wait_all();
@@ -189,14 +193,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
         const int query = (i / 4) * 8 + 2 * t + i % 2;
         dp[i] = s[i] * (dp[i] - delta_tile[query]);
       }
-      // dS^T to shared memory (bf16 pairs at the swizzled positions) for dQ.
-#pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int key = warpgroup * 64 + warp * 16 + g + ((i % 4) / 2) * 8;
-        const int query = (i / 4) * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(dst_s + wgmma::swizzled_offset(kBwdKeys, key, query)) =
-            pack_bf16(dp[i], dp[i + 1]);
-      }
+      store_dst(dp);
       a_fragments_of(dp, ds_frag);
       wgmma::fence();
 #pragma unroll
@@ -207,11 +204,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     } else {
       // Every key after every query: dS^T = 0 (dQ multiplies all 128 keys).
 #pragma unroll
-      for (int i = 0; i < 32; i += 2) {
-        const int key = warpgroup * 64 + warp * 16 + g + ((i % 4) / 2) * 8;
-        const int query = (i / 4) * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(dst_s + wgmma::swizzled_offset(kBwdKeys, key, query)) = 0;
-      }
+      for (int i = 0; i < 32; ++i) dp[i] = 0;
+      store_dst(dp);
     }
     wgmma::fence_shared_for_async_proxy();  // dS^T stores visible to the dQ wgmma
     __syncthreads();                        // both halves of dS^T written
