@@ -1,3 +1,9 @@
+#!/usr/bin/env bash
+# Attention-only GPU-machine check (through the device tool, carrying .devkit): builds
+# cuda_ops_gpu_test, runs the attention gpu tests, times the attention kernels at the benchmark
+# shapes (wgmma and mma.sync side by side; also $OUT/attention-timing.txt) and runs the forward
+# tests under compute-sanitizer memcheck. About 45 s; logs under $OUT.
+set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH=$PWD/.devkit/usr/lib/x86_64-linux-gnu:$PWD/.devkit/usr/lib:${LD_LIBRARY_PATH:-}
 s=$(date +%s)
