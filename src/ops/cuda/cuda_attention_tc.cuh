@@ -1,6 +1,8 @@
 // Shared pieces of the tensor-core flash attention kernels (cuda_attention_tc_forward.cu,
-// cuda_attention_tc_backward.cu): tile constants, PTX wrappers (ldmatrix, mma.sync, cp.async),
-// the cp.async tile loader and launch helpers. Internal to ops/cuda (.cu files only).
+// cuda_attention_tc_backward.cu, and the Hopper wgmma kernels cuda_attention_wgmma_*.cu that
+// they dispatch to on compute capability 9.0): tile constants, PTX wrappers (ldmatrix,
+// mma.sync, cp.async), the cp.async tile loaders (padded and 128-byte swizzled), the backward
+// block mapping and launch helpers. Internal to ops/cuda (.cu files only).
 //
 // Causal grouped-query flash attention on the tensor cores, bf16 in and out, head dims 64 and 128
 // (the SIMT kernels of cuda_attention.cu handle every other case). FlashAttention-2 structure

@@ -403,14 +403,6 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
     const int slices = shape.heads / shape.kv_heads / heads_per_block;
     const unsigned blocks = static_cast<unsigned>(key_tiles) *
                             static_cast<unsigned>(shape.kv_heads * slices * shape.batch);
-    if (wgmma) {
-      wgmma_attention_backward(static_cast<const bf16*>(dout_BTHD),
-                               static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
-                               static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT, scale, shape,
-                               heads_per_block, blocks, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
-                               static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
-                               split ? dv_accum_BTKD : nullptr, stream);
-    }
     const auto launch = [&](auto warps_constant) {
       constexpr int kBackwardWarps = decltype(warps_constant)::value;
       auto kernel = flash_backward_kernel<D, kBackwardWarps>;
@@ -425,7 +417,12 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
       SHARDTRAIN_CUDA_CHECK_LAUNCH();
     };
     if (wgmma) {
-      // launched above
+      wgmma_attention_backward(static_cast<const bf16*>(dout_BTHD),
+                               static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
+                               static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT, scale, shape,
+                               heads_per_block, blocks, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
+                               static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
+                               split ? dv_accum_BTKD : nullptr, stream);
     } else if (warps == 4) {
       launch(std::integral_constant<int, 4>{});
     } else {
