@@ -55,6 +55,10 @@ Tensor FsdpUnits::compute_shard(int unit) const {
   return compute_[unit].view(act, {plan_.units[unit].shard_numel});
 }
 
+Tensor FsdpUnits::forward_shard(int unit) const {
+  return ops_.activation_dtype() == DType::kF32 ? master_shard(unit) : compute_shard(unit);
+}
+
 void FsdpUnits::init_random(uint64_t seed, double std) {
   std::vector<float> unit_values, shard_values;
   for (int u = 0; u < unit_count(); ++u) {
@@ -221,9 +225,8 @@ void FsdpUnits::start_gather(int unit) {
   const int64_t padded = plan_.units[unit].padded_numel;
   state.gathered_slot = take_slot(gathered_pool_, static_cast<size_t>(padded) * dtype_size(act));
   const Tensor gathered = gathered_pool_.buffers[state.gathered_slot].view(act, {padded});
-  const Tensor sent = act == DType::kF32 ? master_shard(unit) : compute_shard(unit);
   groups_.shard().set_context(unit_context(unit, "parameter all-gather"));
-  state.gather = groups_.shard().start_all_gather(gathered, sent);
+  state.gather = groups_.shard().start_all_gather(gathered, forward_shard(unit));
   state.gather_in_flight = true;
 }
 
@@ -237,10 +240,7 @@ void FsdpUnits::finish_gather(int unit) {
 Tensor FsdpUnits::acquire_params(int unit) {
   const DType act = ops_.activation_dtype();
   const int64_t numel = layout_.units[unit].numel;
-  if (!sharded()) {
-    const Tensor params = act == DType::kF32 ? master_shard(unit) : compute_shard(unit);
-    return params.rows(0, numel);
-  }
+  if (!sharded()) return forward_shard(unit).rows(0, numel);
   if (unit == 0) forward_phase_ = true;  // every pass starts at the root
   start_gather(unit);
   finish_gather(unit);

@@ -77,6 +77,9 @@ class FsdpUnits final : public UnitAccess {
   // The compute-dtype copy of master_shard (shard_numel, what the all-gathers send); undefined
   // when the backend computes in fp32 (the master shard is sent).
   Tensor compute_shard(int unit) const;
+  // The shard forward computes with (and the all-gathers send): compute_shard, or master_shard
+  // when the backend computes in fp32.
+  Tensor forward_shard(int unit) const;
 
   // Initialisation: each rank fills only its own shard. Random init generates the unit (the
   // same values on every world size) and keeps its slice; pretrained reads only the byte

@@ -18,9 +18,9 @@ Tensor fit(Tensor t, Shape shape) {
 
 // Logit rows per chunk of the lm head. A chunk holds at most max_logits (by default 256M logits,
 // 512 MiB in bf16), so peak memory does not grow with tokens x vocab; chunks are as large as
-// that allows because
-// each one re-reads and re-writes the whole fp32 lm-head gradient (vocab x hidden) in its
-// weight-gradient GEMM: with ~200-row chunks that traffic, not the FLOPs, bounded the head.
+// that allows because each one re-reads and re-writes the whole fp32 lm-head gradient (vocab x
+// hidden) in its weight-gradient GEMM: with ~200-row chunks that traffic, not the FLOPs, bounded
+// the head.
 // Rows are split evenly over the chunks and rounded up to a multiple of 128 (GEMM tiles).
 int64_t head_chunk_rows(int64_t tokens, int64_t vocab, int64_t max_logits) {
   const int64_t max_rows = std::max<int64_t>(max_logits / std::max<int64_t>(vocab, 1), 1);

@@ -85,13 +85,15 @@ ProfiledOps::~ProfiledOps() {
   log::info("{}", text);
 }
 
-void ProfiledOps::record_gemm(bool backward, int64_t rows, int64_t in, int64_t out,
-                              double flops) {
+void ProfiledOps::record_gemm(bool backward, const Tensor& x_NI, const Tensor& weight_OI,
+                              int products) {
   if (steps_.empty()) return;  // step 1 also holds the algorithm searches
+  const int64_t out = weight_OI.dim(0), in = out > 0 ? weight_OI.numel() / out : 0;
+  const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
   GemmShapeTotals& t = gemm_shapes_[{backward, rows, in, out}];
   ++t.calls;
   t.seconds += last_op_seconds_;
-  t.flops += flops;
+  t.flops += 2.0 * products * static_cast<double>(rows) * in * out;
 }
 
 std::string ProfiledOps::gemm_shape_table() const {
@@ -105,10 +107,10 @@ std::string ProfiledOps::gemm_shape_table() const {
   std::string text = "\n  gemm by shape (per step; backward = dx + dweight [+ dbias]):";
   for (const auto& [key, t] : rows) {
     const auto& [backward, tokens, in, out] = key;
-    text += fmt::format("\n    {:<8} {:>6} x {:>6} -> {:>6} {:>8.1f} calls {:>9.2f} ms {:>6.0f} TFLOP/s",
-                        backward ? "backward" : "forward", tokens, in, out,
-                        static_cast<double>(t.calls) / count, t.seconds / count * 1e3,
-                        t.seconds > 0 ? t.flops / t.seconds / 1e12 : 0.0);
+    text += fmt::format(
+        "\n    {:<8} {:>6} x {:>6} -> {:>6} {:>8.1f} calls {:>9.2f} ms {:>6.0f} TFLOP/s",
+        backward ? "backward" : "forward", tokens, in, out, static_cast<double>(t.calls) / count,
+        t.seconds / count * 1e3, t.seconds > 0 ? t.flops / t.seconds / 1e12 : 0.0);
   }
   return text;
 }
@@ -171,26 +173,20 @@ void ProfiledOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C,
 }
 void ProfiledOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
   timed(OpClass::kGemm, [&] { inner_->linear_forward(x_NI, weight_OI, bias_O, out_NO); });
-  const int64_t out = weight_OI.dim(0), in = out > 0 ? weight_OI.numel() / out : 0;
-  const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
-  record_gemm(false, rows, in, out, 2.0 * rows * in * out);
+  record_gemm(false, x_NI, weight_OI, 1);
 }
 void ProfiledOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
                                           Tensor out_NO) {
   timed(OpClass::kGemm,
         [&] { inner_->linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO); });
-  const int64_t out = weight_OI.dim(0), in = out > 0 ? weight_OI.numel() / out : 0;
-  const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
-  record_gemm(false, rows, in, out, 2.0 * rows * in * out);
+  record_gemm(false, x_NI, weight_OI, 1);
 }
 void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                   Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
   timed(OpClass::kGemm, [&] {
     inner_->linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx);
   });
-  const int64_t out = weight_OI.dim(0), in = out > 0 ? weight_OI.numel() / out : 0;
-  const int64_t rows = in > 0 ? x_NI.numel() / in : 0;
-  record_gemm(true, rows, in, out, (dx_NI.defined() ? 4.0 : 2.0) * rows * in * out);
+  record_gemm(true, x_NI, weight_OI, dx_NI.defined() ? 2 : 1);
 }
 void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
   timed(OpClass::kElementwise, [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });

@@ -106,8 +106,10 @@ class ProfiledOps final : public Ops {
   template <typename Op>
   void timed(OpClass op_class, Op&& op);
 
-  // Adds a GEMM's time (just measured by `timed`) to its shape's row, from step 2 on.
-  void record_gemm(bool backward, int64_t rows, int64_t in, int64_t out, double flops);
+  // Adds a GEMM's time (just measured by `timed`) to the row of its shape (rows of x_NI x in ->
+  // out of weight_OI), from step 2 on; `products` GEMMs of that size ran (backward: dweight, and
+  // dx when it was asked for).
+  void record_gemm(bool backward, const Tensor& x_NI, const Tensor& weight_OI, int products);
 
   std::unique_ptr<Ops> inner_;
   struct GemmShapeTotals {

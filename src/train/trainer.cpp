@@ -248,10 +248,8 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
     const double elapsed =
         elapsed_before +
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    StepReport report{step,      steps,
-                      loss,      lr,
-                      grad_norm, elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0,
-                      elapsed};
+    const double tokens_per_s = elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0;
+    StepReport report{step, steps, loss, lr, grad_norm, tokens_per_s, elapsed};
     if (is_rank0 && !options.quiet &&
         (step % config.train.log_every == 0 || step == steps || step == 1)) {
       std::printf("%s\n", format_progress_line(report).c_str());

@@ -109,14 +109,25 @@ void CpuOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tens
 
 // ---- linear ----
 
+namespace {
+
+// The sizes of out_NO = x_NI @ weight_OI^T, checked.
+struct LinearSizes {
+  int64_t rows, in_features, out_features;
+};
+LinearSizes linear_sizes(const Tensor& x_NI, const Tensor& weight_OI, const Tensor& out_NO) {
+  const LinearSizes s{row_count(x_NI), row_width(x_NI), weight_OI.dim(0)};
+  SHARDTRAIN_CHECK(weight_OI.numel() == s.out_features * s.in_features &&
+                       out_NO.numel() == s.rows * s.out_features,
+                   "linear: x {}, weight {}, out {}", x_NI.shape().to_string(),
+                   weight_OI.shape().to_string(), out_NO.shape().to_string());
+  return s;
+}
+
+}  // namespace
+
 void CpuOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
-  const int64_t rows = row_count(x_NI);
-  const int64_t in_features = row_width(x_NI);
-  const int64_t out_features = weight_OI.dim(0);
-  SHARDTRAIN_CHECK(
-      weight_OI.numel() == out_features * in_features && out_NO.numel() == rows * out_features,
-      "linear: x {}, weight {}, out {}", x_NI.shape().to_string(), weight_OI.shape().to_string(),
-      out_NO.shape().to_string());
+  const auto [rows, in_features, out_features] = linear_sizes(x_NI, weight_OI, out_NO);
   if (rows == 0 || out_features == 0) return;
   float* out = out_NO.f32();
   float beta = 0;
@@ -135,13 +146,7 @@ void CpuOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor
 
 void CpuOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
                                      Tensor out_NO) {
-  const int64_t rows = row_count(x_NI);
-  const int64_t in_features = row_width(x_NI);
-  const int64_t out_features = weight_OI.dim(0);
-  SHARDTRAIN_CHECK(weight_OI.numel() == out_features * in_features &&
-                       out_NO.numel() == rows * out_features,
-                   "linear: x {}, weight {}, out {}", x_NI.shape().to_string(),
-                   weight_OI.shape().to_string(), out_NO.shape().to_string());
+  const auto [rows, in_features, out_features] = linear_sizes(x_NI, weight_OI, out_NO);
   require_same_numel(out_NO, residual_NO, "linear residual");
   if (rows == 0 || out_features == 0) return;
   if (out_NO.data() != residual_NO.data()) {

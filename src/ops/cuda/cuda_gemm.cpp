@@ -37,6 +37,9 @@ cudaDataType_t cuda_type(DType dtype) {
 }
 
 void* output_of(const GemmCall& call) { return call.d != nullptr ? call.d : call.c; }
+size_t output_bytes(const GemmCall& call) {
+  return static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
+}
 
 // Largest power of two (at most 16 bytes) that divides the address: cuBLASLt's algorithm choice
 // depends on it, and slices of activations (e.g. lm-head chunks) need not be 16-byte aligned.
@@ -141,9 +144,7 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                  static_cast<uint32_t>(alignment_of(output_of(call))));
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int found_count = 0;
-  const size_t output_bytes =
-      static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
-  const bool tune = autotune_ && output_bytes <= kMaxTunedOutputBytes;
+  const bool tune = autotune_ && output_bytes(call) <= kMaxTunedOutputBytes;
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
                                                          plan.c, plan.c, preference,
                                                          tune ? kTuneCandidates : 1, results,
@@ -168,8 +169,7 @@ int CublasLtGemm::fastest(const Plan& plan, const GemmCall& call,
   void* output = output_of(call);
   void* scratch = nullptr;
   if (call.beta != 0 && output == call.c) {
-    const size_t bytes = static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
-    if (cudaMallocAsync(&scratch, bytes, stream_) != cudaSuccess) {
+    if (cudaMallocAsync(&scratch, output_bytes(call), stream_) != cudaSuccess) {
       // Tuning is optional: with no memory to spare, keep the heuristic's first choice.
       (void)cudaGetLastError();  // clear the allocation error so later checks do not see it
       return 0;

@@ -1,7 +1,7 @@
 // CublasLtGemm: column-major GEMMs through cuBLASLt with bf16 (or f32) inputs, fp32 compute and
 // accumulation, and an f32 or bf16 output D = op(A) op(B) + beta C (beta 0 or 1; D is C unless
-// the call names another buffer, e.g. a residual stream added in the epilogue). The descriptors and the
-// algorithm are chosen once per problem key (shape, transposes, dtypes, leading dimensions,
+// the call names another buffer, e.g. a residual stream added in the epilogue). The descriptors
+// and the algorithm are chosen once per problem key (shape, transposes, dtypes, leading dimensions,
 // epilogue, pointer alignments) and cached.
 // Algorithm choice: the heuristic's first answer, unless autotuning is on (the default; off with
 // SHARDTRAIN_GEMM_AUTOTUNE=0): then the first call of a key times the heuristic's top
