@@ -81,6 +81,7 @@ ProfiledOps::~ProfiledOps() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - created_).count();
   text += fmt::format("\n  {:<34} {:>14} {:>11.2f} ms (process wall time {:.1f} s)", "all ops", "",
                       total * 1e3, wall);
+  text += op_name_table();
   text += gemm_shape_table();
   log::info("{}", text);
 }
@@ -115,8 +116,23 @@ std::string ProfiledOps::gemm_shape_table() const {
   return text;
 }
 
+std::string ProfiledOps::op_name_table() const {
+  const size_t steps = steps_.size() + (step_has_update_ ? 1 : 0);
+  if (op_names_.empty() || steps < 2) return "";
+  const double count = static_cast<double>(steps - 1);
+  std::vector<std::pair<std::string, ClassTotals>> rows(op_names_.begin(), op_names_.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string text = "\n  by op (per step):";
+  for (const auto& [name, t] : rows) {
+    text += fmt::format("\n    {:<34} {:>8.1f} calls {:>9.2f} ms", name,
+                        static_cast<double>(t.calls) / count, t.seconds / count * 1e3);
+  }
+  return text;
+}
+
 template <typename Op>
-void ProfiledOps::timed(OpClass op_class, Op&& op) {
+void ProfiledOps::timed(const char* op_name, OpClass op_class, Op&& op) {
   const bool compute = op_class != OpClass::kOptimizer && op_class != OpClass::kMemory;
   if (compute && step_has_update_) {  // the first compute op after an update: a new step
     steps_.push_back(current_step_);
@@ -133,120 +149,125 @@ void ProfiledOps::timed(OpClass op_class, Op&& op) {
   ClassTotals& t = current_step_[static_cast<int>(op_class)];
   ++t.calls;
   t.seconds += seconds;
+  if (!steps_.empty()) {  // step 1 also holds one-time work
+    ClassTotals& named = op_names_[op_name];
+    ++named.calls;
+    named.seconds += seconds;
+  }
 }
 
 void* ProfiledOps::allocate(size_t bytes) { return inner_->allocate(bytes); }
 void ProfiledOps::release(void* pointer) { inner_->release(pointer); }
 void ProfiledOps::copy_from_host(Tensor dst, const void* src) {
-  timed(OpClass::kMemory, [&] { inner_->copy_from_host(dst, src); });
+  timed(__func__, OpClass::kMemory, [&] { inner_->copy_from_host(dst, src); });
 }
 void ProfiledOps::copy_to_host(void* dst, Tensor src) {
-  timed(OpClass::kMemory, [&] { inner_->copy_to_host(dst, src); });
+  timed(__func__, OpClass::kMemory, [&] { inner_->copy_to_host(dst, src); });
 }
 void ProfiledOps::fill_zero(Tensor dst) {
-  timed(OpClass::kMemory, [&] { inner_->fill_zero(dst); });
+  timed(__func__, OpClass::kMemory, [&] { inner_->fill_zero(dst); });
 }
 void ProfiledOps::cast(Tensor dst, Tensor src) {
-  timed(OpClass::kOptimizer, [&] { inner_->cast(dst, src); });
+  timed(__func__, OpClass::kOptimizer, [&] { inner_->cast(dst, src); });
 }
 void ProfiledOps::add(Tensor out, Tensor a, Tensor b) {
-  timed(OpClass::kElementwise, [&] { inner_->add(out, a, b); });
+  timed(__func__, OpClass::kElementwise, [&] { inner_->add(out, a, b); });
 }
 void ProfiledOps::scale(Tensor x, float factor) {
-  timed(OpClass::kElementwise, [&] { inner_->scale(x, factor); });
+  timed(__func__, OpClass::kElementwise, [&] { inner_->scale(x, factor); });
 }
 void ProfiledOps::embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) {
-  timed(OpClass::kEmbedding, [&] { inner_->embedding_forward(ids_N, table_VC, out_NC); });
+  timed(__func__, OpClass::kEmbedding, [&] { inner_->embedding_forward(ids_N, table_VC, out_NC); });
 }
 void ProfiledOps::embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) {
-  timed(OpClass::kEmbedding, [&] { inner_->embedding_backward(ids_N, dout_NC, dtable_VC); });
+  timed(__func__, OpClass::kEmbedding, [&] { inner_->embedding_backward(ids_N, dout_NC, dtable_VC); });
 }
 void ProfiledOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
                                   Tensor rstd_N) {
-  timed(OpClass::kNorm, [&] { inner_->rmsnorm_forward(x_NC, weight_C, eps, out_NC, rstd_N); });
+  timed(__func__, OpClass::kNorm, [&] { inner_->rmsnorm_forward(x_NC, weight_C, eps, out_NC, rstd_N); });
 }
 void ProfiledOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
                                    Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) {
-  timed(OpClass::kNorm, [&] {
+  timed(__func__, OpClass::kNorm, [&] {
     inner_->rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C, accumulate_dx);
   });
 }
 void ProfiledOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
-  timed(OpClass::kGemm, [&] { inner_->linear_forward(x_NI, weight_OI, bias_O, out_NO); });
+  timed(__func__, OpClass::kGemm, [&] { inner_->linear_forward(x_NI, weight_OI, bias_O, out_NO); });
   record_gemm(false, x_NI, weight_OI, 1);
 }
 void ProfiledOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
                                           Tensor out_NO) {
-  timed(OpClass::kGemm,
+  timed(__func__, OpClass::kGemm,
         [&] { inner_->linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO); });
   record_gemm(false, x_NI, weight_OI, 1);
 }
 void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                   Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
-  timed(OpClass::kGemm, [&] {
+  timed(__func__, OpClass::kGemm, [&] {
     inner_->linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx);
   });
   record_gemm(true, x_NI, weight_OI, dx_NI.defined() ? 2 : 1);
 }
 void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(OpClass::kElementwise, [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
+  timed(__func__, OpClass::kElementwise, [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
 }
 void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(OpClass::kElementwise, [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
+  timed(__func__, OpClass::kElementwise, [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
 }
 void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR,
                                  Tensor sin_PR, Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
-  timed(OpClass::kElementwise, [&] {
+  timed(__func__, OpClass::kElementwise, [&] {
     inner_->split_qkv_rope(qkv_NX, positions_N, cos_PR, sin_PR, q_NHD, k_NKD, v_NKD);
   });
 }
 void ProfiledOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
                                          Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                          Tensor dqkv_NX) {
-  timed(OpClass::kElementwise, [&] {
+  timed(__func__, OpClass::kElementwise, [&] {
     inner_->pack_qkv_rope_backward(dq_NHD, dk_NKD, dv_NKD, positions_N, cos_PR, sin_PR, dqkv_NX);
   });
 }
 void ProfiledOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
                                     Tensor out_BTHD, Tensor lse_BHT) {
-  timed(OpClass::kAttention,
+  timed(__func__, OpClass::kAttention,
         [&] { inner_->attention_forward(q_BTHD, k_BTKD, v_BTKD, scale, out_BTHD, lse_BHT); });
 }
 void ProfiledOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
                                      Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
                                      Tensor dk_BTKD, Tensor dv_BTKD) {
-  timed(OpClass::kAttention, [&] {
+  timed(__func__, OpClass::kAttention, [&] {
     inner_->attention_backward(dout_BTHD, q_BTHD, k_BTKD, v_BTKD, out_BTHD, lse_BHT, scale, dq_BTHD,
                                dk_BTKD, dv_BTKD);
   });
 }
 void ProfiledOps::swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {
-  timed(OpClass::kElementwise, [&] { inner_->swiglu_forward(gate_NF, up_NF, out_NF); });
+  timed(__func__, OpClass::kElementwise, [&] { inner_->swiglu_forward(gate_NF, up_NF, out_NF); });
 }
 void ProfiledOps::swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                                   Tensor dup_NF) {
-  timed(OpClass::kElementwise,
+  timed(__func__, OpClass::kElementwise,
         [&] { inner_->swiglu_backward(dout_NF, gate_NF, up_NF, dgate_NF, dup_NF); });
 }
 void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale,
                                 Tensor loss_sum_1, bool compute_grad) {
-  timed(OpClass::kLoss,
+  timed(__func__, OpClass::kLoss,
         [&] { inner_->cross_entropy(logits_NV, targets_N, grad_scale, loss_sum_1, compute_grad); });
 }
 void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
-  timed(OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
+  timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
   step_has_update_ = true;
 }
 void ProfiledOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
-  timed(OpClass::kOptimizer, [&] { inner_->adamw_multi(segments, step); });
+  timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw_multi(segments, step); });
   step_has_update_ = true;  // ends a step as adamw does
 }
 void ProfiledOps::sum_squares(Tensor x, Tensor out_1) {
-  timed(OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });
+  timed(__func__, OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });
 }
 float ProfiledOps::read_scalar(Tensor x_1) {
   float value = 0;
-  timed(OpClass::kMemory, [&] { value = inner_->read_scalar(x_1); });
+  timed(__func__, OpClass::kMemory, [&] { value = inner_->read_scalar(x_1); });
   return value;
 }
 

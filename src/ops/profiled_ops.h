@@ -9,7 +9,8 @@
 // averaged over the steps after the first (which also holds one-time work: weight upload,
 // cuBLASLt algorithm search), when there are at least two; else totals. A step ends with its
 // AdamW calls: the first compute op after an adamw starts the next one. A second table splits
-// the GEMM time by direction and shape (tokens x in -> out) with the achieved TFLOP/s.
+// the time by Ops method, a third the GEMM time by direction and shape (tokens x in -> out) with
+// the achieved TFLOP/s.
 #pragma once
 
 #include <array>
@@ -54,6 +55,8 @@ class ProfiledOps final : public Ops {
   const std::vector<Table>& steps() const { return steps_; }
   // The GEMM-by-shape lines of the log table (steps 2..N; empty before a second step).
   std::string gemm_shape_table() const;
+  // The per-op-method lines of the log table (steps 2..N, per step; empty before a second step).
+  std::string op_name_table() const;
 
   Ops* backend() override { return inner_->backend(); }
   Device device() const override { return inner_->device(); }
@@ -102,9 +105,10 @@ class ProfiledOps final : public Ops {
   float read_scalar(Tensor x_1) override;
 
  private:
-  // Synchronises, runs `op`, synchronises, adds the time to `op_class`.
+  // Synchronises, runs `op`, synchronises, adds the time to `op_class` and (from step 2 on) to
+  // the row of `op_name` (the Ops method's name).
   template <typename Op>
-  void timed(OpClass op_class, Op&& op);
+  void timed(const char* op_name, OpClass op_class, Op&& op);
 
   // Adds a GEMM's time (just measured by `timed`) to the row of its shape (rows of x_NI x in ->
   // out of weight_OI), from step 2 on; `products` GEMMs of that size ran (backward: dweight, and
@@ -118,6 +122,7 @@ class ProfiledOps final : public Ops {
   };
   // (backward, rows, in, out) -> totals over steps 2..N.
   std::map<std::tuple<bool, int64_t, int64_t, int64_t>, GemmShapeTotals> gemm_shapes_;
+  std::map<std::string, ClassTotals> op_names_;  // Ops method -> totals over steps 2..N
   double last_op_seconds_ = 0;  // duration of the latest `timed` call
   // Completed steps, then the current one (since the last step boundary). The totals over the
   // run and per step are sums of these.

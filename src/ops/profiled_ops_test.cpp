@@ -2,6 +2,7 @@
 // class.
 #include "ops/profiled_ops.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -80,6 +81,7 @@ TEST(ProfiledOps, GemmShapesAreTabledFromTheSecondStep) {
     profiled.linear_backward(out.tensor, x.tensor, weight.tensor, dx.tensor, dweight.tensor,
                              Tensor(), false);
     if (s < 2) EXPECT_EQ(profiled.gemm_shape_table(), "") << "no table before a second step";
+    if (s < 2) EXPECT_EQ(profiled.op_name_table(), "") << "no table before a second step";
     profiled.adamw(p.tensor, dweight.tensor.reshaped({48}), m.tensor, v.tensor, step);
   }
   const std::string table = profiled.gemm_shape_table();
@@ -87,6 +89,12 @@ TEST(ProfiledOps, GemmShapesAreTabledFromTheSecondStep) {
       << table;
   EXPECT_NE(table.find("backward      4 x      8 ->      6      1.0 calls"), std::string::npos)
       << table;
+  // Per Ops method, per step (steps 2 and 3): one call each.
+  const std::string by_op = profiled.op_name_table();
+  for (const char* name : {"linear_forward", "linear_backward", "adamw"}) {
+    EXPECT_NE(by_op.find(fmt::format("\n    {:<34}      1.0 calls", name)), std::string::npos)
+        << name << by_op;
+  }
 }
 
 TEST(ProfiledOps, EnvironmentVariableWrapsTheBackend) {

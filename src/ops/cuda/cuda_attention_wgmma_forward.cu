@@ -40,15 +40,19 @@ constexpr size_t wgmma_forward_shared_bytes() {
 }
 
 // REQUIRES: blockDim.x == kWgThreads; dynamic shared memory wgmma_forward_shared_bytes<D>();
-// grid (query tiles of 128, heads, batch).
+// a 1-D grid of (query tiles of 128) x heads x batch blocks.
 template <int D>
 __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
     wgmma_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
                          AttentionShape shape, bf16* out_BTHD, float* lse_BHT) {
 #if SHARDTRAIN_WGMMA_COMPILED
   const int seq = shape.seq;
-  const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest (longest causal row) first
-  const int h = blockIdx.y, b = blockIdx.z;
+  // Heaviest (longest causal row) tiles first over the whole grid, so the last wave holds the
+  // shortest tiles; the heads of one tile row run side by side (their K/V share L2).
+  const int heads_and_batches = shape.heads * shape.batch;
+  const int q_tiles = gridDim.x / heads_and_batches;
+  const int q_tile = q_tiles - 1 - static_cast<int>(blockIdx.x) / heads_and_batches;
+  const int h = blockIdx.x % shape.heads, b = blockIdx.x / shape.heads % shape.batch;
   const int kv_head = h / (shape.heads / shape.kv_heads);
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -228,8 +232,8 @@ void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16*
     auto kernel = wgmma_forward_kernel<D>;
     constexpr size_t bytes = wgmma_forward_shared_bytes<D>();
     allow_shared(kernel, bytes);
-    const dim3 grid(static_cast<unsigned>((shape.seq + kWgQueryRows - 1) / kWgQueryRows),
-                    static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch));
+    const int64_t q_tiles = (shape.seq + kWgQueryRows - 1) / kWgQueryRows;
+    const auto grid = static_cast<unsigned>(q_tiles * shape.heads * shape.batch);
     kernel<<<grid, kWgThreads, bytes, stream>>>(q_BTHD, k_BTKD, v_BTKD, scale, shape, out_BTHD,
                                                 lse_BHT);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();

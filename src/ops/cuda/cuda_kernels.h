@@ -119,6 +119,16 @@ void rope_rows(DType dtype, const void* src, int64_t src_row, void* dst, int64_t
                const int32_t* positions_N, int64_t tokens, int64_t heads, int64_t head_dim,
                const float* cos_PR, const float* sin_PR, float direction, cudaStream_t stream);
 
+// Packed q/k/v rows [tokens, (q_heads + 2 kv_heads) * head_dim] <-> q, k, v [tokens, heads,
+// head_dim] in one pass, rope applied to q and k: to_packed = false splits with direction +1
+// (forward), true packs with -1 (backward). Returns false, doing nothing, unless the tensors are
+// bf16, head_dim / 2 is a multiple of 8 and every base is 16-byte aligned (callers then use
+// rope_rows and a copy).
+bool rope_qkv_packed(DType dtype, void* packed, void* q, void* k, void* v,
+                     const int32_t* positions_N, int64_t tokens, int64_t q_heads,
+                     int64_t kv_heads, int64_t head_dim, const float* cos_PR, const float* sin_PR,
+                     bool to_packed, cudaStream_t stream);
+
 // ---- cuda_swiglu.cu ---- (all tensors of `dtype`; outputs may alias inputs)
 void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,
                     cudaStream_t stream);

@@ -180,6 +180,12 @@ void CudaOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, T
   const op_checks::PackedQkv p =
       check_packed(qkv_NX, q_NHD, k_NKD, v_NKD, positions_N, cos_PR, sin_PR);
   const DType dtype = qkv_NX.dtype();
+  if (cuda_kernels::rope_qkv_packed(dtype, qkv_NX.data(), q_NHD.data(), k_NKD.data(),
+                                    v_NKD.data(), positions_N.i32(), p.tokens, p.q_heads,
+                                    p.kv_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), false,
+                                    stream_)) {
+    return;
+  }
   const char* row = static_cast<const char*>(qkv_NX.data());
   const size_t element = dtype_size(dtype);
   cuda_kernels::rope_rows(dtype, row, p.row(), q_NHD.data(), p.q_width(), positions_N.i32(),
@@ -198,6 +204,12 @@ void CudaOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD
   const op_checks::PackedQkv p =
       check_packed(dqkv_NX, dq_NHD, dk_NKD, dv_NKD, positions_N, cos_PR, sin_PR);
   const DType dtype = dqkv_NX.dtype();
+  if (cuda_kernels::rope_qkv_packed(dtype, dqkv_NX.data(), dq_NHD.data(), dk_NKD.data(),
+                                    dv_NKD.data(), positions_N.i32(), p.tokens, p.q_heads,
+                                    p.kv_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), true,
+                                    stream_)) {
+    return;
+  }
   char* row = static_cast<char*>(dqkv_NX.data());
   const size_t element = dtype_size(dtype);
   cuda_kernels::rope_rows(dtype, dq_NHD.data(), p.q_width(), row, p.row(), positions_N.i32(),

@@ -380,7 +380,8 @@ TEST_P(CudaRopeTest, RopeForwardAndBackward) {
   EXPECT_BF16_CLOSE(dqkv);
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, CudaRopeTest, ::testing::Values(64, 6));
+// 128, 64, 16: the fused 16-byte packed q/k/v kernel (half a multiple of 8); 6: the generic one.
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaRopeTest, ::testing::Values(128, 64, 16, 6));
 
 TEST_F(CudaOpsTest, SwiGlu) {
   for (const Shape& shape : {Shape{33, 250}, Shape{32, 256}}) {  // scalar, then vector kernels
@@ -693,16 +694,20 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
     return gpu_tensor(random(shape.numel()), dtype, shape);
   };
   const int64_t N = B * T;
-  Tensor x = device({N, C}, DType::kBF16), w = device({F, C}, DType::kBF16);
-  Tensor y = device({N, F}, DType::kBF16), dy = device({N, F}, DType::kBF16);
-  Tensor dx = device({N, C}, DType::kBF16), dw = device({F, C}, DType::kF32);
-  const double gemm_flops = 2.0 * N * C * F;
-  const double fwd_ms = time_ms([&] { gpu_->linear_forward(x, w, Tensor(), y); });
-  const double bwd_ms = time_ms([&] { gpu_->linear_backward(dy, x, w, dx, dw, Tensor(), false); });
-  std::printf(
-      "linear N=%ld I=%ld O=%ld: forward %.3f ms (%.0f TFLOP/s), backward (dx bf16 + "
-      "dW f32) %.3f ms (%.0f TFLOP/s)\n",
-      N, C, F, fwd_ms, gemm_flops / fwd_ms * 1e-9, bwd_ms, 2 * gemm_flops / bwd_ms * 1e-9);
+  Tensor x = device({N, C}, DType::kBF16), dx = device({N, C}, DType::kBF16);
+  // The MLP's gate (or up) projection, and both as one GEMM (weights back to back).
+  for (const int64_t O : {F, 2 * F}) {
+    Tensor w = device({O, C}, DType::kBF16), dw = device({O, C}, DType::kF32);
+    Tensor y = device({N, O}, DType::kBF16), dy = device({N, O}, DType::kBF16);
+    const double gemm_flops = 2.0 * N * C * O;
+    const double fwd_ms = time_ms([&] { gpu_->linear_forward(x, w, Tensor(), y); });
+    const double bwd_ms =
+        time_ms([&] { gpu_->linear_backward(dy, x, w, dx, dw, Tensor(), false); });
+    std::printf(
+        "linear N=%ld I=%ld O=%ld: forward %.3f ms (%.0f TFLOP/s), backward (dx bf16 + "
+        "dW f32) %.3f ms (%.0f TFLOP/s)\n",
+        N, C, O, fwd_ms, gemm_flops / fwd_ms * 1e-9, bwd_ms, 2 * gemm_flops / bwd_ms * 1e-9);
+  }
   Tensor weight = device({C}, DType::kBF16), rstd = device({N}, DType::kF32);
   Tensor normed = device({N, C}, DType::kBF16), dweight = device({C}, DType::kF32);
   const double norm_ms = time_ms([&] { gpu_->rmsnorm_forward(x, weight, 1e-6f, normed, rstd); });
