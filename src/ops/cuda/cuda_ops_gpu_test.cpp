@@ -222,14 +222,20 @@ TEST_F(CudaOpsTest, AdamWMatchesReference) {
 }
 
 TEST_F(CudaOpsTest, SumSquaresAccumulates) {
-  Pair x = random_input({300007}, DType::kF32);
-  Pair sum = input({2.5f}, {1}, DType::kF32);
-  cpu_->sum_squares(x.cpu, sum.cpu);
-  gpu_->sum_squares(x.gpu, sum.gpu);
-  const float want = cpu_->read_scalar(sum.cpu);
-  const float got = gpu_->read_scalar(sum.gpu);
-  EXPECT_NEAR(got, want, 1e-5 * want);
-  EXPECT_GT(want, 2.5f + 1000.0f);
+  // 300007: float4 loads and a 3-element tail; 6000001: also the 4-loads-per-thread loop; 3: the
+  // tail alone; from element 1: a base that is not 16-byte aligned (the scalar kernel).
+  for (const int64_t n : {300007, 6000001, 3}) {
+    for (const int64_t first : {0, 1}) {
+      Pair x = random_input({n + first}, DType::kF32);
+      Pair sum = input({2.5f}, {1}, DType::kF32);
+      cpu_->sum_squares(x.cpu.rows(first, n + first), sum.cpu);
+      gpu_->sum_squares(x.gpu.rows(first, n + first), sum.gpu);
+      const float want = cpu_->read_scalar(sum.cpu);
+      const float got = gpu_->read_scalar(sum.gpu);
+      EXPECT_NEAR(got, want, 1e-5 * want) << n << " from " << first;
+      if (n > 1000) EXPECT_GT(want, 2.5f + 0.3f * n / 3) << n;
+    }
+  }
 }
 
 TEST_F(CudaOpsTest, Embedding) {
@@ -251,10 +257,15 @@ TEST_F(CudaOpsTest, Embedding) {
 }
 
 TEST_F(CudaOpsTest, RmsNorm) {
-  // 96 / 1000: vector kernels with one 8-channel chunk per thread, 4096: two, 6000: four;
-  // 77: the generic kernels.
-  for (const int64_t channels : {96, 1000, 4096, 6000, 77}) {
-    const int64_t rows = 67;
+  // Up to 2048 channels a warp per row: 96 / 1000 (2 chunks of 8 per lane), 520 (4, ragged),
+  // 1536 (6), 2048 (8); 5000 rows of 1536 give each backward warp several rows to sum dweight
+  // over. 4096 / 6000: a block per row (2 / 4 chunks per thread); 77: the generic kernels.
+  struct Case {
+    int64_t rows, channels;
+  };
+  for (const auto [rows, channels] : {Case{67, 96}, Case{67, 1000}, Case{67, 520}, Case{67, 1536},
+                                      Case{67, 2048}, Case{5000, 1536}, Case{67, 4096},
+                                      Case{67, 6000}, Case{67, 77}}) {
     Pair x = random_input({rows, channels}, DType::kBF16, -2, 2);
     Pair weight = random_input({channels}, DType::kBF16, 0.5f, 1.5f);
     Pair out = output({rows, channels});
@@ -272,7 +283,7 @@ TEST_F(CudaOpsTest, RmsNorm) {
       gpu_->rmsnorm_backward(dout.gpu, x.gpu, weight.gpu, rstd.gpu, dx.gpu, dweight.gpu,
                              accumulate);
       EXPECT_BF16_CLOSE(dx) << " channels " << channels << " accumulate " << accumulate;
-      EXPECT_LE(error(dweight), 1e-4) << "channels " << channels;
+      EXPECT_LE(error(dweight), 1e-4) << "channels " << channels << " rows " << rows;
     }
     // dx may alias dout; a bf16 dweight accumulates too.
     Pair dout = random_input({rows, channels});
@@ -733,6 +744,22 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
       time_ms([&] { gpu_->cross_entropy(chunk, chunk_targets.gpu, 1.0f, loss, true); });
   std::printf("cross_entropy rows=%ld V=%ld (loss and dlogits): %.3f ms (%.0f GB/s)\n", chunk_rows,
               V, ce_grad_ms, 6.0 * chunk_rows * V / ce_grad_ms * 1e-6);
+  // The lm head's GEMMs per chunk size: each chunk's dW GEMM reads and writes the fp32 head
+  // gradient (V x C), so larger chunks pass over it fewer times per step.
+  Tensor head = device({V, C}, DType::kBF16), dhead = device({V, C}, DType::kF32);
+  for (const int64_t rows_per_chunk : {int64_t{1664}, int64_t{2816}, int64_t{4096}}) {
+    Tensor chunk_logits = device({rows_per_chunk, V}, DType::kBF16);
+    Tensor chunk_x = device({rows_per_chunk, C}, DType::kBF16);
+    Tensor chunk_dx = device({rows_per_chunk, C}, DType::kBF16);
+    const double head_ms = time_ms([&] {
+      gpu_->linear_forward(chunk_x, head, Tensor(), chunk_logits);
+      gpu_->linear_backward(chunk_logits, chunk_x, head, chunk_dx, dhead, Tensor(), false);
+    });
+    std::printf("lm head chunk rows=%ld V=%ld: forward + backward %.3f ms (%.0f TFLOP/s, %.3f ms "
+                "per 8192 tokens)\n",
+                rows_per_chunk, V, head_ms, 6.0 * rows_per_chunk * V * C / head_ms * 1e-9,
+                head_ms * 8192.0 / static_cast<double>(rows_per_chunk));
+  }
 }
 
 // ---- adamw_multi ----

@@ -6,7 +6,8 @@
 // channels, so it accumulates its dweight partials in shared memory without atomics; the
 // per-block partials are then summed in a fixed order (accumulate_partials): deterministic.
 //
-// Fast path (bf16 activations, channels a multiple of 8 up to 8192, 16-byte aligned rows): each
+// Fast paths (bf16 activations, channels a multiple of 8, 16-byte aligned rows): up to 2048
+// channels a warp per row (below); up to 8192 a block per row, where each
 // thread owns up to kMaxChunks chunks of 8 channels, loads them with 16-byte accesses, keeps the
 // weight and its dweight partials in registers, and holds a whole row in registers between the
 // row reduction and the store. The generic kernels below serve every other case.
@@ -196,6 +197,177 @@ __global__ void rmsnorm_backward_vec_kernel(const bf16* dout_NC, const bf16* x_N
   }
 }
 
+// ---- warp per row (bf16, channels a multiple of 8, up to 32 * 8 * kMaxWarpChunks) ----
+// A row per warp instead of per block: no block barriers between rows, and every warp of the
+// SM has its row's loads in flight (a block per row stalled each block on its own row). Lane l
+// owns chunks l, l + 32, ... of 8 channels.
+constexpr int kMaxWarpChunks = 8;
+constexpr int kWarpsPerBlock = kThreads / 32;
+// Backward grid: 4 blocks per SM on H100/H200 (each warp then takes about two rows of a
+// benchmark batch), so the per-block dweight partials stay few.
+constexpr int64_t kBackwardWarpBlocks = 132 * 4;
+
+template <typename Weight>
+__device__ __forceinline__ void weight8(const Weight* w, int64_t c, float* out) {
+  if constexpr (std::is_same_v<Weight, bf16>) {
+    load8(w + c, out);
+  } else {
+    load_weight8(w, c, out);
+  }
+}
+
+__device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  for (int j = 0; j < kVector / 2; ++j) {
+    const float2 f = __bfloat1622float2(pairs[j]);
+    out[2 * j] = f.x;
+    out[2 * j + 1] = f.y;
+  }
+}
+
+bool warp_path(DType act_dtype, const void* a, const void* b, const void* c, const void* weight,
+               DType weight_dtype, int64_t channels) {
+  using cuda_detail::aligned16;
+  return act_dtype == DType::kBF16 && channels % kVector == 0 &&
+         channels <= int64_t{32} * kVector * kMaxWarpChunks && aligned16(a) && aligned16(b) &&
+         aligned16(c) && (weight_dtype != DType::kBF16 || aligned16(weight));
+}
+
+template <typename Weight, typename Out, int kChunks>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_warp_kernel(const bf16* x_NC, const Weight* weight_C, float eps, int64_t rows,
+                                int channels, Out* out_NC, float* rstd_N) {
+  const int lane = threadIdx.x % 32, chunks = channels / kVector;
+  const int64_t first = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x / 32;
+  for (int64_t n = first; n < rows; n += stride) {
+    const bf16* x_row = x_NC + n * channels;
+    uint4 raw[kChunks];
+    float sum_squares = 0;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = lane + 32 * k;
+      if (chunk < chunks) raw[k] = *reinterpret_cast<const uint4*>(x_row + chunk * kVector);
+    }
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (lane + 32 * k >= chunks) continue;
+      float x[kVector];
+      unpack8(raw[k], x);
+      for (int j = 0; j < kVector; ++j) sum_squares += x[j] * x[j];
+    }
+    sum_squares = cuda_detail::warp_sum(sum_squares);
+    const float rstd = 1.0f / sqrtf(sum_squares / static_cast<float>(channels) + eps);
+    if (lane == 0) rstd_N[n] = rstd;
+    Out* out_row = out_NC + n * channels;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = lane + 32 * k;
+      if (chunk >= chunks) continue;
+      float x[kVector], w[kVector], y[kVector];
+      unpack8(raw[k], x);
+      weight8(weight_C, int64_t{chunk} * kVector, w);
+      for (int j = 0; j < kVector; ++j) y[j] = w[j] * to_float(from_float<Out>(x[j] * rstd));
+      if constexpr (sizeof(Out) == 2) {
+        store8(reinterpret_cast<bf16*>(out_row + chunk * kVector), y);
+      } else {
+        for (int j = 0; j < kVector; ++j) out_row[chunk * kVector + j] = y[j];
+      }
+    }
+  }
+}
+
+// dweight partials: each lane sums its channels over its warp's rows in registers; at the end
+// the block's warps add theirs into shared memory one warp after another (a fixed order, so the
+// result is deterministic) and the block writes one partial row.
+template <typename Weight, int kChunks>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_backward_warp_kernel(const bf16* dout_NC, const bf16* x_NC, const Weight* weight_C,
+                                 const float* rstd_N, int64_t rows, int channels, bf16* dx_NC,
+                                 bool accumulate_dx, float* partials_PC) {
+  extern __shared__ float block_dweight[];  // [channels]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, chunks = channels / kVector;
+  float dweight[kChunks][kVector];
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    for (int j = 0; j < kVector; ++j) dweight[k][j] = 0;
+  }
+  const int64_t first = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x / 32;
+  for (int64_t n = first; n < rows; n += stride) {
+    const int64_t row = n * channels;
+    const float r = rstd_N[n];
+    // Pass 1 loads the row (all of a lane's loads in flight together) for the dot product;
+    // pass 2 reads it again, from L1, so the row is not held in registers next to the dweight
+    // sums (that halved the warps an SM holds).
+    float weighted_dot = 0;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = lane + 32 * k;
+      if (chunk >= chunks) continue;
+      float dy[kVector], x[kVector], w[kVector];
+      load8(dout_NC + row + chunk * kVector, dy);
+      load8(x_NC + row + chunk * kVector, x);
+      weight8(weight_C, int64_t{chunk} * kVector, w);
+      for (int j = 0; j < kVector; ++j) weighted_dot += dy[j] * w[j] * x[j];
+    }
+    // The warp has read the whole row before any lane writes dx (dx may alias dout): each
+    // lane's chunks are its own (pass 2 reads a chunk before writing it), and the shuffles
+    // order every lane's pass-1 reads before the writes.
+    weighted_dot = cuda_detail::warp_sum(weighted_dot);
+    const float correction = weighted_dot * r * r * r / static_cast<float>(channels);
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int chunk = lane + 32 * k;
+      if (chunk >= chunks) continue;
+      float dy[kVector], x[kVector], w[kVector], grad[kVector], old[kVector];
+      load8(dout_NC + row + chunk * kVector, dy);
+      load8(x_NC + row + chunk * kVector, x);
+      weight8(weight_C, int64_t{chunk} * kVector, w);
+      if (accumulate_dx) load8(dx_NC + row + chunk * kVector, old);
+      for (int j = 0; j < kVector; ++j) {
+        grad[j] = r * w[j] * dy[j] - x[j] * correction;
+        if (accumulate_dx) grad[j] += old[j];
+        dweight[k][j] += dy[j] * x[j] * r;
+      }
+      store8(dx_NC + row + chunk * kVector, grad);
+    }
+  }
+  for (int w = 0; w < kWarpsPerBlock; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int k = 0; k < kChunks; ++k) {
+        const int chunk = lane + 32 * k;
+        if (chunk >= chunks) continue;
+        for (int j = 0; j < kVector; ++j) {
+          float& total = block_dweight[chunk * kVector + j];
+          total = w == 0 ? dweight[k][j] : total + dweight[k][j];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int c = threadIdx.x; c < channels; c += blockDim.x) {
+    partials_PC[blockIdx.x * int64_t{channels} + c] = block_dweight[c];
+  }
+}
+
+// Runs `launch` with kChunks = 2, 4, 6 or 8, the fewest of those chunks per lane that cover
+// `channels`.
+template <typename Launch>
+void with_warp_chunks(int64_t channels, Launch&& launch) {
+  const int64_t per_lane = (channels / kVector + 31) / 32;
+  if (per_lane <= 2) {
+    launch(std::integral_constant<int, 2>{});
+  } else if (per_lane <= 4) {
+    launch(std::integral_constant<int, 4>{});
+  } else if (per_lane <= 6) {
+    launch(std::integral_constant<int, 6>{});
+  } else {
+    launch(std::integral_constant<int, 8>{});
+  }
+}
+
 // Runs `launch` with kChunks = the fewest chunks per thread (1, 2 or 4) that cover `channels`.
 template <typename Launch>
 void with_chunks(int64_t channels, Launch&& launch) {
@@ -215,6 +387,23 @@ void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const 
                      float eps, int64_t rows, int64_t channels, DType out_dtype, void* out_NC,
                      float* rstd_N, cudaStream_t stream) {
   if (rows == 0) return;
+  if (warp_path(x_dtype, x_NC, out_NC, x_NC, weight_C, weight_dtype, channels)) {
+    const auto warp_blocks =
+        static_cast<unsigned>(std::min<int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock,
+                                                65535));
+    SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
+      SHARDTRAIN_DISPATCH_FLOAT(out_dtype, Out, {
+        with_warp_chunks(channels, [&](auto chunks) {
+          rmsnorm_forward_warp_kernel<Weight, Out, decltype(chunks)::value>
+              <<<warp_blocks, kThreads, 0, stream>>>(
+                  static_cast<const bf16*>(x_NC), static_cast<const Weight*>(weight_C), eps, rows,
+                  static_cast<int>(channels), static_cast<Out*>(out_NC), rstd_N);
+        });
+      });
+    });
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
   if (vector_path(x_dtype, x_NC, out_NC, x_NC, channels)) {
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
@@ -251,6 +440,24 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
                       void* dx_NC, bool accumulate_dx, DType dweight_dtype, void* dweight_C,
                       float* scratch, cudaStream_t stream) {
   if (rows == 0) return;
+  if (warp_path(act_dtype, dout_NC, x_NC, dx_NC, weight_C, weight_dtype, channels)) {
+    // At most backward_blocks(rows) blocks, so the scratch sized for the block path suffices.
+    const int64_t warp_blocks =
+        std::min((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, kBackwardWarpBlocks);
+    const size_t shared_bytes = static_cast<size_t>(channels) * sizeof(float);
+    SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
+      with_warp_chunks(channels, [&](auto chunks) {
+        rmsnorm_backward_warp_kernel<Weight, decltype(chunks)::value>
+            <<<static_cast<unsigned>(warp_blocks), kThreads, shared_bytes, stream>>>(
+                static_cast<const bf16*>(dout_NC), static_cast<const bf16*>(x_NC),
+                static_cast<const Weight*>(weight_C), rstd_N, rows, static_cast<int>(channels),
+                static_cast<bf16*>(dx_NC), accumulate_dx, scratch);
+      });
+    });
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    accumulate_partials(scratch, warp_blocks, channels, dweight_dtype, dweight_C, stream);
+    return;
+  }
   const int64_t blocks = backward_blocks(rows);
   if (vector_path(act_dtype, dout_NC, x_NC, dx_NC, channels)) {
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
