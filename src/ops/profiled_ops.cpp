@@ -180,11 +180,13 @@ void ProfiledOps::embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC
   timed(__func__, OpClass::kEmbedding, [&] { inner_->embedding_forward(ids_N, table_VC, out_NC); });
 }
 void ProfiledOps::embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) {
-  timed(__func__, OpClass::kEmbedding, [&] { inner_->embedding_backward(ids_N, dout_NC, dtable_VC); });
+  timed(__func__, OpClass::kEmbedding,
+        [&] { inner_->embedding_backward(ids_N, dout_NC, dtable_VC); });
 }
 void ProfiledOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
                                   Tensor rstd_N) {
-  timed(__func__, OpClass::kNorm, [&] { inner_->rmsnorm_forward(x_NC, weight_C, eps, out_NC, rstd_N); });
+  timed(__func__, OpClass::kNorm,
+        [&] { inner_->rmsnorm_forward(x_NC, weight_C, eps, out_NC, rstd_N); });
 }
 void ProfiledOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
                                    Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) {
@@ -210,16 +212,17 @@ void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   record_gemm(true, x_NI, weight_OI, dx_NI.defined() ? 2 : 1);
 }
 void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise, [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
 }
 void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise, [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
 }
-void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR,
-                                 Tensor sin_PR, Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
-  timed(__func__, OpClass::kElementwise, [&] {
-    inner_->split_qkv_rope(qkv_NX, positions_N, cos_PR, sin_PR, q_NHD, k_NKD, v_NKD);
-  });
+void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                                 Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->split_qkv_rope(qkv_NX, positions_N, cos_PR, sin_PR, q_NHD, k_NKD, v_NKD); });
 }
 void ProfiledOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
                                          Tensor positions_N, Tensor cos_PR, Tensor sin_PR,

@@ -85,8 +85,8 @@ class ProfiledOps final : public Ops {
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
   void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
-  void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
-                      Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) override;
+  void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
+                      Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
                               Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
   void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
@@ -123,7 +123,7 @@ class ProfiledOps final : public Ops {
   // (backward, rows, in, out) -> totals over steps 2..N.
   std::map<std::tuple<bool, int64_t, int64_t, int64_t>, GemmShapeTotals> gemm_shapes_;
   std::map<std::string, ClassTotals> op_names_;  // Ops method -> totals over steps 2..N
-  double last_op_seconds_ = 0;  // duration of the latest `timed` call
+  double last_op_seconds_ = 0;                   // duration of the latest `timed` call
   // Completed steps, then the current one (since the last step boundary). The totals over the
   // run and per step are sums of these.
   Table sum_from_step(size_t first) const;

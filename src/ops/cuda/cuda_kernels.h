@@ -125,9 +125,9 @@ void rope_rows(DType dtype, const void* src, int64_t src_row, void* dst, int64_t
 // bf16, head_dim / 2 is a multiple of 8 and every base is 16-byte aligned (callers then use
 // rope_rows and a copy).
 bool rope_qkv_packed(DType dtype, void* packed, void* q, void* k, void* v,
-                     const int32_t* positions_N, int64_t tokens, int64_t q_heads,
-                     int64_t kv_heads, int64_t head_dim, const float* cos_PR, const float* sin_PR,
-                     bool to_packed, cudaStream_t stream);
+                     const int32_t* positions_N, int64_t tokens, int64_t q_heads, int64_t kv_heads,
+                     int64_t head_dim, const float* cos_PR, const float* sin_PR, bool to_packed,
+                     cudaStream_t stream);
 
 // ---- cuda_swiglu.cu ---- (all tensors of `dtype`; outputs may alias inputs)
 void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,
@@ -162,8 +162,7 @@ size_t flash_attention_backward_scratch_floats(const AttentionShape& shape);
 void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
                               const void* v_BTKD, const void* out_BTHD, const float* lse_BHT,
                               float scale, const AttentionShape& shape, void* dq_BTHD,
-                              void* dk_BTKD, void* dv_BTKD, float* scratch,
-                              cudaStream_t stream);
+                              void* dk_BTKD, void* dv_BTKD, float* scratch, cudaStream_t stream);
 
 // ---- cuda_cross_entropy.cu ----
 // One block per row. REQUIRES: targets in [0, V) or -100. loss_sum_1 may be null (no loss).

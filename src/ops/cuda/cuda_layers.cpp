@@ -180,10 +180,9 @@ void CudaOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, T
   const op_checks::PackedQkv p =
       check_packed(qkv_NX, q_NHD, k_NKD, v_NKD, positions_N, cos_PR, sin_PR);
   const DType dtype = qkv_NX.dtype();
-  if (cuda_kernels::rope_qkv_packed(dtype, qkv_NX.data(), q_NHD.data(), k_NKD.data(),
-                                    v_NKD.data(), positions_N.i32(), p.tokens, p.q_heads,
-                                    p.kv_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), false,
-                                    stream_)) {
+  if (cuda_kernels::rope_qkv_packed(dtype, qkv_NX.data(), q_NHD.data(), k_NKD.data(), v_NKD.data(),
+                                    positions_N.i32(), p.tokens, p.q_heads, p.kv_heads, p.head_dim,
+                                    cos_PR.f32(), sin_PR.f32(), false, stream_)) {
     return;
   }
   const char* row = static_cast<const char*>(qkv_NX.data());
@@ -191,9 +190,9 @@ void CudaOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, T
   cuda_kernels::rope_rows(dtype, row, p.row(), q_NHD.data(), p.q_width(), positions_N.i32(),
                           p.tokens, p.q_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), 1.0f,
                           stream_);
-  cuda_kernels::rope_rows(dtype, row + p.q_width() * element, p.row(), k_NKD.data(),
-                          p.kv_width(), positions_N.i32(), p.tokens, p.kv_heads, p.head_dim,
-                          cos_PR.f32(), sin_PR.f32(), 1.0f, stream_);
+  cuda_kernels::rope_rows(dtype, row + p.q_width() * element, p.row(), k_NKD.data(), p.kv_width(),
+                          positions_N.i32(), p.tokens, p.kv_heads, p.head_dim, cos_PR.f32(),
+                          sin_PR.f32(), 1.0f, stream_);
   copy_rows(qkv_NX, row + (p.q_width() + p.kv_width()) * element, p.row(), v_NKD.data(),
             p.kv_width(), p.tokens, p.kv_width(), stream_);
 }
@@ -204,10 +203,9 @@ void CudaOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD
   const op_checks::PackedQkv p =
       check_packed(dqkv_NX, dq_NHD, dk_NKD, dv_NKD, positions_N, cos_PR, sin_PR);
   const DType dtype = dqkv_NX.dtype();
-  if (cuda_kernels::rope_qkv_packed(dtype, dqkv_NX.data(), dq_NHD.data(), dk_NKD.data(),
-                                    dv_NKD.data(), positions_N.i32(), p.tokens, p.q_heads,
-                                    p.kv_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), true,
-                                    stream_)) {
+  if (cuda_kernels::rope_qkv_packed(
+          dtype, dqkv_NX.data(), dq_NHD.data(), dk_NKD.data(), dv_NKD.data(), positions_N.i32(),
+          p.tokens, p.q_heads, p.kv_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), true, stream_)) {
     return;
   }
   char* row = static_cast<char*>(dqkv_NX.data());
@@ -215,9 +213,9 @@ void CudaOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD
   cuda_kernels::rope_rows(dtype, dq_NHD.data(), p.q_width(), row, p.row(), positions_N.i32(),
                           p.tokens, p.q_heads, p.head_dim, cos_PR.f32(), sin_PR.f32(), -1.0f,
                           stream_);
-  cuda_kernels::rope_rows(dtype, dk_NKD.data(), p.kv_width(), row + p.q_width() * element,
-                          p.row(), positions_N.i32(), p.tokens, p.kv_heads, p.head_dim,
-                          cos_PR.f32(), sin_PR.f32(), -1.0f, stream_);
+  cuda_kernels::rope_rows(dtype, dk_NKD.data(), p.kv_width(), row + p.q_width() * element, p.row(),
+                          positions_N.i32(), p.tokens, p.kv_heads, p.head_dim, cos_PR.f32(),
+                          sin_PR.f32(), -1.0f, stream_);
   copy_rows(dqkv_NX, dv_NKD.data(), p.kv_width(), row + (p.q_width() + p.kv_width()) * element,
             p.row(), p.tokens, p.kv_width(), stream_);
 }
@@ -286,10 +284,9 @@ void CudaOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
   require_dtype(lse_BHT, DType::kF32, "attention lse");
   if (cuda_kernels::flash_attention_supported(q_BTHD.dtype(), s)) {  // tensor cores
     float* scratch = scratch_floats(cuda_kernels::flash_attention_backward_scratch_floats(s));
-    cuda_kernels::flash_attention_backward(dout_BTHD.data(), q_BTHD.data(), k_BTKD.data(),
-                                           v_BTKD.data(), out_BTHD.data(), lse_BHT.f32(), scale,
-                                           s, dq_BTHD.data(), dk_BTKD.data(), dv_BTKD.data(),
-                                           scratch, stream_);
+    cuda_kernels::flash_attention_backward(
+        dout_BTHD.data(), q_BTHD.data(), k_BTKD.data(), v_BTKD.data(), out_BTHD.data(),
+        lse_BHT.f32(), scale, s, dq_BTHD.data(), dk_BTKD.data(), dv_BTKD.data(), scratch, stream_);
     return;
   }
   float* scratch = scratch_floats(cuda_kernels::attention_backward_scratch_floats(s));

@@ -257,15 +257,16 @@ TEST_F(CudaOpsTest, Embedding) {
 }
 
 TEST_F(CudaOpsTest, RmsNorm) {
-  // Up to 2048 channels a warp per row: 96 / 1000 (2 chunks of 8 per lane), 520 (4, ragged),
-  // 1536 (6), 2048 (8); 5000 rows of 1536 give each backward warp several rows to sum dweight
-  // over. 4096 / 6000: a block per row (2 / 4 chunks per thread); 77: the generic kernels.
+  // Forward up to 2048 channels a warp per row: 96 / 1000 (2 chunks of 8 per lane), 520 (4,
+  // ragged), 1536 (6), 2048 (8); 5000 rows give every backward block several rows. Backward
+  // (and forward from 4096): a block per row, 1 chunk per thread up to 2048 channels, 2 at
+  // 4096, 4 at 6000; 77: the generic kernels.
   struct Case {
     int64_t rows, channels;
   };
-  for (const auto [rows, channels] : {Case{67, 96}, Case{67, 1000}, Case{67, 520}, Case{67, 1536},
-                                      Case{67, 2048}, Case{5000, 1536}, Case{67, 4096},
-                                      Case{67, 6000}, Case{67, 77}}) {
+  for (const auto [rows, channels] :
+       {Case{67, 96}, Case{67, 1000}, Case{67, 520}, Case{67, 1536}, Case{67, 2048},
+        Case{5000, 1536}, Case{67, 4096}, Case{67, 6000}, Case{67, 77}}) {
     Pair x = random_input({rows, channels}, DType::kBF16, -2, 2);
     Pair weight = random_input({channels}, DType::kBF16, 0.5f, 1.5f);
     Pair out = output({rows, channels});
@@ -719,14 +720,20 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
         "dW f32) %.3f ms (%.0f TFLOP/s)\n",
         N, C, O, fwd_ms, gemm_flops / fwd_ms * 1e-9, bwd_ms, 2 * gemm_flops / bwd_ms * 1e-9);
   }
-  Tensor weight = device({C}, DType::kBF16), rstd = device({N}, DType::kF32);
-  Tensor normed = device({N, C}, DType::kBF16), dweight = device({C}, DType::kF32);
-  const double norm_ms = time_ms([&] { gpu_->rmsnorm_forward(x, weight, 1e-6f, normed, rstd); });
-  const double norm_bwd_ms =
-      time_ms([&] { gpu_->rmsnorm_backward(normed, x, weight, rstd, dx, dweight, true); });
-  std::printf("rmsnorm N=%ld C=%ld: forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n", N,
-              C, norm_ms, 4.0 * N * C / norm_ms * 1e-6, norm_bwd_ms,
-              8.0 * N * C / norm_bwd_ms * 1e-6);
+  // RMSNorm at the Qwen (1536) and Llama-3.2-1B (2048) widths.
+  for (const int64_t channels : {C, int64_t{2048}}) {
+    Tensor norm_x = device({N, channels}, DType::kBF16), weight = device({channels}, DType::kBF16);
+    Tensor rstd = device({N}, DType::kF32), normed = device({N, channels}, DType::kBF16);
+    Tensor norm_dx = device({N, channels}, DType::kBF16);
+    Tensor dweight = device({channels}, DType::kF32);
+    const double norm_ms =
+        time_ms([&] { gpu_->rmsnorm_forward(norm_x, weight, 1e-6f, normed, rstd); });
+    const double backward_ms = time_ms(
+        [&] { gpu_->rmsnorm_backward(normed, norm_x, weight, rstd, norm_dx, dweight, true); });
+    std::printf("rmsnorm N=%ld C=%ld: forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n",
+                N, channels, norm_ms, 4.0 * N * channels / norm_ms * 1e-6, backward_ms,
+                8.0 * N * channels / backward_ms * 1e-6);
+  }
   const int64_t V = 151936, rows = 1024;
   Tensor logits = device({rows, V}, DType::kBF16);
   std::vector<int32_t> target_values(rows, 5);
@@ -755,10 +762,11 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
       gpu_->linear_forward(chunk_x, head, Tensor(), chunk_logits);
       gpu_->linear_backward(chunk_logits, chunk_x, head, chunk_dx, dhead, Tensor(), false);
     });
-    std::printf("lm head chunk rows=%ld V=%ld: forward + backward %.3f ms (%.0f TFLOP/s, %.3f ms "
-                "per 8192 tokens)\n",
-                rows_per_chunk, V, head_ms, 6.0 * rows_per_chunk * V * C / head_ms * 1e-9,
-                head_ms * 8192.0 / static_cast<double>(rows_per_chunk));
+    std::printf(
+        "lm head chunk rows=%ld V=%ld: forward + backward %.3f ms (%.0f TFLOP/s, %.3f ms "
+        "per 8192 tokens)\n",
+        rows_per_chunk, V, head_ms, 6.0 * rows_per_chunk * V * C / head_ms * 1e-9,
+        head_ms * 8192.0 / static_cast<double>(rows_per_chunk));
   }
 }
 

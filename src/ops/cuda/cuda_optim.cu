@@ -317,8 +317,7 @@ void sum_squares(const float* x, int64_t n, float* out, cudaStream_t stream) {
     const int64_t vectors = n / 4;
     const int64_t blocks = std::clamp<int64_t>((vectors + kThreads - 1) / kThreads, 1, 132 * 8);
     sum_squares_vec_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        reinterpret_cast<const float4*>(x), vectors, x + 4 * vectors, static_cast<int>(n % 4),
-        out);
+        reinterpret_cast<const float4*>(x), vectors, x + 4 * vectors, static_cast<int>(n % 4), out);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
     return;
   }

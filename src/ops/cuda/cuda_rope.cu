@@ -15,9 +15,8 @@ constexpr int kThreads = 256;
 
 template <typename T>
 __global__ void rope_kernel(const T* src, int64_t src_row, T* dst, int64_t dst_row,
-                            const int32_t* positions_N, int64_t tokens, int64_t heads,
-                            int64_t half, const float* cos_PR, const float* sin_PR,
-                            float direction) {
+                            const int32_t* positions_N, int64_t tokens, int64_t heads, int64_t half,
+                            const float* cos_PR, const float* sin_PR, float direction) {
   const int64_t pairs = tokens * heads * half;
   for (int64_t index = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; index < pairs;
        index += int64_t{gridDim.x} * blockDim.x) {
@@ -88,8 +87,8 @@ __global__ void rope_qkv_vec_kernel(cuda_detail::bf16* packed, cuda_detail::bf16
     bf16* packed_row = packed + n * row;
     if (unit >= rotations) {  // v: a 16-byte copy
       const int column = (unit - rotations) * kBf16PerVector;
-      uint4* packed_v = reinterpret_cast<uint4*>(packed_row + (q_heads + kv_heads) * head_dim +
-                                                 column);
+      uint4* packed_v =
+          reinterpret_cast<uint4*>(packed_row + (q_heads + kv_heads) * head_dim + column);
       uint4* separate_v = reinterpret_cast<uint4*>(v + n * kv_heads * head_dim + column);
       if constexpr (kToPacked) {
         *packed_v = *separate_v;
@@ -125,14 +124,14 @@ __global__ void rope_qkv_vec_kernel(cuda_detail::bf16* packed, cuda_detail::bf16
 }  // namespace
 
 bool rope_qkv_packed(DType dtype, void* packed, void* q, void* k, void* v,
-                     const int32_t* positions_N, int64_t tokens, int64_t q_heads,
-                     int64_t kv_heads, int64_t head_dim, const float* cos_PR, const float* sin_PR,
-                     bool to_packed, cudaStream_t stream) {
+                     const int32_t* positions_N, int64_t tokens, int64_t q_heads, int64_t kv_heads,
+                     int64_t head_dim, const float* cos_PR, const float* sin_PR, bool to_packed,
+                     cudaStream_t stream) {
   using cuda_detail::aligned16;
   const int64_t half = head_dim / 2;
   if (dtype != DType::kBF16 || head_dim % 2 != 0 || half % cuda_detail::kBf16PerVector != 0 ||
-      !aligned16(packed) || !aligned16(q) || !aligned16(k) || !aligned16(v) ||
-      !aligned16(cos_PR) || !aligned16(sin_PR)) {
+      !aligned16(packed) || !aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(cos_PR) ||
+      !aligned16(sin_PR)) {
     return false;
   }
   const int64_t rotations = (q_heads + kv_heads) * (half / cuda_detail::kBf16PerVector);
