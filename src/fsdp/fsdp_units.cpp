@@ -94,7 +94,14 @@ void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
 
 void FsdpUnits::zero_grads() {
   for (int u = 0; u < unit_count(); ++u) {
-    if (!grad_shards_zero_) ops_.fill_zero(grad_shard(u));
+    if (sharded()) {
+      if (!grad_shards_zero_) ops_.fill_zero(grad_shard(u));
+    } else {
+      // Backward overwrites the unit's elements; the padding after them (summed into the
+      // gradient norm) is zeroed once and never written again.
+      if (!grad_padding_zeroed_) ops_.fill_zero(grad_shard(u));
+      state_[u].grads_stale = true;
+    }
     if (state_[u].full_grad_slot >= 0) {
       free_slot(full_grad_pool_, state_[u].full_grad_slot,
                 static_cast<size_t>(plan_.units[u].padded_numel) * sizeof(float));
@@ -102,7 +109,8 @@ void FsdpUnits::zero_grads() {
     }
   }
   SHARDTRAIN_CHECK(pending_.empty(), "zero_grads with {} reductions in flight", pending_.size());
-  grad_shards_zero_ = true;
+  grad_shards_zero_ = sharded();
+  grad_padding_zeroed_ = true;
 }
 
 void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
@@ -263,24 +271,35 @@ void FsdpUnits::release_params(int unit) {
   state.gathered_slot = -1;
 }
 
-Tensor FsdpUnits::acquire_grads(int unit) {
+GradBuffer FsdpUnits::acquire_grads(int unit) {
   UnitState& state = state_[unit];
   state.in_backward = true;
   grad_shards_zero_ = false;  // backward writes the shard (directly, or by a reduction)
   forward_phase_ = false;
   const int64_t numel = layout_.units[unit].numel;
-  if (!sharded()) return grad_shard(unit).rows(0, numel);
+  if (!sharded()) {
+    // The first backward of a step overwrites the shard (zero_grads left it stale).
+    const bool accumulate = !state.grads_stale;
+    state.grads_stale = false;
+    return {grad_shard(unit).rows(0, numel), accumulate};
+  }
 
   // Backward walks the blocks in reverse after the root's head: gather the next one now.
   const int next = unit == 0 ? unit_count() - 1 : unit - 1;
   if (next >= 1 && next != unit) start_gather(next);
 
   const int64_t padded = plan_.units[unit].padded_numel;
+  bool accumulate = true;
   if (state.full_grad_slot < 0) {
+    // A fresh buffer: backward overwrites the unit's elements; only the padding after them,
+    // which backward never writes but the reduce-scatter reads, is zeroed.
     state.full_grad_slot = take_slot(full_grad_pool_, static_cast<size_t>(padded) * sizeof(float));
-    ops_.fill_zero(full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded}));
+    const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
+    if (padded > numel) ops_.fill_zero(full.rows(numel, padded));
+    accumulate = false;
   }
-  return full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded}).rows(0, numel);
+  const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
+  return {full.rows(0, numel), accumulate};
 }
 
 void FsdpUnits::grads_ready(int unit) {

@@ -15,11 +15,14 @@
 //  - release_params: FULL_SHARD / HYBRID_SHARD free the buffer after forward and after
 //    backward; SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it
 //    after backward. The root unit is acquired once per micro-batch and stays gathered.
-//  - acquire_grads / grads_ready, G > 1: backward accumulates into a full fp32 grad buffer;
+//  - acquire_grads / grads_ready, G > 1: backward writes into a full fp32 grad buffer (fresh
+//    from the pool: overwritten, no zero fill; kept across micro-batches: accumulated);
 //    grads_ready reduce-scatters (sum) it into the grad shard (added to what earlier
 //    micro-batches left there) and frees it. With reduce_on_last_micro_batch the full buffer
 //    is kept across micro-batches and reduced once, on the last one (costs one full fp32 grad
-//    buffer per unit). G = 1: backward accumulates straight into the grad shard (= whole unit).
+//    buffer per unit). G = 1: backward writes straight into the grad shard (= whole unit),
+//    overwriting it on the step's first micro-batch (zero_grads marks it stale) and adding on
+//    later ones.
 //    On the last micro-batch the grad shard is then all-reduced (sum) over the replicate group.
 //    Reductions are started at grads_ready(u) and completed one unit later (at grads_ready of
 //    the next unit, so they overlap that unit's backward); grads_ready(0) (the root, always
@@ -32,7 +35,7 @@
 // AdamW on the shards (train/optimizer.h UnitBuffers with offset = shard_begin), then
 // refresh_compute_params() -- or, when the AdamW step also wrote compute_shard() and zeroed the
 // grad shards (one pass), note_grads_zeroed() instead, which lets the next zero_grads() skip
-// its fill.
+// its fill. With backward_overwrites_grads() (G = 1) the step need not zero them at all.
 // Every rank must make the same calls in the same order (they are collective).
 #pragma once
 
@@ -87,8 +90,13 @@ class FsdpUnits final : public UnitAccess {
   void init_random(uint64_t seed, double std);
   void load_pretrained(const HfCheckpoint& checkpoint);
 
-  // Per step (see the header comment).
+  // Per step (see the header comment). G > 1: zero-fills the grad shards (which reductions add
+  // into) unless they are known zero. G = 1: no fill; the step's first backward overwrites
+  // each shard (acquire_grads says accumulate = false), so the optimizer need not zero them.
   void zero_grads();
+  // Whether zero_grads() leaves the grad shards to be overwritten (G = 1) rather than zeroed:
+  // then the optimizer step keeps them as they are (GradsAfterStep::kKeep) instead of zeroing.
+  bool backward_overwrites_grads() const { return !sharded(); }
   // Every grad shard is zero now (the optimizer zeroed them as it read them): the next
   // zero_grads() skips its fill, unless a backward (acquire_grads) comes first.
   void note_grads_zeroed() { grad_shards_zero_ = true; }
@@ -124,7 +132,7 @@ class FsdpUnits final : public UnitAccess {
 
   Tensor acquire_params(int unit) override;
   void release_params(int unit) override;
-  Tensor acquire_grads(int unit) override;
+  GradBuffer acquire_grads(int unit) override;
   void grads_ready(int unit) override;
 
  private:
@@ -134,6 +142,7 @@ class FsdpUnits final : public UnitAccess {
     bool gather_in_flight = false;  // started (prefetch) and not yet finished
     int full_grad_slot = -1;        // index into full_grad_pool_, -1 = none
     bool in_backward = false;       // acquire_grads was called since the last grads_ready
+    bool grads_stale = false;       // G = 1: zero_grads ran and no backward has written since
   };
   // A reduction started by grads_ready and not yet completed.
   struct PendingReduction {
@@ -182,7 +191,8 @@ class FsdpUnits final : public UnitAccess {
   std::deque<PendingReduction> pending_;
   bool forward_phase_ = true;  // set by acquire_params(0), cleared by acquire_grads
   bool last_micro_batch_ = true;
-  bool grad_shards_zero_ = false;  // known all zero: set by zero_grads, note_grads_zeroed
+  bool grad_shards_zero_ = false;     // G > 1, known all zero: set by zero_grads, note_grads_zeroed
+  bool grad_padding_zeroed_ = false;  // G = 1: zero_grads has filled the shards once
 };
 
 }  // namespace shardtrain

@@ -53,7 +53,8 @@ size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int
   const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
                            (2 * N + batch * H * seq_len) * 4 + 16 * slack;
   const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F + N * (QD + 2 * KD) +
-                          head_chunk_rows(N, V, head_chunk_logits) * V) * a +
+                          head_chunk_rows(N, V, head_chunk_logits) * V) *
+                             a +
                          N * 4 + 3 * N * 4 + 18 * slack;
   // Without checkpointing every block keeps all its activations; with it, each block keeps
   // only its input (and, selective, its attention output and lse) and one shared set is
@@ -71,14 +72,16 @@ size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int
 void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
   const ModelConfig& c = config_;
   if (seq_len > c.max_position_embeddings) {
-    fail("data.seq_len = {} exceeds the model's max_position_embeddings = {}; HINT: lower "
-         "data.seq_len",
-         seq_len, c.max_position_embeddings);
+    fail(
+        "data.seq_len = {} exceeds the model's max_position_embeddings = {}; HINT: lower "
+        "data.seq_len",
+        seq_len, c.max_position_embeddings);
   }
   if (c.sliding_window > 0 && seq_len > c.sliding_window) {
-    fail("data.seq_len = {} exceeds the model's sliding_window = {} (sliding-window attention "
-         "is not supported); HINT: lower data.seq_len",
-         seq_len, c.sliding_window);
+    fail(
+        "data.seq_len = {} exceeds the model's sliding_window = {} (sliding-window attention "
+        "is not supported); HINT: lower data.seq_len",
+        seq_len, c.sliding_window);
   }
   reserved_batch_ = batch;
   reserved_seq_ = seq_len;
@@ -88,8 +91,8 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
   const int64_t V = c.vocab_size;
   chunk_rows_ = head_chunk_rows(N, V, head_chunk_logits_);
   const DType act = ops_.activation_dtype();
-  arena_ = Arena(ops_,
-                 activation_bytes_for(c, batch, seq_len, act, checkpointing_, head_chunk_logits_));
+  arena_ =
+      Arena(ops_, activation_bytes_for(c, batch, seq_len, act, checkpointing_, head_chunk_logits_));
 
   auto take_block = [&] {
     BlockActivations b;
@@ -202,8 +205,7 @@ void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tenso
   const Tensor &v = sized.v_NKD, &attn = sized.attn_NHD, &h = sized.h_NC, &ln2 = sized.ln2_NC;
   const Tensor &gate = sized.gate_NF, &up = sized.up_NF, &act = sized.act_NF;
 
-  ops_.rmsnorm_forward(x, w.input_norm, static_cast<float>(c.rms_norm_eps), ln1,
-                       sized.rstd1_N);
+  ops_.rmsnorm_forward(x, w.input_norm, static_cast<float>(c.rms_norm_eps), ln1, sized.rstd1_N);
   // One GEMM for q, k and v (packed weights), then split with rope applied to q and k.
   const Tensor qkv = fit(scratch_.qkv_NX, {N, (H + 2 * K) * D});
   ops_.linear_forward(ln1, w.qkv_proj, w.qkv_bias, qkv);
@@ -224,7 +226,7 @@ void LlamaModel::block_forward(const BlockWeights& w, BlockActivations& a, Tenso
   ops_.linear_forward_residual(act, w.down_proj, h, out_NC);  // out = h + down(act)
 }
 
-void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
+void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g, bool accumulate,
                                 BlockActivations& a, Tensor dresid_NC) {
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
@@ -242,32 +244,31 @@ void LlamaModel::block_backward(const BlockWeights& w, const BlockWeights& g,
   const Tensor dact = fit(s.dact_NF, {N, F});
 
   // MLP: out = h + down(silu(gate(ln2)) * up(ln2)); dresid holds d(out), becomes d(h).
-  ops_.linear_backward(dresid_NC, act, w.down_proj, dact, g.down_proj, Tensor(), false);
+  ops_.linear_backward(dresid_NC, act, w.down_proj, dact, g.down_proj, Tensor(), false, accumulate);
   ops_.swiglu_backward(dact, gate, up, dgate, dup);
-  ops_.linear_backward(dgate, ln2, w.gate_proj, dln, g.gate_proj, Tensor(), false);
-  ops_.linear_backward(dup, ln2, w.up_proj, dln, g.up_proj, Tensor(), true);
+  ops_.linear_backward(dgate, ln2, w.gate_proj, dln, g.gate_proj, Tensor(), false, accumulate);
+  ops_.linear_backward(dup, ln2, w.up_proj, dln, g.up_proj, Tensor(), true, accumulate);
   ops_.rmsnorm_backward(dln, h, w.post_attention_norm, sized.rstd2_N, dresid_NC,
-                        g.post_attention_norm, true);
+                        g.post_attention_norm, true, accumulate);
 
   // Attention: h = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))); dresid becomes d(x).
-  ops_.linear_backward(dresid_NC, attn, w.o_proj, dattn, g.o_proj, Tensor(), false);
+  ops_.linear_backward(dresid_NC, attn, w.o_proj, dattn, g.o_proj, Tensor(), false, accumulate);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ops_.attention_backward(dattn.reshaped({batch_, seq_, H, D}),
-                          q.reshaped({batch_, seq_, H, D}), k.reshaped({batch_, seq_, K, D}),
-                          v.reshaped({batch_, seq_, K, D}), attn.reshaped({batch_, seq_, H, D}),
-                          sized.lse_BHT, scale,
+  ops_.attention_backward(dattn.reshaped({batch_, seq_, H, D}), q.reshaped({batch_, seq_, H, D}),
+                          k.reshaped({batch_, seq_, K, D}), v.reshaped({batch_, seq_, K, D}),
+                          attn.reshaped({batch_, seq_, H, D}), sized.lse_BHT, scale,
                           dq.reshaped({batch_, seq_, H, D}), dk.reshaped({batch_, seq_, K, D}),
                           dv.reshaped({batch_, seq_, K, D}));
   const Tensor dqkv = fit(s.qkv_NX, {N, (H + 2 * K) * D});
   ops_.pack_qkv_rope_backward(dq.reshaped({N, H, D}), dk.reshaped({N, K, D}),
                               dv.reshaped({N, K, D}), positions, rope_cos_PR_, rope_sin_PR_, dqkv);
-  ops_.linear_backward(dqkv, ln1, w.qkv_proj, dln, g.qkv_proj, g.qkv_bias, false);
-  ops_.rmsnorm_backward(dln, x, w.input_norm, sized.rstd1_N, dresid_NC, g.input_norm,
-                        true);
+  ops_.linear_backward(dqkv, ln1, w.qkv_proj, dln, g.qkv_proj, g.qkv_bias, false, accumulate);
+  ops_.rmsnorm_backward(dln, x, w.input_norm, sized.rstd1_N, dresid_NC, g.input_norm, true,
+                        accumulate);
 }
 
-void LlamaModel::head(const RootWeights& root, const RootWeights* root_grads, float grad_scale,
-                      Tensor loss_sum_1, float* logits_host_NV) {
+void LlamaModel::head(const RootWeights& root, const RootWeights* root_grads, bool accumulate_grads,
+                      float grad_scale, Tensor loss_sum_1, float* logits_host_NV) {
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size, V = c.vocab_size;
   const Scratch& s = scratch_;
@@ -288,12 +289,12 @@ void LlamaModel::head(const RootWeights& root, const RootWeights* root_grads, fl
     }
     if (with_grad) {
       ops_.linear_backward(logits, xf_chunk, root.lm_head, dxf.rows(begin, end),
-                           root_grads->lm_head, Tensor(), false);
+                           root_grads->lm_head, Tensor(), false, accumulate_grads || begin > 0);
     }
   }
   if (with_grad) {
     ops_.rmsnorm_backward(dxf, last, root.final_norm, rstdf, fit(s.dresid_NC, {N, C}),
-                          root_grads->final_norm, false);
+                          root_grads->final_norm, false, accumulate_grads);
   }
 }
 
@@ -331,15 +332,16 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
   const UnitLayout& root_layout = layout_.units[0];
 
   const RootWeights root = forward_blocks(units);
-  const RootWeights root_grads =
-      root_weights(root_layout, units.acquire_grads(0), c.tie_word_embeddings);
-  head(root, &root_grads, grad_scale, loss_sum_1, nullptr);
+  const GradBuffer root_buffer = units.acquire_grads(0);
+  const RootWeights root_grads = root_weights(root_layout, root_buffer.flat, c.tie_word_embeddings);
+  head(root, &root_grads, root_buffer.accumulate, grad_scale, loss_sum_1, nullptr);
 
   const Tensor dresid = fit(scratch_.dresid_NC, {N, C});
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     const int unit = static_cast<int>(1 + l);
     const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
-    const BlockWeights g = block_weights(layout_.units[unit], units.acquire_grads(unit), l, bias);
+    const GradBuffer grads = units.acquire_grads(unit);
+    const BlockWeights g = block_weights(layout_.units[unit], grads.flat, l, bias);
     BlockActivations& a = block_storage(l);
     // Recompute the block's activations from its saved input; the output (equal to the next
     // block's saved input) goes to a scratch buffer that backward overwrites before use. The
@@ -348,10 +350,13 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
       block_forward(w, a, fit(scratch_.dln_NC, {N, C}),
                     checkpointing_ == Checkpointing::kSelective);
     }
-    block_backward(w, g, a, dresid);
+    block_backward(w, g, grads.accumulate, a, dresid);
     units.release_params(unit);
     units.grads_ready(unit);
   }
+  // Tied: the head's gradient (written above) is the table's, and the lookup adds to it. Untied,
+  // the scatter-add touches only the rows in the batch, so an overwritten table starts at zero.
+  if (!root_buffer.accumulate && !c.tie_word_embeddings) ops_.fill_zero(root_grads.embed_tokens);
   ops_.embedding_backward(fit(ids_N_, {N}), dresid, root_grads.embed_tokens);
   units.release_params(0);
   units.grads_ready(0);
@@ -376,7 +381,7 @@ RootWeights LlamaModel::forward_blocks(UnitAccess& units) {
 
 void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
   const RootWeights root = forward_blocks(units);
-  head(root, nullptr, 1.0f, loss_sum_1, logits_host_NV);
+  head(root, nullptr, true, 1.0f, loss_sum_1, logits_host_NV);
   units.release_params(0);
 }
 

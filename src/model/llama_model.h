@@ -108,12 +108,13 @@ class LlamaModel {
   // a.lse_BHT already hold the attention output and the attention is not run.
   void block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC,
                      bool reuse_attention = false);
-  void block_backward(const BlockWeights& w, const BlockWeights& g, BlockActivations& a,
-                      Tensor dresid_NC);
+  // Backward of one block into g: every gradient is added to (accumulate) or overwritten.
+  void block_backward(const BlockWeights& w, const BlockWeights& g, bool accumulate,
+                      BlockActivations& a, Tensor dresid_NC);
   // Final norm, lm head and loss over token chunks; with grads, writes d(last block output)
-  // into scratch_.dresid_NC and accumulates head gradients.
-  void head(const RootWeights& root, const RootWeights* root_grads, float grad_scale,
-            Tensor loss_sum_1, float* logits_host_NV);
+  // into scratch_.dresid_NC and adds to (accumulate_grads) or overwrites the head gradients.
+  void head(const RootWeights& root, const RootWeights* root_grads, bool accumulate_grads,
+            float grad_scale, Tensor loss_sum_1, float* logits_host_NV);
   Tensor block_output(int64_t layer);
   // Embedding and every block for the current batch; returns the (still acquired) root
   // weights, which the caller releases after the head.

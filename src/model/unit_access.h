@@ -11,6 +11,16 @@
 
 namespace shardtrain {
 
+// A unit's gradient buffer for one backward. accumulate = false: the buffer holds nothing
+// worth keeping (its last contents went into an optimizer step, or it was just taken from a
+// pool), so backward overwrites every element instead of adding (no zero fill beforehand, and
+// the weight-gradient GEMMs skip reading it); true: backward adds to it (micro-batches after
+// the first, or a caller that zeroed it).
+struct GradBuffer {
+  Tensor flat;
+  bool accumulate = true;
+};
+
 class UnitAccess {
  public:
   virtual ~UnitAccess() = default;
@@ -18,8 +28,10 @@ class UnitAccess {
   // Valid until release_params(unit).
   virtual Tensor acquire_params(int unit) = 0;
   virtual void release_params(int unit) = 0;
-  // Flat gradient buffer of `unit` (same layout as its params) that backward accumulates into.
-  virtual Tensor acquire_grads(int unit) = 0;
+  // Flat gradient buffer of `unit` (same layout as its params) that backward writes into, as
+  // GradBuffer::accumulate says. REQUIRES (of the model): backward writes every parameter's
+  // gradient of the unit, so an overwritten buffer leaves nothing stale.
+  virtual GradBuffer acquire_grads(int unit) = 0;
   // Backward of `unit` is complete for this micro-batch: its gradients may be reduced.
   virtual void grads_ready(int unit) = 0;
 };

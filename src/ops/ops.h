@@ -82,9 +82,12 @@ class Ops {
   // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight (HF Llama: normalise in fp32) ----
   virtual void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
                                Tensor rstd_N) = 0;
-  // dx_NC overwritten (or accumulated when accumulate_dx); dweight_C accumulates.
+  // dx_NC overwritten (or accumulated when accumulate_dx); dweight_C accumulated when
+  // accumulate_dweight, else overwritten (a backward that owns the whole gradient buffer skips
+  // zeroing it: see UnitAccess::GradBuffer).
   virtual void rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                                Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) = 0;
+                                Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                                bool accumulate_dweight) = 0;
 
   // ---- linear: out_NO = x_NI @ weight_OI^T (+ bias_O when bias_O.defined()) ----
   virtual void linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) = 0;
@@ -93,9 +96,11 @@ class Ops {
   virtual void linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
                                        Tensor out_NO) = 0;
   // dx_NI = dout_NO @ weight_OI (overwritten, or accumulated when accumulate_dx; skipped when
-  // dx_NI is undefined); dweight_OI += dout_NO^T @ x_NI; dbias_O += sum_n dout_NO (if defined).
+  // dx_NI is undefined); dweight_OI += dout_NO^T @ x_NI and dbias_O += sum_n dout_NO (if
+  // defined) when accumulate_dweight, else both overwritten (= instead of +=).
   virtual void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
-                               Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) = 0;
+                               Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                               bool accumulate_dweight) = 0;
 
   // ---- rotary embedding, HF rotate-half convention, in place on x_NHD ----
   // For token n at position p = positions_N[n] and pair index i < D/2:
@@ -103,8 +108,7 @@ class Ops {
   // with cos/sin = cos_PR/sin_PR[p][i] (R = D/2; fp32 tables built by model/rope).
   virtual void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
   // The transpose (rotation by -angle), in place on the gradient dx_NHD.
-  virtual void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR,
-                             Tensor sin_PR) = 0;
+  virtual void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
 
   // ---- packed q/k/v projections: one GEMM writes qkv_NX, X = (H + 2K) * D ----
   // Each row of qkv_NX holds that token's q (H*D), then k (K*D), then v (K*D). Copies them to
@@ -122,9 +126,9 @@ class Ops {
   virtual void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
                                  Tensor out_BTHD, Tensor lse_BHT) = 0;
   // dq, dk, dv overwritten.
-  virtual void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
-                                  Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT, float scale,
-                                  Tensor dq_BTHD, Tensor dk_BTKD, Tensor dv_BTKD) = 0;
+  virtual void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                                  Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
+                                  Tensor dk_BTKD, Tensor dv_BTKD) = 0;
 
   // ---- SwiGLU: out = silu(gate) * up ----
   virtual void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) = 0;

@@ -189,9 +189,11 @@ void ProfiledOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tenso
         [&] { inner_->rmsnorm_forward(x_NC, weight_C, eps, out_NC, rstd_N); });
 }
 void ProfiledOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                                   Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) {
+                                   Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                                   bool accumulate_dweight) {
   timed(__func__, OpClass::kNorm, [&] {
-    inner_->rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C, accumulate_dx);
+    inner_->rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C, accumulate_dx,
+                             accumulate_dweight);
   });
 }
 void ProfiledOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
@@ -205,9 +207,11 @@ void ProfiledOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor 
   record_gemm(false, x_NI, weight_OI, 1);
 }
 void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
-                                  Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
+                                  Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                                  bool accumulate_dweight) {
   timed(__func__, OpClass::kGemm, [&] {
-    inner_->linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx);
+    inner_->linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
+                            accumulate_dweight);
   });
   record_gemm(true, x_NI, weight_OI, dx_NI.defined() ? 2 : 1);
 }

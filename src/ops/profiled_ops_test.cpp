@@ -79,7 +79,7 @@ TEST(ProfiledOps, GemmShapesAreTabledFromTheSecondStep) {
   for (int s = 0; s < 3; ++s) {
     profiled.linear_forward(x.tensor, weight.tensor, Tensor(), out.tensor);
     profiled.linear_backward(out.tensor, x.tensor, weight.tensor, dx.tensor, dweight.tensor,
-                             Tensor(), false);
+                             Tensor(), false, true);
     if (s < 2) EXPECT_EQ(profiled.gemm_shape_table(), "") << "no table before a second step";
     if (s < 2) EXPECT_EQ(profiled.op_name_table(), "") << "no table before a second step";
     profiled.adamw(p.tensor, dweight.tensor.reshaped({48}), m.tensor, v.tensor, step);

@@ -38,7 +38,7 @@ class LocalUnits final : public UnitAccess {
 
   Tensor acquire_params(int unit) override;
   void release_params(int unit) override {}
-  Tensor acquire_grads(int unit) override { return grads(unit); }
+  GradBuffer acquire_grads(int unit) override { return {grads(unit), true}; }
   void grads_ready(int unit) override {}
 
  private:

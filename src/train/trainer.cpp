@@ -216,7 +216,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
     }
     const double targets = units.sum_over_ranks(static_cast<double>(local_targets));
     const float grad_scale = targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
-    units.zero_grads();  // no fill when the previous step's update zeroed them
+    units.zero_grads();  // no fill: G = 1 overwrites, G > 1 was zeroed by the last update
     ops.fill_zero(loss_sum);
     for (int64_t m = 0; m < grad_accum; ++m) {
       units.begin_micro_batch(m, grad_accum);
@@ -237,12 +237,14 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
           step, loss, grad_norm);
     }
     const double lr = learning_rate(config.optim, step, steps);
-    // One pass: the update also writes the compute shards (no refresh_compute_params) and
-    // zeroes the grad shards it has read (the next step's zero_grads skips its fill).
+    // One pass: the update also writes the compute shards (no refresh_compute_params) and,
+    // when the next backward adds into the grad shards (G > 1), zeroes them as it reads them
+    // (the next step's zero_grads skips its fill). G = 1: the next backward overwrites them.
+    const bool overwrite = units.backward_overwrites_grads();
     optimizer.step(buffers, lr, step,
                    AdamW::clip_coefficient(grad_norm, config.train.max_grad_norm),
-                   GradsAfterStep::kZero);
-    units.note_grads_zeroed();
+                   overwrite ? GradsAfterStep::kKeep : GradsAfterStep::kZero);
+    if (!overwrite) units.note_grads_zeroed();
     outcome.losses.push_back(loss);
 
     const double elapsed =

@@ -77,7 +77,8 @@ void CpuOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out
 // With y = w * x * r and r = (mean(x^2) + eps)^-1/2:
 //   dx_c = r * w_c * dy_c - x_c * r^3 / C * sum_k dy_k w_k x_k;   dw_c += dy_c * x_c * r.
 void CpuOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                              Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) {
+                              Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                              bool accumulate_dweight) {
   const int64_t rows = row_count(x_NC);
   const int64_t channels = row_width(x_NC);
   op_checks::check_rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C);
@@ -87,6 +88,7 @@ void CpuOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tens
   const float* rstd = rstd_N.f32();
   float* dx = dx_NC.f32();
   float* dweight = dweight_C.f32();
+  if (!accumulate_dweight) fill_zero(dweight_C);
   for (int64_t n = 0; n < rows; ++n) {
     const float* dout_row = dout + n * channels;
     const float* x_row = x + n * channels;
@@ -158,7 +160,8 @@ void CpuOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor resid
 }
 
 void CpuOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
-                             Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
+                             Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                             bool accumulate_dweight) {
   const int64_t rows = row_count(x_NI);
   const int64_t in_features = row_width(x_NI);
   const int64_t out_features = weight_OI.dim(0);
@@ -168,6 +171,10 @@ void CpuOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tens
                    "linear backward: x {}, weight {}, dweight {}, dout {}",
                    x_NI.shape().to_string(), weight_OI.shape().to_string(),
                    dweight_OI.shape().to_string(), dout_NO.shape().to_string());
+  if (!accumulate_dweight) {  // then add into zeros: the BLAS call and the sums stay as they are
+    fill_zero(dweight_OI);
+    if (dbias_O.defined()) fill_zero(dbias_O);
+  }
   if (rows == 0 || out_features == 0) return;
   const float* dout = dout_NO.f32();
   if (dx_NI.defined()) {
@@ -200,8 +207,8 @@ namespace {
 // = +1), by its negation (-1, the transpose used in backward) or not at all (0: a copy), reading
 // token n's heads at src + n * src_row and writing them at dst + n * dst_row (src may be dst).
 void rotate_rows(const float* src, int64_t src_row, float* dst, int64_t dst_row, int64_t tokens,
-                 int64_t heads, int64_t head_dim, Tensor positions_N, Tensor cos_PR,
-                 Tensor sin_PR, float direction) {
+                 int64_t heads, int64_t head_dim, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                 float direction) {
   const int64_t half = head_dim / 2;
   const int64_t max_positions = cos_PR.dim(0);
   SHARDTRAIN_CHECK(row_width(cos_PR) == half && cos_PR.shape() == sin_PR.shape(),
@@ -242,8 +249,8 @@ void rotate_pairs(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR
   SHARDTRAIN_CHECK(head_dim % 2 == 0 && tokens > 0 && x_NHD.numel() % (tokens * head_dim) == 0,
                    "rope: x {} for {} positions", x_NHD.shape().to_string(), tokens);
   const int64_t heads = x_NHD.numel() / (tokens * head_dim);
-  rotate_rows(x_NHD.f32(), heads * head_dim, x_NHD.f32(), heads * head_dim, tokens, heads,
-              head_dim, positions_N, cos_PR, sin_PR, direction);
+  rotate_rows(x_NHD.f32(), heads * head_dim, x_NHD.f32(), heads * head_dim, tokens, heads, head_dim,
+              positions_N, cos_PR, sin_PR, direction);
 }
 
 }  // namespace
@@ -258,25 +265,24 @@ void CpuOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Ten
 
 void CpuOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                             Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
-  const op_checks::PackedQkv p = op_checks::check_packed_qkv(qkv_NX, q_NHD, k_NKD, v_NKD,
-                                                             positions_N);
+  const op_checks::PackedQkv p =
+      op_checks::check_packed_qkv(qkv_NX, q_NHD, k_NKD, v_NKD, positions_N);
   const float* row = qkv_NX.f32();
-  rotate_rows(row, p.row(), q_NHD.f32(), p.q_width(), p.tokens, p.q_heads, p.head_dim,
-              positions_N, cos_PR, sin_PR, 1.0f);
+  rotate_rows(row, p.row(), q_NHD.f32(), p.q_width(), p.tokens, p.q_heads, p.head_dim, positions_N,
+              cos_PR, sin_PR, 1.0f);
   rotate_rows(row + p.q_width(), p.row(), k_NKD.f32(), p.kv_width(), p.tokens, p.kv_heads,
               p.head_dim, positions_N, cos_PR, sin_PR, 1.0f);
   rotate_rows(row + p.q_width() + p.kv_width(), p.row(), v_NKD.f32(), p.kv_width(), p.tokens,
               p.kv_heads, p.head_dim, positions_N, cos_PR, sin_PR, 0.0f);
 }
 
-void CpuOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
-                                    Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
-                                    Tensor dqkv_NX) {
-  const op_checks::PackedQkv p = op_checks::check_packed_qkv(dqkv_NX, dq_NHD, dk_NKD, dv_NKD,
-                                                             positions_N);
+void CpuOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
+                                    Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) {
+  const op_checks::PackedQkv p =
+      op_checks::check_packed_qkv(dqkv_NX, dq_NHD, dk_NKD, dv_NKD, positions_N);
   float* row = dqkv_NX.f32();
-  rotate_rows(dq_NHD.f32(), p.q_width(), row, p.row(), p.tokens, p.q_heads, p.head_dim,
-              positions_N, cos_PR, sin_PR, -1.0f);
+  rotate_rows(dq_NHD.f32(), p.q_width(), row, p.row(), p.tokens, p.q_heads, p.head_dim, positions_N,
+              cos_PR, sin_PR, -1.0f);
   rotate_rows(dk_NKD.f32(), p.kv_width(), row + p.q_width(), p.row(), p.tokens, p.kv_heads,
               p.head_dim, positions_N, cos_PR, sin_PR, -1.0f);
   rotate_rows(dv_NKD.f32(), p.kv_width(), row + p.q_width() + p.kv_width(), p.row(), p.tokens,

@@ -245,7 +245,7 @@ TEST_F(CpuOpsTest, RmsnormBackwardMatchesFiniteDifferences) {
   HostTensor dx(DType::kF32, {rows, channels});
   HostTensor dweight(DType::kF32, {channels});
   ops.rmsnorm_backward(dout.tensor, x.tensor, weight.tensor, rstd.tensor, dx.tensor, dweight.tensor,
-                       /*accumulate_dx=*/false);
+                       /*accumulate_dx=*/false, true);
   const std::vector<float> dx_once = to_vector(dx.tensor);
   expect_matches_finite_differences(x.tensor.f32(), dx_once, loss, 1e-2f, "dx");
   expect_matches_finite_differences(weight.tensor.f32(), to_vector(dweight.tensor), loss, 1e-2f,
@@ -254,7 +254,7 @@ TEST_F(CpuOpsTest, RmsnormBackwardMatchesFiniteDifferences) {
   // accumulate_dx adds onto dx; overwrite mode ignores what is there; dweight always adds.
   const std::vector<float> dweight_once = to_vector(dweight.tensor);
   ops.rmsnorm_backward(dout.tensor, x.tensor, weight.tensor, rstd.tensor, dx.tensor, dweight.tensor,
-                       /*accumulate_dx=*/true);
+                       /*accumulate_dx=*/true, true);
   for (int64_t i = 0; i < rows * channels; ++i) {
     EXPECT_FLOAT_EQ(dx.tensor.f32()[i], 2 * dx_once[i]);
   }
@@ -262,8 +262,12 @@ TEST_F(CpuOpsTest, RmsnormBackwardMatchesFiniteDifferences) {
     EXPECT_FLOAT_EQ(dweight.tensor.f32()[c], 2 * dweight_once[c]);
   }
   ops.rmsnorm_backward(dout.tensor, x.tensor, weight.tensor, rstd.tensor, dx.tensor, dweight.tensor,
-                       /*accumulate_dx=*/false);
+                       /*accumulate_dx=*/false, true);
   EXPECT_EQ(to_vector(dx.tensor), dx_once);
+  // accumulate_dweight = false: dweight is overwritten, whatever it held (here 3x the grad).
+  ops.rmsnorm_backward(dout.tensor, x.tensor, weight.tensor, rstd.tensor, dx.tensor, dweight.tensor,
+                       /*accumulate_dx=*/false, /*accumulate_dweight=*/false);
+  EXPECT_EQ(to_vector(dweight.tensor), dweight_once);
 }
 
 // ---- linear ----
@@ -301,7 +305,7 @@ void check_linear(Ops& ops, bool with_bias) {
   HostTensor dbias(DType::kF32, {out_features});
   const Tensor dbias_view = with_bias ? dbias.tensor : Tensor();
   ops.linear_backward(dout.tensor, x.tensor, weight.tensor, dx.tensor, dweight.tensor, dbias_view,
-                      /*accumulate_dx=*/false);
+                      /*accumulate_dx=*/false, true);
   const std::vector<float> dx_once = to_vector(dx.tensor);
   const std::vector<float> dweight_once = to_vector(dweight.tensor);
   const std::vector<float> dbias_once = to_vector(dbias.tensor);
@@ -314,7 +318,7 @@ void check_linear(Ops& ops, bool with_bias) {
 
   // Second call: parameter grads and (with accumulate_dx) dx double; no dx when undefined.
   ops.linear_backward(dout.tensor, x.tensor, weight.tensor, dx.tensor, dweight.tensor, dbias_view,
-                      /*accumulate_dx=*/true);
+                      /*accumulate_dx=*/true, true);
   for (size_t i = 0; i < dweight_once.size(); ++i) {
     EXPECT_FLOAT_EQ(dweight.tensor.f32()[i], 2 * dweight_once[i]);
   }
@@ -324,11 +328,16 @@ void check_linear(Ops& ops, bool with_bias) {
   }
   const std::vector<float> dx_twice = to_vector(dx.tensor);
   ops.linear_backward(dout.tensor, x.tensor, weight.tensor, Tensor(), dweight.tensor, dbias_view,
-                      /*accumulate_dx=*/false);
+                      /*accumulate_dx=*/false, true);
   EXPECT_EQ(to_vector(dx.tensor), dx_twice);
   for (size_t i = 0; i < dweight_once.size(); ++i) {
     EXPECT_FLOAT_EQ(dweight.tensor.f32()[i], 3 * dweight_once[i]);
   }
+  // accumulate_dweight = false: dweight and dbias are overwritten (they held 3x and 2x).
+  ops.linear_backward(dout.tensor, x.tensor, weight.tensor, Tensor(), dweight.tensor, dbias_view,
+                      /*accumulate_dx=*/false, /*accumulate_dweight=*/false);
+  EXPECT_EQ(to_vector(dweight.tensor), dweight_once);
+  if (with_bias) EXPECT_EQ(to_vector(dbias.tensor), dbias_once);
 }
 
 TEST_F(CpuOpsTest, LinearWithoutBias) { check_linear(ops, false); }
@@ -412,10 +421,8 @@ TEST_F(CpuOpsTest, PackedQkvEqualsCopiesAndRope) {
                              rope.cos_table.tensor, rope.sin_table.tensor, dqkv.tensor);
   EXPECT_EQ(to_vector(dq.tensor), dq_before) << "inputs are left unchanged";
   EXPECT_EQ(to_vector(dk.tensor), dk_before);
-  ops.rope_backward(dq.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                    rope.sin_table.tensor);
-  ops.rope_backward(dk.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                    rope.sin_table.tensor);
+  ops.rope_backward(dq.tensor, rope.positions.tensor, rope.cos_table.tensor, rope.sin_table.tensor);
+  ops.rope_backward(dk.tensor, rope.positions.tensor, rope.cos_table.tensor, rope.sin_table.tensor);
   const std::vector<float> got = to_vector(dqkv.tensor);
   const std::vector<float> dq_rot = to_vector(dq.tensor), dk_rot = to_vector(dk.tensor),
                            dv_values = to_vector(dv.tensor);

@@ -145,10 +145,9 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int found_count = 0;
   const bool tune = autotune_ && output_bytes(call) <= kMaxTunedOutputBytes;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
-                                                         plan.c, plan.c, preference,
-                                                         tune ? kTuneCandidates : 1, results,
-                                                         &found_count));
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
+                                     tune ? kTuneCandidates : 1, results, &found_count));
   cublasLtMatmulPreferenceDestroy(preference);
   SHARDTRAIN_CHECK(found_count > 0,
                    "cuBLASLt has no algorithm for m={} n={} k={} trans={}{} dtypes {}/{}/{} "
@@ -203,8 +202,8 @@ int CublasLtGemm::fastest(const Plan& plan, const GemmCall& call,
   return best;
 }
 
-void CublasLtGemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
-                          const GemmCall& call, void* c, void* d) {
+void CublasLtGemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmCall& call,
+                          void* c, void* d) {
   if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
   const float alpha = 1.0f;
   const float beta = call.beta;
@@ -295,7 +294,8 @@ void CudaOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor resi
 }
 
 void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
-                              Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) {
+                              Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                              bool accumulate_dweight) {
   const int64_t in_features = row_width(x_NI);
   const int64_t rows = in_features == 0 ? 0 : x_NI.numel() / in_features;
   const int64_t out_features = weight_OI.dim(0);
@@ -315,6 +315,10 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
                    dtype_name(weight_OI.dtype()));
   if (rows == 0 || out_features == 0 || in_features == 0) {
     if (dx_NI.defined() && !accumulate_dx) fill_zero(dx_NI);
+    if (!accumulate_dweight) {
+      fill_zero(dweight_OI);
+      if (dbias_O.defined()) fill_zero(dbias_O);
+    }
     return;
   }
   if (dx_NI.defined()) {
@@ -352,7 +356,7 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
     call.c = dweight_OI.data();
     call.c_dtype = dweight_OI.dtype();
     call.ldc = in_features;
-    call.beta = 1.0f;
+    call.beta = accumulate_dweight ? 1.0f : 0.0f;  // beta 0: the fp32 gradient is not read
     gemm_->run(call);
   }
   if (dbias_O.defined()) {
@@ -360,8 +364,8 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
                      dbias_O.shape().to_string(), out_features);
     require_gemm_input(dbias_O, "linear dbias");
     float* scratch = scratch_floats(cuda_kernels::column_sums_scratch_floats(rows, out_features));
-    cuda_kernels::column_sums_accumulate(dout_NO.dtype(), dout_NO.data(), rows, out_features,
-                                         dbias_O.dtype(), dbias_O.data(), scratch, stream_);
+    cuda_kernels::column_sums(dout_NO.dtype(), dout_NO.data(), rows, out_features, dbias_O.dtype(),
+                              dbias_O.data(), accumulate_dweight, scratch, stream_);
   }
 }
 

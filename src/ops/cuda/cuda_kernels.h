@@ -77,14 +77,16 @@ class AdamWMultiLauncher {
 };
 
 // ---- cuda_reduce.cu ----
-// Scratch floats that column_sums_accumulate needs for a rows x cols input.
+// Scratch floats that column_sums needs for a rows x cols input.
 size_t column_sums_scratch_floats(int64_t rows, int64_t cols);
-// out_C += sum over rows of in_RC, in fp32 with a deterministic two-stage reduction.
-void column_sums_accumulate(DType in_dtype, const void* in_RC, int64_t rows, int64_t cols,
-                            DType out_dtype, void* out_C, float* scratch, cudaStream_t stream);
-// out_C += sum over p of partials_PC (fp32), one thread per column, fixed order.
+// out_C += (accumulate) or = (not) the sum over rows of in_RC, in fp32 with a deterministic
+// two-stage reduction.
+void column_sums(DType in_dtype, const void* in_RC, int64_t rows, int64_t cols, DType out_dtype,
+                 void* out_C, bool accumulate, float* scratch, cudaStream_t stream);
+// out_C += (accumulate) or = (not) the sum over p of partials_PC (fp32), one thread per column,
+// fixed order.
 void accumulate_partials(const float* partials_PC, int64_t parts, int64_t cols, DType out_dtype,
-                         void* out_C, cudaStream_t stream);
+                         void* out_C, bool accumulate, cudaStream_t stream);
 
 // ---- cuda_embedding.cu ----
 // out_NC[n] = table_VC[ids_N[n]]. REQUIRES: 0 <= ids < V (the caller checks on the host).
@@ -100,12 +102,12 @@ void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const 
                      float eps, int64_t rows, int64_t channels, DType out_dtype, void* out_NC,
                      float* rstd_N, cudaStream_t stream);
 size_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t channels);
-// dx overwritten or accumulated; dweight accumulates. dout, x, dx share `act_dtype`; dx may
-// alias dout.
+// dx overwritten or accumulated (accumulate_dx); dweight likewise (accumulate_dweight). dout,
+// x, dx share `act_dtype`; dx may alias dout.
 void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DType weight_dtype,
                       const void* weight_C, const float* rstd_N, int64_t rows, int64_t channels,
                       void* dx_NC, bool accumulate_dx, DType dweight_dtype, void* dweight_C,
-                      float* scratch, cudaStream_t stream);
+                      bool accumulate_dweight, float* scratch, cudaStream_t stream);
 
 // ---- cuda_rope.cu ----
 // In place on x_NHD; direction +1 rotates by +angle (forward), -1 by -angle (backward).

@@ -115,7 +115,8 @@ void CudaOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor ou
 }
 
 void CudaOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                               Tensor dx_NC, Tensor dweight_C, bool accumulate_dx) {
+                               Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                               bool accumulate_dweight) {
   const int64_t rows = row_count(x_NC);
   const int64_t channels = row_width(x_NC);
   op_checks::check_rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C);
@@ -128,8 +129,8 @@ void CudaOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Ten
   float* scratch = scratch_floats(cuda_kernels::rmsnorm_backward_scratch_floats(rows, channels));
   cuda_kernels::rmsnorm_backward(x_NC.dtype(), dout_NC.data(), x_NC.data(), weight_C.dtype(),
                                  weight_C.data(), rstd_N.f32(), rows, channels, dx_NC.data(),
-                                 accumulate_dx, dweight_C.dtype(), dweight_C.data(), scratch,
-                                 stream_);
+                                 accumulate_dx, dweight_C.dtype(), dweight_C.data(),
+                                 accumulate_dweight, scratch, stream_);
 }
 
 // ---- rotary embedding ----

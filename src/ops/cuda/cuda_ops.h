@@ -64,11 +64,11 @@ class CudaOps final : public Ops {
   void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
                        Tensor rstd_N) override;
   void rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
-                        Tensor dweight_C, bool accumulate_dx) override;
+                        Tensor dweight_C, bool accumulate_dx, bool accumulate_dweight) override;
   void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
-  void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
-                      Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) override;
+  void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
+                      Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
                               Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
@@ -87,7 +87,8 @@ class CudaOps final : public Ops {
   void linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
                                Tensor out_NO) override;
   void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
-                       Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx) override;
+                       Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                       bool accumulate_dweight) override;
 
   // ---- optimizer and norms (cuda_ops.cpp) ----
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;

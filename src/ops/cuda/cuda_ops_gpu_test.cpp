@@ -279,9 +279,10 @@ TEST_F(CudaOpsTest, RmsNorm) {
       Pair dout = random_input({rows, channels});
       Pair dx = accumulate ? random_input({rows, channels}) : output({rows, channels});
       Pair dweight = random_input({channels}, DType::kF32);
-      cpu_->rmsnorm_backward(dout.cpu, x.cpu, weight.cpu, rstd.cpu, dx.cpu, dweight.cpu,
+      // dweight holds values: accumulate adds to them, else they are overwritten.
+      cpu_->rmsnorm_backward(dout.cpu, x.cpu, weight.cpu, rstd.cpu, dx.cpu, dweight.cpu, accumulate,
                              accumulate);
-      gpu_->rmsnorm_backward(dout.gpu, x.gpu, weight.gpu, rstd.gpu, dx.gpu, dweight.gpu,
+      gpu_->rmsnorm_backward(dout.gpu, x.gpu, weight.gpu, rstd.gpu, dx.gpu, dweight.gpu, accumulate,
                              accumulate);
       EXPECT_BF16_CLOSE(dx) << " channels " << channels << " accumulate " << accumulate;
       EXPECT_LE(error(dweight), 1e-4) << "channels " << channels << " rows " << rows;
@@ -289,8 +290,10 @@ TEST_F(CudaOpsTest, RmsNorm) {
     // dx may alias dout; a bf16 dweight accumulates too.
     Pair dout = random_input({rows, channels});
     Pair dweight = random_input({channels}, DType::kBF16);
-    cpu_->rmsnorm_backward(dout.cpu, x.cpu, weight.cpu, rstd.cpu, dout.cpu, dweight.cpu, false);
-    gpu_->rmsnorm_backward(dout.gpu, x.gpu, weight.gpu, rstd.gpu, dout.gpu, dweight.gpu, false);
+    cpu_->rmsnorm_backward(dout.cpu, x.cpu, weight.cpu, rstd.cpu, dout.cpu, dweight.cpu, false,
+                           true);
+    gpu_->rmsnorm_backward(dout.gpu, x.gpu, weight.gpu, rstd.gpu, dout.gpu, dweight.gpu, false,
+                           true);
     EXPECT_BF16_CLOSE(dout);
     EXPECT_BF16_CLOSE(dweight);
   }
@@ -321,14 +324,16 @@ TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
     gpu_->linear_forward_residual(x.gpu, weight.gpu, residual.gpu, residual.gpu);
     EXPECT_BF16_CLOSE(residual);
 
+    // accumulate: dx, dweight and dbias add to what they hold; else all three are overwritten
+    // (dweight and dbias hold values either way, so an overwrite that added would show).
     for (const bool accumulate : {false, true}) {
       Pair dout = random_input({c.rows, c.out});
       Pair dx = accumulate ? random_input({c.rows, c.in}) : output({c.rows, c.in});
       Pair dweight = random_input({c.out, c.in}, DType::kF32);  // LocalUnits keeps fp32 grads
       Pair dbias = c.bias ? random_input({c.out}, DType::kF32) : Pair{};
-      cpu_->linear_backward(dout.cpu, x.cpu, weight.cpu, dx.cpu, dweight.cpu, dbias.cpu,
+      cpu_->linear_backward(dout.cpu, x.cpu, weight.cpu, dx.cpu, dweight.cpu, dbias.cpu, accumulate,
                             accumulate);
-      gpu_->linear_backward(dout.gpu, x.gpu, weight.gpu, dx.gpu, dweight.gpu, dbias.gpu,
+      gpu_->linear_backward(dout.gpu, x.gpu, weight.gpu, dx.gpu, dweight.gpu, dbias.gpu, accumulate,
                             accumulate);
       EXPECT_BF16_CLOSE(dx);
       EXPECT_LE(error(dweight), 1e-4);  // fp32 output of a bf16-input GEMM: only the sum order
@@ -339,8 +344,10 @@ TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
     // bf16 grads, no dx.
     Pair dout = random_input({c.rows, c.out});
     Pair dweight = random_input({c.out, c.in}, DType::kBF16);
-    cpu_->linear_backward(dout.cpu, x.cpu, weight.cpu, Tensor(), dweight.cpu, Tensor(), false);
-    gpu_->linear_backward(dout.gpu, x.gpu, weight.gpu, Tensor(), dweight.gpu, Tensor(), false);
+    cpu_->linear_backward(dout.cpu, x.cpu, weight.cpu, Tensor(), dweight.cpu, Tensor(), false,
+                          true);
+    gpu_->linear_backward(dout.gpu, x.gpu, weight.gpu, Tensor(), dweight.gpu, Tensor(), false,
+                          true);
     EXPECT_BF16_CLOSE(dweight);
   }
 }
@@ -714,7 +721,7 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
     const double gemm_flops = 2.0 * N * C * O;
     const double fwd_ms = time_ms([&] { gpu_->linear_forward(x, w, Tensor(), y); });
     const double bwd_ms =
-        time_ms([&] { gpu_->linear_backward(dy, x, w, dx, dw, Tensor(), false); });
+        time_ms([&] { gpu_->linear_backward(dy, x, w, dx, dw, Tensor(), false, true); });
     std::printf(
         "linear N=%ld I=%ld O=%ld: forward %.3f ms (%.0f TFLOP/s), backward (dx bf16 + "
         "dW f32) %.3f ms (%.0f TFLOP/s)\n",
@@ -728,8 +735,9 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
     Tensor dweight = device({channels}, DType::kF32);
     const double norm_ms =
         time_ms([&] { gpu_->rmsnorm_forward(norm_x, weight, 1e-6f, normed, rstd); });
-    const double backward_ms = time_ms(
-        [&] { gpu_->rmsnorm_backward(normed, norm_x, weight, rstd, norm_dx, dweight, true); });
+    const double backward_ms = time_ms([&] {
+      gpu_->rmsnorm_backward(normed, norm_x, weight, rstd, norm_dx, dweight, true, true);
+    });
     std::printf("rmsnorm N=%ld C=%ld: forward %.3f ms (%.0f GB/s), backward %.3f ms (%.0f GB/s)\n",
                 N, channels, norm_ms, 4.0 * N * channels / norm_ms * 1e-6, backward_ms,
                 8.0 * N * channels / backward_ms * 1e-6);
@@ -760,7 +768,7 @@ TEST_F(CudaOpsTest, DISABLED_Throughput) {
     Tensor chunk_dx = device({rows_per_chunk, C}, DType::kBF16);
     const double head_ms = time_ms([&] {
       gpu_->linear_forward(chunk_x, head, Tensor(), chunk_logits);
-      gpu_->linear_backward(chunk_logits, chunk_x, head, chunk_dx, dhead, Tensor(), false);
+      gpu_->linear_backward(chunk_logits, chunk_x, head, chunk_dx, dhead, Tensor(), false, true);
     });
     std::printf(
         "lm head chunk rows=%ld V=%ld: forward + backward %.3f ms (%.0f TFLOP/s, %.3f ms "

@@ -33,15 +33,15 @@ __global__ void column_partials_kernel(const T* in_RC, int64_t rows, int64_t col
   partials_PC[blockIdx.y * cols + c] = sum;
 }
 
-// out_C[c] += sum over p of partials_PC[p][c]. A block covers 32 columns; its 16 thread rows
-// sum interleaved parts (p = row, row + 16, ...), then row 0 adds the 16 sums in order: the
-// result does not depend on scheduling, and every load has many independent loads in flight
-// (a serial loop over hundreds of parts per column was latency-bound).
+// out_C[c] (+)= sum over p of partials_PC[p][c] (+= when accumulate). A block covers 32 columns;
+// its 16 thread rows sum interleaved parts (p = row, row + 16, ...), then row 0 adds the 16 sums in
+// order: the result does not depend on scheduling, and every load has many independent loads in
+// flight (a serial loop over hundreds of parts per column was latency-bound).
 constexpr int kPartialColumns = 32, kPartialRows = 16;
 
 template <typename T>
 __global__ void accumulate_partials_kernel(const float* partials_PC, int64_t parts, int64_t cols,
-                                           T* out_C) {
+                                           bool accumulate, T* out_C) {
   __shared__ float sums[kPartialRows][kPartialColumns + 1];
   const int64_t c = blockIdx.x * int64_t{kPartialColumns} + threadIdx.x;
   float sum = 0;
@@ -53,7 +53,7 @@ __global__ void accumulate_partials_kernel(const float* partials_PC, int64_t par
   if (threadIdx.y != 0 || c >= cols) return;
   float total = 0;
   for (int r = 0; r < kPartialRows; ++r) total += sums[r][threadIdx.x];
-  out_C[c] = from_float<T>(to_float(out_C[c]) + total);
+  out_C[c] = from_float<T>(accumulate ? to_float(out_C[c]) + total : total);
 }
 
 unsigned column_blocks(int64_t cols) {
@@ -66,8 +66,8 @@ size_t column_sums_scratch_floats(int64_t rows, int64_t cols) {
   return static_cast<size_t>(part_count(rows) * cols);
 }
 
-void column_sums_accumulate(DType in_dtype, const void* in_RC, int64_t rows, int64_t cols,
-                            DType out_dtype, void* out_C, float* scratch, cudaStream_t stream) {
+void column_sums(DType in_dtype, const void* in_RC, int64_t rows, int64_t cols, DType out_dtype,
+                 void* out_C, bool accumulate, float* scratch, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
   const int64_t parts = part_count(rows);
   const int64_t rows_per_part = (rows + parts - 1) / parts;
@@ -77,17 +77,17 @@ void column_sums_accumulate(DType in_dtype, const void* in_RC, int64_t rows, int
                                                              cols, rows_per_part, scratch);
   });
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
-  accumulate_partials(scratch, parts, cols, out_dtype, out_C, stream);
+  accumulate_partials(scratch, parts, cols, out_dtype, out_C, accumulate, stream);
 }
 
 void accumulate_partials(const float* partials_PC, int64_t parts, int64_t cols, DType out_dtype,
-                         void* out_C, cudaStream_t stream) {
+                         void* out_C, bool accumulate, cudaStream_t stream) {
   if (cols == 0) return;
   const unsigned blocks = static_cast<unsigned>((cols + kPartialColumns - 1) / kPartialColumns);
   const dim3 threads(kPartialColumns, kPartialRows);
   SHARDTRAIN_DISPATCH_FLOAT(out_dtype, T, {
-    accumulate_partials_kernel<T>
-        <<<blocks, threads, 0, stream>>>(partials_PC, parts, cols, static_cast<T*>(out_C));
+    accumulate_partials_kernel<T><<<blocks, threads, 0, stream>>>(
+        partials_PC, parts, cols, accumulate, static_cast<T*>(out_C));
   });
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }

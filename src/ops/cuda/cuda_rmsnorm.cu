@@ -362,7 +362,7 @@ size_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t channels) {
 void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DType weight_dtype,
                       const void* weight_C, const float* rstd_N, int64_t rows, int64_t channels,
                       void* dx_NC, bool accumulate_dx, DType dweight_dtype, void* dweight_C,
-                      float* scratch, cudaStream_t stream) {
+                      bool accumulate_dweight, float* scratch, cudaStream_t stream) {
   if (rows == 0) return;
   const int64_t blocks = backward_blocks(rows);
   if (vector_path(act_dtype, dout_NC, x_NC, dx_NC, channels)) {
@@ -376,7 +376,8 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
       });
     });
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
-    accumulate_partials(scratch, blocks, channels, dweight_dtype, dweight_C, stream);
+    accumulate_partials(scratch, blocks, channels, dweight_dtype, dweight_C, accumulate_dweight,
+                        stream);
     return;
   }
   const size_t shared_bytes = static_cast<size_t>(channels) * sizeof(float);
@@ -394,7 +395,8 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
     });
   });
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
-  accumulate_partials(scratch, blocks, channels, dweight_dtype, dweight_C, stream);
+  accumulate_partials(scratch, blocks, channels, dweight_dtype, dweight_C, accumulate_dweight,
+                      stream);
 }
 
 }  // namespace shardtrain::cuda_kernels
