@@ -312,32 +312,29 @@ void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const 
                      float eps, int64_t rows, int64_t channels, DType out_dtype, void* out_NC,
                      float* rstd_N, cudaStream_t stream) {
   if (rows == 0) return;
-  if (warp_path(x_dtype, x_NC, out_NC, x_NC, weight_C, weight_dtype, channels)) {
-    const auto warp_blocks = static_cast<unsigned>(
-        std::min<int64_t>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 65535));
-    SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
-      SHARDTRAIN_DISPATCH_FLOAT(out_dtype, Out, {
-        with_warp_chunks(channels, [&](auto chunks) {
-          rmsnorm_forward_warp_kernel<Weight, Out, decltype(chunks)::value>
-              <<<warp_blocks, kThreads, 0, stream>>>(
-                  static_cast<const bf16*>(x_NC), static_cast<const Weight*>(weight_C), eps, rows,
-                  static_cast<int>(channels), static_cast<Out*>(out_NC), rstd_N);
-        });
-      });
-    });
-    SHARDTRAIN_CUDA_CHECK_LAUNCH();
-    return;
-  }
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
-  if (vector_path(x_dtype, x_NC, out_NC, x_NC, channels)) {
+  const bool warp = warp_path(x_dtype, x_NC, out_NC, x_NC, weight_C, weight_dtype, channels);
+  if (warp || vector_path(x_dtype, x_NC, out_NC, x_NC, channels)) {
+    // A warp per row (rows / 8 blocks of 8 warps) or a block per row; same arguments.
+    const unsigned grid = warp ? static_cast<unsigned>(std::min<int64_t>(
+                                     (rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 65535))
+                               : blocks;
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
       SHARDTRAIN_DISPATCH_FLOAT(out_dtype, Out, {
-        with_chunks(channels, [&](auto chunks) {
-          rmsnorm_forward_vec_kernel<Weight, Out, decltype(chunks)::value>
-              <<<blocks, kThreads, 0, stream>>>(
-                  static_cast<const bf16*>(x_NC), static_cast<const Weight*>(weight_C), eps, rows,
-                  static_cast<int>(channels), static_cast<Out*>(out_NC), rstd_N);
-        });
+        const auto launch = [&](auto kernel) {
+          kernel<<<grid, kThreads, 0, stream>>>(
+              static_cast<const bf16*>(x_NC), static_cast<const Weight*>(weight_C), eps, rows,
+              static_cast<int>(channels), static_cast<Out*>(out_NC), rstd_N);
+        };
+        if (warp) {
+          with_warp_chunks(channels, [&](auto chunks) {
+            launch(rmsnorm_forward_warp_kernel<Weight, Out, decltype(chunks)::value>);
+          });
+        } else {
+          with_chunks(channels, [&](auto chunks) {
+            launch(rmsnorm_forward_vec_kernel<Weight, Out, decltype(chunks)::value>);
+          });
+        }
       });
     });
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
