@@ -126,6 +126,10 @@ void CudaOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Ten
   require_dtype(dout_NC, x_NC.dtype(), "rmsnorm dout");
   require_dtype(dx_NC, x_NC.dtype(), "rmsnorm dx");
   require_dtype(rstd_N, DType::kF32, "rmsnorm rstd");
+  if (rows == 0) {  // no rows: nothing to add, and an overwritten dweight is zero
+    if (!accumulate_dweight) fill_zero(dweight_C);
+    return;
+  }
   float* scratch = scratch_floats(cuda_kernels::rmsnorm_backward_scratch_floats(rows, channels));
   cuda_kernels::rmsnorm_backward(x_NC.dtype(), dout_NC.data(), x_NC.data(), weight_C.dtype(),
                                  weight_C.data(), rstd_N.f32(), rows, channels, dx_NC.data(),
