@@ -24,6 +24,10 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, Fs
         ops, act == DType::kF32 ? 0 : static_cast<size_t>(unit.shard_numel) * dtype_size(act));
   }
   state_.resize(plan_.units.size());
+  // Grad shards start zero: the padding after a unit's elements is never written by backward
+  // (G = 1 overwrites only the elements) yet is summed into the gradient norm.
+  for (int u = 0; u < unit_count(); ++u) ops_.fill_zero(grad_shard(u));
+  grad_shards_zero_ = true;
   if (sharded()) {
     int64_t largest_shard = 0;
     for (const UnitShard& unit : plan_.units)
@@ -94,13 +98,10 @@ void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
 
 void FsdpUnits::zero_grads() {
   for (int u = 0; u < unit_count(); ++u) {
-    if (sharded()) {
-      if (!grad_shards_zero_) ops_.fill_zero(grad_shard(u));
-    } else {
-      // Backward overwrites the unit's elements; the padding after them (summed into the
-      // gradient norm) is zeroed once and never written again.
-      if (!grad_padding_zeroed_) ops_.fill_zero(grad_shard(u));
-      state_[u].grads_stale = true;
+    if (!sharded()) {
+      state_[u].grads_stale = true;  // the next backward overwrites the shard
+    } else if (!grad_shards_zero_) {
+      ops_.fill_zero(grad_shard(u));  // reductions add into it
     }
     if (state_[u].full_grad_slot >= 0) {
       free_slot(full_grad_pool_, state_[u].full_grad_slot,
@@ -110,7 +111,6 @@ void FsdpUnits::zero_grads() {
   }
   SHARDTRAIN_CHECK(pending_.empty(), "zero_grads with {} reductions in flight", pending_.size());
   grad_shards_zero_ = sharded();
-  grad_padding_zeroed_ = true;
 }
 
 void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {

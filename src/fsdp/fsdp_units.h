@@ -191,8 +191,8 @@ class FsdpUnits final : public UnitAccess {
   std::deque<PendingReduction> pending_;
   bool forward_phase_ = true;  // set by acquire_params(0), cleared by acquire_grads
   bool last_micro_batch_ = true;
-  bool grad_shards_zero_ = false;     // G > 1, known all zero: set by zero_grads, note_grads_zeroed
-  bool grad_padding_zeroed_ = false;  // G = 1: zero_grads has filled the shards once
+  bool grad_shards_zero_ = false;  // known all zero: at construction, by zero_grads (G > 1),
+                                   // note_grads_zeroed
 };
 
 }  // namespace shardtrain

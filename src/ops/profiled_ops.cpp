@@ -97,14 +97,30 @@ void ProfiledOps::record_gemm(bool backward, const Tensor& x_NI, const Tensor& w
   t.flops += 2.0 * products * static_cast<double>(rows) * in * out;
 }
 
-std::string ProfiledOps::gemm_shape_table() const {
-  const size_t steps = steps_.size() + (step_has_update_ ? 1 : 0);
-  if (gemm_shapes_.empty() || steps < 2) return "";
-  const double count = static_cast<double>(steps - 1);
-  std::vector<std::pair<std::tuple<bool, int64_t, int64_t, int64_t>, GemmShapeTotals>> rows(
-      gemm_shapes_.begin(), gemm_shapes_.end());
+namespace {
+
+// The rows of a totals map (values with a `seconds` field), slowest first.
+template <typename Map>
+std::vector<std::pair<typename Map::key_type, typename Map::mapped_type>> slowest_first(
+    const Map& totals) {
+  std::vector<std::pair<typename Map::key_type, typename Map::mapped_type>> rows(totals.begin(),
+                                                                                 totals.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  return rows;
+}
+
+}  // namespace
+
+double ProfiledOps::steps_after_first() const {
+  const size_t steps = steps_.size() + (step_has_update_ ? 1 : 0);
+  return steps < 2 ? 0.0 : static_cast<double>(steps - 1);
+}
+
+std::string ProfiledOps::gemm_shape_table() const {
+  const double count = steps_after_first();
+  if (gemm_shapes_.empty() || count == 0) return "";
+  const auto rows = slowest_first(gemm_shapes_);
   std::string text = "\n  gemm by shape (per step; backward = dx + dweight [+ dbias]):";
   for (const auto& [key, t] : rows) {
     const auto& [backward, tokens, in, out] = key;
@@ -117,12 +133,9 @@ std::string ProfiledOps::gemm_shape_table() const {
 }
 
 std::string ProfiledOps::op_name_table() const {
-  const size_t steps = steps_.size() + (step_has_update_ ? 1 : 0);
-  if (op_names_.empty() || steps < 2) return "";
-  const double count = static_cast<double>(steps - 1);
-  std::vector<std::pair<std::string, ClassTotals>> rows(op_names_.begin(), op_names_.end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  const double count = steps_after_first();
+  if (op_names_.empty() || count == 0) return "";
+  const auto rows = slowest_first(op_names_);
   std::string text = "\n  by op (per step):";
   for (const auto& [name, t] : rows) {
     text += fmt::format("\n    {:<34} {:>8.1f} calls {:>9.2f} ms", name,

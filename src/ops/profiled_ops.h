@@ -106,6 +106,9 @@ class ProfiledOps final : public Ops {
   float read_scalar(Tensor x_1) override;
 
  private:
+  // Steps 2..N so far (completed, plus the current one once it has its update): the tables'
+  // divisor; 0 before a second step.
+  double steps_after_first() const;
   // Synchronises, runs `op`, synchronises, adds the time to `op_class` and (from step 2 on) to
   // the row of `op_name` (the Ops method's name).
   template <typename Op>

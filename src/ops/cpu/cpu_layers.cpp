@@ -162,15 +162,8 @@ void CpuOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor resid
 void CpuOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                              Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                              bool accumulate_dweight) {
-  const int64_t rows = row_count(x_NI);
-  const int64_t in_features = row_width(x_NI);
-  const int64_t out_features = weight_OI.dim(0);
-  SHARDTRAIN_CHECK(weight_OI.numel() == out_features * in_features &&
-                       dweight_OI.numel() == out_features * in_features &&
-                       dout_NO.numel() == rows * out_features,
-                   "linear backward: x {}, weight {}, dweight {}, dout {}",
-                   x_NI.shape().to_string(), weight_OI.shape().to_string(),
-                   dweight_OI.shape().to_string(), dout_NO.shape().to_string());
+  const auto [rows, in_features, out_features] = linear_sizes(x_NI, weight_OI, dout_NO);
+  require_same_numel(weight_OI, dweight_OI, "linear dweight");
   if (!accumulate_dweight) {  // then add into zeros: the BLAS call and the sums stay as they are
     fill_zero(dweight_OI);
     if (dbias_O.defined()) fill_zero(dbias_O);
