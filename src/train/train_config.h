@@ -66,7 +66,7 @@ struct TrainLoopConfig {
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).
   int64_t global_batch = 0;
-  // Sharded checkpoints (train/checkpoint.h, docs/checkpoints.md). "" = none.
+  // Sharded checkpoints (train/checkpoint/checkpoint.h, docs/checkpoints.md). "" = none.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // save every N steps (0 = only on stop and at the end)
   int64_t keep_checkpoints = 3;  // complete checkpoints kept (the newest is never removed)
@@ -93,8 +93,9 @@ struct OptimConfig {
 };
 
 struct FsdpConfig {
-  std::string strategy = "FULL_SHARD";  // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
-  int64_t shard_group_size = 0;         // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
+  std::string strategy =
+      "FULL_SHARD";              // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
+  int64_t shard_group_size = 0;  // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
   bool reduce_on_last_micro_batch = false;
 };
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "train/checkpoint_checksum.h"
+#include "train/checkpoint/checkpoint_checksum.h"
 
 namespace shardtrain {
 

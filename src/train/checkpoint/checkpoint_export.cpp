@@ -1,4 +1,4 @@
-#include "train/checkpoint_export.h"
+#include "train/checkpoint/checkpoint_export.h"
 
 #include <toml++/toml.h>
 
@@ -10,8 +10,8 @@
 #include "model/hf_config.h"
 #include "model/param_layout.h"
 #include "model/save_hf.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 namespace shardtrain {
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "train/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "io/read_file.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 namespace fs = std::filesystem;
@@ -41,7 +41,6 @@ std::vector<int64_t> step_dirs(const std::string& dir, bool complete) {
   std::sort(steps.begin(), steps.end());
   return steps;
 }
-
 
 nlohmann::json entry_json(const ManifestEntry& e) {
   return {{"file", e.file}, {"bytes", e.digest.bytes}, {"xxh64", xxhash64_hex(e.digest.xxh64)}};

@@ -8,7 +8,8 @@
 //  - export equals the trainer's own final save (fp32, byte for byte), also split into shards
 //    with an index under a tiny --max-shard-size, and for a tied-embedding Qwen2 model;
 //  - bad input: exit 2 with one error line naming the file or key;
-//  - asynchronous saves (train/checkpoint_saver.h): the files equal those of synchronous saves
+//  - asynchronous saves (train/checkpoint/checkpoint_saver.h): the files equal those of synchronous
+//  saves
 //    while training runs on during a slowed write (test hook
 //    SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS), the step loop is not stalled by the write
 //    (up to train.checkpoint_max_lag_steps), a stop's checkpoint is complete before exit, and a

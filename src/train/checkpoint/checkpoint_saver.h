@@ -1,5 +1,5 @@
-// CheckpointSaver: the step loop's side of sharded checkpoints (train/checkpoint.h), saving
-// without making training wait for the disk.
+// CheckpointSaver: the step loop's side of sharded checkpoints (train/checkpoint/checkpoint.h),
+// saving without making training wait for the disk.
 //
 // A save (save(), at a step boundary) stalls the step loop only for a copy of this rank's state
 // into host memory (snapshot_checkpoint: the fp32 master and moment shards; on rank 0 the run
@@ -28,8 +28,8 @@
 //    is. finish() (end of training, and after a SIGTERM or stop_at_step save) returns only
 //    once the checkpoint's manifest is on disk.
 //  - Bounded lag: a checkpoint must be complete at most options.max_lag_steps steps after it
-//    was taken (train.checkpoint_max_lag_steps, default 0 = no bound). If it is not when poll() reaches
-//    that step, the step loop waits for it there (complete_pending). This is what makes a
+//    was taken (train.checkpoint_max_lag_steps, default 0 = no bound). If it is not when poll()
+//    reaches that step, the step loop waits for it there (complete_pending). This is what makes a
 //    crash more than max_lag_steps after a checkpoint step always find that checkpoint; the
 //    stall is then only the part of the write that those steps did not hide, never more than
 //    a synchronous save's. 0 = no bound (only the next save waits).
@@ -43,7 +43,7 @@
 // for the write; the files are the same).
 //
 // Test hook: SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=N makes the writer sleep N ms before
-// each file (a slow disk), for src/train/checkpoint_dist_test.cpp.
+// each file (a slow disk), for src/train/checkpoint/checkpoint_dist_test.cpp.
 //
 // REQUIRES: every rank calls poll / save / finish at the same steps (they are collective).
 #pragma once
@@ -58,7 +58,7 @@
 #include "fsdp/fsdp_units.h"
 #include "model/param_layout.h"
 #include "ops/ops.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace shardtrain {
 

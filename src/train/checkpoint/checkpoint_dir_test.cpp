@@ -1,7 +1,7 @@
-// Checkpoint directory rules (train/checkpoint_dir.h) and the XXH64 checksum: published hash
-// vectors; a manifest round-trips; a truncated or corrupted file is named; only manifests make
+// Checkpoint directory rules (train/checkpoint/checkpoint_dir.h) and the XXH64 checksum: published
+// hash vectors; a manifest round-trips; a truncated or corrupted file is named; only manifests make
 // checkpoints; pruning keeps the newest K and removes stale incomplete ones.
-#include "train/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/testing/test_support.h"
-#include "train/checkpoint_checksum.h"
+#include "train/checkpoint/checkpoint_checksum.h"
 
 namespace shardtrain {
 namespace {

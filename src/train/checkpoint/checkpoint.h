@@ -1,7 +1,8 @@
 // Sharded training checkpoints of an FSDP job: save, verify, load (at any world size and
-// strategy) and resume. The directory layout and its safety rules are in train/checkpoint_dir.h;
-// the asynchronous save protocol of the step loop (host snapshot, background write, manifest
-// once every rank is done) is train/checkpoint_saver.h; docs/checkpoints.md is the user's guide.
+// strategy) and resume. The directory layout and its safety rules are in
+// train/checkpoint/checkpoint_dir.h; the asynchronous save protocol of the step loop (host
+// snapshot, background write, manifest once every rank is done) is
+// train/checkpoint/checkpoint_saver.h; docs/checkpoints.md is the user's guide.
 //
 // What a checkpoint holds: per shard-group rank k, one safetensors file with the fp32 tensors
 // `unit.U.master`, `unit.U.exp_avg`, `unit.U.exp_avg_sq` (each the rank's shard of unit U,
@@ -30,7 +31,7 @@
 #include "fsdp/fsdp_units.h"
 #include "model/param_layout.h"
 #include "ops/ops.h"
-#include "train/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 namespace shardtrain {
 
@@ -53,9 +54,9 @@ struct CheckpointRunInfo {
 };
 
 // One rank's part of one checkpoint, staged in host memory (copied from the device at the step
-// boundary), so that it can be written while training continues (train/checkpoint_saver.h).
-// The staging buffers are meant to be reused across checkpoints: snapshot_checkpoint() only
-// grows them.
+// boundary), so that it can be written while training continues
+// (train/checkpoint/checkpoint_saver.h). The staging buffers are meant to be reused across
+// checkpoints: snapshot_checkpoint() only grows them.
 struct CheckpointSnapshot {
   int64_t step = 0;
   std::string step_dir;  // DIR/step_XXXXXXXX

@@ -1,4 +1,4 @@
-#include "train/checkpoint_checksum.h"
+#include "train/checkpoint/checkpoint_checksum.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "train/checkpoint_signal.h"
+#include "train/checkpoint/checkpoint_signal.h"
 
 #include <csignal>
 

@@ -1,4 +1,4 @@
-#include "train/checkpoint_saver.h"
+#include "train/checkpoint/checkpoint_saver.h"
 
 #include <condition_variable>
 #include <cstdlib>

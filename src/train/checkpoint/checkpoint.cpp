@@ -1,4 +1,4 @@
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 #include <fmt/ranges.h>
 
@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "core/error.h"
-#include "io/read_file.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 #include "io/safetensors.h"
-#include "train/checkpoint_dir.h"
+#include "train/checkpoint/checkpoint_dir.h"
 
 namespace shardtrain {
 namespace fs = std::filesystem;
@@ -33,7 +33,6 @@ std::vector<int64_t> dims_of(const Shape& shape) {
   for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
   return dims;
 }
-
 
 nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
                            const std::string& strategy) {
@@ -284,12 +283,12 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
         const auto dims = params[i].at("shape").get<std::vector<int64_t>>();
         if (params[i].at("name").get<std::string>() != p.name || dims != dims_of(p.shape) ||
             params[i].at("offset").get<int64_t>() != p.offset) {
-          mismatch = fmt::format("parameter {} of unit {} is {} {} at offset {} there, {} {} at "
-                                 "offset {} here",
-                                 i, u, params[i].at("name").get<std::string>(),
-                                 fmt::format("[{}]", fmt::join(dims, ", ")),
-                                 params[i].at("offset").get<int64_t>(), p.name,
-                                 p.shape.to_string(), p.offset);
+          mismatch = fmt::format(
+              "parameter {} of unit {} is {} {} at offset {} there, {} {} at "
+              "offset {} here",
+              i, u, params[i].at("name").get<std::string>(),
+              fmt::format("[{}]", fmt::join(dims, ", ")), params[i].at("offset").get<int64_t>(),
+              p.name, p.shape.to_string(), p.offset);
         }
       }
       if (!mismatch.empty()) {

@@ -1,5 +1,5 @@
-// Export of a sharded training checkpoint (train/checkpoint.h) as a Hugging Face model dir:
-// config.json (the model config saved in the checkpoint), the fp32 master weights in bf16 or
+// Export of a sharded training checkpoint (train/checkpoint/checkpoint.h) as a Hugging Face model
+// dir: config.json (the model config saved in the checkpoint), the fp32 master weights in bf16 or
 // fp32 (split into model-0000K-of-0000N.safetensors + index when over max_shard_bytes), and the
 // tokenizer files of the run's model.path when that directory still holds them.
 //
