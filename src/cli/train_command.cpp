@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "fsdp/dist_env.h"
 #include "launch/launcher.h"
+#include "train/test_hang_hook.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -34,8 +35,10 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
   if (!args.config_path.empty()) schema.load_toml_file(args.config_path);
   for (const std::string& o : overrides) {
     if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
-      fail("unexpected argument '{}'; HINT: config overrides look like --section.key=value "
-           "(see shardtrain train --help)", o);
+      fail(
+          "unexpected argument '{}'; HINT: config overrides look like --section.key=value "
+          "(see shardtrain train --help)",
+          o);
     }
     schema.apply_override(o.substr(2));
   }
@@ -51,9 +54,12 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
     return 0;
   }
   config.validate();
-  std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, read_dist_env());
+  const DistEnv env = read_dist_env();
+  std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, env);
+  const std::unique_ptr<StepHooks> test_hooks = hang_hook_from_test_env(env.rank);
   TrainRunOptions options;
   options.metrics_path = args.metrics_path;
+  options.hooks = test_hooks.get();
   const TrainOutcome outcome = run_training(config, *ops, options);
   if (!outcome.losses.empty()) {
     std::printf("first loss %.4f, last loss %.4f over %zu steps (%.0f tokens/s)\n",
@@ -67,9 +73,10 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
 
 void add_train_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "train", "Train (fine-tune) a model. Any config key can be overridden with "
-               "--section.key=value, e.g. --optim.lr=1e-4 --train.micro_batch=2");
+  CLI::App* cmd =
+      app.add_subcommand("train",
+                         "Train (fine-tune) a model. Any config key can be overridden with "
+                         "--section.key=value, e.g. --optim.lr=1e-4 --train.micro_batch=2");
   cmd->add_option("--config", args->config_path, "TOML job config (see examples/demo.toml)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "data/formats.h"
+#include "data/jsonl_lines.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/utf8.h"
@@ -35,20 +36,6 @@ struct LineResult {
   TokenizedDocument document;
   std::string problem;  // for kBad
 };
-
-bool is_blank(std::string_view line) {
-  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; users need only the rest.
-std::string json_message(const std::exception& error) {
-  std::string message = error.what();
-  if (message.rfind("[json.exception.", 0) == 0) {
-    const size_t end = message.find("] ");
-    if (end != std::string::npos) message = message.substr(end + 2);
-  }
-  return message;
-}
 
 size_t first_invalid_byte(std::string_view text) {
   for (size_t pos = 0; pos < text.size();) {
@@ -77,8 +64,8 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
   try {
     return json::parse(line);
   } catch (const json::exception& error) {
-    problem =
-        fmt::format("not valid JSON ({}); each line must be one JSON object", json_message(error));
+    problem = fmt::format("not valid JSON ({}); each line must be one JSON object",
+                          json_error_message(error));
     return std::nullopt;
   }
 }
@@ -110,7 +97,7 @@ ExampleFormat resolve_format(const PrepareOptions& options,
                              const std::vector<std::string_view>& lines) {
   if (options.format != "auto") return parse_example_format(options.format);
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (is_blank(lines[i])) continue;
+    if (is_blank_line(lines[i])) continue;
     std::string problem;
     const std::optional<json> record =
         parse_line(lines[i], options.invalid_utf8 == "replace", problem);
@@ -185,7 +172,7 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
         const size_t end = std::min(lines.size(), begin + kLinesPerChunk);
         for (size_t i = begin; i < end; ++i) {
           LineResult& result = results[i];
-          if (is_blank(lines[i])) continue;
+          if (is_blank_line(lines[i])) continue;
           result.kind = LineResult::Kind::kBad;
           const std::optional<json> record =
               parse_line(lines[i], replace_invalid_utf8, result.problem);
@@ -243,7 +230,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
     report.pad_id = tokenizer.token_to_id(*files.pad_token).value_or(report.eos_id);
 
   const std::string text = read_file(options.data_path);
-  if (is_blank(text)) {
+  if (is_blank_line(text)) {
     fail("{}: no usable example: the file is empty; it needs one JSON example per line",
          options.data_path);
   }

@@ -57,6 +57,9 @@ class Ops {
   virtual Ops* backend() { return this; }
   virtual Device device() const = 0;
   virtual DType activation_dtype() const = 0;
+  // The trainer calls this once per optimizer step, after the update: the profiling decorator
+  // (ops/profiled_ops.h) closes its per-step table there. Backends do nothing.
+  virtual void end_step() {}
 
   // ---- memory ----
   // Raw device allocation; zero-filled. Prefer the RAII `DeviceBuffer` (ops/device_buffer.h).

@@ -50,12 +50,12 @@ ProfiledOps::ClassTotals ProfiledOps::totals(OpClass op_class) const {
   return sum_from_step(0)[static_cast<int>(op_class)];
 }
 
+void ProfiledOps::end_step() {
+  steps_.push_back(current_step_);
+  current_step_ = {};
+}
+
 ProfiledOps::~ProfiledOps() {
-  if (step_has_update_) {
-    steps_.push_back(current_step_);
-    current_step_ = {};
-    step_has_update_ = false;
-  }
   Table table = sum_from_step(0);
   std::string scope = "totals over the run";
   if (steps_.size() >= 2) {
@@ -113,8 +113,7 @@ std::vector<std::pair<typename Map::key_type, typename Map::mapped_type>> slowes
 }  // namespace
 
 double ProfiledOps::steps_after_first() const {
-  const size_t steps = steps_.size() + (step_has_update_ ? 1 : 0);
-  return steps < 2 ? 0.0 : static_cast<double>(steps - 1);
+  return steps_.size() < 2 ? 0.0 : static_cast<double>(steps_.size() - 1);
 }
 
 std::string ProfiledOps::gemm_shape_table() const {
@@ -146,12 +145,6 @@ std::string ProfiledOps::op_name_table() const {
 
 template <typename Op>
 void ProfiledOps::timed(const char* op_name, OpClass op_class, Op&& op) {
-  const bool compute = op_class != OpClass::kOptimizer && op_class != OpClass::kMemory;
-  if (compute && step_has_update_) {  // the first compute op after an update: a new step
-    steps_.push_back(current_step_);
-    current_step_ = {};
-    step_has_update_ = false;
-  }
   inner_->synchronize();
   const auto start = std::chrono::steady_clock::now();
   op();
@@ -276,11 +269,9 @@ void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_s
 }
 void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
   timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
-  step_has_update_ = true;
 }
 void ProfiledOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
   timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw_multi(segments, step); });
-  step_has_update_ = true;  // ends a step as adamw does
 }
 void ProfiledOps::sum_squares(Tensor x, Tensor out_1) {
   timed(__func__, OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });

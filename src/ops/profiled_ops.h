@@ -7,8 +7,9 @@
 // overlap, no queued launches): a profile run is for the breakdown, never for tokens/s. On
 // destruction the table (class, calls, ms, share) is written to the log: per training step,
 // averaged over the steps after the first (which also holds one-time work: weight upload,
-// cuBLASLt algorithm search), when there are at least two; else totals. A step ends with its
-// AdamW calls: the first compute op after an adamw starts the next one. A second table splits
+// cuBLASLt algorithm search), when there are at least two; else totals. The trainer ends each
+// step (Ops::end_step, after the optimizer update); ops after the last one (the final export)
+// count in the run's totals only. A second table splits
 // the time by Ops method, a third the GEMM time by direction and shape (tokens x in -> out) with
 // the achieved TFLOP/s.
 #pragma once
@@ -51,7 +52,9 @@ class ProfiledOps final : public Ops {
   using Table = std::array<ClassTotals, static_cast<size_t>(OpClass::kCount)>;
   // Totals over every call so far.
   ClassTotals totals(OpClass op_class) const;
-  // Completed steps (see the header comment), each with its per-class totals.
+  // Closes the current step (see the header comment).
+  void end_step() override;
+  // Completed steps, each with its per-class totals.
   const std::vector<Table>& steps() const { return steps_; }
   // The GEMM-by-shape lines of the log table (steps 2..N; empty before a second step).
   std::string gemm_shape_table() const;
@@ -106,8 +109,7 @@ class ProfiledOps final : public Ops {
   float read_scalar(Tensor x_1) override;
 
  private:
-  // Steps 2..N so far (completed, plus the current one once it has its update): the tables'
-  // divisor; 0 before a second step.
+  // Completed steps 2..N so far: the tables' divisor; 0 before a second step.
   double steps_after_first() const;
   // Synchronises, runs `op`, synchronises, adds the time to `op_class` and (from step 2 on) to
   // the row of `op_name` (the Ops method's name).
@@ -133,7 +135,6 @@ class ProfiledOps final : public Ops {
   Table sum_from_step(size_t first) const;
   Table current_step_{};
   std::vector<Table> steps_;
-  bool step_has_update_ = false;  // an adamw ran in current_step_
   std::chrono::steady_clock::time_point created_;
 };
 

@@ -61,7 +61,9 @@ struct TrainLoopConfig {
   int64_t log_every = 1;
   std::string output_dir;      // "" = don't save
   double max_grad_norm = 1.0;  // 0 disables clipping
-  // "none" | "full": recompute each block in backward from its saved input.
+  // "none" | "full" | "selective": full recomputes each block in backward from its saved input;
+  // selective also keeps the attention output, so the recompute skips attention
+  // (model/llama_model.h LlamaModel::Checkpointing).
   std::string activation_checkpointing = "none";
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).

@@ -3,11 +3,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/jsonl_lines.h"
 #include "data/prepare_cache.h"
 
 namespace shardtrain {
@@ -17,7 +17,7 @@ namespace {
 bool first_line_has_input_ids(const std::string& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (is_blank_line(line)) continue;
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
     return record.is_object() && record.contains("input_ids");
   }
