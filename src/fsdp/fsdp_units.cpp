@@ -309,7 +309,7 @@ GradBuffer FsdpUnits::acquire_grads(int unit) {
   forward_phase_ = false;
   const int64_t numel = layout_.units[unit].numel;
   if (!sharded()) {
-    // The first backward of a step overwrites the shard (zero_grads left it stale).
+    // The first backward of a step overwrites the shard (begin_step left it stale).
     const bool accumulate = !state.grads_stale;
     state.grads_stale = false;
     return {grad_shard(unit).rows(0, numel), accumulate};

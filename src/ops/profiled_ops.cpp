@@ -179,9 +179,6 @@ void ProfiledOps::cast(Tensor dst, Tensor src) {
 void ProfiledOps::add(Tensor out, Tensor a, Tensor b) {
   timed(__func__, OpClass::kElementwise, [&] { inner_->add(out, a, b); });
 }
-void ProfiledOps::scale(Tensor x, float factor) {
-  timed(__func__, OpClass::kElementwise, [&] { inner_->scale(x, factor); });
-}
 void ProfiledOps::embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) {
   timed(__func__, OpClass::kEmbedding, [&] { inner_->embedding_forward(ids_N, table_VC, out_NC); });
 }
@@ -221,14 +218,6 @@ void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   });
   record_gemm(true, x_NI, weight_OI, dx_NI.defined() ? 2 : 1);
 }
-void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise,
-        [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
-}
-void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise,
-        [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
-}
 void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                  Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
   timed(__func__, OpClass::kElementwise,
@@ -266,9 +255,6 @@ void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_s
                                 Tensor loss_sum_1, bool compute_grad) {
   timed(__func__, OpClass::kLoss,
         [&] { inner_->cross_entropy(logits_NV, targets_N, grad_scale, loss_sum_1, compute_grad); });
-}
-void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
-  timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
 }
 void ProfiledOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
   timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw_multi(segments, step); });

@@ -74,7 +74,6 @@ class ProfiledOps final : public Ops {
   void synchronize() override { inner_->synchronize(); }
 
   void add(Tensor out, Tensor a, Tensor b) override;
-  void scale(Tensor x, float factor) override;
   void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
   void embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) override;
   void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
@@ -87,8 +86,6 @@ class ProfiledOps final : public Ops {
   void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                        bool accumulate_dweight) override;
-  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
-  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
@@ -103,7 +100,6 @@ class ProfiledOps final : public Ops {
                        Tensor dup_NF) override;
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
-  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;

@@ -57,8 +57,9 @@ TEST(ProfiledOps, StepsEndAtEndStep) {
   for (int s = 0; s < 3; ++s) {
     profiled.add(a.tensor, a.tensor, b.tensor);
     profiled.add(a.tensor, a.tensor, b.tensor);
-    profiled.adamw(a.tensor, b.tensor, m.tensor, v.tensor, step);
-    profiled.adamw(a.tensor, b.tensor, m.tensor, v.tensor, step);  // several units per step
+    const std::vector<AdamWSegment> unit = {{a.tensor, b.tensor, m.tensor, v.tensor}};
+    profiled.adamw_multi(unit, step);
+    profiled.adamw_multi(unit, step);  // several updates per step
     profiled.end_step();
   }
   profiled.add(a.tensor, a.tensor, b.tensor);  // in a fourth step, not yet ended
@@ -83,7 +84,7 @@ TEST(ProfiledOps, GemmShapesAreTabledFromTheSecondStep) {
                              Tensor(), false, true);
     if (s < 2) EXPECT_EQ(profiled.gemm_shape_table(), "") << "no table before a second step";
     if (s < 2) EXPECT_EQ(profiled.op_name_table(), "") << "no table before a second step";
-    profiled.adamw(p.tensor, dweight.tensor.reshaped({48}), m.tensor, v.tensor, step);
+    profiled.adamw_multi({{p.tensor, dweight.tensor.reshaped({48}), m.tensor, v.tensor}}, step);
     profiled.end_step();
   }
   const std::string table = profiled.gemm_shape_table();
@@ -93,7 +94,7 @@ TEST(ProfiledOps, GemmShapesAreTabledFromTheSecondStep) {
       << table;
   // Per Ops method, per step (steps 2 and 3): one call each.
   const std::string by_op = profiled.op_name_table();
-  for (const char* name : {"linear_forward", "linear_backward", "adamw"}) {
+  for (const char* name : {"linear_forward", "linear_backward", "adamw_multi"}) {
     EXPECT_NE(by_op.find(fmt::format("\n    {:<34}      1.0 calls", name)), std::string::npos)
         << name << by_op;
   }

@@ -141,6 +141,9 @@ class CudaOpsTest : public ::testing::Test {
   }
 
   std::unique_ptr<Ops> gpu_, cpu_;
+  // For the reference pieces outside the Ops interface (scale, rope_*, one-range adamw).
+  CudaOps& gpu_ref() { return static_cast<CudaOps&>(*gpu_); }
+  CpuOps& cpu_ref() { return static_cast<CpuOps&>(*cpu_); }
   std::deque<DeviceBuffer> buffers_;
   unsigned next_seed_ = 1;
 };
@@ -159,8 +162,8 @@ TEST_F(CudaOpsTest, AddScaleAndCast) {
       EXPECT_LE(error(out), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
       cpu_->add(a.cpu, a.cpu, b.cpu);  // aliasing
       gpu_->add(a.gpu, a.gpu, b.gpu);
-      cpu_->scale(a.cpu, -0.37f);
-      gpu_->scale(a.gpu, -0.37f);
+      cpu_ref().scale(a.cpu, -0.37f);
+      gpu_ref().scale(a.gpu, -0.37f);
       EXPECT_LE(error(a), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
     }
   // f32 -> bf16 rounds to nearest even exactly like the host conversion; bf16 -> f32 is exact.
@@ -212,8 +215,8 @@ TEST_F(CudaOpsTest, AdamWMatchesReference) {
       s.weight_decay = 0.1f;
       s.step = step;
       s.grad_scale = 0.5f;
-      cpu_->adamw(param.cpu, grad.cpu, m.cpu, v.cpu, s);
-      gpu_->adamw(param.gpu, grad.gpu, m.gpu, v.gpu, s);
+      cpu_ref().adamw(param.cpu, grad.cpu, m.cpu, v.cpu, s);
+      gpu_ref().adamw(param.gpu, grad.gpu, m.gpu, v.gpu, s);
     }
     EXPECT_F32_CLOSE(param);
     EXPECT_F32_CLOSE(m);
@@ -372,12 +375,12 @@ TEST_P(CudaRopeTest, RopeForwardAndBackward) {
     position_values[n] = static_cast<int32_t>((n * 13) % positions);
   Pair pos = ints(position_values, {tokens});
   Pair x = random_input({tokens, heads, head_dim});
-  cpu_->rope_forward(x.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
-  gpu_->rope_forward(x.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
+  cpu_ref().rope_forward(x.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
+  gpu_ref().rope_forward(x.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
   EXPECT_BF16_CLOSE(x);
   Pair dx = random_input({tokens, heads, head_dim});
-  cpu_->rope_backward(dx.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
-  gpu_->rope_backward(dx.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
+  cpu_ref().rope_backward(dx.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
+  gpu_ref().rope_backward(dx.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
   EXPECT_BF16_CLOSE(dx);
 
   // Packed q/k/v (one GEMM output per token: q of 4 heads, k and v of 2), split with rope, and
@@ -859,7 +862,7 @@ TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCast) {
     for (const AdamWSegment& segment : adamw_test_segments(reference, step_ranges)) {
       AdamWStep range_step = s;
       range_step.weight_decay = segment.weight_decay;
-      gpu_->adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq, range_step);
+      gpu_ref().adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq, range_step);
       if (segment.compute_param.defined()) gpu_->cast(segment.compute_param, segment.param);
       if (segment.zero_grad) gpu_->fill_zero(segment.grad);
     }
@@ -933,7 +936,8 @@ TEST_F(CudaOpsTest, DISABLED_AdamWMultiThroughput) {
         for (const AdamWSegment& segment : segments) {
           AdamWStep range_step = s;
           range_step.weight_decay = segment.weight_decay;
-          gpu_->adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq, range_step);
+          gpu_ref().adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq,
+                          range_step);
         }
         gpu_->cast(b.compute_bf16, b.param);
         gpu_->fill_zero(b.grad);
