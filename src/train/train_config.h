@@ -93,13 +93,14 @@ struct OptimConfig {
 };
 
 struct FsdpConfig {
-  std::string strategy = "FULL_SHARD";  // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
-  int64_t shard_group_size = 0;         // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
+  std::string strategy =
+      "FULL_SHARD";              // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
+  int64_t shard_group_size = 0;  // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
   bool reduce_on_last_micro_batch = false;
 };
 
 struct DistConfig {
-  // "auto" | "nccl" | "gloo": which engine carries collectives (fsdp/dist_env.h
+  // "auto" | "nccl" | "gloo": which engine carries collectives (dist/dist_env.h
   // choose_world_comm). auto = NCCL for CUDA ranks with one GPU each, Gloo for CPU ranks, and
   // host-staged Gloo when a node has more CUDA ranks than GPUs; gloo on CUDA ranks = host-staged.
   std::string backend = "auto";

@@ -15,8 +15,8 @@
 #include "data/batch.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "fsdp/dist_env.h"
-#include "fsdp/fsdp_groups.h"
+#include "dist/dist_env.h"
+#include "dist/fsdp_groups.h"
 #include "fsdp/fsdp_units.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
@@ -93,7 +93,7 @@ static std::string memory_json(const FsdpMemory& m) {
 
 TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOptions& options) {
   config.validate();
-  const DistEnv env = read_dist_env();
+  const WorkerEnv& env = options.worker;
   const FsdpStrategy strategy = parse_fsdp_strategy(config.fsdp.strategy);
   const int group_size = shard_group_size_for(strategy, env.world, env.local_world,
                                               static_cast<int>(config.fsdp.shard_group_size));
@@ -122,7 +122,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
 
   // Declared before the world: the heartbeat outlives the Comm that reports to it.
   const std::unique_ptr<Heartbeat> heartbeat = Heartbeat::for_launched_worker(env);
-  DistWorld world = connect_world(env, ops, config.dist.backend);
+  DistWorld world = connect_world(env, ops, options.compute, config.dist.backend);
   world.comm = with_heartbeat(std::move(world.comm), *heartbeat);
   FsdpGroups groups(*world.comm, group_size);
   FsdpUnits units(ops, layout, groups, {strategy, config.fsdp.reduce_on_last_micro_batch});

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/worker_env.h"
+#include "ops/backend.h"
 #include "ops/ops.h"
 #include "train/train_config.h"
 
@@ -23,6 +25,8 @@ struct TrainOutcome {
 struct TrainRunOptions {
   std::string metrics_path;  // "" = no metrics file
   bool quiet = false;        // no per-step console lines
+  WorkerEnv worker;          // the launcher's contract, parsed once by the caller (one process: {})
+  CudaComputeStream compute;  // the CUDA stream of `ops`'s backend, for NCCL (ops/backend.h)
 };
 
 // Throws Error for any user mistake (config, paths, data, checkpoint).
