@@ -28,8 +28,8 @@
 //    is. finish() (end of training, and after a SIGTERM or stop_at_step save) returns only
 //    once the checkpoint's manifest is on disk.
 //  - Bounded lag: a checkpoint must be complete at most options.max_lag_steps steps after it
-//    was taken (train.checkpoint_max_lag_steps, default 0 = no bound). If it is not when poll() reaches
-//    that step, the step loop waits for it there (complete_pending). This is what makes a
+//    was taken (train.checkpoint_max_lag_steps, default 0 = no bound). If it is not when poll()
+//    reaches that step, the step loop waits for it there (complete_pending). This is what makes a
 //    crash more than max_lag_steps after a checkpoint step always find that checkpoint; the
 //    stall is then only the part of the write that those steps did not hide, never more than
 //    a synchronous save's. 0 = no bound (only the next save waits).
@@ -104,6 +104,8 @@ class CheckpointSaver {
   // Collective: completes the pending checkpoint, if any (its manifest is on disk on return).
   // Throws Error if it failed on any rank.
   void finish();
+  // How long this rank's files of the newest complete checkpoint took to write (0: none yet).
+  double last_write_seconds() const { return last_write_s_; }
 
  private:
   class Writer;
@@ -134,6 +136,7 @@ class CheckpointSaver {
   // Written by the writer thread's jobs; read by the step loop only while the writer is idle.
   CheckpointFilesWritten written_;
   double write_s_ = 0;
+  double last_write_s_ = 0;  // write_s_ of the newest complete checkpoint
   std::vector<std::string> removed_;
   std::unique_ptr<Writer> writer_;  // last: its thread stops before the members it writes go
 };

@@ -280,15 +280,18 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
       if (polled.waited) record["checkpoint_stall_s"] = polled.wait_s;
       const bool periodic =
           config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0;
+      if (signalled) heartbeat->begin_saving(fmt::format("step {} before stopping", step));
       if (stop || periodic || step == steps) {
         const CheckpointStall stall =
             checkpoints->save({step, steps, tokens_seen, elapsed, lr, sampler.state()});
         record["checkpoint_stall_s"] = polled.wait_s + stall.total_s();
       }
     }
+    if (checkpoints) heartbeat->note_save_seconds(checkpoints->last_write_seconds());
     metrics.append(record);
     if (stop && step < steps) {
       checkpoints->finish();  // a stop's checkpoint is complete on disk before the process ends
+      heartbeat->end_saving();
       if (is_rank0) {
         log::info("stopped after step {} ({}); resume with --resume auto", step,
                   signalled ? "SIGTERM" : "train.stop_at_step");
