@@ -7,6 +7,7 @@ packages=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libcpp-httplib-dev
   libpcre2-dev libutf8proc-dev libopenblas-dev libgloo-dev libgtest-dev
   python3
+  python3-torch  # a real PyTorch for the torchrun drop-in tests (launch/torchrun_compat_dist_test)
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
 )
 missing=()

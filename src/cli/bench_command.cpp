@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "fsdp/dist_env.h"
+#include "dist/dist_env.h"
 #include "ops/device_buffer.h"
 
 namespace shardtrain::cli {
@@ -27,9 +27,10 @@ int run_bench_comm(const BenchCommArgs& args) {
   if (args.min_mib <= 0 || args.max_mib < args.min_mib) {
     fail("--min-mib {} / --max-mib {}: need 0 < min <= max", args.min_mib, args.max_mib);
   }
-  const DistEnv env = read_dist_env();
-  std::unique_ptr<Ops> ops = make_rank_ops(args.device, env);
-  DistWorld world = connect_world(env, *ops);
+  const WorkerEnv env = read_worker_env();
+  CudaComputeStream compute;
+  std::unique_ptr<Ops> ops = make_rank_ops(args.device, env, &compute);
+  DistWorld world = connect_world(env, *ops, compute);
   Comm& comm = *world.comm;
   const int n = comm.size();
   const DType dtype = ops->activation_dtype();  // bf16 on GPUs (what FSDP gathers), f32 on CPU
@@ -80,8 +81,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchCommArgs>();
   CLI::App* comm = bench->add_subcommand(
-      "comm", "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
-              "process per GPU: shardtrain launch --nproc-per-node N -- bench comm");
+      "comm",
+      "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
+      "process per GPU: shardtrain launch --nproc-per-node N -- bench comm");
   comm->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   comm->add_option("--min-mib", args->min_mib, "smallest message, MiB (default 64)");

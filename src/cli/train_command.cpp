@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "fsdp/dist_env.h"
+#include "dist/dist_env.h"
 #include "launch/launcher.h"
 #include "train/test_hang_hook.h"
 #include "train/train_config.h"
@@ -28,7 +28,8 @@ struct TrainArgs {
   std::string checkpoint_dir, checkpoint_every, resume;
 };
 
-int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) {
+int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
+              const WorkerEnv& worker) {
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
@@ -54,10 +55,10 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
     return 0;
   }
   config.validate();
-  const DistEnv env = read_dist_env();
-  std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, env);
-  const std::unique_ptr<StepHooks> test_hooks = hang_hook_from_test_env(env.rank);
   TrainRunOptions options;
+  options.worker = worker;
+  std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, options.worker, &options.compute);
+  const std::unique_ptr<StepHooks> test_hooks = hang_hook_from_test_env(worker.rank);
   options.metrics_path = args.metrics_path;
   options.hooks = test_hooks.get();
   const TrainOutcome outcome = run_training(config, *ops, options);
@@ -98,12 +99,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->allow_extras();
   cmd->callback([cmd, args, &exit_code] {
-    if (args->nproc_per_node > 1 && std::getenv("RANK") == nullptr) {
+    const WorkerEnv worker = read_worker_env();
+    if (args->nproc_per_node > 1 && !worker.launched) {
       exit_code = launch::launch_local_workers(args->nproc_per_node,
                                                launch::own_args_without("--nproc-per-node"));
       return;
     }
-    exit_code = run_train(*args, cmd->remaining());
+    exit_code = run_train(*args, cmd->remaining(), worker);
   });
 }
 

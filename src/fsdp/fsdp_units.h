@@ -3,7 +3,7 @@
 // unit's parameters when the model asks for them and reduce-scatters the unit's gradients when
 // the model is done with them.
 //
-// Groups (a 2-D mesh, fsdp/fsdp_groups.h): parameters are sharded across the shard group
+// Groups (a 2-D mesh, dist/fsdp_groups.h): parameters are sharded across the shard group
 // (size G) and replicated across the replicate group (size world / G).
 //  - acquire_params: all-gather over the shard group into a buffer from a small pool. G = 1:
 //    the shard is the whole unit and is returned directly (no buffer, no communication).
@@ -46,7 +46,7 @@
 #include <vector>
 
 #include "dist/comm.h"
-#include "fsdp/fsdp_groups.h"
+#include "dist/fsdp_groups.h"
 #include "fsdp/shard_optimizer.h"
 #include "fsdp/shard_plan.h"
 #include "io/hf_checkpoint.h"
@@ -120,7 +120,7 @@ class FsdpUnits final : public UnitAccess {
   // Returns once every rank has called it.
   void barrier() { groups_.world().barrier(); }
 
-  // This rank's place in the mesh (fsdp/fsdp_groups.h): its index in the shard group and in the
+  // This rank's place in the mesh (dist/fsdp_groups.h): its index in the shard group and in the
   // replicate group, and in the world.
   int shard_rank() const { return groups_.shard().rank(); }
   int replicate_rank() const { return groups_.replicate().rank(); }

@@ -52,9 +52,6 @@ class Ops {
  public:
   virtual ~Ops() = default;
 
-  // The backend doing the work: this object, or the backend a decorator (ops/profiled_ops.h)
-  // wraps. Code that needs a concrete backend (NCCL needs CudaOps's stream) casts this.
-  virtual Ops* backend() { return this; }
   virtual Device device() const = 0;
   virtual DType activation_dtype() const = 0;
   // The trainer calls this once per optimizer step, after the update: the profiling decorator

@@ -61,7 +61,6 @@ class ProfiledOps final : public Ops {
   // The per-op-method lines of the log table (steps 2..N, per step; empty before a second step).
   std::string op_name_table() const;
 
-  Ops* backend() override { return inner_->backend(); }
   Device device() const override { return inner_->device(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
 

@@ -44,8 +44,6 @@ TEST(ProfiledOps, ForwardsOpsUnchangedAndCountsClasses) {
   EXPECT_EQ(profiled.totals(OpClass::kElementwise).calls, 1);
   EXPECT_EQ(profiled.totals(OpClass::kAttention).calls, 0);
   EXPECT_GE(profiled.totals(OpClass::kGemm).seconds, 0.0);
-  EXPECT_EQ(profiled.backend()->device(), Device::kCpu);
-  EXPECT_NE(profiled.backend(), static_cast<Ops*>(&profiled));
 }
 
 TEST(ProfiledOps, StepsEndAtEndStep) {

@@ -102,7 +102,7 @@ struct FsdpConfig {
 };
 
 struct DistConfig {
-  // "auto" | "nccl" | "gloo": which engine carries collectives (fsdp/dist_env.h
+  // "auto" | "nccl" | "gloo": which engine carries collectives (dist/dist_env.h
   // choose_world_comm). auto = NCCL for CUDA ranks with one GPU each, Gloo for CPU ranks, and
   // host-staged Gloo when a node has more CUDA ranks than GPUs; gloo on CUDA ranks = host-staged.
   std::string backend = "auto";

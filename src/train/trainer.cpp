@@ -93,7 +93,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
     : config_(validated(config)),
       ops_(ops),
       options_(options),
-      env_(read_dist_env()),
+      env_(options.worker),
       strategy_(parse_fsdp_strategy(config_.fsdp.strategy)),
       group_size_(shard_group_size_for(strategy_, env_.world, env_.local_world,
                                        static_cast<int>(config_.fsdp.shard_group_size))),
@@ -103,7 +103,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       model_(model_config_, ops_),
       dataset_(open_checked_data(config_, model_config_, env_.world)),
       heartbeat_(Heartbeat::for_launched_worker(env_)),
-      world_(connect_world(env_, ops_, config_.dist.backend)),
+      world_(connect_world(env_, ops_, options_.compute, config_.dist.backend)),
       optimizer_(ops_, adamw_settings(config_.optim)),
       batcher_(*dataset_, static_cast<uint64_t>(config_.train.seed),
                {config_.train.micro_batch, grad_accum_, env_.world, env_.rank}),
@@ -182,6 +182,7 @@ TrainOutcome Trainer::run() {
     log_step(report);
     if (stop != Stop::kNone && step < steps) {
       checkpoints_->finish();  // a stop's checkpoint is complete on disk before the process ends
+      heartbeat_->end_saving();
       if (env_.rank == 0) {
         log::info("stopped after step {} ({}); resume with --resume auto", step,
                   stop == Stop::kSignal ? "SIGTERM" : "train.stop_at_step");
@@ -265,6 +266,10 @@ Trainer::Stop Trainer::maybe_checkpoint(StepReport& report) {
   if (polled.waited) report.checkpoint_stall_s = polled.wait_s;
   const bool periodic =
       config_.train.checkpoint_every > 0 && step % config_.train.checkpoint_every == 0;
+  if (stop == Stop::kSignal) {
+    // The launcher's stop grace waits for a rank that reports it is saving.
+    heartbeat_->begin_saving(fmt::format("step {} before stopping", step));
+  }
   if (stop != Stop::kNone || periodic || step == config_.train.steps) {
     const CheckpointStall stall = checkpoints_->save(
         {step, config_.train.steps, tokens_seen_, report.elapsed_s, report.lr, batcher_.state()});
@@ -272,6 +277,7 @@ Trainer::Stop Trainer::maybe_checkpoint(StepReport& report) {
     last_checkpoint_step_ = step;
     report.last_checkpoint_step = step;
   }
+  heartbeat_->note_save_seconds(checkpoints_->last_write_seconds());
   return stop;
 }
 

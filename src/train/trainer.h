@@ -30,12 +30,14 @@
 
 #include "data/dataset.h"
 #include "data/step_batcher.h"
-#include "fsdp/dist_env.h"
-#include "fsdp/fsdp_groups.h"
+#include "dist/dist_env.h"
+#include "dist/fsdp_groups.h"
+#include "dist/worker_env.h"
 #include "fsdp/fsdp_units.h"
 #include "model/llama_model.h"
 #include "obs/metrics_log.h"
 #include "obs/step_report.h"
+#include "ops/backend.h"
 #include "ops/device_buffer.h"
 #include "ops/ops.h"
 #include "train/checkpoint/checkpoint.h"
@@ -56,6 +58,8 @@ struct TrainRunOptions {
   std::string metrics_path;    // "" = no metrics file
   bool quiet = false;          // no per-step console lines
   StepHooks* hooks = nullptr;  // optional (tests); must outlive the Trainer
+  WorkerEnv worker;  // the launcher's contract, parsed once by the caller (one process: {})
+  CudaComputeStream compute;  // the CUDA stream of `ops`'s backend, for NCCL (ops/backend.h)
 };
 
 class Trainer {
@@ -87,7 +91,7 @@ class Trainer {
   const TrainConfig config_;
   Ops& ops_;
   const TrainRunOptions options_;
-  const DistEnv env_;
+  const WorkerEnv env_;
   const FsdpStrategy strategy_;
   const int group_size_;
   const int64_t grad_accum_;

@@ -145,6 +145,7 @@ bool CheckpointSaver::poll_once(bool stop_signal) {
       start_finalizing(sums[3]);
     } else {
       log_complete();
+      last_write_s_ = write_s_;
       newest_complete_ = pending_->step_dir;
       pending_.reset();
     }

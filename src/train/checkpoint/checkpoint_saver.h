@@ -104,6 +104,8 @@ class CheckpointSaver {
   // Collective: completes the pending checkpoint, if any (its manifest is on disk on return).
   // Throws Error if it failed on any rank.
   void finish();
+  // How long this rank's files of the newest complete checkpoint took to write (0: none yet).
+  double last_write_seconds() const { return last_write_s_; }
 
  private:
   class Writer;
@@ -134,6 +136,7 @@ class CheckpointSaver {
   // Written by the writer thread's jobs; read by the step loop only while the writer is idle.
   CheckpointFilesWritten written_;
   double write_s_ = 0;
+  double last_write_s_ = 0;  // write_s_ of the newest complete checkpoint
   std::vector<std::string> removed_;
   std::unique_ptr<Writer> writer_;  // last: its thread stops before the members it writes go
 };

@@ -1,8 +1,7 @@
-// The distributed environment of one worker process, as the launcher (torchrun-compatible)
-// sets it: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
-// TORCHELASTIC_RESTART_COUNT. SHARDTRAIN_STORE_DIR, when set, selects a FileStore in that
-// directory as the rendezvous instead of the TCP store at MASTER_ADDR:MASTER_PORT.
-// No WORLD_SIZE (or WORLD_SIZE=1) means a single process.
+// The world of one worker process, from its WorkerEnv (dist/worker_env.h, the launcher's
+// contract): the store its ranks rendezvous through (a FileStore in SHARDTRAIN_STORE_DIR, else
+// the launcher's TCP store) and the Comm that carries the world's collectives. A world size of
+// 1 means a single process.
 #pragma once
 
 #include <memory>
@@ -10,20 +9,11 @@
 
 #include "dist/comm.h"
 #include "dist/store.h"
+#include "dist/worker_env.h"
+#include "ops/backend.h"
 #include "ops/ops.h"
 
 namespace shardtrain {
-
-struct DistEnv {
-  int rank = 0, world = 1, local_rank = 0, local_world = 1;
-  std::string master_addr;
-  int master_port = 0;
-  std::string store_dir;
-  int restart_count = 0;
-};
-
-// Throws Error naming the variable when one is malformed or inconsistent.
-DistEnv read_dist_env();
 
 // Which Comm carries the world's collectives.
 enum class WorldComm {
@@ -40,25 +30,29 @@ enum class WorldComm {
 //   (NCCL refuses two ranks on one GPU).
 // Throws Error naming dist.backend for an unknown value, "nccl" on CPU ranks, and "nccl" with
 // more ranks on the node than visible GPUs.
-WorldComm choose_world_comm(const std::string& backend, Device device, const DistEnv& env,
+WorldComm choose_world_comm(const std::string& backend, Device device, const WorkerEnv& env,
                             int visible_gpus);
 
 // The world of this process: the store it rendezvoused through (null for one process) and the
-// world Comm chosen by choose_world_comm (NCCL collectives run on `ops`'s compute stream).
+// world Comm chosen by choose_world_comm (NCCL collectives run on `compute`, the CUDA stream of
+// `ops`'s backend, which make_rank_ops reports).
 // Rank 0 logs one line when it picks host-staged Gloo (a correctness/testing path, slow).
 // Destroy `comm` before `store`.
 struct DistWorld {
   std::unique_ptr<Store> store;
   std::unique_ptr<Comm> comm;
 };
-// REQUIRES: ops outlives the returned world (for CUDA: made by make_rank_ops). Throws Error as
-// choose_world_comm does, when the store cannot be reached, the other ranks do not arrive in
-// time, or CUDA ranks need NCCL from a build without it.
-DistWorld connect_world(const DistEnv& env, Ops& ops, const std::string& backend = "auto");
+// REQUIRES: ops outlives the returned world (for CUDA: made by make_rank_ops, with `compute`
+// its stream). Throws Error as choose_world_comm does, when the store cannot be reached, the
+// other ranks do not arrive in time, or CUDA ranks need NCCL from a build without it.
+DistWorld connect_world(const WorkerEnv& env, Ops& ops, const CudaComputeStream& compute,
+                        const std::string& backend = "auto");
 
 // The compute backend of this rank (ops/backend.h make_ops): CUDA ranks drive GPU
 // LOCAL_RANK % (visible GPUs), so ranks share GPUs round-robin when there are more of them than
-// GPUs (connect_world then needs host-staged Gloo). Throws Error as make_ops does.
-std::unique_ptr<Ops> make_rank_ops(const std::string& device_choice, const DistEnv& env);
+// GPUs (connect_world then needs host-staged Gloo). `compute`, when given, receives the CUDA
+// backend's device and stream for connect_world. Throws Error as make_ops does.
+std::unique_ptr<Ops> make_rank_ops(const std::string& device_choice, const WorkerEnv& env,
+                                   CudaComputeStream* compute = nullptr);
 
 }  // namespace shardtrain

@@ -1,4 +1,4 @@
-#include "fsdp/fsdp_groups.h"
+#include "dist/fsdp_groups.h"
 
 #include <cstring>
 

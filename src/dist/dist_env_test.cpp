@@ -1,6 +1,6 @@
-// Choosing the world Comm (fsdp/dist_env.h choose_world_comm) from dist.backend, the compute
+// Choosing the world Comm (dist/dist_env.h choose_world_comm) from dist.backend, the compute
 // device and this node's ranks against its GPUs; a pure function, so GPU counts are given.
-#include "fsdp/dist_env.h"
+#include "dist/dist_env.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@ namespace {
 
 using testing::error_of;
 
-DistEnv node_with(int local_world, int nodes = 1) {
-  DistEnv env;
+WorkerEnv node_with(int local_world, int nodes = 1) {
+  WorkerEnv env;
   env.local_world = local_world;
   env.world = local_world * nodes;
   return env;
@@ -60,7 +60,7 @@ TEST(ChooseWorldComm, NcclOnCpuAndUnknownValuesNameTheKey) {
 }
 
 TEST(MakeRankOps, CpuRanksNeedNoGpu) {
-  DistEnv env = node_with(4);
+  WorkerEnv env = node_with(4);
   env.rank = env.local_rank = 3;
   EXPECT_EQ(make_rank_ops("cpu", env)->device(), Device::kCpu);
   if (visible_gpu_count() == 0) {
