@@ -8,6 +8,7 @@
 #include "ops/profiled_ops.h"
 
 #if defined(SHARDTRAIN_WITH_CUDA)
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_ops.h"
 #endif
 
@@ -23,6 +24,19 @@ int visible_gpu_count() {
 
 bool cuda_available() { return visible_gpu_count() > 0; }
 
+void set_test_cuda_device_limits(const std::string& preset) {
+  if (!preset.empty() && preset != "a100" && preset != "a10g" && preset != "l4" &&
+      preset != "h100") {
+    fail("unknown GPU kind '{}' for the test device limits; HINT: use a100, a10g, l4 or h100",
+         preset);
+  }
+#if defined(SHARDTRAIN_WITH_CUDA)
+  if (!cuda_available()) return;
+  cuda_kernels::set_device_limits_override(
+      preset.empty() ? std::nullopt : cuda_kernels::device_limits_preset(preset));
+#endif
+}
+
 namespace {
 
 std::unique_ptr<Ops> make_backend(const std::string& device_choice, int cuda_device) {
@@ -37,11 +51,13 @@ std::unique_ptr<Ops> make_backend(const std::string& device_choice, int cuda_dev
 #endif
     if (device_choice == "auto") return make_cpu_ops();
 #if defined(SHARDTRAIN_WITH_CUDA)
-    fail("device 'cuda' requested but no GPU is visible; HINT: check nvidia-smi and "
-         "CUDA_VISIBLE_DEVICES, or use --train.device=cpu");
+    fail(
+        "device 'cuda' requested but no GPU is visible; HINT: check nvidia-smi and "
+        "CUDA_VISIBLE_DEVICES, or use --train.device=cpu");
 #else
-    fail("device 'cuda' requested but this shardtrain was built without CUDA; HINT: rebuild "
-         "where nvcc is installed (-DSHARDTRAIN_CUDA=ON) or use --train.device=cpu");
+    fail(
+        "device 'cuda' requested but this shardtrain was built without CUDA; HINT: rebuild "
+        "where nvcc is installed (-DSHARDTRAIN_CUDA=ON) or use --train.device=cpu");
 #endif
   }
   fail("unknown device '{}'; HINT: use cpu, cuda or auto", device_choice);

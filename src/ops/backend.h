@@ -20,5 +20,10 @@ std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device 
 bool cuda_available();
 // Visible GPUs; 0 without a CUDA build.
 int visible_gpu_count();
+// Test support (ops/test_device_limits.h): makes the CUDA kernel dispatcher
+// (ops/cuda/cuda_dispatch.h) see the limits of GPU kind `preset` ("a100", "a10g", "l4", "h100")
+// instead of the present GPU's, so that GPU's kernel configurations run here; "" restores the
+// present GPU. Throws Error for an unknown kind. No effect without a CUDA build or a GPU.
+void set_test_cuda_device_limits(const std::string& preset);
 
 }  // namespace shardtrain

@@ -22,6 +22,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_buffer.h"
+#include "ops/test_device_limits.h"
 
 namespace shardtrain {
 namespace {
