@@ -18,7 +18,7 @@ lib=bench/benchlib.py seq=4096 mb=2 steps=${BENCH_STEPS:-8}
 printf '%-14s %12s %12s %12s %9s %9s %9s\n' shape sm80-tok/s 90a-tok/s torch-tok/s \
   sm80/90a sm80/torch 90a/torch >"$out/arch-table.txt"
 for shape in "${shapes[@]}"; do
-  config=bench/shapes/$shape/config.json tokens=$out/tokens-$shape.bin
+  config=bench/shapes/$shape/config.json tokens=/tmp/tokens-$shape-$seq.bin
   [[ -f $tokens ]] || python3 "$lib" tokens "$config" "$tokens" "$seq" 64
   declare -A tps=()
   for build in build-80 build-fat; do

@@ -57,3 +57,6 @@ if [[ -n ${ARCH_BENCH:-} ]] || (($# > 0)); then
   tools/device/arch_bench.sh "$@"
 fi
 echo "session: $(($(date +%s) - start)) s"
+# At most 8 files come back from $OUT: everything but the console log goes into one archive.
+(cd "$out" && tar czf /tmp/logs.tgz --exclude=session.log . && find . -mindepth 1 \
+  ! -name session.log -delete && mv /tmp/logs.tgz .)
