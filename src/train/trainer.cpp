@@ -29,6 +29,7 @@
 #include "train/checkpoint_signal.h"
 #include "train/heartbeat.h"
 #include "train/lr_schedule.h"
+#include "train/memory_fit.h"
 #include "train/optimizer.h"
 #include "train/training_data.h"
 
@@ -102,6 +103,8 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   const bool is_rank0 = env.rank == 0;
 
   const ModelConfig model_config = read_model_config(config);
+  // Before anything is allocated: does the configured setting fit this GPU's free memory?
+  check_training_fits_gpu(config, model_config, env.world, env.local_world, ops.device());
   LlamaModel model(model_config, ops);
   model.set_activation_checkpointing(
       LlamaModel::checkpointing_from_name(config.train.activation_checkpointing));

@@ -38,6 +38,10 @@ int cuda_device_count() {
   return count;
 }
 
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes) {
+  SHARDTRAIN_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 std::unique_ptr<Ops> make_cuda_ops(int device_index) {
   SHARDTRAIN_CUDA_CHECK(cudaSetDevice(device_index));
   // Below compute capability 8.0 (V100, T4: no bf16 tensor cores) nothing runs: say so first.

@@ -116,5 +116,7 @@ class CudaOps final : public Ops {
 std::unique_ptr<Ops> make_cuda_ops(int device_index = 0);
 // Visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
 int cuda_device_count();
+// Free and total memory of the current device (cudaMemGetInfo).
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes);
 
 }  // namespace shardtrain
