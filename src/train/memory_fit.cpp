@@ -94,8 +94,19 @@ std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& job, size_t capacity
 }
 
 const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts) {
+  // HYBRID_SHARD with the FULL_SHARD group (one node) is FULL_SHARD: name the latter.
+  const auto same_as_full_shard = [&](const MemoryVerdict& v) {
+    if (v.setting.strategy != FsdpStrategy::kHybridShard) return false;
+    for (const MemoryVerdict& w : verdicts) {
+      if (w.setting.strategy == FsdpStrategy::kFullShard &&
+          w.setting.checkpointing == v.setting.checkpointing && w.group == v.group) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (const MemoryVerdict& v : verdicts) {
-    if (v.possible && v.fits) return &v;
+    if (v.possible && v.fits && !same_as_full_shard(v)) return &v;
   }
   return nullptr;
 }

@@ -9,7 +9,7 @@
 // allocator rounding; on one H200 nvidia-smi's peak was the plan + 0.8 GiB, bench/RESULTS.md).
 // "Smallest setting" = the first that fits in this order (least speed given up first):
 // activation_checkpointing none, selective, full; within each, fsdp.strategy NO_SHARD,
-// SHARD_GRAD_OP, HYBRID_SHARD, FULL_SHARD.
+// SHARD_GRAD_OP, HYBRID_SHARD (unless its group is FULL_SHARD's: one node), FULL_SHARD.
 #pragma once
 
 #include <cstddef>
