@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <queue>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -227,6 +230,60 @@ AttentionConfig attention_forward_config(DType dtype, const AttentionShape& shap
 }
 AttentionConfig attention_backward_config(DType dtype, const AttentionShape& shape) {
   return attention_config(dtype, shape, device_limits(), wgmma_kernels_compiled(), true);
+}
+
+// Query heads per backward block of `warps` warps (key tiles of 16 * warps rows): the slice
+// of the GQA group whose grid finishes first on this GPU, by a list-scheduling model of the
+// launch. Blocks start heaviest first (key tile 0 sees every query) on sms * (8 / warps) slots
+// (both kernels hold 8 warps per SM); a block costs its causal query rows times its keys times
+// its heads, plus one 128 x 128 tile's worth per 128 keys for loading K/V and writing dK/dV.
+// Measured on the H200 (B = 2, T = 4096, wgmma): at 12/2 heads slices of 1, 2, 3, 6 heads took
+// 0.808, 0.847, 0.777, 1.428 ms, the model's order (102, 109, 98, 193); at 32/8 heads 1 and 2
+// took 1.300 and 1.272 ms (model 273, 266; 4 heads: 264). A slice smaller than the group
+// accumulates dK, dV in fp32 with atomics; ties go to the larger slice.
+int attention_backward_heads_per_block(const AttentionShape& s, int key_tiles, int warps) {
+  const int sms = device_limits().sm_count;
+  const int group = s.heads / s.kv_heads;
+  // Test hook: force a slice size (must divide the group), so tests reach every path on
+  // small shapes.
+  if (const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK")) {
+    const int heads = std::atoi(forced);
+    if (heads > 0 && group % heads == 0) return heads;
+  }
+  // The model runs once per shape (per thread: ranks may be threads of one process).
+  thread_local std::map<std::array<int, 7>, int> chosen;
+  const std::array<int, 7> key{s.batch, s.seq, s.heads, s.kv_heads, key_tiles, warps, sms};
+  if (const auto found = chosen.find(key); found != chosen.end()) return found->second;
+  const int key_rows = 16 * warps;
+  const int slots = sms * (8 / warps);
+  int best_heads = group;
+  double best_time = 0;
+  for (int heads = group; heads >= 1; --heads) {
+    if (group % heads != 0) continue;
+    const int64_t blocks_per_tile = int64_t{s.kv_heads} * s.batch * (group / heads);
+    std::priority_queue<double, std::vector<double>, std::greater<double>> finish(
+        std::greater<double>{}, std::vector<double>(static_cast<size_t>(slots), 0.0));
+    for (int tile = 0; tile < key_tiles; ++tile) {
+      const double queries = s.seq - static_cast<double>(tile) * key_rows;
+      const double cost = (queries * heads + 128.0) * key_rows / (128.0 * 128.0);
+      for (int64_t b = 0; b < blocks_per_tile; ++b) {
+        const double start = finish.top();
+        finish.pop();
+        finish.push(start + cost);
+      }
+    }
+    double time = 0;
+    while (!finish.empty()) {
+      time = finish.top();
+      finish.pop();
+    }
+    if (heads == group || time < best_time * 0.999) {
+      best_time = time;
+      best_heads = heads;
+    }
+  }
+  chosen.emplace(key, best_heads);
+  return best_heads;
 }
 
 // ---- RMSNorm ----

@@ -94,6 +94,12 @@ AttentionConfig attention_forward_config(DType dtype, const AttentionShape& shap
 AttentionConfig attention_backward_config(DType dtype, const AttentionShape& shape);
 bool wgmma_kernels_compiled();
 
+// Query heads of the GQA group per flash-backward block of `warps` warps over `key_tiles` key
+// tiles: the slice whose launch finishes first on device_limits().sm_count SMs by a
+// list-scheduling model (cuda_dispatch.cpp says how it was checked), cached per shape; the test
+// hook SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK forces one (when it divides the group).
+int attention_backward_heads_per_block(const AttentionShape& shape, int key_tiles, int warps);
+
 // Shared memory of each attention kernel, as the kernels carve it (bytes). kTile = 64.
 constexpr size_t kFlashTile = 64;
 constexpr size_t flash_pitch(int head_dim) { return static_cast<size_t>(head_dim) + 8; }
