@@ -9,6 +9,7 @@
 
 #if defined(SHARDTRAIN_WITH_CUDA)
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_ops.h"
 #endif
 
@@ -23,6 +24,31 @@ int visible_gpu_count() {
 }
 
 bool cuda_available() { return visible_gpu_count() > 0; }
+
+std::optional<GpuMemoryInfo> current_gpu_memory() {
+#if defined(SHARDTRAIN_WITH_CUDA)
+  if (!cuda_available()) return std::nullopt;
+  GpuMemoryInfo info;
+  cuda_memory_info(&info.free_bytes, &info.total_bytes);
+  info.name = cuda_kernels::device_limits().name;
+  return info;
+#else
+  return std::nullopt;
+#endif
+}
+
+void set_test_cuda_device_limits(const std::string& preset) {
+  if (!preset.empty() && preset != "a100" && preset != "a10g" && preset != "l4" &&
+      preset != "h100") {
+    fail("unknown GPU kind '{}' for the test device limits; HINT: use a100, a10g, l4 or h100",
+         preset);
+  }
+#if defined(SHARDTRAIN_WITH_CUDA)
+  if (!cuda_available()) return;
+  cuda_kernels::set_device_limits_override(
+      preset.empty() ? std::nullopt : cuda_kernels::device_limits_preset(preset));
+#endif
+}
 
 namespace {
 

@@ -2,7 +2,9 @@
 // it and a GPU is visible, else CPU).
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ops/ops.h"
@@ -30,5 +32,17 @@ std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device 
 bool cuda_available();
 // Visible GPUs; 0 without a CUDA build.
 int visible_gpu_count();
+// The current GPU's name and free / total memory (cudaMemGetInfo); nullopt without a CUDA build
+// or a GPU.
+struct GpuMemoryInfo {
+  std::string name;
+  size_t free_bytes = 0, total_bytes = 0;
+};
+std::optional<GpuMemoryInfo> current_gpu_memory();
+// Test support (ops/test_device_limits.h): makes the CUDA kernel dispatcher
+// (ops/cuda/cuda_dispatch.h) see the limits of GPU kind `preset` ("a100", "a10g", "l4", "h100")
+// instead of the present GPU's, so that GPU's kernel configurations run here; "" restores the
+// present GPU. Throws Error for an unknown kind. No effect without a CUDA build or a GPU.
+void set_test_cuda_device_limits(const std::string& preset);
 
 }  // namespace shardtrain

@@ -13,6 +13,8 @@
 #include "obs/progress.h"
 #include "train/checkpoint/checkpoint_signal.h"
 #include "train/lr_schedule.h"
+#include "train/memory_fit.h"
+#include "train/optimizer.h"
 #include "train/training_data.h"
 
 namespace shardtrain {
@@ -28,6 +30,14 @@ std::string config_json_of(const std::string& model_dir) {
         model_dir);
   }
   return (fs::path(model_dir) / "config.json").string();
+}
+
+// The model's config.json, after checking (before anything is allocated) that the configured
+// setting fits this GPU's free memory (train/memory_fit.h; a no-op on CPU).
+ModelConfig model_config_that_fits(const TrainConfig& config, const WorkerEnv& env, Ops& ops) {
+  ModelConfig model = read_hf_config(config_json_of(config.model.path));
+  check_training_fits_gpu(config, model, env.world, env.local_world, ops.device());
+  return model;
 }
 
 const TrainConfig& validated(const TrainConfig& config) {
@@ -99,7 +109,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
                                        static_cast<int>(config_.fsdp.shard_group_size))),
       // Every rank reads its own data: the data-parallel size is the world size.
       grad_accum_(config_.grad_accum_for(env_.world)),
-      model_config_(read_hf_config(config_json_of(config_.model.path))),
+      model_config_(model_config_that_fits(config_, env_, ops_)),
       model_(model_config_, ops_),
       dataset_(open_checked_data(config_, model_config_, env_.world)),
       heartbeat_(Heartbeat::for_launched_worker(env_)),

@@ -115,9 +115,12 @@ class CudaOps final : public Ops {
   size_t scratch_bytes_ = 0;
 };
 
-// Makes `device_index` the current device (cudaSetDevice), then a CudaOps on it.
+// Makes `device_index` the current device (cudaSetDevice), then a CudaOps on it. Throws Error
+// (exit 2) naming the GPU when its compute capability is below 8.0 (cuda_dispatch.h).
 std::unique_ptr<Ops> make_cuda_ops(int device_index = 0);
 // Visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
 int cuda_device_count();
+// Free and total memory of the current device (cudaMemGetInfo).
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes);
 
 }  // namespace shardtrain

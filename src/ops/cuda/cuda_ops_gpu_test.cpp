@@ -14,14 +14,18 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_buffer.h"
+#include "ops/test_device_limits.h"
 
 namespace shardtrain {
 namespace {
@@ -464,6 +468,20 @@ class CudaAttentionKernelTest : public CudaOpsTest {
                              in.scale, in.dq.cpu, in.dk.cpu, in.dv.cpu);
     return in;
   }
+  // False when the dispatch table has no backward kernel for these inputs on this device's
+  // limits (attention_backward_config throws the user's Error).
+  static bool backward_fits(const Inputs& in) {
+    const cuda_kernels::AttentionShape s{
+        static_cast<int>(in.q.gpu.dim(0)), static_cast<int>(in.q.gpu.dim(1)),
+        static_cast<int>(in.q.gpu.dim(2)), static_cast<int>(in.k.gpu.dim(2)),
+        static_cast<int>(in.q.gpu.dim(3))};
+    try {
+      cuda_kernels::attention_backward_config(in.q.gpu.dtype(), s);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
   // The GPU backward of kernel `warps` ("default": wgmma on an H200; "8" or "4": the mma.sync
   // kernel with that many warps a block) and `heads_per_block` (empty: the launcher's choice)
   // into poisoned outputs, against the CPU gradients. The SIMT kernels ignore the hooks.
@@ -479,11 +497,20 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     poison(in.dq.gpu);
     poison(in.dk.gpu);
     poison(in.dv.gpu);
-    gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu, in.lse.gpu,
-                             in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu);
+    if (!backward_fits(in)) {  // e.g. the SIMT backward at D = 96 under an L4's 99 KB
+      EXPECT_THROW(gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu,
+                                            in.lse.gpu, in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu),
+                   Error);
+      std::printf("attention backward D=%ld does not fit %s: Error, as the table says\n",
+                  static_cast<long>(in.q.gpu.dim(3)), cuda_kernels::device_limits().name.c_str());
+    } else {
+      gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu, in.lse.gpu,
+                               in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu);
+    }
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+    if (!backward_fits(in)) return;
     Pair &dq = in.dq, &dk = in.dk, &dv = in.dv;
     EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
     EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
@@ -602,6 +629,49 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
       EXPECT_LE(error(lse), 1e-5) << "forward kernel " << kernel.name;
     }
   }
+}
+
+// The kernel configurations of every GPU kind of the reference deployments, run here under
+// that kind's limits (cuda_dispatch.h set_device_limits_override; the launchers raise each
+// kernel's shared memory only after checking it against those limits): A100 (163 KB, the 8-warp
+// mma.sync kernels), L4 and A10G (99 KB: 4-warp forward and single-stage 4-warp backward at
+// D = 128), H100 (wgmma where this build has it). Forward and backward against the CPU.
+TEST_F(CudaAttentionKernelTest, EveryGpuKindsConfigurationMatchesTheCpu) {
+  const cuda_kernels::DeviceLimits before = cuda_kernels::device_limits();  // maybe an override
+  const size_t present = before.shared_per_block_optin;
+  for (const char* kind : {"a100", "a10g", "l4", "h100"}) {
+    const std::optional<cuda_kernels::DeviceLimits> limits =
+        cuda_kernels::device_limits_preset(kind);
+    ASSERT_TRUE(limits.has_value());
+    if (limits->shared_per_block_optin > present) {
+      std::printf("%s: skipped, more shared memory than this GPU has\n", kind);
+      continue;
+    }
+    cuda_kernels::set_device_limits_override(limits);
+    for (const AttentionCase c : {AttentionCase{1, 300, 4, 2, 128}, AttentionCase{2, 200, 6, 2, 64},
+                                  AttentionCase{1, 129, 2, 1, 128}}) {
+      SCOPED_TRACE(std::string(kind) + " " + testing::PrintToString(c));
+      const cuda_kernels::AttentionShape s{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim};
+      const cuda_kernels::AttentionConfig forward =
+          cuda_kernels::attention_forward_config(DType::kBF16, s);
+      const cuda_kernels::AttentionConfig backward =
+          cuda_kernels::attention_backward_config(DType::kBF16, s);
+      EXPECT_LE(forward.shared_bytes, limits->shared_per_block_optin);
+      EXPECT_LE(backward.shared_bytes, limits->shared_per_block_optin);
+      std::printf("%s D=%d: forward %s %d warps (%zu B), backward %s %d warps %d stages (%zu B)\n",
+                  kind, c.head_dim, cuda_kernels::attention_kernel_name(forward.kernel),
+                  forward.warps, forward.shared_bytes,
+                  cuda_kernels::attention_kernel_name(backward.kernel), backward.warps,
+                  backward.stages, backward.shared_bytes);
+      Inputs in = prepare(c);  // the forward ran under the override
+      Pair &out = in.out, &lse = in.lse;
+      EXPECT_BF16_CLOSE(out);
+      EXPECT_LE(error(lse), 1e-5);
+      expect_backward(in, "default");
+      expect_backward(in, "default", "1");  // one head a block: dK / dV through fp32 atomics
+    }
+  }
+  cuda_kernels::set_device_limits_override(before);
 }
 
 TEST_F(CudaOpsTest, CrossEntropy) {
