@@ -3,11 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/template_masks.h"
 
 namespace shardtrain {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 bool is_blank(const std::string& text) {
   return text.find_first_not_of(" \t\n\r\f\v") == std::string::npos;
@@ -78,6 +79,33 @@ std::vector<ChatMessage> chat_messages(const json& record) {
     messages.push_back(std::move(parsed));
   }
   return messages;
+}
+
+// The chat through the model's own template: messages go to it as they are (tool_calls, the
+// tool role and content lists included); only the shape the template relies on is checked.
+RenderedDocument render_with_model_template(const json& record, const RenderSettings& settings) {
+  const auto it = record.find("messages");
+  if (it == record.end() || !it->is_array()) {
+    fail("missing \"messages\" list; chat lines look like {}", expected_shape(ExampleFormat::kChat));
+  }
+  if (it->empty()) fail("\"messages\" is empty; a chat needs at least one message");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& message = (*it)[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
+      fail("messages[{}] must be an object with a string \"role\"", i);
+    }
+  }
+  ChatRenderInput input;
+  input.messages = *it;
+  if (const auto tools = record.find("tools"); tools != record.end() && !tools->is_null()) {
+    if (!tools->is_array()) fail("\"tools\" must be a list of tool definitions");
+    input.tools = *tools;
+  }
+  TemplateMaskOptions options;
+  options.train_on_prompt = settings.train_on_prompt;
+  options.train_on_eos = settings.train_on_eos;
+  return masked_document(render_with_assistant_spans(*settings.hf_template, input, options),
+                         settings.train_on_prompt);
 }
 
 }  // namespace
@@ -155,6 +183,7 @@ RenderedDocument render_record(const json& record, const RenderSettings& setting
                                     settings.train_on_prompt);
     }
     case ExampleFormat::kChat:
+      if (settings.hf_template) return render_with_model_template(record, settings);
       return render_chat(settings.chat_template, settings.chat_tokens, chat_messages(record),
                          settings.train_on_prompt);
   }
