@@ -33,9 +33,8 @@ namespace {
   fail("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name());
 }
 
-int64_t checked(bool overflow, int64_t value) {
+void check_overflow(bool overflow) {
   if (overflow) fail("integer overflow in the template's arithmetic");
-  return value;
 }
 
 Value repeat(const Value& sequence, int64_t count, const RenderLimits& limits) {
@@ -66,16 +65,25 @@ double floor_mod(double a, double b) {
 
 Value int_arithmetic(const std::string& op, int64_t a, int64_t b) {
   int64_t r = 0;
-  if (op == "+") return Value::integer(checked(__builtin_add_overflow(a, b, &r), r));
-  if (op == "-") return Value::integer(checked(__builtin_sub_overflow(a, b, &r), r));
-  if (op == "*") return Value::integer(checked(__builtin_mul_overflow(a, b, &r), r));
+  if (op == "+") {
+    check_overflow(__builtin_add_overflow(a, b, &r));
+    return Value::integer(r);
+  }
+  if (op == "-") {
+    check_overflow(__builtin_sub_overflow(a, b, &r));
+    return Value::integer(r);
+  }
+  if (op == "*") {
+    check_overflow(__builtin_mul_overflow(a, b, &r));
+    return Value::integer(r);
+  }
   if (op == "/") {
     if (b == 0) fail("division by zero");
     return Value::floating(static_cast<double>(a) / static_cast<double>(b));
   }
   if (op == "//" || op == "%") {
     if (b == 0) fail("integer division or modulo by zero");
-    if (a == std::numeric_limits<int64_t>::min() && b == -1) checked(true, 0);
+    check_overflow(a == std::numeric_limits<int64_t>::min() && b == -1);
     int64_t q = a / b;
     int64_t m = a % b;
     if (m != 0 && ((m < 0) != (b < 0))) {
@@ -88,7 +96,7 @@ Value int_arithmetic(const std::string& op, int64_t a, int64_t b) {
   if (b < 0) return Value::floating(std::pow(static_cast<double>(a), static_cast<double>(b)));
   int64_t result = 1;
   for (int64_t i = 0; i < b; ++i) {
-    result = checked(__builtin_mul_overflow(result, a, &result), result);
+    check_overflow(__builtin_mul_overflow(result, a, &result));
     if (result == 0 || result == 1) break;
   }
   return Value::integer(result);

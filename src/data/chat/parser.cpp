@@ -626,7 +626,9 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto node = node_at<Expr>(current());
+    auto node = std::make_unique<Expr>();
+    node->line = callee->line;
+    node->column = callee->column;
     node->kind = Expr::Kind::kCall;
     node->children.push_back(std::move(callee));
     parse_arguments(*node);

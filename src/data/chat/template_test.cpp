@@ -103,7 +103,7 @@ TEST(ChatTemplate, HostileTemplatesHitLimits) {
                      limits)
                 .find("over the limit"),
             std::string::npos);
-  EXPECT_NE(error_of(std::string(5000, '(') + "1" + std::string(5000, ')')).find("nested deeper"),
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested deeper"),
             std::string::npos);
   EXPECT_NE(error_of("{{ 2 ** 64 }}").find("overflow"), std::string::npos);
 }
