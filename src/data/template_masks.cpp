@@ -42,6 +42,21 @@ std::string end_marker(const std::string& rendered, const std::string& content) 
   return first == std::string::npos ? "" : marker.substr(first);
 }
 
+// The end-of-turn marker from a probe conversation, for replies whose own content cannot show
+// it (empty content with tool_calls, say); "" when the probe does not render.
+std::string probe_end_marker(const HfChatTemplate& chat_template) {
+  const std::string reply = "shardtrain-probe-reply";
+  ChatRenderInput probe;
+  probe.messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "probe"}, {"role": "assistant", "content": ")" + reply +
+      R"("}])");
+  try {
+    return end_marker(chat_template.render(probe).text, reply);
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 ChatRenderInput prefix_input(const ChatRenderInput& input, size_t count, bool generation_prompt) {
   ChatRenderInput prefix = input;
   prefix.messages = nlohmann::ordered_json::array();
@@ -53,7 +68,15 @@ ChatRenderInput prefix_input(const ChatRenderInput& input, size_t count, bool ge
 std::pair<size_t, size_t> assistant_span(const HfChatTemplate& chat_template,
                                          const ChatRenderInput& input, const std::string& full,
                                          size_t index, size_t search_from, bool train_on_eos) {
-  const std::string before = chat_template.render(prefix_input(input, index, true)).text;
+  std::string before;
+  try {
+    before = chat_template.render(prefix_input(input, index, true)).text;
+  } catch (const Error& error) {
+    fail("the chat template cannot render messages[:{}] (the conversation before assistant "
+         "message {}), so the assistant turn cannot be located ({}); train on all turns "
+         "(--train-on-prompt)",
+         index, index, error.what());
+  }
   if (!starts_with(full, before) || before.size() < search_from) {
     fail("the chat template does not render messages[:{}] (with the generation prompt) as a "
          "prefix of the whole conversation, so the assistant turn cannot be located; use a "
@@ -62,7 +85,8 @@ std::pair<size_t, size_t> assistant_span(const HfChatTemplate& chat_template,
   }
   const size_t begin = before.size();
   const std::string through = chat_template.render(prefix_input(input, index + 1, false)).text;
-  const std::string marker = end_marker(through, message_content(input.messages[index]));
+  std::string marker = end_marker(through, message_content(input.messages[index]));
+  if (marker.empty()) marker = probe_end_marker(chat_template);
   size_t end = 0;
   if (starts_with(full, through) && through.size() > begin) {
     end = trim_trailing_space(full, begin, through.size());
