@@ -23,17 +23,19 @@ std::string message_content(const nlohmann::ordered_json& message) {
 
 // What the template writes after the last assistant message's content: its end-of-turn marker
 // (trailing whitespace dropped), "" when it cannot tell.
+std::string stripped(const std::string& content) {
+  const size_t first = content.find_first_not_of(" \t\n\r");
+  if (first == std::string::npos) return std::string();
+  const size_t last = content.find_last_not_of(" \t\n\r");
+  return content.substr(first, last - first + 1);
+}
+
 std::string end_marker(const std::string& rendered, const std::string& content) {
-  const std::string stripped = [&] {
-    const size_t first = content.find_first_not_of(" \t\n\r");
-    if (first == std::string::npos) return std::string();
-    const size_t last = content.find_last_not_of(" \t\n\r");
-    return content.substr(first, last - first + 1);
-  }();
+  const std::string stripped_content = stripped(content);
   size_t after = std::string::npos;
-  if (!stripped.empty()) {
-    const size_t at = rendered.rfind(stripped);
-    if (at != std::string::npos) after = at + stripped.size();
+  if (!stripped_content.empty()) {
+    const size_t at = rendered.rfind(stripped_content);
+    if (at != std::string::npos) after = at + stripped_content.size();
   }
   if (after == std::string::npos) return "";
   const size_t end = trim_trailing_space(rendered, after, rendered.size());
@@ -83,7 +85,15 @@ std::pair<size_t, size_t> assistant_span(const HfChatTemplate& chat_template,
          "template with {{% generation %}} blocks or train on all turns (--train-on-prompt)",
          index);
   }
-  const size_t begin = before.size();
+  size_t begin = before.size();
+  const std::string content = stripped(message_content(input.messages[index]));
+  if (!content.empty() &&
+      chat_template.render(prefix_input(input, index, false)).text == before) {
+    // The template writes no generation prompt, so the turn's header follows `before`; the
+    // reply starts at its content.
+    const size_t at = full.find(content, begin);
+    if (at != std::string::npos) begin = at;
+  }
   const std::string through = chat_template.render(prefix_input(input, index + 1, false)).text;
   std::string marker = end_marker(through, message_content(input.messages[index]));
   if (marker.empty()) marker = probe_end_marker(chat_template);

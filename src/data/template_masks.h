@@ -6,7 +6,8 @@
 //      return_assistant_tokens_mask): exactly the text those blocks render;
 //   2. prefix by prefix, for each assistant message i: the turn starts where the rendering of
 //      messages[:i] with add_generation_prompt = True ends (that text must be a prefix of the
-//      whole rendering), and ends where the rendering of messages[:i+1] ends when that is a
+//      whole rendering; a template that writes no generation prompt starts the turn at the
+//      reply's content instead, leaving its header untrained), and ends where the rendering of messages[:i+1] ends when that is a
 //      prefix too; otherwise (templates that render the last turn differently, e.g. Qwen3's
 //      reasoning) at the first end-of-turn marker after the start, the marker being what the
 //      template writes after the message's content ("<|im_end|>", "<|eot_id|>", ...).
