@@ -11,12 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-
-#include "core/testing/test_support.h"
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/testing/test_support.h"
 #include "data/testing/tiny_tokenizer.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"

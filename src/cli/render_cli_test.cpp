@@ -42,9 +42,9 @@ TEST(RenderCli, StdoutEqualsTransformersGoldens) {
   for (const std::string name : {"qwen3", "llama3_1", "deepseek_v3"}) {
     const std::string dir = (kRoot / "templates" / name).string();
     for (const bool generation_prompt : {false, true}) {
-      const auto result = run("render --tokenizer " + dir +
-                              (generation_prompt ? " --add-generation-prompt" : "") + " < " +
-                              conversations);
+      const auto result =
+          run("render --tokenizer " + dir + (generation_prompt ? " --add-generation-prompt" : "") +
+              " < " + conversations);
       ASSERT_EQ(result.exit_code, 0) << result.output;
       EXPECT_EQ(result.output, golden_stdout(name, generation_prompt)) << name;
     }

@@ -58,9 +58,10 @@ int run_render(const RenderArgs& args) {
   const TokenizerFiles files = locate_chat_template(args.tokenizer_path);
   const std::optional<HfChatTemplate> chat_template = HfChatTemplate::load(files);
   if (!chat_template) {
-    fail("{}: the tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja); "
-         "render needs the model's own template",
-         files.config_json.empty() ? args.tokenizer_path : files.config_json);
+    fail(
+        "{}: the tokenizer has no chat_template (tokenizer_config.json or chat_template.jinja); "
+        "render needs the model's own template",
+        files.config_json.empty() ? args.tokenizer_path : files.config_json);
   }
   std::string line;
   for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
@@ -72,8 +73,8 @@ int run_render(const RenderArgs& args) {
     } catch (const Error& error) {
       fail("{} (conversation at stdin:{})", error.what(), line_number);
     }
-    const std::string out = nlohmann::ordered_json(text).dump(-1, ' ', false,
-                                                              nlohmann::json::error_handler_t::replace) +
+    const std::string out = nlohmann::ordered_json(text).dump(
+                                -1, ' ', false, nlohmann::json::error_handler_t::replace) +
                             "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   }

@@ -11,11 +11,14 @@
 //                      tokenizer has one (data/hf_chat_template.h; masks: data/template_masks.h;
 //                      messages pass to it unchanged: tool_calls, the tool role, content
 //                      lists), else with the family's built-in template (data/chat_template.h)
+//   (chat, ShareGPT)   {"conversations": [{"from": "human"|"gpt"|"system"|"tool", "value"}]}
+//                      is read as the chat {"messages": [{"role", "content"}]}; another
+//                      "from" is an Error naming it
 // Loss: on the completion / output / assistant tokens only, unless train_on_prompt (then on all).
 // Other keys in a line are ignored.
 //
-// detect_format() picks the format from an object's keys: "messages" -> chat, "instruction" ->
-// alpaca, "prompt" and "completion" -> prompt_completion, "text" -> text.
+// detect_format() picks the format from an object's keys: "messages" or "conversations" -> chat,
+// "instruction" -> alpaca, "prompt" and "completion" -> prompt_completion, "text" -> text.
 // render_record() validates a record and renders it; it throws Error with a message that says
 // what is wrong and what the line needs (without the file:line prefix, which the caller adds):
 // missing fields, fields of the wrong JSON type, empty (or whitespace-only) text, unknown roles.
@@ -54,11 +57,12 @@ struct RenderSettings {
   ChatTemplate chat_template = ChatTemplate::kChatml;
   ChatTokens chat_tokens;
   bool train_on_prompt = false;
-  bool train_on_eos = true;                        // with hf_template: train the end-of-turn
-  const HfChatTemplate* hf_template = nullptr;     // the model's own template, when it has one
+  bool train_on_eos = true;                     // with hf_template: train the end-of-turn
+  const HfChatTemplate* hf_template = nullptr;  // the model's own template, when it has one
 };
 
 // Records keep their key order (ordered_json): a template's tojson output depends on it.
-RenderedDocument render_record(const nlohmann::ordered_json& record, const RenderSettings& settings);
+RenderedDocument render_record(const nlohmann::ordered_json& record,
+                               const RenderSettings& settings);
 
 }  // namespace shardtrain

@@ -31,8 +31,8 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 const fs::path kRoot = fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "chat_template";
-const char* const kTemplates[] = {"qwen3", "qwen2_5", "llama3", "llama3_1", "gemma3",
-                                  "deepseek_v3"};
+const char* const kTemplates[] = {"qwen3",    "qwen2_5", "llama3",
+                                  "llama3_1", "gemma3",  "deepseek_v3"};
 
 std::vector<ojson> read_jsonl(const fs::path& path) {
   std::ifstream in(path);
@@ -63,7 +63,8 @@ TEST(HfChatTemplateGolden, RendersByteIdenticalToTransformers) {
   int refused = 0;
   for (const char* name : kTemplates) {
     const HfChatTemplate chat_template = load_template(name);
-    const std::vector<ojson> goldens = read_jsonl(kRoot / "goldens" / (std::string(name) + ".jsonl"));
+    const std::vector<ojson> goldens =
+        read_jsonl(kRoot / "goldens" / (std::string(name) + ".jsonl"));
     ASSERT_EQ(goldens.size(), conversations.size() * 2) << name;
     for (const ojson& golden : goldens) {
       const ojson& conversation = conversations[golden["conversation"].get<size_t>()];
@@ -80,8 +81,7 @@ TEST(HfChatTemplateGolden, RendersByteIdenticalToTransformers) {
         } catch (const Error& error) {
           const std::string message = error.what();
           EXPECT_NE(message.find("tokenizer_config.json: line "), std::string::npos) << message;
-          EXPECT_NE(message.find(golden["error"].get<std::string>()), std::string::npos)
-              << message;
+          EXPECT_NE(message.find(golden["error"].get<std::string>()), std::string::npos) << message;
         }
         continue;
       }
@@ -153,8 +153,8 @@ TEST(HfChatTemplateGolden, PreparedTokensAreTheTokenizationOfTheRenderedText) {
         // no prefix before it) the one whose assistant speaks first (index 13).
         const std::string message = error.what();
         const bool no_reply = message.find("no assistant reply") != std::string::npos;
-        const bool assistant_first = golden["conversation"] == 13 &&
-                                     message.find("cannot be located") != std::string::npos;
+        const bool assistant_first =
+            golden["conversation"] == 13 && message.find("cannot be located") != std::string::npos;
         EXPECT_TRUE(no_reply || assistant_first)
             << name << " " << golden["conversation"] << ": " << message;
         continue;
@@ -173,7 +173,8 @@ TEST(HfChatTemplateGolden, PreparedTokensAreTheTokenizationOfTheRenderedText) {
     EXPECT_EQ(trained_text(tokenizer, two), "Bonjour !" + marker + last + "Bonne nuit !" + marker)
         << name;
     settings.train_on_eos = false;
-    EXPECT_EQ(trained_text(tokenizer, tokenize_document(tokenizer, render_record(conversations[1], settings))),
+    EXPECT_EQ(trained_text(tokenizer,
+                           tokenize_document(tokenizer, render_record(conversations[1], settings))),
               last + "4")
         << name;
     settings.train_on_eos = true;
@@ -182,7 +183,8 @@ TEST(HfChatTemplateGolden, PreparedTokensAreTheTokenizationOfTheRenderedText) {
 }
 
 TEST(HfChatTemplateGolden, NamedTemplatesPickToolUseWithTools) {
-  const fs::path dir = fs::temp_directory_path() / ("st_named_templates_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("st_named_templates_" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "tokenizer_config.json")
       << R"({"eos_token": {"content": "</s>"}, "chat_template": [)"

@@ -275,9 +275,10 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
       (options.chat_template == "auto" || options.chat_template == "model")) {
     model_template = HfChatTemplate::load(files);
     if (!model_template && options.chat_template == "model") {
-      fail("tokenizer {}: no chat_template in tokenizer_config.json (or chat_template.jinja); "
-           "choose a built-in template with --chat-template chatml|llama2|llama3",
-           files.tokenizer_json);
+      fail(
+          "tokenizer {}: no chat_template in tokenizer_config.json (or chat_template.jinja); "
+          "choose a built-in template with --chat-template chatml|llama2|llama3",
+          files.tokenizer_json);
     }
   }
   settings.train_on_eos = options.train_on_eos;
@@ -292,9 +293,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
                   [&](const char* token) { return tokenizer.token_to_id(token).has_value(); })
             : parse_chat_template(options.chat_template);
     settings.chat_tokens = chat_tokens(settings.chat_template, files);
-    report.chat_template = std::string("built-in ") + chat_template_name(settings.chat_template) +
-                           (files.chat_template.empty() ? " (the tokenizer has no chat_template)"
-                                                        : "");
+    report.chat_template =
+        std::string("built-in ") + chat_template_name(settings.chat_template) +
+        (files.chat_template.empty() ? " (the tokenizer has no chat_template)" : "");
     check_chat_template_fits(settings, tokenizer, files.tokenizer_json);
   }
 

@@ -115,8 +115,8 @@ std::string prepare_cache_key(const PrepareOptions& options) {
   for (const std::string& setting :
        {std::to_string(options.seq_len), options.format, options.chat_template, options.overlong,
         options.on_bad_line, options.invalid_utf8, std::string(options.train_on_prompt ? "1" : "0"),
-        std::string(options.train_on_eos ? "eos1" : "eos0"),
-        std::to_string(options.seed), options.eos_token}) {
+        std::string(options.train_on_eos ? "eos1" : "eos0"), std::to_string(options.seed),
+        options.eos_token}) {
     hash.add(setting);
   }
   return fmt::format("{:016x}", hash.value());

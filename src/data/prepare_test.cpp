@@ -171,11 +171,11 @@ TEST_F(PrepareTest, ChatWithUnknownRoleNamesTheLine) {
 }
 
 TEST_F(PrepareTest, ModelTemplateAndBuiltInChatmlGiveTheSameTokensAndMasks) {
-  const std::string data = write(
-      "chat.jsonl",
-      "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", "
-      "\"content\": \"ab\"}, {\"role\": \"assistant\", \"content\": \"ba\"}, {\"role\": "
-      "\"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n");
+  const std::string data =
+      write("chat.jsonl",
+            "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", "
+            "\"content\": \"ab\"}, {\"role\": \"assistant\", \"content\": \"ba\"}, {\"role\": "
+            "\"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n");
   PrepareOptions own = options(data);
   own.seq_len = 64;
   own.out_path = (dir_ / "own.bin").string();

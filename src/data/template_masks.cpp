@@ -74,21 +74,22 @@ std::pair<size_t, size_t> assistant_span(const HfChatTemplate& chat_template,
   try {
     before = chat_template.render(prefix_input(input, index, true)).text;
   } catch (const Error& error) {
-    fail("the chat template cannot render messages[:{}] (the conversation before assistant "
-         "message {}), so the assistant turn cannot be located ({}); train on all turns "
-         "(--train-on-prompt)",
-         index, index, error.what());
+    fail(
+        "the chat template cannot render messages[:{}] (the conversation before assistant "
+        "message {}), so the assistant turn cannot be located ({}); train on all turns "
+        "(--train-on-prompt)",
+        index, index, error.what());
   }
   if (!starts_with(full, before) || before.size() < search_from) {
-    fail("the chat template does not render messages[:{}] (with the generation prompt) as a "
-         "prefix of the whole conversation, so the assistant turn cannot be located; use a "
-         "template with {{% generation %}} blocks or train on all turns (--train-on-prompt)",
-         index);
+    fail(
+        "the chat template does not render messages[:{}] (with the generation prompt) as a "
+        "prefix of the whole conversation, so the assistant turn cannot be located; use a "
+        "template with {{% generation %}} blocks or train on all turns (--train-on-prompt)",
+        index);
   }
   size_t begin = before.size();
   const std::string content = stripped(message_content(input.messages[index]));
-  if (!content.empty() &&
-      chat_template.render(prefix_input(input, index, false)).text == before) {
+  if (!content.empty() && chat_template.render(prefix_input(input, index, false)).text == before) {
     // The template writes no generation prompt, so the turn's header follows `before`; the
     // reply starts at its content.
     const size_t at = full.find(content, begin);
@@ -103,10 +104,11 @@ std::pair<size_t, size_t> assistant_span(const HfChatTemplate& chat_template,
   } else {
     const size_t at = marker.empty() ? std::string::npos : full.find(marker, begin);
     if (at == std::string::npos) {
-      fail("cannot find where assistant message messages[{}] ends in the rendered chat (the "
-           "template renders the last turn differently and writes no end-of-turn marker after "
-           "it); train on all turns (--train-on-prompt) or use {{% generation %}} blocks",
-           index);
+      fail(
+          "cannot find where assistant message messages[{}] ends in the rendered chat (the "
+          "template renders the last turn differently and writes no end-of-turn marker after "
+          "it); train on all turns (--train-on-prompt) or use {{% generation %}} blocks",
+          index);
     }
     end = at + marker.size();
   }
@@ -139,14 +141,15 @@ MaskedText render_with_assistant_spans(const HfChatTemplate& chat_template,
   for (size_t i = 0; i < input.messages.size(); ++i) {
     const auto& message = input.messages[i];
     if (!message.is_object() || message.value("role", "") != "assistant") continue;
-    const auto span = assistant_span(chat_template, input, out.text, i, search_from,
-                                     options.train_on_eos);
+    const auto span =
+        assistant_span(chat_template, input, out.text, i, search_from, options.train_on_eos);
     if (span.second > span.first) out.trained.push_back(span);
     search_from = span.second;
   }
   if (out.trained.empty()) {
-    fail("the chat has no assistant reply, so no token would be trained; add the reply or use "
-         "--train-on-prompt");
+    fail(
+        "the chat has no assistant reply, so no token would be trained; add the reply or use "
+        "--train-on-prompt");
   }
   return out;
 }

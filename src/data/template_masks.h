@@ -7,10 +7,11 @@
 //   2. prefix by prefix, for each assistant message i: the turn starts where the rendering of
 //      messages[:i] with add_generation_prompt = True ends (that text must be a prefix of the
 //      whole rendering; a template that writes no generation prompt starts the turn at the
-//      reply's content instead, leaving its header untrained), and ends where the rendering of messages[:i+1] ends when that is a
-//      prefix too; otherwise (templates that render the last turn differently, e.g. Qwen3's
-//      reasoning) at the first end-of-turn marker after the start, the marker being what the
-//      template writes after the message's content ("<|im_end|>", "<|eot_id|>", ...).
+//      reply's content instead, leaving its header untrained), and ends where the rendering of
+//      messages[:i+1] ends when that is a prefix too; otherwise (templates that render the last
+//      turn differently, e.g. Qwen3's reasoning) at the first end-of-turn marker after the start,
+//      the marker being what the template writes after the message's content ("<|im_end|>",
+//      "<|eot_id|>", ...).
 //   Trailing whitespace after the end-of-turn marker is not trained. train_on_eos = false also
 //   leaves the marker out (only the reply itself is trained).
 // train_on_prompt = true trains every token (all turns).

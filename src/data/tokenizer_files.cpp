@@ -35,9 +35,10 @@ void read_config_chat_template(const nlohmann::json& config, TokenizerFiles& fil
     for (const auto& entry : *it) {
       if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() ||
           !entry.contains("template") || !entry["template"].is_string()) {
-        fail("{}: \"chat_template\" entries must be {{\"name\": ..., \"template\": ...}}; fix "
-             "tokenizer_config.json",
-             files.config_json);
+        fail(
+            "{}: \"chat_template\" entries must be {{\"name\": ..., \"template\": ...}}; fix "
+            "tokenizer_config.json",
+            files.config_json);
       }
       files.named_chat_templates.emplace_back(entry["name"].get<std::string>(),
                                               entry["template"].get<std::string>());
@@ -86,7 +87,8 @@ TokenizerFiles locate_tokenizer(const std::string& path) {
 
 TokenizerFiles locate_chat_template(const std::string& path) {
   std::error_code ignored;
-  const fs::path dir = fs::is_directory(path, ignored) ? fs::path(path) : fs::path(path).parent_path();
+  const fs::path dir =
+      fs::is_directory(path, ignored) ? fs::path(path) : fs::path(path).parent_path();
   if (!fs::is_directory(dir, ignored)) {
     fail("{}: no such directory; pass a Hugging Face model directory with tokenizer_config.json",
          path);
@@ -124,11 +126,12 @@ void read_config_files(const fs::path& dir, TokenizerFiles& files) {
   files.bos_token = token_field(config, "bos_token");
   files.eos_token = token_field(config, "eos_token");
   files.pad_token = token_field(config, "pad_token");
-  for (const char* key :
-       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                          "cls_token", "mask_token"}) {
     if (const auto token = token_field(config, key)) files.special_tokens.emplace_back(key, *token);
   }
-  if (const auto it = config.find("additional_special_tokens"); it != config.end() && it->is_array()) {
+  if (const auto it = config.find("additional_special_tokens");
+      it != config.end() && it->is_array()) {
     for (const auto& entry : *it) {
       if (entry.is_string()) files.additional_special_tokens.push_back(entry.get<std::string>());
       if (entry.is_object() && entry.contains("content") && entry["content"].is_string()) {

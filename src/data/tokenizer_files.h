@@ -29,7 +29,7 @@ struct TokenizerFiles {
   std::optional<std::string> bos_token;
   std::optional<std::string> eos_token;
   std::optional<std::string> pad_token;
-  std::string chat_template;  // the Jinja source, "" when absent
+  std::string chat_template;       // the Jinja source, "" when absent
   std::string chat_template_file;  // where chat_template came from ("" when absent)
   std::vector<std::pair<std::string, std::string>> named_chat_templates;  // (name, source)
   std::vector<std::pair<std::string, std::string>> special_tokens;        // (key, token)

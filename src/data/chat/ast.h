@@ -50,14 +50,14 @@ using Body = std::vector<StmtPtr>;
 
 struct Stmt {
   enum class Kind {
-    kText,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // if expr: body else else_body (elif = an If alone in else_body)
-    kFor,         // for targets in expr [if filter]: body else else_body
-    kSet,         // set targets = expr, or set targets[0].attribute = expr (namespace)
-    kSetBlock,    // set targets[0] %} body {% endset, then filters (kFilter exprs, operand null)
-    kMacro,       // macro name(params) body
-    kFilterBlock, // filter filters %} body {% endfilter
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // if expr: body else else_body (elif = an If alone in else_body)
+    kFor,          // for targets in expr [if filter]: body else else_body
+    kSet,          // set targets = expr, or set targets[0].attribute = expr (namespace)
+    kSetBlock,     // set targets[0] %} body {% endset, then filters (kFilter exprs, operand null)
+    kMacro,        // macro name(params) body
+    kFilterBlock,  // filter filters %} body {% endfilter
     kBreak,
     kContinue,
     kGeneration,  // generation %} body {% endgeneration
@@ -69,10 +69,10 @@ struct Stmt {
   ExprPtr expr;
   ExprPtr filter;
   std::vector<std::string> targets;
-  std::string attribute;   // kSet on a namespace attribute
-  std::string name;        // kMacro
+  std::string attribute;                                // kSet on a namespace attribute
+  std::string name;                                     // kMacro
   std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro; default null when required
-  std::vector<ExprPtr> filters;  // kSetBlock, kFilterBlock
+  std::vector<ExprPtr> filters;                         // kSetBlock, kFilterBlock
   Body body;
   Body else_body;
 };

@@ -75,8 +75,8 @@ Value attribute_path(const Value& item, const Value& path, const RenderLimits& l
     const size_t dot = text.find('.', start);
     const std::string part = text.substr(start, dot == std::string::npos ? dot : dot - start);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    current = get_item(current, digits ? Value::integer(std::stoll(part)) : Value::string(part),
-                       limits);
+    current =
+        get_item(current, digits ? Value::integer(std::stoll(part)) : Value::string(part), limits);
     if (dot == std::string::npos) return current;
     start = dot + 1;
   }
@@ -93,8 +93,8 @@ std::string jinja_title(const std::string& text) {
   std::u32string out;
   bool word_start = true;
   for (char32_t cp : points) {
-    const bool separator = is_python_space(cp) || cp == '-' || cp == '(' || cp == '{' ||
-                           cp == '[' || cp == '<';
+    const bool separator =
+        is_python_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
     if (separator) {
       out += cp;
       word_start = true;
@@ -136,7 +136,8 @@ Value filter_tojson(const Value& operand, const CallArgs& args, const RenderLimi
   options.ensure_ascii = p.flag(0, false);
   const Value indent = p.get(1);
   if (indent.is_int()) {
-    options.indent = std::string(static_cast<size_t>(std::clamp<int64_t>(indent.as_int(), 0, 1000)), ' ');
+    options.indent =
+        std::string(static_cast<size_t>(std::clamp<int64_t>(indent.as_int(), 0, 1000)), ' ');
   } else if (indent.is_string()) {
     options.indent = indent.as_string();
   } else if (!indent.is_undefined() && !indent.is_none()) {
@@ -159,7 +160,8 @@ Value filter_indent(const Value& operand, const CallArgs& args, const RenderLimi
   Params p("indent", args, {"width", "first", "blank"});
   const Value width = p.get(0);
   std::string unit = width.is_string() ? width.as_string() : std::string(4, ' ');
-  if (width.is_int()) unit = std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
+  if (width.is_int())
+    unit = std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
   const std::vector<std::string> lines = python_splitlines(operand.python_str() + "\n");
   check_string_size(operand.python_str().size() + lines.size() * (unit.size() + 1), limits);
   std::string out;
@@ -295,10 +297,10 @@ Value filter_unique(const Value& operand, const CallArgs& args, const RenderLimi
   std::vector<Value> seen;
   std::vector<Value> out;
   for (const Value& item : items_of(operand, "unique")) {
-    const Value key =
-        lowered(attribute.is_undefined() ? item : attribute_path(item, attribute, limits),
-                case_sensitive);
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return values_equal(s, key); })) {
+    const Value key = lowered(
+        attribute.is_undefined() ? item : attribute_path(item, attribute, limits), case_sensitive);
+    if (std::none_of(seen.begin(), seen.end(),
+                     [&](const Value& s) { return values_equal(s, key); })) {
       seen.push_back(key);
       out.push_back(item);
     }
@@ -357,12 +359,23 @@ std::string html_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -393,55 +406,81 @@ using Filter = Value (*)(const Value&, const CallArgs&, const RenderLimits&);
 
 const std::map<std::string, Filter>& filters() {
   static const std::map<std::string, Filter> table = {
-      {"abs", [](const Value& v, auto&, auto&) {
+      {"abs",
+       [](const Value& v, auto&, auto&) {
          if (v.is_float()) return Value::floating(std::fabs(v.as_double()));
          if (!v.is_number()) fail("bad operand type for abs(): '{}'", v.type_name());
          if (v.as_int() == INT64_MIN) fail("integer overflow in abs()");
-         return Value::integer(std::llabs(v.as_int())); }},
-      {"capitalize", [](const Value& v, auto&, auto&) {
-         return Value::string(python_capitalize(v.python_str())); }},
-      {"center", [](const Value& v, const CallArgs& a, auto& l) {
+         return Value::integer(std::llabs(v.as_int()));
+       }},
+      {"capitalize", [](const Value& v, auto&,
+                        auto&) { return Value::string(python_capitalize(v.python_str())); }},
+      {"center",
+       [](const Value& v, const CallArgs& a, auto& l) {
          CallArgs c;
          c.positional.push_back(a.positional.empty() ? Value::integer(80) : a.positional[0]);
-         return get_attribute(Value::string(v.python_str()), "center", l).as_callable().call(c); }},
+         return get_attribute(Value::string(v.python_str()), "center", l).as_callable().call(c);
+       }},
       {"count", [](const Value& v, auto&, auto&) { return Value::integer(length_of(v)); }},
       {"length", [](const Value& v, auto&, auto&) { return Value::integer(length_of(v)); }},
       {"default", [](const Value& v, const CallArgs& a, auto&) { return filter_default(v, a); }},
       {"d", [](const Value& v, const CallArgs& a, auto&) { return filter_default(v, a); }},
       {"dictsort", [](const Value& v, const CallArgs& a, auto&) { return filter_dictsort(v, a); }},
-      {"escape", [](const Value& v, auto&, auto&) { return Value::string(html_escape(v.python_str())); }},
-      {"e", [](const Value& v, auto&, auto&) { return Value::string(html_escape(v.python_str())); }},
-      {"first", [](const Value& v, auto&, auto&) {
+      {"escape",
+       [](const Value& v, auto&, auto&) { return Value::string(html_escape(v.python_str())); }},
+      {"e",
+       [](const Value& v, auto&, auto&) { return Value::string(html_escape(v.python_str())); }},
+      {"first",
+       [](const Value& v, auto&, auto&) {
          const std::vector<Value> items = items_of(v, "first");
-         return items.empty() ? Value::undefined("first") : items.front(); }},
-      {"last", [](const Value& v, auto&, auto&) {
+         return items.empty() ? Value::undefined("first") : items.front();
+       }},
+      {"last",
+       [](const Value& v, auto&, auto&) {
          const std::vector<Value> items = items_of(v, "last");
-         return items.empty() ? Value::undefined("last") : items.back(); }},
+         return items.empty() ? Value::undefined("last") : items.back();
+       }},
       {"float", [](const Value& v, const CallArgs& a, auto&) { return filter_float(v, a); }},
       {"int", [](const Value& v, const CallArgs& a, auto&) { return filter_int(v, a); }},
       {"indent", filter_indent},
-      {"items", [](const Value& v, auto&, auto& l) {
+      {"items",
+       [](const Value& v, auto&, auto& l) {
          if (v.is_undefined()) return Value::list({});
-         if (!v.is_dict()) fail("items: can only get item pairs from a mapping, got {}", v.type_name());
-         return get_attribute(v, "items", l).as_callable().call(CallArgs{}); }},
+         if (!v.is_dict())
+           fail("items: can only get item pairs from a mapping, got {}", v.type_name());
+         return get_attribute(v, "items", l).as_callable().call(CallArgs{});
+       }},
       {"join", filter_join},
       {"list", [](const Value& v, auto&, auto&) { return Value::list(items_of(v, "list")); }},
-      {"lower", [](const Value& v, auto&, auto&) { return Value::string(python_lower(v.python_str())); }},
-      {"upper", [](const Value& v, auto&, auto&) { return Value::string(python_upper(v.python_str())); }},
-      {"title", [](const Value& v, auto&, auto&) { return Value::string(jinja_title(v.python_str())); }},
+      {"lower",
+       [](const Value& v, auto&, auto&) { return Value::string(python_lower(v.python_str())); }},
+      {"upper",
+       [](const Value& v, auto&, auto&) { return Value::string(python_upper(v.python_str())); }},
+      {"title",
+       [](const Value& v, auto&, auto&) { return Value::string(jinja_title(v.python_str())); }},
       {"map", filter_map},
-      {"max", [](const Value& v, const CallArgs& a, auto& l) { return filter_min_max(v, a, true, l); }},
-      {"min", [](const Value& v, const CallArgs& a, auto& l) { return filter_min_max(v, a, false, l); }},
-      {"select", [](const Value& v, const CallArgs& a, auto& l) { return filter_select(v, a, false, true, l); }},
-      {"reject", [](const Value& v, const CallArgs& a, auto& l) { return filter_select(v, a, false, false, l); }},
-      {"selectattr", [](const Value& v, const CallArgs& a, auto& l) { return filter_select(v, a, true, true, l); }},
-      {"rejectattr", [](const Value& v, const CallArgs& a, auto& l) { return filter_select(v, a, true, false, l); }},
-      {"replace", [](const Value& v, const CallArgs& a, auto& l) {
+      {"max",
+       [](const Value& v, const CallArgs& a, auto& l) { return filter_min_max(v, a, true, l); }},
+      {"min",
+       [](const Value& v, const CallArgs& a, auto& l) { return filter_min_max(v, a, false, l); }},
+      {"select", [](const Value& v, const CallArgs& a,
+                    auto& l) { return filter_select(v, a, false, true, l); }},
+      {"reject", [](const Value& v, const CallArgs& a,
+                    auto& l) { return filter_select(v, a, false, false, l); }},
+      {"selectattr", [](const Value& v, const CallArgs& a,
+                        auto& l) { return filter_select(v, a, true, true, l); }},
+      {"rejectattr", [](const Value& v, const CallArgs& a,
+                        auto& l) { return filter_select(v, a, true, false, l); }},
+      {"replace",
+       [](const Value& v, const CallArgs& a, auto& l) {
          Params p("replace", a, {"old", "new", "count"});
-         const int64_t count = p.get(2).is_undefined() || p.get(2).is_none() ? -1 : p.get(2).as_int();
+         const int64_t count =
+             p.get(2).is_undefined() || p.get(2).is_none() ? -1 : p.get(2).as_int();
          return Value::string(python_replace(v.python_str(), p.get(0).python_str(),
-                                             p.get(1).python_str(), count, l)); }},
-      {"reverse", [](const Value& v, auto&, auto&) {
+                                             p.get(1).python_str(), count, l));
+       }},
+      {"reverse",
+       [](const Value& v, auto&, auto&) {
          if (v.is_string()) {
            std::u32string points = to_code_points(v.as_string());
            std::reverse(points.begin(), points.end());
@@ -449,18 +488,22 @@ const std::map<std::string, Filter>& filters() {
          }
          std::vector<Value> items = items_of(v, "reverse");
          std::reverse(items.begin(), items.end());
-         return Value::list(std::move(items)); }},
+         return Value::list(std::move(items));
+       }},
       {"round", [](const Value& v, const CallArgs& a, auto&) { return filter_round(v, a); }},
       {"safe", [](const Value& v, auto&, auto&) { return Value::string(v.python_str()); }},
       {"sort", filter_sort},
       {"string", [](const Value& v, auto&, auto&) { return Value::string(v.python_str()); }},
       {"sum", filter_sum},
       {"tojson", filter_tojson},
-      {"trim", [](const Value& v, const CallArgs& a, auto&) {
+      {"trim",
+       [](const Value& v, const CallArgs& a, auto&) {
          Params p("trim", a, {"chars"});
-         return Value::string(python_strip(v.python_str(), p.get(0), true, true)); }},
+         return Value::string(python_strip(v.python_str(), p.get(0), true, true));
+       }},
       {"unique", filter_unique},
-      {"wordcount", [](const Value& v, auto&, auto&) { return Value::integer(word_count(v.python_str())); }},
+      {"wordcount",
+       [](const Value& v, auto&, auto&) { return Value::integer(word_count(v.python_str())); }},
   };
   return table;
 }

@@ -149,9 +149,8 @@ class Lexer {
   void lex_comment(size_t tag) {
     const size_t close = src_.find("#}", pos_);
     if (close == std::string::npos) error_at(tag, "unterminated comment: \"{#\" has no \"#}\"");
-    const char end_sign = close > pos_ && (src_[close - 1] == '-' || src_[close - 1] == '+')
-                              ? src_[close - 1]
-                              : '\0';
+    const char end_sign =
+        close > pos_ && (src_[close - 1] == '-' || src_[close - 1] == '+') ? src_[close - 1] : '\0';
     pos_ = close + 2;
     after_tag_end(end_sign, true);
   }
@@ -205,8 +204,8 @@ class Lexer {
     while (true) {
       while (pos_ < src_.size() && space_length(src_, pos_) > 0) pos_ += space_length(src_, pos_);
       if (pos_ >= src_.size()) {
-        error_at(tag, fmt::format("unterminated tag: no \"{}\" before the end of the template",
-                                  close));
+        error_at(tag,
+                 fmt::format("unterminated tag: no \"{}\" before the end of the template", close));
       }
       if (depth == 0) {
         char sign = '\0';

@@ -45,7 +45,8 @@ Value arg_or_undefined(const CallArgs& args, size_t index, const char* keyword =
 int64_t int_arg(const CallArgs& args, size_t index, const char* keyword, int64_t fallback) {
   const Value value = arg_or_undefined(args, index, keyword);
   if (value.is_undefined() || value.is_none()) return fallback;
-  if (!value.is_int() && !value.is_bool()) fail("expected an integer argument, got {}", value.type_name());
+  if (!value.is_int() && !value.is_bool())
+    fail("expected an integer argument, got {}", value.type_name());
   return value.as_int();
 }
 
@@ -153,92 +154,140 @@ int64_t find_in(const std::string& s, const CallArgs& a, bool reverse, bool must
 
 const std::map<std::string, StringMethod>& string_methods() {
   static const std::map<std::string, StringMethod> table = {
-      {"startswith", [](auto& s, auto& a, auto&) {
-         return Value::boolean(affix_match(s, arg_or_undefined(a, 0), true)); }},
-      {"endswith", [](auto& s, auto& a, auto&) {
-         return Value::boolean(affix_match(s, arg_or_undefined(a, 0), false)); }},
-      {"strip", [](auto& s, auto& a, auto&) {
-         return Value::string(python_strip(s, arg_or_undefined(a, 0), true, true)); }},
-      {"lstrip", [](auto& s, auto& a, auto&) {
-         return Value::string(python_strip(s, arg_or_undefined(a, 0), true, false)); }},
-      {"rstrip", [](auto& s, auto& a, auto&) {
-         return Value::string(python_strip(s, arg_or_undefined(a, 0), false, true)); }},
-      {"split", [](auto& s, auto& a, auto&) {
-         return Value::list(strings_to_values(python_split(
-             s, arg_or_undefined(a, 0, "sep"), int_arg(a, 1, "maxsplit", -1), false))); }},
-      {"rsplit", [](auto& s, auto& a, auto&) {
-         return Value::list(strings_to_values(python_split(
-             s, arg_or_undefined(a, 0, "sep"), int_arg(a, 1, "maxsplit", -1), true))); }},
-      {"splitlines", [](auto& s, auto&, auto&) {
-         return Value::list(strings_to_values(python_splitlines(s))); }},
-      {"replace", [](auto& s, auto& a, auto& l) {
+      {"startswith",
+       [](auto& s, auto& a, auto&) {
+         return Value::boolean(affix_match(s, arg_or_undefined(a, 0), true));
+       }},
+      {"endswith",
+       [](auto& s, auto& a, auto&) {
+         return Value::boolean(affix_match(s, arg_or_undefined(a, 0), false));
+       }},
+      {"strip",
+       [](auto& s, auto& a, auto&) {
+         return Value::string(python_strip(s, arg_or_undefined(a, 0), true, true));
+       }},
+      {"lstrip",
+       [](auto& s, auto& a, auto&) {
+         return Value::string(python_strip(s, arg_or_undefined(a, 0), true, false));
+       }},
+      {"rstrip",
+       [](auto& s, auto& a, auto&) {
+         return Value::string(python_strip(s, arg_or_undefined(a, 0), false, true));
+       }},
+      {"split",
+       [](auto& s, auto& a, auto&) {
+         return Value::list(strings_to_values(
+             python_split(s, arg_or_undefined(a, 0, "sep"), int_arg(a, 1, "maxsplit", -1), false)));
+       }},
+      {"rsplit",
+       [](auto& s, auto& a, auto&) {
+         return Value::list(strings_to_values(
+             python_split(s, arg_or_undefined(a, 0, "sep"), int_arg(a, 1, "maxsplit", -1), true)));
+       }},
+      {"splitlines",
+       [](auto& s, auto&, auto&) { return Value::list(strings_to_values(python_splitlines(s))); }},
+      {"replace",
+       [](auto& s, auto& a, auto& l) {
          return Value::string(python_replace(s, string_arg(a, 0, "replace"),
                                              string_arg(a, 1, "replace"),
-                                             int_arg(a, 2, "count", -1), l)); }},
+                                             int_arg(a, 2, "count", -1), l));
+       }},
       {"upper", [](auto& s, auto&, auto&) { return Value::string(python_upper(s)); }},
       {"lower", [](auto& s, auto&, auto&) { return Value::string(python_lower(s)); }},
       {"title", [](auto& s, auto&, auto&) { return Value::string(python_title(s)); }},
       {"capitalize", [](auto& s, auto&, auto&) { return Value::string(python_capitalize(s)); }},
-      {"swapcase", [](auto& s, auto&, auto&) {
+      {"swapcase",
+       [](auto& s, auto&, auto&) {
          std::u32string points = to_code_points(s);
          for (char32_t& cp : points) cp = lower_cp(cp) == cp ? upper_cp(cp) : lower_cp(cp);
-         return Value::string(from_code_points(points)); }},
+         return Value::string(from_code_points(points));
+       }},
       {"find", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, false, false)); }},
       {"rfind", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, true, false)); }},
       {"index", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, false, true)); }},
       {"rindex", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, true, true)); }},
-      {"count", [](auto& s, auto& a, auto&) {
+      {"count",
+       [](auto& s, auto& a, auto&) {
          const std::string& needle = string_arg(a, 0, "count");
          if (needle.empty()) return Value::integer(code_point_index(s, s.size()) + 1);
          int64_t n = 0;
          for (size_t at = s.find(needle); at != std::string::npos;
-              at = s.find(needle, at + needle.size())) ++n;
-         return Value::integer(n); }},
-      {"join", [](auto& s, auto& a, auto& l) {
+              at = s.find(needle, at + needle.size()))
+           ++n;
+         return Value::integer(n);
+       }},
+      {"join",
+       [](auto& s, auto& a, auto& l) {
          const Value items = arg_or_undefined(a, 0);
          if (!items.is_list()) fail("str.join() needs a list of strings");
          std::string out;
          for (size_t i = 0; i < items.as_list().items.size(); ++i) {
            const Value& item = items.as_list().items[i];
-           if (!item.is_string()) fail("sequence item {}: expected str instance, {} found", i, item.type_name());
+           if (!item.is_string())
+             fail("sequence item {}: expected str instance, {} found", i, item.type_name());
            if (i > 0) out += s;
            out += item.as_string();
            check_string_size(out.size(), l);
          }
-         return Value::string(std::move(out)); }},
+         return Value::string(std::move(out));
+       }},
       {"format", [](auto& s, auto& a, auto& l) { return Value::string(python_format(s, a, l)); }},
-      {"isdigit", [](auto& s, auto&, auto&) {
-         return Value::boolean(all_code_points(s, [](char32_t c) { return c >= '0' && c <= '9'; })); }},
-      {"isalpha", [](auto& s, auto&, auto&) {
+      {"isdigit",
+       [](auto& s, auto&, auto&) {
+         return Value::boolean(all_code_points(s, [](char32_t c) { return c >= '0' && c <= '9'; }));
+       }},
+      {"isalpha",
+       [](auto& s, auto&, auto&) {
          return Value::boolean(all_code_points(s, [](char32_t c) {
            const auto k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-           return k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO; })); }},
-      {"isalnum", [](auto& s, auto&, auto&) {
+           return k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO;
+         }));
+       }},
+      {"isalnum",
+       [](auto& s, auto&, auto&) {
          return Value::boolean(all_code_points(s, [](char32_t c) {
            const auto k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
            return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
-                  k == UTF8PROC_CATEGORY_ND; })); }},
-      {"isspace", [](auto& s, auto&, auto&) { return Value::boolean(all_code_points(s, is_python_space)); }},
-      {"isupper", [](auto& s, auto&, auto&) {
-         return Value::boolean(python_upper(s) == s && python_lower(s) != s); }},
-      {"islower", [](auto& s, auto&, auto&) {
-         return Value::boolean(python_lower(s) == s && python_upper(s) != s); }},
-      {"center", [](auto& s, auto& a, auto& l) {
-         return Value::string(pad(s, int_arg(a, 0, "width", 0), " ", 'c', l)); }},
-      {"ljust", [](auto& s, auto& a, auto& l) {
-         return Value::string(pad(s, int_arg(a, 0, "width", 0), " ", 'l', l)); }},
-      {"rjust", [](auto& s, auto& a, auto& l) {
-         return Value::string(pad(s, int_arg(a, 0, "width", 0), " ", 'r', l)); }},
-      {"zfill", [](auto& s, auto& a, auto& l) {
-         return Value::string(pad(s, int_arg(a, 0, "width", 0), "0", 'r', l)); }},
-      {"partition", [](auto& s, auto& a, auto&) {
+                  k == UTF8PROC_CATEGORY_ND;
+         }));
+       }},
+      {"isspace",
+       [](auto& s, auto&, auto&) { return Value::boolean(all_code_points(s, is_python_space)); }},
+      {"isupper",
+       [](auto& s, auto&, auto&) {
+         return Value::boolean(python_upper(s) == s && python_lower(s) != s);
+       }},
+      {"islower",
+       [](auto& s, auto&, auto&) {
+         return Value::boolean(python_lower(s) == s && python_upper(s) != s);
+       }},
+      {"center",
+       [](auto& s, auto& a, auto& l) {
+         return Value::string(pad(s, int_arg(a, 0, "width", 0), " ", 'c', l));
+       }},
+      {"ljust",
+       [](auto& s, auto& a, auto& l) {
+         return Value::string(pad(s, int_arg(a, 0, "width", 0), " ", 'l', l));
+       }},
+      {"rjust",
+       [](auto& s, auto& a, auto& l) {
+         return Value::string(pad(s, int_arg(a, 0, "width", 0), " ", 'r', l));
+       }},
+      {"zfill",
+       [](auto& s, auto& a, auto& l) {
+         return Value::string(pad(s, int_arg(a, 0, "width", 0), "0", 'r', l));
+       }},
+      {"partition",
+       [](auto& s, auto& a, auto&) {
          const std::string& sep = string_arg(a, 0, "partition");
          const size_t at = s.find(sep);
          if (at == std::string::npos) {
            return Value::list({Value::string(s), Value::string(""), Value::string("")}, true);
          }
          return Value::list({Value::string(s.substr(0, at)), Value::string(sep),
-                             Value::string(s.substr(at + sep.size()))}, true); }},
+                             Value::string(s.substr(at + sep.size()))},
+                            true);
+       }},
   };
   return table;
 }
@@ -298,9 +347,9 @@ Value list_method(const Value& object, const std::string& name) {
 }
 
 bool is_mutating_method(const Value& object, const std::string& name) {
-  static const char* const kList[] = {"append", "extend", "insert", "pop",  "remove",
-                                      "clear",  "sort",   "reverse", "update", "setdefault",
-                                      "popitem"};
+  static const char* const kList[] = {"append", "extend",     "insert", "pop",
+                                      "remove", "clear",      "sort",   "reverse",
+                                      "update", "setdefault", "popitem"};
   if (!object.is_list() && !object.is_dict()) return false;
   return std::find_if(std::begin(kList), std::end(kList),
                       [&](const char* m) { return name == m; }) != std::end(kList);
@@ -308,20 +357,19 @@ bool is_mutating_method(const Value& object, const std::string& name) {
 
 Value method_of(const Value& object, const std::string& name, const RenderLimits& limits) {
   if (is_mutating_method(object, name)) {
-    return Value::callable(name, [name, type = std::string(object.type_name())](const CallArgs&)
-                                     -> Value {
-      fail("{}.{}() is not allowed: the template sandbox is immutable (as in transformers); "
-           "build a new value with + or a namespace instead",
-           type, name);
-    });
+    return Value::callable(
+        name, [name, type = std::string(object.type_name())](const CallArgs&) -> Value {
+          fail(
+              "{}.{}() is not allowed: the template sandbox is immutable (as in transformers); "
+              "build a new value with + or a namespace instead",
+              type, name);
+        });
   }
   if (object.is_string()) {
     const auto it = string_methods().find(name);
     if (it == string_methods().end()) return Value::undefined();
-    return Value::callable(name, [text = object.as_string(), method = it->second,
-                                  limits](const CallArgs& args) {
-      return method(text, args, limits);
-    });
+    return Value::callable(name, [text = object.as_string(), method = it->second, limits](
+                                     const CallArgs& args) { return method(text, args, limits); });
   }
   if (object.is_dict()) return dict_method(object, name);
   if (object.is_list()) return list_method(object, name);
@@ -515,8 +563,8 @@ std::string python_replace(const std::string& text, const std::string& old_text,
   if (old_text.empty()) {
     // Python inserts new_text before every code point and at the end.
     const std::u32string points = to_code_points(text);
-    const size_t inserts = count < 0 ? points.size() + 1
-                                     : std::min(points.size() + 1, static_cast<size_t>(count));
+    const size_t inserts =
+        count < 0 ? points.size() + 1 : std::min(points.size() + 1, static_cast<size_t>(count));
     check_string_size(text.size() + inserts * new_text.size(), limits);
     std::string out;
     for (size_t i = 0; i < points.size(); ++i) {
@@ -527,7 +575,8 @@ std::string python_replace(const std::string& text, const std::string& old_text,
     return out;
   }
   size_t matches = 0;
-  for (size_t at = text.find(old_text); at != std::string::npos && (count < 0 || matches < static_cast<size_t>(count));
+  for (size_t at = text.find(old_text);
+       at != std::string::npos && (count < 0 || matches < static_cast<size_t>(count));
        at = text.find(old_text, at + old_text.size())) {
     ++matches;
   }

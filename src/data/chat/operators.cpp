@@ -41,7 +41,8 @@ Value repeat(const Value& sequence, int64_t count, const RenderLimits& limits) {
   const size_t times = count < 0 ? 0 : static_cast<size_t>(count);
   if (sequence.is_string()) {
     const size_t unit = sequence.as_string().size();
-    if (unit != 0 && times > limits.max_output_bytes / unit + 1) check_string_size(SIZE_MAX, limits);
+    if (unit != 0 && times > limits.max_output_bytes / unit + 1)
+      check_string_size(SIZE_MAX, limits);
     check_string_size(unit * times, limits);
     std::string out;
     out.reserve(unit * times);

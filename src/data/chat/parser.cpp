@@ -169,9 +169,9 @@ class Parser {
       expect_block_end();
       return stmt;
     }
-    static const std::set<std::string> kKnown = {
-        "include", "import", "from",  "extends", "block", "call",  "with",
-        "do",      "print",  "trans", "autoescape", "raw"};
+    static const std::set<std::string> kKnown = {"include", "import", "from",       "extends",
+                                                 "block",   "call",   "with",       "do",
+                                                 "print",   "trans",  "autoescape", "raw"};
     if (kKnown.count(word)) {
       error(keyword, "\"{% " + word + " %}\" is not supported in chat templates");
     }
@@ -659,11 +659,11 @@ class Parser {
       return node;
     }
     const Token& next = current();
-    const bool starts_primary =
-        next.kind == TokenKind::kName || next.kind == TokenKind::kString ||
-        next.kind == TokenKind::kInteger || next.kind == TokenKind::kFloat ||
-        (next.kind == TokenKind::kOperator &&
-         (next.value == "(" || next.value == "[" || next.value == "{"));
+    const bool starts_primary = next.kind == TokenKind::kName || next.kind == TokenKind::kString ||
+                                next.kind == TokenKind::kInteger ||
+                                next.kind == TokenKind::kFloat ||
+                                (next.kind == TokenKind::kOperator &&
+                                 (next.value == "(" || next.value == "[" || next.value == "{"));
     if (starts_primary && !is_name("else") && !is_name("or") && !is_name("and")) {
       if (is_name("is")) error(next, "\"is\" cannot follow a test name");
       node->children.push_back(parse_postfix(parse_primary()));

@@ -50,9 +50,10 @@ class Renderer {
 
   void step() {
     if (++steps_ > limits_.max_steps) {
-      fail("the template ran more than {} steps (statements, loop iterations and calls); it "
-           "looks like it never ends",
-           limits_.max_steps);
+      fail(
+          "the template ran more than {} steps (statements, loop iterations and calls); it "
+          "looks like it never ends",
+          limits_.max_steps);
     }
   }
 
@@ -82,8 +83,7 @@ class Renderer {
     const auto& items = value.as_list().items;
     if (items.size() != targets.size()) {
       fail("{} values to unpack (expected {}, got {})",
-           items.size() < targets.size() ? "not enough" : "too many", targets.size(),
-           items.size());
+           items.size() < targets.size() ? "not enough" : "too many", targets.size(), items.size());
     }
     for (size_t i = 0; i < targets.size(); ++i) scope.vars[targets[i]] = items[i];
   }
@@ -181,7 +181,8 @@ class Renderer {
     if (iterable.is_list()) return iterable.as_list().items;
     if (iterable.is_dict()) {
       std::vector<Value> keys;
-      for (const auto& entry : iterable.as_dict().entries) keys.push_back(Value::string(entry.first));
+      for (const auto& entry : iterable.as_dict().entries)
+        keys.push_back(Value::string(entry.first));
       return keys;
     }
     if (iterable.is_string()) {
@@ -241,9 +242,8 @@ class Renderer {
 
   void define_macro(const Stmt& stmt, Scope& scope) {
     const Stmt* macro = &stmt;
-    scope.vars[stmt.name] = Value::callable(stmt.name, [this, macro](const CallArgs& args) {
-      return call_macro(*macro, args);
-    });
+    scope.vars[stmt.name] = Value::callable(
+        stmt.name, [this, macro](const CallArgs& args) { return call_macro(*macro, args); });
   }
 
   Value call_macro(const Stmt& macro, const CallArgs& args) {
@@ -356,7 +356,8 @@ class Renderer {
     ValueDict dict;
     for (size_t i = 0; i + 1 < expr.children.size(); i += 2) {
       const Value key = eval(*expr.children[i], scope);
-      if (!key.is_string()) fail("dict keys in chat templates must be strings, got {}", key.type_name());
+      if (!key.is_string())
+        fail("dict keys in chat templates must be strings, got {}", key.type_name());
       dict.set(key.as_string(), eval(*expr.children[i + 1], scope));
     }
     return Value::dict(std::move(dict));
@@ -375,7 +376,8 @@ class Renderer {
     const Value operand = eval(*expr.children[0], scope);
     if (expr.name == "not") return Value::boolean(!operand.truthy());
     require_defined(operand);
-    if (!operand.is_number()) fail("bad operand type for unary {}: '{}'", expr.name, operand.type_name());
+    if (!operand.is_number())
+      fail("bad operand type for unary {}: '{}'", expr.name, operand.type_name());
     if (expr.name == "+") return operand.is_bool() ? Value::integer(operand.as_int()) : operand;
     if (operand.is_float()) return Value::floating(-operand.as_double());
     if (operand.as_int() == INT64_MIN) fail("integer overflow in the template's arithmetic");

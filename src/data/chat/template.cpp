@@ -11,7 +11,8 @@ namespace shardtrain::chat {
 namespace {
 
 int64_t range_arg(const Value& v) {
-  if (!v.is_int() && !v.is_bool()) fail("range() arguments must be integers, got {}", v.type_name());
+  if (!v.is_int() && !v.is_bool())
+    fail("range() arguments must be integers, got {}", v.type_name());
   return v.as_int();
 }
 
@@ -55,7 +56,8 @@ std::string strftime_now(const CallArgs& args) {
   std::tm local{};
   localtime_r(&now, &local);
   char buffer[512];
-  const size_t n = std::strftime(buffer, sizeof(buffer), args.positional[0].as_string().c_str(), &local);
+  const size_t n =
+      std::strftime(buffer, sizeof(buffer), args.positional[0].as_string().c_str(), &local);
   return std::string(buffer, n);
 }
 
@@ -70,7 +72,8 @@ ValueDict make_globals(const RenderLimits& limits) {
   globals.set("dict", Value::callable("dict", [](const CallArgs& args) {
                 return Value::dict(keyword_dict(args, "dict"));
               }));
-  globals.set("raise_exception", Value::callable("raise_exception", [](const CallArgs& args) -> Value {
+  globals.set("raise_exception",
+              Value::callable("raise_exception", [](const CallArgs& args) -> Value {
                 fail("the template raised an exception: {}",
                      args.positional.empty() ? "" : args.positional[0].python_str());
               }));

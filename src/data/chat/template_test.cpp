@@ -22,8 +22,8 @@ ValueDict vars_of(const nlohmann::ordered_json& json) {
 
 std::string render(const std::string& source, const nlohmann::ordered_json& vars = {},
                    const RenderLimits& limits = {}) {
-  return Template(source).render(vars_of(vars.is_null() ? nlohmann::ordered_json::object() : vars),
-                                 limits)
+  return Template(source)
+      .render(vars_of(vars.is_null() ? nlohmann::ordered_json::object() : vars), limits)
       .text;
 }
 
@@ -72,8 +72,9 @@ TEST(ChatTemplate, ErrorsCarryLineAndColumn) {
 }
 
 TEST(ChatTemplate, GenerationSpansCoverTheirOutput) {
-  const Template t("A{% generation %}BC{% endgeneration %}D{% for x in [1, 2] %}"
-                   "{% generation %}<{{ x }}>{% endgeneration %}{% endfor %}");
+  const Template t(
+      "A{% generation %}BC{% endgeneration %}D{% for x in [1, 2] %}"
+      "{% generation %}<{{ x }}>{% endgeneration %}{% endfor %}");
   const RenderOutput out = t.render({});
   EXPECT_EQ(out.text, "ABCD<1><2>");
   ASSERT_EQ(out.generation_spans.size(), 3u);
@@ -99,11 +100,12 @@ TEST(ChatTemplate, HostileTemplatesHitLimits) {
   EXPECT_NE(error_of("{{ range(10000000000) }}", limits).find("over the limit"), std::string::npos);
   EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", limits).find("nested"),
             std::string::npos);
-  EXPECT_NE(error_of("{{ 'x' | replace('x', 'x' * 60000) | replace('x', 'yyyyyyyyyyyyy') }}",
-                     limits)
-                .find("over the limit"),
-            std::string::npos);
-  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested deeper"),
+  EXPECT_NE(
+      error_of("{{ 'x' | replace('x', 'x' * 60000) | replace('x', 'yyyyyyyyyyyyy') }}", limits)
+          .find("over the limit"),
+      std::string::npos);
+  EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                .find("nested deeper"),
             std::string::npos);
   EXPECT_NE(error_of("{{ 2 ** 64 }}").find("overflow"), std::string::npos);
 }

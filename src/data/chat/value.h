@@ -53,7 +53,18 @@ struct Callable {
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kNamespace,
+    kCallable
+  };
 
   Value() = default;  // undefined
   static Value undefined(std::string name = "");
@@ -84,8 +95,8 @@ class Value {
   bool is_iterable() const { return is_string() || is_list() || is_dict(); }
 
   bool as_bool() const { return bool_; }
-  int64_t as_int() const { return int_; }     // REQUIRES: is_int() or is_bool()
-  double as_double() const;                   // REQUIRES: is_number()
+  int64_t as_int() const { return int_; }  // REQUIRES: is_int() or is_bool()
+  double as_double() const;                // REQUIRES: is_number()
   const std::string& as_string() const { return string_; }
   const ValueList& as_list() const { return *list_; }
   const ValueDict& as_dict() const { return *dict_; }  // dicts and namespaces
