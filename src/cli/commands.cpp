@@ -20,6 +20,7 @@ int run(int argc, char** argv) {
   add_plan_command(app, exit_code);
   add_prepare_command(app, exit_code);
   add_tokenize_command(app, exit_code);
+  add_render_command(app, exit_code);
   add_export_command(app, exit_code);
   add_generate_command(app, exit_code);
   add_bench_command(app, exit_code);

@@ -44,11 +44,12 @@ struct DataConfig {
   // Raw examples only (data/training_data.h):
   std::string tokenizer;                // tokenizer.json or its dir; "" = model.path
   std::string example_format = "auto";  // auto | text | prompt_completion | alpaca | chat
-  std::string chat_template = "auto";   // auto | chatml | llama2 | llama3
+  std::string chat_template = "auto";   // auto | model | chatml | llama2 | llama3
   std::string overlong = "split";       // split | truncate | drop
   std::string on_bad_line = "fail";     // fail | skip
   std::string invalid_utf8 = "fail";    // fail | replace
   bool train_on_prompt = false;
+  bool train_on_eos = true;
   std::string cache_dir;  // "" = $HOME/.cache/shardtrain/data
 };
 

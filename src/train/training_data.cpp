@@ -56,6 +56,7 @@ std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
   options.on_bad_line = data.on_bad_line;
   options.invalid_utf8 = data.invalid_utf8;
   options.train_on_prompt = data.train_on_prompt;
+  options.train_on_eos = data.train_on_eos;
   options.seed = seed;
   const std::string cache_dir = data.cache_dir.empty() ? default_cache_dir() : data.cache_dir;
   const std::string token_file = prepare_cached(options, cache_dir);
