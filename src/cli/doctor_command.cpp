@@ -17,7 +17,7 @@
 #include "fsdp/dist_env.h"
 #include "io/atomic_file.h"
 #include "launch/doctor/check_result.h"
-#include "launch/doctor/comm_test.h"
+#include "launch/doctor/comm_check.h"
 #include "launch/doctor/node_checks.h"
 #include "launch/doctor/nvml_gpu_info.h"
 #include "launch/launch_config.h"

@@ -1,4 +1,4 @@
-#include "launch/doctor/comm_test.h"
+#include "launch/doctor/comm_check.h"
 
 #include <stdlib.h>
 #include <unistd.h>
