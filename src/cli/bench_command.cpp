@@ -42,8 +42,8 @@ int run_bench_comm(const BenchCommArgs& args) {
     const auto bytes = static_cast<int64_t>(mib * 1024 * 1024);
     const CollectiveTiming gather = time_collective(comm, *ops, Collective::kAllGather, bytes,
                                                     dtype, args.warmup, args.iterations);
-    const CollectiveTiming scatter = time_collective(comm, *ops, Collective::kReduceScatter,
-                                                     bytes, dtype, args.warmup, args.iterations);
+    const CollectiveTiming scatter = time_collective(comm, *ops, Collective::kReduceScatter, bytes,
+                                                     dtype, args.warmup, args.iterations);
     if (comm.rank() == 0) {
       std::printf("%12lld %14.1f %14.1f %14.1f %14.1f\n", static_cast<long long>(gather.bytes),
                   gather.seconds * 1e6, gather.busbw_gbps, scatter.seconds * 1e6,
@@ -61,8 +61,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchCommArgs>();
   CLI::App* comm = bench->add_subcommand(
-      "comm", "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
-              "process per GPU: shardtrain launch --nproc-per-node N -- bench comm");
+      "comm",
+      "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
+      "process per GPU: shardtrain launch --nproc-per-node N -- bench comm");
   comm->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   comm->add_option("--min-mib", args->min_mib, "smallest message, MiB (default 64)");

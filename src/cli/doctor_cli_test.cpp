@@ -17,7 +17,9 @@ namespace {
 using Result = shardtrain::testing::CommandResult;
 const std::string kBinary = SHARDTRAIN_BINARY;
 
-Result run(const std::string& args) { return shardtrain::testing::run_command(kBinary + " " + args); }
+Result run(const std::string& args) {
+  return shardtrain::testing::run_command(kBinary + " " + args);
+}
 
 bool has_line_starting(const Result& r, const std::string& prefix) {
   for (const std::string& line : r.lines())
@@ -25,7 +27,10 @@ bool has_line_starting(const Result& r, const std::string& prefix) {
   return false;
 }
 
-bool has_gpu() { return run("doctor --json").output.find("\"name\":\"gpus\",\"status\":\"fail\"") == std::string::npos; }
+bool has_gpu() {
+  return run("doctor --json").output.find("\"name\":\"gpus\",\"status\":\"fail\"") ==
+         std::string::npos;
+}
 
 TEST(DoctorCli, NoGpuFailsWithExitOneAndHints) {
   if (has_gpu()) GTEST_SKIP() << "this machine has a GPU; the no-GPU report is for CI machines";
@@ -33,11 +38,13 @@ TEST(DoctorCli, NoGpuFailsWithExitOneAndHints) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(has_line_starting(r, "FAIL  gpus: no GPU")) << r.output;
   EXPECT_TRUE(has_line_starting(r, "      HINT: run on a GPU node")) << r.output;
-  for (const char* name : {"gpu_health", "cuda_driver", "nccl", "nccl_net_plugin", "libfabric",
-                           "efa_devices", "ib_devices", "transport", "shm", "memlock", "disk",
-                           "clock"}) {
-    EXPECT_TRUE(std::regex_search(r.output, std::regex(std::string("(PASS|WARN|FAIL)  ") + name + ": ")))
-        << name << "\n" << r.output;
+  for (const char* name :
+       {"gpu_health", "cuda_driver", "nccl", "nccl_net_plugin", "libfabric", "efa_devices",
+        "ib_devices", "transport", "shm", "memlock", "disk", "clock"}) {
+    EXPECT_TRUE(
+        std::regex_search(r.output, std::regex(std::string("(PASS|WARN|FAIL)  ") + name + ": ")))
+        << name << "\n"
+        << r.output;
   }
   EXPECT_NE(r.output.find("failed"), std::string::npos);
 }
@@ -77,9 +84,11 @@ TEST(DoctorCli, UnreachableRendezvousFails) {
     shardtrain::TcpStoreServer probe("127.0.0.1", 0);
     port = probe.port();
   }
-  const Result r = run("doctor --network-timeout 0.3 --rdzv-endpoint 127.0.0.1:" + std::to_string(port));
+  const Result r =
+      run("doctor --network-timeout 0.3 --rdzv-endpoint 127.0.0.1:" + std::to_string(port));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(has_line_starting(r, "FAIL  rendezvous: TCP store at 127.0.0.1:" + std::to_string(port)))
+  EXPECT_TRUE(
+      has_line_starting(r, "FAIL  rendezvous: TCP store at 127.0.0.1:" + std::to_string(port)))
       << r.output;
 }
 
@@ -92,8 +101,9 @@ TEST(DoctorCli, NcclTestWithoutGpuFailsClearly) {
 
 // The measurement and table code over Gloo: 2 CPU ranks on one node.
 TEST(DoctorCli, CommTestOverCpuRanksPrintsTheTable) {
-  const Result r = run("launch --standalone --nproc-per-node 2 -- doctor --nccl-test "
-                       "--comm-test-device cpu --nccl-test-mib 1");
+  const Result r =
+      run("launch --standalone --nproc-per-node 2 -- doctor --nccl-test "
+          "--comm-test-device cpu --nccl-test-mib 1");
   EXPECT_NE(r.output.find("nccl test: 2 ranks on 1 node(s), gloo"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("PASS  nccl_test: gloo over 2 rank(s) on 1 node(s)"), std::string::npos)
       << r.output;
@@ -118,13 +128,44 @@ TEST(DoctorCli, CommTestOverTwoNodesNamesTheLink) {
   auto node0 = std::async(std::launch::async, node, 0);
   const Result r0 = node0.get();
   const Result r1 = node1.get();
-  EXPECT_NE(r0.output.find("nccl test: 2 ranks on 2 node(s), gloo"), std::string::npos) << r0.output;
-  EXPECT_TRUE(std::regex_search(r0.output, std::regex(R"(slowest link: node 0 \(.*\) <-> node 1, [0-9.]+ GB/s)")))
+  EXPECT_NE(r0.output.find("nccl test: 2 ranks on 2 node(s), gloo"), std::string::npos)
+      << r0.output;
+  EXPECT_TRUE(std::regex_search(
+      r0.output, std::regex(R"(slowest link: node 0 \(.*\) <-> node 1, [0-9.]+ GB/s)")))
       << r0.output;
   EXPECT_NE(r0.output.find("nccl_links: slowest link node 0"), std::string::npos) << r0.output;
   EXPECT_EQ(r1.output.find("nccl test:"), std::string::npos) << "only rank 0 prints the table\n"
                                                              << r1.output;
   EXPECT_EQ(r0.exit_code, r1.exit_code);
+}
+
+// Three nodes: each neighbouring pair measures its link (node 2's link wraps to node 0), and
+// the failed checks of nodes 1 and 2 (no GPU here) fail the cluster's report on rank 0.
+TEST(DoctorCli, CommTestOverThreeNodesMeasuresEveryLink) {
+  int port = 0;
+  {
+    shardtrain::TcpStoreServer probe("127.0.0.1", 0);
+    port = probe.port();
+  }
+  const auto node = [&](int rank) {
+    return run("launch --nnodes 3 --node-rank " + std::to_string(rank) +
+               " --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+               " -- doctor --nccl-test --comm-test-device cpu --nccl-test-mib 1");
+  };
+  auto node2 = std::async(std::launch::async, node, 2);
+  auto node1 = std::async(std::launch::async, node, 1);
+  const Result r0 = node(0);
+  node1.get();
+  node2.get();
+  EXPECT_NE(r0.output.find("nccl test: 3 ranks on 3 node(s), gloo"), std::string::npos)
+      << r0.output;
+  for (const char* link : {"(->1)", "(->2)", "(->0)"}) {
+    EXPECT_NE(r0.output.find(link), std::string::npos) << link << "\n" << r0.output;
+  }
+  if (!has_gpu()) {
+    EXPECT_NE(r0.output.find("FAIL  node_1: "), std::string::npos) << r0.output;
+    EXPECT_NE(r0.output.find("FAIL  node_2: "), std::string::npos) << r0.output;
+  }
 }
 
 }  // namespace

@@ -70,7 +70,8 @@ int print_report(const DoctorArgs& args, const std::vector<CheckResult>& checks,
 
 int report_checks_and_test(const DoctorArgs& args, std::vector<CheckResult> checks,
                            const NcclTestReport& report) {
-  for (CheckResult& c : doctor::judge_nccl_report(report, doctor::parse_transport(args.expect_transport))) {
+  for (CheckResult& c :
+       doctor::judge_nccl_report(report, doctor::parse_transport(args.expect_transport))) {
     checks.push_back(std::move(c));
   }
   return print_report(args, checks, report);
@@ -96,8 +97,9 @@ std::optional<NcclTestReport> run_local_workers(const DoctorArgs& args, int rank
   const nlohmann::json json = nlohmann::json::parse(text.str(), nullptr, false);
   if (code != 0 || json.is_discarded()) {
     checks.push_back(doctor::fail_check(
-        "nccl_test", "the NCCL test's " + std::to_string(ranks) + " local workers failed (exit " +
-                         std::to_string(code) + "); their messages are above",
+        "nccl_test",
+        "the NCCL test's " + std::to_string(ranks) + " local workers failed (exit " +
+            std::to_string(code) + "); their messages are above",
         "fix what they report; NCCL_DEBUG=INFO shows NCCL's own view"));
     return std::nullopt;
   }
@@ -132,12 +134,13 @@ int run_doctor(const DoctorArgs& args) {
   options.checkpoint_dir = args.checkpoint_dir;
   options.config_path = args.config_path;
   options.rendezvous = rendezvous_target(args);
-  options.network_timeout = std::chrono::milliseconds(static_cast<int64_t>(args.network_timeout_s * 1000));
+  options.network_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(args.network_timeout_s * 1000));
   int gpu_count = 0;
   std::vector<CheckResult> checks;
   if (env.local_rank == 0) {  // under the launcher, one set of node checks per node
-    checks = doctor::run_node_checks(view, cuda_build_info(), nccl_build_version(), options,
-                                     &gpu_count);
+    checks =
+        doctor::run_node_checks(view, cuda_build_info(), nccl_build_version(), options, &gpu_count);
   } else {
     gpu_count = visible_gpu_count();
   }

@@ -34,8 +34,8 @@ CollectiveTiming time_collective(Comm& comm, Ops& ops, Collective collective, in
   const int64_t part = total / n;
   DeviceBuffer full(ops, static_cast<size_t>(total * element));
   DeviceBuffer shard(ops, static_cast<size_t>(part * element));
-  const Tensor full_t = full.view(dtype, {total});    // (n * part)
-  const Tensor shard_t = shard.view(dtype, {part});   // (part)
+  const Tensor full_t = full.view(dtype, {total});   // (n * part)
+  const Tensor shard_t = shard.view(dtype, {part});  // (part)
   const auto call = [&] {
     switch (collective) {
       case Collective::kAllGather:

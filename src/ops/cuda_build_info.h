@@ -13,10 +13,10 @@
 namespace shardtrain {
 
 struct CudaBuildInfo {
-  bool with_cuda = false;    // the CUDA backend is compiled in
-  int runtime_built = 0;     // CUDART_VERSION the binary was compiled with (13000 = 13.0); 0 = none
-  int runtime_loaded = 0;    // cudaRuntimeGetVersion() of the runtime in use; 0 = none
-  std::vector<int> archs;    // compiled GPU architectures, e.g. {80, 86, 89, 90}
+  bool with_cuda = false;  // the CUDA backend is compiled in
+  int runtime_built = 0;   // CUDART_VERSION the binary was compiled with (13000 = 13.0); 0 = none
+  int runtime_loaded = 0;  // cudaRuntimeGetVersion() of the runtime in use; 0 = none
+  std::vector<int> archs;  // compiled GPU architectures, e.g. {80, 86, 89, 90}
   bool newest_arch_specific = false;  // newest is an arch-specific target (sm_90a): no forward PTX
 };
 

@@ -37,8 +37,8 @@ std::string format_text_report(const std::vector<CheckResult>& checks) {
     failures += check.status == CheckStatus::kFail;
   }
   text += "doctor: " + std::to_string(checks.size()) + " checks, " + std::to_string(failures) +
-          " failed, " + std::to_string(warnings) + " warned: " +
-          (failures ? "this node cannot train as configured" : "ok") + "\n";
+          " failed, " + std::to_string(warnings) +
+          " warned: " + (failures ? "this node cannot train as configured" : "ok") + "\n";
   return text;
 }
 

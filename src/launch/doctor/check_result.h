@@ -13,7 +13,7 @@ namespace shardtrain::doctor {
 enum class CheckStatus { kPass, kWarn, kFail };
 
 struct CheckResult {
-  std::string name;    // stable identifier, e.g. "shm", "nccl_net_plugin"
+  std::string name;  // stable identifier, e.g. "shm", "nccl_net_plugin"
   CheckStatus status = CheckStatus::kPass;
   std::string detail;  // what was found
   std::string hint;    // what to do (empty for PASS)
@@ -29,7 +29,7 @@ inline CheckResult fail_check(std::string name, std::string detail, std::string 
   return {std::move(name), CheckStatus::kFail, std::move(detail), std::move(hint)};
 }
 
-const char* status_word(CheckStatus status);  // "pass", "warn", "fail"
+const char* status_word(CheckStatus status);          // "pass", "warn", "fail"
 bool all_ok(const std::vector<CheckResult>& checks);  // no kFail
 std::string format_text_report(const std::vector<CheckResult>& checks);
 std::string format_json_report(const std::vector<CheckResult>& checks);  // one line

@@ -20,9 +20,10 @@ JobCheckpoints job_checkpoints_from_config(const std::string& config_path) {
   const std::string config_json =
       (std::filesystem::path(config.model.path) / "config.json").string();
   if (!std::filesystem::exists(config_json)) {
-    fail("--config {}: model.path {} has no config.json; HINT: point model.path at a Hugging Face "
-         "checkpoint dir",
-         config_path, config.model.path);
+    fail(
+        "--config {}: model.path {} has no config.json; HINT: point model.path at a Hugging Face "
+        "checkpoint dir",
+        config_path, config.model.path);
   }
   const int64_t params = make_param_layout(read_hf_config(config_json)).parameter_count();
   constexpr int64_t kBytesPerParam = 12;  // fp32 master + exp_avg + exp_avg_sq

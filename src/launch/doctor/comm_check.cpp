@@ -168,7 +168,8 @@ int run_comm_test_rank(const DistEnv& env, const CommTestOptions& options,
   report.all_gather_busbw = all_gather.busbw_gbps;
   report.all_reduce_algbw = all_reduce.algbw_gbps;
   for (int n = 0; n < nodes; ++n) {
-    const std::string text = store.get(prefix + "node/" + std::to_string(n), std::chrono::minutes(5));
+    const std::string text =
+        store.get(prefix + "node/" + std::to_string(n), std::chrono::minutes(5));
     const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
     if (json.is_discarded()) fail("doctor: node {}'s NCCL test record is not JSON", n);
     report.rows.push_back(row_from_json(json));

@@ -219,10 +219,11 @@ TEST(NetPluginCheck, FoundThroughLdLibraryPathAndLdSoConf) {
 
 fabric_abi::FabricAttr efa_attr{nullptr, nullptr, const_cast<char*>("efa"), 0, 0};
 fabric_abi::FabricAttr tcp_attr{nullptr, nullptr, const_cast<char*>("tcp;ofi_rxm"), 0, 0};
-fabric_abi::Info tcp_info{nullptr, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                          nullptr, nullptr, nullptr, &tcp_attr, nullptr};
-fabric_abi::Info efa_info{&tcp_info, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr, nullptr,
-                          nullptr, nullptr, nullptr, &efa_attr, nullptr};
+fabric_abi::Info tcp_info{nullptr, 0,       0,       0,       0,       0,         nullptr, nullptr,
+                          nullptr, nullptr, nullptr, nullptr, nullptr, &tcp_attr, nullptr};
+fabric_abi::Info efa_info{&tcp_info, 0,       0,       0,         0,
+                          0,         nullptr, nullptr, nullptr,   nullptr,
+                          nullptr,   nullptr, nullptr, &efa_attr, nullptr};
 int getinfo_efa(uint32_t, const char*, const char*, uint64_t, const fabric_abi::Info*,
                 fabric_abi::Info** out) {
   return *out = &efa_info, 0;
@@ -247,7 +248,8 @@ TEST(LibfabricCheck, EfaProviderPresentAbsent) {
   const CheckResult no_efa = check_libfabric(facts, Transport::kEfa);
   EXPECT_EQ(no_efa.status, CheckStatus::kFail);
   EXPECT_NE(no_efa.detail.find("libfabric 1.22: providers tcp, ofi_rxm; no efa provider"),
-            std::string::npos) << no_efa.detail;
+            std::string::npos)
+      << no_efa.detail;
   sys.loader.libraries["libfabric.so.1"]["fi_getinfo"] = (void*)&getinfo_efa;
   facts = read_network_facts(sys.view);
   EXPECT_EQ(check_libfabric(facts, Transport::kEfa).status, CheckStatus::kPass);
@@ -296,13 +298,16 @@ TEST(TransportCheck, PredictsAndComparesWithExpected) {
   EXPECT_EQ(check_transport(sys.view, read_network_facts(sys.view), Transport::kSocket).status,
             CheckStatus::kPass);
   // Expecting EFA on a node without it: the seed's silent fall-back, caught.
-  const CheckResult fallback = check_transport(sys.view, read_network_facts(sys.view), Transport::kEfa);
+  const CheckResult fallback =
+      check_transport(sys.view, read_network_facts(sys.view), Transport::kEfa);
   EXPECT_EQ(fallback.status, CheckStatus::kFail);
   EXPECT_NE(fallback.detail.find("NCCL will use socket between nodes, but --expect-transport efa"),
-            std::string::npos) << fallback.detail;
+            std::string::npos)
+      << fallback.detail;
 
   sys.rdma_device("rdmap16s27", "efa", {"4: ACTIVE"}, "Unspecified");
-  const CheckResult no_plugin = check_transport(sys.view, read_network_facts(sys.view), std::nullopt);
+  const CheckResult no_plugin =
+      check_transport(sys.view, read_network_facts(sys.view), std::nullopt);
   EXPECT_EQ(no_plugin.status, CheckStatus::kWarn);  // EFA present, NCCL on sockets
   sys.write("/usr/lib/x86_64-linux-gnu/libnccl-net.so");
   NetworkFacts facts = read_network_facts(sys.view);
@@ -335,7 +340,8 @@ TEST(TransportCheck, VariablesNamingMissingThingsFail) {
   EXPECT_EQ(ifname.status, CheckStatus::kFail);
   EXPECT_NE(ifname.detail.find("NCCL_SOCKET_IFNAME entry 'eth' matches no interface (have: ens5, "
                                "eth0)"),
-            std::string::npos) << ifname.detail;
+            std::string::npos)
+      << ifname.detail;
   sys.view.env.erase("NCCL_SOCKET_IFNAME");
   sys.view.env["NCCL_IB_HCA"] = "mlx5_0:1,mlx5_7";
   EXPECT_EQ(check_transport(sys.view, facts, std::nullopt).status, CheckStatus::kFail);
@@ -372,7 +378,8 @@ TEST(MemlockCheck, LimitedFailsWithRdma) {
   sys.view.memlock_bytes = 8 * kMiB;
   const CheckResult sockets = check_memlock(sys.view, none, std::nullopt);
   EXPECT_EQ(sockets.status, CheckStatus::kWarn);
-  EXPECT_EQ(sockets.detail, "ulimit -l 8.0 MiB; fine for sockets, but EFA/InfiniBand need it unlimited");
+  EXPECT_EQ(sockets.detail,
+            "ulimit -l 8.0 MiB; fine for sockets, but EFA/InfiniBand need it unlimited");
   EXPECT_EQ(check_memlock(sys.view, none, Transport::kEfa).status, CheckStatus::kFail);
   sys.rdma_device("rdmap16s27", "efa", {"4: ACTIVE"});
   EXPECT_EQ(check_memlock(sys.view, find_rdma_devices(sys.view), std::nullopt).status,

@@ -10,7 +10,7 @@ namespace shardtrain::doctor {
 namespace {
 
 TEST(DoctorEtcd, HealthyEtcdPassesStoppedFails) {
-  EtcdTestServer etcd;
+  shardtrain::testing::EtcdTestServer etcd;
   etcd.start();
   if (!etcd.found()) GTEST_SKIP() << "etcd not installed (Debian etcd-server)";
   ASSERT_TRUE(etcd.healthy()) << "etcd did not come up; see " << etcd.log();

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "dist/tcp_store.h"
 #include "launch/doctor/check_result.h"
 #include "launch/doctor/nccl_log.h"
@@ -120,7 +121,8 @@ TEST(NcclReport, SlowestLinkNamedAndTransportCompared) {
   ASSERT_NE(links, nullptr);
   EXPECT_EQ(links->status, CheckStatus::kWarn);  // 30 < half the median 92
   EXPECT_NE(links->detail.find("slowest link node 1 (node1) <-> node 2: 30.0 GB/s"),
-            std::string::npos) << links->detail;
+            std::string::npos)
+      << links->detail;
   const std::string table = format_nccl_table(three_nodes());
   EXPECT_NE(table.find("slowest link: node 1 (node1) <-> node 2, 30.0 GB/s"), std::string::npos)
       << table;
@@ -155,7 +157,8 @@ TEST(NcclReport, FailedChecksOfOtherNodesFailTheCluster) {
   NcclTestReport report = three_nodes();
   report.rows[1].failed_checks = 1;
   report.rows[1].failures = {"shm: /dev/shm 64.0 MiB"};
-  const CheckResult* node = find(judge_nccl_report(report, std::nullopt), "node_1");
+  const std::vector<CheckResult> checks = judge_nccl_report(report, std::nullopt);
+  const CheckResult* node = find(checks, "node_1");
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->status, CheckStatus::kFail);
   EXPECT_EQ(node->detail, "node1: 1 check(s) failed: shm: /dev/shm 64.0 MiB");
@@ -192,7 +195,8 @@ TEST(Clock, OffsetThresholds) {
   EXPECT_EQ(check_clock_offset(0.4, "etcd").status, CheckStatus::kPass);
   EXPECT_EQ(check_clock_offset(-5, "etcd").status, CheckStatus::kWarn);
   EXPECT_EQ(check_clock_offset(120, "etcd").status, CheckStatus::kFail);
-  EXPECT_EQ(check_clock_offset(-5, "etcd at x").detail, "this node's clock is -5.0 s from etcd at x");
+  EXPECT_EQ(check_clock_offset(-5, "etcd at x").detail,
+            "this node's clock is -5.0 s from etcd at x");
 }
 
 }  // namespace

@@ -51,8 +51,8 @@ class FakeSystem {
     view.root = root_.path();
     view.libraries = &loader;
     view.gpus = &gpus;
-    view.filesystem_space = [this](const std::filesystem::path& path)
-        -> std::optional<FilesystemSpace> {
+    view.filesystem_space =
+        [this](const std::filesystem::path& path) -> std::optional<FilesystemSpace> {
       const auto it = spaces.find(path.string());
       if (it != spaces.end()) return it->second;
       if (!std::filesystem::exists(path)) return std::nullopt;

@@ -48,8 +48,9 @@ CheckResult check_gpus(const GpuReport& report, const CudaBuildInfo& build) {
         break;
     }
   }
-  const std::string detail = fmt::format("{} GPU(s): {}; this build has code for {}",
-                                         report.gpus.size(), join(described), describe_archs(build));
+  const std::string detail =
+      fmt::format("{} GPU(s): {}; this build has code for {}", report.gpus.size(), join(described),
+                  describe_archs(build));
   if (!build.with_cuda) {
     return fail_check(name, detail + " (a CPU-only build)",
                       "use a shardtrain built with CUDA (scripts/build.sh on a machine with the "
@@ -88,8 +89,8 @@ CheckResult check_gpu_health(const GpuReport& report) {
     }
     if (gpu.ecc_enabled.has_value() && !*gpu.ecc_enabled) doubtful.push_back(id + " ECC off");
     std::string state = id + fmt::format(" ECC {}", !gpu.ecc_enabled.has_value() ? "n/a"
-                                                    : *gpu.ecc_enabled         ? "on"
-                                                                               : "off");
+                                                    : *gpu.ecc_enabled           ? "on"
+                                                                                 : "off");
     if (gpu.retired_pages) state += fmt::format(", {} retired pages", *gpu.retired_pages);
     fine.push_back(state);
   }
@@ -115,19 +116,20 @@ CheckResult check_cuda_driver(const GpuReport& report, const CudaBuildInfo& buil
                       "install the NVIDIA driver (libcuda.so.1); in containers run with the "
                       "NVIDIA container toolkit (--gpus all / the device plugin)");
   }
-  const std::string driver = "driver supports CUDA " +
-                             cuda_version_text(report.driver_cuda_version) +
-                             (report.driver_version.empty() ? "" : " (" + report.driver_version + ")");
+  const std::string driver =
+      "driver supports CUDA " + cuda_version_text(report.driver_cuda_version) +
+      (report.driver_version.empty() ? "" : " (" + report.driver_version + ")");
   if (!build.with_cuda) return pass(name, driver + "; this build has no CUDA backend");
   const std::string built = fmt::format(
-      "; binary built with CUDA runtime {}, runtime loaded {}", cuda_version_text(build.runtime_built),
+      "; binary built with CUDA runtime {}, runtime loaded {}",
+      cuda_version_text(build.runtime_built),
       build.runtime_loaded ? cuda_version_text(build.runtime_loaded) : std::string("none"));
   if (report.driver_cuda_version / 1000 < build.runtime_built / 1000) {
-    return fail_check(name, driver + built,
-                      fmt::format("upgrade the NVIDIA driver to one for CUDA {}.x or newer, or use "
-                                  "a build made with the CUDA {} toolkit",
-                                  build.runtime_built / 1000,
-                                  cuda_version_text(report.driver_cuda_version)));
+    return fail_check(
+        name, driver + built,
+        fmt::format("upgrade the NVIDIA driver to one for CUDA {}.x or newer, or use "
+                    "a build made with the CUDA {} toolkit",
+                    build.runtime_built / 1000, cuda_version_text(report.driver_cuda_version)));
   }
   if (report.driver_cuda_version < build.runtime_built) {
     return warn(name, driver + built,

@@ -12,8 +12,8 @@ namespace shardtrain::doctor {
 
 struct GpuInfo {
   int index = 0;
-  std::string name;                    // "NVIDIA H200"
-  int major = 0, minor = 0;            // compute capability
+  std::string name;          // "NVIDIA H200"
+  int major = 0, minor = 0;  // compute capability
   uint64_t memory_bytes = 0;
   // From NVML; nullopt when NVML is absent or does not say (e.g. GPUs without ECC).
   std::optional<bool> ecc_enabled;

@@ -51,8 +51,8 @@ CheckResult check_memlock(const SystemView& view, const RdmaDevices& devices,
       "raise it to unlimited: `ulimit -l unlimited` (needs CAP_SYS_RESOURCE), "
       "/etc/security/limits.conf `* - memlock unlimited`, docker --ulimit memlock=-1; in "
       "Kubernetes set the container runtime's default ulimits (containerd LimitMEMLOCK=infinity)";
-  const bool rdma = !devices.efa.empty() || !devices.hcas.empty() ||
-                    expect == Transport::kEfa || expect == Transport::kIb;
+  const bool rdma = !devices.efa.empty() || !devices.hcas.empty() || expect == Transport::kEfa ||
+                    expect == Transport::kIb;
   if (rdma) return fail_check(name, detail + "; EFA/InfiniBand need it unlimited", hint);
   return warn(name, detail + "; fine for sockets, but EFA/InfiniBand need it unlimited", hint);
 }
@@ -68,18 +68,20 @@ CheckResult check_disk(const SystemView& view, const std::string& dir,
   }
   const std::optional<FilesystemSpace> space = view.filesystem_space(existing);
   if (!space) {
-    return fail_check(name, "cannot stat the filesystem of checkpoint dir " + dir,
-                      "mount the checkpoint volume (e.g. a PersistentVolumeClaim or FSx) at " + dir);
+    return fail_check(
+        name, "cannot stat the filesystem of checkpoint dir " + dir,
+        "mount the checkpoint volume (e.g. a PersistentVolumeClaim or FSx) at " + dir);
   }
   if (::access(existing.c_str(), W_OK) != 0) {
-    return fail_check(name, fmt::format("checkpoint dir {}: {} is not writable", dir,
-                                        existing.string()),
+    return fail_check(name,
+                      fmt::format("checkpoint dir {}: {} is not writable", dir, existing.string()),
                       "fix the volume's permissions (runAsUser / fsGroup in Kubernetes)");
   }
   std::string detail = fmt::format("checkpoint dir {}: {} free of {}", dir,
                                    human_bytes(space->free_bytes), human_bytes(space->size_bytes));
   if (!need) return pass(name, detail + " (pass --config to compare with the job's checkpoints)");
-  detail += fmt::format("; the job's checkpoints need {} ({})", human_bytes(need->bytes), need->how);
+  detail +=
+      fmt::format("; the job's checkpoints need {} ({})", human_bytes(need->bytes), need->how);
   if (space->free_bytes < need->bytes) {
     return fail_check(name, detail,
                       "free space, use a bigger volume, or lower train.keep_checkpoints");

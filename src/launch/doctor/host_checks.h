@@ -26,8 +26,8 @@ CheckResult check_memlock(const SystemView& view, const RdmaDevices& devices,
                           std::optional<Transport> expect);
 
 struct CheckpointNeed {
-  uint64_t bytes = 0;   // all checkpoints kept at once, plus the one being written
-  std::string how;      // "1.5e9 params x 12 B x (3 kept + 1 being written)"
+  uint64_t bytes = 0;  // all checkpoints kept at once, plus the one being written
+  std::string how;     // "1.5e9 params x 12 B x (3 kept + 1 being written)"
 };
 // `dir` is an absolute or relative path on the real filesystem, read under view.root.
 CheckResult check_disk(const SystemView& view, const std::string& dir,

@@ -16,11 +16,11 @@
 namespace shardtrain::doctor {
 
 struct NcclLogTransports {
-  std::string network;               // from "Using network X"; "" when not seen
-  std::set<std::string> paths;       // "P2P", "SHM", "NET/IB", "NET/Socket", "NET/AWS Libfabric"
-  bool ofi_efa_provider = false;     // aws-ofi-nccl said it selected the efa provider
+  std::string network;            // from "Using network X"; "" when not seen
+  std::set<std::string> paths;    // "P2P", "SHM", "NET/IB", "NET/Socket", "NET/AWS Libfabric"
+  bool ofi_efa_provider = false;  // aws-ofi-nccl said it selected the efa provider
 
-  bool used_network() const;         // some channel ran "via NET/..."
+  bool used_network() const;  // some channel ran "via NET/..."
   // The transport of the network channels used, or (none used: one node) of the network NCCL
   // initialised; nullopt when neither is in the log or the name is unknown.
   std::optional<Transport> inter_node() const;

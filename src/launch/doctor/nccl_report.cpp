@@ -65,9 +65,10 @@ NodeCommRow row_from_json(const nlohmann::json& j) {
     row.failures = j.at("failures").get<std::vector<std::string>>();
     return row;
   } catch (const nlohmann::json::exception& e) {
-    fail("doctor: malformed node record from the NCCL test ({}); HINT: all nodes must run the "
-         "same shardtrain version",
-         e.what());
+    fail(
+        "doctor: malformed node record from the NCCL test ({}); HINT: all nodes must run the "
+        "same shardtrain version",
+        e.what());
   }
 }
 
@@ -134,8 +135,9 @@ std::vector<CheckResult> judge_nccl_report(const NcclTestReport& report,
     const double measured = std::min(report.all_reduce_busbw, report.all_gather_busbw);
     if (measured < floor) {
       checks.push_back(warn(
-          "nccl_test", detail + fmt::format("; below the {:.1f} GB/s a healthy {} path gives", floor,
-                                            multi_node ? inter : paths),
+          "nccl_test",
+          detail + fmt::format("; below the {:.1f} GB/s a healthy {} path gives", floor,
+                               multi_node ? inter : paths),
           multi_node ? "check that every NIC is used (NCCL_SOCKET_IFNAME / NCCL_IB_HCA), EFA with "
                        "GPUDirect RDMA (FI_EFA_USE_DEVICE_RDMA=1) and that no other job saturates "
                        "the links"
@@ -149,22 +151,24 @@ std::vector<CheckResult> judge_nccl_report(const NcclTestReport& report,
   std::vector<std::string> mismatched;
   for (const NodeCommRow& row : report.rows) {
     if (expect && row.inter_node != transport_name(*expect)) {
-      mismatched.push_back(fmt::format("node {} ({}) used {}", row.node, row.host,
-                                       row.inter_node.empty() ? "an unknown network ('" +
-                                                                    row.network + "')"
-                                                              : row.inter_node));
+      mismatched.push_back(fmt::format(
+          "node {} ({}) used {}", row.node, row.host,
+          row.inter_node.empty() ? "an unknown network ('" + row.network + "')" : row.inter_node));
     }
   }
-  const std::string used = fmt::format(
-      "NCCL network {} ({}), paths {}", first ? first->network : "?",
-      multi_node ? "used between nodes" : "initialised; one node, so not used", paths);
+  const std::string used =
+      report.backend != "nccl"
+          ? fmt::format("not NCCL: the {} test path ({})", report.backend, paths)
+          : fmt::format("NCCL network {} ({}), paths {}", first ? first->network : "?",
+                        multi_node ? "used between nodes" : "initialised; one node, so not used",
+                        paths);
   if (!mismatched.empty()) {
     std::string text;
     for (const std::string& m : mismatched) text += (text.empty() ? "" : "; ") + m;
-    checks.push_back(fail_check("nccl_transport",
-                                used + "; --expect-transport " + transport_name(*expect) + ": " + text,
-                                "see the transport, nccl_net_plugin, libfabric and efa_devices / "
-                                "ib_devices checks for why NCCL fell back"));
+    checks.push_back(fail_check(
+        "nccl_transport", used + "; --expect-transport " + transport_name(*expect) + ": " + text,
+        "see the transport, nccl_net_plugin, libfabric and efa_devices / "
+        "ib_devices checks for why NCCL fell back"));
   } else {
     checks.push_back(pass("nccl_transport", used));
   }
@@ -189,10 +193,10 @@ std::vector<CheckResult> judge_nccl_report(const NcclTestReport& report,
     if (row.failed_checks == 0 || row.node == 0) continue;
     std::string text;
     for (const std::string& f : row.failures) text += (text.empty() ? "" : "; ") + f;
-    checks.push_back(fail_check(fmt::format("node_{}", row.node),
-                                fmt::format("{}: {} check(s) failed: {}", row.host,
-                                            row.failed_checks, text),
-                                "run `shardtrain doctor` on that node for the hints"));
+    checks.push_back(
+        fail_check(fmt::format("node_{}", row.node),
+                   fmt::format("{}: {} check(s) failed: {}", row.host, row.failed_checks, text),
+                   "run `shardtrain doctor` on that node for the hints"));
   }
   return checks;
 }

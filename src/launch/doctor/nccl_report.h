@@ -10,11 +10,10 @@
 // Serialised as JSON between processes (the store, the report file of the local re-exec).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "launch/doctor/check_result.h"
 #include "launch/doctor/node_facts.h"
@@ -37,7 +36,7 @@ struct NodeCommRow {
 };
 
 struct NcclTestReport {
-  std::string backend;       // "nccl", or "gloo" on the CPU test path
+  std::string backend;  // "nccl", or "gloo" on the CPU test path
   int world = 0;
   int nodes = 0;
   double message_bytes = 0;

@@ -73,12 +73,12 @@ std::vector<std::string> naming_errors(const SystemView& view, const NetworkFact
       const bool exact = item.front() == '=';
       if (exact) item.erase(0, 1);
       const bool found = std::any_of(
-          facts.interfaces.begin(), facts.interfaces.end(), [&](const std::string& name) {
-            return exact ? name == item : name.rfind(item, 0) == 0;
-          });
+          facts.interfaces.begin(), facts.interfaces.end(),
+          [&](const std::string& name) { return exact ? name == item : name.rfind(item, 0) == 0; });
       if (!found) {
-        errors.push_back(fmt::format("NCCL_SOCKET_IFNAME entry '{}' matches no interface (have: {})",
-                                     item, join(facts.interfaces)));
+        errors.push_back(
+            fmt::format("NCCL_SOCKET_IFNAME entry '{}' matches no interface (have: {})", item,
+                        join(facts.interfaces)));
       }
     }
   }
@@ -156,8 +156,9 @@ CheckResult check_nccl(const SystemView& view, int built_version) {
                                   nccl_version_text(built_version / 100 * 100)));
   }
   if (version < built_version) {
-    return warn(name, detail, "an older patch release than the build's; upgrade NCCL if "
-                              "collectives misbehave");
+    return warn(name, detail,
+                "an older patch release than the build's; upgrade NCCL if "
+                "collectives misbehave");
   }
   return pass(name, detail);
 }
@@ -200,10 +201,10 @@ CheckResult check_libfabric(const NetworkFacts& facts, std::optional<Transport> 
                       "install the AWS EFA software (efa_installer.sh), which provides libfabric "
                       "with the efa provider in /opt/amazon/efa/lib");
   }
-  const std::string detail =
-      fmt::format("libfabric {}: providers {}", facts.fabric.version.empty() ? "?" : facts.fabric.version,
-                  facts.fabric.providers.empty() ? "none (" + facts.fabric.error + ")"
-                                                 : join(facts.fabric.providers));
+  const std::string detail = fmt::format(
+      "libfabric {}: providers {}", facts.fabric.version.empty() ? "?" : facts.fabric.version,
+      facts.fabric.providers.empty() ? "none (" + facts.fabric.error + ")"
+                                     : join(facts.fabric.providers));
   if (needed && !facts.fabric.has_provider("efa")) {
     return fail_check(name, detail + "; no efa provider",
                       "use the libfabric of the AWS EFA installer (/opt/amazon/efa/lib) ahead of "
@@ -248,8 +249,9 @@ CheckResult check_ib_devices(const NetworkFacts& facts, std::optional<Transport>
   }
   const std::string detail = join(described);
   if (!facts.devices.any_active_hca()) {
-    const std::string hint = "no port is ACTIVE: check cables, the subnet manager (opensm) and "
-                             "`ibstat`";
+    const std::string hint =
+        "no port is ACTIVE: check cables, the subnet manager (opensm) and "
+        "`ibstat`";
     if (expect == Transport::kIb) return fail_check(name, detail, hint);
     return warn(name, detail, hint);
   }
@@ -274,9 +276,10 @@ CheckResult check_transport(const SystemView& view, const NetworkFacts& facts,
                             std::optional<Transport> expect) {
   const char* name = "transport";
   const Transport predicted = predict_transport(view, facts);
-  std::string detail = environment_summary(view) + "; NCCL will use " +
-                       transport_name(predicted) + " between nodes";
-  if (const std::string net = view.getenv("NCCL_NET"); !net.empty() && !transport_of_nccl_net(net)) {
+  std::string detail =
+      environment_summary(view) + "; NCCL will use " + transport_name(predicted) + " between nodes";
+  if (const std::string net = view.getenv("NCCL_NET");
+      !net.empty() && !transport_of_nccl_net(net)) {
     return warn(name, detail + " (NCCL_NET=" + net + " is not a network shardtrain knows)",
                 "NCCL_NET takes Socket, IB, or a plugin's name such as \"AWS Libfabric\"");
   }
@@ -292,7 +295,8 @@ CheckResult check_transport(const SystemView& view, const NetworkFacts& facts,
                       "set FI_PROVIDER=efa or unset it");
   }
   if (expect && *expect != predicted) {
-    return fail_check(name, detail + fmt::format(", but --expect-transport {}", transport_name(*expect)),
+    return fail_check(name,
+                      detail + fmt::format(", but --expect-transport {}", transport_name(*expect)),
                       *expect == Transport::kEfa
                           ? "EFA needs EFA devices, libfabric with the efa provider and the "
                             "aws-ofi-nccl plugin (see the checks above); unset NCCL_NET=Socket"

@@ -15,10 +15,10 @@
 namespace shardtrain::doctor {
 
 struct NodeCheckOptions {
-  std::optional<Transport> expect;                // --expect-transport
-  std::string checkpoint_dir;                     // --checkpoint-dir, else train.checkpoint_dir
-  std::string config_path;                        // --config ("" = none)
-  std::optional<RendezvousTarget> rendezvous;     // --rdzv-endpoint / --rdzv-backend
+  std::optional<Transport> expect;             // --expect-transport
+  std::string checkpoint_dir;                  // --checkpoint-dir, else train.checkpoint_dir
+  std::string config_path;                     // --config ("" = none)
+  std::optional<RendezvousTarget> rendezvous;  // --rdzv-endpoint / --rdzv-backend
   std::chrono::milliseconds network_timeout{5000};
 };
 

@@ -120,11 +120,10 @@ std::vector<std::string> library_search_dirs(const SystemView& view) {
     if (!dir.empty()) dirs.push_back(dir);
   }
   read_ld_conf(view, view.at("/etc/ld.so.conf"), dirs, 0);
-  for (const char* dir : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
-                          "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib",
-                          "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib",
-                          "/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64",
-                          "/opt/aws-ofi-nccl/lib"}) {
+  for (const char* dir :
+       {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib", "/lib64", "/usr/lib64", "/usr/local/lib",
+        "/opt/amazon/ofi-nccl/lib", "/opt/amazon/ofi-nccl/lib64", "/opt/aws-ofi-nccl/lib"}) {
     dirs.push_back(dir);
   }
   std::vector<std::string> unique;

@@ -34,7 +34,7 @@ struct RdmaDevice {
   bool any_port_active() const;
 };
 struct RdmaDevices {
-  std::vector<RdmaDevice> efa;  // driver efa
+  std::vector<RdmaDevice> efa;   // driver efa
   std::vector<RdmaDevice> hcas;  // everything else (InfiniBand / RoCE)
   bool any_active_hca() const;
 };

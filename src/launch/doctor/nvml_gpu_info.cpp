@@ -64,7 +64,8 @@ class DriverGpuInfo final : public GpuInfoSource {
     version(&report.driver_cuda_version);
     if (const int status = init(0); status != 0) {
       // 100 = CUDA_ERROR_NO_DEVICE: a driver without GPUs is an answer, not an error.
-      if (status != 100) report.driver_error = fmt::format("cuInit failed with CUresult {}", status);
+      if (status != 100)
+        report.driver_error = fmt::format("cuInit failed with CUresult {}", status);
       return;
     }
     int devices = 0;

@@ -44,10 +44,11 @@ std::vector<CheckResult> check_rendezvous(const RendezvousTarget& target,
       TcpStoreClient client(target.host, target.port, timeout);
       const auto start = std::chrono::steady_clock::now();
       client.ping();
-      const double ms = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start).count();
-      return {pass("rendezvous", fmt::format("TCP store at {} answers ({:.1f} ms round trip)",
-                                             endpoint, ms)),
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      return {pass("rendezvous",
+                   fmt::format("TCP store at {} answers ({:.1f} ms round trip)", endpoint, ms)),
               clock_not_compared("the TCP store carries no clock")};
     } catch (const Error& e) {
       return {fail_check("rendezvous", fmt::format("TCP store at {}: {}", endpoint, e.what()),
@@ -59,9 +60,9 @@ std::vector<CheckResult> check_rendezvous(const RendezvousTarget& target,
     EtcdStore etcd(target.host, target.port, "/shardtrain-doctor/", {});
     const EtcdStore::ServerStatus status = etcd.server_status(timeout);
     std::vector<CheckResult> results;
-    const std::string detail = fmt::format("etcd {} at {} ({} ms round trip), leader {}",
-                                           status.version, endpoint, status.round_trip.count(),
-                                           status.leader);
+    const std::string detail =
+        fmt::format("etcd {} at {} ({} ms round trip), leader {}", status.version, endpoint,
+                    status.round_trip.count(), status.leader);
     if (status.leader == "0") {
       results.push_back(fail_check("rendezvous", detail + ": no leader",
                                    "etcd has lost quorum: check its members (etcdctl endpoint "

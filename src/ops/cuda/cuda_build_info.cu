@@ -7,8 +7,8 @@
 
 #include "ops/cuda_build_info.h"
 
-#define SHARDTRAIN_STRINGIFY_INNER(x) #x
-#define SHARDTRAIN_STRINGIFY(x) SHARDTRAIN_STRINGIFY_INNER(x)
+#define SHARDTRAIN_STRINGIFY_INNER(...) #__VA_ARGS__
+#define SHARDTRAIN_STRINGIFY(...) SHARDTRAIN_STRINGIFY_INNER(__VA_ARGS__)
 
 namespace shardtrain {
 
