@@ -134,6 +134,8 @@ TEST(DoctorCli, CommTestOverTwoNodesNamesTheLink) {
       r0.output, std::regex(R"(slowest link: node 0 \(.*\) <-> node 1, [0-9.]+ GB/s)")))
       << r0.output;
   EXPECT_NE(r0.output.find("nccl_links: slowest link node 0"), std::string::npos) << r0.output;
+  // Both "nodes" share this machine's clock.
+  EXPECT_NE(r0.output.find("PASS  cluster_clock: "), std::string::npos) << r0.output;
   EXPECT_EQ(r1.output.find("nccl test:"), std::string::npos) << "only rank 0 prints the table\n"
                                                              << r1.output;
   EXPECT_EQ(r0.exit_code, r1.exit_code);

@@ -145,6 +145,11 @@ int run_comm_test_rank(const DistEnv& env, const CommTestOptions& options,
     }
   }
 
+  comm.barrier();
+  ops->synchronize();
+  row.clock_after_barrier_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+
   const std::string prefix = "shardtrain/restart" + std::to_string(env.restart_count) + "/doctor/";
   if (env.local_rank == 0) {
     fill_transport(row, options, capture);

@@ -8,7 +8,8 @@
 // several nodes (ranks are numbered node by node, LOCAL_WORLD_SIZE per node) each node's ranks
 // also measure among themselves (a split per node), and each pair of neighbouring nodes (i,
 // i + 1 mod N) measures its link (one split per pair; 2 nodes: the world is the link). The first
-// rank of each node posts its node's row, with its failed node checks, in the store; rank 0
+// rank of each node posts its node's row, with its failed node checks and its clock read after a
+// barrier of all ranks (so the nodes' clocks can be compared), in the store; rank 0
 // builds the report, hands it to `on_report` (which prints and returns the exit code) and posts
 // that code, which every rank returns.
 #pragma once

@@ -90,6 +90,7 @@ NodeCommRow row(int node, const std::string& inter, std::optional<double> link, 
   r.intra_all_gather_busbw = 280;
   r.link_busbw = link;
   r.link_peer = peer;
+  r.clock_after_barrier_s = 1.7e9 + 0.01 * node;  // within 20 ms of each other
   return r;
 }
 
@@ -162,6 +163,22 @@ TEST(NcclReport, FailedChecksOfOtherNodesFailTheCluster) {
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->status, CheckStatus::kFail);
   EXPECT_EQ(node->detail, "node1: 1 check(s) failed: shm: /dev/shm 64.0 MiB");
+}
+
+TEST(NcclReport, NodeClocksComparedWithNodeZero) {
+  NcclTestReport report = three_nodes();
+  const std::vector<CheckResult> close = judge_nccl_report(report, std::nullopt);
+  ASSERT_NE(find(close, "cluster_clock"), nullptr);
+  EXPECT_EQ(find(close, "cluster_clock")->status, CheckStatus::kPass);
+  report.rows[1].clock_after_barrier_s -= 7;  // node 1 runs 7 s behind
+  const std::vector<CheckResult> skewed = judge_nccl_report(report, std::nullopt);
+  const CheckResult* clock = find(skewed, "cluster_clock");
+  EXPECT_EQ(clock->status, CheckStatus::kWarn);
+  EXPECT_NE(clock->detail.find("-7.0 s from node 0 (node0), for node 1 (node1)"), std::string::npos)
+      << clock->detail;
+  report.rows[2].clock_after_barrier_s += 90;
+  const std::vector<CheckResult> far = judge_nccl_report(report, std::nullopt);
+  EXPECT_EQ(find(far, "cluster_clock")->status, CheckStatus::kFail);
 }
 
 TEST(NcclReport, JsonRoundTrip) {

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
+#include "launch/doctor/rendezvous_checks.h"
 
 namespace shardtrain::doctor {
 namespace {
@@ -43,7 +45,8 @@ nlohmann::json row_to_json(const NodeCommRow& row) {
                    {"intra_all_gather_busbw_gbps", row.intra_all_gather_busbw},
                    {"link_peer", row.link_peer},
                    {"failed_checks", row.failed_checks},
-                   {"failures", row.failures}};
+                   {"failures", row.failures},
+                   {"clock_after_barrier_s", row.clock_after_barrier_s}};
   j["link_busbw_gbps"] = row.link_busbw ? nlohmann::json(*row.link_busbw) : nlohmann::json();
   return j;
 }
@@ -63,6 +66,7 @@ NodeCommRow row_from_json(const nlohmann::json& j) {
     row.link_peer = j.at("link_peer").get<int>();
     row.failed_checks = j.at("failed_checks").get<int>();
     row.failures = j.at("failures").get<std::vector<std::string>>();
+    row.clock_after_barrier_s = j.at("clock_after_barrier_s").get<double>();
     return row;
   } catch (const nlohmann::json::exception& e) {
     fail(
@@ -188,6 +192,22 @@ std::vector<CheckResult> judge_nccl_report(const NcclTestReport& report,
     } else {
       checks.push_back(pass("nccl_links", detail));
     }
+  }
+  if (multi_node && !report.rows.empty()) {
+    const NodeCommRow* farthest = nullptr;
+    double worst = 0;
+    for (const NodeCommRow& row : report.rows) {
+      const double offset = row.clock_after_barrier_s - report.rows.front().clock_after_barrier_s;
+      if (!farthest || std::fabs(offset) > std::fabs(worst)) {
+        farthest = &row;
+        worst = offset;
+      }
+    }
+    CheckResult clock = check_clock_offset(
+        worst, fmt::format("node 0 ({}), for node {} ({}), the farthest of {} nodes",
+                           report.rows.front().host, farthest->node, farthest->host, report.nodes));
+    clock.name = "cluster_clock";
+    checks.push_back(std::move(clock));
   }
   for (const NodeCommRow& row : report.rows) {
     if (row.failed_checks == 0 || row.node == 0) continue;

@@ -7,6 +7,8 @@
 //                   from --expect-transport
 //   nccl_links:     (several nodes) the slowest node-to-node link, named; WARN when below the
 //                   transport's floor or under half of the median link
+//   cluster_clock:  (several nodes) the node whose clock is farthest from node 0's, named;
+//                   thresholds of the clock check (rendezvous_checks.h)
 // Serialised as JSON between processes (the store, the report file of the local re-exec).
 #pragma once
 
@@ -33,6 +35,9 @@ struct NodeCommRow {
   int link_peer = -1;                 // the next node
   int failed_checks = 0;              // the node's own doctor checks that failed
   std::vector<std::string> failures;  // their text lines
+  // The node's wall clock (Unix seconds) read right after a barrier of all ranks: rank 0
+  // compares the nodes' clocks with its own from it (within the barrier's exit skew, ~ms).
+  double clock_after_barrier_s = 0;
 };
 
 struct NcclTestReport {
