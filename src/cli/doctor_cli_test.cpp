@@ -27,6 +27,29 @@ bool has_line_starting(const Result& r, const std::string& prefix) {
   return false;
 }
 
+// A loopback port that was free a moment ago.
+int free_port() {
+  shardtrain::TcpStoreServer probe("127.0.0.1", 0);
+  return probe.port();
+}
+
+// Launches `nodes` launchers on loopback as the nodes of one job, one CPU rank each, running
+// the --nccl-test measurement over Gloo; returns each node's result, node 0 first.
+std::vector<Result> run_cpu_cluster(int nodes) {
+  const int port = free_port();
+  const auto node = [&](int rank) {
+    return run("launch --nnodes " + std::to_string(nodes) + " --node-rank " + std::to_string(rank) +
+               " --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+               " -- doctor --nccl-test --comm-test-device cpu " + "--nccl-test-mib 1");
+  };
+  std::vector<std::future<Result>> others;
+  for (int rank = 1; rank < nodes; ++rank)
+    others.push_back(std::async(std::launch::async, node, rank));
+  std::vector<Result> results = {node(0)};
+  for (auto& other : others) results.push_back(other.get());
+  return results;
+}
+
 bool has_gpu() {
   return run("doctor --json").output.find("\"name\":\"gpus\",\"status\":\"fail\"") ==
          std::string::npos;
@@ -79,11 +102,7 @@ TEST(DoctorCli, UsageErrorsExitTwo) {
 }
 
 TEST(DoctorCli, UnreachableRendezvousFails) {
-  int port = 0;
-  {
-    shardtrain::TcpStoreServer probe("127.0.0.1", 0);
-    port = probe.port();
-  }
+  const int port = free_port();
   const Result r =
       run("doctor --network-timeout 0.3 --rdzv-endpoint 127.0.0.1:" + std::to_string(port));
   EXPECT_EQ(r.exit_code, 1);
@@ -114,20 +133,9 @@ TEST(DoctorCli, CommTestOverCpuRanksPrintsTheTable) {
 // Two launchers on loopback as two nodes of one CPU rank each: one row per node and the link
 // between them, printed once by rank 0.
 TEST(DoctorCli, CommTestOverTwoNodesNamesTheLink) {
-  int port = 0;
-  {
-    shardtrain::TcpStoreServer probe("127.0.0.1", 0);
-    port = probe.port();
-  }
-  const auto node = [&](int rank) {
-    return run("launch --nnodes 2 --node-rank " + std::to_string(rank) +
-               " --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
-               " -- doctor --nccl-test --comm-test-device cpu --nccl-test-mib 1");
-  };
-  auto node1 = std::async(std::launch::async, node, 1);
-  auto node0 = std::async(std::launch::async, node, 0);
-  const Result r0 = node0.get();
-  const Result r1 = node1.get();
+  const std::vector<Result> results = run_cpu_cluster(2);
+  const Result& r0 = results[0];
+  const Result& r1 = results[1];
   EXPECT_NE(r0.output.find("nccl test: 2 ranks on 2 node(s), gloo"), std::string::npos)
       << r0.output;
   EXPECT_TRUE(std::regex_search(
@@ -144,21 +152,7 @@ TEST(DoctorCli, CommTestOverTwoNodesNamesTheLink) {
 // Three nodes: each neighbouring pair measures its link (node 2's link wraps to node 0), and
 // the failed checks of nodes 1 and 2 (no GPU here) fail the cluster's report on rank 0.
 TEST(DoctorCli, CommTestOverThreeNodesMeasuresEveryLink) {
-  int port = 0;
-  {
-    shardtrain::TcpStoreServer probe("127.0.0.1", 0);
-    port = probe.port();
-  }
-  const auto node = [&](int rank) {
-    return run("launch --nnodes 3 --node-rank " + std::to_string(rank) +
-               " --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
-               " -- doctor --nccl-test --comm-test-device cpu --nccl-test-mib 1");
-  };
-  auto node2 = std::async(std::launch::async, node, 2);
-  auto node1 = std::async(std::launch::async, node, 1);
-  const Result r0 = node(0);
-  node1.get();
-  node2.get();
+  const Result r0 = run_cpu_cluster(3)[0];
   EXPECT_NE(r0.output.find("nccl test: 3 ranks on 3 node(s), gloo"), std::string::npos)
       << r0.output;
   for (const char* link : {"(->1)", "(->2)", "(->0)"}) {
