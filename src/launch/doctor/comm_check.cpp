@@ -31,7 +31,7 @@ class NcclLogCapture {
     if (::mkdtemp(pattern.data()) == nullptr) fail("doctor: cannot create a directory in /tmp");
     dir_ = pattern;
     ::setenv("NCCL_DEBUG", "INFO", 1);
-    ::setenv("NCCL_DEBUG_SUBSYS", "INIT,NET", 1);
+    ::setenv("NCCL_DEBUG_SUBSYS", "INIT,NET,P2P", 1);
     ::setenv("NCCL_DEBUG_FILE", (dir_ / "nccl.%p.log").c_str(), 1);
   }
   ~NcclLogCapture() {

@@ -1,5 +1,5 @@
-// Reading NCCL's own init log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET) for the transport it
-// really used, so doctor reports what happened rather than what the environment suggests:
+// Reading NCCL's own init log (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET,P2P) for the transport
+// it really used, so doctor reports what happened rather than what the environment suggests:
 //   "NCCL INFO Using network Socket" | "... Using network IB" | "... Using network AWS Libfabric"
 //   "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
 //   "NCCL INFO Channel 00/0 : 1[1] -> 0[0] [send] via NET/IB/0/GDRDMA"
