@@ -1,16 +1,15 @@
 // `shardtrain bench comm`: all-gather and reduce-scatter bus bandwidth of this job's collectives
-// (NCCL on GPUs, Gloo on CPU), measured the way nccl-tests defines it: for a collective over S
-// bytes (the gathered output, or the reduce-scatter input) taking t seconds on N ranks,
-// algbw = S / t and busbw = algbw * (N - 1) / N. Run one process per GPU through the launcher:
+// (NCCL on GPUs, Gloo on CPU), measured the way nccl-tests defines it (dist/comm_bandwidth.h).
+// Run one process per GPU through the launcher:
 //   shardtrain launch --nproc-per-node 8 -- bench comm
 // Rank 0 prints one line per message size. A measurement, not a test.
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/comm_bandwidth.h"
 #include "dist/dist_env.h"
 #include "ops/device_buffer.h"
 
@@ -34,7 +33,6 @@ int run_bench_comm(const BenchCommArgs& args) {
   Comm& comm = *world.comm;
   const int n = comm.size();
   const DType dtype = ops->activation_dtype();  // bf16 on GPUs (what FSDP gathers), f32 on CPU
-  const size_t element = dtype_size(dtype);
   if (comm.rank() == 0) {
     std::printf("bench comm: %d ranks, %s, %s, %d iterations after %d warm-up\n", n,
                 comm.backend_name().c_str(), std::string(dtype_name(dtype)).c_str(),
@@ -43,31 +41,15 @@ int run_bench_comm(const BenchCommArgs& args) {
                 "rs time(us)", "rs busbw GB/s");
   }
   for (double mib = args.min_mib; mib <= args.max_mib * 1.0001; mib *= 2) {
-    // S bytes in all, a multiple of n elements.
-    const int64_t total = static_cast<int64_t>(mib * 1024 * 1024 / element) / n * n;
-    const int64_t part = total / n;
-    DeviceBuffer full(*ops, static_cast<size_t>(total) * element);
-    DeviceBuffer shard(*ops, static_cast<size_t>(part) * element);
-    const Tensor full_t = full.view(dtype, {total});
-    const Tensor shard_t = shard.view(dtype, {part});
-    auto seconds_per_call = [&](auto&& collective) {
-      for (int i = 0; i < args.warmup; ++i) collective();
-      ops->synchronize();
-      comm.barrier();
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < args.iterations; ++i) collective();
-      ops->synchronize();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-             args.iterations;
-    };
-    const double gather = seconds_per_call([&] { comm.all_gather(full_t, shard_t); });
-    const double scatter =
-        seconds_per_call([&] { comm.reduce_scatter(shard_t, full_t, ReduceOp::kSum); });
-    const double bytes = static_cast<double>(total) * element;
-    const double factor = static_cast<double>(n - 1) / n;
+    const auto bytes = static_cast<int64_t>(mib * 1024 * 1024);
+    const CollectiveTiming gather = time_collective(comm, *ops, Collective::kAllGather, bytes,
+                                                    dtype, args.warmup, args.iterations);
+    const CollectiveTiming scatter = time_collective(comm, *ops, Collective::kReduceScatter, bytes,
+                                                     dtype, args.warmup, args.iterations);
     if (comm.rank() == 0) {
-      std::printf("%12.0f %14.1f %14.1f %14.1f %14.1f\n", bytes, gather * 1e6,
-                  bytes / gather * factor / 1e9, scatter * 1e6, bytes / scatter * factor / 1e9);
+      std::printf("%12lld %14.1f %14.1f %14.1f %14.1f\n", static_cast<long long>(gather.bytes),
+                  gather.seconds * 1e6, gather.busbw_gbps, scatter.seconds * 1e6,
+                  scatter.busbw_gbps);
       std::fflush(stdout);
     }
   }

@@ -21,6 +21,7 @@ void add_render_command(CLI::App& app, int& exit_code);
 void add_export_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
+void add_doctor_command(CLI::App& app, int& exit_code);
 
 // In `args` (argv without argv[0]) of a `launch` command, replaces the first "--" with a
 // marker CLI11 takes for a positional word, so that the worker command after it is kept
