@@ -20,6 +20,7 @@ int run(int argc, char** argv) {
   add_export_command(app, exit_code);
   add_generate_command(app, exit_code);
   add_bench_command(app, exit_code);
+  add_k8s_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

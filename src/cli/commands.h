@@ -20,5 +20,6 @@ void add_tokenize_command(CLI::App& app, int& exit_code);
 void add_export_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
+void add_k8s_command(CLI::App& app, int& exit_code);
 
 }  // namespace shardtrain::cli
