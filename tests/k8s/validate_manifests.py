@@ -113,6 +113,32 @@ def rendered_streams(binary, examples_dir):
             yield path, file.read()
 
 
+def first_container(document):
+    """Some container of the document's pod templates, found by walking the tree."""
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("containers"), list) and node["containers"]:
+                return node["containers"][0]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
+def refuses_unknown_fields(validator, document):
+    """The strict schema must refuse a misspelt field deep in a pod template and at the top."""
+    deep = copy.deepcopy(document)
+    container = first_container(deep)
+    if container is None:
+        return True
+    container["imagePullPolicyy"] = "Always"
+    top = copy.deepcopy(document)
+    top["spec"]["unknownField"] = 1
+    return not validator.is_valid(deep) and not validator.is_valid(top)
+
+
 def main(argv):
     binary, crd_dir, examples_dir, core_out = argv[1:5]
     schemas = load_schemas(crd_dir)
@@ -128,6 +154,8 @@ def main(argv):
                 errors.append(f"{source}: {key}: no schema to validate against")
                 continue
             validator = jsonschema.Draft7Validator(schemas[key])
+            if checked[key] == 1 and not refuses_unknown_fields(validator, document):
+                errors.append(f"{source}: the {key[1]} schema accepts unknown fields")
             for error in validator.iter_errors(document):
                 path = "/".join(str(p) for p in error.absolute_path)
                 errors.append(f"{source}: {key[1]} at {path}: {error.message}")

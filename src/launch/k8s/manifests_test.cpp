@@ -191,7 +191,7 @@ TEST(ManifestsTest, CheckpointVolumeMetricsAndScheduling) {
   const Json& command = container["command"];
   EXPECT_EQ(command[command.size() - 2], "--checkpoint-dir");
   EXPECT_EQ(command.back(), "/ckpt/checkpoints");
-  EXPECT_EQ(command[command.size() - 7], "630");  // --stop-grace: 900 - 30
+  EXPECT_EQ(command[command.size() - 7], "870");  // --stop-grace: 900 - 30
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 900);
   EXPECT_EQ(pod["volumes"][1]["persistentVolumeClaim"]["claimName"], "ckpt-llama");
   EXPECT_EQ(container["volumeMounts"][1]["mountPath"], "/ckpt");

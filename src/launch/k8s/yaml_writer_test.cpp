@@ -10,7 +10,7 @@ using Json = nlohmann::ordered_json;
 TEST(YamlWriterTest, NestedMapsAndListsKeepKeyOrder) {
   const Json doc = {{"kind", "Pod"},
                     {"spec",
-                     {{"containers", Json::array({Json{{"name", "a"}, {"args", {"x", "y"}}},
+                     {{"containers", Json::array({Json{{"name", "a"}, {"args", {"x", "z"}}},
                                                   Json{{"name", "b"}}})},
                       {"empty", Json::object()},
                       {"none", Json::array()}}}};
@@ -21,7 +21,7 @@ TEST(YamlWriterTest, NestedMapsAndListsKeepKeyOrder) {
             "  - name: a\n"
             "    args:\n"
             "    - x\n"
-            "    - y\n"
+            "    - z\n"
             "  - name: b\n"
             "  empty: {}\n"
             "  none: []\n");
@@ -39,8 +39,8 @@ TEST(YamlWriterTest, ScalarsThatALoaderWouldRetypeAreQuoted) {
     EXPECT_TRUE(plain_scalar_is_safe(text)) << text;
   }
   EXPECT_FALSE(plain_scalar_is_safe("64Gi"));  // any leading digit is quoted: "64Gi", "2379"
-  EXPECT_EQ(to_yaml(Json{{"port", "9400"}, {"n", 9400}, {"on", true}, {"x", nullptr}}),
-            "port: \"9400\"\nn: 9400\n\"on\": true\nx: null\n");
+  EXPECT_EQ(to_yaml(Json{{"port", "9400"}, {"count", 9400}, {"on", true}, {"x", nullptr}}),
+            "port: \"9400\"\ncount: 9400\n\"on\": true\nx: null\n");
   EXPECT_EQ(to_yaml(Json{{"s", "a\"b\\c\nd"}}), "s: \"a\\\"b\\\\c\\nd\"\n");
 }
 
