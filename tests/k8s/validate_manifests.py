@@ -20,8 +20,13 @@ import os
 import subprocess
 import sys
 
-import jsonschema
-import yaml
+try:
+    import jsonschema
+    import yaml
+except ImportError as missing:
+    print(f"SKIP: {missing.name} is not installed (Debian python3-jsonschema, python3-yaml; "
+          "scripts/setup.sh installs them)")
+    sys.exit(77)
 
 CRD_FILES = {
     ("kubeflow.org/v1", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
@@ -141,6 +146,9 @@ def refuses_unknown_fields(validator, document):
 
 def main(argv):
     binary, crd_dir, examples_dir, core_out = argv[1:5]
+    if not os.path.isdir(crd_dir):
+        print(f"SKIP: no CRDs at {crd_dir} (configure with -DSHARDTRAIN_K8S_CRD_DIR=...)")
+        return 77
     schemas = load_schemas(crd_dir)
     errors, core_objects, checked = [], [], {}
     for source, text in rendered_streams(binary, examples_dir):
