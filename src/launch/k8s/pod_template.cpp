@@ -39,10 +39,11 @@ Json volumes(const ManifestOptions& options) {
   return list;
 }
 
-// NCCL over EFA through aws-ofi-nccl (the image's libfabric and plugin); the socket interface
-// is the pod's own network (eth0), for NCCL's bootstrap and its socket fallback.
+// Gloo (CPU ranks, host-staged GPUs) and NCCL's bootstrap and socket fallback use the pod's own
+// network (eth0); NCCL over EFA goes through aws-ofi-nccl (the image's libfabric and plugin).
 Json network_env(const ManifestOptions& options) {
   Json env = Json::array();
+  env.push_back(env_value("SHARDTRAIN_GLOO_IFNAME", "eth0"));
   if (options.gpus_per_node == 0) return env;
   env.push_back(env_value("NCCL_SOCKET_IFNAME", "eth0"));
   if (options.efa_per_node > 0) {
