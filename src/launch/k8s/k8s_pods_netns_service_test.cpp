@@ -42,7 +42,8 @@ class PodNetwork {
   explicit PodNetwork(std::string prefix) : prefix_(std::move(prefix)) {}
   ~PodNetwork() {
     for (const std::string& ns : namespaces_) {
-      for (const std::string& pid : testing::CommandResult(run_command("ip netns pids " + ns)).lines()) {
+      for (const std::string& pid :
+           testing::CommandResult(run_command("ip netns pids " + ns)).lines()) {
         if (!pid.empty()) ::kill(std::stoi(pid), SIGKILL);
       }
       run_command("ip netns del " + ns);
@@ -67,7 +68,8 @@ class PodNetwork {
     const std::string port = "p" + std::to_string(namespaces_.size()) + prefix_;
     fs::create_directories("/etc/netns/" + ns);
     std::ofstream("/etc/netns/" + ns + "/hosts") << hosts;
-    return ok("ip -n " + switch_ns() + " link add " + port + " type veth peer name eth0 netns " + ns) &&
+    return ok("ip -n " + switch_ns() + " link add " + port + " type veth peer name eth0 netns " +
+              ns) &&
            ok("ip -n " + switch_ns() + " link set " + port + " master br0") &&
            ok("ip -n " + switch_ns() + " link set " + port + " up") &&
            ok("ip -n " + ns + " addr add " + address + "/24 dev eth0") &&
@@ -119,8 +121,9 @@ std::map<std::string, std::string> operator_env(const Json& job) {
 
 // The container's own env as the kubelet resolves it (literal values, the pod's name and
 // namespace, Secrets from `secrets`).
-std::map<std::string, std::string> container_env(const Json& container, const std::string& pod,
-                                                 const std::map<std::string, std::string>& secrets) {
+std::map<std::string, std::string> container_env(
+    const Json& container, const std::string& pod,
+    const std::map<std::string, std::string>& secrets) {
   std::map<std::string, std::string> env;
   for (const Json& entry : container["env"]) {
     const std::string name = entry["name"];
@@ -143,7 +146,8 @@ class K8sPodsNetnsTest : public ::testing::Test {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root for network namespaces (CI runs as root)";
     if (!ok("command -v ip && command -v unshare")) GTEST_SKIP() << "needs iproute2 and unshare";
     if (testing::find_etcd().empty()) GTEST_SKIP() << "etcd not found: install etcd-server";
-    dir_ = (fs::temp_directory_path() / ("shardtrain_k8s_pods_" + std::to_string(::getpid()))).string();
+    dir_ = (fs::temp_directory_path() / ("shardtrain_k8s_pods_" + std::to_string(::getpid())))
+               .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     network_.emplace("stk" + std::to_string(::getpid() % 100000));
@@ -151,22 +155,25 @@ class K8sPodsNetnsTest : public ::testing::Test {
     for (const char* job : {"demo-full", "demo-kill"}) {
       hosts += std::string("10.213.0.2 ") + job + "-etcd\n";
       for (int i = 0; i < 2; ++i) {
-        hosts += "10.213.0." + std::to_string(10 + i) + " " + job + "-worker-" + std::to_string(i) + "\n";
+        hosts += "10.213.0." + std::to_string(10 + i) + " " + job + "-worker-" + std::to_string(i) +
+                 "\n";
       }
     }
     if (!network_->start()) GTEST_SKIP() << "cannot create network namespaces here (ip netns add)";
     ASSERT_TRUE(network_->add_pod("etcd", "10.213.0.2", hosts));
     ASSERT_TRUE(network_->add_pod("worker-0", "10.213.0.10", hosts));
     ASSERT_TRUE(network_->add_pod("worker-1", "10.213.0.11", hosts));
-    etcd_.emplace(network_->in_pod("etcd", "etcd", "exec " + testing::find_etcd() + " --data-dir " + dir_ +
-                                               "/etcd --listen-client-urls http://10.213.0.2:2379 "
-                                               "--advertise-client-urls http://10.213.0.2:2379 "
-                                               "--listen-peer-urls http://127.0.0.1:2380"),
+    etcd_.emplace(network_->in_pod("etcd", "etcd",
+                                   "exec " + testing::find_etcd() + " --data-dir " + dir_ +
+                                       "/etcd --listen-client-urls http://10.213.0.2:2379 "
+                                       "--advertise-client-urls http://10.213.0.2:2379 "
+                                       "--listen-peer-urls http://127.0.0.1:2380"),
                   dir_ + "/etcd.log");
     const auto deadline = std::chrono::steady_clock::now() + 20s;
     while (testing::read_text(dir_ + "/etcd.log").find("ready to serve client requests") ==
            std::string::npos) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << testing::read_text(dir_ + "/etcd.log");
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+          << testing::read_text(dir_ + "/etcd.log");
       std::this_thread::sleep_for(50ms);
     }
   }
@@ -185,11 +192,19 @@ class K8sPodsNetnsTest : public ::testing::Test {
     flags.termination_grace = "60";
     flags.pvc = "ckpt:" + dir_ + "/" + name;
     fs::create_directories(dir_ + "/" + name);
-    flags.worker_command = {"train", "--config", std::string(SHARDTRAIN_SOURCE_DIR) + "/examples/demo.toml",
-                            "--steps", "20", "--checkpoint-every", "5", "--train.device=cpu",
-                            "--train.micro_batch=2", "--data.cache_dir=" + dir_ + "/data-cache",
+    flags.worker_command = {"train",
+                            "--config",
+                            std::string(SHARDTRAIN_SOURCE_DIR) + "/examples/demo.toml",
+                            "--steps",
+                            "20",
+                            "--checkpoint-every",
+                            "5",
+                            "--train.device=cpu",
+                            "--train.micro_batch=2",
+                            "--data.cache_dir=" + dir_ + "/data-cache",
                             "--train.output_dir=" + dir_ + "/" + name + "/out",
-                            "--metrics", dir_ + "/" + name + "/metrics.jsonl"};
+                            "--metrics",
+                            dir_ + "/" + name + "/metrics.jsonl"};
     const std::vector<Json> docs = render_manifests(resolve_manifest_options(flags));
     for (const Json& doc : docs) {
       if (doc["kind"] == "PyTorchJob") return doc;
@@ -201,15 +216,20 @@ class K8sPodsNetnsTest : public ::testing::Test {
   // Worker pod `index` of `job`: its container's command (with the built binary for
   // `shardtrain`), run from the source dir with exactly the operator's and kubelet's env.
   std::string pod_command(const Json& job, int index) {
-    const Json& container = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
-    const std::string pod = job["metadata"]["name"].get<std::string>() + "-worker-" + std::to_string(index);
+    const Json& container =
+        job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
+    const std::string pod =
+        job["metadata"]["name"].get<std::string>() + "-worker-" + std::to_string(index);
     std::map<std::string, std::string> env = container_env(
-        container, pod, {{job["metadata"]["name"].get<std::string>() + "-store-secret/token", "test-secret"}});
+        container, pod,
+        {{job["metadata"]["name"].get<std::string>() + "-store-secret/token", "test-secret"}});
     for (const auto& [key, value] : operator_env(job)) env[key] = value;
-    std::string inner = "cd " + quoted(SHARDTRAIN_SOURCE_DIR) + " && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+    std::string inner = "cd " + quoted(SHARDTRAIN_SOURCE_DIR) +
+                        " && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin";
     for (const auto& [key, value] : env) inner += " " + quoted(key + "=" + value);
     for (const Json& word : container["command"]) {
-      inner += " " + (word == "shardtrain" ? std::string(SHARDTRAIN_BINARY) : quoted(word.get<std::string>()));
+      inner += " " + (word == "shardtrain" ? std::string(SHARDTRAIN_BINARY)
+                                           : quoted(word.get<std::string>()));
     }
     return network_->in_pod("worker-" + std::to_string(index), pod, inner);
   }

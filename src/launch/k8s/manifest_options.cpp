@@ -66,8 +66,7 @@ void parse_identity(const ManifestFlags& flags, ManifestOptions& options) {
 }
 
 void parse_sizes(const ManifestFlags& flags, ManifestOptions& options) {
-  options.nodes =
-      parse_int_in(required(flags.nodes, "--nodes", "--nodes 2"), "--nodes", 1, 10000);
+  options.nodes = parse_int_in(required(flags.nodes, "--nodes", "--nodes 2"), "--nodes", 1, 10000);
   options.gpus_per_node = parse_int_in(
       required(flags.gpus_per_node, "--gpus-per-node", "--gpus-per-node 8 (0 for a CPU job)"),
       "--gpus-per-node", 0, 64);
@@ -82,9 +81,10 @@ void parse_sizes(const ManifestFlags& flags, ManifestOptions& options) {
   if (flags.min_nodes) {
     options.min_nodes = parse_int_in(*flags.min_nodes, "--min-nodes", 1, 10000);
     if (options.min_nodes > options.nodes) {
-      fail("--min-nodes {} is greater than --nodes {}; an elastic job runs between --min-nodes "
-           "and --nodes nodes",
-           options.min_nodes, options.nodes);
+      fail(
+          "--min-nodes {} is greater than --nodes {}; an elastic job runs between --min-nodes "
+          "and --nodes nodes",
+          options.min_nodes, options.nodes);
     }
   }
   if (flags.max_restarts) {
@@ -100,20 +100,23 @@ void parse_rendezvous(const ManifestFlags& flags, ManifestOptions& options) {
   options.etcd = options.elastic();
   if (flags.rdzv) {
     if (*flags.rdzv != "etcd" && *flags.rdzv != "static") {
-      fail("--rdzv '{}': expected etcd (an etcd Deployment is rendered with the job) or static "
-           "(node 0's launcher hosts the store)",
-           *flags.rdzv);
+      fail(
+          "--rdzv '{}': expected etcd (an etcd Deployment is rendered with the job) or static "
+          "(node 0's launcher hosts the store)",
+          *flags.rdzv);
     }
     options.etcd = *flags.rdzv == "etcd";
   }
   if (options.elastic() && !options.etcd) {
-    fail("--min-nodes {} < --nodes {} is an elastic job, which needs --rdzv etcd (with the "
-         "static rendezvous node 0 hosts the store and cannot leave)",
-         options.min_nodes, options.nodes);
+    fail(
+        "--min-nodes {} < --nodes {} is an elastic job, which needs --rdzv etcd (with the "
+        "static rendezvous node 0 hosts the store and cannot leave)",
+        options.min_nodes, options.nodes);
   }
   if (options.kind == ManifestKind::kRayJob && (options.etcd || options.elastic())) {
-    fail("rayjob: Ray places a fixed number of nodes and the driver hands node 0's address to "
-         "every node; drop --min-nodes and --rdzv etcd");
+    fail(
+        "rayjob: Ray places a fixed number of nodes and the driver hands node 0's address to "
+        "every node; drop --min-nodes and --rdzv etcd");
   }
 }
 
@@ -145,12 +148,14 @@ void parse_pod_extras(const ManifestFlags& flags, ManifestOptions& options) {
     options.node_selector.emplace_back(item.substr(0, eq), item.substr(eq + 1));
   }
   if (flags.pvc) {
-    static const std::regex pvc_form(R"(^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?):(/[A-Za-z0-9._/-]*)$)");
+    static const std::regex pvc_form(
+        R"(^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?):(/[A-Za-z0-9._/-]*)$)");
     std::smatch m;
     if (!std::regex_match(*flags.pvc, m, pvc_form) || m[3].str() == "/") {
-      fail("--pvc '{}': expected CLAIM:/mount/path, an existing PersistentVolumeClaim and an "
-           "absolute path other than /, e.g. ckpt-llama:/checkpoints",
-           *flags.pvc);
+      fail(
+          "--pvc '{}': expected CLAIM:/mount/path, an existing PersistentVolumeClaim and an "
+          "absolute path other than /, e.g. ckpt-llama:/checkpoints",
+          *flags.pvc);
     }
     options.checkpoint = CheckpointVolume{m[1].str(), m[3].str()};
   }
@@ -160,16 +165,18 @@ void parse_worker_command(const ManifestFlags& flags, ManifestOptions& options) 
   std::vector<std::string> command = flags.worker_command;
   if (!command.empty() && command.front() == "--") command.erase(command.begin());
   if (command.empty()) {
-    fail("nothing to run: give the worker command after --, e.g. shardtrain k8s pytorchjob ... "
-         "-- train --config /etc/shardtrain/job.toml");
+    fail(
+        "nothing to run: give the worker command after --, e.g. shardtrain k8s pytorchjob ... "
+        "-- train --config /etc/shardtrain/job.toml");
   }
   const std::string& first = command.front();
   bool launchable = first.front() == '/';
   for (const char* subcommand : kLaunchableSubcommands) launchable |= first == subcommand;
   if (!launchable) {
-    fail("worker command '{}': shardtrain launch runs a shardtrain subcommand (train, eval, "
-         "bench, doctor) or an absolute path to an executable, e.g. -- train --config job.toml",
-         first);
+    fail(
+        "worker command '{}': shardtrain launch runs a shardtrain subcommand (train, eval, "
+        "bench, doctor) or an absolute path to an executable, e.g. -- train --config job.toml",
+        first);
   }
   for (const std::string& word : command) {
     if (word.find('\n') != std::string::npos || word.find('\0') != std::string::npos) {

@@ -18,24 +18,24 @@ enum class ManifestKind { kPyTorchJob, kTrainJob, kJobSet, kRayJob };
 
 // The flags as typed (nullopt = not given).
 struct ManifestFlags {
-  std::string kind;                          // pytorchjob | trainjob | jobset | rayjob
-  std::optional<std::string> name;           // --name (required)
-  std::optional<std::string> image;          // --image (required)
-  std::optional<std::string> nodes;          // --nodes (required)
-  std::optional<std::string> gpus_per_node;  // --gpus-per-node (required; 0 = a CPU job)
-  std::optional<std::string> efa_per_node;   // --efa-per-node
-  std::optional<std::string> min_nodes;      // --min-nodes (elastic when < --nodes)
-  std::optional<std::string> max_restarts;   // --max-restarts
-  std::optional<std::string> rdzv;           // --rdzv etcd|static
-  std::optional<std::string> namespace_name;  // --namespace
-  std::optional<std::string> metrics_port;   // --metrics-port
-  bool pod_monitor = false;                  // --pod-monitor
-  std::optional<std::string> shm_size;       // --shm-size
-  std::vector<std::string> node_selectors;   // --node-selector k=v (repeatable)
-  std::optional<std::string> pvc;            // --pvc NAME:/path
+  std::string kind;                              // pytorchjob | trainjob | jobset | rayjob
+  std::optional<std::string> name;               // --name (required)
+  std::optional<std::string> image;              // --image (required)
+  std::optional<std::string> nodes;              // --nodes (required)
+  std::optional<std::string> gpus_per_node;      // --gpus-per-node (required; 0 = a CPU job)
+  std::optional<std::string> efa_per_node;       // --efa-per-node
+  std::optional<std::string> min_nodes;          // --min-nodes (elastic when < --nodes)
+  std::optional<std::string> max_restarts;       // --max-restarts
+  std::optional<std::string> rdzv;               // --rdzv etcd|static
+  std::optional<std::string> namespace_name;     // --namespace
+  std::optional<std::string> metrics_port;       // --metrics-port
+  bool pod_monitor = false;                      // --pod-monitor
+  std::optional<std::string> shm_size;           // --shm-size
+  std::vector<std::string> node_selectors;       // --node-selector k=v (repeatable)
+  std::optional<std::string> pvc;                // --pvc NAME:/path
   std::optional<std::string> termination_grace;  // --termination-grace SECONDS
-  std::optional<std::string> etcd_image;     // --etcd-image
-  std::vector<std::string> worker_command;   // after --
+  std::optional<std::string> etcd_image;         // --etcd-image
+  std::vector<std::string> worker_command;       // after --
 };
 
 struct CheckpointVolume {
@@ -54,7 +54,7 @@ struct ManifestOptions {
   int gpus_per_node = 0;
   int efa_per_node = 0;
   int max_restarts = 3;
-  bool etcd = false;  // rendezvous through the etcd Deployment this renders (else static)
+  bool etcd = false;     // rendezvous through the etcd Deployment this renders (else static)
   int metrics_port = 0;  // 0 = no metrics endpoint
   bool pod_monitor = false;
   std::string shm_size = "64Gi";

@@ -27,7 +27,7 @@ Json render_pytorchjob(const ManifestOptions& options);
 std::vector<Json> render_trainjob(const ManifestOptions& options);  // runtime, then TrainJob
 std::vector<Json> render_jobset(const ManifestOptions& options);    // JobSet, then Service
 Json render_rayjob(const ManifestOptions& options);
-std::vector<Json> render_etcd(const ManifestOptions& options);      // Service, then Deployment
+std::vector<Json> render_etcd(const ManifestOptions& options);  // Service, then Deployment
 Json render_pod_monitor(const ManifestOptions& options);
 
 // The launcher flags for the etcd rendezvous: backend, endpoint, --nnodes MIN:MAX, run id.

@@ -57,9 +57,8 @@ TEST(ManifestsTest, StaticPyTorchJobHasOneMasterAndTheRestWorkers) {
   const Json& pod = replicas["Worker"]["template"]["spec"];
   const Json& container = pod["containers"][0];
   EXPECT_EQ(container["name"], "pytorch");
-  EXPECT_EQ(container["ports"][0], (Json{{"name", "pytorchjob-port"},
-                                         {"containerPort", 29500},
-                                         {"protocol", "TCP"}}));
+  EXPECT_EQ(container["ports"][0],
+            (Json{{"name", "pytorchjob-port"}, {"containerPort", 29500}, {"protocol", "TCP"}}));
   EXPECT_EQ(container["command"],
             words({"shardtrain", "launch", "--rdzv-id", "llama-ft", "--max-restarts", "3",
                    "--stop-grace", "270", "--", "train", "--config", "/etc/job.toml"}));
@@ -73,8 +72,8 @@ TEST(ManifestsTest, StaticPyTorchJobHasOneMasterAndTheRestWorkers) {
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 300);
   EXPECT_EQ(pod["initContainers"][0]["command"],
             words({"shardtrain", "doctor", "--expect-transport", "efa"}));
-  EXPECT_EQ(pod["volumes"][0], (Json{{"name", "dshm"},
-                                     {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "64Gi"}}}}));
+  EXPECT_EQ(pod["volumes"][0],
+            (Json{{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "64Gi"}}}}));
   EXPECT_EQ(container["volumeMounts"][0]["mountPath"], "/dev/shm");
 }
 
@@ -96,12 +95,14 @@ TEST(ManifestsTest, ElasticPyTorchJobMeetsInTheEtcdItRenders) {
   EXPECT_EQ(spec["elasticPolicy"]["maxReplicas"], 4);
   EXPECT_FALSE(spec["pytorchReplicaSpecs"].contains("Master"));
   EXPECT_EQ(spec["pytorchReplicaSpecs"]["Worker"]["replicas"], 4);
-  const Json& container = spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
+  const Json& container =
+      spec["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
   // The operator sets the rendezvous variables from elasticPolicy; the command adds nothing.
   EXPECT_EQ(container["command"], words({"shardtrain", "launch", "--stop-grace", "270", "--",
                                          "train", "--config", "/etc/job.toml"}));
-  EXPECT_EQ(env_entry(container, "SHARDTRAIN_STORE_SECRET")["valueFrom"]["secretKeyRef"]["optional"],
-            true);
+  EXPECT_EQ(
+      env_entry(container, "SHARDTRAIN_STORE_SECRET")["valueFrom"]["secretKeyRef"]["optional"],
+      true);
 }
 
 TEST(ManifestsTest, TrainJobReferencesTheRuntimeItRenders) {
@@ -116,17 +117,18 @@ TEST(ManifestsTest, TrainJobReferencesTheRuntimeItRenders) {
   EXPECT_EQ(trainjob["spec"]["runtimeRef"]["name"], runtime["metadata"]["name"]);
   const Json& replicated = runtime["spec"]["template"]["spec"]["replicatedJobs"][0];
   EXPECT_EQ(replicated["name"], "node");
-  EXPECT_EQ(replicated["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"],
-            "trainer");
+  EXPECT_EQ(
+      replicated["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"],
+      "trainer");
   const Json& container = replicated["template"]["spec"]["template"]["spec"]["containers"][0];
   EXPECT_EQ(container["name"], "node");
   EXPECT_FALSE(container.contains("command"));
   EXPECT_EQ(trainjob["spec"]["trainer"]["numNodes"], 2);
-  EXPECT_EQ(trainjob["spec"]["trainer"]["command"],
-            words({"shardtrain", "launch", "--rdzv-backend", "etcd", "--rdzv-endpoint",
-                   "llama-ft-etcd:2379", "--nnodes", "2:2", "--rdzv-id", "llama-ft",
-                   "--max-restarts", "3", "--stop-grace", "270", "--", "train", "--config",
-                   "/etc/job.toml"}));
+  EXPECT_EQ(
+      trainjob["spec"]["trainer"]["command"],
+      words({"shardtrain", "launch", "--rdzv-backend", "etcd", "--rdzv-endpoint",
+             "llama-ft-etcd:2379", "--nnodes", "2:2", "--rdzv-id", "llama-ft", "--max-restarts",
+             "3", "--stop-grace", "270", "--", "train", "--config", "/etc/job.toml"}));
 }
 
 TEST(ManifestsTest, JobSetSetsThePetVariablesAndAServiceForNodeZero) {
@@ -172,7 +174,8 @@ TEST(ManifestsTest, RayJobRunsTheDriverOnACpuHeadWithGpuWorkers) {
   const Json& workers = cluster["workerGroupSpecs"][0];
   EXPECT_EQ(workers["replicas"], 2);
   EXPECT_EQ(workers["minReplicas"], 2);
-  EXPECT_EQ(workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 8);
+  EXPECT_EQ(workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+            8);
   EXPECT_FALSE(workers["template"]["spec"]["containers"][0].contains("command"));
 }
 
@@ -189,9 +192,10 @@ TEST(ManifestsTest, CheckpointVolumeMetricsAndScheduling) {
   const Json& pod = template_["spec"];
   const Json& container = pod["containers"][0];
   const Json& command = container["command"];
-  EXPECT_EQ(command[command.size() - 2], "--checkpoint-dir");
-  EXPECT_EQ(command.back(), "/ckpt/checkpoints");
-  EXPECT_EQ(command[command.size() - 7], "870");  // --stop-grace: 900 - 30
+  EXPECT_EQ(command[command.size() - 3], "--checkpoint-dir");
+  EXPECT_EQ(command[command.size() - 2], "/ckpt/checkpoints");
+  EXPECT_EQ(command.back(), "--metrics.port=9400");
+  EXPECT_EQ(command[command.size() - 8], "870");  // --stop-grace: 900 - 30
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 900);
   EXPECT_EQ(pod["volumes"][1]["persistentVolumeClaim"]["claimName"], "ckpt-llama");
   EXPECT_EQ(container["volumeMounts"][1]["mountPath"], "/ckpt");
@@ -205,7 +209,8 @@ TEST(ManifestsTest, CheckpointVolumeMetricsAndScheduling) {
   // A checkpoint dir the user names is kept, not doubled.
   flags.worker_command = {"train", "--config", "x.toml", "--checkpoint-dir", "/elsewhere"};
   const Json again = render(flags)[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"];
-  EXPECT_EQ(again["containers"][0]["command"].back(), "/elsewhere");
+  EXPECT_EQ(again["containers"][0]["command"][again["containers"][0]["command"].size() - 2],
+            "/elsewhere");
 }
 
 TEST(ManifestsTest, BadInputNamesTheFlag) {
@@ -225,13 +230,16 @@ TEST(ManifestsTest, BadInputNamesTheFlag) {
             "and --nodes nodes");
   EXPECT_NE(error_with([](ManifestFlags& f) { f.image = "my image"; }).find("--image 'my image'"),
             std::string::npos);
-  EXPECT_NE(error_with([](ManifestFlags& f) { f.worker_command = {"--", "python", "x.py"}; })
-                .find("worker command 'python'"),
+  EXPECT_NE(error_with([](ManifestFlags& f) {
+              f.worker_command = {"--", "python", "x.py"};
+            }).find("worker command 'python'"),
             std::string::npos);
   EXPECT_NE(error_with([](ManifestFlags& f) { f.worker_command.clear(); }).find("nothing to run"),
             std::string::npos);
-  EXPECT_NE(error_with([](ManifestFlags& f) { f.min_nodes = "1"; f.rdzv = "static"; })
-                .find("needs --rdzv etcd"),
+  EXPECT_NE(error_with([](ManifestFlags& f) {
+              f.min_nodes = "1";
+              f.rdzv = "static";
+            }).find("needs --rdzv etcd"),
             std::string::npos);
   EXPECT_NE(error_with([](ManifestFlags& f) { f.name = "Llama_FT"; }).find("--name 'Llama_FT'"),
             std::string::npos);

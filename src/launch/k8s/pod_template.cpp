@@ -105,9 +105,16 @@ Json object_metadata(const ManifestOptions& options, const std::string& name, bo
 
 std::vector<std::string> worker_command(const ManifestOptions& options) {
   std::vector<std::string> command = options.worker_command;
-  if (options.checkpoint && command.front() == "train" && !names_checkpoint_dir(command)) {
+  if (command.front() != "train") return command;
+  if (options.checkpoint && !names_checkpoint_dir(command)) {
     command.push_back("--checkpoint-dir");
     command.push_back(checkpoint_dir(options));
+  }
+  const bool names_metrics_port = std::any_of(command.begin(), command.end(), [](const auto& w) {
+    return w.rfind("--metrics-port", 0) == 0 || w.rfind("--metrics.port=", 0) == 0;
+  });
+  if (options.metrics_port > 0 && !names_metrics_port) {
+    command.push_back("--metrics.port=" + std::to_string(options.metrics_port));
   }
   return command;
 }

@@ -34,8 +34,9 @@ Json object_metadata(const ManifestOptions& options, const std::string& name,
                      bool namespaced = true);
 Json job_labels(const ManifestOptions& options);
 
-// The worker command with `--checkpoint-dir <mount>/checkpoints` added for `train` when a
-// checkpoint volume is given and the command names no checkpoint dir of its own.
+// The worker command; for `train`, `--checkpoint-dir <mount>/checkpoints` is added when a
+// checkpoint volume is given and `--metrics.port=P` with a metrics port, unless the command
+// names its own.
 std::vector<std::string> worker_command(const ManifestOptions& options);
 
 // ["shardtrain", "launch", <launch_flags>, "--stop-grace", S, "--", <worker command>].

@@ -14,10 +14,9 @@ std::string node0_service_name(const ManifestOptions& options) { return options.
 
 Json rendezvous_env(const ManifestOptions& options) {
   Json env = Json::array();
-  env.push_back(env_value("PET_NNODES", options.elastic()
-                                            ? std::to_string(options.min_nodes) + ":" +
-                                                  std::to_string(options.nodes)
-                                            : std::to_string(options.nodes)));
+  env.push_back(env_value("PET_NNODES", options.elastic() ? std::to_string(options.min_nodes) +
+                                                                ":" + std::to_string(options.nodes)
+                                                          : std::to_string(options.nodes)));
   env.push_back(env_value("PET_NPROC_PER_NODE", std::to_string(options.nproc_per_node())));
   env.push_back(env_field("PET_NODE_RANK",
                           std::string("metadata.annotations['") + kCompletionIndexLabel + "']"));
@@ -52,8 +51,8 @@ Json node0_service(const ManifestOptions& options) {
 }  // namespace
 
 std::vector<Json> render_jobset(const ManifestOptions& options) {
-  const Json ports = Json::array(
-      {Json{{"name", "store"}, {"containerPort", kStorePort}, {"protocol", "TCP"}}});
+  const Json ports =
+      Json::array({Json{{"name", "store"}, {"containerPort", kStorePort}, {"protocol", "TCP"}}});
   Json container = training_container(options, "node", launch_command(options, {}), ports,
                                       rendezvous_env(options));
   const Json job_spec = {
@@ -71,9 +70,9 @@ std::vector<Json> render_jobset(const ManifestOptions& options) {
       {"spec",
        {{"network", {{"enableDNSHostnames", true}, {"publishNotReadyAddresses", true}}},
         {"failurePolicy", {{"maxRestarts", options.max_restarts}}},
-        {"replicatedJobs", Json::array({Json{{"name", "node"},
-                                              {"replicas", 1},
-                                              {"template", {{"spec", job_spec}}}}})}}}};
+        {"replicatedJobs",
+         Json::array(
+             {Json{{"name", "node"}, {"replicas", 1}, {"template", {{"spec", job_spec}}}}})}}}};
   std::vector<Json> documents = {jobset};
   if (!options.etcd) documents.push_back(node0_service(options));
   return documents;

@@ -23,8 +23,9 @@ Json replica_spec(const ManifestOptions& options, int replicas, const Json& comm
 }  // namespace
 
 Json render_pytorchjob(const ManifestOptions& options) {
-  Json spec = {{"nprocPerNode", std::to_string(options.nproc_per_node())},
-               {"runPolicy", {{"cleanPodPolicy", "Running"}, {"backoffLimit", options.max_restarts}}}};
+  Json spec = {
+      {"nprocPerNode", std::to_string(options.nproc_per_node())},
+      {"runPolicy", {{"cleanPodPolicy", "Running"}, {"backoffLimit", options.max_restarts}}}};
   Json replicas = Json::object();
   if (options.etcd) {
     spec["elasticPolicy"] = {{"rdzvBackend", "etcd"},
@@ -37,8 +38,8 @@ Json render_pytorchjob(const ManifestOptions& options) {
                              {"nProcPerNode", options.nproc_per_node()}};
     replicas["Worker"] = replica_spec(options, options.nodes, launch_command(options, {}));
   } else {
-    const Json command = launch_command(
-        options, {"--rdzv-id", options.name, "--max-restarts", std::to_string(options.max_restarts)});
+    const Json command = launch_command(options, {"--rdzv-id", options.name, "--max-restarts",
+                                                  std::to_string(options.max_restarts)});
     replicas["Master"] = replica_spec(options, 1, command);
     if (options.nodes > 1) replicas["Worker"] = replica_spec(options, options.nodes - 1, command);
   }

@@ -53,24 +53,26 @@ std::string entrypoint(const ManifestOptions& options) {
 
 Json head_group(const ManifestOptions& options) {
   const Json amounts = {{"cpu", "2"}, {"memory", "8Gi"}};
-  Json container = {
-      {"name", "ray-head"},
-      {"image", options.image},
-      {"imagePullPolicy", "IfNotPresent"},
-      {"ports", Json::array({Json{{"name", "gcs-server"}, {"containerPort", 6379}},
-                             Json{{"name", "dashboard"}, {"containerPort", 8265}},
-                             Json{{"name", "client"}, {"containerPort", 10001}}})},
-      {"resources", {{"requests", amounts}, {"limits", amounts}}}};
+  Json container = {{"name", "ray-head"},
+                    {"image", options.image},
+                    {"imagePullPolicy", "IfNotPresent"},
+                    {"ports", Json::array({Json{{"name", "gcs-server"}, {"containerPort", 6379}},
+                                           Json{{"name", "dashboard"}, {"containerPort", 8265}},
+                                           Json{{"name", "client"}, {"containerPort", 10001}}})},
+                    {"resources", {{"requests", amounts}, {"limits", amounts}}}};
   Json spec = {{"containers", Json::array({container})}};
   if (!options.node_selector.empty()) {
     spec["nodeSelector"] = Json::object();
     for (const auto& [key, value] : options.node_selector) spec["nodeSelector"][key] = value;
   }
   return {{"rayStartParams", {{"dashboard-host", "0.0.0.0"}, {"num-cpus", "0"}}},
-          {"template", {{"metadata", {{"labels", {{"app.kubernetes.io/name", "shardtrain"},
-                                                  {"app.kubernetes.io/instance", options.name},
-                                                  {"app.kubernetes.io/component", "ray-head"}}}}},
-                        {"spec", spec}}}};
+          {"template",
+           {{"metadata",
+             {{"labels",
+               {{"app.kubernetes.io/name", "shardtrain"},
+                {"app.kubernetes.io/instance", options.name},
+                {"app.kubernetes.io/component", "ray-head"}}}}},
+            {"spec", spec}}}};
 }
 
 Json worker_group(const ManifestOptions& options) {

@@ -28,12 +28,10 @@ Json etcd_container(const ManifestOptions& options) {
        {"etcd", "--name", etcd_service_name(options), "--data-dir", "/var/lib/etcd",
         "--listen-client-urls", "http://0.0.0.0:" + client_port, "--advertise-client-urls",
         "http://" + etcd_service_name(options) + ":" + client_port}},
-      {"ports", Json::array({Json{{"name", "client"},
-                                  {"containerPort", kEtcdClientPort},
-                                  {"protocol", "TCP"}}})},
+      {"ports", Json::array({Json{
+                    {"name", "client"}, {"containerPort", kEtcdClientPort}, {"protocol", "TCP"}}})},
       {"readinessProbe",
-       {{"httpGet", {{"path", "/health"}, {"port", kEtcdClientPort}}},
-        {"periodSeconds", 5}}},
+       {{"httpGet", {{"path", "/health"}, {"port", kEtcdClientPort}}}, {"periodSeconds", 5}}},
       {"resources",
        {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}, {"limits", {{"memory", "1Gi"}}}}},
       {"volumeMounts", Json::array({Json{{"name", "data"}, {"mountPath", "/var/lib/etcd"}}})}};
@@ -42,29 +40,24 @@ Json etcd_container(const ManifestOptions& options) {
 }  // namespace
 
 std::vector<std::string> etcd_launch_flags(const ManifestOptions& options) {
-  return {"--rdzv-backend",
-          "etcd",
-          "--rdzv-endpoint",
-          etcd_service_name(options) + ":" + std::to_string(kEtcdClientPort),
-          "--nnodes",
-          std::to_string(options.min_nodes) + ":" + std::to_string(options.nodes),
-          "--rdzv-id",
-          options.name,
-          "--max-restarts",
-          std::to_string(options.max_restarts)};
+  return {
+      "--rdzv-backend",  "etcd",
+      "--rdzv-endpoint", etcd_service_name(options) + ":" + std::to_string(kEtcdClientPort),
+      "--nnodes",        std::to_string(options.min_nodes) + ":" + std::to_string(options.nodes),
+      "--rdzv-id",       options.name,
+      "--max-restarts",  std::to_string(options.max_restarts)};
 }
 
 std::vector<Json> render_etcd(const ManifestOptions& options) {
-  const Json service = {
-      {"apiVersion", "v1"},
-      {"kind", "Service"},
-      {"metadata", etcd_metadata(options)},
-      {"spec",
-       {{"selector", etcd_labels(options)},
-        {"ports", Json::array({Json{{"name", "client"},
-                                    {"port", kEtcdClientPort},
-                                    {"targetPort", kEtcdClientPort},
-                                    {"protocol", "TCP"}}})}}}};
+  const Json service = {{"apiVersion", "v1"},
+                        {"kind", "Service"},
+                        {"metadata", etcd_metadata(options)},
+                        {"spec",
+                         {{"selector", etcd_labels(options)},
+                          {"ports", Json::array({Json{{"name", "client"},
+                                                      {"port", kEtcdClientPort},
+                                                      {"targetPort", kEtcdClientPort},
+                                                      {"protocol", "TCP"}}})}}}};
   const Json deployment = {
       {"apiVersion", "apps/v1"},
       {"kind", "Deployment"},
@@ -76,20 +69,20 @@ std::vector<Json> render_etcd(const ManifestOptions& options) {
          {{"metadata", {{"labels", etcd_labels(options)}}},
           {"spec",
            {{"containers", Json::array({etcd_container(options)})},
-            {"volumes", Json::array({Json{{"name", "data"},
-                                          {"emptyDir", {{"medium", "Memory"}}}}})}}}}}}}};
+            {"volumes",
+             Json::array({Json{{"name", "data"}, {"emptyDir", {{"medium", "Memory"}}}}})}}}}}}}};
   return {service, deployment};
 }
 
 Json render_pod_monitor(const ManifestOptions& options) {
-  return {{"apiVersion", "monitoring.coreos.com/v1"},
-          {"kind", "PodMonitor"},
-          {"metadata", object_metadata(options, options.name)},
-          {"spec",
-           {{"selector", {{"matchLabels", job_labels(options)}}},
-            {"podMetricsEndpoints",
-             Json::array(
-                 {Json{{"port", "metrics"}, {"path", "/metrics"}, {"interval", "15s"}}})}}}};
+  return {
+      {"apiVersion", "monitoring.coreos.com/v1"},
+      {"kind", "PodMonitor"},
+      {"metadata", object_metadata(options, options.name)},
+      {"spec",
+       {{"selector", {{"matchLabels", job_labels(options)}}},
+        {"podMetricsEndpoints",
+         Json::array({Json{{"port", "metrics"}, {"path", "/metrics"}, {"interval", "15s"}}})}}}};
 }
 
 }  // namespace shardtrain::launch::k8s

@@ -12,9 +12,9 @@ using Json = nlohmann::ordered_json;
 // Words YAML 1.1 (PyYAML, old kubectl) or 1.2 reads as null or a boolean.
 bool is_reserved_word(const std::string& text) {
   static constexpr std::array<std::string_view, 30> words = {
-      "null", "Null", "NULL", "~",   "y",   "Y",   "yes",  "Yes",  "YES",   "n",
+      "null", "Null", "NULL", "~",   "y",    "Y",    "yes",  "Yes",   "YES",   "n",
       "N",    "no",   "No",   "NO",  "true", "True", "TRUE", "false", "False", "FALSE",
-      "on",   "On",   "ON",   "off", "Off", "OFF", "<<",   "=",    "-",     "?"};
+      "on",   "On",   "ON",   "off", "Off",  "OFF",  "<<",   "=",     "-",     "?"};
   for (std::string_view word : words) {
     if (text == word) return true;
   }

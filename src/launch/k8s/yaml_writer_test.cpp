@@ -28,14 +28,15 @@ TEST(YamlWriterTest, NestedMapsAndListsKeepKeyOrder) {
 }
 
 TEST(YamlWriterTest, ScalarsThatALoaderWouldRetypeAreQuoted) {
-  for (const char* text : {"yes", "on", "Off", "y", "N", "true", "null", "~", "8", "0x1f", "1e3",
-                           "1:20", ".inf", "2024-01-01", "-1", "+5", "", " lead", "trail ",
-                           "a: b", "a #b", "end:", "-", "=", "@x", "'", "\"q\"", "x[0]", "a,b",
-                           "*ref", "&anchor", "!tag", "%dir", "line\nbreak", "{x}", "|", ">"}) {
+  for (const char* text :
+       {"yes",     "on",   "Off",  "y",           "N",   "true", "null",  "~",     "8",      "0x1f",
+        "1e3",     "1:20", ".inf", "2024-01-01",  "-1",  "+5",   "",      " lead", "trail ", "a: b",
+        "a #b",    "end:", "-",    "=",           "@x",  "'",    "\"q\"", "x[0]",  "a,b",    "*ref",
+        "&anchor", "!tag", "%dir", "line\nbreak", "{x}", "|",    ">"}) {
     EXPECT_FALSE(plain_scalar_is_safe(text)) << "'" << text << "'";
   }
-  for (const char* text : {"Pod", "nvidia.com/gpu", "--config", "/etc/job.toml", "llama-ft-etcd:2379",
-                           "http://0.0.0.0:2379", "a=b", "OnFailure"}) {
+  for (const char* text : {"Pod", "nvidia.com/gpu", "--config", "/etc/job.toml",
+                           "llama-ft-etcd:2379", "http://0.0.0.0:2379", "a=b", "OnFailure"}) {
     EXPECT_TRUE(plain_scalar_is_safe(text)) << text;
   }
   EXPECT_FALSE(plain_scalar_is_safe("64Gi"));  // any leading digit is quoted: "64Gi", "2379"
