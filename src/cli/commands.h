@@ -27,5 +27,6 @@ void add_doctor_command(CLI::App& app, int& exit_code);
 // marker CLI11 takes for a positional word, so that the worker command after it is kept
 // verbatim (CLI11 would otherwise move its flags behind its positional words).
 void mark_launch_separator(std::vector<std::string>& args);
+void add_k8s_command(CLI::App& app, int& exit_code);
 
 }  // namespace shardtrain::cli

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The Debian package installs in a clean root and runs there: builds
+# shardtrain_<version>_amd64.deb with CPack from BUILD_DIR, installs it with apt (which fetches
+# its Depends from the Debian mirror) into a fresh minbase root of this machine's Debian release
+# (debootstrap; the pristine root is cached as BUILD_DIR/deb-test/root-<suite>.tar and the
+# downloaded .debs in BUILD_DIR/deb-test/apt-archives, so reruns are fast), then runs
+# `shardtrain --version` and 20 steps of the demo inside it with chroot.
+# Skips (exit 77) with a message when not root, without debootstrap, or without the mirror.
+#   deb_install_test.sh BUILD_DIR
+set -euo pipefail
+build_dir=$(realpath "$1")
+work=$build_dir/deb-test
+skip() { echo "SKIP: $*"; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "needs root (debootstrap, chroot)"
+command -v debootstrap >/dev/null || skip "debootstrap not installed (scripts/setup.sh installs it)"
+suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+[[ -n $suite ]] || skip "cannot tell this machine's Debian release from /etc/os-release"
+mirror=${SHARDTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+mkdir -p "$work/apt-archives"
+
+# 1. The package.
+rm -rf "$build_dir/package"
+(cd "$build_dir" && cpack -G DEB > "$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; exit 1; }
+deb=$(ls "$build_dir"/package/shardtrain_*_amd64.deb)
+echo "built $(basename "$deb")"
+dpkg-deb --field "$deb" Depends
+
+# 2. A clean root: the cached pristine tarball, made once by debootstrap.
+tarball=$work/root-$suite.tar
+if [[ ! -f $tarball ]]; then
+  scratch=$work/debootstrap-scratch
+  rm -rf "$scratch"
+  echo "debootstrap $suite from $mirror (once; cached as $tarball)"
+  if ! debootstrap --variant=minbase "$suite" "$scratch" "$mirror" > "$work/debootstrap.log" 2>&1; then
+    tail -5 "$work/debootstrap.log"
+    rm -rf "$scratch"
+    skip "debootstrap could not build a $suite root from $mirror (see $work/debootstrap.log)"
+  fi
+  tar -C "$scratch" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+  rm -rf "$scratch"
+fi
+root=$work/root
+cleanup() {
+  mountpoint -q "$root/proc" && umount "$root/proc"
+  [[ -d $root/var/cache/apt/archives ]] &&
+    cp -n "$root"/var/cache/apt/archives/*.deb "$work/apt-archives/" 2>/dev/null
+  rm -rf "$root"
+}
+trap cleanup EXIT
+rm -rf "$root" && mkdir -p "$root"
+tar -C "$root" -xf "$tarball"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+cp "$work"/apt-archives/*.deb "$root/var/cache/apt/archives/" 2>/dev/null || true
+cp "$deb" "$root/tmp/"
+mount -t proc proc "$root/proc"
+
+# 3. Install with apt (Depends resolved from the mirror) and run.
+in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "$@"; }
+in_root apt-get update -qq > "$work/apt.log" 2>&1 || { cat "$work/apt.log"; skip "apt-get update failed in the chroot (mirror unreachable?)"; }
+in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  "/tmp/$(basename "$deb")" >> "$work/apt.log" 2>&1 || { cat "$work/apt.log"; exit 1; }
+version=$(in_root shardtrain --version)
+echo "in the clean root: $version"
+[[ $version == "shardtrain $(dpkg-deb --field "$deb" Version)" ]] || { echo "unexpected version"; exit 1; }
+for file in share/shardtrain/ray/shardtrain_ray.py share/shardtrain/k8s share/doc/shardtrain/README.md; do
+  [[ -e $root/usr/$file ]] || { echo "the package lacks /usr/$file"; exit 1; }
+done
+in_root sh -c 'mkdir -p /root/demo && cd /root/demo &&
+  ln -sfn /usr/share/shardtrain/demo/examples examples &&
+  shardtrain train --config examples/demo.toml --steps 20 --train.device=cpu' > "$work/demo.log" 2>&1 ||
+  { cat "$work/demo.log"; exit 1; }
+tail -3 "$work/demo.log"
+grep -q "20/20" "$work/demo.log" || { echo "the demo did not reach step 20"; cat "$work/demo.log"; exit 1; }
+echo "PASS: the package installs in a clean $suite root and trains the demo"
