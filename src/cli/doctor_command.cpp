@@ -51,6 +51,7 @@ std::optional<doctor::RendezvousTarget> rendezvous_target(const DoctorArgs& args
   flags.rdzv_endpoint = args.rdzv_endpoint;
   flags.rdzv_backend = args.rdzv_backend;
   flags.command = {"doctor"};
+  flags.subcommands = {"doctor"};  // resolved as this binary's own subcommand
   const launch::LaunchConfig config = launch::resolve_launch_config(flags, env);
   return doctor::RendezvousTarget{config.rdzv_backend, config.rdzv_host, config.rdzv_port};
 }

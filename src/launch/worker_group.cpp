@@ -129,8 +129,17 @@ struct WorkerGroup::Worker {
 std::string WorkerGroup::failure_output() const {
   if (failed_worker_ == nullptr) return "";
   std::string out;
-  for (const OutputStream& s : failed_worker_->streams) {
-    for (const std::string& line : s.tail) out += failed_worker_->prefix + line;
+  const auto append_tail = [&out](const Worker& w) {
+    for (const OutputStream& s : w.streams) {
+      for (const std::string& line : s.tail) out += w.prefix + line;
+    }
+  };
+  append_tail(*failed_worker_);
+  // Another hidden rank that failed on its own often holds the reason (the first to exit may
+  // only report that a peer failed).
+  for (const auto& w : workers_) {
+    const bool failed_itself = WIFEXITED(w->wait_status) && WEXITSTATUS(w->wait_status) != 0;
+    if (w.get() != failed_worker_ && w->exited && failed_itself) append_tail(*w);
   }
   return out;
 }

@@ -73,7 +73,8 @@ class WorkerGroup {
   // The first failure seen by wait(), e.g. "rank 1 exited with code 3", or with an error
   // file "rank 1 exited with code 1: ValueError: boom".
   const std::string& failure() const { return failure_; }
-  // The failed worker's last lines that did not reach the console (prefixed), "" if none.
+  // The last lines that did not reach the console (prefixed) of the failed worker and of every
+  // other worker that exited with a non-zero code, "" if none.
   std::string failure_output() const;
   // The exit code of the failed worker (-1: none failed, or it was killed by a signal).
   int failure_exit_code() const { return failure_exit_code_; }

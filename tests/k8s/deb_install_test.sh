@@ -43,7 +43,7 @@ root=$work/root
 cleanup() {
   mountpoint -q "$root/proc" && umount "$root/proc"
   [[ -d $root/var/cache/apt/archives ]] &&
-    cp -n "$root"/var/cache/apt/archives/*.deb "$work/apt-archives/" 2>/dev/null
+    { cp -n "$root"/var/cache/apt/archives/*.deb "$work/apt-archives/" 2>/dev/null || true; }
   rm -rf "$root"
 }
 trap cleanup EXIT
@@ -59,6 +59,26 @@ in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HO
 in_root apt-get update -qq > "$work/apt.log" 2>&1 || { cat "$work/apt.log"; skip "apt-get update failed in the chroot (mirror unreachable?)"; }
 in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   "/tmp/$(basename "$deb")" >> "$work/apt.log" 2>&1 || { cat "$work/apt.log"; exit 1; }
+# A CUDA build also links NVIDIA's runtime (libcudart, libcublasLt, libnccl), which Debian does
+# not package: the image gets them from its nvidia/cuda base (deploy/Dockerfile). Here they are
+# copied from this machine's toolkit into the root, as that base image provides them; any other
+# library that does not resolve is a missing Depends and fails the test.
+for pass in 1 2 3; do
+  missing=$( (in_root ldd /usr/bin/shardtrain || true) | awk '/not found/ {print $1}')
+  [[ -z $missing ]] && break
+  for lib in $missing; do
+    case $lib in
+      libcudart* | libcublas* | libnccl*) ;;
+      *) echo "the package's Depends miss $lib"; exit 1 ;;
+    esac
+    from=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    [[ -n $from ]] || from=$(find /usr/local/cuda/ -name "$lib" 2>/dev/null | head -1)
+    [[ -n $from ]] || { echo "$lib: not found on this machine either"; exit 1; }
+    mkdir -p "$root/usr/local/lib" && cp -L "$from" "$root/usr/local/lib/"
+    echo "copied NVIDIA's $lib into the root (the CUDA base image's part)"
+  done
+  in_root ldconfig
+done
 version=$(in_root shardtrain --version)
 echo "in the clean root: $version"
 [[ $version == "shardtrain $(dpkg-deb --field "$deb" Version)" ]] || { echo "unexpected version"; exit 1; }
