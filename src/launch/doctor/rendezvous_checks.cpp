@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <thread>
 
 #include "core/error.h"
 #include "dist/etcd_store.h"
@@ -15,6 +16,7 @@ namespace {
 const char* const kUnreachableHint =
     "start the rendezvous first (node 0's `shardtrain launch`, or etcd), check --rdzv-endpoint, "
     "DNS, security groups / NetworkPolicy and that the port is open";
+constexpr std::chrono::milliseconds kLeaderRetry{200};
 
 }  // namespace
 
@@ -58,7 +60,14 @@ std::vector<CheckResult> check_rendezvous(const RendezvousTarget& target,
   }
   try {
     EtcdStore etcd(target.host, target.port, "/shardtrain-doctor/", {});
-    const EtcdStore::ServerStatus status = etcd.server_status(timeout);
+    // A member that has just started, or a cluster in an election, has no leader for about an
+    // election timeout (1 s by default): ask again within the timeout before calling it lost.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    EtcdStore::ServerStatus status = etcd.server_status(timeout);
+    while (status.leader == "0" && std::chrono::steady_clock::now() + kLeaderRetry < deadline) {
+      std::this_thread::sleep_for(kLeaderRetry);
+      status = etcd.server_status(timeout);
+    }
     std::vector<CheckResult> results;
     const std::string detail =
         fmt::format("etcd {} at {} ({} ms round trip), leader {}", status.version, endpoint,
