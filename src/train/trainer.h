@@ -87,6 +87,10 @@ class Trainer {
 
  private:
   void log_setup() const;
+  // The FSDP options of this job (compute copy resolved; update_in_backward checked against the
+  // world size and accumulation), and the plan's bytes for the units as built.
+  FsdpOptions fsdp_options() const;
+  FsdpMemory planned_fsdp_memory() const;
 
   const TrainConfig config_;
   Ops& ops_;
