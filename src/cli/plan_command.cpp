@@ -119,12 +119,11 @@ void print_plan_table(const MemoryJob& job, const std::string& checkpointing) {
       std::printf("%-14s (not possible: %s)\n", fsdp_strategy_name(strategy), e.what());
       continue;
     }
-    std::printf("%-14s %5d %13s %13s %13s %13s %13s %13s %13s %13s\n",
-                fsdp_strategy_name(strategy), group, mib(m.master_bytes).c_str(),
-                mib(m.compute_shard_bytes).c_str(), mib(m.moment_bytes).c_str(),
-                mib(m.grad_shard_bytes).c_str(), mib(m.full_grad_peak_bytes).c_str(),
-                mib(m.gathered_peak_bytes).c_str(), mib(acts.total()).c_str(),
-                mib(m.total() + acts.total()).c_str());
+    std::printf("%-14s %5d %13s %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),
+                group, mib(m.master_bytes).c_str(), mib(m.compute_shard_bytes).c_str(),
+                mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
+                mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
+                mib(acts.total()).c_str(), mib(m.total() + acts.total()).c_str());
     if (group == 1 && job.activation_dtype != DType::kF32) {
       std::printf("%-14s %5s compute copy %s\n", "", "",
                   resolve_compute_copy(job, setting) == ComputeCopy::kKeep

@@ -27,8 +27,8 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, Fs
     grad_.emplace_back(ops, options_.update_in_backward ? 0 : bytes);
     exp_avg_.emplace_back(ops, bytes);
     exp_avg_sq_.emplace_back(ops, bytes);
-    compute_.emplace_back(
-        ops, keep_copy ? static_cast<size_t>(unit.shard_numel) * dtype_size(act) : 0);
+    compute_.emplace_back(ops,
+                          keep_copy ? static_cast<size_t>(unit.shard_numel) * dtype_size(act) : 0);
   }
   state_.resize(plan_.units.size());
   for (int u = 0; u < unit_count(); ++u) {

@@ -10,8 +10,9 @@
 //  - Prefetch, from the model's fixed unit order (model/unit_access.h): in forward (from
 //    acquire_params(kRootUnit)) acquiring unit u starts the gather of u + 1; in backward
 //    acquire_grads(u) starts the gather of u - 1 (acquire_grads(kRootUnit), before the head,
-//    starts the last block's). Gathers and reductions are Comm::start_* collectives: on NCCL they run on
-//    the comm's stream, ordered against compute by events (no host waits); on Gloo they block.
+//    starts the last block's). Gathers and reductions are Comm::start_* collectives: on NCCL they
+//    run on the comm's stream, ordered against compute by events (no host waits); on Gloo they
+//    block.
 //  - release_params: FULL_SHARD / HYBRID_SHARD free the buffer after forward and after
 //    backward; SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it
 //    after backward. The root unit is acquired once per micro-batch and stays gathered.
@@ -83,7 +84,7 @@ struct FsdpOptions {
   FsdpStrategy strategy = FsdpStrategy::kFullShard;
   bool reduce_on_last_micro_batch = false;
   ComputeCopy compute_copy = ComputeCopy::kKeep;  // G = 1 only (header comment)
-  bool update_in_backward = false;  // one rank only (header comment)
+  bool update_in_backward = false;                // one rank only (header comment)
 };
 
 class FsdpUnits final : public UnitAccess {

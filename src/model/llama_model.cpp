@@ -45,8 +45,7 @@ LlamaModel::Checkpointing LlamaModel::checkpointing_from_name(const std::string&
 size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
                                         DType act, Checkpointing checkpointing,
                                         int64_t head_chunk_logits) {
-  return activation_breakdown_for(c, batch, seq_len, act, checkpointing, head_chunk_logits)
-      .total();
+  return activation_breakdown_for(c, batch, seq_len, act, checkpointing, head_chunk_logits).total();
 }
 
 LlamaModel::ActivationBytes LlamaModel::activation_breakdown_for(const ModelConfig& c,
@@ -62,9 +61,8 @@ LlamaModel::ActivationBytes LlamaModel::activation_breakdown_for(const ModelConf
   const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
                            (2 * N + batch * H * seq_len) * 4 + 16 * slack;
   const size_t head_logits = head_chunk_rows(N, V, head_chunk_logits) * V * a;
-  const size_t scratch =
-      (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F + N * (QD + 2 * KD)) * a + N * 4 +
-      3 * N * 4 + 18 * slack;
+  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F + N * (QD + 2 * KD)) * a +
+                         N * 4 + 3 * N * 4 + 18 * slack;
   // Without checkpointing every block keeps all its activations; with it, each block keeps
   // only its input (and, selective, its attention output and lse) and one shared set is
   // recomputed block by block in backward.

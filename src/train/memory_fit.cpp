@@ -65,8 +65,7 @@ size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
       LlamaModel::checkpointing_from_name(setting.checkpointing));
 }
 
-FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting,
-                            ComputeCopy copy) {
+FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, ComputeCopy copy) {
   const int group =
       shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
   FsdpMemoryOptions options;
@@ -80,14 +79,16 @@ FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting,
 }  // namespace
 
 ComputeCopy resolve_compute_copy(const MemoryJob& job, const MemorySetting& setting) {
-  if (job.compute_copy == "keep") return ComputeCopy::kKeep;
+  const int group =
+      shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
+  if (group > 1 || job.compute_copy == "keep") return ComputeCopy::kKeep;
   if (job.compute_copy == "on_demand") return ComputeCopy::kOnDemand;
   SHARDTRAIN_CHECK(job.compute_copy == "auto", "fsdp.compute_copy '{}'", job.compute_copy);
   if (job.capacity_bytes == 0) return ComputeCopy::kKeep;
-  const size_t with_copy = fsdp_memory_with(job, setting, ComputeCopy::kKeep).total() +
-                           activation_bytes(job, setting);
+  const size_t with_copy =
+      fsdp_memory_with(job, setting, ComputeCopy::kKeep).total() + activation_bytes(job, setting);
   return device_bytes_needed(with_copy) > job.capacity_bytes / 4 * 3 ? ComputeCopy::kOnDemand
-                                                                      : ComputeCopy::kKeep;
+                                                                     : ComputeCopy::kKeep;
 }
 
 FsdpMemory plan_fsdp_memory(const MemoryJob& job, const MemorySetting& setting) {
@@ -247,9 +248,9 @@ void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model
   const std::optional<GpuMemoryInfo> gpu = current_gpu_memory();
   if (!gpu) return;
   const int ranks_per_gpu = shardtrain::ranks_per_gpu(local_world);
-  const MemoryJob job = training_job(
-      config, model, world, local_world,
-      gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu)));
+  const MemoryJob job =
+      training_job(config, model, world, local_world,
+                   gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu)));
   require_job_fits_device(
       job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing},
       gpu->free_bytes, ranks_per_gpu, gpu->name);
