@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
+#include <thread>
 
 #include "core/error.h"
 #include "model/init_weights.h"
@@ -79,17 +81,32 @@ Tensor FsdpUnits::forward_shard(int unit) const {
 }
 
 void FsdpUnits::init_random(uint64_t seed, double std) {
-  std::vector<float> unit_values, shard_values;
-  for (int u = 0; u < unit_count(); ++u) {
-    const UnitLayout& unit = layout_.units[u];
-    unit_values.assign(unit.numel, 0.0f);
-    init_unit_random(unit, u, seed, std, unit_values.data());
-    const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
-    shard_values.assign(shard, 0.0f);  // padding beyond the unit stays zero
-    const int64_t end = std::min(begin + shard, unit.numel);
-    if (end > begin)
-      std::copy(unit_values.begin() + begin, unit_values.begin() + end, shard_values.begin());
-    ops_.copy_from_host(master_shard(u), shard_values.data());
+  // Two units drawn at once where the host has the cores (each draws its large parameters on
+  // threads of their own, model/init_weights.h), then copied in order: the same values.
+  const int ahead = std::thread::hardware_concurrency() >= 8 ? 2 : 1;
+  std::vector<std::vector<float>> unit_values(ahead);
+  std::vector<float> shard_values;
+  for (int first = 0; first < unit_count(); first += ahead) {
+    const int count = std::min(ahead, unit_count() - first);
+    std::vector<std::future<void>> draws;
+    for (int k = 0; k < count; ++k) {
+      unit_values[k].resize(layout_.units[first + k].numel);  // every element is written
+      draws.push_back(std::async(std::launch::async, [this, &unit_values, first, k, seed, std] {
+        init_unit_random(layout_.units[first + k], first + k, seed, std, unit_values[k].data());
+      }));
+    }
+    for (std::future<void>& draw : draws) draw.get();
+    for (int k = 0; k < count; ++k) {
+      const int u = first + k;
+      const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
+      shard_values.assign(shard, 0.0f);  // padding beyond the unit stays zero
+      const int64_t end = std::min(begin + shard, layout_.units[u].numel);
+      if (end > begin) {
+        std::copy(unit_values[k].begin() + begin, unit_values[k].begin() + end,
+                  shard_values.begin());
+      }
+      ops_.copy_from_host(master_shard(u), shard_values.data());
+    }
   }
   refresh_compute_params();
 }
