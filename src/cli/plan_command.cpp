@@ -107,6 +107,7 @@ void print_plan_table(const MemoryJob& job, const std::string& checkpointing) {
   std::printf("%-14s %5s %13s %13s %13s %13s %13s %13s %13s %13s\n", "strategy", "group",
               "fp32 master", "compute copy", "moments", "grad shard", "full grads", "gathered",
               "activations", "total");
+  std::string copy_note;  // what fsdp.compute_copy resolved to at a shard group of one
   for (FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
                                 FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard}) {
     const MemorySetting setting{strategy, checkpointing};
@@ -124,13 +125,13 @@ void print_plan_table(const MemoryJob& job, const std::string& checkpointing) {
                 mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
                 mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
                 mib(acts.total()).c_str(), mib(m.total() + acts.total()).c_str());
-    if (group == 1 && job.activation_dtype != DType::kF32) {
-      std::printf("%-14s %5s compute copy %s\n", "", "",
-                  resolve_compute_copy(job, setting) == ComputeCopy::kKeep
-                      ? "kept (persistent)"
-                      : "built on demand (cast per unit into the gathered pool)");
+    if (group == 1 && job.activation_dtype != DType::kF32 && copy_note.empty()) {
+      copy_note = resolve_compute_copy(job, setting) == ComputeCopy::kKeep
+                      ? "kept (persistent, written by the optimizer step)"
+                      : "built on demand (each unit cast from fp32 into the gathered pool)";
     }
   }
+  if (!copy_note.empty()) std::printf("shard group of one: compute copy %s\n", copy_note.c_str());
   std::printf(
       "activations: block sets %s, checkpoints %s, lm-head logits chunk %s, scratch %s "
       "(plan leaves out the CUDA context and library workspaces: see the fit reserve)\n",
