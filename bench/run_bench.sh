@@ -29,24 +29,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 mkdir -p "$out"
 lib=$root/bench/benchlib.py  # FLOPs, MFU, token files, metrics parsing (shared with run_scaling.sh)
 dry=${BENCH_DRY:-}
-peak_mib() {  # samples nvidia-smi while "$@" runs; prints the peak used MiB
-  local log=$1
-  shift
-  if [[ -n $dry ]]; then
-    echo "$*" >"$log"
-    echo 0
-    return
-  fi
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 >"$log.mem" &
-  local sampler=$!
-  "$@" >"$log" 2>&1 || {
-    kill $sampler
-    cat "$log" >&2
-    return 1
-  }
-  kill $sampler
-  sort -n "$log.mem" | tail -1
-}
+export SAMPLE_PEAK_DRY=$dry
+source "$root/bench/sample_peak.sh"  # sample_peak_mib LOG COMMAND...: the peak MiB while it runs
 gpu_memory=h200  # what `plan` resolves fsdp.compute_copy = auto against: this GPU's total
 [[ -z $dry ]] && gpu_memory="$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)MiB"
 printf '%-28s %-14s %12s %7s %9s\n' run engine tokens/s MFU peakGiB >"$out/table.txt"
@@ -79,7 +63,7 @@ for run in "${runs[@]}"; do
   "$bin" plan "${job[@]}" --world-size 1 --gpu-memory "$gpu_memory" >"$out/$run-plan.txt"
   plan=$(python3 "$lib" plan-total "$out/$run-plan.txt" full_shard)
   rm -f "$out/$run-metrics.jsonl"  # --metrics appends
-  ours_mib=$(peak_mib "$out/$run-shardtrain.log" "$bin" train "${job[@]}" \
+  ours_mib=$(sample_peak_mib "$out/$run-shardtrain.log" "$bin" train "${job[@]}" \
     --train.steps="$steps" --metrics "$out/$run-metrics.jsonl")
   ours=1
   [[ -z $dry ]] && ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1)
@@ -88,12 +72,12 @@ for run in "${runs[@]}"; do
     sed -n '/op profile/,$p' "$out/$run-profile.log" >"$out/$run-profile.txt"
   fi
   torch=(python3 "$root/bench/pytorch_fsdp2.py" "$config" "$seq" "$mb" "$steps" "${torch_args[@]}")
-  torch_mib=$(PYTHONUNBUFFERED=1 peak_mib "$out/$run-pytorch.log" "${torch[@]}" --compile)
+  torch_mib=$(PYTHONUNBUFFERED=1 sample_peak_mib "$out/$run-pytorch.log" "${torch[@]}" --compile)
   theirs=1
   [[ -z $dry ]] && theirs=$(python3 "$lib" torch-tps "$out/$run-pytorch.log")
   eager=()
   if [[ -n ${BENCH_EAGER:-} ]]; then
-    eager_mib=$(peak_mib "$out/$run-pytorch-eager.log" "${torch[@]}")
+    eager_mib=$(sample_peak_mib "$out/$run-pytorch-eager.log" "${torch[@]}")
     eager_tps=1
     [[ -z $dry ]] && eager_tps=$(python3 "$lib" torch-tps "$out/$run-pytorch-eager.log")
     eager=("$eager_tps" "$eager_mib")

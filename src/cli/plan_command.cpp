@@ -179,17 +179,9 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
       layout.units.size(), world, local_world, std::string(dtype_name(act)).c_str(),
       static_cast<long long>(config.train.micro_batch * grad_accum * world),
       static_cast<long long>(config.train.micro_batch), static_cast<long long>(grad_accum), world);
-  MemoryJob job{model_config,
-                world,
-                local_world,
-                static_cast<int>(config.fsdp.shard_group_size),
-                config.train.micro_batch,
-                config.data.seq_len,
-                config.fsdp.reduce_on_last_micro_batch,
-                act};
-  job.compute_copy = config.fsdp.compute_copy;
-  job.update_in_backward = config.optim.update_in_backward;
-  job.capacity_bytes = args.gpu_memory.empty() ? 0 : parse_gpu_memory(args.gpu_memory);
+  const MemoryJob job =
+      memory_job_for(config, model_config, world, local_world,
+                     args.gpu_memory.empty() ? 0 : parse_gpu_memory(args.gpu_memory), act);
   print_plan_table(job, config.train.activation_checkpointing);
   if (!args.gpu_memory.empty()) print_gpu_fit(job, args.gpu_memory);
   return 0;

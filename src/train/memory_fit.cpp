@@ -210,8 +210,10 @@ int ranks_per_gpu(int local_world) {
   return (local_world + gpus - 1) / gpus;  // > 1: the host-staged test path
 }
 
-MemoryJob training_job(const TrainConfig& config, const ModelConfig& model, int world,
-                       int local_world, size_t capacity) {
+}  // namespace
+
+MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, int world,
+                         int local_world, size_t capacity, DType activation_dtype) {
   MemoryJob job{model,
                 world,
                 local_world,
@@ -219,14 +221,12 @@ MemoryJob training_job(const TrainConfig& config, const ModelConfig& model, int 
                 config.train.micro_batch,
                 config.data.seq_len,
                 config.fsdp.reduce_on_last_micro_batch,
-                DType::kBF16};
+                activation_dtype};
   job.compute_copy = config.fsdp.compute_copy;
   job.update_in_backward = config.optim.update_in_backward;
   job.capacity_bytes = capacity;
   return job;
 }
-
-}  // namespace
 
 ComputeCopy compute_copy_for_training(const TrainConfig& config, const ModelConfig& model,
                                       int world, int local_world, Device device) {
@@ -237,7 +237,7 @@ ComputeCopy compute_copy_for_training(const TrainConfig& config, const ModelConf
   if (!gpu) return ComputeCopy::kKeep;
   const size_t capacity =
       gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu(local_world)));
-  const MemoryJob job = training_job(config, model, world, local_world, capacity);
+  const MemoryJob job = memory_job_for(config, model, world, local_world, capacity);
   return resolve_compute_copy(
       job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing});
 }
@@ -249,8 +249,8 @@ void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model
   if (!gpu) return;
   const int ranks_per_gpu = shardtrain::ranks_per_gpu(local_world);
   const MemoryJob job =
-      training_job(config, model, world, local_world,
-                   gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu)));
+      memory_job_for(config, model, world, local_world,
+                     gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu)));
   require_job_fits_device(
       job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing},
       gpu->free_bytes, ranks_per_gpu, gpu->name);

@@ -92,6 +92,11 @@ void require_job_fits_device(const MemoryJob& job, const MemorySetting& configur
 // (require_job_fits_device); nothing on the CPU.
 void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model, int world,
                              int local_world, Device device);
+// The MemoryJob of a training config (fsdp.compute_copy and optim.update_in_backward
+// included), with `capacity` the GPU memory auto compute copies are resolved against (0 =
+// unknown).
+MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, int world,
+                         int local_world, size_t capacity, DType activation_dtype = DType::kBF16);
 // The compute copy the Trainer builds FSDP with: fsdp.compute_copy, auto resolved against this
 // GPU's total memory (shared by the ranks on it); on the CPU auto = keep (fp32: no copy at all).
 ComputeCopy compute_copy_for_training(const TrainConfig& config, const ModelConfig& model,

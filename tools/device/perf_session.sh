@@ -50,22 +50,8 @@ python3 "$lib" tokens "$config" "$tokens" "$seq" 16
 flops=$(python3 "$lib" flops "$config" "$seq")
 lean=(--fsdp.compute_copy=on_demand --optim.update_in_backward=true --train.max_grad_norm=0)
 ckpt=(--train.activation_checkpointing=full)
-sampled() {  # log command...: runs it with nvidia-smi sampling; prints the peak MiB
-  local log=$1
-  shift
-  if [[ -n $dry ]]; then
-    echo "$*" >"$log"
-    echo 0
-    return
-  fi
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 >"$log.mem" &
-  local sampler=$!
-  "$@" >"$log" 2>&1
-  local rc=$?
-  kill $sampler
-  ((rc == 0)) || echo "$(basename "$log"): rc $rc: $(grep -m1 -iE 'error|out of memory' "$log")" >&2
-  sort -n "$log.mem" | tail -1
-}
+export SAMPLE_PEAK_DRY=$dry
+source bench/sample_peak.sh  # sample_peak_mib LOG COMMAND...: the peak MiB while it runs
 rows=()
 ours() {  # name flags...: one run of ours, its plan, one table row
   local name=$1
@@ -80,7 +66,7 @@ ours() {  # name flags...: one run of ours, its plan, one table row
   local plan tps=0 mib
   plan=$(python3 "$lib" plan-total "$logs/$name-plan.txt" full_shard)
   rm -f "$logs/$name.jsonl"
-  mib=$(sampled "$logs/$name.log" timeout 100 "$bin" train "${job[@]}" --train.steps="$steps" \
+  mib=$(sample_peak_mib "$logs/$name.log" timeout 100 "$bin" train "${job[@]}" --train.steps="$steps" \
     --metrics "$logs/$name.jsonl")
   [[ -z $dry ]] && tps=$(python3 "$lib" ours-tps "$logs/$name.jsonl" 1 2>/dev/null || echo 0)
   rows+=("$(python3 - "$name" "$tps" "$flops" "${mib:-0}" "$plan" <<'PY'
@@ -99,7 +85,7 @@ declare -A ours_tps=() ours_mib=()
 ours ours-lean-ckpt "${ckpt[@]}" "${lean[@]}"
 torch_tps=0 torch_mib=0
 if (($(elapsed) <= budget)); then
-  torch_mib=$(PYTHONUNBUFFERED=1 sampled "$logs/torch-ckpt.log" timeout 170 python3 \
+  torch_mib=$(PYTHONUNBUFFERED=1 sample_peak_mib "$logs/torch-ckpt.log" timeout 170 python3 \
     bench/pytorch_fsdp2.py "$config" $seq $mb 5 --checkpointing --compile)
   [[ -z $dry ]] && torch_tps=$(python3 "$lib" torch-tps "$logs/torch-ckpt.log" 2>/dev/null || echo 0)
 fi
