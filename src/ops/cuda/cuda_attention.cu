@@ -58,6 +58,28 @@ __device__ void load_tile(float* tile, int pitch, const T* head_base, int64_t to
 
 // ---- forward ----
 
+// acc[r][c] += sum over the tile's kTile rows j of weights[r][j] * tile[j][lane + 32 c]: this
+// warp's kRowsPerWarp rows of weights (pitch kTile) times a [kTile][D] tile of pitch `pitch`.
+template <int kChunks>
+__device__ __forceinline__ void accumulate_weighted_rows(float (&acc)[kRowsPerWarp][kChunks],
+                                                         const float* weights, const float* tile,
+                                                         int pitch, int D, int lane) {
+  for (int j = 0; j < kTile; ++j) {
+    float x[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = lane + 32 * c;
+      x[c] = d < D ? tile[j * pitch + d] : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float w = weights[r * kTile + j];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) acc[r][c] += w * x[c];
+    }
+  }
+}
+
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const T* q_BTHD, const T* k_BTKD, const T* v_BTKD, float scale,
@@ -133,20 +155,7 @@ __global__ void __launch_bounds__(kThreads)
       probs_s[r * kTile + lane + 32] = p1;
     }
     __syncwarp();
-    for (int j = 0; j < kTile; ++j) {
-      float v[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int d = lane + 32 * c;
-        v[c] = d < D ? v_tile_s[j * D + d] : 0.0f;
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float p = probs_s[r * kTile + j];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) acc[r][c] += p * v[c];
-      }
-    }
+    accumulate_weighted_rows<kChunks>(acc, probs_s, v_tile_s, D, D, lane);
     __syncwarp();
   }
 
@@ -279,20 +288,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncwarp();
-    for (int j = 0; j < kTile; ++j) {
-      float k[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int d = lane + 32 * c;
-        k[c] = d < D ? k_tile_s[j * (D + 1) + d] : 0.0f;
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float ds = dscores_s[r * kTile + j];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) acc[r][c] += ds * k[c];
-      }
-    }
+    accumulate_weighted_rows<kChunks>(acc, dscores_s, k_tile_s, D + 1, D, lane);
     __syncwarp();
   }
 
