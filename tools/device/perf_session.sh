@@ -6,6 +6,7 @@
 #   0. builds build-perf (SHARDTRAIN_CUDA_ARCH=90a) unless PERF_BIN names a built shardtrain;
 #   1. memory_levers_gpu_test: the on-demand bf16 copy and the update in backward give the
 #      default's losses and parameters on the GPU (bit for bit where the default repeats itself);
+#      cuda_ops_gpu_test's AdamWMulti test (the cached per-unit work tables);
 #   2. in this order, each skipped once the session passes PERF_BUDGET_S (default 210 s):
 #      ours lean + full checkpointing (fsdp.compute_copy=on_demand, optim.update_in_backward,
 #      max_grad_norm 0), compiled PyTorch + full checkpointing, ours lean without
@@ -29,7 +30,7 @@ elapsed() { echo $(($(date +%s) - start)); }
 bin=${PERF_BIN:-build-perf/shardtrain}
 if [[ -z ${PERF_BIN:-} && -z $dry ]]; then
   SHARDTRAIN_CUDA_ARCH=90a tools/device/build_on_device.sh build-perf shardtrain \
-    memory_levers_gpu_test >"$logs/build.log" 2>&1 || { tail -30 "$logs/build.log"; exit 1; }
+    memory_levers_gpu_test cuda_ops_gpu_test >"$logs/build.log" 2>&1 || { tail -30 "$logs/build.log"; exit 1; }
   echo "build: $(elapsed) s"
   start=$(date +%s)  # the budget counts from here
 fi
@@ -42,6 +43,10 @@ if [[ -z $dry ]]; then
   if [[ -x $levers ]]; then
     timeout 90 "$levers" >"$logs/levers.log" 2>&1
     echo "memory_levers_gpu_test rc $?: $(grep -E '^default run|update in backward' "$logs/levers.log" | tr '\n' ';')"
+  fi
+  if [[ -x $(dirname "$bin")/cuda_ops_gpu_test ]]; then
+    timeout 60 "$(dirname "$bin")/cuda_ops_gpu_test" --gtest_filter='*AdamWMulti*' >"$logs/adamw.log" 2>&1
+    echo "cuda_ops_gpu_test AdamWMulti rc $?: $(grep -E '^\[  (PASSED|FAILED)' "$logs/adamw.log" | tr '\n' ' ')"
   fi
 fi
 lib=bench/benchlib.py shape=llama2-7b seq=4096 mb=1
