@@ -8,22 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_message.h"
 
 namespace shardtrain {
 namespace {
 
 bool is_blank(const std::string& line) {
   return line.find_first_not_of(" \t\r\n") == std::string::npos;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; users need only the rest.
-std::string json_message(const std::exception& error) {
-  std::string message = error.what();
-  if (message.rfind("[json.exception.", 0) == 0) {
-    const size_t end = message.find("] ");
-    if (end != std::string::npos) message = message.substr(end + 2);
-  }
-  return message;
 }
 
 // Reads element `index` of `array` (named `field`) as a token id; -100 is allowed for labels.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_message.h"
 #include "data/formats.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"
@@ -38,16 +39,6 @@ struct LineResult {
 
 bool is_blank(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; users need only the rest.
-std::string json_message(const std::exception& error) {
-  std::string message = error.what();
-  if (message.rfind("[json.exception.", 0) == 0) {
-    const size_t end = message.find("] ");
-    if (end != std::string::npos) message = message.substr(end + 2);
-  }
-  return message;
 }
 
 size_t first_invalid_byte(std::string_view text) {

@@ -64,11 +64,26 @@ std::string base64_decode(const std::string& text) {
 int64_t json_int(const Json& object, const char* field) {
   if (!object.contains(field)) return 0;
   const Json& v = object[field];
-  if (v.is_number()) return v.get<int64_t>();
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (!v.is_string()) return 0;
   const std::string text = v.get<std::string>();
   int64_t n = 0;
   std::from_chars(text.data(), text.data() + text.size(), n);
   return n;
+}
+
+// No reply of etcd to our requests comes near this; a larger one is not from etcd.
+constexpr size_t kMaxResponseBytes = 64u << 20;
+
+// An etcd reply body as JSON; anything else is an Error (it comes from the network).
+Json parse_reply(const std::string& body) {
+  Json reply = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    fail("the reply from etcd is not a JSON object ('{}'); HINT: is --rdzv-endpoint etcd's "
+         "client port?",
+         body.substr(0, 60));
+  }
+  return reply;
 }
 
 struct HttpResponse {
@@ -125,6 +140,12 @@ std::optional<HttpResponse> http_post(const std::string& host, int port, const s
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     raw.append(buffer, static_cast<size_t>(n));
+    if (raw.size() > kMaxResponseBytes) {
+      error = fmt::format("response larger than {} bytes (is this etcd's client port?)",
+                          kMaxResponseBytes);
+      ::close(fd);
+      return std::nullopt;
+    }
   }
   ::close(fd);
   const size_t header_end = raw.find("\r\n\r\n");
@@ -156,7 +177,7 @@ EtcdStore::EtcdStore(std::string host, int port, std::string scope, Options opti
                    "etcd scope '{}' must start and end with '/'", scope_);
   if (options_.lease_ttl_seconds <= 0) return;
   const Json grant =
-      Json::parse(post("/v3/lease/grant", Json{{"TTL", options_.lease_ttl_seconds}}.dump(),
+      parse_reply(post("/v3/lease/grant", Json{{"TTL", options_.lease_ttl_seconds}}.dump(),
                        "a lease", request_deadline()));
   lease_id_ = std::to_string(json_int(grant, "ID"));
   keepalive_thread_ = std::thread([this] { keepalive_loop(); });
@@ -191,7 +212,7 @@ void EtcdStore::keepalive_loop() {
   while (!keepalive_stop_.wait_for(lock, period, [this] { return keepalive_stopping_; })) {
     lock.unlock();
     try {
-      const Json reply = Json::parse(post("/v3/lease/keepalive", Json{{"ID", lease_id_}}.dump(),
+      const Json reply = parse_reply(post("/v3/lease/keepalive", Json{{"ID", lease_id_}}.dump(),
                                           "lease " + lease_id_, Clock::now() + period));
       if (json_int(reply.value("result", Json::object()), "TTL") <= 0) {
         log::warn("etcd at {}: lease {} has expired; this agent's membership keys are gone",
@@ -242,7 +263,7 @@ void EtcdStore::set(const std::string& key, const std::string& value) {
 
 std::optional<std::string> EtcdStore::read(const std::string& key, Clock::time_point deadline) {
   const Json reply =
-      Json::parse(post("/v3/kv/range", Json{{"key", base64_encode(scope_ + key)}}.dump(),
+      parse_reply(post("/v3/kv/range", Json{{"key", base64_encode(scope_ + key)}}.dump(),
                        "key '" + key + "'", deadline));
   if (!reply.contains("kvs") || reply["kvs"].empty()) return std::nullopt;
   return base64_decode(reply["kvs"][0].value("value", ""));
@@ -280,7 +301,7 @@ void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
 int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   const std::string full_key = base64_encode(scope_ + key);
   while (true) {
-    const Json range = Json::parse(post("/v3/kv/range", Json{{"key", full_key}}.dump(),
+    const Json range = parse_reply(post("/v3/kv/range", Json{{"key", full_key}}.dump(),
                                         "key '" + key + "'", request_deadline()));
     int64_t current = 0;
     int64_t mod_revision = 0;  // 0 compares equal for an absent key
@@ -303,7 +324,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
                                                  {"mod_revision", std::to_string(mod_revision)}}})},
                    {"success", Json::array({Json{{"request_put", put}}})}};
     const Json reply =
-        Json::parse(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
+        parse_reply(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
     if (reply.value("succeeded", false)) return next;
   }
 }
@@ -325,7 +346,7 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
                  {"success", Json::array({Json{{"request_put", put}}})},
                  {"failure", Json::array({Json{{"request_range", Json{{"key", full_key}}}}})}};
   const Json reply =
-      Json::parse(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
+      parse_reply(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
   if (reply.value("succeeded", false)) return desired;
   const Json& range = reply["responses"][0]["response_range"];
   if (!range.contains("kvs") || range["kvs"].empty()) return "";
@@ -334,7 +355,7 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
 
 bool EtcdStore::remove(const std::string& key) {
   const Json reply =
-      Json::parse(post("/v3/kv/deleterange", Json{{"key", base64_encode(scope_ + key)}}.dump(),
+      parse_reply(post("/v3/kv/deleterange", Json{{"key", base64_encode(scope_ + key)}}.dump(),
                        "key '" + key + "'", request_deadline()));
   return json_int(reply, "deleted") > 0;
 }

@@ -8,6 +8,7 @@
 #include "dist/gloo_comm.h"
 #include "dist/host_staged_comm.h"
 #include "dist/nccl_comm.h"
+#include "dist/store_secret.h"
 #include "dist/tcp_store.h"
 #include "fsdp/fsdp_groups.h"
 #include "ops/backend.h"
@@ -47,6 +48,7 @@ DistEnv read_dist_env() {
   env.master_port = env_int("MASTER_PORT", 0);
   env.store_dir = env_or("SHARDTRAIN_STORE_DIR", "");
   env.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+  env.store_secret = env_or(kStoreSecretVariable, "");
   if (env.world < 1 || env.rank < 0 || env.rank >= env.world) {
     fail("RANK={} and WORLD_SIZE={} are inconsistent: need 0 <= RANK < WORLD_SIZE", env.rank,
          env.world);
@@ -106,8 +108,9 @@ DistWorld connect_world(const DistEnv& env, Ops& ops, const std::string& backend
           "`shardtrain launch`, or set SHARDTRAIN_STORE_DIR to a directory all ranks share",
           env.world);
     }
-    world.store =
-        std::make_unique<TcpStoreClient>(env.master_addr, env.master_port, std::chrono::minutes(5));
+    world.store = std::make_unique<TcpStoreClient>(
+        env.master_addr, env.master_port, std::chrono::minutes(5),
+        store_secret_from_env({{kStoreSecretVariable, env.store_secret}}));
   }
   // Keys scoped by restart, so a restarted group never reads the previous group's addresses.
   const std::string prefix = "shardtrain/restart" + std::to_string(env.restart_count) + "/world";

@@ -1,6 +1,7 @@
 // The distributed environment of one worker process, as the launcher (torchrun-compatible)
 // sets it: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
-// TORCHELASTIC_RESTART_COUNT. SHARDTRAIN_STORE_DIR, when set, selects a FileStore in that
+// TORCHELASTIC_RESTART_COUNT, and the store secret SHARDTRAIN_STORE_SECRET that the TCP store
+// requires (dist/store_secret.h). SHARDTRAIN_STORE_DIR, when set, selects a FileStore in that
 // directory as the rendezvous instead of the TCP store at MASTER_ADDR:MASTER_PORT.
 // No WORLD_SIZE (or WORLD_SIZE=1) means a single process.
 #pragma once
@@ -20,6 +21,7 @@ struct DistEnv {
   int master_port = 0;
   std::string store_dir;
   int restart_count = 0;
+  std::string store_secret;  // SHARDTRAIN_STORE_SECRET (dist/store_secret.h); "" when unset
 };
 
 // Throws Error naming the variable when one is malformed or inconsistent.

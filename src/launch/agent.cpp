@@ -14,6 +14,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/store_secret.h"
+#include "dist/store_value.h"
 #include "dist/tcp_store.h"
 #include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
@@ -89,6 +91,7 @@ std::string worker_store_prefix(const std::string& run_id, int64_t attempt) {
 
 std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generation& gen,
                                      const AgentStores::Endpoint& store,
+                                     const std::string& store_secret,
                                      const std::string& run_id) {
   std::vector<WorkerSpec> specs;
   const int first_rank = gen.first_rank();
@@ -115,6 +118,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generatio
         {"SHARDTRAIN_RESTART_COUNT", std::to_string(gen.attempt)},
         {"SHARDTRAIN_RUN_ID", run_id},
         {"SHARDTRAIN_STORE_PREFIX", worker_store_prefix(run_id, gen.attempt)},
+        {kStoreSecretVariable, store_secret},
     };
     // As torchrun: one thread per worker unless the user chose, so N workers do not
     // oversubscribe the cores N times.
@@ -218,15 +222,17 @@ AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
             run_id, gen.attempt, gen.group_rank, nodes, gen.first_rank(),
             gen.first_rank() + config.nproc_per_node - 1, gen.world_size(), gen.number,
             tcp_store_wire::format_endpoint(store->host, store->port));
-  WorkerGroup group(command, worker_specs(config, gen, *store, run_id));
+  WorkerGroup group(command,
+                    worker_specs(config, gen, *store, stores.worker_store_secret(), run_id));
 
   // Group rank 0 watches every rank's heartbeat for hangs (launch/watchdog.h), over its own
   // connection.
   std::unique_ptr<TcpStoreClient> watchdog_client;
   std::unique_ptr<Watchdog> watchdog;
   if (gen.group_rank == 0 && config.watchdog_timeout.count() > 0) {
-    watchdog_client =
-        std::make_unique<TcpStoreClient>(store->host, store->port, config.join_timeout);
+    watchdog_client = std::make_unique<TcpStoreClient>(store->host, store->port,
+                                                       config.join_timeout,
+                                                       stores.worker_store_secret());
     watchdog =
         std::make_unique<Watchdog>(*watchdog_client, worker_store_prefix(run_id, gen.attempt),
                                    gen.world_size(), config.watchdog_timeout);
@@ -241,7 +247,7 @@ AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
     keys.add("done", 1);
     const auto all_done = [&] {
       const std::optional<std::string> done = keys.try_get("done");
-      return done && std::stoll(*done) >= nodes;
+      return done && parse_store_integer(keys, "done", *done) >= nodes;
     };
     while (true) {
       if (all_done()) return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
@@ -278,7 +284,9 @@ int finish(AgentStores& stores, Rendezvous& rendezvous, const Generation& gen,
     keys.add("left", 1);
     if (!stores.hosts_rendezvous_store()) return exit_code;
     const auto deadline = Clock::now() + 10s;
-    const auto left = [&] { return std::stoll(keys.try_get("left").value_or("0")); };
+    const auto left = [&] {
+      return parse_store_integer(keys, "left", keys.try_get("left").value_or("0"));
+    };
     while (left() < static_cast<int64_t>(gen.members.size()) && Clock::now() < deadline) {
       std::this_thread::sleep_for(50ms);
     }
@@ -294,8 +302,7 @@ int run_agent(const LaunchConfig& config) {
   SignalForwarding signals;
   // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  const std::string run_id =
-      config.standalone && config.rdzv_id == "none" ? random_hex() : config.rdzv_id;
+  const std::string& run_id = config.rdzv_id;  // never empty (resolve_launch_config)
   AgentStores stores(config, run_id);  // --rdzv-backend: embedded TCP store or etcd
   RendezvousMember self;
   self.host = host_name();

@@ -2,6 +2,7 @@
 
 #include <ifaddrs.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/etcd_store.h"
+#include "dist/store_secret.h"
+#include "dist/store_value.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -64,6 +67,39 @@ bool names_this_machine(const std::string& host) {
   return local;
 }
 
+// The address to bind for a store that others reach at `host`: the first address `host`
+// resolves to (numeric), so only that interface listens; "" (every interface) only when `host`
+// does not resolve here, e.g. a service name that routes to this pod from outside.
+std::string bind_address_for(const std::string& host) {
+  if (is_loopback(host)) return host == "localhost" ? "127.0.0.1" : host;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    log::warn("launch: {} does not resolve on this machine; the store listens on every interface "
+              "(it admits only clients with the run's secret)",
+              host);
+    return "";
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  std::string address;
+  if (::getnameinfo(found->ai_addr, found->ai_addrlen, text, sizeof(text), nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+    address = text;
+  }
+  ::freeaddrinfo(found);
+  if (is_loopback(address)) {
+    // e.g. Debian's /etc/hosts maps the host name to 127.0.1.1, while other nodes reach this
+    // one by its real address: only every interface serves them.
+    log::info("launch: {} resolves to {} here; the store listens on every interface (it admits "
+              "only clients with the run's secret)",
+              host, address);
+    return "";
+  }
+  return address;
+}
+
 }  // namespace
 
 AgentStores::AgentStores(const LaunchConfig& config, const std::string& run_id)
@@ -79,12 +115,14 @@ void AgentStores::start_tcp(const LaunchConfig& config, const std::string& run_i
   worker_endpoint_ = {config.rdzv_host, config.rdzv_port};
   const bool must_host = config.node_rank_given && config.node_rank == 0;
   const bool may_host = !config.node_rank_given && names_this_machine(config.rdzv_host);
+  store_secret_ = config.store_secret;  // resolve_launch_config: given, or generated (one node)
   if (must_host || may_host) {
-    // Bind exactly the endpoint's address when it is loopback; otherwise every interface,
-    // since the name other nodes use (a service or pod name) may not be bindable here.
-    const std::string bind_host = is_loopback(config.rdzv_host) ? config.rdzv_host : "";
+    // Bind the address the endpoint resolves to, and only that: other nodes reach the store
+    // there, and nothing else on this machine's other interfaces can.
+    const std::string bind_host = bind_address_for(config.rdzv_host);
     try {
-      rendezvous_server_ = std::make_unique<TcpStoreServer>(bind_host, config.rdzv_port);
+      rendezvous_server_ =
+          std::make_unique<TcpStoreServer>(bind_host, config.rdzv_port, store_secret_);
       worker_endpoint_.port = rendezvous_server_->port();
     } catch (const Error& e) {
       if (must_host) throw;
@@ -93,7 +131,7 @@ void AgentStores::start_tcp(const LaunchConfig& config, const std::string& run_i
   }
   const auto connect = [&] {
     return std::make_unique<TcpStoreClient>(worker_endpoint_.host, worker_endpoint_.port,
-                                            config.join_timeout);
+                                            config.join_timeout, store_secret_);
   };
   const std::string scope = "rdzv/" + run_id + "/";
   backend_ = connect();
@@ -115,6 +153,13 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
   rendezvous_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_publisher_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_mode_ = AgentLiveness::Mode::kLease;
+  // The workers' TCP stores need a secret: the one given, or one the first agent generates and
+  // all share through etcd (which its own TLS and auth protect).
+  store_secret_ = config.store_secret;
+  if (store_secret_.empty()) {
+    store_secret_ = rendezvous_->compare_set("store_secret", "", generate_store_secret());
+    check_store_secret(store_secret_, backend_->endpoint() + " key 'store_secret'");
+  }
 }
 
 std::optional<AgentStores::Endpoint> AgentStores::worker_store(
@@ -123,9 +168,10 @@ std::optional<AgentStores::Endpoint> AgentStores::worker_store(
   const std::string key = g.prefix() + "worker_store";
   if (g.group_rank == 0) {
     if (!worker_server_) {
-      const bool loopback = is_loopback(config_.rdzv_host);
-      worker_server_ = std::make_unique<TcpStoreServer>(loopback ? "127.0.0.1" : "", 0);
-      worker_endpoint_ = {loopback ? "127.0.0.1" : host_name(), worker_server_->port()};
+      // The address other nodes reach this one by: its host name's, bound alone.
+      const std::string host = is_loopback(config_.rdzv_host) ? "127.0.0.1" : host_name();
+      worker_server_ = std::make_unique<TcpStoreServer>(bind_address_for(host), 0, store_secret_);
+      worker_endpoint_ = {host, worker_server_->port()};
     }
     rendezvous_->set(key,
                      tcp_store_wire::format_endpoint(worker_endpoint_.host, worker_endpoint_.port));
@@ -135,9 +181,16 @@ std::optional<AgentStores::Endpoint> AgentStores::worker_store(
   while (true) {
     if (const std::optional<std::string> published = rendezvous_->try_get(key)) {
       const auto colon = published->rfind(':');
+      if (colon == std::string::npos || colon == 0) {
+        fail("etcd at {}: key '{}' holds '{}', not HOST:PORT; HINT: another program writes to "
+             "this run's keys: use another --rdzv-id",
+             backend_->endpoint(), key, published->substr(0, 80));
+      }
       std::string host = published->substr(0, colon);
       if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-      return Endpoint{host, std::stoi(published->substr(colon + 1))};
+      const int64_t port =
+          parse_store_integer(*rendezvous_, key + " (port)", published->substr(colon + 1), 1, 65535);
+      return Endpoint{host, static_cast<int>(port)};
     }
     if (give_up()) return std::nullopt;
     if (Clock::now() >= deadline) {

@@ -12,6 +12,8 @@
 //   generation hosts one (on a free port, started the first time it is rank 0) and publishes
 //   "HOST:PORT" under gen/<g>/worker_store; the others read it and pass it on as
 //   MASTER_ADDR/MASTER_PORT. Any agent may die: the others re-form without it.
+// Every TCP store requires the run's secret (dist/store_secret.h) and binds only the address
+// its endpoint resolves to.
 #pragma once
 
 #include <functional>
@@ -54,6 +56,9 @@ class AgentStores {
   // `give_up` and returning nullopt when it says to. Throws Error when nothing is published
   // within join_timeout.
   std::optional<Endpoint> worker_store(const Generation& g, const std::function<bool()>& give_up);
+  // The secret every client of the workers' store presents (dist/store_secret.h): the run's
+  // given or generated one; with etcd and none given, the one the agents share through etcd.
+  const std::string& worker_store_secret() const { return store_secret_; }
 
  private:
   void start_tcp(const LaunchConfig& config, const std::string& run_id);
@@ -69,6 +74,7 @@ class AgentStores {
   std::unique_ptr<Store> liveness_publisher_;          // PrefixStore, like rendezvous_
   AgentLiveness::Mode liveness_mode_ = AgentLiveness::Mode::kHeartbeat;
   Endpoint worker_endpoint_;  // c10d: fixed; etcd: worker_server_'s, once started
+  std::string store_secret_;
 };
 
 }  // namespace shardtrain::launch

@@ -23,8 +23,8 @@ int64_t unix_ms_now() {
 // A TCP store connection whose keys all live under a prefix (PrefixStore that owns its inner).
 class ScopedTcpStore final : public Store {
  public:
-  ScopedTcpStore(const std::string& host, int port, std::string prefix)
-      : client_(host, port, std::chrono::minutes(5)), scoped_(client_, std::move(prefix)) {}
+  ScopedTcpStore(const std::string& host, int port, const std::string& secret, std::string prefix)
+      : client_(host, port, std::chrono::minutes(5), secret), scoped_(client_, std::move(prefix)) {}
   void set(const std::string& key, const std::string& value) override { scoped_.set(key, value); }
   std::string get(const std::string& key, Duration timeout) override {
     return scoped_.get(key, timeout);
@@ -141,8 +141,9 @@ std::unique_ptr<Heartbeat> Heartbeat::for_launched_worker(const DistEnv& env) {
   const char* prefix = std::getenv("SHARDTRAIN_STORE_PREFIX");
   std::unique_ptr<Store> store;
   if (prefix != nullptr && *prefix != '\0' && !env.master_addr.empty() && env.master_port > 0 &&
-      env.store_dir.empty()) {
-    store = std::make_unique<ScopedTcpStore>(env.master_addr, env.master_port, prefix);
+      env.store_dir.empty() && !env.store_secret.empty()) {
+    store = std::make_unique<ScopedTcpStore>(env.master_addr, env.master_port, env.store_secret,
+                                             prefix);
   }
   return std::make_unique<Heartbeat>(std::move(store), env.rank);
 }

@@ -314,6 +314,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
     if (is_rank0) {
       SaveHfOptions save;
       save.extra_files = tokenizer_files_in(config.model.path);  // so the output is usable
+      save.protected_dirs = {config.model.path, config.train.checkpoint_dir};
       save_hf_checkpoint(config.train.output_dir, model_config, layout, gather,
                          config.model.dtype == "bf16" ? DType::kBF16 : DType::kF32, save);
       log::info("saved Hugging Face checkpoint to {}", config.train.output_dir);
