@@ -352,9 +352,9 @@ TEST_F(CliTest, HostileSizesAndFilesEndInOneLineErrors) {
   expect_user_error(run("train --config " +
                         train_toml(model_with("h62", "hidden_size", "4611686018427387904"), data)),
                     {"'hidden_size'", "maximum"});
-  expect_user_error(
-      run("train --config " + train_toml(model_with("l9", "num_hidden_layers", "1000000000"), data)),
-      {"'num_hidden_layers'", "maximum"});
+  expect_user_error(run("train --config " +
+                        train_toml(model_with("l9", "num_hidden_layers", "1000000000"), data)),
+                    {"'num_hidden_layers'", "maximum"});
   expect_user_error(run("train --config " + train_toml(kGolden + "llama_gqa", data) +
                         " --data.seq_len=1000000000000"),
                     {"'data.seq_len'", "1000000000000"});

@@ -3,7 +3,8 @@
 //   shardtrain::Error (a user mistake: file, key, flag, peer)  -> "error: ...", exit 2
 //   std::bad_alloc (a job too large for this machine's memory) -> "error: out of memory", exit 2
 //   anything else (a bug: no user input may reach it)          -> "internal error at FILE:LINE"
-//                                                                  with the exception's type, exit 1
+//                                                                  with the exception's type, exit
+//                                                                  1
 // Nothing escapes main, so no input ends in std::terminate / abort (rc 134).
 #include <cxxabi.h>
 

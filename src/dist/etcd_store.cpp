@@ -79,9 +79,10 @@ constexpr size_t kMaxResponseBytes = 64u << 20;
 Json parse_reply(const std::string& body) {
   Json reply = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (reply.is_discarded() || !reply.is_object()) {
-    fail("the reply from etcd is not a JSON object ('{}'); HINT: is --rdzv-endpoint etcd's "
-         "client port?",
-         body.substr(0, 60));
+    fail(
+        "the reply from etcd is not a JSON object ('{}'); HINT: is --rdzv-endpoint etcd's "
+        "client port?",
+        body.substr(0, 60));
   }
   return reply;
 }

@@ -30,9 +30,10 @@ std::string generate_store_secret() {
 std::string store_secret_from_env(const std::map<std::string, std::string>& env) {
   const auto it = env.find(kStoreSecretVariable);
   if (it == env.end() || it->second.empty()) {
-    fail("{} is not set: the store at MASTER_ADDR:MASTER_PORT admits only clients that present "
-         "the run's secret; HINT: start workers with `shardtrain launch` (it sets the variable)",
-         kStoreSecretVariable);
+    fail(
+        "{} is not set: the store at MASTER_ADDR:MASTER_PORT admits only clients that present "
+        "the run's secret; HINT: start workers with `shardtrain launch` (it sets the variable)",
+        kStoreSecretVariable);
   }
   check_store_secret(it->second, kStoreSecretVariable);
   return it->second;
@@ -43,10 +44,11 @@ void check_store_secret(const std::string& secret, const std::string& source) {
                              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                              "!#$%&()*+-./:;<>?@[]^_{|}~") == std::string::npos;
   if (secret.size() < 16 || secret.size() > 1024 || !printable) {
-    fail("{}: the store secret must be 16 to 1024 letters, digits or punctuation (no spaces, "
-         "quotes, commas or '='), got {} characters; HINT: generate one with "
-         "`openssl rand -hex 32`",
-         source, secret.size());
+    fail(
+        "{}: the store secret must be 16 to 1024 letters, digits or punctuation (no spaces, "
+        "quotes, commas or '='), got {} characters; HINT: generate one with "
+        "`openssl rand -hex 32`",
+        source, secret.size());
   }
 }
 

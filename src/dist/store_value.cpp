@@ -16,9 +16,10 @@ int64_t parse_store_integer(const Store& store, const std::string& key, const st
     for (char& c : shown) {
       if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
     }
-    fail("store at {}: key '{}' holds '{}{}', not an integer in [{}, {}]; HINT: another program "
-         "writes to this run's keys: use another --rdzv-id (and keep the store secret secret)",
-         store.endpoint(), key, shown, value.size() > 40 ? "..." : "", min_value, max_value);
+    fail(
+        "store at {}: key '{}' holds '{}{}', not an integer in [{}, {}]; HINT: another program "
+        "writes to this run's keys: use another --rdzv-id (and keep the store secret secret)",
+        store.endpoint(), key, shown, value.size() > 40 ? "..." : "", min_value, max_value);
   }
   return parsed;
 }

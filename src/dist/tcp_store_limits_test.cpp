@@ -70,12 +70,14 @@ long rss_kib() {
 
 size_t thread_count() {
   size_t n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
   return n;
 }
 
 void wait_for_connections(const TcpStoreServer& server, size_t count) {
-  for (int i = 0; i < 200 && server.connection_count() != count; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 200 && server.connection_count() != count; ++i)
+    std::this_thread::sleep_for(10ms);
   ASSERT_EQ(server.connection_count(), count);
 }
 
@@ -98,7 +100,8 @@ TEST(TcpStoreLimits, ClientWithoutTheSecretCanDoNothing) {
   }
   // A wrong secret, then a request on the same connection.
   const int fd = raw_connection(server);
-  const std::string answer = send_and_read(fd, hello_frame(kProtocolMagic, kProtocolVersion, "guess"));
+  const std::string answer =
+      send_and_read(fd, hello_frame(kProtocolMagic, kProtocolVersion, "guess"));
   EXPECT_EQ(answer[0], static_cast<char>(Status::kError));
   EXPECT_NE(answer.find("wrong store secret"), std::string::npos) << answer;
   EXPECT_EQ(send_and_read(fd, set.frame()), "(closed)");
@@ -108,8 +111,9 @@ TEST(TcpStoreLimits, ClientWithoutTheSecretCanDoNothing) {
   EXPECT_EQ(member.try_get("generation/failed"), "");
   EXPECT_GE(server.refused_count(), 5u);
 
-  const std::string message = error_of(
-      [&] { TcpStoreClient intruder("127.0.0.1", server.port(), 2000ms, "not-the-run-secret-42"); });
+  const std::string message = error_of([&] {
+    TcpStoreClient intruder("127.0.0.1", server.port(), 2000ms, "not-the-run-secret-42");
+  });
   EXPECT_NE(message.find("refused this client: wrong store secret"), std::string::npos) << message;
 }
 

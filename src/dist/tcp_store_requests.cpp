@@ -82,9 +82,10 @@ std::variant<StoreRequest, std::string> parse_store_request(std::string_view pay
   StoreRequest request;
   request.op = static_cast<Op>(*op);
   if (!read_fields(request.op, in, request)) {
-    return fmt::format("malformed request (operation {}): a field is short or over its limit "
-                       "(keys {} bytes, values {} bytes)",
-                       *op, kMaxKeyBytes, kMaxValueBytes);
+    return fmt::format(
+        "malformed request (operation {}): a field is short or over its limit "
+        "(keys {} bytes, values {} bytes)",
+        *op, kMaxKeyBytes, kMaxValueBytes);
   }
   request.number = request.op == Op::kGet || request.op == Op::kWait
                        ? std::clamp<int64_t>(request.number, 0, kMaxTimeoutMs)
@@ -118,9 +119,9 @@ std::string StoreData::put(const std::string& key, const std::string& value) {
   const size_t old_bytes = it == data_.end() ? 0 : key.size() + it->second.size();
   const size_t new_total = total_bytes_ - old_bytes + key.size() + value.size();
   if (new_total > max_total_bytes_) {
-    return error_response(fmt::format(
-        "the store is full: key '{}' would bring it to {} bytes, over its limit of {}", key,
-        new_total, max_total_bytes_));
+    return error_response(
+        fmt::format("the store is full: key '{}' would bring it to {} bytes, over its limit of {}",
+                    key, new_total, max_total_bytes_));
   }
   data_[key] = value;
   total_bytes_ = new_total;
@@ -133,8 +134,8 @@ std::string StoreData::add(const StoreRequest& request, bool& changed) {
     const std::string& text = it->second;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
     if (ec != std::errc() || end != text.data() + text.size()) {
-      return error_response(fmt::format("add on key '{}' whose value is not an integer",
-                                        request.key));
+      return error_response(
+          fmt::format("add on key '{}' whose value is not an integer", request.key));
     }
   }
   int64_t result = 0;

@@ -207,8 +207,10 @@ void TcpStoreServer::Loop::read_from(Connection& c) {
   char buffer[kReadChunk];
   // Read no further than the end of the current frame, so `in` holds at most one frame.
   size_t want = kReadChunk;
-  if (c.in.size() >= 4) want = std::min(want, 4 + size_t{frame_length(c.in)} - c.in.size());
-  else want = std::min(want, 4 - c.in.size());
+  if (c.in.size() >= 4)
+    want = std::min(want, 4 + size_t{frame_length(c.in)} - c.in.size());
+  else
+    want = std::min(want, 4 - c.in.size());
   const ssize_t n = ::recv(c.fd, buffer, want, 0);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
     c.dead = true;
@@ -351,8 +353,7 @@ int TcpStoreServer::Loop::poll_timeout_ms(Clock::time_point now) const {
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, std::string secret)
     : TcpStoreServer(host, port, std::move(secret), Limits{}) {}
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port, std::string secret,
-                               Limits limits)
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, std::string secret, Limits limits)
     : host_(host) {
   SHARDTRAIN_CHECK(!secret.empty(), "the store needs a secret");
   const int listen_fd = listen_tcp(host, port, port_);

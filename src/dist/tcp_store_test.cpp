@@ -37,7 +37,8 @@ int raw_member_connection(const TcpStoreServer& server) {
       .str(kSecret);
   EXPECT_TRUE(tcp_store_wire::send_all(fd, hello.frame()));
   std::string response;
-  EXPECT_EQ(tcp_store_wire::read_frame(fd, response, std::nullopt), tcp_store_wire::ReadResult::kOk);
+  EXPECT_EQ(tcp_store_wire::read_frame(fd, response, std::nullopt),
+            tcp_store_wire::ReadResult::kOk);
   EXPECT_EQ(response, std::string(1, static_cast<char>(tcp_store_wire::Status::kOk)));
   return fd;
 }

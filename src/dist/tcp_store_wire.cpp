@@ -116,9 +116,7 @@ ReadResult read_exact(int fd, char* out, size_t count,
 
 }  // namespace
 
-uint32_t frame_length(std::string_view header) {
-  return static_cast<uint32_t>(read_le(header, 4));
-}
+uint32_t frame_length(std::string_view header) { return static_cast<uint32_t>(read_le(header, 4)); }
 
 ReadResult read_frame(int fd, std::string& payload, std::optional<Clock::time_point> deadline,
                       uint32_t max_bytes) {

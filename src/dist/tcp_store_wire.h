@@ -26,7 +26,7 @@ namespace shardtrain::tcp_store_wire {
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;  // 64 MiB
 inline constexpr uint32_t kMaxHelloBytes = 4096;       // the handshake frame
 inline constexpr size_t kMaxKeyBytes = 4096;
-inline constexpr size_t kMaxValueBytes = 32u << 20;  // 32 MiB
+inline constexpr size_t kMaxValueBytes = 32u << 20;          // 32 MiB
 inline constexpr int64_t kProtocolMagic = 0x31545354444853;  // "SHDTST1" little endian
 inline constexpr int64_t kProtocolVersion = 1;
 

@@ -132,14 +132,13 @@ void require_contiguous_data(const std::string& path, std::vector<RawEntry>& raw
   const RawEntry* previous = nullptr;
   for (const RawEntry& current : raw_entries) {
     if (current.begin != expected_begin) {
-      const std::string after = previous == nullptr
-                                    ? std::string("the start of the data section")
-                                    : fmt::format("tensor '{}' (bytes {}..{})", previous->entry.name,
-                                                  previous->begin, previous->end);
+      const std::string after =
+          previous == nullptr ? std::string("the start of the data section")
+                              : fmt::format("tensor '{}' (bytes {}..{})", previous->entry.name,
+                                            previous->begin, previous->end);
       fail("{}: tensor '{}' (bytes {}..{}) {} {}; data regions must be contiguous; {}", path,
            current.entry.name, current.begin, current.end,
-           current.begin < expected_begin ? "overlaps" : "leaves a gap after", after,
-           kCorruptHint);
+           current.begin < expected_begin ? "overlaps" : "leaves a gap after", after, kCorruptHint);
     }
     expected_begin = current.end;
     previous = &current;

@@ -91,8 +91,7 @@ std::string worker_store_prefix(const std::string& run_id, int64_t attempt) {
 
 std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generation& gen,
                                      const AgentStores::Endpoint& store,
-                                     const std::string& store_secret,
-                                     const std::string& run_id) {
+                                     const std::string& store_secret, const std::string& run_id) {
   std::vector<WorkerSpec> specs;
   const int first_rank = gen.first_rank();
   const int world_size = gen.world_size();
@@ -230,9 +229,8 @@ AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
   std::unique_ptr<TcpStoreClient> watchdog_client;
   std::unique_ptr<Watchdog> watchdog;
   if (gen.group_rank == 0 && config.watchdog_timeout.count() > 0) {
-    watchdog_client = std::make_unique<TcpStoreClient>(store->host, store->port,
-                                                       config.join_timeout,
-                                                       stores.worker_store_secret());
+    watchdog_client = std::make_unique<TcpStoreClient>(
+        store->host, store->port, config.join_timeout, stores.worker_store_secret());
     watchdog =
         std::make_unique<Watchdog>(*watchdog_client, worker_store_prefix(run_id, gen.attempt),
                                    gen.world_size(), config.watchdog_timeout);

@@ -1,8 +1,8 @@
 #include "launch/agent_stores.h"
 
+#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netdb.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -77,9 +77,10 @@ std::string bind_address_for(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
-    log::warn("launch: {} does not resolve on this machine; the store listens on every interface "
-              "(it admits only clients with the run's secret)",
-              host);
+    log::warn(
+        "launch: {} does not resolve on this machine; the store listens on every interface "
+        "(it admits only clients with the run's secret)",
+        host);
     return "";
   }
   char text[INET6_ADDRSTRLEN] = {};
@@ -92,9 +93,10 @@ std::string bind_address_for(const std::string& host) {
   if (is_loopback(address)) {
     // e.g. Debian's /etc/hosts maps the host name to 127.0.1.1, while other nodes reach this
     // one by its real address: only every interface serves them.
-    log::info("launch: {} resolves to {} here; the store listens on every interface (it admits "
-              "only clients with the run's secret)",
-              host, address);
+    log::info(
+        "launch: {} resolves to {} here; the store listens on every interface (it admits "
+        "only clients with the run's secret)",
+        host, address);
     return "";
   }
   return address;
@@ -182,14 +184,15 @@ std::optional<AgentStores::Endpoint> AgentStores::worker_store(
     if (const std::optional<std::string> published = rendezvous_->try_get(key)) {
       const auto colon = published->rfind(':');
       if (colon == std::string::npos || colon == 0) {
-        fail("etcd at {}: key '{}' holds '{}', not HOST:PORT; HINT: another program writes to "
-             "this run's keys: use another --rdzv-id",
-             backend_->endpoint(), key, published->substr(0, 80));
+        fail(
+            "etcd at {}: key '{}' holds '{}', not HOST:PORT; HINT: another program writes to "
+            "this run's keys: use another --rdzv-id",
+            backend_->endpoint(), key, published->substr(0, 80));
       }
       std::string host = published->substr(0, colon);
       if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-      const int64_t port =
-          parse_store_integer(*rendezvous_, key + " (port)", published->substr(colon + 1), 1, 65535);
+      const int64_t port = parse_store_integer(*rendezvous_, key + " (port)",
+                                               published->substr(colon + 1), 1, 65535);
       return Endpoint{host, static_cast<int>(port)};
     }
     if (give_up()) return std::nullopt;

@@ -61,7 +61,8 @@ class ElasticLaunchTest : public ::testing::Test {
     const std::string command =
         worker.rfind("train", 0) == 0 ? worker : "/bin/sh -c '" + worker + "'";
     return "env " + testing::kTestStoreToken + " " + kBinary + " launch --node-rank " +
-           std::to_string(node) + " --nproc-per-node 2 --rdzv-id elastic --rdzv-endpoint 127.0.0.1:" +
+           std::to_string(node) +
+           " --nproc-per-node 2 --rdzv-id elastic --rdzv-endpoint 127.0.0.1:" +
            std::to_string(port_) + " " + flags + " -- " + command;
   }
   std::string log(const std::string& name) const { return dir_ + "/" + name + ".log"; }

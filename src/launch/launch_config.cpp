@@ -97,11 +97,15 @@ std::chrono::milliseconds to_millis(double seconds) {
 // The store secret in the file `s` names (trailing whitespace, e.g. a newline, ignored).
 std::string read_token_file(const Setting& s) {
   std::ifstream in(s.value, std::ios::binary);
-  if (!in) fail("{} '{}': cannot read the file; HINT: check the path and its permissions", s.source, s.value);
+  if (!in)
+    fail("{} '{}': cannot read the file; HINT: check the path and its permissions", s.source,
+         s.value);
   std::string secret;
   std::getline(in, secret, '\0');
-  if (secret.size() > 4096) fail("{} '{}': the file is larger than a store secret", s.source, s.value);
-  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
+  if (secret.size() > 4096)
+    fail("{} '{}': the file is larger than a store secret", s.source, s.value);
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
+    secret.pop_back();
   check_store_secret(secret, s.source + " " + s.value);
   return secret;
 }
@@ -158,10 +162,11 @@ void resolve_store_secret(const EnvLookup& env, LaunchConfig& config) {
   }
   if (config.rdzv_backend == "etcd") return;  // AgentStores shares one through etcd
   if (config.max_nodes > 1) {
-    fail("--nnodes {}: the agents of several nodes share the TCP store, which admits only "
-         "clients with the run's secret; HINT: give every node the same --rdzv-conf "
-         "token=SECRET or token_file=PATH (or PET_RDZV_TOKEN), e.g. from `openssl rand -hex 32`",
-         config.max_nodes);
+    fail(
+        "--nnodes {}: the agents of several nodes share the TCP store, which admits only "
+        "clients with the run's secret; HINT: give every node the same --rdzv-conf "
+        "token=SECRET or token_file=PATH (or PET_RDZV_TOKEN), e.g. from `openssl rand -hex 32`",
+        config.max_nodes);
   }
   config.store_secret = generate_store_secret();
 }
@@ -174,12 +179,14 @@ void resolve_run_id(bool given, LaunchConfig& config) {
     config.rdzv_id = "run-" + generate_store_secret().substr(0, 16);
   } else if (!config.store_secret.empty()) {
     uint64_t hash = 0xcbf29ce484222325;  // FNV-1a: the same id on every node and build
-    for (const char c : config.store_secret) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3;
+    for (const char c : config.store_secret)
+      hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3;
     config.rdzv_id = fmt::format("run-{:016x}", hash);
   } else {
-    fail("--rdzv-backend etcd with --nnodes {}: give every node the same --rdzv-id (a name for "
-         "this run; it scopes the run's keys in etcd)",
-         config.max_nodes);
+    fail(
+        "--rdzv-backend etcd with --nnodes {}: give every node the same --rdzv-id (a name for "
+        "this run; it scopes the run's keys in etcd)",
+        config.max_nodes);
   }
 }
 

@@ -56,9 +56,8 @@ std::string quote(const std::string& s) {
 Result run(const std::string& args, const std::string& env_prefix = "") {
   Result result;
   const auto start = std::chrono::steady_clock::now();
-  const std::string command =
-      shardtrain::testing::kTestStoreToken + " " + env_prefix + " timeout -s KILL 25 " + kBinary +
-      " " + args + " 2>&1 </dev/null";
+  const std::string command = shardtrain::testing::kTestStoreToken + " " + env_prefix +
+                              " timeout -s KILL 25 " + kBinary + " " + args + " 2>&1 </dev/null";
   std::FILE* pipe = popen(command.c_str(), "r");
   std::array<char, 4096> buffer;
   size_t n;
@@ -146,8 +145,8 @@ TEST_F(LauncherTest, WorkersGetTheRunSecretAndAnUnguessableRunId) {
   EXPECT_EQ(seen("PET_RDZV_TOKEN=given-secret-0123456789").substr(0, 27),
             "given-secret-0123456789 run");
 
-  const Result multi = run("launch --nnodes 2 --node-rank 0 --rdzv-endpoint 127.0.0.1:1 -- true",
-                           "PET_RDZV_TOKEN=");
+  const Result multi =
+      run("launch --nnodes 2 --node-rank 0 --rdzv-endpoint 127.0.0.1:1 -- true", "PET_RDZV_TOKEN=");
   EXPECT_EQ(multi.exit_code, 2) << multi.output;
   EXPECT_NE(multi.output.find("--rdzv-conf token=SECRET"), std::string::npos) << multi.output;
   const Result weak = run("launch --standalone --rdzv-conf token=short -- true");
@@ -155,7 +154,8 @@ TEST_F(LauncherTest, WorkersGetTheRunSecretAndAnUnguessableRunId) {
   EXPECT_NE(weak.output.find("--rdzv-conf token: the store secret must be 16 to 1024"),
             std::string::npos)
       << weak.output;
-  const Result missing_file = run("launch --standalone --rdzv-conf token_file=/nonexistent -- true");
+  const Result missing_file =
+      run("launch --standalone --rdzv-conf token_file=/nonexistent -- true");
   EXPECT_EQ(missing_file.exit_code, 2) << missing_file.output;
   EXPECT_NE(missing_file.output.find("token_file '/nonexistent': cannot read"), std::string::npos)
       << missing_file.output;

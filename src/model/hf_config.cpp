@@ -162,8 +162,8 @@ void check_token_id_list(const std::string& path, const KeyReader& top, const ch
   for (const Json& id : *value) {
     if (!id.is_number_integer()) top.wrong_type(key, "an integer or a list of integers", *value);
     if (id.get<int64_t>() >= vocab_size || id.get<int64_t>() < 0) {
-      fail("{}: key '{}' lists {}, which is not in [0, vocab_size = {}); {}", path, key,
-           id.dump(), vocab_size, kFixHint);
+      fail("{}: key '{}' lists {}, which is not in [0, vocab_size = {}); {}", path, key, id.dump(),
+           vocab_size, kFixHint);
     }
   }
 }

@@ -252,8 +252,7 @@ TEST_F(HfConfigTest, RejectsSizesAboveTheirMaximum) {
   expect_error(llama("4611686018427387904", "2", "128"), {"'hidden_size'", "maximum"});
   expect_error(llama("64", "1000000000", "128"), {"'num_hidden_layers'", "maximum"});
   expect_error(llama("64", "2", "2147483647"), {"'vocab_size'", "maximum"});
-  expect_error(llama("64", "2", "128").replace(1, 0, R"("head_dim": 1048576, )"),
-               {"'head_dim'"});
+  expect_error(llama("64", "2", "128").replace(1, 0, R"("head_dim": 1048576, )"), {"'head_dim'"});
   // The largest published shapes still load: Llama 3.1 405B (hidden 16384, 126 layers).
   EXPECT_NO_THROW(read_hf_config(write(llama("16384", "126", "128256"))));
 }
@@ -265,8 +264,8 @@ TEST_F(HfConfigTest, RejectsTokenIdsBeyondTheVocabulary) {
   expect_error(base + R"("eos_token_id": 1000000})", {"'eos_token_id'", "vocab_size"});
   expect_error(base + R"("eos_token_id": [2, 4000]})", {"'eos_token_id'", "4000"});
   expect_error(base + R"("pad_token_id": 128})", {"'pad_token_id'", "vocab_size"});
-  const ModelConfig c =
-      read_hf_config(write(base + R"("bos_token_id": 0, "eos_token_id": [127, 1], "pad_token_id": 5})"));
+  const ModelConfig c = read_hf_config(
+      write(base + R"("bos_token_id": 0, "eos_token_id": [127, 1], "pad_token_id": 5})"));
   EXPECT_EQ(c.eos_token_id, 127);
   EXPECT_EQ(c.pad_token_id, 5);
 }

@@ -105,9 +105,9 @@ void ModelConfig::validate(const std::string& source) const {
     require_positive(source, "rope_scaling.original_max_position_embeddings",
                      rope.original_max_position_embeddings);
   }
-  for (const auto& [key, id] : {std::pair{"bos_token_id", bos_token_id},
-                                std::pair{"eos_token_id", eos_token_id},
-                                std::pair{"pad_token_id", pad_token_id}}) {
+  for (const auto& [key, id] :
+       {std::pair{"bos_token_id", bos_token_id}, std::pair{"eos_token_id", eos_token_id},
+        std::pair{"pad_token_id", pad_token_id}}) {
     if (id >= vocab_size) {
       fail("{}: key '{}' = {} is not below vocab_size = {}; {}", source, key, id, vocab_size,
            kFixHint);

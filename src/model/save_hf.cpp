@@ -51,13 +51,15 @@ bool is_weight_file_name(const std::string& name) {
 
 // Refuses an output dir that holds sharded training checkpoints (step_*/manifest.json, see
 // train/checkpoint_dir.h) or is one of `protected_dirs` (e.g. the input model).
-void refuse_unsafe_output_dir(const fs::path& target, const std::vector<std::string>& protected_dirs) {
+void refuse_unsafe_output_dir(const fs::path& target,
+                              const std::vector<std::string>& protected_dirs) {
   std::error_code ec;
   for (const std::string& dir : protected_dirs) {
     if (!dir.empty() && fs::equivalent(target, dir, ec)) {
-      fail("cannot save to {}: it is the input dir {}; saving there would overwrite what is being "
-           "read; HINT: choose another output dir",
-           target.string(), dir);
+      fail(
+          "cannot save to {}: it is the input dir {}; saving there would overwrite what is being "
+          "read; HINT: choose another output dir",
+          target.string(), dir);
     }
   }
   const auto is_step_dir = [&ec](const fs::path& dir) {
@@ -70,9 +72,10 @@ void refuse_unsafe_output_dir(const fs::path& target, const std::vector<std::str
     checkpoints = it->is_directory(ec) && is_step_dir(it->path());
   }
   if (checkpoints) {
-    fail("cannot save to {}: it holds sharded training checkpoints (step_*/manifest.json); "
-         "HINT: write the Hugging Face model to another dir",
-         target.string());
+    fail(
+        "cannot save to {}: it holds sharded training checkpoints (step_*/manifest.json); "
+        "HINT: write the Hugging Face model to another dir",
+        target.string());
   }
 }
 

@@ -130,8 +130,8 @@ TEST_F(SaveHfTest, ReplacesOnlyItsOwnFilesAndLeavesEverythingElse) {
   const auto save = [&](uint64_t max_shard_bytes) {
     SaveHfOptions options;
     options.max_shard_bytes = max_shard_bytes;
-    save_hf_checkpoint(out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32,
-                       options);
+    save_hf_checkpoint(
+        out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32, options);
   };
   fs::create_directories(out + "/runs");
   std::ofstream(out + "/notes.txt") << "mine";
@@ -162,8 +162,8 @@ TEST_F(SaveHfTest, RefusesTheInputDirAndCheckpointDirs) {
     SaveHfOptions options;
     options.protected_dirs = std::move(protected_dirs);
     try {
-      save_hf_checkpoint(out, config, layout, [&](int u) { return values[u].data(); },
-                         DType::kF32, options);
+      save_hf_checkpoint(
+          out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32, options);
     } catch (const Error& e) {
       return std::string(e.what());
     }

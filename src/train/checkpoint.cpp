@@ -13,9 +13,9 @@
 
 #include "core/error.h"
 #include "core/json_message.h"
-#include "io/read_file.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_dir.h"
 

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "core/json_message.h"
-#include "io/read_file.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 namespace fs = std::filesystem;

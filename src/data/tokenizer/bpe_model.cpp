@@ -75,8 +75,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& config, const ConfigSite& sit
         site.file, type);
   }
   BpeModel model;
-  if (const auto dropout = config.find("dropout");
-      dropout != config.end() && !dropout->is_null()) {
+  if (const auto dropout = config.find("dropout"); dropout != config.end() && !dropout->is_null()) {
     if (!dropout->is_number()) {
       fail("{}: model.dropout must be a number or null, got {}; the tokenizer.json is malformed",
            site.file, dropout->type_name());
