@@ -8,6 +8,8 @@ packages=(
   libpcre2-dev libutf8proc-dev libopenblas-dev libgloo-dev libgtest-dev
   python3
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
+  libssl-dev  # TLS to etcd (dist/etcd_http.cpp); the etcd TLS test makes its certificates with openssl
+  openssl
   clang libclang-rt-dev  # libFuzzer + sanitizers for the fuzz targets (tests/fuzz, CMake SHARDTRAIN_FUZZ)
 )
 missing=()

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/etcd_http.h"
 #include "dist/tcp_store_wire.h"
 
 namespace shardtrain {
@@ -72,9 +73,6 @@ int64_t json_int(const Json& object, const char* field) {
   return n;
 }
 
-// No reply of etcd to our requests comes near this; a larger one is not from etcd.
-constexpr size_t kMaxResponseBytes = 64u << 20;
-
 // An etcd reply body as JSON; anything else is an Error (it comes from the network).
 Json parse_reply(const std::string& body) {
   Json reply = Json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -87,95 +85,21 @@ Json parse_reply(const std::string& body) {
   return reply;
 }
 
-struct HttpResponse {
-  int status = 0;
-  std::string body;
-};
-
-// Decodes a "Transfer-Encoding: chunked" body.
-std::optional<std::string> dechunk(const std::string& raw) {
-  std::string out;
-  size_t at = 0;
-  while (true) {
-    const size_t line_end = raw.find("\r\n", at);
-    if (line_end == std::string::npos) return std::nullopt;
-    const size_t size = std::strtoul(raw.substr(at, line_end - at).c_str(), nullptr, 16);
-    at = line_end + 2;
-    if (size == 0) return out;
-    if (at + size > raw.size()) return std::nullopt;
-    out += raw.substr(at, size);
-    at += size + 2;
-  }
-}
-
-// One HTTP/1.1 POST with "Connection: close": the response ends at EOF. Returns nullopt with
-// `error` set when the server cannot be reached or the response is cut off before `deadline`.
-std::optional<HttpResponse> http_post(const std::string& host, int port, const std::string& path,
-                                      const std::string& body, Clock::time_point deadline,
-                                      std::string& error) {
-  const int fd = tcp_store_wire::connect_tcp(host, port, error);
-  if (fd < 0) return std::nullopt;
-  const std::string request = fmt::format(
-      "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
-      "Connection: close\r\n\r\n{}",
-      path, tcp_store_wire::format_endpoint(host, port), body.size(), body);
-  if (!tcp_store_wire::send_all(fd, request)) {
-    error = "connection lost while sending";
-    ::close(fd);
-    return std::nullopt;
-  }
-  std::string raw;
-  char buffer[16384];
-  while (true) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
-    if (ready == 0) {
-      error = "no response before the timeout";
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (ready < 0 && errno == EINTR) continue;
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    raw.append(buffer, static_cast<size_t>(n));
-    if (raw.size() > kMaxResponseBytes) {
-      error = fmt::format("response larger than {} bytes (is this etcd's client port?)",
-                          kMaxResponseBytes);
-      ::close(fd);
-      return std::nullopt;
-    }
-  }
-  ::close(fd);
-  const size_t header_end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.", 0) != 0 || header_end == std::string::npos || raw.size() < 12) {
-    error = "not an HTTP response (is this etcd's client port?)";
-    return std::nullopt;
-  }
-  HttpResponse response;
-  response.status = std::atoi(raw.c_str() + 9);
-  std::string headers = raw.substr(0, header_end);
-  std::transform(headers.begin(), headers.end(), headers.begin(), ::tolower);
-  response.body = raw.substr(header_end + 4);
-  if (headers.find("transfer-encoding: chunked") != std::string::npos) {
-    auto decoded = dechunk(response.body);
-    if (!decoded) {
-      error = "truncated chunked response";
-      return std::nullopt;
-    }
-    response.body = std::move(*decoded);
-  }
-  return response;
-}
-
 }  // namespace
 
 EtcdStore::EtcdStore(std::string host, int port, std::string scope, Options options)
     : host_(std::move(host)), port_(port), scope_(std::move(scope)), options_(std::move(options)) {
   SHARDTRAIN_CHECK(!scope_.empty() && scope_.front() == '/' && scope_.back() == '/',
                    "etcd scope '{}' must start and end with '/'", scope_);
+  if (!options_.tls.ca_file.empty()) {
+    tls_ = std::make_unique<EtcdTls>(options_.tls);
+  } else if (!options_.tls.cert_file.empty() || !options_.tls.key_file.empty()) {
+    fail("--rdzv-conf cert= and key= need cacert= too (the CA of etcd's certificate)");
+  }
+  if (options_.user.empty() != options_.password.empty()) {
+    fail("--rdzv-conf user= and password= go together (etcd's user/password authentication)");
+  }
+  if (!options_.user.empty()) authenticate();
   if (options_.lease_ttl_seconds <= 0) return;
   const Json grant =
       parse_reply(post("/v3/lease/grant", Json{{"TTL", options_.lease_ttl_seconds}}.dump(),
@@ -241,11 +165,24 @@ std::string EtcdStore::post(const std::string& path, const std::string& body,
                             const std::string& what, Clock::time_point deadline) {
   auto backoff = 10ms;
   std::string error;
+  bool authenticated_again = false;
   while (true) {
-    if (auto response = http_post(host_, port_, path, body, deadline, error)) {
+    std::string headers;
+    if (!options_.user.empty()) headers = "Authorization: " + auth_token() + "\r\n";
+    if (auto response =
+            http_post(host_, port_, path, headers, body, tls_.get(), deadline, error)) {
       if (response->status == 200) return response->body;
+      // A token expires (etcd's simple tokens after 5 idle minutes): get a new one, once.
+      const bool token_refused = response->status == 401 ||
+                                 response->body.find("invalid auth token") != std::string::npos;
+      if (token_refused && !options_.user.empty() && !authenticated_again) {
+        authenticated_again = true;
+        authenticate();
+        continue;
+      }
       // 5xx from the gateway while etcd (re)starts is transient; 4xx is our request's fault.
-      error = fmt::format("HTTP {} from {}: {}", response->status, path, response->body);
+      error = fmt::format("HTTP {} from {}: {}", response->status, path,
+                          response->body.substr(0, 200));
       if (response->status < 500) break;
     }
     if (Clock::now() + backoff >= deadline) break;
@@ -254,6 +191,28 @@ std::string EtcdStore::post(const std::string& path, const std::string& body,
   }
   fail("etcd request for {} at {} failed: {}; is etcd running at {}? check --rdzv-endpoint", what,
        endpoint(), error, endpoint());
+}
+
+std::string EtcdStore::auth_token() {
+  std::lock_guard<std::mutex> lock(auth_mutex_);
+  return auth_token_;
+}
+
+void EtcdStore::authenticate() {
+  const Json request{{"name", options_.user}, {"password", options_.password}};
+  std::string error;
+  const auto response = http_post(host_, port_, "/v3/auth/authenticate", "", request.dump(),
+                                  tls_.get(), request_deadline(), error);
+  if (!response) fail("etcd at {}: cannot authenticate user '{}': {}", endpoint(), options_.user, error);
+  const Json reply = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  if (response->status != 200 || !reply.is_object() || !reply.contains("token") ||
+      !reply["token"].is_string()) {
+    fail("etcd at {}: user '{}' was not authenticated (HTTP {}: {}); HINT: check --rdzv-conf "
+         "user= and password=",
+         endpoint(), options_.user, response->status, response->body.substr(0, 200));
+  }
+  std::lock_guard<std::mutex> lock(auth_mutex_);
+  auth_token_ = reply["token"].get<std::string>();
 }
 
 void EtcdStore::set(const std::string& key, const std::string& value) {

@@ -61,8 +61,9 @@ bool read_fields(Op op, Reader& in, StoreRequest& r) {
     case Op::kPing:
       return true;
     case Op::kHello: {
+      if (!number(r.magic) || !number(r.version)) return false;
       auto secret = bounded_str(in, kMaxHelloBytes);
-      if (!number(r.magic) || !number(r.version) || !secret) return false;
+      if (!secret) return false;
       r.secret = std::move(*secret);
       return true;
     }

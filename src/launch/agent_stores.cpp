@@ -150,6 +150,9 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
                      config.keep_alive_max_attempt;
   options.lease_ttl_seconds = std::max(1, static_cast<int>(std::ceil(ttl)));
   options.leased_keys = [](const std::string& key) { return key.rfind("alive/", 0) == 0; };
+  options.tls = config.etcd_tls;
+  options.user = config.etcd_user;
+  options.password = config.etcd_password;
   backend_ = std::make_unique<EtcdStore>(config.rdzv_host, config.rdzv_port,
                                          "/shardtrain/" + run_id + "/", std::move(options));
   rendezvous_ = std::make_unique<PrefixStore>(*backend_, "");

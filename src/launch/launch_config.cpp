@@ -113,8 +113,8 @@ std::string read_token_file(const Setting& s) {
 void parse_rdzv_conf(const Setting& s, LaunchConfig& config) {
   const char* supported =
       "join_timeout, last_call_timeout, keep_alive_interval (seconds), "
-      "keep_alive_max_attempt (a count), token (the store secret) and token_file (a file "
-      "holding it)";
+      "keep_alive_max_attempt (a count), token (the store secret), token_file (a file "
+      "holding it), and for etcd cacert, cert, key (TLS) and user, password";
   size_t start = 0;
   while (start <= s.value.size()) {
     const size_t comma = std::min(s.value.find(',', start), s.value.size());
@@ -145,6 +145,18 @@ void parse_rdzv_conf(const Setting& s, LaunchConfig& config) {
       config.store_secret = value.value;
     } else if (key == "token_file") {
       config.store_secret = read_token_file(value);
+    } else if (key == "cacert" || key == "cert" || key == "key") {
+      if (value.value.empty() || !std::filesystem::is_regular_file(value.value)) {
+        fail("{} '{}': not a readable file; HINT: give the PEM file's path", value.source,
+             value.value);
+      }
+      (key == "cacert" ? config.etcd_tls.ca_file
+       : key == "cert" ? config.etcd_tls.cert_file
+                       : config.etcd_tls.key_file) = value.value;
+    } else if (key == "user") {
+      config.etcd_user = value.value;
+    } else if (key == "password") {
+      config.etcd_password = value.value;
     } else {
       fail("{} '{}': unknown key '{}'; supported: {}", s.source, s.value, key, supported);
     }
@@ -314,6 +326,12 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
          config.max_nodes, config.max_nodes - 1);
   }
 
+  const bool etcd_security = !config.etcd_tls.ca_file.empty() || !config.etcd_tls.cert_file.empty() ||
+                             !config.etcd_tls.key_file.empty() || !config.etcd_user.empty() ||
+                             !config.etcd_password.empty();
+  if (etcd_security && config.rdzv_backend != "etcd") {
+    fail("--rdzv-conf cacert/cert/key/user/password configure etcd; they need --rdzv-backend etcd");
+  }
   resolve_store_secret(env, config);
   resolve_run_id(!config.rdzv_id.empty(), config);
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/etcd_http.h"
+
 namespace shardtrain::launch {
 
 // The flags as typed (nullopt = not given), before parsing and validation.
@@ -57,6 +59,10 @@ struct LaunchConfig {
   // PET_RDZV_TOKEN, else generated (one node). Empty with etcd when none was given: the agents
   // then share a generated one through etcd (launch/agent_stores.h).
   std::string store_secret;
+  // etcd security, torchelastic's --rdzv-conf keys: cacert, cert, key (TLS with client
+  // certificates) and user, password (etcd authentication).
+  EtcdTlsFiles etcd_tls;
+  std::string etcd_user, etcd_password;
   int max_restarts = 0;
   std::chrono::milliseconds stop_grace{5000};
   // --rdzv-conf keys, torchrun's names and defaults:
