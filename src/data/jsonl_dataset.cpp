@@ -9,13 +9,10 @@
 
 #include "core/error.h"
 #include "core/json_message.h"
+#include "data/jsonl_lines.h"
 
 namespace shardtrain {
 namespace {
-
-bool is_blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r\n") == std::string::npos;
-}
 
 // Reads element `index` of `array` (named `field`) as a token id; -100 is allowed for labels.
 int32_t read_id(const nlohmann::json& element, const char* field, size_t index, bool allow_ignore,
@@ -49,7 +46,7 @@ JsonlDataset::JsonlDataset(const std::string& path, int64_t seq_len, int64_t pad
   size_t line_number = 0;
   while (std::getline(in, line)) {
     ++line_number;
-    if (!is_blank(line)) parse_line(line, line_number);
+    if (!is_blank_line(line)) parse_line(line, line_number);
   }
   if (in.bad()) fail("jsonl {}: read failed ({})", path, std::strerror(errno));
   if (line_number == 0)

@@ -54,8 +54,9 @@ std::optional<std::string> dechunk(const std::string& raw) {
 std::optional<HttpResponse> parse_response(const std::string& raw, std::string& error) {
   const size_t header_end = raw.find("\r\n\r\n");
   if (raw.rfind("HTTP/1.", 0) != 0 || header_end == std::string::npos || raw.size() < 12) {
-    error = "not an HTTP response (is this etcd's client port, and does it speak TLS only when "
-            "--rdzv-conf cacert is given?)";
+    error =
+        "not an HTTP response (is this etcd's client port, and does it speak TLS only when "
+        "--rdzv-conf cacert is given?)";
     return std::nullopt;
   }
   HttpResponse response;
@@ -63,6 +64,12 @@ std::optional<HttpResponse> parse_response(const std::string& raw, std::string& 
   std::string headers = raw.substr(0, header_end);
   std::transform(headers.begin(), headers.end(), headers.begin(), ::tolower);
   response.body = raw.substr(header_end + 4);
+  if (const size_t date = headers.find("\r\ndate:"); date != std::string::npos) {
+    const size_t begin = headers.find_first_not_of(' ', date + 7);
+    if (begin != std::string::npos) {
+      response.date = headers.substr(begin, headers.find("\r\n", begin) - begin);
+    }
+  }
   if (headers.find("transfer-encoding: chunked") != std::string::npos) {
     auto decoded = dechunk(response.body);
     if (!decoded) {
@@ -88,8 +95,7 @@ class Channel {
   bool send(const std::string& bytes) {
     if (ssl_ == nullptr) return tcp_store_wire::send_all(fd_, bytes);
     size_t written = 0;
-    return SSL_write_ex(ssl_, bytes.data(), bytes.size(), &written) == 1 &&
-           written == bytes.size();
+    return SSL_write_ex(ssl_, bytes.data(), bytes.size(), &written) == 1 && written == bytes.size();
   }
   // Reads everything until the peer closes, or fails (`error`) at the deadline or the size cap.
   bool receive_all(std::string& raw, Clock::time_point deadline, std::string& error) {
@@ -179,15 +185,17 @@ EtcdTls::EtcdTls(const EtcdTlsFiles& files) {
   if (SSL_CTX_load_verify_locations(ctx, files.ca_file.c_str(), nullptr) != 1) {
     const std::string why = openssl_error();
     SSL_CTX_free(ctx);
-    fail("--rdzv-conf cacert={}: cannot load the CA certificate ({}); HINT: give the PEM file "
-         "of the CA that signed etcd's certificate",
-         files.ca_file, why);
+    fail(
+        "--rdzv-conf cacert={}: cannot load the CA certificate ({}); HINT: give the PEM file "
+        "of the CA that signed etcd's certificate",
+        files.ca_file, why);
   }
   if (files.cert_file.empty() != files.key_file.empty()) {
     SSL_CTX_free(ctx);
-    fail("--rdzv-conf cert= and key= go together (a client certificate and its private key); "
-         "got only {}",
-         files.cert_file.empty() ? "key" : "cert");
+    fail(
+        "--rdzv-conf cert= and key= go together (a client certificate and its private key); "
+        "got only {}",
+        files.cert_file.empty() ? "key" : "cert");
   }
   if (!files.cert_file.empty()) {
     const char* problem = nullptr;
@@ -201,9 +209,10 @@ EtcdTls::EtcdTls(const EtcdTlsFiles& files) {
     if (problem != nullptr) {
       const std::string why = openssl_error();
       SSL_CTX_free(ctx);
-      fail("--rdzv-conf {}={}: cannot use it ({}); HINT: give the PEM client certificate and "
-           "its matching private key",
-           problem, std::string(problem) == "cert" ? files.cert_file : files.key_file, why);
+      fail(
+          "--rdzv-conf {}={}: cannot use it ({}); HINT: give the PEM client certificate and "
+          "its matching private key",
+          problem, std::string(problem) == "cert" ? files.cert_file : files.key_file, why);
     }
   }
 }

@@ -40,6 +40,7 @@ class EtcdTls {
 struct HttpResponse {
   int status = 0;
   std::string body;
+  std::string date;  // the Date header's value (lowercased), "" when absent
 };
 
 // POSTs `body` (JSON) to http(s)://host:port`path` with the extra `headers` ("Name: value\r\n"

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -152,6 +153,40 @@ void EtcdStore::keepalive_loop() {
 
 std::string EtcdStore::endpoint() const { return tcp_store_wire::format_endpoint(host_, port_); }
 
+EtcdStore::ServerStatus EtcdStore::server_status(Duration timeout) {
+  ServerStatus status;
+  std::string error;
+  const auto sent = std::chrono::system_clock::now();
+  std::string headers;
+  if (!options_.user.empty()) headers = "Authorization: " + auth_token() + "\r\n";
+  const auto response = http_post(host_, port_, "/v3/maintenance/status", headers, "{}", tls_.get(),
+                                  Clock::now() + timeout, error);
+  const auto received = std::chrono::system_clock::now();
+  if (!response) fail("etcd at {}: {}; is etcd running there? check --rdzv-endpoint", endpoint(), error);
+  if (response->status != 200) {
+    fail("etcd at {}: HTTP {} from /v3/maintenance/status: {}", endpoint(), response->status,
+         response->body.substr(0, 200));
+  }
+  const Json reply = Json::parse(response->body, nullptr, false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    fail("etcd at {}: /v3/maintenance/status did not answer JSON (is this etcd's client port?)",
+         endpoint());
+  }
+  status.version = reply.value("version", "");
+  status.leader = std::to_string(json_int(reply, "leader"));
+  if (reply.contains("errors") && reply["errors"].is_array()) {
+    for (const Json& e : reply["errors"]) status.errors.push_back(e.is_string() ? e.get<std::string>() : e.dump());
+  }
+  status.round_trip = std::chrono::duration_cast<std::chrono::milliseconds>(received - sent);
+  status.local_midpoint = sent + (received - sent) / 2;
+  std::tm parsed{};
+  if (!response->date.empty() &&
+      ::strptime(response->date.c_str(), "%a, %d %b %Y %H:%M:%S", &parsed) != nullptr) {
+    status.server_date = std::chrono::system_clock::from_time_t(::timegm(&parsed));
+  }
+  return status;
+}
+
 Clock::time_point EtcdStore::request_deadline() const {
   return Clock::now() + options_.request_timeout;
 }
@@ -169,20 +204,19 @@ std::string EtcdStore::post(const std::string& path, const std::string& body,
   while (true) {
     std::string headers;
     if (!options_.user.empty()) headers = "Authorization: " + auth_token() + "\r\n";
-    if (auto response =
-            http_post(host_, port_, path, headers, body, tls_.get(), deadline, error)) {
+    if (auto response = http_post(host_, port_, path, headers, body, tls_.get(), deadline, error)) {
       if (response->status == 200) return response->body;
       // A token expires (etcd's simple tokens after 5 idle minutes): get a new one, once.
-      const bool token_refused = response->status == 401 ||
-                                 response->body.find("invalid auth token") != std::string::npos;
+      const bool token_refused =
+          response->status == 401 || response->body.find("invalid auth token") != std::string::npos;
       if (token_refused && !options_.user.empty() && !authenticated_again) {
         authenticated_again = true;
         authenticate();
         continue;
       }
       // 5xx from the gateway while etcd (re)starts is transient; 4xx is our request's fault.
-      error = fmt::format("HTTP {} from {}: {}", response->status, path,
-                          response->body.substr(0, 200));
+      error =
+          fmt::format("HTTP {} from {}: {}", response->status, path, response->body.substr(0, 200));
       if (response->status < 500) break;
     }
     if (Clock::now() + backoff >= deadline) break;
@@ -203,13 +237,15 @@ void EtcdStore::authenticate() {
   std::string error;
   const auto response = http_post(host_, port_, "/v3/auth/authenticate", "", request.dump(),
                                   tls_.get(), request_deadline(), error);
-  if (!response) fail("etcd at {}: cannot authenticate user '{}': {}", endpoint(), options_.user, error);
+  if (!response)
+    fail("etcd at {}: cannot authenticate user '{}': {}", endpoint(), options_.user, error);
   const Json reply = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
   if (response->status != 200 || !reply.is_object() || !reply.contains("token") ||
       !reply["token"].is_string()) {
-    fail("etcd at {}: user '{}' was not authenticated (HTTP {}: {}); HINT: check --rdzv-conf "
-         "user= and password=",
-         endpoint(), options_.user, response->status, response->body.substr(0, 200));
+    fail(
+        "etcd at {}: user '{}' was not authenticated (HTTP {}: {}); HINT: check --rdzv-conf "
+        "user= and password=",
+        endpoint(), options_.user, response->status, response->body.substr(0, 200));
   }
   std::lock_guard<std::mutex> lock(auth_mutex_);
   auth_token_ = reply["token"].get<std::string>();

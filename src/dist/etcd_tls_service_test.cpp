@@ -42,7 +42,9 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
-bool sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+bool sh(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 class EtcdTlsTest : public ::testing::Test {
  protected:
@@ -70,13 +72,14 @@ class EtcdTlsTest : public ::testing::Test {
 
   std::string file(const std::string& name) const { return dir_ + "/" + name; }
 
-  // A CA, a server certificate for 127.0.0.1 and a client certificate (CN "client", which is
-  // no etcd user), all P-256 keys (fast to make).
+  // A CA, a server certificate for 127.0.0.1 and a client certificate (no CommonName, so no
+  // etcd user either), all P-256 keys (fast to make).
   bool make_certificates() const {
     const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    const auto sign = [&](const std::string& name, const std::string& ext) {
+    const auto sign = [&](const std::string& name, const std::string& subject,
+                          const std::string& ext) {
       return sh("cd " + dir_ + " && openssl req" + ec + " -keyout " + name + ".key -out " + name +
-                ".csr -subj /CN=" + name + " && printf '" + ext + "' > " + name +
+                ".csr -subj " + subject + " && printf '" + ext + "' > " + name +
                 ".ext && openssl x509 -req -in " + name + ".csr -CA ca.pem -CAkey ca.key " +
                 "-CAcreateserial -days 1 -out " + name + ".pem -extfile " + name + ".ext");
     };
@@ -84,14 +87,18 @@ class EtcdTlsTest : public ::testing::Test {
               " -keyout ca.key -out ca.pem -days 1 -subj /CN=shardtrain-test-ca") &&
            sh("cd " + dir_ + " && openssl req -x509" + ec +
               " -keyout other_ca.key -out other_ca.pem -days 1 -subj /CN=another-ca") &&
-           sign("server", "subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n") &&
-           sign("client", "extendedKeyUsage=clientAuth\\n");
+           // etcd's JSON gateway dials etcd itself with the server certificate (clientAuth), and
+           // refuses client certificates with a CommonName (CVE-2018-16886): as in production.
+           sign("server", "/CN=server",
+                "subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n") &&
+           sign("client", "/O=shardtrain-test-client", "extendedKeyUsage=clientAuth\\n");
   }
 
   void start_etcd() {
     port_ = testing::free_loopback_port();
     const std::string client_url = "https://127.0.0.1:" + std::to_string(port_);
-    const std::string peer_url = "http://127.0.0.1:" + std::to_string(testing::free_loopback_port());
+    const std::string peer_url =
+        "http://127.0.0.1:" + std::to_string(testing::free_loopback_port());
     const std::string etcd = testing::find_etcd();
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -102,21 +109,23 @@ class EtcdTlsTest : public ::testing::Test {
               client_url.c_str(), "--listen-peer-urls", peer_url.c_str(),
               "--initial-advertise-peer-urls", peer_url.c_str(), "--initial-cluster",
               ("default=" + peer_url).c_str(), "--cert-file", file("server.pem").c_str(),
-              "--key-file", file("server.key").c_str(), "--trusted-ca-file",
-              file("ca.pem").c_str(), "--client-cert-auth", nullptr);
+              "--key-file", file("server.key").c_str(), "--trusted-ca-file", file("ca.pem").c_str(),
+              "--client-cert-auth", nullptr);
       ::_exit(127);
     }
   }
 
-  EtcdTlsFiles client_tls() const { return {file("ca.pem"), file("client.pem"), file("client.key")}; }
+  EtcdTlsFiles client_tls() const {
+    return {file("ca.pem"), file("client.pem"), file("client.key")};
+  }
 
   // One raw request to etcd over TLS with the client certificate; the reply body, or "" on failure.
   std::string request(const std::string& path, const nlohmann::json& body,
                       const std::string& headers = "") const {
     const EtcdTls tls(client_tls());
     std::string error;
-    const auto response = http_post("127.0.0.1", port_, path, headers, body.dump(), &tls,
-                                    Clock::now() + 5s, error);
+    const auto response =
+        http_post("127.0.0.1", port_, path, headers, body.dump(), &tls, Clock::now() + 5s, error);
     return response && response->status == 200 ? response->body : "";
   }
 
@@ -172,7 +181,7 @@ TEST_F(EtcdTlsTest, EachMissingOrWrongPieceIsRefused) {
   EXPECT_NE(wrong_password.find("user 'root' was not authenticated"), std::string::npos)
       << wrong_password;
 
-  // Auth is on: without a user the request runs as the certificate's CN "client", no user.
+  // Auth is on: without a user (and a certificate without CommonName) the request has no user.
   EtcdStore anonymous("127.0.0.1", port_, "/t/", options(client_tls(), "", ""));
   EXPECT_NE(error_of([&] { anonymous.set("k", "v"); }).find("HTTP"), std::string::npos);
 
@@ -182,9 +191,9 @@ TEST_F(EtcdTlsTest, EachMissingOrWrongPieceIsRefused) {
   EXPECT_NE(no_client_cert.find("TLS"), std::string::npos) << no_client_cert;
 
   const std::string other_ca = error_of([&] {
-    EtcdStore s("127.0.0.1", port_, "/t/",
-                options({file("other_ca.pem"), file("client.pem"), file("client.key")}, "root",
-                        "root-pw"));
+    EtcdStore s(
+        "127.0.0.1", port_, "/t/",
+        options({file("other_ca.pem"), file("client.pem"), file("client.key")}, "root", "root-pw"));
   });
   EXPECT_NE(other_ca.find("certificate was not accepted"), std::string::npos) << other_ca;
 
@@ -193,9 +202,9 @@ TEST_F(EtcdTlsTest, EachMissingOrWrongPieceIsRefused) {
   EXPECT_NE(plain_http.find("authenticate user 'root'"), std::string::npos) << plain_http;
 
   const std::string mismatched_key = error_of([&] {
-    EtcdStore s("127.0.0.1", port_, "/t/",
-                options({file("ca.pem"), file("client.pem"), file("server.key")}, "root",
-                        "root-pw"));
+    EtcdStore s(
+        "127.0.0.1", port_, "/t/",
+        options({file("ca.pem"), file("client.pem"), file("server.key")}, "root", "root-pw"));
   });
   EXPECT_NE(mismatched_key.find("--rdzv-conf key="), std::string::npos) << mismatched_key;
 }
@@ -204,16 +213,17 @@ TEST_F(EtcdTlsTest, LaunchPassesTheRdzvConfKeysToEtcd) {
   const std::string conf = "cacert=" + file("ca.pem") + ",cert=" + file("client.pem") +
                            ",key=" + file("client.key") + ",user=root,password=root-pw";
   const testing::CommandResult r = testing::run_command(
-      "timeout -s KILL 60 " + std::string(SHARDTRAIN_BINARY) + " launch --rdzv-backend etcd --rdzv-endpoint 127.0.0.1:" +
-      std::to_string(port_) + " --nproc-per-node 2 --rdzv-conf " + conf +
+      "timeout -s KILL 60 " + std::string(SHARDTRAIN_BINARY) +
+      " launch --rdzv-backend etcd --rdzv-endpoint 127.0.0.1:" + std::to_string(port_) +
+      " --nproc-per-node 2 --rdzv-conf " + conf +
       " -- /bin/sh -c 'echo rank $RANK secret ${#SHARDTRAIN_STORE_SECRET}'");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1 secret 64"), std::string::npos) << r.output;
   const testing::CommandResult refused = testing::run_command(
-      "timeout -s KILL 60 " + std::string(SHARDTRAIN_BINARY) + " launch --rdzv-backend etcd --rdzv-endpoint 127.0.0.1:" +
-      std::to_string(port_) + " --rdzv-conf join_timeout=3,cacert=" + file("ca.pem") +
-      ",cert=" + file("client.pem") + ",key=" + file("client.key") +
-      ",user=root,password=nope -- /bin/sh -c true");
+      "timeout -s KILL 60 " + std::string(SHARDTRAIN_BINARY) +
+      " launch --rdzv-backend etcd --rdzv-endpoint 127.0.0.1:" + std::to_string(port_) +
+      " --rdzv-conf join_timeout=3,cacert=" + file("ca.pem") + ",cert=" + file("client.pem") +
+      ",key=" + file("client.key") + ",user=root,password=nope -- /bin/sh -c true");
   EXPECT_EQ(refused.exit_code, 2) << refused.output;
   EXPECT_NE(refused.output.find("was not authenticated"), std::string::npos) << refused.output;
 }

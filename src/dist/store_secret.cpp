@@ -27,16 +27,16 @@ std::string generate_store_secret() {
   return secret;
 }
 
-std::string store_secret_from_env(const std::map<std::string, std::string>& env) {
-  const auto it = env.find(kStoreSecretVariable);
-  if (it == env.end() || it->second.empty()) {
+std::string require_store_secret(const WorkerEnv& env) {
+  if (env.store_secret.empty()) {
     fail(
-        "{} is not set: the store at MASTER_ADDR:MASTER_PORT admits only clients that present "
-        "the run's secret; HINT: start workers with `shardtrain launch` (it sets the variable)",
-        kStoreSecretVariable);
+        "environment variable {} is not set: the store at {}:{} admits only clients that "
+        "present the run's secret; HINT: start workers with `shardtrain launch` (it sets the "
+        "variable)",
+        worker_env_names::kStoreSecret, env.rendezvous_host(), env.rendezvous_port());
   }
-  check_store_secret(it->second, kStoreSecretVariable);
-  return it->second;
+  check_store_secret(env.store_secret, worker_env_names::kStoreSecret);
+  return env.store_secret;
 }
 
 void check_store_secret(const std::string& secret, const std::string& source) {

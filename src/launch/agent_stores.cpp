@@ -4,8 +4,11 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -13,8 +16,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/etcd_store.h"
+#include "dist/host_name.h"
+#include "dist/store_keys.h"
 #include "dist/store_secret.h"
-#include "dist/store_value.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -23,12 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
-std::string host_name() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return name;
 }
 
 bool same_address(const sockaddr* a, const sockaddr* b) {
@@ -102,6 +100,41 @@ std::string bind_address_for(const std::string& host) {
   return address;
 }
 
+// "host:port" or "[v6]:port"; nullopt when malformed.
+std::optional<AgentStores::Endpoint> parse_endpoint(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  const std::string digits = text.substr(colon + 1);
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc() || end != digits.data() + digits.size() || port < 1 || port > 65535) {
+    return std::nullopt;
+  }
+  return AgentStores::Endpoint{host, port};
+}
+
+// A TCP port free on `bind_host` ("" = every interface) right now. As torchrun's, racy by
+// nature: the worker that binds it comes later; a fresh port per generation keeps the window
+// small.
+int free_tcp_port(const std::string& bind_host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail("cannot create a socket to find a free port: {}", std::strerror(errno));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = bind_host.empty() ? htonl(INADDR_ANY) : htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!ok) fail("cannot find a free TCP port for MASTER_PORT: {}", std::strerror(error));
+  return ntohs(address.sin_port);
+}
+
 }  // namespace
 
 AgentStores::AgentStores(const LaunchConfig& config, const std::string& run_id)
@@ -135,7 +168,7 @@ void AgentStores::start_tcp(const LaunchConfig& config, const std::string& run_i
     return std::make_unique<TcpStoreClient>(worker_endpoint_.host, worker_endpoint_.port,
                                             config.join_timeout, store_secret_);
   };
-  const std::string scope = "rdzv/" + run_id + "/";
+  const std::string scope = store_keys::tcp_rendezvous_scope(run_id);
   backend_ = connect();
   rendezvous_ = std::make_unique<PrefixStore>(*backend_, scope);
   liveness_backend_ = connect();
@@ -149,12 +182,15 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
   const double ttl = std::chrono::duration<double>(config.keep_alive_interval).count() *
                      config.keep_alive_max_attempt;
   options.lease_ttl_seconds = std::max(1, static_cast<int>(std::ceil(ttl)));
-  options.leased_keys = [](const std::string& key) { return key.rfind("alive/", 0) == 0; };
+  options.leased_keys = [](const std::string& key) {
+    return key.rfind(store_keys::kAlivePrefix, 0) == 0;
+  };
   options.tls = config.etcd_tls;
   options.user = config.etcd_user;
   options.password = config.etcd_password;
-  backend_ = std::make_unique<EtcdStore>(config.rdzv_host, config.rdzv_port,
-                                         "/shardtrain/" + run_id + "/", std::move(options));
+  backend_ =
+      std::make_unique<EtcdStore>(config.rdzv_host, config.rdzv_port,
+                                  store_keys::etcd_rendezvous_scope(run_id), std::move(options));
   rendezvous_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_publisher_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_mode_ = AgentLiveness::Mode::kLease;
@@ -162,47 +198,56 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
   // all share through etcd (which its own TLS and auth protect).
   store_secret_ = config.store_secret;
   if (store_secret_.empty()) {
-    store_secret_ = rendezvous_->compare_set("store_secret", "", generate_store_secret());
-    check_store_secret(store_secret_, backend_->endpoint() + " key 'store_secret'");
+    store_secret_ = rendezvous_->compare_set(store_keys::kStoreSecret, "", generate_store_secret());
+    check_store_secret(store_secret_,
+                       backend_->endpoint() + " key '" + store_keys::kStoreSecret + "'");
   }
 }
 
-std::optional<AgentStores::Endpoint> AgentStores::worker_store(
+AgentStores::WorkerEndpoints AgentStores::pick_worker_endpoints() {
+  const bool loopback = is_loopback(config_.rdzv_host);
+  const std::string advertised = loopback ? "127.0.0.1" : host_name();
+  if (config_.rdzv_backend == "etcd" && !worker_server_) {
+    // Bound to the address other nodes reach this one by (its host name's) alone.
+    worker_server_ =
+        std::make_unique<TcpStoreServer>(bind_address_for(advertised), 0, store_secret_);
+    worker_endpoint_ = {advertised, worker_server_->port()};
+  }
+  return WorkerEndpoints{worker_endpoint_,
+                         Endpoint{advertised, free_tcp_port(loopback ? "127.0.0.1" : "")},
+                         store_secret_};
+}
+
+std::optional<AgentStores::WorkerEndpoints> AgentStores::worker_endpoints(
     const Generation& g, const std::function<bool()>& give_up) {
-  if (config_.rdzv_backend != "etcd") return worker_endpoint_;
-  const std::string key = g.prefix() + "worker_store";
+  const std::string key = g.prefix() + "worker_endpoints";
   if (g.group_rank == 0) {
-    if (!worker_server_) {
-      // The address other nodes reach this one by: its host name's, bound alone.
-      const std::string host = is_loopback(config_.rdzv_host) ? "127.0.0.1" : host_name();
-      worker_server_ = std::make_unique<TcpStoreServer>(bind_address_for(host), 0, store_secret_);
-      worker_endpoint_ = {host, worker_server_->port()};
-    }
+    const WorkerEndpoints picked = pick_worker_endpoints();
     rendezvous_->set(key,
-                     tcp_store_wire::format_endpoint(worker_endpoint_.host, worker_endpoint_.port));
-    return worker_endpoint_;
+                     tcp_store_wire::format_endpoint(picked.store.host, picked.store.port) + " " +
+                         tcp_store_wire::format_endpoint(picked.master.host, picked.master.port));
+    return picked;
   }
   const auto deadline = Clock::now() + config_.join_timeout;
   while (true) {
     if (const std::optional<std::string> published = rendezvous_->try_get(key)) {
-      const auto colon = published->rfind(':');
-      if (colon == std::string::npos || colon == 0) {
+      const auto space = published->find(' ');
+      const std::optional<Endpoint> store = parse_endpoint(published->substr(0, space));
+      const std::optional<Endpoint> master =
+          space == std::string::npos ? std::nullopt : parse_endpoint(published->substr(space + 1));
+      if (!store || !master) {
         fail(
-            "etcd at {}: key '{}' holds '{}', not HOST:PORT; HINT: another program writes to "
-            "this run's keys: use another --rdzv-id",
+            "{}: key '{}' holds '{}', not two HOST:PORT endpoints; HINT: another program uses "
+            "this run id: pick another --rdzv-id",
             backend_->endpoint(), key, published->substr(0, 80));
       }
-      std::string host = published->substr(0, colon);
-      if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-      const int64_t port = parse_store_integer(*rendezvous_, key + " (port)",
-                                               published->substr(colon + 1), 1, 65535);
-      return Endpoint{host, static_cast<int>(port)};
+      return WorkerEndpoints{*store, *master, store_secret_};
     }
     if (give_up()) return std::nullopt;
     if (Clock::now() >= deadline) {
       fail(
-          "etcd at {}: node 0 of generation {} ({}) did not publish the workers' store "
-          "(key '{}') within {} s; HINT: is its launcher running?",
+          "{}: node 0 of generation {} ({}) did not publish the workers' endpoints (key '{}') "
+          "within {} s; HINT: is its launcher running?",
           backend_->endpoint(), g.number, g.members[0].host, key,
           config_.join_timeout.count() / 1000);
     }

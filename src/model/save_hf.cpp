@@ -155,6 +155,26 @@ void remove_stale_weight_files(const fs::path& out, const std::set<std::string>&
   for (const fs::path& path : stale) fs::remove(path, ec);
 }
 
+// After a failed save into a dir this save created: removes the files it may have written
+// (weights, index, config.json, the extra files) and then the dir if it is empty, so a failed
+// export leaves nothing behind. Any other file (someone else's) keeps the dir.
+void remove_files_of_failed_save(const fs::path& out, const SaveHfOptions& options) {
+  std::set<std::string> ours = {"config.json"};
+  for (const std::string& extra : options.extra_files) {
+    ours.insert(fs::path(extra).filename().string());
+  }
+  std::error_code ec;
+  std::vector<fs::path> written;
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file(ec) && (is_weight_file_name(name) || ours.count(name) > 0)) {
+      written.push_back(it->path());
+    }
+  }
+  for (const fs::path& path : written) fs::remove(path, ec);
+  fs::remove(out, ec);  // only when empty
+}
+
 }  // namespace
 
 std::vector<std::string> tokenizer_files_in(const std::string& model_dir) {
@@ -182,14 +202,20 @@ void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,
     fail("cannot save to {}: it exists and is not a directory; HINT: choose another output dir",
          target.string());
   }
+  const bool created = !fs::exists(target, ec);
   fs::create_directories(target, ec);
   if (ec) {
     fail("cannot create directory {}: {}; HINT: check the output dir and its permissions",
          target.string(), ec.message());
   }
   refuse_unsafe_output_dir(target, options.protected_dirs);
-  const std::set<std::string> written =
-      write_hf_files(target, config, layout, unit_values, dtype, options);
+  std::set<std::string> written;
+  try {
+    written = write_hf_files(target, config, layout, unit_values, dtype, options);
+  } catch (...) {
+    if (created) remove_files_of_failed_save(target, options);
+    throw;
+  }
   remove_stale_weight_files(target, written);
 }
 

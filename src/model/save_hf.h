@@ -37,7 +37,9 @@ std::vector<std::string> tokenizer_files_in(const std::string& model_dir);
 // files. Each is replaced atomically (a reader sees the old or the new file, never a partial
 // one); config.json is written last. Weight files of an earlier save that this one did not
 // write (model.safetensors, model-0000K-of-0000N.safetensors, the index) are then removed, so
-// old and new weights never mix; every other file in OUT_DIR is left as it was.
+// old and new weights never mix; every other file in OUT_DIR is left as it was. When the save
+// fails (unit_values throws, a write fails) in an OUT_DIR it created, the files it wrote and
+// the dir are removed again.
 // Throws Error when OUT_DIR is a file, is one of options.protected_dirs, or holds sharded
 // training checkpoints (step_*/manifest.json), before anything is written.
 void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,

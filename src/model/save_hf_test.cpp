@@ -159,6 +159,35 @@ TEST_F(SaveHfTest, ReplacesOnlyItsOwnFilesAndLeavesEverythingElse) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
+// A save that fails half-way (a truncated checkpoint shard while exporting): a dir it created
+// is removed with what it wrote; an existing dir keeps the user's files.
+TEST_F(SaveHfTest, AFailedSaveLeavesNoNewDirBehindAndKeepsOtherFiles) {
+  const ModelConfig config = tiny_config();
+  const ParamLayout layout = make_param_layout(config);
+  const auto values = random_units(layout);
+  std::ofstream(dir_ / "tokenizer.json") << "{}";
+  const auto failing_save = [&](const std::string& out) {
+    SaveHfOptions options;
+    options.max_shard_bytes = 4096;  // several files, so some are written before the failure
+    options.extra_files = {(dir_ / "tokenizer.json").string()};
+    const auto second_unit_fails = [&](int u) -> const float* {
+      if (u == 1) fail("rank_00000.safetensors is truncated");
+      return values[u].data();
+    };
+    EXPECT_THROW(save_hf_checkpoint(out, config, layout, second_unit_fails, DType::kF32, options),
+                 Error);
+  };
+  const std::string fresh = (dir_ / "fresh").string();
+  failing_save(fresh);
+  EXPECT_FALSE(fs::exists(fresh));
+  const std::string existing = (dir_ / "existing").string();
+  fs::create_directories(existing);
+  std::ofstream(existing + "/notes.txt") << "mine";
+  failing_save(existing);
+  EXPECT_TRUE(fs::exists(existing + "/notes.txt"));
+  EXPECT_FALSE(fs::exists(existing + "/config.json")) << "config.json is written last";
+}
+
 TEST_F(SaveHfTest, RefusesTheInputDirAndCheckpointDirs) {
   const ModelConfig config = tiny_config();
   const ParamLayout layout = make_param_layout(config);

@@ -2,16 +2,11 @@
 //   step 12/100 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12,345 tok/s | 0:00:12 | ETA 0:01:28
 #pragma once
 
-#include <cstdint>
 #include <string>
 
-namespace shardtrain {
+#include "obs/step_report.h"
 
-struct StepReport {
-  int64_t step = 0, total_steps = 0;
-  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
-  double elapsed_s = 0;
-};
+namespace shardtrain {
 
 std::string format_duration(double seconds);  // "1:02:03"
 std::string format_progress_line(const StepReport& report);
