@@ -8,6 +8,7 @@ packages=(
   libpcre2-dev libutf8proc-dev libopenblas-dev libgloo-dev libgtest-dev
   python3
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
+  prometheus  # Prometheus + promtool for the /metrics tests (launch/node_metrics_service_test)
 )
 missing=()
 # npm fetches the real tokenizer files the tokenizer tests use (tools/tokenizer/).

@@ -61,6 +61,20 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   option("--watchdog-timeout,--watchdog_timeout", flags->watchdog_timeout,
          "seconds without progress of any rank (heartbeats) before the group is reported and "
          "restarted; 0 = off [PET_WATCHDOG_TIMEOUT, default 120]");
+  // The node's Prometheus endpoint, served by this agent for all of its workers.
+  auto metrics = std::make_shared<MetricsOptions>();
+  cmd->add_option("--metrics-port", metrics->port,
+                  "serve Prometheus /metrics (training metrics of every local rank, GPU "
+                  "metrics under DCGM names) on PORT; 0 = a free port [default: off]")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--metrics-address", metrics->address,
+                  "address the /metrics endpoint binds [default 0.0.0.0]");
+  cmd->add_option("--metrics-gpu", metrics->gpu,
+                  "true/false: GPU metrics from NVML (false where dcgm-exporter runs) "
+                  "[default true]");
+  cmd->add_option("--metrics-gpu-interval", metrics->gpu_interval_s,
+                  "seconds between GPU metric samples [default 1]")
+      ->check(CLI::Range(0.05, 3600.0));
   cmd->add_flag("--standalone", flags->standalone,
                 "single node: host the store on a free local port [PET_STANDALONE]");
   // Everything from the first word that is not a launcher flag (or after --) is the worker
@@ -70,13 +84,14 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("command", *after_dashes, "the worker command (after --)");
   cmd->prefix_command();
   cmd->allow_extras();
-  cmd->callback([cmd, flags, after_dashes, &exit_code] {
+  cmd->callback([cmd, flags, after_dashes, metrics, &exit_code] {
     flags->command = *after_dashes;
     std::vector<std::string> rest = cmd->remaining();
     // CLI11 2.x also reports the "--" separator itself, after the positional words.
     if (!after_dashes->empty() && !rest.empty() && rest.back() == "--") rest.pop_back();
     for (const std::string& word : rest) flags->command.push_back(word);
-    exit_code = launch::run_agent(launch::resolve_launch_config(*flags, launch::process_env()));
+    exit_code =
+        launch::run_agent(launch::resolve_launch_config(*flags, launch::process_env()), *metrics);
   });
 }
 

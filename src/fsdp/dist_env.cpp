@@ -47,6 +47,10 @@ DistEnv read_dist_env() {
   env.master_port = env_int("MASTER_PORT", 0);
   env.store_dir = env_or("SHARDTRAIN_STORE_DIR", "");
   env.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0);
+  env.run_id = env_or("SHARDTRAIN_RUN_ID", "");
+  env.metrics_dir = env_or("SHARDTRAIN_METRICS_DIR", "");
+  env.pod_name = env_or("POD_NAME", "");
+  env.pod_namespace = env_or("POD_NAMESPACE", "");
   if (env.world < 1 || env.rank < 0 || env.rank >= env.world) {
     fail("RANK={} and WORLD_SIZE={} are inconsistent: need 0 <= RANK < WORLD_SIZE", env.rank,
          env.world);

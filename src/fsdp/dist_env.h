@@ -1,6 +1,6 @@
 // The distributed environment of one worker process, as the launcher (torchrun-compatible)
 // sets it: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
-// TORCHELASTIC_RESTART_COUNT. SHARDTRAIN_STORE_DIR, when set, selects a FileStore in that
+// TORCHELASTIC_RESTART_COUNT (plus the metrics variables below). SHARDTRAIN_STORE_DIR, when set, selects a FileStore in that
 // directory as the rendezvous instead of the TCP store at MASTER_ADDR:MASTER_PORT.
 // No WORLD_SIZE (or WORLD_SIZE=1) means a single process.
 #pragma once
@@ -20,6 +20,10 @@ struct DistEnv {
   int master_port = 0;
   std::string store_dir;
   int restart_count = 0;
+  // Metrics (obs/, train/rank_metrics_publisher.h): SHARDTRAIN_RUN_ID is set by shardtrain's
+  // launcher (empty = not under it), SHARDTRAIN_METRICS_DIR where the node's agent reads the
+  // ranks' metrics; POD_NAME / POD_NAMESPACE from the Kubernetes downward API.
+  std::string run_id, metrics_dir, pod_name, pod_namespace;
 };
 
 // Throws Error naming the variable when one is malformed or inconsistent.

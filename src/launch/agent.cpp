@@ -18,6 +18,7 @@
 #include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
 #include "launch/launcher.h"
+#include "launch/node_metrics.h"
 #include "launch/rendezvous.h"
 #include "launch/watchdog.h"
 #include "launch/worker_group.h"
@@ -80,6 +81,17 @@ std::string host_name() {
   char buffer[256] = {};
   ::gethostname(buffer, sizeof(buffer) - 1);
   return buffer;
+}
+
+// The labels of this node's metrics; pod and namespace from the Kubernetes downward API.
+NodeIdentity node_identity(const std::string& run_id, const std::string& host) {
+  const EnvLookup env = process_env();
+  NodeIdentity identity;
+  identity.run_id = run_id;
+  identity.pod = env("POD_NAME").value_or("");
+  identity.pod_namespace = env("POD_NAMESPACE").value_or("");
+  identity.hostname = host;
+  return identity;
 }
 
 // Where one attempt's workers keep their keys (SHARDTRAIN_STORE_PREFIX), heartbeats included.
@@ -203,7 +215,8 @@ class GroupWatch {
 // or the agent is interrupted (GroupWatch).
 AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
                           const std::vector<std::string>& command, const Generation& gen,
-                          AgentStores& stores, Rendezvous& rendezvous, AgentLiveness& liveness) {
+                          AgentStores& stores, Rendezvous& rendezvous, AgentLiveness& liveness,
+                          NodeMetrics* metrics) {
   PrefixStore keys(stores.rendezvous(), gen.prefix());
   const int nodes = static_cast<int>(gen.members.size());
   GroupWatch watch(config, gen, keys, rendezvous, liveness);
@@ -218,7 +231,12 @@ AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
             run_id, gen.attempt, gen.group_rank, nodes, gen.first_rank(),
             gen.first_rank() + config.nproc_per_node - 1, gen.world_size(), gen.number,
             tcp_store_wire::format_endpoint(store->host, store->port));
-  WorkerGroup group(command, worker_specs(config, gen, *store, run_id));
+  std::vector<WorkerSpec> specs = worker_specs(config, gen, *store, run_id);
+  if (metrics != nullptr) {
+    metrics->start_generation(gen.group_rank, gen.restarts, gen.number, config.nproc_per_node);
+    for (WorkerSpec& spec : specs) spec.env.merge(metrics->worker_env());
+  }
+  WorkerGroup group(command, specs);
 
   // Group rank 0 watches every rank's heartbeat for hangs (launch/watchdog.h), over its own
   // connection.
@@ -290,7 +308,7 @@ int finish(AgentStores& stores, Rendezvous& rendezvous, const Generation& gen,
 
 }  // namespace
 
-int run_agent(const LaunchConfig& config) {
+int run_agent(const LaunchConfig& config, const MetricsOptions& metrics_options) {
   SignalForwarding signals;
   // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -306,6 +324,10 @@ int run_agent(const LaunchConfig& config) {
                          self.id, config.keep_alive_interval, config.keep_alive_max_attempt);
   Rendezvous rendezvous(stores.rendezvous(), liveness, config, run_id, self,
                         [] { return g_received_signal != 0; });
+  std::unique_ptr<NodeMetrics> metrics;
+  if (metrics_options.enabled()) {
+    metrics = std::make_unique<NodeMetrics>(metrics_options, node_identity(run_id, self.host));
+  }
 
   std::vector<std::string> command = config.command;
   if (command.front().find('/') == std::string::npos) {
@@ -315,7 +337,7 @@ int run_agent(const LaunchConfig& config) {
   Generation gen = rendezvous.join(-1);
   while (true) {
     const AttemptEnd end =
-        run_generation(config, run_id, command, gen, stores, rendezvous, liveness);
+        run_generation(config, run_id, command, gen, stores, rendezvous, liveness, metrics.get());
     if (end.kind == AttemptEnd::Kind::kSucceeded) {
       return finish(stores, rendezvous, gen, "succeeded", 0);
     }
@@ -344,14 +366,15 @@ int run_agent(const LaunchConfig& config) {
   }
 }
 
-int launch_local_workers(int nproc, const std::vector<std::string>& worker_args) {
+int launch_local_workers(int nproc, const std::vector<std::string>& worker_args,
+                         const MetricsOptions& metrics) {
   LaunchFlags flags;
   flags.standalone = true;
   flags.nproc_per_node = std::to_string(nproc);
   flags.command = worker_args;
   // PET_* variables describe a multi-node job; this shortcut is one node by definition.
   const EnvLookup no_env = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
-  return run_agent(resolve_launch_config(flags, no_env));
+  return run_agent(resolve_launch_config(flags, no_env), metrics);
 }
 
 std::vector<std::string> own_args_without(const std::string& option) {

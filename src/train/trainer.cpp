@@ -21,15 +21,18 @@
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/llama_model.h"
+#include "model/model_flops.h"
 #include "model/save_hf.h"
 #include "obs/metrics_log.h"
 #include "obs/progress.h"
+#include "train/blocking_comm_time.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_saver.h"
 #include "train/checkpoint_signal.h"
 #include "train/heartbeat.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/rank_metrics_publisher.h"
 #include "train/training_data.h"
 
 namespace shardtrain {
@@ -94,6 +97,8 @@ static std::string memory_json(const FsdpMemory& m) {
 TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOptions& options) {
   config.validate();
   const DistEnv env = read_dist_env();
+  // First: a metrics port in use fails the run before any work.
+  RankMetricsPublisher metrics_publisher(config.metrics, env);
   const FsdpStrategy strategy = parse_fsdp_strategy(config.fsdp.strategy);
   const int group_size = shard_group_size_for(strategy, env.world, env.local_world,
                                               static_cast<int>(config.fsdp.shard_group_size));
@@ -123,7 +128,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   // Declared before the world: the heartbeat outlives the Comm that reports to it.
   const std::unique_ptr<Heartbeat> heartbeat = Heartbeat::for_launched_worker(env);
   DistWorld world = connect_world(env, ops, config.dist.backend);
-  world.comm = with_heartbeat(std::move(world.comm), *heartbeat);
+  world.comm = with_heartbeat(with_blocking_comm_time(std::move(world.comm)), *heartbeat);
   FsdpGroups groups(*world.comm, group_size);
   FsdpUnits units(ops, layout, groups, {strategy, config.fsdp.reduce_on_last_micro_batch});
   const ResumeResult resumed =
@@ -197,7 +202,11 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
   std::vector<size_t> step_indices(global_batch);
   bool stopped_early = false;
   const int64_t hang_step = test_hang_step(env.rank);
+  const double flops_per_token = training_flops_per_token(model_config, seq_len);
+  const double peak_flops = config.metrics.peak_flops(ops.device() == Device::kCuda);
+  int64_t last_checkpoint_step = resumed.resumed ? resumed.progress.step : 0;
   for (int64_t step = resumed.progress.step + 1; step <= steps; ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
     heartbeat->set_step(step);
     while (step == hang_step) std::this_thread::sleep_for(std::chrono::seconds(1));
     for (size_t& index : step_indices) index = sampler.next();
@@ -214,6 +223,8 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
       local_targets += micro_batches.back().target_count;
       local_tokens += micro_batches.back().batch_size * micro_batches.back().seq_len;
     }
+    const double data_wait_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     const double targets = units.sum_over_ranks(static_cast<double>(local_targets));
     const float grad_scale = targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
     units.zero_grads();  // no fill: G = 1 overwrites, G > 1 was zeroed by the last update
@@ -251,12 +262,18 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
         elapsed_before +
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double tokens_per_s = elapsed > 0 ? static_cast<double>(tokens_seen) / elapsed : 0;
-    StepReport report{step, steps, loss, lr, grad_norm, tokens_per_s, elapsed};
-    if (is_rank0 && !options.quiet &&
-        (step % config.train.log_every == 0 || step == steps || step == 1)) {
-      std::printf("%s\n", format_progress_line(report).c_str());
-      std::fflush(stdout);
-    }
+    StepReport report;
+    report.step = step;
+    report.total_steps = steps;
+    report.loss = loss;
+    report.lr = lr;
+    report.grad_norm = grad_norm;
+    report.tokens_per_s = tokens_per_s;
+    report.elapsed_s = elapsed;
+    report.data_wait_s = data_wait_s;
+    report.local_tokens = local_tokens;
+    report.world_size = env.world;
+    report.epoch = static_cast<double>(step * global_batch) / static_cast<double>(dataset->size());
     nlohmann::json record = {{"step", step},
                              {"loss", loss},
                              {"lr", lr},
@@ -268,6 +285,7 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
     // The step's collectives are done (the scalar reads above synchronised).
     if (const std::optional<double> waited = units.take_compute_wait_seconds()) {
       record["comm_wait_s"] = *waited;
+      report.comm_wait_s = *waited;
     }
 
     bool stop = false, signalled = false;
@@ -284,8 +302,24 @@ TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOpt
         const CheckpointStall stall =
             checkpoints->save({step, steps, tokens_seen, elapsed, lr, sampler.state()});
         record["checkpoint_stall_s"] = polled.wait_s + stall.total_s();
+        last_checkpoint_step = step;
       }
+      report.checkpoint_stall_s = record.value("checkpoint_stall_s", 0.0);
     }
+    report.last_checkpoint_step = last_checkpoint_step;
+    report.step_time_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    if (peak_flops > 0 && report.step_time_s > 0) {
+      report.mfu = flops_per_token * static_cast<double>(local_tokens) / report.step_time_s /
+                   peak_flops;
+    }
+    report.device_memory_peak_bytes = static_cast<double>(ops.buffer_peak_bytes());
+    if (is_rank0 && !options.quiet &&
+        (step % config.train.log_every == 0 || step == steps || step == 1)) {
+      std::printf("%s\n", format_progress_line(report).c_str());
+      std::fflush(stdout);
+    }
+    metrics_publisher.publish(report);
     metrics.append(record);
     if (stop && step < steps) {
       checkpoints->finish();  // a stop's checkpoint is complete on disk before the process ends
