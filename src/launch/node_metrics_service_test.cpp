@@ -394,7 +394,7 @@ TEST(NodeMetricsService, PortInUseEndsWithOneLineNamingItAndExitCode2) {
   const std::string port = std::to_string(ntohs(address.sin_port));
   for (const std::string launcher : {"", " --nproc-per-node 2"}) {
     const CommandResult r = run_command(std::string(SHARDTRAIN_BINARY) + " " +
-                                        train_args(dir.path()) + " --steps 2 --metrics-port " +
+                                        train_args(dir.path()) + " --steps 20 --metrics-port " +
                                         port + " --metrics.address=127.0.0.1" + launcher);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     const std::string said = "port = " + port + ": cannot listen on 127.0.0.1:" + port + " (";

@@ -29,6 +29,11 @@ RankMetricsPublisher::RankMetricsPublisher(const MetricsConfig& config, const Di
   snapshot_.world_size = env.world;
   snapshot_.step_seconds_histogram = HistogramValue::with_bounds(step_seconds_bounds());
   if (!env.run_id.empty()) {
+    if (env.metrics_dir.empty() && config.endpoint_options().enabled() && env.rank == 0) {
+      log::warn(
+          "metrics: metrics.port is set, but under shardtrain launch the launcher serves "
+          "/metrics; HINT: pass --metrics-port to shardtrain launch");
+    }
     if (!env.metrics_dir.empty()) {
       file_ =
           (std::filesystem::path(env.metrics_dir) / fmt::format("local-{}.json", env.local_rank))
