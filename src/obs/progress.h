@@ -1,7 +1,7 @@
 // The per-step record every consumer of a step reads (console line, JSONL log, metrics), and
 // the console progress line made from it:
-//   step 12/100 | epoch 0.35 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12,345 tok/s |
-//   MFU 41.2% | 0:00:12 | ETA 0:01:28
+//   step 12/100 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12345 tok/s | MFU 41.2% |
+//   epoch 0.35 | 0:00:12 | ETA 0:01:28
 // (one line; epoch and MFU only where known).
 #pragma once
 
