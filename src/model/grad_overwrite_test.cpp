@@ -16,7 +16,7 @@
 #include "model/hf_config.h"
 #include "model/llama_model.h"
 #include "model/unit_access.h"
-#include "train/testing/golden_fixture.h"
+#include "testing/golden_fixture.h"
 
 namespace shardtrain {
 namespace {

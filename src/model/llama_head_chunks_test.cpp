@@ -13,7 +13,7 @@
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/llama_model.h"
-#include "train/testing/golden_fixture.h"
+#include "testing/golden_fixture.h"
 
 namespace shardtrain {
 namespace {

@@ -14,7 +14,7 @@
 #include "model/init_weights.h"
 #include "model/llama_model.h"
 #include "ops/cpu/cpu_ops.h"
-#include "train/local_units.h"
+#include "testing/golden_fixture.h"  // LocalUnits: whole-model units for one process
 
 namespace shardtrain {
 namespace {

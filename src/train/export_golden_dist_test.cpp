@@ -26,7 +26,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/hf_config.h"
-#include "train/testing/golden_fixture.h"
+#include "testing/golden_fixture.h"
 
 namespace shardtrain {
 namespace {

@@ -1,6 +1,8 @@
 // The transformers fixtures of tests/golden/ (tools/make_golden.py) in tests (header-only; tests
 // only): the fixture's batch, a fp32 CPU forward of a checkpoint on it, and the error measure
-// of the parity bands. Used by model/llama_golden_test.cpp, train/export_golden_dist_test.cpp and
+// of the parity bands. src/testing/ is the test-support target that spans layers: a model/ test
+// that needs whole-model units of one process (train/local_units.h) gets them from here, never
+// by including train/ itself; library code never includes testing/. Used by model/llama_golden_test.cpp, train/export_golden_dist_test.cpp and
 // the model tests that compare two ways of computing the same step.
 #pragma once
 
