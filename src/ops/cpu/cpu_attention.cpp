@@ -120,7 +120,6 @@ void CpuOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, 
       const float* q = q_BTHD.f32() + q_offset;
       const float* k = k_BTKD.f32() + kv_offset;
       const float* v = v_BTKD.f32() + kv_offset;
-      const float* out = out_BTHD.f32() + q_offset;
       const float* dout = dout_BTHD.f32() + q_offset;
       const float* lse_T = lse + (b * dims.heads + h) * seq;
       compute_scores(dims, q, k, scale, probs_TT.data());
@@ -130,14 +129,15 @@ void CpuOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, 
       for (int64_t i = 0; i < seq; ++i) {
         float* probs_row = probs_TT.data() + i * seq;
         float* dscores_row = dprobs_TT.data() + i * seq;  // becomes dS in place
-        float out_dot = 0;                                // rowsum(dO * O) = sum_j P_ij dP_ij
-        for (int64_t d = 0; d < head_dim; ++d) {
-          out_dot += dout[i * dims.q_stride() + d] * out[i * dims.q_stride() + d];
-        }
+        // rowsum(dO * O) = sum_j P_ij dP_ij, taken from the same dP values it is subtracted
+        // from (not from O, which BLAS rounds differently): a query that sees one key gets a
+        // softmax gradient of exactly zero, whatever OpenBLAS kernel the CPU selects.
+        float out_dot = 0;
         for (int64_t j = 0; j <= i; ++j) {
           probs_row[j] = std::exp(probs_row[j] - lse_T[i]);
-          dscores_row[j] = probs_row[j] * (dscores_row[j] - out_dot);
+          out_dot += probs_row[j] * dscores_row[j];
         }
+        for (int64_t j = 0; j <= i; ++j) dscores_row[j] = probs_row[j] * (dscores_row[j] - out_dot);
         for (int64_t j = i + 1; j < seq; ++j) {
           probs_row[j] = 0;
           dscores_row[j] = 0;
