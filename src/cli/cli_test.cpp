@@ -297,6 +297,33 @@ TEST_F(CliTest, PlanActivationMemoryPerCheckpointingMode) {
                     {"train.activation_checkpointing", "selective"});
 }
 
+// `shardtrain plan --gpu-memory` (no GPU needed): a verdict per strategy and checkpointing mode
+// and the smallest setting that fits; a malformed size or unknown GPU is a one-line error.
+TEST_F(CliTest, PlanGpuMemoryVerdicts) {
+  const std::string toml = write(
+      "plan.toml", "[model]\npath = \"" + kGolden + "llama_gqa\"\n[data]\npath = \"" +
+                       path("unused.jsonl") + "\"\nseq_len = 128\n[train]\nmicro_batch = 4\n");
+  const Result roomy = run("plan --config " + toml + " --world-size 8 --gpu-memory h200");
+  EXPECT_EQ(roomy.exit_code, 0) << roomy.output;
+  EXPECT_NE(roomy.output.find("fit on 140.40 GiB per GPU (h200"), std::string::npos)
+      << roomy.output;
+  // A tiny model fits anywhere: no change needed, NO_SHARD without checkpointing.
+  EXPECT_NE(roomy.output.find("smallest setting that fits: --fsdp.strategy=NO_SHARD "
+                              "--train.activation_checkpointing=none"),
+            std::string::npos)
+      << roomy.output;
+  // 1 GiB is below the 1.5 GiB reserve: nothing fits, at any micro-batch.
+  const Result tiny = run("plan --config " + toml + " --gpu-memory 1GiB");
+  EXPECT_EQ(tiny.exit_code, 0) << tiny.output;
+  EXPECT_NE(tiny.output.find("nothing fits, even at micro_batch 1"), std::string::npos)
+      << tiny.output;
+  EXPECT_NE(tiny.output.find("no   "), std::string::npos) << tiny.output;
+  for (const char* bad : {"24", "24XB", "a100", "0GiB", "GiB"}) {
+    expect_user_error(run("plan --config " + toml + " --gpu-memory " + bad),
+                      {"--gpu-memory", bad, "HINT"});
+  }
+}
+
 TEST_F(CliTest, TomlUnknownKeySuggestsNearest) {
   const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
   const std::string toml =

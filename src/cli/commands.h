@@ -17,8 +17,16 @@ void add_launch_command(CLI::App& app, int& exit_code);
 void add_plan_command(CLI::App& app, int& exit_code);
 void add_prepare_command(CLI::App& app, int& exit_code);
 void add_tokenize_command(CLI::App& app, int& exit_code);
+void add_render_command(CLI::App& app, int& exit_code);
 void add_export_command(CLI::App& app, int& exit_code);
 void add_generate_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
+void add_doctor_command(CLI::App& app, int& exit_code);
+
+// In `args` (argv without argv[0]) of a `launch` command, replaces the first "--" with a
+// marker CLI11 takes for a positional word, so that the worker command after it is kept
+// verbatim (CLI11 would otherwise move its flags behind its positional words).
+void mark_launch_separator(std::vector<std::string>& args);
+void add_k8s_command(CLI::App& app, int& exit_code);
 
 }  // namespace shardtrain::cli

@@ -1,11 +1,11 @@
 // `shardtrain export CKPT_DIR --out HF_DIR`: a sharded training checkpoint as a Hugging Face
-// model dir (train/checkpoint_export.h).
+// model dir (train/checkpoint/checkpoint_export.h).
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
-#include "train/checkpoint_export.h"
+#include "train/checkpoint/checkpoint_export.h"
 
 namespace shardtrain::cli {
 namespace {

@@ -1,7 +1,9 @@
 // `shardtrain plan --config FILE --world-size N`: the per-rank FSDP memory of the job for each
 // sharding strategy, computed from config.json alone before anything runs (fsdp/shard_plan.h
 // has the formulas), plus the activation memory of one micro-batch (LlamaModel::
-// activation_bytes_for, the same arithmetic the model reserves with).
+// activation_bytes_for, the same arithmetic the model reserves with). With --gpu-memory SIZE|GPU
+// (no GPU needed; implies --device cuda) also a fits / does not fit verdict per strategy and
+// activation-checkpointing mode and the smallest setting that fits (train/memory_fit.h).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -17,6 +19,7 @@
 #include "model/llama_model.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
+#include "train/memory_fit.h"
 #include "train/train_config.h"
 
 namespace shardtrain::cli {
@@ -26,6 +29,8 @@ struct PlanArgs {
   std::string config_path;
   int world_size = 1;
   int local_world_size = 0;  // 0 = world size (one node)
+  std::string gpu_memory;    // empty: no verdicts
+  std::string device;        // empty: train.device (cuda when --gpu-memory is given)
 };
 
 std::string mib(size_t bytes) {
@@ -34,7 +39,61 @@ std::string mib(size_t bytes) {
   return text;
 }
 
+// One line per strategy, one column per checkpointing mode: "fits" or "no", and the bytes the
+// GPU must offer; then the smallest setting that fits, or the largest micro-batch with one.
+void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
+  const size_t capacity = parse_gpu_memory(gpu_text);
+  std::printf(
+      "fit on %s per GPU (%s; needed = plan + 5%% + %s reserve for CUDA context, "
+      "cuBLASLt, NCCL):\n",
+      gib_text(capacity).c_str(), gpu_text.c_str(), gib_text(kDeviceReserveBytes).c_str());
+  const std::vector<MemoryVerdict> verdicts = memory_verdicts(job, capacity);
+  std::printf("%-14s %6s %22s %22s %22s\n", "strategy", "group", "none", "selective", "full");
+  for (FsdpStrategy strategy : {FsdpStrategy::kNoShard, FsdpStrategy::kShardGradOp,
+                                FsdpStrategy::kHybridShard, FsdpStrategy::kFullShard}) {
+    std::string line;
+    int group = 0;
+    for (const MemoryVerdict& v : verdicts) {
+      if (v.setting.strategy != strategy) continue;
+      group = v.group;
+      const std::string cell =
+          v.possible ? std::string(v.fits ? "fits " : "no   ") + gib_text(v.needed_bytes)
+                     : std::string("not possible");
+      char text[32];
+      std::snprintf(text, sizeof(text), " %22s", cell.c_str());
+      line += text;
+    }
+    std::printf("%-14s %6d%s\n", fsdp_strategy_name(strategy), group, line.c_str());
+  }
+  if (const MemoryVerdict* fit = smallest_fitting(verdicts)) {
+    std::printf(
+        "smallest setting that fits: --fsdp.strategy=%s "
+        "--train.activation_checkpointing=%s (%s of %s)\n",
+        fsdp_strategy_name(fit->setting.strategy), fit->setting.checkpointing.c_str(),
+        gib_text(fit->needed_bytes).c_str(), gib_text(capacity).c_str());
+    return;
+  }
+  const int64_t configured = job.micro_batch;
+  for (job.micro_batch = configured - 1; job.micro_batch >= 1; --job.micro_batch) {
+    const std::vector<MemoryVerdict> smaller = memory_verdicts(job, capacity);
+    if (const MemoryVerdict* fit = smallest_fitting(smaller)) {
+      std::printf(
+          "nothing fits at micro_batch %lld; smallest setting that fits: "
+          "--train.micro_batch=%lld --fsdp.strategy=%s "
+          "--train.activation_checkpointing=%s (%s)\n",
+          static_cast<long long>(configured), static_cast<long long>(job.micro_batch),
+          fsdp_strategy_name(fit->setting.strategy), fit->setting.checkpointing.c_str(),
+          gib_text(fit->needed_bytes).c_str());
+      return;
+    }
+  }
+  std::printf(
+      "nothing fits, even at micro_batch 1 with FULL_SHARD and full checkpointing; "
+      "HINT: lower data.seq_len or use more GPUs\n");
+}
+
 int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
+  if (!args.gpu_memory.empty()) parse_gpu_memory(args.gpu_memory);  // a bad value fails first
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
@@ -60,8 +119,9 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
   }
   const ModelConfig model_config = read_hf_config(config_json);
   const ParamLayout layout = make_param_layout(model_config);
-  const bool gpu =
-      config.train.device == "cuda" || (config.train.device == "auto" && cuda_available());
+  const std::string device =
+      !args.device.empty() ? args.device : (args.gpu_memory.empty() ? config.train.device : "cuda");
+  const bool gpu = device == "cuda" || (device == "auto" && cuda_available());
   const DType act = gpu ? DType::kBF16 : DType::kF32;
   const int64_t grad_accum = config.grad_accum_for(world);
 
@@ -101,6 +161,17 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
                 mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
                 mib(activations).c_str(), mib(m.total() + activations).c_str());
   }
+  if (!args.gpu_memory.empty()) {
+    MemoryJob job{model_config,
+                  world,
+                  local_world,
+                  static_cast<int>(config.fsdp.shard_group_size),
+                  config.train.micro_batch,
+                  config.data.seq_len,
+                  config.fsdp.reduce_on_last_micro_batch,
+                  act};
+    print_gpu_fit(job, args.gpu_memory);
+  }
   return 0;
 }
 
@@ -117,6 +188,11 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--local-world-size", args->local_world_size,
                   "ranks per node (HYBRID_SHARD's default shard group); default: world size")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu-memory", args->gpu_memory,
+                  "per-GPU memory to check the job against: a size (24GiB, 80GB) or a GPU "
+                  "(l4, a10g, a100-40gb, a100-80gb, h100, h200); implies --device cuda");
+  cmd->add_option("--device", args->device, "compute device to plan for (default train.device)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->allow_extras();
   cmd->callback([cmd, args, &exit_code] { exit_code = run_plan(*args, cmd->remaining()); });
 }

@@ -11,12 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-
-#include "core/testing/test_support.h"
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/testing/test_support.h"
 #include "data/testing/tiny_tokenizer.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"
@@ -101,7 +100,7 @@ TEST_F(PrepareCliTest, EveryFormatWithTheTinyTokenizer) {
   expect_prepares(tiny_, "text", kText, "text");
   expect_prepares(tiny_, "pc", kPromptCompletion, "prompt_completion");
   expect_prepares(tiny_, "alpaca", kAlpaca, "alpaca");
-  expect_prepares(tiny_, "chat", kChat, "chat (template chatml)");
+  expect_prepares(tiny_, "chat", kChat, "chat (template the model's own, from ");
 }
 
 TEST_F(PrepareCliTest, EveryFormatWithTheRealQwen3Tokenizer) {
@@ -113,7 +112,7 @@ TEST_F(PrepareCliTest, EveryFormatWithTheRealQwen3Tokenizer) {
   expect_prepares(qwen.string(), "text", kText, "text");
   expect_prepares(qwen.string(), "pc", kPromptCompletion, "prompt_completion");
   expect_prepares(qwen.string(), "alpaca", kAlpaca, "alpaca");
-  expect_prepares(qwen.string(), "chat", kChat, "chat (template chatml)");
+  expect_prepares(qwen.string(), "chat", kChat, "chat (template the model's own, from ");
 }
 
 TEST_F(PrepareCliTest, ExplicitOptionsAndSkipping) {
@@ -122,7 +121,7 @@ TEST_F(PrepareCliTest, ExplicitOptionsAndSkipping) {
                             " --format chat --chat-template llama3 --on-bad-line skip "
                             "--train-on-prompt --seed 3 --overlong drop");
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("template llama3"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("template built-in llama3"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("skipped lines 1"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("skipped " + data + ":2: not valid JSON"), std::string::npos)
       << result.output;
@@ -143,7 +142,14 @@ TEST_F(PrepareCliTest, BadInputsExitTwoNamingFileAndLine) {
   const std::string role =
       write("role.jsonl", std::string(kChat) +
                               "{\"messages\": [{\"role\": \"narrator\", \"content\": \"a\"}]}\n");
-  expect_bad(prepare_args(role), role + ":2: messages[0] has unknown role \"narrator\"");
+  expect_bad(prepare_args(role) + " --chat-template chatml",
+             role + ":2: messages[0] has unknown role \"narrator\"");
+  // The model's own template renders any role; the line then has nothing to train.
+  expect_bad(prepare_args(role), role + ":2: the chat has no assistant reply");
+  // Chat data read as text: the hint is the format, not skipping every line.
+  const std::string chat_as_text = write("chat_as_text.jsonl", kChat);
+  expect_bad(prepare_args(chat_as_text) + " --format text",
+             "set data.example_format = \"chat\" (prepare: --format chat)");
   const std::string none = write("none.jsonl", "{\"text\": \" \"}\n{\"text\": null}\n");
   expect_bad(prepare_args(none) + " --on-bad-line skip", none + ": no usable example");
 

@@ -30,8 +30,10 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"auto", "text", "prompt_completion", "alpaca", "chat"}))
       ->capture_default_str();
   cmd->add_option("--chat-template", options->chat_template,
-                  "chat template for chat lines; auto reads tokenizer_config.json")
-      ->check(CLI::IsMember({"auto", "chatml", "llama2", "llama3"}))
+                  "chat template for chat lines: auto = the model's own (tokenizer_config.json's "
+                  "chat_template) when present, else the built-in one of its family; model; "
+                  "chatml; llama2; llama3")
+      ->check(CLI::IsMember({"auto", "model", "chatml", "llama2", "llama3"}))
       ->capture_default_str();
   cmd->add_option("--overlong", options->overlong,
                   "examples longer than seq_len: split into pieces, truncate, or drop")
@@ -47,6 +49,9 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--train-on-prompt", options->train_on_prompt,
                 "compute the loss on prompt/user tokens too (default: completion/assistant only)");
+  cmd->add_option("--train-on-eos", options->train_on_eos,
+                  "model's chat template: train each assistant turn's end-of-turn marker")
+      ->capture_default_str();
   cmd->add_option("--seed", options->seed, "seed of the document shuffle before packing")
       ->capture_default_str();
   cmd->add_option("--eos-token", options->eos_token,

@@ -8,8 +8,9 @@
 #include "cli/commands.h"
 #include "core/config.h"
 #include "core/error.h"
-#include "fsdp/dist_env.h"
+#include "dist/dist_env.h"
 #include "launch/launcher.h"
+#include "train/test_hang_hook.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -35,8 +36,10 @@ void resolve_config(const TrainArgs& args, const std::vector<std::string>& overr
   if (!args.config_path.empty()) schema.load_toml_file(args.config_path);
   for (const std::string& o : overrides) {
     if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
-      fail("unexpected argument '{}'; HINT: config overrides look like --section.key=value "
-           "(see shardtrain train --help)", o);
+      fail(
+          "unexpected argument '{}'; HINT: config overrides look like --section.key=value "
+          "(see shardtrain train --help)",
+          o);
     }
     schema.apply_override(o.substr(2));
   }
@@ -50,7 +53,8 @@ void resolve_config(const TrainArgs& args, const std::vector<std::string>& overr
   if (args.steps > 0) config.train.steps = args.steps;
 }
 
-int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) {
+int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
+              const WorkerEnv& worker) {
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
@@ -60,9 +64,12 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
     return 0;
   }
   config.validate();
-  std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, read_dist_env());
   TrainRunOptions options;
+  options.worker = worker;
+  std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, options.worker, &options.compute);
+  const std::unique_ptr<StepHooks> test_hooks = hang_hook_from_test_env(worker.rank);
   options.metrics_path = args.metrics_path;
+  options.hooks = test_hooks.get();
   const TrainOutcome outcome = run_training(config, *ops, options);
   if (!outcome.losses.empty()) {
     std::printf("first loss %.4f, last loss %.4f over %zu steps (%.0f tokens/s)\n",
@@ -76,9 +83,10 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides) 
 
 void add_train_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "train", "Train (fine-tune) a model. Any config key can be overridden with "
-               "--section.key=value, e.g. --optim.lr=1e-4 --train.micro_batch=2");
+  CLI::App* cmd =
+      app.add_subcommand("train",
+                         "Train (fine-tune) a model. Any config key can be overridden with "
+                         "--section.key=value, e.g. --optim.lr=1e-4 --train.micro_batch=2");
   cmd->add_option("--config", args->config_path, "TOML job config (see examples/demo.toml)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")
@@ -103,7 +111,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->allow_extras();
   cmd->callback([cmd, args, &exit_code] {
-    if (args->nproc_per_node > 1 && std::getenv("RANK") == nullptr) {
+    const WorkerEnv worker = read_worker_env();
+    if (args->nproc_per_node > 1 && !worker.launched) {
       // The launcher serves the node's metrics: it needs the [metrics] settings of the job.
       TrainConfig config;
       ConfigSchema schema;
@@ -115,7 +124,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
                                                config.metrics.endpoint_options());
       return;
     }
-    exit_code = run_train(*args, cmd->remaining());
+    exit_code = run_train(*args, cmd->remaining(), worker);
   });
 }
 

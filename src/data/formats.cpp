@@ -3,11 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/template_masks.h"
 
 namespace shardtrain {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 bool is_blank(const std::string& text) {
   return text.find_first_not_of(" \t\n\r\f\v") == std::string::npos;
@@ -80,6 +81,72 @@ std::vector<ChatMessage> chat_messages(const json& record) {
   return messages;
 }
 
+// ShareGPT lines {"conversations": [{"from": "human"|"gpt"|"system"|"tool", "value": ...}]}
+// as {"messages": [{"role", "content"}]} (other keys kept); other lines unchanged.
+json normalize_chat(const json& record) {
+  const auto it = record.find("conversations");
+  if (record.contains("messages") || it == record.end()) return record;
+  if (!it->is_array()) fail("\"conversations\" must be a list, got {}", it->type_name());
+  json messages = json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& turn = (*it)[i];
+    if (!turn.is_object() || !turn.contains("from") || !turn["from"].is_string() ||
+        !turn.contains("value") || !turn["value"].is_string()) {
+      fail(
+          "conversations[{}] must be {{\"from\": \"human\"|\"gpt\"|\"system\", \"value\": "
+          "\"...\"}} (ShareGPT)",
+          i);
+    }
+    const std::string from = turn["from"].get<std::string>();
+    std::string role;
+    if (from == "human" || from == "user") role = "user";
+    if (from == "gpt" || from == "assistant" || from == "chatgpt" || from == "bing") {
+      role = "assistant";
+    }
+    if (from == "system") role = "system";
+    if (from == "tool" || from == "function_call" || from == "observation") role = "tool";
+    if (role.empty()) {
+      fail(
+          "conversations[{}] has \"from\": \"{}\", which is not supported; use human, gpt, "
+          "system or tool",
+          i, from);
+    }
+    messages.push_back(json{{"role", role}, {"content", turn["value"]}});
+  }
+  json out = record;
+  out.erase("conversations");
+  out["messages"] = std::move(messages);
+  return out;
+}
+
+// The chat through the model's own template: messages go to it as they are (tool_calls, the
+// tool role and content lists included); only the shape the template relies on is checked.
+RenderedDocument render_with_model_template(const json& record, const RenderSettings& settings) {
+  const auto it = record.find("messages");
+  if (it == record.end() || !it->is_array()) {
+    fail("missing \"messages\" list; chat lines look like {}",
+         expected_shape(ExampleFormat::kChat));
+  }
+  if (it->empty()) fail("\"messages\" is empty; a chat needs at least one message");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& message = (*it)[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string()) {
+      fail("messages[{}] must be an object with a string \"role\"", i);
+    }
+  }
+  ChatRenderInput input;
+  input.messages = *it;
+  if (const auto tools = record.find("tools"); tools != record.end() && !tools->is_null()) {
+    if (!tools->is_array()) fail("\"tools\" must be a list of tool definitions");
+    input.tools = *tools;
+  }
+  TemplateMaskOptions options;
+  options.train_on_prompt = settings.train_on_prompt;
+  options.train_on_eos = settings.train_on_eos;
+  return masked_document(render_with_assistant_spans(*settings.hf_template, input, options),
+                         settings.train_on_prompt);
+}
+
 }  // namespace
 
 std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
@@ -118,7 +185,7 @@ const char* example_format_name(ExampleFormat format) {
 
 std::optional<ExampleFormat> detect_format(const json& record) {
   if (!record.is_object()) return std::nullopt;
-  if (record.contains("messages")) return ExampleFormat::kChat;
+  if (record.contains("messages") || record.contains("conversations")) return ExampleFormat::kChat;
   if (record.contains("instruction")) return ExampleFormat::kAlpaca;
   if (record.contains("prompt") && record.contains("completion")) {
     return ExampleFormat::kPromptCompletion;
@@ -154,9 +221,12 @@ RenderedDocument render_record(const json& record, const RenderSettings& setting
       return prompt_then_completion(alpaca_prompt(instruction, input), output,
                                     settings.train_on_prompt);
     }
-    case ExampleFormat::kChat:
-      return render_chat(settings.chat_template, settings.chat_tokens, chat_messages(record),
+    case ExampleFormat::kChat: {
+      const json chat = normalize_chat(record);
+      if (settings.hf_template) return render_with_model_template(chat, settings);
+      return render_chat(settings.chat_template, settings.chat_tokens, chat_messages(chat),
                          settings.train_on_prompt);
+    }
   }
   fail("unknown format");
 }

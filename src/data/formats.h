@@ -6,13 +6,19 @@
 //                                                           (no separator is inserted)
 //   alpaca             {"instruction", "input" (optional, may be ""), "output"}, rendered with
 //                      the Stanford Alpaca prompt (alpaca_prompt, below) followed by output
-//   chat               {"messages": [{"role": "...", "content": "..."}, ...]}, rendered with
-//                      the model family's chat template (data/chat_template.h)
+//   chat               {"messages": [{"role": "...", "content": "..."}, ...], "tools": [...]
+//                      (optional)}, rendered with the model's own chat template when the
+//                      tokenizer has one (data/hf_chat_template.h; masks: data/template_masks.h;
+//                      messages pass to it unchanged: tool_calls, the tool role, content
+//                      lists), else with the family's built-in template (data/chat_template.h)
+//   (chat, ShareGPT)   {"conversations": [{"from": "human"|"gpt"|"system"|"tool", "value"}]}
+//                      is read as the chat {"messages": [{"role", "content"}]}; another
+//                      "from" is an Error naming it
 // Loss: on the completion / output / assistant tokens only, unless train_on_prompt (then on all).
 // Other keys in a line are ignored.
 //
-// detect_format() picks the format from an object's keys: "messages" -> chat, "instruction" ->
-// alpaca, "prompt" and "completion" -> prompt_completion, "text" -> text.
+// detect_format() picks the format from an object's keys: "messages" or "conversations" -> chat,
+// "instruction" -> alpaca, "prompt" and "completion" -> prompt_completion, "text" -> text.
 // render_record() validates a record and renders it; it throws Error with a message that says
 // what is wrong and what the line needs (without the file:line prefix, which the caller adds):
 // missing fields, fields of the wrong JSON type, empty (or whitespace-only) text, unknown roles.
@@ -23,6 +29,7 @@
 #include <string>
 
 #include "data/chat_template.h"
+#include "data/hf_chat_template.h"
 #include "data/rendered_document.h"
 
 namespace shardtrain {
@@ -43,15 +50,19 @@ ExampleFormat parse_example_format(const std::string& name);
 const char* example_format_name(ExampleFormat format);
 
 // nullopt when the keys match no format.
-std::optional<ExampleFormat> detect_format(const nlohmann::json& record);
+std::optional<ExampleFormat> detect_format(const nlohmann::ordered_json& record);
 
 struct RenderSettings {
   ExampleFormat format = ExampleFormat::kText;
   ChatTemplate chat_template = ChatTemplate::kChatml;
   ChatTokens chat_tokens;
   bool train_on_prompt = false;
+  bool train_on_eos = true;                     // with hf_template: train the end-of-turn
+  const HfChatTemplate* hf_template = nullptr;  // the model's own template, when it has one
 };
 
-RenderedDocument render_record(const nlohmann::json& record, const RenderSettings& settings);
+// Records keep their key order (ordered_json): a template's tojson output depends on it.
+RenderedDocument render_record(const nlohmann::ordered_json& record,
+                               const RenderSettings& settings);
 
 }  // namespace shardtrain

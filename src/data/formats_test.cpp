@@ -348,6 +348,30 @@ INSTANTIATE_TEST_SUITE_P(
         RealCase{"llama2", ChatTemplate::kLlama2, "It is 4. </s> 6, naturally. </s>"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+TEST(Formats, ShareGptConversationsAreChats) {
+  const json sharegpt = json::parse(
+      R"({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "ab"},
+          {"from": "gpt", "value": "ba"}]})");
+  const json openai = json::parse(
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "ab"},
+          {"role": "assistant", "content": "ba"}]})");
+  EXPECT_EQ(detect_format(sharegpt), ExampleFormat::kChat);
+  RenderSettings settings;
+  settings.format = ExampleFormat::kChat;
+  settings.chat_template = ChatTemplate::kChatml;
+  const TokenizedDocument a = tokenize_document(tiny(), render_record(sharegpt, settings));
+  const TokenizedDocument b = tokenize_document(tiny(), render_record(openai, settings));
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.mask, b.mask);
+  EXPECT_EQ(text_with_mask(tiny(), a, 1), "ba<|im_end|>");
+  const std::string error = error_of([&] {
+    render_record(json::parse(R"({"conversations": [{"from": "robot", "value": "x"}]})"), settings);
+  });
+  EXPECT_EQ(error,
+            "conversations[0] has \"from\": \"robot\", which is not supported; use human, gpt, "
+            "system or tool");
+}
+
 TEST(RealTokenizers, TokenMergedAcrossTheBoundaryBelongsToTheCompletion) {
   REQUIRE_TOKENIZER(qwen, "qwen3");
   RenderSettings settings;

@@ -8,23 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/jsonl_lines.h"
 
 namespace shardtrain {
 namespace {
-
-bool is_blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r\n") == std::string::npos;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; users need only the rest.
-std::string json_message(const std::exception& error) {
-  std::string message = error.what();
-  if (message.rfind("[json.exception.", 0) == 0) {
-    const size_t end = message.find("] ");
-    if (end != std::string::npos) message = message.substr(end + 2);
-  }
-  return message;
-}
 
 // Reads element `index` of `array` (named `field`) as a token id; -100 is allowed for labels.
 int32_t read_id(const nlohmann::json& element, const char* field, size_t index, bool allow_ignore,
@@ -58,7 +45,7 @@ JsonlDataset::JsonlDataset(const std::string& path, int64_t seq_len, int64_t pad
   size_t line_number = 0;
   while (std::getline(in, line)) {
     ++line_number;
-    if (!is_blank(line)) parse_line(line, line_number);
+    if (!is_blank_line(line)) parse_line(line, line_number);
   }
   if (in.bad()) fail("jsonl {}: read failed ({})", path, std::strerror(errno));
   if (line_number == 0)
@@ -75,7 +62,7 @@ void JsonlDataset::parse_line(const std::string& line, size_t line_number) {
   try {
     record = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& error) {
-    fail("{}: not valid JSON ({})", where, json_message(error));
+    fail("{}: not valid JSON ({})", where, json_error_message(error));
   }
   if (!record.is_object()) {
     fail("{}: expected a JSON object like {{\"input_ids\": [...]}}, got {}", where,

@@ -15,6 +15,8 @@
 
 #include "core/error.h"
 #include "data/formats.h"
+#include "data/hf_chat_template.h"
+#include "data/jsonl_lines.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/utf8.h"
@@ -23,11 +25,24 @@
 namespace shardtrain {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 constexpr size_t kLinesPerChunk = 256;
 constexpr size_t kSkippedSamples = 5;
-const char* const kSkipHint = "; to skip such lines instead use --on-bad-line skip";
+// The hint after a bad line: when the line is an example of another format (chat data read as
+// text, say), the fix is the format, not skipping (which would drop every line).
+std::string bad_line_hint(std::string_view line, ExampleFormat format) {
+  const json record = json::parse(line, nullptr, false);
+  if (!record.is_discarded()) {
+    if (const auto detected = detect_format(record); detected && *detected != format) {
+      return fmt::format(
+          "; the line is {} data: set data.example_format = \"{}\" (prepare: --format {})",
+          example_format_name(*detected), example_format_name(*detected),
+          example_format_name(*detected));
+    }
+  }
+  return "; fix the line, or skip bad lines with --on-bad-line skip (data.on_bad_line)";
+}
 
 struct LineResult {
   enum class Kind { kBlank, kDocument, kBad };
@@ -35,20 +50,6 @@ struct LineResult {
   TokenizedDocument document;
   std::string problem;  // for kBad
 };
-
-bool is_blank(std::string_view line) {
-  return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
-}
-
-// nlohmann's messages start with "[json.exception.parse_error.101] "; users need only the rest.
-std::string json_message(const std::exception& error) {
-  std::string message = error.what();
-  if (message.rfind("[json.exception.", 0) == 0) {
-    const size_t end = message.find("] ");
-    if (end != std::string::npos) message = message.substr(end + 2);
-  }
-  return message;
-}
 
 size_t first_invalid_byte(std::string_view text) {
   for (size_t pos = 0; pos < text.size();) {
@@ -77,8 +78,8 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
   try {
     return json::parse(line);
   } catch (const json::exception& error) {
-    problem =
-        fmt::format("not valid JSON ({}); each line must be one JSON object", json_message(error));
+    problem = fmt::format("not valid JSON ({}); each line must be one JSON object",
+                          json_error_message(error));
     return std::nullopt;
   }
 }
@@ -110,7 +111,7 @@ ExampleFormat resolve_format(const PrepareOptions& options,
                              const std::vector<std::string_view>& lines) {
   if (options.format != "auto") return parse_example_format(options.format);
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (is_blank(lines[i])) continue;
+    if (is_blank_line(lines[i])) continue;
     std::string problem;
     const std::optional<json> record =
         parse_line(lines[i], options.invalid_utf8 == "replace", problem);
@@ -185,7 +186,7 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
         const size_t end = std::min(lines.size(), begin + kLinesPerChunk);
         for (size_t i = begin; i < end; ++i) {
           LineResult& result = results[i];
-          if (is_blank(lines[i])) continue;
+          if (is_blank_line(lines[i])) continue;
           result.kind = LineResult::Kind::kBad;
           const std::optional<json> record =
               parse_line(lines[i], replace_invalid_utf8, result.problem);
@@ -216,7 +217,9 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
 
 void validate_prepare_options(const PrepareOptions& options) {
   if (options.format != "auto") parse_example_format(options.format);
-  if (options.chat_template != "auto") parse_chat_template(options.chat_template);
+  if (options.chat_template != "auto" && options.chat_template != "model") {
+    parse_chat_template(options.chat_template);
+  }
   parse_overlong_policy(options.overlong);
   if (options.on_bad_line != "fail" && options.on_bad_line != "skip") {
     fail("unknown on-bad-line policy \"{}\"; choose fail or skip", options.on_bad_line);
@@ -243,7 +246,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
     report.pad_id = tokenizer.token_to_id(*files.pad_token).value_or(report.eos_id);
 
   const std::string text = read_file(options.data_path);
-  if (is_blank(text)) {
+  if (is_blank_line(text)) {
     fail("{}: no usable example: the file is empty; it needs one JSON example per line",
          options.data_path);
   }
@@ -254,7 +257,22 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   settings.format = resolve_format(options, lines);
   settings.train_on_prompt = options.train_on_prompt;
   report.format = example_format_name(settings.format);
-  if (settings.format == ExampleFormat::kChat) {
+  std::optional<HfChatTemplate> model_template;
+  if (settings.format == ExampleFormat::kChat &&
+      (options.chat_template == "auto" || options.chat_template == "model")) {
+    model_template = HfChatTemplate::load(files);
+    if (!model_template && options.chat_template == "model") {
+      fail(
+          "tokenizer {}: no chat_template in tokenizer_config.json (or chat_template.jinja); "
+          "choose a built-in template with --chat-template chatml|llama2|llama3",
+          files.tokenizer_json);
+    }
+  }
+  settings.train_on_eos = options.train_on_eos;
+  if (model_template) {
+    settings.hf_template = &*model_template;
+    report.chat_template = "the model's own, from " + model_template->describe();
+  } else if (settings.format == ExampleFormat::kChat) {
     settings.chat_template =
         options.chat_template == "auto"
             ? detect_chat_template(
@@ -262,7 +280,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
                   [&](const char* token) { return tokenizer.token_to_id(token).has_value(); })
             : parse_chat_template(options.chat_template);
     settings.chat_tokens = chat_tokens(settings.chat_template, files);
-    report.chat_template = chat_template_name(settings.chat_template);
+    report.chat_template =
+        std::string("built-in ") + chat_template_name(settings.chat_template) +
+        (files.chat_template.empty() ? " (the tokenizer has no chat_template)" : "");
     check_chat_template_fits(settings, tokenizer, files.tokenizer_json);
   }
 
@@ -280,7 +300,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
       ++report.blank_lines;
     } else if (result.kind == LineResult::Kind::kBad) {
       const std::string where = fmt::format("{}:{}", options.data_path, i + 1);
-      if (options.on_bad_line == "fail") fail("{}: {}{}", where, result.problem, kSkipHint);
+      if (options.on_bad_line == "fail") {
+        fail("{}: {}{}", where, result.problem, bad_line_hint(lines[i], settings.format));
+      }
       ++report.skipped_lines;
       if (report.skipped_samples.size() < kSkippedSamples) {
         report.skipped_samples.push_back(where + ": " + result.problem);

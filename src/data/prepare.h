@@ -31,16 +31,19 @@
 namespace shardtrain {
 
 struct PrepareOptions {
-  std::string tokenizer_path;          // tokenizer.json, or a directory containing it
-  std::string data_path;               // JSONL input
-  std::string out_path;                // token file to write (prepare_dataset only)
-  int64_t seq_len = 512;               // must equal the training data.seq_len
-  std::string format = "auto";         // auto | text | prompt_completion | alpaca | chat
-  std::string chat_template = "auto";  // auto | chatml | llama2 | llama3
-  std::string overlong = "split";      // split | truncate | drop
-  std::string on_bad_line = "fail";    // fail | skip
-  std::string invalid_utf8 = "fail";   // fail | replace
+  std::string tokenizer_path;   // tokenizer.json, or a directory containing it
+  std::string data_path;        // JSONL input
+  std::string out_path;         // token file to write (prepare_dataset only)
+  int64_t seq_len = 512;        // must equal the training data.seq_len
+  std::string format = "auto";  // auto | text | prompt_completion | alpaca | chat
+  // auto: the model's own chat template when the tokenizer has one, else the built-in family
+  // template; model: the model's own (an Error without one); chatml | llama2 | llama3: built-in.
+  std::string chat_template = "auto";
+  std::string overlong = "split";     // split | truncate | drop
+  std::string on_bad_line = "fail";   // fail | skip
+  std::string invalid_utf8 = "fail";  // fail | replace
   bool train_on_prompt = false;
+  bool train_on_eos = true;  // model's template: also train each assistant turn's end marker
   uint64_t seed = 0;
   std::string eos_token;  // "" = from tokenizer_config.json
   int64_t threads = 0;    // 0 = all cores; does not change the output
@@ -53,7 +56,7 @@ struct PrepareReport {
   std::string data_path;
   std::string out_path;
   std::string format;         // resolved format name
-  std::string chat_template;  // resolved template name; "" unless format is chat
+  std::string chat_template;  // which template rendered the chats; "" unless format is chat
   int64_t seq_len = 0;
   int32_t eos_id = 0;
   int32_t pad_id = 0;

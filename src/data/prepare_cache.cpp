@@ -111,10 +111,12 @@ std::string prepare_cache_key(const PrepareOptions& options) {
   hash.add(std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(mtime).count()));
   hash.add(file_contents(files.tokenizer_json));
   hash.add(files.config_json.empty() ? "" : file_contents(files.config_json));
+  hash.add(files.chat_template);  // also covers chat_template.jinja
   for (const std::string& setting :
        {std::to_string(options.seq_len), options.format, options.chat_template, options.overlong,
         options.on_bad_line, options.invalid_utf8, std::string(options.train_on_prompt ? "1" : "0"),
-        std::to_string(options.seed), options.eos_token}) {
+        std::string(options.train_on_eos ? "eos1" : "eos0"), std::to_string(options.seed),
+        options.eos_token}) {
     hash.add(setting);
   }
   return fmt::format("{:016x}", hash.value());

@@ -89,7 +89,8 @@ TEST_F(PrepareTest, OutputIsIdenticalWithOneOrFourThreads) {
   prepare_dataset(four);
   EXPECT_EQ(bytes_of(one.out_path), bytes_of(four.out_path));
   EXPECT_EQ(report.format, "chat");
-  EXPECT_EQ(report.chat_template, "chatml");  // from the tiny tokenizer_config.json
+  // The tiny tokenizer_config.json's own (ChatML) chat_template renders the chats.
+  EXPECT_EQ(report.chat_template.rfind("the model's own, from ", 0), 0u) << report.chat_template;
   EXPECT_EQ(report.examples, 3000u);
   // The token file's seq_len windows are exactly the packed sequences.
   const auto dataset = open_dataset(one.out_path, "tokens", 64, 0);
@@ -160,8 +161,30 @@ TEST_F(PrepareTest, ChatWithUnknownRoleNamesTheLine) {
       write("chat.jsonl",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
             "\"content\": \"b\"}]}\n{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n");
-  const std::string message = error_of(options(data));
+  PrepareOptions builtin = options(data);
+  builtin.chat_template = "chatml";
+  const std::string message = error_of(builtin);
   EXPECT_EQ(message.rfind(data + ":2: messages[0] has unknown role \"robot\"", 0), 0u) << message;
+  // The model's own template renders any role; the line then has nothing to train.
+  const std::string own = error_of(options(data));
+  EXPECT_EQ(own.rfind(data + ":2: the chat has no assistant reply", 0), 0u) << own;
+}
+
+TEST_F(PrepareTest, ModelTemplateAndBuiltInChatmlGiveTheSameTokensAndMasks) {
+  const std::string data =
+      write("chat.jsonl",
+            "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", "
+            "\"content\": \"ab\"}, {\"role\": \"assistant\", \"content\": \"ba\"}, {\"role\": "
+            "\"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n");
+  PrepareOptions own = options(data);
+  own.seq_len = 64;
+  own.out_path = (dir_ / "own.bin").string();
+  PrepareOptions builtin = own;
+  builtin.chat_template = "chatml";
+  builtin.out_path = (dir_ / "builtin.bin").string();
+  prepare_dataset(own);
+  prepare_dataset(builtin);
+  EXPECT_EQ(bytes_of(own.out_path), bytes_of(builtin.out_path));
 }
 
 TEST_F(PrepareTest, WholeDatasetProblems) {

@@ -5,12 +5,21 @@
 // Hugging Face checkpoint dir). tokenizer_config.json is read from the same directory when it is
 // present; it is optional. Token fields may be plain strings or {"content": ...} objects (both
 // forms occur in published files); null or absent means "not set".
+// chat_template is read as transformers reads it: a chat_template.jinja file beside
+// tokenizer.json wins; else tokenizer_config.json's "chat_template", either a string or the list
+// form [{"name": ..., "template": ...}] (all kept in named_chat_templates; chat_template is the
+// "default" one, "" when there is none).
+// special_tokens holds the strings of transformers' special_tokens_map that are set (bos_token,
+// eos_token, unk_token, sep_token, pad_token, cls_token, mask_token), in that order; templates
+// see them as variables.
 // Throws shardtrain::Error naming the path when tokenizer.json is missing or tokenizer_config.json
 // is not a JSON object. The tokenizer itself is loaded separately (Tokenizer::load).
 #pragma once
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace shardtrain {
 
@@ -20,9 +29,17 @@ struct TokenizerFiles {
   std::optional<std::string> bos_token;
   std::optional<std::string> eos_token;
   std::optional<std::string> pad_token;
-  std::string chat_template;  // the Jinja source, "" when absent
+  std::string chat_template;       // the Jinja source, "" when absent
+  std::string chat_template_file;  // where chat_template came from ("" when absent)
+  std::vector<std::pair<std::string, std::string>> named_chat_templates;  // (name, source)
+  std::vector<std::pair<std::string, std::string>> special_tokens;        // (key, token)
+  std::vector<std::string> additional_special_tokens;
 };
 
 TokenizerFiles locate_tokenizer(const std::string& path);
+
+// As locate_tokenizer, for what only needs the chat template (render): `path` is a model
+// directory (or a file in it); tokenizer.json may be absent (tokenizer_json is then "").
+TokenizerFiles locate_chat_template(const std::string& path);
 
 }  // namespace shardtrain

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -74,6 +75,7 @@ int64_t json_int(const Json& object, const char* field) {
 struct HttpResponse {
   int status = 0;
   std::string body;
+  std::string date;  // the Date header's value (lowercased), "" when absent
 };
 
 // Decodes a "Transfer-Encoding: chunked" body.
@@ -137,6 +139,10 @@ std::optional<HttpResponse> http_post(const std::string& host, int port, const s
   std::string headers = raw.substr(0, header_end);
   std::transform(headers.begin(), headers.end(), headers.begin(), ::tolower);
   response.body = raw.substr(header_end + 4);
+  if (const size_t date = headers.find("\r\ndate:"); date != std::string::npos) {
+    const size_t begin = headers.find_first_not_of(' ', date + 7);
+    response.date = headers.substr(begin, headers.find("\r\n", begin) - begin);
+  }
   if (headers.find("transfer-encoding: chunked") != std::string::npos) {
     auto decoded = dechunk(response.body);
     if (!decoded) {
@@ -205,6 +211,38 @@ void EtcdStore::keepalive_loop() {
 }
 
 std::string EtcdStore::endpoint() const { return tcp_store_wire::format_endpoint(host_, port_); }
+
+EtcdStore::ServerStatus EtcdStore::server_status(Duration timeout) {
+  ServerStatus status;
+  std::string error;
+  const auto sent = std::chrono::system_clock::now();
+  const auto response =
+      http_post(host_, port_, "/v3/maintenance/status", "{}", Clock::now() + timeout, error);
+  const auto received = std::chrono::system_clock::now();
+  if (!response) fail("etcd at {}: {}; is etcd running there? check --rdzv-endpoint", endpoint(), error);
+  if (response->status != 200) {
+    fail("etcd at {}: HTTP {} from /v3/maintenance/status: {}", endpoint(), response->status,
+         response->body.substr(0, 200));
+  }
+  const Json reply = Json::parse(response->body, nullptr, false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    fail("etcd at {}: /v3/maintenance/status did not answer JSON (is this etcd's client port?)",
+         endpoint());
+  }
+  status.version = reply.value("version", "");
+  status.leader = std::to_string(json_int(reply, "leader"));
+  if (reply.contains("errors") && reply["errors"].is_array()) {
+    for (const Json& e : reply["errors"]) status.errors.push_back(e.is_string() ? e.get<std::string>() : e.dump());
+  }
+  status.round_trip = std::chrono::duration_cast<std::chrono::milliseconds>(received - sent);
+  status.local_midpoint = sent + (received - sent) / 2;
+  std::tm parsed{};
+  if (!response->date.empty() &&
+      ::strptime(response->date.c_str(), "%a, %d %b %Y %H:%M:%S", &parsed) != nullptr) {
+    status.server_date = std::chrono::system_clock::from_time_t(::timegm(&parsed));
+  }
+  return status;
+}
 
 Clock::time_point EtcdStore::request_deadline() const {
   return Clock::now() + options_.request_timeout;

@@ -56,6 +56,20 @@ class EtcdStore final : public Store {
   bool remove(const std::string& key) override;
   std::string endpoint() const override;
 
+  // etcd's /v3/maintenance/status (one request, no retries), for `shardtrain doctor`: the
+  // server's version, leader id ("0" = no leader), alarms, and its clock from the HTTP Date
+  // header (whole seconds) with the local time halfway through the request.
+  // Throws Error naming the endpoint when etcd cannot be reached or does not answer.
+  struct ServerStatus {
+    std::string version;
+    std::string leader;
+    std::vector<std::string> errors;
+    std::optional<std::chrono::system_clock::time_point> server_date;
+    std::chrono::system_clock::time_point local_midpoint;
+    std::chrono::milliseconds round_trip{0};
+  };
+  ServerStatus server_status(Duration timeout);
+
   // Stops refreshing the lease without revoking it, as if this process had died (for tests).
   void stop_keepalive();
 

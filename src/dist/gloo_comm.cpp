@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/host_name.h"
 
 namespace shardtrain {
 namespace {
@@ -48,29 +49,16 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   std::string prefix_;
 };
 
-std::shared_ptr<gloo::transport::Device> make_device() {
+std::shared_ptr<gloo::transport::Device> make_device(const GlooCommOptions& options) {
   gloo::transport::tcp::attr attr;
-  if (const char* iface = std::getenv("SHARDTRAIN_GLOO_IFNAME"); iface && *iface) {
-    attr.iface = iface;
+  if (!options.iface.empty()) {
+    attr.iface = options.iface;
+  } else if (options.one_node) {
+    attr.hostname = "127.0.0.1";
   } else {
-    const char* world = std::getenv("WORLD_SIZE");
-    const char* local_world = std::getenv("LOCAL_WORLD_SIZE");
-    const bool one_node = world == nullptr || local_world == nullptr ||
-                          std::string(world) == std::string(local_world);
-    if (one_node) {
-      attr.hostname = "127.0.0.1";
-    } else {
-      char host[256] = {};
-      ::gethostname(host, sizeof(host) - 1);
-      attr.hostname = host;
-    }
+    attr.hostname = host_name();
   }
   return gloo::transport::tcp::CreateDevice(attr);
-}
-
-std::chrono::milliseconds collective_timeout() {
-  const char* seconds = std::getenv("SHARDTRAIN_COMM_TIMEOUT_S");
-  return std::chrono::seconds(seconds && *seconds ? std::atoll(seconds) : 300);
 }
 
 void check_cpu_f32(const Tensor& t, const char* what) {
@@ -80,8 +68,12 @@ void check_cpu_f32(const Tensor& t, const char* what) {
 
 class GlooComm final : public Comm {
  public:
-  GlooComm(Store& store, int rank, int size, std::string prefix)
-      : store_(store), prefix_(std::move(prefix)), rank_(rank), size_(size) {
+  GlooComm(Store& store, int rank, int size, std::string prefix, GlooCommOptions options)
+      : store_(store),
+        prefix_(std::move(prefix)),
+        options_(std::move(options)),
+        rank_(rank),
+        size_(size) {
     SHARDTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} size {}", rank, size);
     // Gloo's full-mesh handshake can lose a connection when hosts are loaded ("Connection
     // closed by peer"). Every rank publishes whether its handshake succeeded; if any failed,
@@ -90,9 +82,9 @@ class GlooComm final : public Comm {
     for (int attempt = 0;; ++attempt) {
       const std::string attempt_prefix = prefix_ + "/gloo" + std::to_string(attempt);
       auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-      context->setTimeout(collective_timeout());
+      context->setTimeout(options_.timeout);
       GlooStoreAdapter adapter(store_, attempt_prefix + "/");
-      std::shared_ptr<gloo::transport::Device> device = make_device();
+      std::shared_ptr<gloo::transport::Device> device = make_device(options_);
       std::string error;
       try {
         context->connectFullMesh(adapter, device);
@@ -102,18 +94,19 @@ class GlooComm final : public Comm {
       store_.set(attempt_prefix + "/ok/" + std::to_string(rank), error.empty() ? "1" : "0");
       bool all_connected = true;
       for (int r = 0; r < size; ++r) {
-        all_connected &= store_.get(attempt_prefix + "/ok/" + std::to_string(r),
-                                    kRendezvousTimeout) == "1";
+        all_connected &=
+            store_.get(attempt_prefix + "/ok/" + std::to_string(r), kRendezvousTimeout) == "1";
       }
       if (all_connected) {
         context_ = std::move(context);
         return;
       }
       if (attempt + 1 == kAttempts) {
-        fail("gloo: rank {} of {} could not connect to its peers through {} (prefix '{}') after "
-             "{} attempts: {}; HINT: check that the hosts can reach each other on TCP",
-             rank, size, store_.endpoint(), prefix_, kAttempts,
-             error.empty() ? "a peer failed" : error);
+        fail(
+            "gloo: rank {} of {} could not connect to its peers through {} (prefix '{}') after "
+            "{} attempts: {}; HINT: check that the hosts can reach each other on TCP",
+            rank, size, store_.endpoint(), prefix_, kAttempts,
+            error.empty() ? "a peer failed" : error);
       }
     }
   }
@@ -205,7 +198,7 @@ class GlooComm final : public Comm {
     int new_rank = 0;
     while (members[new_rank].rank != rank_) ++new_rank;
     return std::make_unique<GlooComm>(store_, new_rank, static_cast<int>(members.size()),
-                                      base + "/color" + std::to_string(color));
+                                      base + "/color" + std::to_string(color), options_);
   }
 
  private:
@@ -220,6 +213,7 @@ class GlooComm final : public Comm {
 
   Store& store_;
   std::string prefix_;
+  GlooCommOptions options_;
   int rank_, size_;
   int split_count_ = 0;
   std::shared_ptr<gloo::rendezvous::Context> context_;
@@ -228,8 +222,9 @@ class GlooComm final : public Comm {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_gloo_comm(Store& store, int rank, int size, std::string prefix) {
-  return std::make_unique<GlooComm>(store, rank, size, std::move(prefix));
+std::unique_ptr<Comm> make_gloo_comm(Store& store, int rank, int size, std::string prefix,
+                                     GlooCommOptions options) {
+  return std::make_unique<GlooComm>(store, rank, size, std::move(prefix), std::move(options));
 }
 
 }  // namespace shardtrain

@@ -5,12 +5,13 @@
 // `prefix`, so several groups (and the sub-groups of split()) can bootstrap through one store.
 // Tensors must be fp32 on the CPU (Gloo's CPU backend; the NCCL Comm handles bf16 on GPUs).
 //
-// Network interface: SHARDTRAIN_GLOO_IFNAME names one (like GLOO_SOCKET_IFNAME); otherwise the
-// address of MASTER_ADDR's interface is not guessed: all ranks on one node use loopback
-// (127.0.0.1), and multi-node runs use this host's name (it must resolve to a routable address).
-// Collective timeout: SHARDTRAIN_COMM_TIMEOUT_S (default 300 s).
+// Network interface: GlooCommOptions::iface names one (GLOO_SOCKET_IFNAME, dist/worker_env.h);
+// otherwise the address of MASTER_ADDR's interface is not guessed: all ranks on one node use
+// loopback (127.0.0.1), and multi-node runs use this host's name (it must resolve to a routable
+// address). Collective timeout: GlooCommOptions::timeout (SHARDTRAIN_COMM_TIMEOUT_S).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -19,9 +20,16 @@
 
 namespace shardtrain {
 
+struct GlooCommOptions {
+  std::string iface;     // network interface to use ("" = by one_node)
+  bool one_node = true;  // all ranks on this host: loopback; else this host's name
+  std::chrono::milliseconds timeout = std::chrono::seconds(300);
+};
+
 // Connects `size` ranks (this one is `rank`) through `store`, which must outlive the Comm and
 // every Comm split from it. Every rank must call it with the same prefix and size. Throws Error
 // when the other ranks do not appear within the store's timeout.
-std::unique_ptr<Comm> make_gloo_comm(Store& store, int rank, int size, std::string prefix);
+std::unique_ptr<Comm> make_gloo_comm(Store& store, int rank, int size, std::string prefix,
+                                     GlooCommOptions options = {});
 
 }  // namespace shardtrain

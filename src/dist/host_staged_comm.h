@@ -6,7 +6,7 @@
 // Why: NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), so a multi-rank run on one
 // GPU (testing the sharded path where only one GPU is lent) needs collectives that do not care
 // which GPU a rank drives. This is a correctness/testing path: every collective synchronises
-// the compute stream and crosses PCIe twice through pageable memory. fsdp/dist_env.cpp selects
+// the compute stream and crosses PCIe twice through pageable memory. dist/dist_env.cpp selects
 // it (dist.backend = "gloo" with CUDA ranks, or more ranks on a node than visible GPUs).
 //
 // Dtypes: f32 and bf16 device tensors. The wrapped Comm always sees fp32 host tensors (GlooComm

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/cuda_ops.h"
 
 namespace shardtrain {
 namespace {
@@ -29,18 +28,6 @@ using Clock = std::chrono::steady_clock;
 constexpr Store::Duration kIdTimeout = std::chrono::minutes(5);
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
 constexpr auto kPollPeriod = std::chrono::microseconds(200);
-
-std::chrono::seconds collective_timeout() {
-  const char* text = std::getenv("SHARDTRAIN_COMM_TIMEOUT_S");
-  const long long seconds = text && *text ? std::atoll(text) : 0;
-  return std::chrono::seconds(seconds > 0 ? seconds : 600);
-}
-
-// The process's rank in the whole job, for messages (a split group's rank differs).
-std::string job_rank_text() {
-  const char* rank = std::getenv("RANK");
-  return rank && *rank ? std::string(rank) : std::string("0");
-}
 
 std::string hex_encode(const void* data, size_t bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -88,12 +75,6 @@ void check_device_tensor(const Tensor& t, const char* collective) {
                    collective, device_name(t.device()));
 }
 
-CudaOps& cuda_ops_of(Ops& ops) {
-  auto* cuda = dynamic_cast<CudaOps*>(ops.backend());
-  SHARDTRAIN_CHECK(cuda != nullptr, "NcclComm needs the CUDA ops backend");
-  return *cuda;
-}
-
 // Threads: the caller's thread makes the collectives; a watchdog thread polls them. Every NCCL
 // call on the communicator is made under mutex_, so the watchdog's ncclCommAbort never races
 // another call on the same communicator.
@@ -101,13 +82,14 @@ class NcclComm final : public Comm {
  public:
   // Adopts `comm` (initialised, or still initialising: non-blocking); waits until it is ready.
   // `rank` and `size` are what the caller expects (-1: not known yet), for messages only.
-  NcclComm(ncclComm_t comm, CudaOps& ops, std::string group_name, int rank, int size)
+  NcclComm(ncclComm_t comm, const NcclCommOptions& options, std::string group_name, int rank,
+           int size)
       : comm_(comm),
-        ops_(ops),
-        stream_(ops.stream()),
-        device_(ops.device_index()),
+        options_(options),
+        stream_(static_cast<cudaStream_t>(options.compute.stream)),
+        device_(options.compute.device),
         group_name_(std::move(group_name)),
-        timeout_(collective_timeout()),
+        timeout_(options.timeout),
         rank_(rank),
         size_(size) {
     {
@@ -277,7 +259,7 @@ class NcclComm final : public Comm {
     }
     const std::string child_name =
         group_name_ + "/split" + std::to_string(++split_count_) + "/color" + std::to_string(color);
-    return std::make_unique<NcclComm>(child, ops_, child_name, -1, -1);
+    return std::make_unique<NcclComm>(child, options_, child_name, -1, -1);
   }
 
  private:
@@ -482,8 +464,9 @@ class NcclComm final : public Comm {
                  "%s\nHINT: another rank probably died or is stuck: check its log first; for "
                  "network errors set NCCL_DEBUG=WARN; raise SHARDTRAIN_COMM_TIMEOUT_S only if "
                  "steps are legitimately that slow\n",
-                 collective, job_rank_text().c_str(), rank_, size_, group_name_.c_str(), device_,
-                 context.empty() ? "" : " during ", context.c_str(), reason.c_str());
+                 collective, std::to_string(options_.job_rank).c_str(), rank_, size_,
+                 group_name_.c_str(), device_, context.empty() ? "" : " during ", context.c_str(),
+                 reason.c_str());
     std::fflush(stderr);
     std::thread([] {  // should ncclCommAbort itself hang, the process still ends
       std::this_thread::sleep_for(std::chrono::seconds(10));
@@ -495,8 +478,8 @@ class NcclComm final : public Comm {
   }
 
   ncclComm_t comm_ = nullptr;
-  CudaOps& ops_;
-  cudaStream_t stream_;                 // the compute stream (CudaOps)
+  NcclCommOptions options_;
+  cudaStream_t stream_;                 // the compute stream (options_.compute)
   cudaStream_t comm_stream_ = nullptr;  // start_* collectives
   cudaEvent_t compute_ready_ = nullptr;
   int device_;
@@ -533,10 +516,11 @@ class NcclComm final : public Comm {
 bool nccl_available() { return true; }
 
 std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std::string& prefix,
-                                     Ops& ops) {
+                                     const NcclCommOptions& options) {
   SHARDTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, "rank {} size {}", rank, size);
-  CudaOps& cuda = cuda_ops_of(ops);
-  SHARDTRAIN_CUDA_CHECK(cudaSetDevice(cuda.device_index()));
+  SHARDTRAIN_CHECK(options.compute.device >= 0 && options.compute.stream != nullptr,
+                   "NcclComm needs the CUDA backend's compute stream");
+  SHARDTRAIN_CUDA_CHECK(cudaSetDevice(options.compute.device));
   const std::string id_key = prefix + "/nccl/unique_id";
   ncclUniqueId id;
   if (rank == 0) {
@@ -565,9 +549,9 @@ std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std
     fail(
         "ncclCommInitRank failed on rank {} of {} (GPU {}): {} ({}); HINT: each rank needs "
         "its own GPU (LOCAL_RANK selects it); run with NCCL_DEBUG=WARN for details",
-        rank, size, cuda.device_index(), ncclGetErrorString(status), ncclGetLastError(comm));
+        rank, size, options.compute.device, ncclGetErrorString(status), ncclGetLastError(comm));
   }
-  return std::make_unique<NcclComm>(comm, cuda, prefix, rank, size);
+  return std::make_unique<NcclComm>(comm, options, prefix, rank, size);
 }
 
 }  // namespace shardtrain
@@ -579,7 +563,7 @@ namespace shardtrain {
 bool nccl_available() { return false; }
 
 std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std::string& prefix,
-                                     Ops& ops) {
+                                     const NcclCommOptions&) {
   fail(
       "this shardtrain was built without NCCL, so it cannot run {} ranks on GPUs; HINT: "
       "install NCCL (libnccl-dev, or the CUDA toolkit's) and rebuild (CMake reports "

@@ -30,6 +30,7 @@
 #include "dist/nccl_comm.h"
 #include "ops/backend.h"
 #include "ops/device_buffer.h"
+#include "ops/test_device_limits.h"
 
 namespace shardtrain {
 namespace {
@@ -98,7 +99,8 @@ class NcclCommTest : public ::testing::Test {
   // Forks kWorld ranks; each binds GPU `rank`, connects an NcclComm through a FileStore and
   // runs `body`. Returns every rank's exit status and log.
   RankRun run_ranks(const std::string& name, const RankBody& body,
-                    std::chrono::seconds limit = std::chrono::seconds(120)) {
+                    std::chrono::seconds limit = std::chrono::seconds(120),
+                    std::chrono::seconds comm_timeout = std::chrono::seconds(600)) {
     const std::string store_dir = dir_ + "/" + name + "_store";
     RankRun run;
     std::vector<pid_t> pids;
@@ -109,10 +111,12 @@ class NcclCommTest : public ::testing::Test {
         const int fd = ::open(log.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
         ::dup2(fd, 1);
         ::dup2(fd, 2);
-        ::setenv("RANK", std::to_string(rank).c_str(), 1);
-        std::unique_ptr<Ops> ops = make_ops("cuda", rank);
+        NcclCommOptions options;
+        std::unique_ptr<Ops> ops = make_ops("cuda", rank, &options.compute);
+        options.job_rank = rank;
+        options.timeout = comm_timeout;
         FileStore store(store_dir);
-        std::unique_ptr<Comm> comm = make_nccl_comm(store, rank, kWorld, name, *ops);
+        std::unique_ptr<Comm> comm = make_nccl_comm(store, rank, kWorld, name, options);
         body(rank, *comm, *ops);
         comm.reset();
         std::fflush(stdout);
@@ -325,7 +329,6 @@ TEST_F(NcclCommTest, SplitOrdersByKeyAndSeparatesColors) {
 }
 
 TEST_F(NcclCommTest, BarrierThePeerNeverJoinsAbortsWithAMessage) {
-  ::setenv("SHARDTRAIN_COMM_TIMEOUT_S", "3", 1);
   const RankRun run = run_ranks(
       "timeout",
       [](int rank, Comm& comm, Ops&) {
@@ -339,8 +342,7 @@ TEST_F(NcclCommTest, BarrierThePeerNeverJoinsAbortsWithAMessage) {
         std::this_thread::sleep_for(std::chrono::seconds(10));
         ::_exit(0);  // leave without tearing the communicator down
       },
-      std::chrono::seconds(60));
-  ::unsetenv("SHARDTRAIN_COMM_TIMEOUT_S");
+      std::chrono::seconds(60), std::chrono::seconds(3));
   EXPECT_TRUE(WIFSIGNALED(run.statuses[0]) && WTERMSIG(run.statuses[0]) == SIGABRT)
       << "status " << run.statuses[0] << ":\n"
       << run.logs[0];

@@ -27,6 +27,7 @@
 #include "fsdp/testing/fsdp_test_job.h"
 #include "io/hf_checkpoint.h"
 #include "ops/backend.h"
+#include "ops/test_device_limits.h"
 
 namespace shardtrain {
 namespace {
@@ -62,6 +63,13 @@ class FsdpHostStagedGpu : public ::testing::Test {
         << SHARDTRAIN_BINARY << " is missing; HINT: build the shardtrain target too";
   }
 
+  // "0,1,...,ranks-1": every local rank, for --local-ranks-filter.
+  static std::string all_local_ranks(int ranks) {
+    std::string list = "0";
+    for (int r = 1; r < ranks; ++r) list += "," + std::to_string(r);
+    return list;
+  }
+
   // The first visible GPU, as CUDA_VISIBLE_DEVICES names it.
   static std::string one_gpu() {
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
@@ -71,14 +79,17 @@ class FsdpHostStagedGpu : public ::testing::Test {
   }
 
   // `shardtrain train` on one GPU with the job's config plus `args`; `name` names its metrics.
-  static TrainRun train(const std::string& name, const std::string& args) {
+  // `launch` (e.g. "launch --standalone --nproc-per-node 2 --local-ranks-filter 0,1 --") runs
+  // it under the launcher, showing every rank's log lines (rank 0's alone by default).
+  static TrainRun train(const std::string& name, const std::string& args,
+                        const std::string& launch = "") {
     const std::string metrics = dir_ + "/" + name + ".jsonl";
     fs::remove(metrics);
     TrainRun run;
     run.command = testing::run_command(
         "CUDA_VISIBLE_DEVICES=" + one_gpu() +
         " NCCL_NVLS_ENABLE=0 SHARDTRAIN_COMM_TIMEOUT_S=120 timeout 300 " + SHARDTRAIN_BINARY +
-        " train --config " + dir_ + "/job.toml --metrics " + metrics + " " + args);
+        " " + launch + " train --config " + dir_ + "/job.toml --metrics " + metrics + " " + args);
     std::ifstream lines(metrics);
     for (std::string line; std::getline(lines, line);) {
       run.losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
@@ -139,9 +150,10 @@ TEST_F(FsdpHostStagedGpu, RanksOnOneGpuFollowOneRankForEachShardingStrategy) {
     const std::string& strategy = c.strategy;
     SCOPED_TRACE(strategy);
     const TrainRun got =
-        train("ranks_" + strategy, "--nproc-per-node " + std::to_string(c.ranks) +
-                                       " --dist.backend=gloo --fsdp.strategy=" + strategy + " " +
-                                       c.extra_args);
+        train("ranks_" + strategy,
+              "--dist.backend=gloo --fsdp.strategy=" + strategy + " " + c.extra_args,
+              "launch --standalone --nproc-per-node " + std::to_string(c.ranks) +
+                  " --local-ranks-filter " + all_local_ranks(c.ranks) + " --");
     ASSERT_EQ(got.command.exit_code, 0) << got.command.output;
     EXPECT_NE(got.command.output.find("collectives go through Gloo staged via host memory"),
               std::string::npos)

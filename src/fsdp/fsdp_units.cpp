@@ -1,6 +1,7 @@
 #include "fsdp/fsdp_units.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "model/init_weights.h"
@@ -24,6 +25,10 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, Fs
         ops, act == DType::kF32 ? 0 : static_cast<size_t>(unit.shard_numel) * dtype_size(act));
   }
   state_.resize(plan_.units.size());
+  for (int u = 0; u < unit_count(); ++u) {
+    optimizer_view_.push_back({&layout_.units[u], shard_begin(u), master_shard(u), grad_shard(u),
+                               exp_avg_shard(u), exp_avg_sq_shard(u), compute_shard(u)});
+  }
   // Grad shards start zero: the padding after a unit's elements is never written by backward
   // (G = 1 overwrites only the elements) yet is summed into the gradient norm.
   for (int u = 0; u < unit_count(); ++u) ops_.fill_zero(grad_shard(u));
@@ -96,7 +101,8 @@ void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
   refresh_compute_params();
 }
 
-void FsdpUnits::zero_grads() {
+double FsdpUnits::begin_step(int64_t local_targets) {
+  const double targets = sum_over_ranks(static_cast<double>(local_targets));
   for (int u = 0; u < unit_count(); ++u) {
     if (!sharded()) {
       state_[u].grads_stale = true;  // the next backward overwrites the shard
@@ -109,8 +115,30 @@ void FsdpUnits::zero_grads() {
       state_[u].full_grad_slot = -1;
     }
   }
-  SHARDTRAIN_CHECK(pending_.empty(), "zero_grads with {} reductions in flight", pending_.size());
+  SHARDTRAIN_CHECK(pending_.empty(), "begin_step with {} reductions in flight", pending_.size());
   grad_shards_zero_ = sharded();
+  return targets;
+}
+
+StepTotals FsdpUnits::end_backward(int64_t local_tokens, double local_loss_sum) {
+  const std::vector<double> sums =
+      sum_over_ranks({static_cast<double>(local_tokens), local_loss_sum});
+  StepTotals totals;
+  totals.tokens = sums[0];
+  totals.loss_sum = sums[1];
+  totals.grad_norm = std::sqrt(global_grad_square_sum());
+  return totals;
+}
+
+void FsdpUnits::apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t step,
+                                float grad_scale) {
+  // One pass: the update also writes the compute shards (no refresh_compute_params) and, when
+  // the next backward adds into the grad shards (G > 1), zeroes them as it reads them (the next
+  // begin_step skips its fill). G = 1: the next backward overwrites them.
+  const bool next_backward_overwrites = !sharded();
+  optimizer.step(optimizer_view_, lr, step, grad_scale,
+                 next_backward_overwrites ? GradsAfterStep::kKeep : GradsAfterStep::kZero);
+  if (!next_backward_overwrites) grad_shards_zero_ = true;
 }
 
 void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
@@ -148,13 +176,16 @@ std::vector<double> FsdpUnits::sum_over_ranks(const std::vector<double>& values)
 
 double FsdpUnits::sum_over_ranks(double value) { return sum_over_ranks(std::vector{value})[0]; }
 
-double FsdpUnits::global_grad_square_sum(double local_sum) {
-  const float value = static_cast<float>(local_sum);
-  const Tensor value_1 = scalar_scratch(1);
-  ops_.copy_from_host(value_1, &value);
+double FsdpUnits::global_grad_square_sum() {
+  const Tensor sum_1 = scalar_scratch(1);
+  ops_.fill_zero(sum_1);
+  for (int u = 0; u < unit_count(); ++u) ops_.sum_squares(grad_shard(u), sum_1);
+  // Through the host as fp32, as the per-rank sum has always been reduced.
+  const float local_sum = ops_.read_scalar(sum_1);
+  ops_.copy_from_host(sum_1, &local_sum);
   groups_.shard().set_context("gradient norm");
-  groups_.shard().all_reduce(value_1, ReduceOp::kSum);
-  return ops_.read_scalar(value_1);
+  groups_.shard().all_reduce(sum_1, ReduceOp::kSum);
+  return ops_.read_scalar(sum_1);
 }
 
 void FsdpUnits::refresh_compute_params() {
@@ -249,7 +280,7 @@ Tensor FsdpUnits::acquire_params(int unit) {
   const DType act = ops_.activation_dtype();
   const int64_t numel = layout_.units[unit].numel;
   if (!sharded()) return forward_shard(unit).rows(0, numel);
-  if (unit == 0) forward_phase_ = true;  // every pass starts at the root
+  if (unit == kRootUnit) forward_phase_ = true;  // every pass starts at the root
   start_gather(unit);
   finish_gather(unit);
   // Forward walks the units in order: gather the next one while this one computes.
@@ -278,15 +309,15 @@ GradBuffer FsdpUnits::acquire_grads(int unit) {
   forward_phase_ = false;
   const int64_t numel = layout_.units[unit].numel;
   if (!sharded()) {
-    // The first backward of a step overwrites the shard (zero_grads left it stale).
+    // The first backward of a step overwrites the shard (begin_step left it stale).
     const bool accumulate = !state.grads_stale;
     state.grads_stale = false;
     return {grad_shard(unit).rows(0, numel), accumulate};
   }
 
   // Backward walks the blocks in reverse after the root's head: gather the next one now.
-  const int next = unit == 0 ? unit_count() - 1 : unit - 1;
-  if (next >= 1 && next != unit) start_gather(next);
+  const int next = unit == kRootUnit ? unit_count() - 1 : unit - 1;
+  if (next >= block_unit(0) && next != unit) start_gather(next);
 
   const int64_t padded = plan_.units[unit].padded_numel;
   bool accumulate = true;
@@ -333,7 +364,7 @@ void FsdpUnits::grads_ready(int unit) {
     pending_.push_back(p);
   }
   // Keep one reduction in flight behind the next unit's backward; the root comes last.
-  while (pending_.size() > (unit == 0 ? 0u : 1u)) complete_oldest_reduction();
+  while (pending_.size() > (unit == kRootUnit ? 0u : 1u)) complete_oldest_reduction();
 }
 
 void FsdpUnits::complete_oldest_reduction() {

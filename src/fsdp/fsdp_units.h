@@ -3,14 +3,14 @@
 // unit's parameters when the model asks for them and reduce-scatters the unit's gradients when
 // the model is done with them.
 //
-// Groups (a 2-D mesh, fsdp/fsdp_groups.h): parameters are sharded across the shard group
+// Groups (a 2-D mesh, dist/fsdp_groups.h): parameters are sharded across the shard group
 // (size G) and replicated across the replicate group (size world / G).
 //  - acquire_params: all-gather over the shard group into a buffer from a small pool. G = 1:
 //    the shard is the whole unit and is returned directly (no buffer, no communication).
 //  - Prefetch, from the model's fixed unit order (model/unit_access.h): in forward (from
-//    acquire_params(0)) acquiring unit u starts the gather of u + 1; in backward
-//    acquire_grads(u) starts the gather of u - 1 (acquire_grads(0), before the head, starts the
-//    last block's). Gathers and reductions are Comm::start_* collectives: on NCCL they run on
+//    acquire_params(kRootUnit)) acquiring unit u starts the gather of u + 1; in backward
+//    acquire_grads(u) starts the gather of u - 1 (acquire_grads(kRootUnit), before the head,
+//    starts the last block's). Gathers and reductions are Comm::start_* collectives: on NCCL they run on
 //    the comm's stream, ordered against compute by events (no host waits); on Gloo they block.
 //  - release_params: FULL_SHARD / HYBRID_SHARD free the buffer after forward and after
 //    backward; SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it
@@ -21,22 +21,22 @@
 //    micro-batches left there) and frees it. With reduce_on_last_micro_batch the full buffer
 //    is kept across micro-batches and reduced once, on the last one (costs one full fp32 grad
 //    buffer per unit). G = 1: backward writes straight into the grad shard (= whole unit),
-//    overwriting it on the step's first micro-batch (zero_grads marks it stale) and adding on
-//    later ones.
+//    overwriting it on the step's first micro-batch and adding on later ones.
 //    On the last micro-batch the grad shard is then all-reduced (sum) over the replicate group.
 //    Reductions are started at grads_ready(u) and completed one unit later (at grads_ready of
-//    the next unit, so they overlap that unit's backward); grads_ready(0) (the root, always
+//    the next unit, so they overlap that unit's backward); grads_ready(kRootUnit) (always
 //    last) completes them all, so every grad shard is final when forward_backward returns.
 // Sums, not averages: the model scales grads by 1 / (targets in the global batch), so the sum
 // over ranks is the gradient of the global mean loss.
 //
-// Order of calls per step (the trainer): zero_grads(); for each micro-batch m of M:
-// begin_micro_batch(m, M), model.forward_backward(*this, ...); then grad_square_sum(),
-// AdamW on the shards (train/optimizer.h UnitBuffers with offset = shard_begin), then
-// refresh_compute_params() -- or, when the AdamW step also wrote compute_shard() and zeroed the
-// grad shards (one pass), note_grads_zeroed() instead, which lets the next zero_grads() skip
-// its fill. With backward_overwrites_grads() (G = 1) the step need not zero them at all.
-// Every rank must make the same calls in the same order (they are collective).
+// One optimizer step, on every rank in the same order (each call is collective):
+//   targets = begin_step(local_targets);            // the global loss denominator
+//   for each micro-batch m of M: begin_micro_batch(m, M); model.forward_backward(*this, ...);
+//   totals = end_backward(local_tokens, local_loss); // global tokens, loss, gradient norm
+//   apply_optimizer(optimizer, lr, step, clip);      // the update on this rank's shards
+// What the gradient shards hold between steps is private: G = 1 keeps them (the next step's
+// first backward overwrites them), G > 1 has the update zero them as it reads them (the
+// reductions of the next step add into them), so no step pays a separate zero pass.
 #pragma once
 
 #include <deque>
@@ -46,7 +46,8 @@
 #include <vector>
 
 #include "dist/comm.h"
-#include "fsdp/fsdp_groups.h"
+#include "dist/fsdp_groups.h"
+#include "fsdp/shard_optimizer.h"
 #include "fsdp/shard_plan.h"
 #include "io/hf_checkpoint.h"
 #include "model/param_layout.h"
@@ -55,6 +56,13 @@
 #include "ops/ops.h"
 
 namespace shardtrain {
+
+// The step's global totals (FsdpUnits::end_backward), the same on every rank.
+struct StepTotals {
+  double tokens = 0;     // tokens in the global batch
+  double loss_sum = 0;   // summed cross-entropy over the global batch's targets
+  double grad_norm = 0;  // L2 norm of the whole model's gradient (before clipping)
+};
 
 struct FsdpOptions {
   FsdpStrategy strategy = FsdpStrategy::kFullShard;
@@ -90,28 +98,29 @@ class FsdpUnits final : public UnitAccess {
   void init_random(uint64_t seed, double std);
   void load_pretrained(const HfCheckpoint& checkpoint);
 
-  // Per step (see the header comment). G > 1: zero-fills the grad shards (which reductions add
-  // into) unless they are known zero. G = 1: no fill; the step's first backward overwrites
-  // each shard (acquire_grads says accumulate = false), so the optimizer need not zero them.
-  void zero_grads();
-  // Whether zero_grads() leaves the grad shards to be overwritten (G = 1) rather than zeroed:
-  // then the optimizer step keeps them as they are (GradsAfterStep::kKeep) instead of zeroing.
-  bool backward_overwrites_grads() const { return !sharded(); }
-  // Every grad shard is zero now (the optimizer zeroed them as it read them): the next
-  // zero_grads() skips its fill, unless a backward (acquire_grads) comes first.
-  void note_grads_zeroed() { grad_shards_zero_ = true; }
+  // ---- one optimizer step (the header comment's order; every call collective) ----
+  // Starts a step whose accumulation window holds `local_targets` loss targets on this rank:
+  // readies the grad shards for the step's first backward and returns the global target count.
+  double begin_step(int64_t local_targets);
   void begin_micro_batch(int64_t index, int64_t count);
-  // The global sum of squared gradients from this rank's local sum over its grad shards:
-  // summed over the shard group only, as replicas hold identical shards (each element of the
-  // model is counted once). The same value on every rank.
-  double global_grad_square_sum(double local_sum);
+  // After the window's last backward: the global tokens and loss (from this rank's counts) and
+  // the global gradient norm (every element of the model counted once).
+  StepTotals end_backward(int64_t local_tokens, double local_loss_sum);
+  // One `optimizer` step over this rank's shards with gradients multiplied by grad_scale (the
+  // clip coefficient): updates the master shards, writes the compute shards and leaves the grad
+  // shards as the next begin_step expects.
+  void apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t step, float grad_scale);
+
+  // Re-derives the compute shards from the master shards (after loading them).
   void refresh_compute_params();
   // Sum of `value` over all ranks (the data-parallel group: every rank reads its own data).
   double sum_over_ranks(double value);
   // Element-wise sums of several values in one collective.
   std::vector<double> sum_over_ranks(const std::vector<double>& values);
+  // Returns once every rank has called it.
+  void barrier() { groups_.world().barrier(); }
 
-  // This rank's place in the mesh (fsdp/fsdp_groups.h): its index in the shard group and in the
+  // This rank's place in the mesh (dist/fsdp_groups.h): its index in the shard group and in the
   // replicate group, and in the world.
   int shard_rank() const { return groups_.shard().rank(); }
   int replicate_rank() const { return groups_.replicate().rank(); }
@@ -142,7 +151,7 @@ class FsdpUnits final : public UnitAccess {
     bool gather_in_flight = false;  // started (prefetch) and not yet finished
     int full_grad_slot = -1;        // index into full_grad_pool_, -1 = none
     bool in_backward = false;       // acquire_grads was called since the last grads_ready
-    bool grads_stale = false;       // G = 1: zero_grads ran and no backward has written since
+    bool grads_stale = false;       // G = 1: begin_step ran and no backward has written since
   };
   // A reduction started by grads_ready and not yet completed.
   struct PendingReduction {
@@ -170,6 +179,9 @@ class FsdpUnits final : public UnitAccess {
     return p.replicate ? groups_.replicate() : groups_.shard();
   }
   Tensor shard_tensor(const std::vector<DeviceBuffer>& buffers, int unit) const;
+  // The global sum of squared gradients: this rank's sum over its grad shards, summed over the
+  // shard group only, as replicas hold identical shards. The same value on every rank.
+  double global_grad_square_sum();
   bool sharded() const { return plan_.group_size > 1; }
   // "unit 3 (layers.2) <phase>": what a collective is for, in communication errors.
   std::string unit_context(int unit, const char* phase) const;
@@ -189,10 +201,11 @@ class FsdpUnits final : public UnitAccess {
   // (two, so that one reduction can be in flight while the previous one is completed).
   DeviceBuffer reduced_[2];
   std::deque<PendingReduction> pending_;
-  bool forward_phase_ = true;  // set by acquire_params(0), cleared by acquire_grads
+  bool forward_phase_ = true;  // set by acquire_params(kRootUnit), cleared by acquire_grads
   bool last_micro_batch_ = true;
-  bool grad_shards_zero_ = false;  // known all zero: at construction, by zero_grads (G > 1),
-                                   // note_grads_zeroed
+  bool grad_shards_zero_ = false;  // known all zero: at construction, after begin_step or an
+                                   // update that zeroed them (G > 1)
+  std::vector<UnitBuffers> optimizer_view_;  // every unit's shards, for apply_optimizer
 };
 
 }  // namespace shardtrain

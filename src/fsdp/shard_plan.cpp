@@ -47,12 +47,13 @@ FsdpMemory estimate_fsdp_memory(const ShardPlan& plan, FsdpStrategy strategy,
   for (size_t u = 0; u < plan.units.size(); ++u) {
     all_units += static_cast<size_t>(plan.units[u].padded_numel);
     largest_shard = std::max(largest_shard, static_cast<size_t>(plan.units[u].shard_numel));
-    if (u > 0) {
+    if (static_cast<int>(u) != kRootUnit) {
       largest_block = std::max(largest_block, static_cast<size_t>(plan.units[u].padded_numel));
       ++blocks;
     }
   }
-  const size_t root = plan.units.empty() ? 0 : static_cast<size_t>(plan.units[0].padded_numel);
+  const size_t root =
+      plan.units.empty() ? 0 : static_cast<size_t>(plan.units[kRootUnit].padded_numel);
   // The block being computed and the one prefetched (forward and backward), or the one being
   // computed and the one being reduced (backward).
   const size_t root_and_blocks = root + std::min<size_t>(blocks, 2) * largest_block;

@@ -14,14 +14,20 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/host_name.h"
+#include "dist/store_keys.h"
 #include "dist/tcp_store.h"
 #include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
 #include "launch/launcher.h"
 #include "launch/node_metrics.h"
+#include "launch/process_watchdog.h"
 #include "launch/rendezvous.h"
+#include "launch/run_files.h"
+#include "launch/stop_grace.h"
 #include "launch/watchdog.h"
 #include "launch/worker_group.h"
+#include "launch/worker_specs.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -66,76 +72,21 @@ class SignalForwarding {
   struct sigaction old_term_ {};
 };
 
-std::string self_executable() {
-  std::error_code ec;
-  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("/proc/self/exe") : path.string();
-}
-
 std::string random_hex() {
   std::random_device device;
   return fmt::format("{:08x}", device());
 }
 
-std::string host_name() {
-  char buffer[256] = {};
-  ::gethostname(buffer, sizeof(buffer) - 1);
-  return buffer;
-}
-
-// The labels of this node's metrics; pod and namespace from the Kubernetes downward API.
+// The labels of this node's metrics; pod and namespace from the Kubernetes downward API
+// (dist/worker_env.h reads them).
 NodeIdentity node_identity(const std::string& run_id, const std::string& host) {
-  const EnvLookup env = process_env();
+  const PodIdentity pod = parse_pod_identity(process_env());
   NodeIdentity identity;
   identity.run_id = run_id;
-  identity.pod = env("POD_NAME").value_or("");
-  identity.pod_namespace = env("POD_NAMESPACE").value_or("");
+  identity.pod = pod.name;
+  identity.pod_namespace = pod.namespace_name;
   identity.hostname = host;
   return identity;
-}
-
-// Where one attempt's workers keep their keys (SHARDTRAIN_STORE_PREFIX), heartbeats included.
-std::string worker_store_prefix(const std::string& run_id, int64_t attempt) {
-  return fmt::format("run/{}/gen/{}/", run_id, attempt);
-}
-
-std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generation& gen,
-                                     const AgentStores::Endpoint& store,
-                                     const std::string& run_id) {
-  std::vector<WorkerSpec> specs;
-  const int first_rank = gen.first_rank();
-  const int world_size = gen.world_size();
-  for (int local = 0; local < config.nproc_per_node; ++local) {
-    const int rank = first_rank + local;
-    WorkerSpec spec;
-    spec.global_rank = rank;
-    spec.env = {
-        {"RANK", std::to_string(rank)},
-        {"LOCAL_RANK", std::to_string(local)},
-        {"WORLD_SIZE", std::to_string(world_size)},
-        {"LOCAL_WORLD_SIZE", std::to_string(config.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(gen.group_rank)},
-        {"GROUP_WORLD_SIZE", std::to_string(gen.members.size())},
-        {"ROLE_NAME", "default"},
-        {"ROLE_RANK", std::to_string(rank)},
-        {"ROLE_WORLD_SIZE", std::to_string(world_size)},
-        {"MASTER_ADDR", store.host},
-        {"MASTER_PORT", std::to_string(store.port)},
-        {"TORCHELASTIC_RESTART_COUNT", std::to_string(gen.attempt)},
-        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(config.max_restarts)},
-        {"TORCHELASTIC_RUN_ID", run_id},
-        {"SHARDTRAIN_RESTART_COUNT", std::to_string(gen.attempt)},
-        {"SHARDTRAIN_RUN_ID", run_id},
-        {"SHARDTRAIN_STORE_PREFIX", worker_store_prefix(run_id, gen.attempt)},
-    };
-    // As torchrun: one thread per worker unless the user chose, so N workers do not
-    // oversubscribe the cores N times.
-    if (config.nproc_per_node > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
-      spec.env["OMP_NUM_THREADS"] = "1";
-    }
-    specs.push_back(std::move(spec));
-  }
-  return specs;
 }
 
 // How one generation's attempt ended.
@@ -160,12 +111,23 @@ class GroupWatch {
         next_check_(Clock::now() + liveness.check_interval()) {}
 
   void watch_hangs(Watchdog* watchdog) { watchdog_ = watchdog; }
+  // Workers without heartbeats: a process-level check of this node's workers.
+  void watch_processes(ProcessWatchdog* watchdog, std::vector<ProcessWatchdog::Worker> workers) {
+    process_watchdog_ = watchdog;
+    processes_ = std::move(workers);
+  }
 
   // Whether the workers must stop; then failure() says why (unless a signal came).
   bool should_stop(bool workers_running) {
     if (g_received_signal != 0) return true;
     if (const std::optional<std::string> hang = watchdog_ ? watchdog_->report() : std::nullopt) {
       return post("restart|" + *hang);
+    }
+    if (process_watchdog_ != nullptr && workers_running) {
+      if (const std::optional<std::string> hang = process_watchdog_->check(processes_)) {
+        log::warn("launch: watchdog: {}", *hang);
+        return post("restart|" + *hang);
+      }
     }
     posted_ = keys_.try_get("failed");
     if (posted_) return true;
@@ -177,9 +139,10 @@ class GroupWatch {
     const int nodes = static_cast<int>(gen_.members.size());
     if (workers_running && nodes < config_.max_nodes) {
       if (const int waiting = rendezvous_.waiting_count(gen_); waiting > 0) {
-        return post(fmt::format("rejoin|{} node(s) waiting to join the group of {} (--nnodes "
-                                "allows {})",
-                                waiting, nodes, config_.max_nodes));
+        return post(
+            fmt::format("rejoin|{} node(s) waiting to join the group of {} (--nnodes "
+                        "allows {})",
+                        waiting, nodes, config_.max_nodes));
       }
     }
     return false;
@@ -207,81 +170,148 @@ class GroupWatch {
   Rendezvous& rendezvous_;
   AgentLiveness& liveness_;
   Watchdog* watchdog_ = nullptr;
+  ProcessWatchdog* process_watchdog_ = nullptr;
+  std::vector<ProcessWatchdog::Worker> processes_;
   std::optional<std::string> posted_;  // the generation's "failed" value, once seen
   Clock::time_point next_check_;
 };
+
+// Where the workers of one generation meet, as this agent knows it.
+struct GenerationContext {
+  const LaunchConfig& config;
+  const std::string& run_id;
+  const Generation& gen;
+  const AgentStores::WorkerEndpoints& endpoints;
+};
+
+// The signal workers get when the agent is interrupted by `sig`: shardtrain workers treat
+// SIGTERM as "checkpoint and stop", so Ctrl-C (SIGINT) reaches them as SIGTERM; other
+// commands get the signal itself (Python: KeyboardInterrupt), as under torchrun.
+int signal_for_workers(const LaunchConfig& config, int sig) {
+  return config.shardtrain_worker && sig == SIGINT ? SIGTERM : sig;
+}
+
+// Stops the group, letting workers that save a checkpoint finish it (launch/stop_grace.h),
+// then prints the last lines a failed worker wrote off the console.
+void stop_workers(const GenerationContext& c, WorkerGroup& group, int sig) {
+  std::vector<int> ranks;
+  for (int local = 0; local < c.config.nproc_per_node; ++local) {
+    ranks.push_back(c.gen.first_rank() + local);
+  }
+  SaveAwareGrace grace(c.endpoints.store.host, c.endpoints.store.port,
+                       store_keys::worker_attempt(c.run_id, c.gen.attempt), ranks,
+                       c.config.stop_grace);
+  if (c.config.shardtrain_worker) {
+    group.stop(c.config.stop_grace, sig, [&] { return grace(); });
+  } else {
+    group.stop(c.config.stop_grace, sig);
+  }
+  if (const std::string tail = group.failure_output(); !tail.empty()) {
+    std::fprintf(stderr, "shardtrain: last output of the failed worker:\n%s", tail.c_str());
+  }
+}
+
+// The hang watchdogs for generation `gen`'s workers: heartbeats (shardtrain workers, read by
+// group rank 0 over its own connection) or this node's processes (other commands).
+struct HangWatch {
+  std::unique_ptr<TcpStoreClient> client;
+  std::unique_ptr<Watchdog> heartbeats;
+  std::unique_ptr<ProcessWatchdog> processes;
+};
+
+HangWatch start_hang_watch(const GenerationContext& c, const WorkerGroup& group,
+                           GroupWatch& watch) {
+  HangWatch hang;
+  if (c.config.watchdog_timeout.count() <= 0) return hang;
+  if (!c.config.shardtrain_worker) {
+    hang.processes = std::make_unique<ProcessWatchdog>(c.config.watchdog_timeout);
+    std::vector<ProcessWatchdog::Worker> workers;
+    const std::vector<pid_t> pids = group.pids();
+    for (size_t i = 0; i < pids.size(); ++i) {
+      workers.push_back({c.gen.first_rank() + static_cast<int>(i), pids[i]});
+    }
+    watch.watch_processes(hang.processes.get(), std::move(workers));
+    return hang;
+  }
+  if (c.gen.group_rank != 0) return hang;
+  hang.client = std::make_unique<TcpStoreClient>(c.endpoints.store.host, c.endpoints.store.port,
+                                                 c.config.join_timeout);
+  hang.heartbeats =
+      std::make_unique<Watchdog>(*hang.client, store_keys::worker_attempt(c.run_id, c.gen.attempt),
+                                 c.gen.world_size(), c.config.watchdog_timeout);
+  watch.watch_hangs(hang.heartbeats.get());
+  return hang;
+}
+
+// After this node's workers all exited 0: waits until every node's did (or a failure).
+AttemptEnd wait_for_all_done(Store& keys, GroupWatch& watch, int nodes) {
+  keys.add("done", 1);
+  const auto all_done = [&] {
+    const std::optional<std::string> done = keys.try_get("done");
+    return done && std::stoll(*done) >= nodes;
+  };
+  while (true) {
+    if (all_done()) return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
+    // A peer that finished and left after this agent's last read is not a failure.
+    if (watch.should_stop(false)) {
+      if (g_received_signal == 0 && all_done()) return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
+      return watch.unsuccessful();
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+}
 
 // Runs this node's workers for generation `gen` until the group succeeds, fails, must re-form
 // or the agent is interrupted (GroupWatch).
 AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
                           const std::vector<std::string>& command, const Generation& gen,
                           AgentStores& stores, Rendezvous& rendezvous, AgentLiveness& liveness,
-                          NodeMetrics* metrics) {
+                          RunFiles& files, NodeMetrics* metrics) {
   PrefixStore keys(stores.rendezvous(), gen.prefix());
   const int nodes = static_cast<int>(gen.members.size());
   GroupWatch watch(config, gen, keys, rendezvous, liveness);
-  const std::optional<AgentStores::Endpoint> store =
-      stores.worker_store(gen, [&] { return watch.should_stop(false); });
-  if (!store) {
+  const std::optional<AgentStores::WorkerEndpoints> endpoints =
+      stores.worker_endpoints(gen, [&] { return watch.should_stop(false); });
+  if (!endpoints) {
     if (g_received_signal != 0) watch.post_signal(g_received_signal);
     return watch.unsuccessful();
   }
-  log::info("launch: run '{}' attempt {}: node {} of {} starting ranks {}..{} of {} "
-            "(generation {}, store {})",
-            run_id, gen.attempt, gen.group_rank, nodes, gen.first_rank(),
-            gen.first_rank() + config.nproc_per_node - 1, gen.world_size(), gen.number,
-            tcp_store_wire::format_endpoint(store->host, store->port));
-  std::vector<WorkerSpec> specs = worker_specs(config, gen, *store, run_id);
+  const GenerationContext context{config, run_id, gen, *endpoints};
+  log::info(
+      "launch: run '{}' attempt {}: node {} of {} starting ranks {}..{} of {} "
+      "(generation {}, store {})",
+      run_id, gen.attempt, gen.group_rank, nodes, gen.first_rank(),
+      gen.first_rank() + config.nproc_per_node - 1, gen.world_size(), gen.number,
+      tcp_store_wire::format_endpoint(endpoints->store.host, endpoints->store.port));
   if (metrics != nullptr) {
     metrics->start_generation(gen.group_rank, gen.restarts, gen.number, config.nproc_per_node);
-    for (WorkerSpec& spec : specs) spec.env.merge(metrics->worker_env());
   }
-  WorkerGroup group(command, specs);
-
-  // Group rank 0 watches every rank's heartbeat for hangs (launch/watchdog.h), over its own
-  // connection.
-  std::unique_ptr<TcpStoreClient> watchdog_client;
-  std::unique_ptr<Watchdog> watchdog;
-  if (gen.group_rank == 0 && config.watchdog_timeout.count() > 0) {
-    watchdog_client =
-        std::make_unique<TcpStoreClient>(store->host, store->port, config.join_timeout);
-    watchdog =
-        std::make_unique<Watchdog>(*watchdog_client, worker_store_prefix(run_id, gen.attempt),
-                                   gen.world_size(), config.watchdog_timeout);
-    watch.watch_hangs(watchdog.get());
-  }
-  const WorkerGroup::Outcome outcome =
-      group.wait([&] { return watch.should_stop(true); }, 200ms, g_signal_pipe[0]);
+  WorkerGroup group(command, worker_specs(config, gen, *endpoints, run_id,
+                                          files.attempt_dir(gen.attempt, config.nproc_per_node),
+                                          metrics != nullptr ? metrics->dir() : ""));
+  HangWatch hang = start_hang_watch(context, group, watch);
+  const WorkerGroup::Outcome outcome = group.wait([&] { return watch.should_stop(true); },
+                                                  config.monitor_interval, g_signal_pipe[0]);
   // The workers are done or stopping: their heartbeats no longer count.
   watch.watch_hangs(nullptr);
-  watchdog.reset();
+  watch.watch_processes(nullptr, {});
+  hang = HangWatch{};
   if (outcome == WorkerGroup::Outcome::kSucceeded) {
-    keys.add("done", 1);
-    const auto all_done = [&] {
-      const std::optional<std::string> done = keys.try_get("done");
-      return done && std::stoll(*done) >= nodes;
-    };
-    while (true) {
-      if (all_done()) return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
-      // A peer that finished and left after this agent's last read is not a failure.
-      if (watch.should_stop(false)) {
-        if (g_received_signal == 0 && all_done()) {
-          return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
-        }
-        break;
-      }
-      std::this_thread::sleep_for(100ms);
-    }
+    const AttemptEnd end = wait_for_all_done(keys, watch, nodes);
+    if (end.kind == AttemptEnd::Kind::kSucceeded) return end;
   } else if (outcome == WorkerGroup::Outcome::kFailed) {
-    watch.post("restart|" + group.failure());
+    // A worker's exit code 2 is a user mistake (bad config, missing file): a restart would
+    // only repeat it.
+    const bool usage = group.failure_exit_code() == 2;
+    watch.post((usage ? "usage|" : "restart|") + group.failure());
   }
   if (const int sig = g_received_signal; sig != 0) {
     log::warn("launch: received signal {}; stopping the workers", sig);
-    group.stop(config.stop_grace, sig);
+    stop_workers(context, group, signal_for_workers(config, sig));
     watch.post_signal(sig);
     return AttemptEnd{AttemptEnd::Kind::kInterrupted, ""};
   }
-  group.stop(config.stop_grace, SIGTERM);
+  stop_workers(context, group, SIGTERM);
   return watch.unsuccessful();
 }
 
@@ -315,6 +345,7 @@ int run_agent(const LaunchConfig& config, const MetricsOptions& metrics_options)
   const std::string run_id =
       config.standalone && config.rdzv_id == "none" ? random_hex() : config.rdzv_id;
   AgentStores stores(config, run_id);  // --rdzv-backend: embedded TCP store or etcd
+  RunFiles files(config, run_id);
   RendezvousMember self;
   self.host = host_name();
   self.id = fmt::format("{}:{}:{}", self.host, ::getpid(), random_hex());
@@ -329,15 +360,12 @@ int run_agent(const LaunchConfig& config, const MetricsOptions& metrics_options)
     metrics = std::make_unique<NodeMetrics>(metrics_options, node_identity(run_id, self.host));
   }
 
-  std::vector<std::string> command = config.command;
-  if (command.front().find('/') == std::string::npos) {
-    command.insert(command.begin(), self_executable());
-  }
+  const std::vector<std::string>& command = config.command;
 
   Generation gen = rendezvous.join(-1);
   while (true) {
-    const AttemptEnd end =
-        run_generation(config, run_id, command, gen, stores, rendezvous, liveness, metrics.get());
+    const AttemptEnd end = run_generation(config, run_id, command, gen, stores, rendezvous,
+                                          liveness, files, metrics.get());
     if (end.kind == AttemptEnd::Kind::kSucceeded) {
       return finish(stores, rendezvous, gen, "succeeded", 0);
     }
@@ -350,6 +378,13 @@ int run_agent(const LaunchConfig& config, const MetricsOptions& metrics_options)
     if (kind == "stop") {
       std::fprintf(stderr, "shardtrain: launch stopped: %s\n", what.c_str());
       return finish(stores, rendezvous, gen, "stopped", 1);
+    }
+    if (kind == "usage") {
+      std::fprintf(stderr,
+                   "shardtrain: launch failed: %s (exit code 2: a user error such as a bad "
+                   "config or a missing file; not restarted)\n",
+                   what.c_str());
+      return finish(stores, rendezvous, gen, "failed", 2);
     }
     if (kind == "rejoin") {
       log::warn("launch: {}; re-forming the group (not counted as a restart)", what);
@@ -372,8 +407,11 @@ int launch_local_workers(int nproc, const std::vector<std::string>& worker_args,
   flags.standalone = true;
   flags.nproc_per_node = std::to_string(nproc);
   flags.command = worker_args;
+  flags.subcommands = {worker_args.front()};
   // PET_* variables describe a multi-node job; this shortcut is one node by definition.
-  const EnvLookup no_env = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  const EnvLookup no_env = [](const std::string&) -> std::optional<std::string> {
+    return std::nullopt;
+  };
   return run_agent(resolve_launch_config(flags, no_env), metrics);
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/store_keys.h"
 
 namespace shardtrain::launch {
 
@@ -14,7 +15,7 @@ AgentLiveness::AgentLiveness(Mode mode, Store& publisher, Store& observer, std::
     : mode_(mode),
       publisher_(publisher),
       observer_(observer),
-      key_("alive/" + self_id),
+      key_(store_keys::alive(self_id)),
       interval_(interval),
       max_attempt_(max_attempt) {
   SHARDTRAIN_CHECK(max_attempt_ >= 1);
@@ -55,7 +56,7 @@ void AgentLiveness::heartbeat_loop() {
 }
 
 std::optional<std::string> AgentLiveness::departed(const std::string& id) {
-  std::optional<std::string> value = observer_.try_get("alive/" + id);
+  std::optional<std::string> value = observer_.try_get(store_keys::alive(id));
   if (mode_ == Mode::kLease) {
     if (value) return std::nullopt;
     return fmt::format("its etcd lease expired (no keep-alive for {:.3g} s)",

@@ -3,8 +3,11 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -12,6 +15,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/etcd_store.h"
+#include "dist/host_name.h"
+#include "dist/store_keys.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -20,12 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
-std::string host_name() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return name;
 }
 
 bool same_address(const sockaddr* a, const sockaddr* b) {
@@ -64,6 +63,41 @@ bool names_this_machine(const std::string& host) {
   return local;
 }
 
+// "host:port" or "[v6]:port"; nullopt when malformed.
+std::optional<AgentStores::Endpoint> parse_endpoint(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  const std::string digits = text.substr(colon + 1);
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc() || end != digits.data() + digits.size() || port < 1 || port > 65535) {
+    return std::nullopt;
+  }
+  return AgentStores::Endpoint{host, port};
+}
+
+// A TCP port free on `bind_host` ("" = every interface) right now. As torchrun's, racy by
+// nature: the worker that binds it comes later; a fresh port per generation keeps the window
+// small.
+int free_tcp_port(const std::string& bind_host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail("cannot create a socket to find a free port: {}", std::strerror(errno));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = bind_host.empty() ? htonl(INADDR_ANY) : htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!ok) fail("cannot find a free TCP port for MASTER_PORT: {}", std::strerror(error));
+  return ntohs(address.sin_port);
+}
+
 }  // namespace
 
 AgentStores::AgentStores(const LaunchConfig& config, const std::string& run_id)
@@ -95,7 +129,7 @@ void AgentStores::start_tcp(const LaunchConfig& config, const std::string& run_i
     return std::make_unique<TcpStoreClient>(worker_endpoint_.host, worker_endpoint_.port,
                                             config.join_timeout);
   };
-  const std::string scope = "rdzv/" + run_id + "/";
+  const std::string scope = store_keys::tcp_rendezvous_scope(run_id);
   backend_ = connect();
   rendezvous_ = std::make_unique<PrefixStore>(*backend_, scope);
   liveness_backend_ = connect();
@@ -109,41 +143,58 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
   const double ttl = std::chrono::duration<double>(config.keep_alive_interval).count() *
                      config.keep_alive_max_attempt;
   options.lease_ttl_seconds = std::max(1, static_cast<int>(std::ceil(ttl)));
-  options.leased_keys = [](const std::string& key) { return key.rfind("alive/", 0) == 0; };
-  backend_ = std::make_unique<EtcdStore>(config.rdzv_host, config.rdzv_port,
-                                         "/shardtrain/" + run_id + "/", std::move(options));
+  options.leased_keys = [](const std::string& key) {
+    return key.rfind(store_keys::kAlivePrefix, 0) == 0;
+  };
+  backend_ =
+      std::make_unique<EtcdStore>(config.rdzv_host, config.rdzv_port,
+                                  store_keys::etcd_rendezvous_scope(run_id), std::move(options));
   rendezvous_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_publisher_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_mode_ = AgentLiveness::Mode::kLease;
 }
 
-std::optional<AgentStores::Endpoint> AgentStores::worker_store(
+AgentStores::WorkerEndpoints AgentStores::pick_worker_endpoints() {
+  const bool loopback = is_loopback(config_.rdzv_host);
+  const std::string advertised = loopback ? "127.0.0.1" : host_name();
+  if (config_.rdzv_backend == "etcd" && !worker_server_) {
+    worker_server_ = std::make_unique<TcpStoreServer>(loopback ? "127.0.0.1" : "", 0);
+    worker_endpoint_ = {advertised, worker_server_->port()};
+  }
+  return WorkerEndpoints{worker_endpoint_,
+                         Endpoint{advertised, free_tcp_port(loopback ? "127.0.0.1" : "")}};
+}
+
+std::optional<AgentStores::WorkerEndpoints> AgentStores::worker_endpoints(
     const Generation& g, const std::function<bool()>& give_up) {
-  if (config_.rdzv_backend != "etcd") return worker_endpoint_;
-  const std::string key = g.prefix() + "worker_store";
+  const std::string key = g.prefix() + "worker_endpoints";
   if (g.group_rank == 0) {
-    if (!worker_server_) {
-      const bool loopback = is_loopback(config_.rdzv_host);
-      worker_server_ = std::make_unique<TcpStoreServer>(loopback ? "127.0.0.1" : "", 0);
-      worker_endpoint_ = {loopback ? "127.0.0.1" : host_name(), worker_server_->port()};
-    }
+    const WorkerEndpoints picked = pick_worker_endpoints();
     rendezvous_->set(key,
-                     tcp_store_wire::format_endpoint(worker_endpoint_.host, worker_endpoint_.port));
-    return worker_endpoint_;
+                     tcp_store_wire::format_endpoint(picked.store.host, picked.store.port) + " " +
+                         tcp_store_wire::format_endpoint(picked.master.host, picked.master.port));
+    return picked;
   }
   const auto deadline = Clock::now() + config_.join_timeout;
   while (true) {
     if (const std::optional<std::string> published = rendezvous_->try_get(key)) {
-      const auto colon = published->rfind(':');
-      std::string host = published->substr(0, colon);
-      if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-      return Endpoint{host, std::stoi(published->substr(colon + 1))};
+      const auto space = published->find(' ');
+      const std::optional<Endpoint> store = parse_endpoint(published->substr(0, space));
+      const std::optional<Endpoint> master =
+          space == std::string::npos ? std::nullopt : parse_endpoint(published->substr(space + 1));
+      if (!store || !master) {
+        fail(
+            "{}: key '{}' holds '{}', not two HOST:PORT endpoints; HINT: another program uses "
+            "this run id: pick another --rdzv-id",
+            backend_->endpoint(), key, *published);
+      }
+      return WorkerEndpoints{*store, *master};
     }
     if (give_up()) return std::nullopt;
     if (Clock::now() >= deadline) {
       fail(
-          "etcd at {}: node 0 of generation {} ({}) did not publish the workers' store "
-          "(key '{}') within {} s; HINT: is its launcher running?",
+          "{}: node 0 of generation {} ({}) did not publish the workers' endpoints (key '{}') "
+          "within {} s; HINT: is its launcher running?",
           backend_->endpoint(), g.number, g.members[0].host, key,
           config_.join_timeout.count() / 1000);
     }

@@ -3,15 +3,16 @@
 // c10d (default): one agent hosts the embedded TCP store at the rendezvous endpoint: the one
 //   with --node-rank 0, or, where no node rank was given, an agent on the machine the endpoint
 //   names (the first there to bind the port). The agents rendezvous in it under
-//   "rdzv/<run id>/" (launch/rendezvous.h) and the workers reach it through MASTER_ADDR and
-//   MASTER_PORT. If the hosting agent dies the run ends: the others fail with a store error.
+//   "rdzv/<run id>/" (launch/rendezvous.h) and the workers reach it through SHARDTRAIN_STORE
+//   (dist/worker_env.h). If the hosting agent dies the run ends: the others fail with a store
+//   error.
 // etcd: the agents rendezvous in etcd v3 at the endpoint, under "/shardtrain/<run id>/". The
 //   liveness keys ("alive/<agent id>", launch/agent_liveness.h) carry the agent's etcd lease
 //   (TTL keep_alive_interval x keep_alive_max_attempt, kept alive, revoked on exit). The
 //   workers still bootstrap through an embedded TCP store: the agent with group rank 0 of a
 //   generation hosts one (on a free port, started the first time it is rank 0) and publishes
-//   "HOST:PORT" under gen/<g>/worker_store; the others read it and pass it on as
-//   MASTER_ADDR/MASTER_PORT. Any agent may die: the others re-form without it.
+//   it (worker_endpoints); the others read it and pass it on as SHARDTRAIN_STORE. Any agent
+//   may die: the others re-form without it.
 #pragma once
 
 #include <functional>
@@ -49,15 +50,26 @@ class AgentStores {
     std::string host;
     int port = 0;
   };
-  // The TCP store generation `g`'s workers connect to (MASTER_ADDR, MASTER_PORT). With etcd,
-  // g's group rank 0 starts (if need be) and publishes it; the others wait for it, polling
-  // `give_up` and returning nullopt when it says to. Throws Error when nothing is published
+  // What generation `g`'s workers are told (dist/worker_env.h): `store`, the TCP store
+  // shardtrain workers rendezvous in and publish heartbeats to (SHARDTRAIN_STORE), and
+  // `master`, a port free on group rank 0's host for rank 0 of a PyTorch job to host its own
+  // c10d store (MASTER_ADDR, MASTER_PORT; a fresh one per generation). g's group rank 0 picks
+  // them (with etcd it also starts the workers' store the first time) and publishes them under
+  // gen/<g>/worker_endpoints; the others wait for that, polling `give_up` and returning
+  // nullopt when it says to. Throws Error when nothing (or a malformed value) is published
   // within join_timeout.
-  std::optional<Endpoint> worker_store(const Generation& g, const std::function<bool()>& give_up);
+  struct WorkerEndpoints {
+    Endpoint store;
+    Endpoint master;
+  };
+  std::optional<WorkerEndpoints> worker_endpoints(const Generation& g,
+                                                  const std::function<bool()>& give_up);
 
  private:
   void start_tcp(const LaunchConfig& config, const std::string& run_id);
   void start_etcd(const LaunchConfig& config, const std::string& run_id);
+  // Group rank 0: the endpoints of generation g (starting the etcd backend's workers' store).
+  WorkerEndpoints pick_worker_endpoints();
 
   const LaunchConfig& config_;
   std::string run_id_;

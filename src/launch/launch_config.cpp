@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "launch/worker_command.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -50,7 +51,9 @@ void parse_nnodes(const Setting& s, LaunchConfig& config) {
   if (!min || !max || *min < 1 || *max < 1 || *max > 100'000) {
     fail("{} '{}': expected {}", s.source, s.value, usage);
   }
-  if (*min > *max) fail("{} '{}': MIN {} is greater than MAX {}; expected {}", s.source, s.value, *min, *max, usage);
+  if (*min > *max)
+    fail("{} '{}': MIN {} is greater than MAX {}; expected {}", s.source, s.value, *min, *max,
+         usage);
   config.min_nodes = static_cast<int>(*min);
   config.max_nodes = static_cast<int>(*max);
 }
@@ -60,9 +63,10 @@ void parse_endpoint(const Setting& s, int default_port, std::string& host, int& 
   static const std::regex form(R"(^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]\s]+))(?::([0-9]+))?$)");
   std::smatch m;
   const auto bad = [&] {
-    fail("{} '{}': expected HOST:PORT with a port 1-65535, e.g. 10.0.0.1:29400 or "
-         "node0.cluster:29400",
-         s.source, s.value);
+    fail(
+        "{} '{}': expected HOST:PORT with a port 1-65535, e.g. 10.0.0.1:29400 or "
+        "node0.cluster:29400",
+        s.source, s.value);
   };
   if (!std::regex_match(s.value, m, form)) bad();
   host = m[1].matched ? m[1].str() : m[2].str();
@@ -103,9 +107,10 @@ void parse_rdzv_conf(const Setting& s, LaunchConfig& config) {
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
-      fail("{} '{}': expected key=value pairs separated by commas, e.g. "
-           "last_call_timeout=30,join_timeout=600",
-           s.source, s.value);
+      fail(
+          "{} '{}': expected key=value pairs separated by commas, e.g. "
+          "last_call_timeout=30,join_timeout=600",
+          s.source, s.value);
     }
     const std::string key = item.substr(0, eq);
     const Setting value{item.substr(eq + 1), s.source + " " + key};
@@ -128,14 +133,6 @@ void parse_rdzv_conf(const Setting& s, LaunchConfig& config) {
 
 }  // namespace
 
-EnvLookup process_env() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
-
 int count_local_gpus() {
   if (std::FILE* pipe = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
     int lines = 0;
@@ -155,15 +152,10 @@ int count_local_gpus() {
   return devices;
 }
 
-LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& env) {
-  LaunchConfig config;
-  config.standalone = flags.standalone;
-  if (!flags.standalone) {
-    if (auto v = env("PET_STANDALONE"); v && !v->empty() && *v != "0" && *v != "false") {
-      config.standalone = true;
-    }
-  }
+namespace {
 
+// The counts, timeouts and backend choice (everything but the endpoint, the id and the command).
+void resolve_settings(const LaunchFlags& flags, const EnvLookup& env, LaunchConfig& config) {
   if (auto s = pick(flags.nnodes, "--nnodes", env, "PET_NNODES")) parse_nnodes(*s, config);
   if (auto s = pick(flags.nproc_per_node, "--nproc-per-node", env, "PET_NPROC_PER_NODE")) {
     if (s->value == "auto" || s->value == "gpu") {
@@ -190,17 +182,22 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
     config.watchdog_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(parse_seconds(*s) * 1000));
   }
-  if (auto s = pick(flags.rdzv_conf, "--rdzv-conf", env, "PET_RDZV_CONF")) parse_rdzv_conf(*s, config);
+  if (auto s = pick(flags.rdzv_conf, "--rdzv-conf", env, "PET_RDZV_CONF"))
+    parse_rdzv_conf(*s, config);
   if (auto s = pick(flags.rdzv_backend, "--rdzv-backend", env, "PET_RDZV_BACKEND")) {
     if (s->value == "etcd" || s->value == "etcd-v2") {
       config.rdzv_backend = "etcd";
     } else if (s->value != "c10d" && s->value != "static" && s->value != "tcp") {
-      fail("{} '{}': supported backends are c10d, static and tcp (the embedded TCP store hosted "
-           "by node 0's launcher) and etcd (etcd v3 at --rdzv-endpoint)",
-           s->source, s->value);
+      fail(
+          "{} '{}': supported backends are c10d, static and tcp (the embedded TCP store hosted "
+          "by node 0's launcher) and etcd (etcd v3 at --rdzv-endpoint)",
+          s->source, s->value);
     }
   }
+}
 
+// Where the agents meet: --standalone's free local port, --rdzv-endpoint, or MASTER_ADDR/PORT.
+void resolve_endpoint(const LaunchFlags& flags, const EnvLookup& env, LaunchConfig& config) {
   const auto rdzv_endpoint = pick(flags.rdzv_endpoint, "--rdzv-endpoint", env, "PET_RDZV_ENDPOINT");
   const auto master_addr = pick(flags.master_addr, "--master-addr", env, "PET_MASTER_ADDR");
   const auto master_port = pick(flags.master_port, "--master-port", env, "PET_MASTER_PORT");
@@ -209,9 +206,10 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
       fail("--standalone runs a single node; it conflicts with --nnodes {}", *flags.nnodes);
     }
     if (flags.rdzv_endpoint) {
-      fail("--standalone picks a free local port for the store; it conflicts with "
-           "--rdzv-endpoint {}",
-           *flags.rdzv_endpoint);
+      fail(
+          "--standalone picks a free local port for the store; it conflicts with "
+          "--rdzv-endpoint {}",
+          *flags.rdzv_endpoint);
     }
     config.min_nodes = config.max_nodes = 1;
     config.node_rank = 0;
@@ -223,8 +221,9 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
     const int default_port = config.rdzv_backend == "etcd" ? 2379 : 29400;
     parse_endpoint(*rdzv_endpoint, default_port, config.rdzv_host, config.rdzv_port);
   } else if (config.rdzv_backend == "etcd") {
-    fail("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT of etcd's client port, e.g. "
-         "etcd0.cluster:2379");
+    fail(
+        "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT of etcd's client port, e.g. "
+        "etcd0.cluster:2379");
   } else {
     if (master_addr) {
       int ignored = 0;
@@ -232,11 +231,102 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
     }
     if (master_port) {
       const int port = parse_count(*master_port, 1, "a TCP port 1-65535");
-      if (port > 65535) fail("{} '{}': expected a TCP port 1-65535", master_port->source, master_port->value);
+      if (port > 65535)
+        fail("{} '{}': expected a TCP port 1-65535", master_port->source, master_port->value);
       config.rdzv_port = port;
     }
   }
+}
 
+// torchrun's --tee/--redirects value: "0".."3" for every local rank, or "LOCAL:0-3,..." per
+// local rank (0 none, 1 stdout, 2 stderr, 3 both).
+std::vector<StreamChoice> parse_streams(const Setting& s, int nproc) {
+  const auto choice = [&](const std::string& text) {
+    const auto v = parse_int(text);
+    if (!v || *v < 0 || *v > 3) {
+      fail(
+          "{} '{}': expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or LOCAL_RANK:N "
+          "pairs like 0:3,1:2",
+          s.source, s.value);
+    }
+    return StreamChoice{(*v & 1) != 0, (*v & 2) != 0};
+  };
+  if (s.value.find(':') == std::string::npos) {
+    return std::vector<StreamChoice>(static_cast<size_t>(nproc), choice(s.value));
+  }
+  std::vector<StreamChoice> out(static_cast<size_t>(nproc));
+  size_t start = 0;
+  while (start <= s.value.size()) {
+    const size_t comma = std::min(s.value.find(',', start), s.value.size());
+    const std::string item = s.value.substr(start, comma - start);
+    start = comma + 1;
+    const auto colon = item.find(':');
+    const auto rank = parse_int(item.substr(0, colon));
+    if (colon == std::string::npos || !rank || *rank < 0 || *rank >= nproc) {
+      fail("{} '{}': '{}' is not LOCAL_RANK:N with a local rank 0..{}", s.source, s.value, item,
+           nproc - 1);
+    }
+    out[static_cast<size_t>(*rank)] = choice(item.substr(colon + 1));
+  }
+  return out;
+}
+
+// --tee, --redirects, --log-dir, --local-ranks-filter, --monitor-interval, --role,
+// --start-method.
+void resolve_worker_io(const LaunchFlags& flags, const EnvLookup& env, LaunchConfig& config) {
+  const int nproc = config.nproc_per_node;
+  if (auto s = pick(flags.tee, "--tee", env, "PET_TEE")) config.tee = parse_streams(*s, nproc);
+  if (auto s = pick(flags.redirects, "--redirects", env, "PET_REDIRECTS")) {
+    config.redirects = parse_streams(*s, nproc);
+  }
+  if (auto s = pick(flags.log_dir, "--log-dir", env, "PET_LOG_DIR")) config.log_dir = s->value;
+  if (auto s =
+          pick(flags.local_ranks_filter, "--local-ranks-filter", env, "PET_LOCAL_RANKS_FILTER")) {
+    size_t start = 0;
+    while (start <= s->value.size()) {
+      const size_t comma = std::min(s->value.find(',', start), s->value.size());
+      const auto rank = parse_int(s->value.substr(start, comma - start));
+      if (!rank || *rank < 0 || *rank >= nproc) {
+        fail("{} '{}': expected local ranks 0..{} separated by commas, e.g. 0 or 0,1", s->source,
+             s->value, nproc - 1);
+      }
+      config.local_ranks_filter.push_back(static_cast<int>(*rank));
+      start = comma + 1;
+    }
+  }
+  if (auto s = pick(flags.monitor_interval, "--monitor-interval", env, "PET_MONITOR_INTERVAL")) {
+    config.monitor_interval = std::max(std::chrono::milliseconds(10), to_millis(parse_seconds(*s)));
+  }
+  if (auto s = pick(flags.role, "--role", env, "PET_ROLE")) {
+    static const std::regex role_form(R"(^[A-Za-z0-9._-]{1,64}$)");
+    if (!std::regex_match(s->value, role_form)) {
+      fail("{} '{}': use letters, digits, '.', '_' or '-' (at most 64)", s->source, s->value);
+    }
+    config.role = s->value;
+  }
+  if (auto s = pick(flags.start_method, "--start-method", env, "PET_START_METHOD")) {
+    // Workers are always fork+exec'd fresh processes: spawn's semantics, whichever is named.
+    if (s->value != "spawn" && s->value != "fork" && s->value != "forkserver") {
+      fail(
+          "{} '{}': expected spawn, fork or forkserver (workers always start as fresh "
+          "processes, as with spawn)",
+          s->source, s->value);
+    }
+  }
+}
+
+}  // namespace
+
+LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& env) {
+  LaunchConfig config;
+  config.standalone = flags.standalone;
+  if (!flags.standalone) {
+    if (auto v = env("PET_STANDALONE"); v && !v->empty() && *v != "0" && *v != "false") {
+      config.standalone = true;
+    }
+  }
+  resolve_settings(flags, env, config);
+  resolve_endpoint(flags, env, config);
   if (auto s = pick(flags.rdzv_id, "--rdzv-id", env, "PET_RDZV_ID")) {
     static const std::regex id_form(R"(^[A-Za-z0-9._-]{1,128}$)");
     if (!std::regex_match(s->value, id_form)) {
@@ -250,12 +340,10 @@ LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& en
          config.max_nodes, config.max_nodes - 1);
   }
 
-  config.command = flags.command;
-  if (!config.command.empty() && config.command.front() == "--") config.command.erase(config.command.begin());
-  if (config.command.empty()) {
-    fail("nothing to launch: give the worker command after --, e.g. shardtrain launch "
-         "--nproc-per-node 2 -- train --config job.toml");
-  }
+  resolve_worker_io(flags, env, config);
+  const WorkerCommand command = resolve_worker_command(flags, env);
+  config.command = command.argv;
+  config.shardtrain_worker = command.shardtrain_subcommand;
   return config;
 }
 

@@ -12,24 +12,46 @@
 #include <string>
 #include <vector>
 
+#include "dist/worker_env.h"
+
 namespace shardtrain::launch {
 
 // The flags as typed (nullopt = not given), before parsing and validation.
 struct LaunchFlags {
-  std::optional<std::string> nnodes;          // --nnodes N | MIN:MAX       PET_NNODES
-  std::optional<std::string> nproc_per_node;  // --nproc-per-node N|auto    PET_NPROC_PER_NODE
-  std::optional<std::string> node_rank;       // --node-rank                PET_NODE_RANK
-  std::optional<std::string> rdzv_endpoint;   // --rdzv-endpoint HOST:PORT  PET_RDZV_ENDPOINT
-  std::optional<std::string> rdzv_id;         // --rdzv-id                  PET_RDZV_ID
-  std::optional<std::string> rdzv_backend;    // --rdzv-backend             PET_RDZV_BACKEND
-  std::optional<std::string> rdzv_conf;       // --rdzv-conf k=v,...        PET_RDZV_CONF
-  std::optional<std::string> max_restarts;    // --max-restarts             PET_MAX_RESTARTS
-  std::optional<std::string> master_addr;     // --master-addr              PET_MASTER_ADDR
-  std::optional<std::string> master_port;     // --master-port              PET_MASTER_PORT
-  std::optional<std::string> stop_grace;      // --stop-grace SECONDS       PET_STOP_GRACE
-  std::optional<std::string> watchdog_timeout;  // --watchdog-timeout SECONDS PET_WATCHDOG_TIMEOUT
-  bool standalone = false;                    // --standalone               PET_STANDALONE
-  std::vector<std::string> command;           // after "--"
+  std::optional<std::string> nnodes;              // --nnodes N | MIN:MAX       PET_NNODES
+  std::optional<std::string> nproc_per_node;      // --nproc-per-node N|auto    PET_NPROC_PER_NODE
+  std::optional<std::string> node_rank;           // --node-rank                PET_NODE_RANK
+  std::optional<std::string> rdzv_endpoint;       // --rdzv-endpoint HOST:PORT  PET_RDZV_ENDPOINT
+  std::optional<std::string> rdzv_id;             // --rdzv-id                  PET_RDZV_ID
+  std::optional<std::string> rdzv_backend;        // --rdzv-backend             PET_RDZV_BACKEND
+  std::optional<std::string> rdzv_conf;           // --rdzv-conf k=v,...        PET_RDZV_CONF
+  std::optional<std::string> max_restarts;        // --max-restarts             PET_MAX_RESTARTS
+  std::optional<std::string> master_addr;         // --master-addr              PET_MASTER_ADDR
+  std::optional<std::string> master_port;         // --master-port              PET_MASTER_PORT
+  std::optional<std::string> stop_grace;          // --stop-grace SECONDS       PET_STOP_GRACE
+  std::optional<std::string> watchdog_timeout;    // --watchdog-timeout SECONDS PET_WATCHDOG_TIMEOUT
+  bool standalone = false;                        // --standalone               PET_STANDALONE
+  std::optional<std::string> tee;                 // --tee 0-3 | LOCAL:0-3,...  PET_TEE
+  std::optional<std::string> redirects;           // --redirects (as --tee)     PET_REDIRECTS
+  std::optional<std::string> log_dir;             // --log-dir DIR              PET_LOG_DIR
+  std::optional<std::string> local_ranks_filter;  // --local-ranks-filter 0,1 PET_LOCAL_RANKS_FILTER
+  std::optional<std::string> monitor_interval;    // --monitor-interval S   PET_MONITOR_INTERVAL
+  std::optional<std::string> role;                // --role NAME                PET_ROLE
+  std::optional<std::string> start_method;        // --start-method spawn|fork|forkserver
+  std::optional<std::string> python;              // --python PATH (shardtrain's own)
+  std::optional<std::string> module;              // -m MODULE: run `python -m MODULE`
+  bool no_python = false;                         // --no-python: the command is an executable
+  // The worker command exactly as typed; `after_separator` when it followed "--".
+  std::vector<std::string> command;
+  bool after_separator = false;
+  // shardtrain's own subcommand names: a command starting with one runs this binary.
+  std::vector<std::string> subcommands;
+};
+
+// Which streams of a worker go to its log files (--redirects: instead of the console;
+// --tee: as well as the console).
+struct StreamChoice {
+  bool out = false, err = false;
 };
 
 // The validated configuration an agent runs with.
@@ -44,7 +66,7 @@ struct LaunchConfig {
   // order. With the c10d backend, the agent with node rank 0 hosts the store.
   int node_rank = 0;
   bool node_rank_given = false;  // from --node-rank or PET_NODE_RANK
-  bool standalone = false;   // one node; the store runs on a free loopback port
+  bool standalone = false;       // one node; the store runs on a free loopback port
   // "c10d": one agent hosts the embedded TCP store at the rendezvous endpoint;
   // "etcd": agents meet in etcd v3 at the endpoint (launch/agent_stores.h).
   std::string rdzv_backend = "c10d";
@@ -63,15 +85,24 @@ struct LaunchConfig {
   // A worker group in which no rank's heartbeat (train/heartbeat.h) advances for this long is
   // reported and restarted (launch/watchdog.h); 0 turns the watchdog off.
   std::chrono::milliseconds watchdog_timeout{120000};
-  // The worker command: a shardtrain subcommand and its arguments, or an executable when the
-  // first element contains '/'.
+  std::string role = "default";  // --role: the workers' ROLE_NAME
+  // How often the agent checks its workers (--monitor-interval).
+  std::chrono::milliseconds monitor_interval{200};
+  // Per local rank (missing = none): streams written to <log_dir>/.../<local rank>/std*.log.
+  std::vector<StreamChoice> redirects, tee;
+  std::string log_dir;  // --log-dir ("" = a fresh temporary directory when files are needed)
+  // Local ranks whose output reaches the console; empty = the default (launch/launcher.h).
+  std::vector<int> local_ranks_filter;
+  // The worker argv, resolved (launch/worker_command.h): argv[0] is a path.
   std::vector<std::string> command;
+  // The worker runs this binary's own subcommand (it publishes heartbeats, saves on SIGTERM).
+  bool shardtrain_worker = false;
 };
 
-// Looks up an environment variable; nullopt when unset. Injected so tests need not touch
-// the real environment.
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
-EnvLookup process_env();
+// Looks up an environment variable (dist/worker_env.h); injected so tests need not touch the
+// real environment.
+using shardtrain::EnvLookup;
+using shardtrain::process_env;
 
 // Merges flags with PET_* variables, validates, and resolves `auto` and the endpoint.
 LaunchConfig resolve_launch_config(const LaunchFlags& flags, const EnvLookup& env);

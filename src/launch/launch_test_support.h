@@ -78,6 +78,8 @@ class BackgroundLauncher {
   }
 
   std::string output() const { return read_text(log_); }
+  // The launcher's pid (the shell exec'd it).
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;

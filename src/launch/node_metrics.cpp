@@ -69,10 +69,6 @@ NodeMetrics::~NodeMetrics() {
   fs::remove(dir_, ec);
 }
 
-std::map<std::string, std::string> NodeMetrics::worker_env() const {
-  return {{"SHARDTRAIN_METRICS_DIR", dir_}};
-}
-
 void NodeMetrics::start_generation(int node_rank, int64_t restarts, int64_t generation,
                                    int local_ranks) {
   {

@@ -63,7 +63,7 @@ TEST(NodeMetrics, ServesEveryLocalRankAndKeepsCountersAcrossARestart) {
   {
     NodeMetrics metrics(loopback_options(), identity);
     dir = metrics.dir();
-    EXPECT_EQ(metrics.worker_env().at("SHARDTRAIN_METRICS_DIR"), dir);
+    EXPECT_TRUE(std::filesystem::is_directory(dir)) << dir;
     metrics.start_generation(2, 0, 1, 2);
     write_rank(metrics, snapshot(0, "a", 8, 800));
     write_rank(metrics, snapshot(1, "b", 7, 700));

@@ -18,7 +18,7 @@ using Json = nlohmann::json;
 // How often a waiting agent reads the state again.
 constexpr std::chrono::milliseconds kPoll{100};
 
-std::string gen_prefix(int64_t g) { return "gen/" + std::to_string(g) + "/"; }
+std::string gen_prefix(int64_t g) { return store_keys::generation(g); }
 
 double seconds(std::chrono::milliseconds d) { return std::chrono::duration<double>(d).count(); }
 
@@ -293,13 +293,21 @@ void Rendezvous::fail_no_place(int64_t g, const State& state) {
       config_.max_nodes);
 }
 
+// Where one join() stands between polls of the state.
+struct Rendezvous::JoinProgress {
+  Clock::time_point deadline;
+  Clock::time_point now;
+  bool check_liveness = false;  // this poll also judges the members' liveness
+  int64_t last_call_gen = -1;   // the generation whose last call this agent is timing
+  Clock::time_point last_call_deadline{};
+};
+
 Generation Rendezvous::join(int previous_rank) {
   self_.previous_rank = previous_rank;
-  const auto deadline = Clock::now() + config_.join_timeout;
+  JoinProgress progress;
+  progress.deadline = Clock::now() + config_.join_timeout;
   auto next_liveness_check = Clock::now() + liveness_.check_interval();
-  int64_t entered = -1;        // the generation this agent is listed in (forming or waiting)
-  int64_t last_call_gen = -1;  // the generation whose last call this agent is timing
-  Clock::time_point last_call_deadline{};
+  int64_t entered = -1;  // the generation this agent is listed in (forming or waiting)
   while (true) {
     if (interrupted_()) {
       if (entered >= 0) withdraw(entered);
@@ -312,89 +320,97 @@ Generation Rendezvous::join(int previous_rank) {
       open_state(g);
       continue;
     }
-    const auto now = Clock::now();
-    const bool check_liveness = now >= next_liveness_check;
-    if (check_liveness) next_liveness_check = now + liveness_.check_interval();
-    const bool member = state->index_of(self_.id) >= 0;
-
-    if (state->closed) {
-      if (member) {
-        Generation out;
-        out.number = g;
-        out.attempt = state->attempt;
-        out.restarts = state->restarts;
-        out.members = state->members;
-        out.group_rank = state->index_of(self_.id);
-        return out;
-      }
-      if (store_.try_get(gen_prefix(g) + "ended")) {
-        advance_from(g);  // that run is over: this launch starts the next generation
-        continue;
-      }
-      if (State::find(state->waiting, self_.id) < 0) {
-        State after = *state;
-        after.waiting.push_back(self_);
-        if (!replace_state(g, *state, after)) continue;
-        log::info(
-            "launch: {}: generation {} is running with {} of at most {} nodes; waiting to "
-            "join the next",
-            where(), g, state->members.size(), config_.max_nodes);
-      }
-      if (check_liveness &&
-          std::all_of(state->members.begin(), state->members.end(), [&](const RendezvousMember& m) {
-            return liveness_.departed(m.id).has_value();
-          })) {
-        log::warn("launch: {}: every node of generation {} is gone; starting the next", where(), g);
-        store_.compare_set(gen_prefix(g) + "failed", "",
-                           fmt::format("restart|every node of generation {} left", g));
-        advance_from(g);
-        continue;
-      }
-      if (now >= deadline) {
-        withdraw(g);
-        fail_no_place(g, *state);
-      }
-      std::this_thread::sleep_for(kPoll);
-      continue;
+    progress.now = Clock::now();
+    progress.check_liveness = progress.now >= next_liveness_check;
+    if (progress.check_liveness) next_liveness_check = progress.now + liveness_.check_interval();
+    const int index = state->index_of(self_.id);
+    if (state->closed && index >= 0) {
+      Generation out;
+      out.number = g;
+      out.attempt = state->attempt;
+      out.restarts = state->restarts;
+      out.members = state->members;
+      out.group_rank = index;
+      return out;
     }
-
-    if (!member) {
-      if (static_cast<int>(state->members.size()) < config_.max_nodes) {
-        add_self(g, *state);
-        continue;
-      }
-      // Full: it closes at once, and this agent then waits for the next generation.
-      if (now >= deadline) fail_no_place(g, *state);
-      std::this_thread::sleep_for(kPoll);
-      continue;
-    }
-    const int joined = static_cast<int>(state->members.size());
-    bool complete = joined >= config_.max_nodes;
-    if (!complete && joined >= config_.min_nodes) {
-      if (last_call_gen != g) {
-        last_call_gen = g;
-        last_call_deadline = now + config_.last_call_timeout;
-        log::info(
-            "launch: {}: {} of {}..{} nodes joined generation {}; closing in {:.3g} s "
-            "unless all {} join sooner (last_call_timeout)",
-            where(), joined, config_.min_nodes, config_.max_nodes, g,
-            seconds(config_.last_call_timeout), config_.max_nodes);
-      }
-      complete = now >= last_call_deadline;
-    } else if (joined < config_.min_nodes) {
-      last_call_gen = -1;
-    }
-    if (complete) {
-      close(g, *state);
-      continue;
-    }
-    if (check_liveness) drop_departed(g, *state);
-    if (now >= deadline) {
-      withdraw(g);
-      fail_join_timeout(*state);
-    }
-    std::this_thread::sleep_for(kPoll);
+    const JoinStep next = state->closed ? wait_for_next(g, *state, progress)
+                          : index < 0   ? enter_forming(g, *state, progress)
+                                        : close_when_complete(g, *state, progress);
+    if (next == JoinStep::kPoll) std::this_thread::sleep_for(kPoll);
   }
+}
+
+Rendezvous::JoinStep Rendezvous::wait_for_next(int64_t g, const State& state,
+                                               const JoinProgress& progress) {
+  if (store_.try_get(gen_prefix(g) + "ended")) {
+    advance_from(g);  // that run is over: this launch starts the next generation
+    return JoinStep::kReadAgain;
+  }
+  if (State::find(state.waiting, self_.id) < 0) {
+    State after = state;
+    after.waiting.push_back(self_);
+    if (!replace_state(g, state, after)) return JoinStep::kReadAgain;
+    log::info(
+        "launch: {}: generation {} is running with {} of at most {} nodes; waiting to join the "
+        "next",
+        where(), g, state.members.size(), config_.max_nodes);
+  }
+  if (progress.check_liveness &&
+      std::all_of(state.members.begin(), state.members.end(), [&](const RendezvousMember& m) {
+        return liveness_.departed(m.id).has_value();
+      })) {
+    log::warn("launch: {}: every node of generation {} is gone; starting the next", where(), g);
+    store_.compare_set(gen_prefix(g) + "failed", "",
+                       fmt::format("restart|every node of generation {} left", g));
+    advance_from(g);
+    return JoinStep::kReadAgain;
+  }
+  if (progress.now >= progress.deadline) {
+    withdraw(g);
+    fail_no_place(g, state);
+  }
+  return JoinStep::kPoll;
+}
+
+Rendezvous::JoinStep Rendezvous::enter_forming(int64_t g, const State& state,
+                                               const JoinProgress& progress) {
+  if (static_cast<int>(state.members.size()) < config_.max_nodes) {
+    add_self(g, state);
+    return JoinStep::kReadAgain;
+  }
+  // Full: it closes at once, and this agent then waits for the next generation.
+  if (progress.now >= progress.deadline) fail_no_place(g, state);
+  return JoinStep::kPoll;
+}
+
+Rendezvous::JoinStep Rendezvous::close_when_complete(int64_t g, const State& state,
+                                                     JoinProgress& progress) {
+  const int joined = static_cast<int>(state.members.size());
+  bool complete = joined >= config_.max_nodes;
+  if (!complete && joined >= config_.min_nodes) {
+    if (progress.last_call_gen != g) {
+      progress.last_call_gen = g;
+      progress.last_call_deadline = progress.now + config_.last_call_timeout;
+      log::info(
+          "launch: {}: {} of {}..{} nodes joined generation {}; closing in {:.3g} s unless all "
+          "{} join sooner (last_call_timeout)",
+          where(), joined, config_.min_nodes, config_.max_nodes, g,
+          seconds(config_.last_call_timeout), config_.max_nodes);
+    }
+    complete = progress.now >= progress.last_call_deadline;
+  } else if (joined < config_.min_nodes) {
+    progress.last_call_gen = -1;
+  }
+  if (complete) {
+    close(g, state);
+    return JoinStep::kReadAgain;
+  }
+  if (progress.check_liveness) drop_departed(g, state);
+  if (progress.now >= progress.deadline) {
+    withdraw(g);
+    fail_join_timeout(state);
+  }
+  return JoinStep::kPoll;
 }
 
 }  // namespace shardtrain::launch

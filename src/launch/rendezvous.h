@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "dist/store.h"
+#include "dist/store_keys.h"
 #include "launch/agent_liveness.h"
 #include "launch/launch_config.h"
 
@@ -63,7 +64,7 @@ struct Generation {
   int first_rank() const;  // global rank of this agent's first worker
   int world_size() const;  // workers over all members
   // Where this generation's keys live in the run's store: "gen/<g>/".
-  std::string prefix() const { return "gen/" + std::to_string(number) + "/"; }
+  std::string prefix() const { return store_keys::generation(number); }
 };
 
 class Rendezvous {
@@ -91,6 +92,15 @@ class Rendezvous {
 
  private:
   struct State;
+  struct JoinProgress;
+  // What join() does after one step: read the state again at once, or after a poll period.
+  enum class JoinStep { kReadAgain, kPoll };
+  // join()'s steps for a generation that is closed without this agent (wait for the next),
+  // forming without it (enter) and forming with it (close it once complete). Each throws
+  // Error as join() does when the deadline passes.
+  JoinStep wait_for_next(int64_t g, const State& state, const JoinProgress& progress);
+  JoinStep enter_forming(int64_t g, const State& state, const JoinProgress& progress);
+  JoinStep close_when_complete(int64_t g, const State& state, JoinProgress& progress);
 
   int64_t current_generation();
   std::optional<State> read_state(int64_t g);

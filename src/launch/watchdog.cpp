@@ -1,41 +1,19 @@
 #include "launch/watchdog.h"
 
 #include <algorithm>
-#include <charconv>
 #include <tuple>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/heartbeat_record.h"
+#include "dist/store_keys.h"
 
 namespace shardtrain::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool parse_int64(const std::string& text, int64_t& out) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-// Heartbeat phases outside a collective start with this (train/heartbeat.h).
-bool waits_in_collective(const std::string& phase) { return phase.rfind("compute", 0) != 0; }
-
 }  // namespace
-
-std::optional<HeartbeatValue> parse_heartbeat(const std::string& value) {
-  const auto first = value.find(' ');
-  if (first == std::string::npos) return std::nullopt;
-  const auto second = value.find(' ', first + 1);
-  HeartbeatValue out;
-  if (!parse_int64(value.substr(0, first), out.step)) return std::nullopt;
-  if (!parse_int64(value.substr(first + 1, second == std::string::npos ? std::string::npos
-                                                                       : second - first - 1),
-                   out.unix_ms)) {
-    return std::nullopt;
-  }
-  if (second != std::string::npos) out.phase = value.substr(second + 1);
-  return out;
-}
 
 Watchdog::Watchdog(Store& store, std::string key_prefix, int world_size,
                    std::chrono::milliseconds timeout, std::chrono::milliseconds poll)
@@ -87,14 +65,14 @@ std::optional<std::string> Watchdog::check(Clock::time_point now) {
   Clock::time_point newest{};
   for (size_t r = 0; r < ranks_.size(); ++r) {
     std::optional<std::string> value =
-        store_.try_get(key_prefix_ + "heartbeat/" + std::to_string(r));
+        store_.try_get(key_prefix_ + store_keys::heartbeat(static_cast<int>(r)));
     RankState& state = ranks_[r];
     if (value && value != state.value) {
       state.value = std::move(value);
       state.changed = now;
     }
     std::optional<std::string> alive =
-        store_.try_get(key_prefix_ + "heartbeat_alive/" + std::to_string(r));
+        store_.try_get(key_prefix_ + store_keys::heartbeat_alive(static_cast<int>(r)));
     if (alive && alive != state.alive) {
       state.alive = std::move(alive);
       state.alive_changed = now;
@@ -125,13 +103,13 @@ std::optional<std::string> Watchdog::check(Clock::time_point now) {
     return std::nullopt;
   }
   std::optional<std::tuple<bool, int64_t, bool, int64_t, size_t>> culprit;
-  HeartbeatValue culprit_value;
+  HeartbeatRecord culprit_value;
   for (size_t r = 0; r < ranks_.size(); ++r) {
     if (!ranks_[r].value) continue;
-    const std::optional<HeartbeatValue> parsed = parse_heartbeat(*ranks_[r].value);
+    const std::optional<HeartbeatRecord> parsed = decode_heartbeat(*ranks_[r].value);
     if (!parsed) continue;
     const auto key = std::make_tuple(!frozen(ranks_[r]), parsed->step,
-                                     waits_in_collective(parsed->phase), parsed->unix_ms, r);
+                                     parsed->waits_in_collective(), parsed->unix_ms, r);
     if (!culprit || key < *culprit) {
       culprit = key;
       culprit_value = *parsed;
@@ -141,7 +119,7 @@ std::optional<std::string> Watchdog::check(Clock::time_point now) {
   const size_t rank = std::get<4>(*culprit);
   const double idle_s = std::chrono::duration<double>(now - ranks_[rank].changed).count();
   return fmt::format("rank {} made no progress for {:.0f} s at step {}, waiting in {}{}", rank,
-                     idle_s, culprit_value.step, culprit_value.phase,
+                     idle_s, culprit_value.step, culprit_value.describe(),
                      frozen(ranks_[rank]) ? "; its process is not running" : "");
 }
 

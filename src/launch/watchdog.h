@@ -2,8 +2,8 @@
 // (a hang in a collective, a stopped or deadlocked rank) from the ranks' heartbeats
 // (train/heartbeat.h), instead of waiting out a NCCL/Gloo timeout.
 //
-// Every `poll` it reads `heartbeat/<r>` for every rank r of the group. A rank's progress is
-// a change of its value, timed by this agent's clock (so clocks of other nodes do not
+// Every `poll` it reads the heartbeat record (dist/heartbeat_record.h) of every rank r. A rank's
+// progress is a change of its value, timed by this agent's clock (so clocks of other nodes do not
 // matter). Ranks that have not published yet (still loading) are not judged. When no rank has
 // made progress for `timeout`, the group is hung: the watchdog names the rank most likely to
 // be the cause (a rank whose process is frozen: its `heartbeat_alive/<r>` counter, bumped every
@@ -29,17 +29,9 @@
 
 namespace shardtrain::launch {
 
-// One rank's heartbeat value "<step> <unix ms> <phase>", parsed; nullopt if malformed.
-struct HeartbeatValue {
-  int64_t step = 0;
-  int64_t unix_ms = 0;
-  std::string phase;
-};
-std::optional<HeartbeatValue> parse_heartbeat(const std::string& value);
-
 class Watchdog {
  public:
-  // Watches keys `<key_prefix>heartbeat/<r>`, r in [0, world_size). REQUIRES: `store`
+  // Watches keys `<key_prefix>` + store_keys::heartbeat(r), r in [0, world_size). REQUIRES: `store`
   // outlives the watchdog and is used by no other thread (give it its own connection).
   Watchdog(Store& store, std::string key_prefix, int world_size, std::chrono::milliseconds timeout,
            std::chrono::milliseconds poll = std::chrono::seconds(1));

@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
-#include <mutex>
 #include <thread>
+
+#include "dist/heartbeat_record.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -43,6 +45,11 @@ class MemoryStore final : public Store {
   std::map<std::string, std::string> data_;
 };
 
+// A heartbeat record as a rank publishes it (dist/heartbeat_record.h).
+std::string beat(int64_t step, int64_t unix_ms, HeartbeatPhase phase, const std::string& detail) {
+  return encode_heartbeat(HeartbeatRecord{step, unix_ms, phase, 0, detail});
+}
+
 std::optional<std::string> report_within(const Watchdog& watchdog, std::chrono::milliseconds t) {
   const auto deadline = std::chrono::steady_clock::now() + t;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -52,28 +59,16 @@ std::optional<std::string> report_within(const Watchdog& watchdog, std::chrono::
   return watchdog.report();
 }
 
-TEST(WatchdogTest, ParsesHeartbeats) {
-  const auto v =
-      parse_heartbeat("12 1700000000123 all_gather: unit 3 (layers.2) parameter all-gather");
-  ASSERT_TRUE(v);
-  EXPECT_EQ(v->step, 12);
-  EXPECT_EQ(v->unix_ms, 1700000000123);
-  EXPECT_EQ(v->phase, "all_gather: unit 3 (layers.2) parameter all-gather");
-  EXPECT_FALSE(parse_heartbeat("x 1 phase"));
-  EXPECT_FALSE(parse_heartbeat("3"));
-  EXPECT_FALSE(parse_heartbeat("3 1.5 phase"));
-}
-
 TEST(WatchdogTest, SilentWithoutHeartbeatsAndWhileAnyRankAdvances) {
   MemoryStore store;
   Watchdog watchdog(store, "p/", 3, 300ms, 10ms);
   EXPECT_FALSE(report_within(watchdog, 400ms)) << "no rank has published: nothing to judge";
   // Ranks 1 and 2 wait in a barrier while rank 0 keeps advancing (e.g. writing the model).
-  store.set("p/heartbeat/1", "20 1000 barrier");
-  store.set("p/heartbeat/2", "20 1000 barrier");
+  store.set("p/heartbeat/1", beat(20, 1000, HeartbeatPhase::kInCollective, "barrier"));
+  store.set("p/heartbeat/2", beat(20, 1000, HeartbeatPhase::kInCollective, "barrier"));
   for (int i = 0; i < 25; ++i) {
-    store.set("p/heartbeat/0",
-              "20 " + std::to_string(2000 + i) + " all_gather: unit " + std::to_string(i));
+    store.set("p/heartbeat/0", beat(20, 2000 + i, HeartbeatPhase::kInCollective,
+                                    "all_gather: unit " + std::to_string(i)));
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_FALSE(watchdog.report());
@@ -87,9 +82,12 @@ TEST(WatchdogTest, SilentWithoutHeartbeatsAndWhileAnyRankAdvances) {
 TEST(WatchdogTest, NamesTheRankBehindThenTheOneOutsideACollective) {
   {
     MemoryStore store;
-    store.set("heartbeat/0", "8 500 all_reduce: step totals");
-    store.set("heartbeat/1", "7 400 compute after all_gather: unit 2 (layers.1)");
-    store.set("heartbeat/2", "8 300 all_reduce: step totals");
+    store.set("heartbeat/0",
+              beat(8, 500, HeartbeatPhase::kInCollective, "all_reduce: step totals"));
+    store.set("heartbeat/1",
+              beat(7, 400, HeartbeatPhase::kAfterCollective, "all_gather: unit 2 (layers.1)"));
+    store.set("heartbeat/2",
+              beat(8, 300, HeartbeatPhase::kInCollective, "all_reduce: step totals"));
     Watchdog watchdog(store, "", 3, 50ms, 10ms);
     const auto report = report_within(watchdog, 1s);
     ASSERT_TRUE(report);
@@ -100,8 +98,9 @@ TEST(WatchdogTest, NamesTheRankBehindThenTheOneOutsideACollective) {
   }
   {
     MemoryStore store;
-    store.set("heartbeat/0", "3 100 all_reduce: step totals");
-    store.set("heartbeat/1", "3 900 compute at step start");
+    store.set("heartbeat/0",
+              beat(3, 100, HeartbeatPhase::kInCollective, "all_reduce: step totals"));
+    store.set("heartbeat/1", beat(3, 900, HeartbeatPhase::kStepStart, ""));
     Watchdog watchdog(store, "", 2, 50ms, 10ms);
     const auto report = report_within(watchdog, 1s);
     ASSERT_TRUE(report);
@@ -152,8 +151,9 @@ TEST(WatchdogTest, NamesAFrozenProcessBeforeRanksThatWaitForIt) {
   // it waits in a collective and is newer than rank 0's, so only liveness tells them apart:
   // rank 0's publisher keeps ticking, rank 1's does not.
   MemoryStore store;
-  store.set("heartbeat/0", "5 100 all_reduce: step totals");
-  store.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
+  store.set("heartbeat/0", beat(5, 100, HeartbeatPhase::kInCollective, "all_reduce: step totals"));
+  store.set("heartbeat/1", beat(5, 900, HeartbeatPhase::kInCollective,
+                                "all_gather: unit 1 (layers.0) parameter all-gather"));
   store.set("heartbeat_alive/1", "17");
   {
     const LivenessTicker ticker(store, {{0, std::nullopt}}, 10ms);
@@ -164,8 +164,10 @@ TEST(WatchdogTest, NamesAFrozenProcessBeforeRanksThatWaitForIt) {
     // Without liveness counters (both frozen alike or none published) the old rules apply:
     // the same step, both in collectives, rank 0 idle longest by its own clock.
     MemoryStore plain;
-    plain.set("heartbeat/0", "5 100 all_reduce: step totals");
-    plain.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
+    plain.set("heartbeat/0",
+              beat(5, 100, HeartbeatPhase::kInCollective, "all_reduce: step totals"));
+    plain.set("heartbeat/1", beat(5, 900, HeartbeatPhase::kInCollective,
+                                  "all_gather: unit 1 (layers.0) parameter all-gather"));
     Watchdog watchdog(plain, "", 2, 50ms, 10ms);
     const auto report = report_within(watchdog, 1s);
     ASSERT_TRUE(report);
@@ -181,8 +183,9 @@ TEST(WatchdogTest, WaitsForTheVerdictOnARankThatFrozeAfterItsPeersStalled) {
   // waiting rank 0 (which the ordinary rules would: same step, both in collectives, rank 0
   // idle longest).
   MemoryStore store;
-  store.set("heartbeat/0", "5 100 all_reduce: step totals");
-  store.set("heartbeat/1", "5 900 all_gather: unit 1 (layers.0) parameter all-gather");
+  store.set("heartbeat/0", beat(5, 100, HeartbeatPhase::kInCollective, "all_reduce: step totals"));
+  store.set("heartbeat/1", beat(5, 900, HeartbeatPhase::kInCollective,
+                                "all_gather: unit 1 (layers.0) parameter all-gather"));
   const LivenessTicker ticker(store, {{0, std::nullopt}, {1, 500ms}}, 2ms);
   Watchdog watchdog(store, "", 2, 1s, 10ms);
   expect_names_frozen_rank(report_within(watchdog, 5s), 1);

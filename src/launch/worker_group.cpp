@@ -10,6 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -52,12 +56,36 @@ std::string describe_exit(int global_rank, int wait_status) {
          std::to_string(wait_status);
 }
 
+// Lines of a stream kept off the console that a failure report shows.
+constexpr size_t kTailLines = 20;
+
 // One output pipe of a worker and its unfinished last line.
 struct OutputStream {
-  int fd = -1;         // read end; -1 once at EOF
-  int target_fd = 1;   // the agent's stdout or stderr
+  int fd = -1;        // read end; -1 once at EOF
+  int target_fd = 1;  // the agent's stdout or stderr
+  bool console = true;
+  int file_fd = -1;  // the log file, or -1
   std::string partial;
+  std::deque<std::string> tail;  // last lines kept off the console
 };
+
+// The message of a torchelastic error file ({"message": {"message": "...", ...}} or
+// {"message": "..."}), "" when absent or unreadable.
+std::string error_file_message(const std::string& path) {
+  if (path.empty()) return "";
+  std::ifstream in(path);
+  if (!in) return "";
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("message")) return "";
+  const nlohmann::json& m = j["message"];
+  std::string text;
+  if (m.is_string()) text = m.get<std::string>();
+  if (m.is_object() && m.contains("message") && m["message"].is_string()) {
+    text = m["message"].get<std::string>();
+  }
+  const auto newline = text.find('\n');
+  return text.substr(0, std::min<size_t>(newline, 500));
+}
 
 struct WorkerGroup::Worker {
   int global_rank = 0;
@@ -65,27 +93,56 @@ struct WorkerGroup::Worker {
   bool exited = false;
   int wait_status = 0;
   std::string prefix;
+  std::string error_file;
   OutputStream streams[2];
 
-  // Writes each complete line of `partial` (all of it when `flush`) with the prefix.
+  // Routes each complete line of `partial` (all of it when `flush`).
   void emit(OutputStream& s, bool flush) {
-    std::string out;
+    std::string console, file;
+    const auto route = [&](std::string_view line) {  // line ends with '\n'
+      if (s.console) {
+        console += prefix;
+        console += line;
+      } else {
+        s.tail.emplace_back(line);
+        if (s.tail.size() > kTailLines) s.tail.pop_front();
+      }
+      if (s.file_fd >= 0) file += line;
+    };
     size_t start = 0;
     while (true) {
       const size_t newline = s.partial.find('\n', start);
       if (newline == std::string::npos) break;
-      out += prefix;
-      out.append(s.partial, start, newline + 1 - start);
+      route(std::string_view(s.partial).substr(start, newline + 1 - start));
       start = newline + 1;
     }
     s.partial.erase(0, start);
     if (!s.partial.empty() && (flush || s.partial.size() > kMaxLineBytes)) {
-      out += prefix + s.partial + "\n";
+      route(s.partial + "\n");
       s.partial.clear();
     }
-    if (!out.empty()) write_fully(s.target_fd, out);
+    if (!console.empty()) write_fully(s.target_fd, console);
+    if (!file.empty()) write_fully(s.file_fd, file);
   }
 };
+
+std::string WorkerGroup::failure_output() const {
+  if (failed_worker_ == nullptr) return "";
+  std::string out;
+  const auto append_tail = [&out](const Worker& w) {
+    for (const OutputStream& s : w.streams) {
+      for (const std::string& line : s.tail) out += w.prefix + line;
+    }
+  };
+  append_tail(*failed_worker_);
+  // Another hidden rank that failed on its own often holds the reason (the first to exit may
+  // only report that a peer failed).
+  for (const auto& w : workers_) {
+    const bool failed_itself = WIFEXITED(w->wait_status) && WEXITSTATUS(w->wait_status) != 0;
+    if (w.get() != failed_worker_ && w->exited && failed_itself) append_tail(*w);
+  }
+  return out;
+}
 
 WorkerGroup::WorkerGroup(const std::vector<std::string>& command,
                          const std::vector<WorkerSpec>& specs) {
@@ -108,8 +165,21 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& command,
     for (std::string& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);
 
+    // The log files first: a failure here leaves no process behind.
+    int log_fds[2] = {-1, -1};
+    const StreamRoute* routes[2] = {&spec.out, &spec.err};
+    for (int i = 0; i < 2; ++i) {
+      if (routes[i]->file.empty()) continue;
+      log_fds[i] = ::open(routes[i]->file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (log_fds[i] < 0) {
+        const std::string reason = std::strerror(errno);
+        if (i == 1 && log_fds[0] >= 0) ::close(log_fds[0]);
+        fail("cannot write worker log {}: {}; HINT: check --log-dir", routes[i]->file, reason);
+      }
+    }
     int out_pipe[2], err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0) fail("cannot create a pipe for a worker: {}", std::strerror(errno));
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0)
+      fail("cannot create a pipe for a worker: {}", std::strerror(errno));
     if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
       ::close(out_pipe[0]);
       ::close(out_pipe[1]);
@@ -145,8 +215,11 @@ WorkerGroup::WorkerGroup(const std::vector<std::string>& command,
     worker->global_rank = spec.global_rank;
     worker->pid = pid;
     worker->prefix = "[rank " + std::to_string(spec.global_rank) + "] ";
-    worker->streams[0] = OutputStream{out_pipe[0], STDOUT_FILENO, {}};
-    worker->streams[1] = OutputStream{err_pipe[0], STDERR_FILENO, {}};
+    worker->error_file = spec.error_file;
+    worker->streams[0] = OutputStream{out_pipe[0], STDOUT_FILENO, spec.out.console, -1, {}, {}};
+    worker->streams[1] = OutputStream{err_pipe[0], STDERR_FILENO, spec.err.console, -1, {}, {}};
+    worker->streams[0].file_fd = log_fds[0];
+    worker->streams[1].file_fd = log_fds[1];
     workers_.push_back(std::move(worker));
   }
 }
@@ -156,6 +229,7 @@ WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
     for (OutputStream& s : w->streams) {
       if (s.fd >= 0) ::close(s.fd);
+      if (s.file_fd >= 0) ::close(s.file_fd);
     }
   }
 }
@@ -181,7 +255,8 @@ void WorkerGroup::reap(bool block) {
     siginfo_t info{};
     int r;
     do {
-      r = ::waitid(P_PID, static_cast<id_t>(w->pid), &info, WEXITED | WNOWAIT | (block ? 0 : WNOHANG));
+      r = ::waitid(P_PID, static_cast<id_t>(w->pid), &info,
+                   WEXITED | WNOWAIT | (block ? 0 : WNOHANG));
     } while (r < 0 && errno == EINTR);
     if (r < 0 || info.si_pid != w->pid) continue;
     ::kill(-w->pid, SIGKILL);
@@ -192,6 +267,11 @@ void WorkerGroup::reap(bool block) {
     w->wait_status = status;
     if (failure_.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       failure_ = describe_exit(w->global_rank, status);
+      if (const std::string message = error_file_message(w->error_file); !message.empty()) {
+        failure_ += ": " + message;
+      }
+      failure_exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      failed_worker_ = w.get();
     }
   }
 }
@@ -246,17 +326,7 @@ WorkerGroup::Outcome WorkerGroup::wait(const std::function<bool()>& should_stop,
   while (true) {
     if (!failure_.empty()) return Outcome::kFailed;
     if (all_exited()) {
-      // Drain what the workers wrote before exiting (bounded: a leftover grandchild may hold
-      // a pipe open).
-      const auto drain_deadline = Clock::now() + std::chrono::milliseconds(500);
-      while (Clock::now() < drain_deadline) {
-        bool open = false;
-        for (auto& w : workers_) {
-          for (OutputStream& s : w->streams) open = open || s.fd >= 0;
-        }
-        if (!open) break;
-        pump(50, -1);
-      }
+      drain_output();
       return Outcome::kSucceeded;
     }
     const auto now = Clock::now();
@@ -264,7 +334,8 @@ WorkerGroup::Outcome WorkerGroup::wait(const std::function<bool()>& should_stop,
       if (should_stop()) return Outcome::kInterrupted;
       next_check = now + check_interval;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_check - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(next_check - Clock::now());
     // Reap at least every 50 ms: worker exits are noticed by polling, not by SIGCHLD.
     pump(static_cast<int>(std::clamp<int64_t>(left.count(), 0, 50)), wake_fd);
     if (wake_fd >= 0) {
@@ -274,24 +345,40 @@ WorkerGroup::Outcome WorkerGroup::wait(const std::function<bool()>& should_stop,
   }
 }
 
-void WorkerGroup::stop(std::chrono::milliseconds grace, int first_signal) {
+void WorkerGroup::stop(std::chrono::milliseconds grace, int first_signal,
+                       const std::function<std::chrono::milliseconds()>& grace_now) {
   for (auto& w : workers_) {
     if (!w->exited) ::kill(-w->pid, first_signal);
   }
-  const auto deadline = Clock::now() + grace;
-  while (!all_exited() && Clock::now() < deadline) pump(20, -1);
+  const auto start = Clock::now();
+  auto deadline = start + grace;
+  auto next_ask = start;
+  while (!all_exited()) {
+    const auto now = Clock::now();
+    if (grace_now && now >= next_ask) {
+      deadline = std::max(deadline, start + grace_now());
+      next_ask = now + std::chrono::milliseconds(250);
+    }
+    if (now >= deadline) break;
+    pump(20, -1);
+  }
   for (auto& w : workers_) {
     if (!w->exited) ::kill(-w->pid, SIGKILL);
   }
   reap(true);
   reap_adopted_orphans(std::chrono::milliseconds(500));
-  const auto drain_deadline = Clock::now() + std::chrono::milliseconds(500);
-  while (Clock::now() < drain_deadline) {
+  drain_output();
+}
+
+void WorkerGroup::drain_output() {
+  // Bounded: a leftover grandchild may hold a pipe open.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(500);
+  while (Clock::now() < deadline) {
     bool open = false;
     for (auto& w : workers_) {
       for (OutputStream& s : w->streams) open = open || s.fd >= 0;
     }
-    if (!open) break;
+    if (!open) return;
     pump(20, -1);
   }
 }

@@ -1,8 +1,12 @@
 // WorkerGroup: the worker processes of one node for one attempt (one restart generation).
 //
 // Each worker is fork/exec'd in its own process group with its stdout and stderr on pipes;
-// the agent's thread that calls wait()/stop() copies their output to its own stdout/stderr,
-// one whole line at a time, each prefixed "[rank N] ", so lines never interleave mid-line.
+// the agent's thread that calls wait()/stop() copies their output, one whole line at a time,
+// to its own stdout/stderr (each line prefixed "[rank N] ", so lines never interleave
+// mid-line) and/or to the worker's log files (WorkerSpec::out/err). The last lines of a stream
+// kept off the console are remembered, so a failure can still be shown (failure_output()).
+// A failed worker's error file (torchelastic's JSON, written by @record) adds its message to
+// failure().
 // Workers get PR_SET_PDEATHSIG=SIGKILL, so they die with the agent even if it is SIGKILLed.
 //
 // Not thread-safe: one thread owns the group. The destructor stops (SIGKILL) and reaps any
@@ -20,9 +24,18 @@
 
 namespace shardtrain::launch {
 
+// Where one output stream of a worker goes.
+struct StreamRoute {
+  bool console = true;  // copied to the agent's console, prefixed "[rank N] "
+  std::string file;     // also (or instead) written to this file, unprefixed; "" = none
+};
+
 struct WorkerSpec {
   int global_rank = 0;
+  int local_rank = 0;
   std::map<std::string, std::string> env;  // set on top of the agent's environment
+  StreamRoute out, err;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE, read when the worker fails; "" = none
 };
 
 // How one worker ended, in words: "rank 2 exited with code 3" or
@@ -52,10 +65,19 @@ class WorkerGroup {
 
   // Sends `first_signal` to every live worker's process group, waits up to `grace` for them
   // to exit (copying output meanwhile), then SIGKILLs the rest and reaps everyone.
-  void stop(std::chrono::milliseconds grace, int first_signal);
+  // `grace_now`, when given, is asked about every 250 ms for the grace that applies by now
+  // (launch/stop_grace.h: longer while a worker saves a checkpoint).
+  void stop(std::chrono::milliseconds grace, int first_signal,
+            const std::function<std::chrono::milliseconds()>& grace_now = {});
 
-  // The first failure seen by wait(), e.g. "rank 1 exited with code 3".
+  // The first failure seen by wait(), e.g. "rank 1 exited with code 3", or with an error
+  // file "rank 1 exited with code 1: ValueError: boom".
   const std::string& failure() const { return failure_; }
+  // The last lines that did not reach the console (prefixed) of the failed worker and of every
+  // other worker that exited with a non-zero code, "" if none.
+  std::string failure_output() const;
+  // The exit code of the failed worker (-1: none failed, or it was killed by a signal).
+  int failure_exit_code() const { return failure_exit_code_; }
   std::vector<pid_t> pids() const;
 
  private:
@@ -63,12 +85,17 @@ class WorkerGroup {
   // Reads whatever output is ready (waiting up to `timeout_ms`), and reaps exited workers.
   void pump(int timeout_ms, int wake_fd);
   void reap(bool block);
+  // Copies what the exited workers wrote last (up to 500 ms: a leftover grandchild may hold a
+  // pipe open).
+  void drain_output();
   // Reaps exited processes that were re-parented to the agent. REQUIRES: all workers reaped.
   static void reap_adopted_orphans(std::chrono::milliseconds patience);
   bool all_exited() const;
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::string failure_;
+  int failure_exit_code_ = -1;
+  const Worker* failed_worker_ = nullptr;
 };
 
 }  // namespace shardtrain::launch

@@ -16,12 +16,12 @@ Tensor fit(Tensor t, Shape shape) {
   return Tensor(t.data(), t.dtype(), shape, t.device());
 }
 
-// Logit rows per chunk of the lm head. A chunk holds at most max_logits (by default 256M logits,
-// 512 MiB in bf16), so peak memory does not grow with tokens x vocab; chunks are as large as
-// that allows because each one re-reads and re-writes the whole fp32 lm-head gradient (vocab x
-// hidden) in its weight-gradient GEMM: with ~200-row chunks that traffic, not the FLOPs, bounded
-// the head.
-// Rows are split evenly over the chunks and rounded up to a multiple of 128 (GEMM tiles).
+// Logit rows per chunk of the lm head. A chunk holds at most max_logits (by default
+// LlamaModel::kDefaultHeadChunkLogits = 448M logits, 896 MiB in bf16), so peak memory does not grow
+// with tokens x vocab; chunks are as large as that allows because each one re-reads and re-writes
+// the whole fp32 lm-head gradient (vocab x hidden) in its weight-gradient GEMM: with ~200-row
+// chunks that traffic, not the FLOPs, bounded the head. Rows are split evenly over the chunks and
+// rounded up to a multiple of 128 (GEMM tiles).
 int64_t head_chunk_rows(int64_t tokens, int64_t vocab, int64_t max_logits) {
   const int64_t max_rows = std::max<int64_t>(max_logits / std::max<int64_t>(vocab, 1), 1);
   const int64_t chunks = (tokens + max_rows - 1) / max_rows;
@@ -329,16 +329,16 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
   const ModelConfig& c = config_;
   const bool bias = c.attention_bias;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
-  const UnitLayout& root_layout = layout_.units[0];
+  const UnitLayout& root_layout = layout_.units[kRootUnit];
 
   const RootWeights root = forward_blocks(units);
-  const GradBuffer root_buffer = units.acquire_grads(0);
+  const GradBuffer root_buffer = units.acquire_grads(kRootUnit);
   const RootWeights root_grads = root_weights(root_layout, root_buffer.flat, c.tie_word_embeddings);
   head(root, &root_grads, root_buffer.accumulate, grad_scale, loss_sum_1, nullptr);
 
   const Tensor dresid = fit(scratch_.dresid_NC, {N, C});
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
-    const int unit = static_cast<int>(1 + l);
+    const int unit = block_unit(l);
     const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l, bias);
     const GradBuffer grads = units.acquire_grads(unit);
     const BlockWeights g = block_weights(layout_.units[unit], grads.flat, l, bias);
@@ -358,19 +358,19 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
   // the scatter-add touches only the rows in the batch, so an overwritten table starts at zero.
   if (!root_buffer.accumulate && !c.tie_word_embeddings) ops_.fill_zero(root_grads.embed_tokens);
   ops_.embedding_backward(fit(ids_N_, {N}), dresid, root_grads.embed_tokens);
-  units.release_params(0);
-  units.grads_ready(0);
+  units.release_params(kRootUnit);
+  units.grads_ready(kRootUnit);
 }
 
 RootWeights LlamaModel::forward_blocks(UnitAccess& units) {
   SHARDTRAIN_CHECK(batch_ > 0, "set_batch before a forward pass");
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
-  const RootWeights root =
-      root_weights(layout_.units[0], units.acquire_params(0), c.tie_word_embeddings);
+  const RootWeights root = root_weights(layout_.units[kRootUnit], units.acquire_params(kRootUnit),
+                                        c.tie_word_embeddings);
   embed_forward(root, fit(acts_[0].x_in_NC, {N, C}));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const int unit = static_cast<int>(1 + l);
+    const int unit = block_unit(l);
     const BlockWeights w =
         block_weights(layout_.units[unit], units.acquire_params(unit), l, c.attention_bias);
     block_forward(w, block_storage(l), block_output(l));
@@ -382,7 +382,7 @@ RootWeights LlamaModel::forward_blocks(UnitAccess& units) {
 void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
   const RootWeights root = forward_blocks(units);
   head(root, nullptr, true, 1.0f, loss_sum_1, logits_host_NV);
-  units.release_params(0);
+  units.release_params(kRootUnit);
 }
 
 void LlamaModel::forward_last_logits(UnitAccess& units, float* logits_host_BV) {
@@ -398,7 +398,7 @@ void LlamaModel::forward_last_logits(UnitAccess& units, float* logits_host_BV) {
     ops_.linear_forward(xf.rows(last, last + 1), root.lm_head, Tensor(), logits);
     copy_logits_to_host(logits, logits_host_BV + b * V);
   }
-  units.release_params(0);
+  units.release_params(kRootUnit);
 }
 
 }  // namespace shardtrain

@@ -1,12 +1,12 @@
 // ParamLayout: where every parameter of a model lives inside flat unit buffers.
 //
-// Units (DESIGN.md "Flat units"): unit 0 is the root (embed_tokens, final norm, lm_head unless
-// tied); units 1..L are the transformer blocks. Within a unit, parameters follow Hugging Face
-// module order (the order of `model.named_parameters()`), each starting at an offset that is a
-// multiple of kParamAlignElems elements (128 bytes in bf16), with one exception: a block's
-// q_proj, k_proj and v_proj weights are packed back to back, then their biases, so one GEMM
-// computes all three projections (BlockWeights::qkv_proj). The layout is a pure function of
-// the ModelConfig, so it is identical on every rank and across runs.
+// Units (DESIGN.md "Flat units"): unit kRootUnit (0) is the root (embed_tokens, final norm,
+// lm_head unless tied); units block_unit(0..L-1) = 1..L are the transformer blocks. Within a unit,
+// parameters follow Hugging Face module order (the order of `model.named_parameters()`), each
+// starting at an offset that is a multiple of kParamAlignElems elements (128 bytes in bf16), with
+// one exception: a block's q_proj, k_proj and v_proj weights are packed back to back, then their
+// biases, so one GEMM computes all three projections (BlockWeights::qkv_proj). The layout is a pure
+// function of the ModelConfig, so it is identical on every rank and across runs.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +21,10 @@ namespace shardtrain {
 inline constexpr int64_t kParamAlignElems = 64;
 
 struct ParamSpec {
-  std::string name;     // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
-  Shape shape;          // e.g. [out_features, in_features]
-  int64_t offset = 0;   // in elements, within the unit
-  bool decay = true;    // AdamW weight decay applies (false for norms and biases)
+  std::string name;    // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  Shape shape;         // e.g. [out_features, in_features]
+  int64_t offset = 0;  // in elements, within the unit
+  bool decay = true;   // AdamW weight decay applies (false for norms and biases)
   int64_t numel() const { return shape.numel(); }
 };
 
@@ -36,9 +36,13 @@ struct UnitLayout {
   int find(const std::string& name) const;
 };
 
+// Indices into ParamLayout::units: the root unit, and the unit of transformer block `layer`.
+inline constexpr int kRootUnit = 0;
+constexpr int block_unit(int64_t layer) { return static_cast<int>(1 + layer); }
+
 struct ParamLayout {
-  std::vector<UnitLayout> units;  // [0] = root, [1 + l] = block l
-  int64_t total_numel() const;    // padded, all units
+  std::vector<UnitLayout> units;    // [kRootUnit] = root, [block_unit(l)] = block l
+  int64_t total_numel() const;      // padded, all units
   int64_t parameter_count() const;  // unpadded
 };
 

@@ -1,10 +1,10 @@
 // UnitAccess: how the model gets each unit's parameters and hands back its gradients.
 //
 // The model walks units in a fixed order (forward: root, blocks 0..L-1; backward: blocks
-// L-1..0, root) and calls these hooks; it never communicates. The single-process trainer
-// implements them with plain buffers; FSDP implements them with all-gather / reduce-scatter
-// (and uses the known order to prefetch). Unit indices follow ParamLayout: 0 = root,
-// 1 + l = block l.
+// L-1..0, root) and calls these hooks; it never communicates. LocalUnits (train/local_units.h:
+// eval, generate, golden tests) implements them with plain buffers; FSDP (fsdp/fsdp_units.h, the
+// trainer at every world size) with all-gather / reduce-scatter, using the known order to
+// prefetch. Unit indices follow ParamLayout: kRootUnit = root, block_unit(l) = block l.
 #pragma once
 
 #include "core/tensor.h"

@@ -8,6 +8,23 @@
 
 namespace shardtrain {
 
+nlohmann::json metrics_record(const StepReport& report) {
+  nlohmann::json record = {{"step", report.step},
+                           {"loss", report.loss},
+                           {"lr", report.lr},
+                           {"grad_norm", report.grad_norm},
+                           {"tokens_per_s", report.tokens_per_s},
+                           {"tokens", report.tokens_total},
+                           {"elapsed_s", report.elapsed_s},
+                           {"step_time_s", report.step_time_s},
+                           {"data_wait_s", report.data_wait_s}};
+  if (report.exposed_comm_s) record["comm_wait_s"] = *report.exposed_comm_s;
+  if (report.checkpoint_stall_s) record["checkpoint_stall_s"] = *report.checkpoint_stall_s;
+  if (report.epoch) record["epoch"] = *report.epoch;
+  if (report.mfu) record["mfu"] = *report.mfu;
+  return record;
+}
+
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) {

@@ -1,4 +1,5 @@
-// MetricsLog: appends one JSON object per line to a file (the `--metrics PATH` interface).
+// MetricsLog: appends one JSON object per line to a file (the `--metrics PATH` interface); a
+// training step's record is metrics_record(StepReport).
 // Each record is written and flushed whole, so a crash leaves at most a missing last line.
 // Movable, not copyable.
 #pragma once
@@ -7,7 +8,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "obs/step_report.h"
+
 namespace shardtrain {
+
+// The JSONL record of a step: step, loss, lr, grad_norm, tokens (= tokens_total), tokens_per_s,
+// elapsed_s, step_time_s, data_wait_s, and comm_wait_s (= exposed_comm_s), checkpoint_stall_s,
+// epoch and mfu when known.
+nlohmann::json metrics_record(const StepReport& report);
 
 class MetricsLog {
  public:
@@ -22,6 +30,7 @@ class MetricsLog {
 
   bool enabled() const { return file_ != nullptr; }
   void append(const nlohmann::json& record);
+  void append(const StepReport& report) { append(metrics_record(report)); }
 
  private:
   std::FILE* file_ = nullptr;

@@ -8,6 +8,8 @@
 #include "ops/profiled_ops.h"
 
 #if defined(SHARDTRAIN_WITH_CUDA)
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_ops.h"
 #endif
 
@@ -23,25 +25,56 @@ int visible_gpu_count() {
 
 bool cuda_available() { return visible_gpu_count() > 0; }
 
+std::optional<GpuMemoryInfo> current_gpu_memory() {
+#if defined(SHARDTRAIN_WITH_CUDA)
+  if (!cuda_available()) return std::nullopt;
+  GpuMemoryInfo info;
+  cuda_memory_info(&info.free_bytes, &info.total_bytes);
+  info.name = cuda_kernels::device_limits().name;
+  return info;
+#else
+  return std::nullopt;
+#endif
+}
+
+void set_test_cuda_device_limits(const std::string& preset) {
+  if (!preset.empty() && preset != "a100" && preset != "a10g" && preset != "l4" &&
+      preset != "h100") {
+    fail("unknown GPU kind '{}' for the test device limits; HINT: use a100, a10g, l4 or h100",
+         preset);
+  }
+#if defined(SHARDTRAIN_WITH_CUDA)
+  if (!cuda_available()) return;
+  cuda_kernels::set_device_limits_override(
+      preset.empty() ? std::nullopt : cuda_kernels::device_limits_preset(preset));
+#endif
+}
+
 namespace {
 
-std::unique_ptr<Ops> make_backend(const std::string& device_choice, int cuda_device) {
+std::unique_ptr<Ops> make_backend(const std::string& device_choice, int cuda_device,
+                                  CudaComputeStream& stream_out) {
   if (device_choice == "cpu") return make_cpu_ops();
   if (device_choice == "cuda" || device_choice == "auto") {
 #if defined(SHARDTRAIN_WITH_CUDA)
     if (cuda_available()) {
       SHARDTRAIN_CHECK(cuda_device >= 0 && cuda_device < visible_gpu_count(), "GPU {} of {}",
                        cuda_device, visible_gpu_count());
-      return make_cuda_ops(cuda_device);
+      SHARDTRAIN_CUDA_CHECK(cudaSetDevice(cuda_device));
+      auto cuda = std::make_unique<CudaOps>();
+      stream_out = {cuda->device_index(), static_cast<void*>(cuda->stream())};
+      return cuda;
     }
 #endif
     if (device_choice == "auto") return make_cpu_ops();
 #if defined(SHARDTRAIN_WITH_CUDA)
-    fail("device 'cuda' requested but no GPU is visible; HINT: check nvidia-smi and "
-         "CUDA_VISIBLE_DEVICES, or use --train.device=cpu");
+    fail(
+        "device 'cuda' requested but no GPU is visible; HINT: check nvidia-smi and "
+        "CUDA_VISIBLE_DEVICES, or use --train.device=cpu");
 #else
-    fail("device 'cuda' requested but this shardtrain was built without CUDA; HINT: rebuild "
-         "where nvcc is installed (-DSHARDTRAIN_CUDA=ON) or use --train.device=cpu");
+    fail(
+        "device 'cuda' requested but this shardtrain was built without CUDA; HINT: rebuild "
+        "where nvcc is installed (-DSHARDTRAIN_CUDA=ON) or use --train.device=cpu");
 #endif
   }
   fail("unknown device '{}'; HINT: use cpu, cuda or auto", device_choice);
@@ -49,8 +82,11 @@ std::unique_ptr<Ops> make_backend(const std::string& device_choice, int cuda_dev
 
 }  // namespace
 
-std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device) {
-  std::unique_ptr<Ops> ops = make_backend(device_choice, cuda_device);
+std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device,
+                              CudaComputeStream* stream_out) {
+  CudaComputeStream stream;
+  std::unique_ptr<Ops> ops = make_backend(device_choice, cuda_device, stream);
+  if (stream_out != nullptr) *stream_out = stream;
   const char* profile = std::getenv("SHARDTRAIN_PROFILE_OPS");
   if (profile != nullptr && *profile != '\0' && std::string(profile) != "0") {
     return std::make_unique<ProfiledOps>(std::move(ops));

@@ -54,11 +54,11 @@ class Ops {
  public:
   virtual ~Ops() = default;
 
-  // The backend doing the work: this object, or the backend a decorator (ops/profiled_ops.h)
-  // wraps. Code that needs a concrete backend (NCCL needs CudaOps's stream) casts this.
-  virtual Ops* backend() { return this; }
   virtual Device device() const = 0;
   virtual DType activation_dtype() const = 0;
+  // The trainer calls this once per optimizer step, after the update: the profiling decorator
+  // (ops/profiled_ops.h) closes its per-step table there. Backends do nothing.
+  virtual void end_step() {}
 
   // ---- memory ----
   // Raw device allocation; zero-filled. Prefer the RAII `DeviceBuffer` (ops/device_buffer.h).
@@ -87,7 +87,6 @@ class Ops {
 
   // ---- elementwise ----
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;  // out = a + b; out may alias a or b
-  virtual void scale(Tensor x, float factor) = 0;        // x *= factor
 
   // ---- embedding ----
   // out_NC[n] = table_VC[ids_N[n]]. REQUIRES: 0 <= ids < V (checked by the caller on host).
@@ -118,21 +117,17 @@ class Ops {
                                Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                                bool accumulate_dweight) = 0;
 
-  // ---- rotary embedding, HF rotate-half convention, in place on x_NHD ----
-  // For token n at position p = positions_N[n] and pair index i < D/2:
+  // ---- packed q/k/v projections with the rotary embedding: one GEMM writes qkv_NX ----
+  // X = (H + 2K) * D. Each row of qkv_NX holds that token's q (H*D), then k (K*D), then v (K*D).
+  // Copies them to q_NHD, k_NKD and v_NKD, rotating every head of q and k (HF rotate-half
+  // convention): for token n at position p = positions_N[n] and pair index i < D/2,
   //   (x[i], x[i+D/2]) <- (x[i] cos - x[i+D/2] sin, x[i+D/2] cos + x[i] sin),
-  // with cos/sin = cos_PR/sin_PR[p][i] (R = D/2; fp32 tables built by model/rope).
-  virtual void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
-  // The transpose (rotation by -angle), in place on the gradient dx_NHD.
-  virtual void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
-
-  // ---- packed q/k/v projections: one GEMM writes qkv_NX, X = (H + 2K) * D ----
-  // Each row of qkv_NX holds that token's q (H*D), then k (K*D), then v (K*D). Copies them to
-  // q_NHD, k_NKD and v_NKD, rotating q and k as rope_forward does.
+  // with cos/sin = cos_PR/sin_PR[p][i] (R = D/2; fp32 tables built by model/rope). The
+  // backends' rope_forward / rope_backward (not in this interface) are that rotation alone.
   virtual void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                               Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) = 0;
-  // The transpose: each row of dqkv_NX (overwritten) becomes (rope_backward(dq), rope_backward(dk),
-  // dv) of that token; dq, dk and dv are left unchanged.
+  // The transpose: each row of dqkv_NX (overwritten) becomes (dq rotated by -angle, dk rotated
+  // by -angle, dv) of that token; dq, dk and dv are left unchanged.
   virtual void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
                                       Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                       Tensor dqkv_NX) = 0;
@@ -160,11 +155,12 @@ class Ops {
                              Tensor loss_sum_1, bool compute_grad) = 0;
 
   // ---- optimizer and norms over fp32 buffers ----
-  // AdamW on one contiguous range: m, v, param updated in place from grad (all fp32, same n).
-  virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) = 0;
-  // Every segment updated as adamw (with the segment's weight_decay), then cast into its
-  // compute_param and its grad zeroed where asked; the result equals those calls bit for bit.
-  // CUDA: one launch for all segments. REQUIRES: segments do not overlap.
+  // AdamW (torch.optim.AdamW's single-tensor formula) on every segment: its param, exp_avg and
+  // exp_avg_sq updated in place from its grad (all fp32, same n) with the segment's
+  // weight_decay, then the param cast into its compute_param and its grad zeroed where asked;
+  // the result equals the backends' one-range adamw (not in this interface), cast and fill_zero
+  // per segment, bit for bit. CUDA: one launch for all segments. REQUIRES: segments do not
+  // overlap.
   virtual void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) = 0;
   // out_1 (f32 [1]) += sum(x^2), x fp32.
   virtual void sum_squares(Tensor x, Tensor out_1) = 0;

@@ -50,12 +50,12 @@ ProfiledOps::ClassTotals ProfiledOps::totals(OpClass op_class) const {
   return sum_from_step(0)[static_cast<int>(op_class)];
 }
 
+void ProfiledOps::end_step() {
+  steps_.push_back(current_step_);
+  current_step_ = {};
+}
+
 ProfiledOps::~ProfiledOps() {
-  if (step_has_update_) {
-    steps_.push_back(current_step_);
-    current_step_ = {};
-    step_has_update_ = false;
-  }
   Table table = sum_from_step(0);
   std::string scope = "totals over the run";
   if (steps_.size() >= 2) {
@@ -113,8 +113,7 @@ std::vector<std::pair<typename Map::key_type, typename Map::mapped_type>> slowes
 }  // namespace
 
 double ProfiledOps::steps_after_first() const {
-  const size_t steps = steps_.size() + (step_has_update_ ? 1 : 0);
-  return steps < 2 ? 0.0 : static_cast<double>(steps - 1);
+  return steps_.size() < 2 ? 0.0 : static_cast<double>(steps_.size() - 1);
 }
 
 std::string ProfiledOps::gemm_shape_table() const {
@@ -146,12 +145,6 @@ std::string ProfiledOps::op_name_table() const {
 
 template <typename Op>
 void ProfiledOps::timed(const char* op_name, OpClass op_class, Op&& op) {
-  const bool compute = op_class != OpClass::kOptimizer && op_class != OpClass::kMemory;
-  if (compute && step_has_update_) {  // the first compute op after an update: a new step
-    steps_.push_back(current_step_);
-    current_step_ = {};
-    step_has_update_ = false;
-  }
   inner_->synchronize();
   const auto start = std::chrono::steady_clock::now();
   op();
@@ -185,9 +178,6 @@ void ProfiledOps::cast(Tensor dst, Tensor src) {
 }
 void ProfiledOps::add(Tensor out, Tensor a, Tensor b) {
   timed(__func__, OpClass::kElementwise, [&] { inner_->add(out, a, b); });
-}
-void ProfiledOps::scale(Tensor x, float factor) {
-  timed(__func__, OpClass::kElementwise, [&] { inner_->scale(x, factor); });
 }
 void ProfiledOps::embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) {
   timed(__func__, OpClass::kEmbedding, [&] { inner_->embedding_forward(ids_N, table_VC, out_NC); });
@@ -228,14 +218,6 @@ void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   });
   record_gemm(true, x_NI, weight_OI, dx_NI.defined() ? 2 : 1);
 }
-void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise,
-        [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
-}
-void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise,
-        [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
-}
 void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                  Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
   timed(__func__, OpClass::kElementwise,
@@ -274,13 +256,8 @@ void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_s
   timed(__func__, OpClass::kLoss,
         [&] { inner_->cross_entropy(logits_NV, targets_N, grad_scale, loss_sum_1, compute_grad); });
 }
-void ProfiledOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) {
-  timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw(param, grad, m, v, step); });
-  step_has_update_ = true;
-}
 void ProfiledOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
   timed(__func__, OpClass::kOptimizer, [&] { inner_->adamw_multi(segments, step); });
-  step_has_update_ = true;  // ends a step as adamw does
 }
 void ProfiledOps::sum_squares(Tensor x, Tensor out_1) {
   timed(__func__, OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });

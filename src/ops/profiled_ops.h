@@ -7,8 +7,9 @@
 // overlap, no queued launches): a profile run is for the breakdown, never for tokens/s. On
 // destruction the table (class, calls, ms, share) is written to the log: per training step,
 // averaged over the steps after the first (which also holds one-time work: weight upload,
-// cuBLASLt algorithm search), when there are at least two; else totals. A step ends with its
-// AdamW calls: the first compute op after an adamw starts the next one. A second table splits
+// cuBLASLt algorithm search), when there are at least two; else totals. The trainer ends each
+// step (Ops::end_step, after the optimizer update); ops after the last one (the final export)
+// count in the run's totals only. A second table splits
 // the time by Ops method, a third the GEMM time by direction and shape (tokens x in -> out) with
 // the achieved TFLOP/s.
 #pragma once
@@ -51,14 +52,15 @@ class ProfiledOps final : public Ops {
   using Table = std::array<ClassTotals, static_cast<size_t>(OpClass::kCount)>;
   // Totals over every call so far.
   ClassTotals totals(OpClass op_class) const;
-  // Completed steps (see the header comment), each with its per-class totals.
+  // Closes the current step (see the header comment).
+  void end_step() override;
+  // Completed steps, each with its per-class totals.
   const std::vector<Table>& steps() const { return steps_; }
   // The GEMM-by-shape lines of the log table (steps 2..N; empty before a second step).
   std::string gemm_shape_table() const;
   // The per-op-method lines of the log table (steps 2..N, per step; empty before a second step).
   std::string op_name_table() const;
 
-  Ops* backend() override { return inner_->backend(); }
   Device device() const override { return inner_->device(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
 
@@ -71,7 +73,6 @@ class ProfiledOps final : public Ops {
   void synchronize() override { inner_->synchronize(); }
 
   void add(Tensor out, Tensor a, Tensor b) override;
-  void scale(Tensor x, float factor) override;
   void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
   void embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) override;
   void rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
@@ -84,8 +85,6 @@ class ProfiledOps final : public Ops {
   void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                        bool accumulate_dweight) override;
-  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
-  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
@@ -100,14 +99,12 @@ class ProfiledOps final : public Ops {
                        Tensor dup_NF) override;
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
-  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
 
  private:
-  // Steps 2..N so far (completed, plus the current one once it has its update): the tables'
-  // divisor; 0 before a second step.
+  // Completed steps 2..N so far: the tables' divisor; 0 before a second step.
   double steps_after_first() const;
   // Synchronises, runs `op`, synchronises, adds the time to `op_class` and (from step 2 on) to
   // the row of `op_name` (the Ops method's name).
@@ -133,7 +130,6 @@ class ProfiledOps final : public Ops {
   Table sum_from_step(size_t first) const;
   Table current_step_{};
   std::vector<Table> steps_;
-  bool step_has_update_ = false;  // an adamw ran in current_step_
   std::chrono::steady_clock::time_point created_;
 };
 

@@ -1,10 +1,10 @@
 #include "train/heartbeat.h"
 
 #include <chrono>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/store_keys.h"
 #include "dist/tcp_store.h"
 
 namespace shardtrain {
@@ -112,9 +112,9 @@ class HeartbeatComm final : public Comm {
         : comm_(comm),
           what_(comm.context_.empty() ? std::string(collective)
                                       : std::string(collective) + ": " + comm.context_) {
-      comm_.heartbeat_.set_phase(what_);
+      comm_.heartbeat_.set_phase(HeartbeatPhase::kInCollective, what_);
     }
-    ~Waiting() { comm_.heartbeat_.set_phase("compute after " + what_); }
+    ~Waiting() { comm_.heartbeat_.set_phase(HeartbeatPhase::kAfterCollective, what_); }
     Waiting(const Waiting&) = delete;
     Waiting& operator=(const Waiting&) = delete;
 
@@ -132,17 +132,17 @@ class HeartbeatComm final : public Comm {
 
 Heartbeat::Heartbeat(std::unique_ptr<Store> store, int rank)
     : store_(std::move(store)),
-      key_("heartbeat/" + std::to_string(rank)),
-      alive_key_("heartbeat_alive/" + std::to_string(rank)) {
+      key_(store_keys::heartbeat(rank)),
+      alive_key_(store_keys::heartbeat_alive(rank)) {
   if (store_) publisher_ = std::thread([this] { publish_loop(); });
 }
 
-std::unique_ptr<Heartbeat> Heartbeat::for_launched_worker(const DistEnv& env) {
-  const char* prefix = std::getenv("SHARDTRAIN_STORE_PREFIX");
+std::unique_ptr<Heartbeat> Heartbeat::for_launched_worker(const WorkerEnv& env) {
   std::unique_ptr<Store> store;
-  if (prefix != nullptr && *prefix != '\0' && !env.master_addr.empty() && env.master_port > 0 &&
+  if (!env.store_prefix.empty() && !env.rendezvous_host().empty() && env.rendezvous_port() > 0 &&
       env.store_dir.empty()) {
-    store = std::make_unique<ScopedTcpStore>(env.master_addr, env.master_port, prefix);
+    store = std::make_unique<ScopedTcpStore>(env.rendezvous_host(), env.rendezvous_port(),
+                                             env.store_prefix);
   }
   return std::make_unique<Heartbeat>(std::move(store), env.rank);
 }
@@ -159,15 +159,39 @@ Heartbeat::~Heartbeat() {
 void Heartbeat::set_step(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   step_ = step;
-  phase_ = "compute at step start";
+  phase_ = HeartbeatPhase::kStepStart;
+  detail_.clear();
   unix_ms_ = unix_ms_now();
   ++version_;
 }
 
-void Heartbeat::set_phase(std::string phase) {
+void Heartbeat::set_phase(HeartbeatPhase phase, std::string detail) {
   std::lock_guard<std::mutex> lock(mutex_);
-  phase_ = std::move(phase);
+  phase_ = phase;
+  detail_ = std::move(detail);
   unix_ms_ = unix_ms_now();
+  ++version_;
+}
+
+void Heartbeat::begin_saving(std::string what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  saving_ = std::move(what);
+  unix_ms_ = unix_ms_now();
+  ++version_;
+}
+
+void Heartbeat::end_saving() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  saving_.reset();
+  unix_ms_ = unix_ms_now();
+  ++version_;
+}
+
+void Heartbeat::note_save_seconds(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto ms = static_cast<int64_t>(seconds * 1000);
+  if (ms == last_save_ms_) return;
+  last_save_ms_ = ms;
   ++version_;
 }
 
@@ -179,8 +203,12 @@ void Heartbeat::publish_loop() {
     if (stopping_ || step_ < 0) continue;
     // The tick says "this process runs" even while training waits; the value says progress.
     const bool changed = version_ != published;
-    const std::string value =
-        changed ? std::to_string(step_) + " " + std::to_string(unix_ms_) + " " + phase_ : "";
+    HeartbeatRecord record{step_, unix_ms_, phase_, last_save_ms_, detail_};
+    if (saving_) {
+      record.phase = HeartbeatPhase::kSaving;
+      record.detail = *saving_;
+    }
+    const std::string value = changed ? encode_heartbeat(record) : "";
     published = version_;
     lock.unlock();
     try {

@@ -1,12 +1,14 @@
 // Heartbeat: this rank's progress, published in the store for the launcher's hang watchdog
 // (launch/watchdog.h).
 //
-// The key is `heartbeat/<rank>` under SHARDTRAIN_STORE_PREFIX (the launcher's per-attempt
-// scope); the value is "<step> <unix ms> <phase>", where the time is that of the last progress
-// and the phase names what the rank is doing: "<collective>: <context>" while it waits in a
-// collective (the context is what Comm::set_context named, e.g. "all_gather: unit 3
-// (layers.2) parameter all-gather"), "compute after <collective>: <context>" after it returns,
-// "compute at step start" at a step boundary.
+// The key is store_keys::heartbeat(rank) under SHARDTRAIN_STORE_PREFIX (the launcher's
+// per-attempt scope); the value is a HeartbeatRecord (dist/heartbeat_record.h): the step, the
+// time of the last progress, and the phase: in a collective (detail "<collective>: <context>",
+// the context being what Comm::set_context named, e.g. "all_gather: unit 3 (layers.2)
+// parameter all-gather"), computing after it, at a step start, or saving a checkpoint. While
+// saving (begin_saving .. end_saving) the phase stays "saving" whatever collectives the save
+// runs, so the launcher knows to let the save finish before it kills the process; the record
+// also carries the duration of the rank's last completed checkpoint write (note_save_seconds).
 //
 // Updating is cheap (a mutex and a string copy): the training thread only records progress;
 // a background thread with its own store connection publishes a changed value every 250 ms,
@@ -23,12 +25,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "dist/comm.h"
+#include "dist/heartbeat_record.h"
 #include "dist/store.h"
-#include "fsdp/dist_env.h"
+#include "dist/worker_env.h"
 
 namespace shardtrain {
 
@@ -36,15 +40,21 @@ class Heartbeat {
  public:
   // Publishes under `store` (already scoped; null = disabled, every call a no-op).
   Heartbeat(std::unique_ptr<Store> store, int rank);
-  // For a worker started by `shardtrain launch`: the launcher's TCP store at MASTER_ADDR with
-  // SHARDTRAIN_STORE_PREFIX; disabled without them (a single process, a FileStore run).
-  static std::unique_ptr<Heartbeat> for_launched_worker(const DistEnv& env);
+  // For a worker started by `shardtrain launch`: the launcher's TCP store (SHARDTRAIN_STORE)
+  // with SHARDTRAIN_STORE_PREFIX; disabled without them (a single process, a FileStore run).
+  static std::unique_ptr<Heartbeat> for_launched_worker(const WorkerEnv& env);
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
   void set_step(int64_t step);
-  void set_phase(std::string phase);
+  void set_phase(HeartbeatPhase phase, std::string detail);
+  // Marks the rank as saving a checkpoint (`what`, e.g. "step 40 before stopping") until
+  // end_saving().
+  void begin_saving(std::string what);
+  void end_saving();
+  // How long the rank's last checkpoint write took (published with every record).
+  void note_save_seconds(double seconds);
 
  private:
   void publish_loop();
@@ -56,7 +66,10 @@ class Heartbeat {
   bool stopping_ = false;
   int64_t step_ = -1;  // -1: not started, nothing published
   int64_t unix_ms_ = 0;
-  std::string phase_;
+  HeartbeatPhase phase_ = HeartbeatPhase::kStepStart;
+  std::string detail_;
+  std::optional<std::string> saving_;  // what is being saved, while a save runs
+  int64_t last_save_ms_ = 0;
   uint64_t version_ = 0;
   std::thread publisher_;
 };

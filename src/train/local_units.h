@@ -1,11 +1,13 @@
-// LocalUnits: every unit's parameters, gradients and AdamW moments held whole by one process
-// (no sharding), on the Ops device. It is the UnitAccess the single-process trainer, `eval`
-// and the parity tests hand to the model; FSDP provides the sharded equivalent.
+// LocalUnits: every unit's parameters (and, optionally, gradients and AdamW moments) held whole
+// by one process (no sharding), on the Ops device. It is the UnitAccess that `eval` and
+// `generate` (train/inference_model.h) and the golden and parity tests hand to the model. The
+// trainer uses FSDP's sharded equivalent at every world size (fsdp/fsdp_units.h), which also
+// owns the optimizer step; nothing here steps an optimizer.
 //
 // Master parameters, gradients and moments are fp32. When the backend computes in another
-// dtype (bf16 on CUDA), a compute copy of the parameters is kept and refreshed by
-// `refresh_compute_params()` after each optimizer step, or written by the step itself when it
-// is given `compute(unit)` (train/optimizer.h UnitBuffers::compute_param).
+// dtype (bf16 on CUDA), a compute copy of the parameters is kept, refreshed from the masters by
+// `refresh_compute_params()` (after loading them). acquire_grads always accumulates: a caller
+// that runs a backward zeroes the gradients first (zero_grads()).
 #pragma once
 
 #include <vector>

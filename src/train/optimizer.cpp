@@ -4,15 +4,7 @@
 
 namespace shardtrain {
 
-AdamW::AdamW(Ops& ops, AdamWSettings settings)
-    : ops_(ops), settings_(settings), norm_scalar_(ops, sizeof(float)) {}
-
-Tensor AdamW::grad_square_sum(const std::vector<UnitBuffers>& units) {
-  const Tensor sum = norm_scalar_.view(DType::kF32, {1});
-  ops_.fill_zero(sum);
-  for (const UnitBuffers& u : units) ops_.sum_squares(u.grad, sum);
-  return sum;
-}
+AdamW::AdamW(Ops& ops, AdamWSettings settings) : ops_(ops), settings_(settings) {}
 
 float AdamW::clip_coefficient(double grad_norm, double max_norm) {
   if (max_norm <= 0) return 1.0f;

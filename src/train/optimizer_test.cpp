@@ -94,7 +94,7 @@ TEST(AdamWTest, StepKeepsGradsAndDecaysNormsWhenAsked) {
   settings.weight_decay = 0.1;
   settings.decay_norms_and_biases = true;
   AdamW optimizer(ops, settings);
-  optimizer.step({stepped.unit(layout, 0, false)}, 0.01, 1, 1.0f);
+  optimizer.step({stepped.unit(layout, 0, false)}, 0.01, 1, 1.0f, GradsAfterStep::kKeep);
 
   AdamWStep s;
   s.lr = 0.01f;

@@ -4,7 +4,9 @@
 
 #include <filesystem>
 
+#include "core/error.h"
 #include "core/log.h"
+#include "dist/host_name.h"
 #include "io/atomic_file.h"
 #include "obs/process_memory.h"
 
@@ -13,15 +15,9 @@ namespace {
 
 constexpr std::chrono::milliseconds kMinWriteInterval{250};
 
-std::string host_name() {
-  char buffer[256] = {};
-  ::gethostname(buffer, sizeof(buffer) - 1);
-  return buffer;
-}
-
 }  // namespace
 
-RankMetricsPublisher::RankMetricsPublisher(const MetricsConfig& config, const DistEnv& env) {
+RankMetricsPublisher::RankMetricsPublisher(const MetricsConfig& config, const WorkerEnv& env) {
   snapshot_.instance =
       fmt::format("{}-{}", ::getpid(), std::chrono::system_clock::now().time_since_epoch().count());
   snapshot_.rank = env.rank;
@@ -44,8 +40,8 @@ RankMetricsPublisher::RankMetricsPublisher(const MetricsConfig& config, const Di
   if (!config.endpoint_options().enabled() || env.local_rank != 0) return;
   NodeIdentity identity;
   identity.run_id = "none";
-  identity.pod = env.pod_name;
-  identity.pod_namespace = env.pod_namespace;
+  identity.pod = env.pod.name;
+  identity.pod_namespace = env.pod.namespace_name;
   identity.hostname = host_name();
   endpoint_ = std::make_unique<NodeMetricsEndpoint>(
       config.endpoint_options(), identity,
@@ -77,10 +73,10 @@ void RankMetricsPublisher::publish(const StepReport& r) {
     s.mfu = r.mfu;
     s.step_seconds = r.step_time_s;
     s.data_wait_seconds = r.data_wait_s;
-    s.checkpoint_stall_seconds = r.checkpoint_stall_s;
-    s.exposed_communication_seconds = r.comm_wait_s;
+    s.checkpoint_stall_seconds = r.checkpoint_stall_s.value_or(0.0);
+    s.exposed_communication_seconds = r.exposed_comm_s;
     s.last_checkpoint_step = r.last_checkpoint_step;
-    s.device_memory_peak_bytes = r.device_memory_peak_bytes;
+    s.device_memory_peak_bytes = static_cast<double>(r.device_buffers_peak_bytes);
     s.resident_memory_bytes = static_cast<double>(process_resident_bytes());
     s.tokens_total += static_cast<double>(r.local_tokens);
     s.steps_total += 1;

@@ -1,6 +1,6 @@
 // RankMetricsPublisher: hands each step's StepReport to the node's /metrics endpoint.
 //
-// Under shardtrain's launcher (DistEnv::run_id set) with metrics on, the agent serves the
+// Under shardtrain's launcher (WorkerEnv::run_id set) with metrics on, the agent serves the
 // endpoint and passes SHARDTRAIN_METRICS_DIR: publish() then replaces
 // <dir>/local-<LOCAL_RANK>.json atomically (io/atomic_file.h) with this rank's RankSnapshot,
 // at most every 250 ms and always for the last step. Without the launcher and with
@@ -16,7 +16,7 @@
 #include <mutex>
 #include <string>
 
-#include "fsdp/dist_env.h"
+#include "dist/worker_env.h"
 #include "obs/metrics_endpoint.h"
 #include "obs/progress.h"
 #include "obs/rank_snapshot.h"
@@ -26,7 +26,7 @@ namespace shardtrain {
 
 class RankMetricsPublisher {
  public:
-  RankMetricsPublisher(const MetricsConfig& config, const DistEnv& env);
+  RankMetricsPublisher(const MetricsConfig& config, const WorkerEnv& env);
   ~RankMetricsPublisher();
   RankMetricsPublisher(const RankMetricsPublisher&) = delete;
   RankMetricsPublisher& operator=(const RankMetricsPublisher&) = delete;

@@ -24,8 +24,9 @@ void TrainConfig::register_config(ConfigSchema& schema) {
                     {"auto", "text", "prompt_completion", "alpaca", "chat"},
                     "raw examples: record format (auto = from the first line's keys)");
   schema.add_choice("data.chat_template", &data.chat_template,
-                    {"auto", "chatml", "llama2", "llama3"},
-                    "raw examples: chat template (auto = from tokenizer_config.json)");
+                    {"auto", "model", "chatml", "llama2", "llama3"},
+                    "raw examples: chat template (auto = the model's own chat_template when "
+                    "tokenizer_config.json has one, else the family's built-in one)");
   schema.add_choice("data.overlong", &data.overlong, {"split", "truncate", "drop"},
                     "raw examples: what to do with an example longer than seq_len");
   schema.add_choice("data.on_bad_line", &data.on_bad_line, {"fail", "skip"},
@@ -34,6 +35,9 @@ void TrainConfig::register_config(ConfigSchema& schema) {
                     "raw examples: invalid UTF-8 fails, or is replaced with U+FFFD");
   schema.add("data.train_on_prompt", &data.train_on_prompt,
              "raw examples: also compute loss on prompt/user tokens");
+  schema.add("data.train_on_eos", &data.train_on_eos,
+             "raw chat examples with the model's template: train each assistant turn's "
+             "end-of-turn marker");
   schema.add("data.cache_dir", &data.cache_dir,
              "raw examples: where prepared token files are cached (\"\" = ~/.cache/shardtrain/data)");
 

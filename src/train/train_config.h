@@ -46,11 +46,12 @@ struct DataConfig {
   // Raw examples only (data/training_data.h):
   std::string tokenizer;                // tokenizer.json or its dir; "" = model.path
   std::string example_format = "auto";  // auto | text | prompt_completion | alpaca | chat
-  std::string chat_template = "auto";   // auto | chatml | llama2 | llama3
+  std::string chat_template = "auto";   // auto | model | chatml | llama2 | llama3
   std::string overlong = "split";       // split | truncate | drop
   std::string on_bad_line = "fail";     // fail | skip
   std::string invalid_utf8 = "fail";    // fail | replace
   bool train_on_prompt = false;
+  bool train_on_eos = true;
   std::string cache_dir;  // "" = $HOME/.cache/shardtrain/data
 };
 
@@ -63,12 +64,14 @@ struct TrainLoopConfig {
   int64_t log_every = 1;
   std::string output_dir;      // "" = don't save
   double max_grad_norm = 1.0;  // 0 disables clipping
-  // "none" | "full": recompute each block in backward from its saved input.
+  // "none" | "full" | "selective": full recomputes each block in backward from its saved input;
+  // selective also keeps the attention output, so the recompute skips attention
+  // (model/llama_model.h LlamaModel::Checkpointing).
   std::string activation_checkpointing = "none";
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).
   int64_t global_batch = 0;
-  // Sharded checkpoints (train/checkpoint.h, docs/checkpoints.md). "" = none.
+  // Sharded checkpoints (train/checkpoint/checkpoint.h, docs/checkpoints.md). "" = none.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // save every N steps (0 = only on stop and at the end)
   int64_t keep_checkpoints = 3;  // complete checkpoints kept (the newest is never removed)
@@ -95,13 +98,14 @@ struct OptimConfig {
 };
 
 struct FsdpConfig {
-  std::string strategy = "FULL_SHARD";  // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
-  int64_t shard_group_size = 0;         // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
+  std::string strategy =
+      "FULL_SHARD";              // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
+  int64_t shard_group_size = 0;  // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
   bool reduce_on_last_micro_batch = false;
 };
 
 struct DistConfig {
-  // "auto" | "nccl" | "gloo": which engine carries collectives (fsdp/dist_env.h
+  // "auto" | "nccl" | "gloo": which engine carries collectives (dist/dist_env.h
   // choose_world_comm). auto = NCCL for CUDA ranks with one GPU each, Gloo for CPU ranks, and
   // host-staged Gloo when a node has more CUDA ranks than GPUs; gloo on CUDA ranks = host-staged.
   std::string backend = "auto";

@@ -1,31 +1,131 @@
-// Single-process training: the `shardtrain train` job on one device.
+// Trainer: one rank of a `shardtrain train` job. Every rank the launcher started runs one
+// (a plain `shardtrain train` is a world of one); together they train with FSDP
+// (fsdp/fsdp_units.h) under fsdp.strategy.
 //
-// Loads (or randomly initialises) the model named by [model], streams micro-batches from
-// [data] through a seeded shuffling sampler, runs forward/backward with gradient
-// accumulation, clips the global gradient norm, applies AdamW with the [optim] schedule, prints
-// a progress line per step, appends metrics, and saves a Hugging Face checkpoint at the end
-// when train.output_dir is set.
+// The constructor sets the rank up: reads the worker environment, the model (pretrained or
+// random, each rank loading only its shards) and the data, connects the world (with the hang
+// watchdog's heartbeat), builds the FSDP units, resumes from a checkpoint when asked and
+// prepares the checkpoint saver. run() then loops over the steps:
+//   train_step()       this rank's micro-batches (data/step_batcher.h) through forward/backward
+//                      with gradient accumulation, loss normalised by the global target count,
+//                      the divergence check, the LR schedule and the optimizer step on the
+//                      shards; fills the StepReport (obs/step_report.h)
+//   maybe_checkpoint() the checkpoint policy: the per-step poll (SIGTERM agreement, background
+//                      writes), periodic / final / stop saves
+//   log_step()         the consumers of the report: the console line (rank 0, every
+//                      train.log_every steps), the JSONL metrics (rank 0, --metrics), the
+//                      node's /metrics endpoint (every rank, train/rank_metrics_publisher.h)
+// and ends with export_final(): the Hugging Face checkpoint in train.output_dir. The Trainer
+// issues no communication itself: every collective is FSDP's (the step's totals, the gradient
+// norm) or the checkpoint saver's, and all ranks make the same calls in the same order.
+// Throws Error for any user mistake (config, paths, data, checkpoint) and when training
+// diverges (a non-finite loss or gradient norm).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
+#include "data/step_batcher.h"
+#include "dist/dist_env.h"
+#include "dist/fsdp_groups.h"
+#include "dist/worker_env.h"
+#include "fsdp/fsdp_units.h"
+#include "model/llama_model.h"
+#include "obs/metrics_log.h"
+#include "obs/step_report.h"
+#include "ops/backend.h"
+#include "ops/device_buffer.h"
 #include "ops/ops.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_saver.h"
+#include "train/heartbeat.h"
+#include "train/optimizer.h"
+#include "train/rank_metrics_publisher.h"
+#include "train/step_hooks.h"
 #include "train/train_config.h"
 
 namespace shardtrain {
 
 struct TrainOutcome {
-  std::vector<double> losses;  // one per optimizer step
+  std::vector<double> losses;  // one per optimizer step of this run segment
   double tokens_per_s = 0;     // over the whole run
 };
 
 struct TrainRunOptions {
-  std::string metrics_path;  // "" = no metrics file
-  bool quiet = false;        // no per-step console lines
+  std::string metrics_path;    // "" = no metrics file
+  bool quiet = false;          // no per-step console lines
+  StepHooks* hooks = nullptr;  // optional (tests); must outlive the Trainer
+  WorkerEnv worker;  // the launcher's contract, parsed once by the caller (one process: {})
+  CudaComputeStream compute;  // the CUDA stream of `ops`'s backend, for NCCL (ops/backend.h)
 };
 
-// Throws Error for any user mistake (config, paths, data, checkpoint).
+class Trainer {
+ public:
+  // `ops` must outlive the Trainer. Throws Error for any setup mistake (see the header comment).
+  Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains from the step after the resumed one (or 1) to train.steps, or until a stop
+  // (SIGTERM, train.stop_at_step) whose checkpoint is then complete, and exports the result.
+  TrainOutcome run();
+
+  // One optimizer step: its report, without checkpoint fields (maybe_checkpoint adds them).
+  StepReport train_step(int64_t step);
+  // Saves a checkpoint when the policy says so and records its stall in `report`. Returns why
+  // training must stop now (every rank agrees), or kNone.
+  enum class Stop { kNone, kSignal, kStopAtStep };
+  Stop maybe_checkpoint(StepReport& report);
+  void log_step(const StepReport& report);
+  // Writes train.output_dir (when set): every shard group gathers unit by unit; rank 0 streams
+  // the units to the file.
+  void export_final();
+
+ private:
+  void log_setup() const;
+
+  const TrainConfig config_;
+  Ops& ops_;
+  const TrainRunOptions options_;
+  const WorkerEnv env_;
+  // First after the environment: a metrics port in use fails the run before any work.
+  RankMetricsPublisher metrics_publisher_;
+  const FsdpStrategy strategy_;
+  const int group_size_;
+  const int64_t grad_accum_;
+  const ModelConfig model_config_;
+  // MFU: training FLOPs per token (model/model_flops.h) over the device's peak; 0 = no MFU.
+  const double flops_per_token_;
+  const double peak_flops_;
+  LlamaModel model_;
+  const std::unique_ptr<SequenceDataset> dataset_;
+  // Declared before the world: the heartbeat outlives the Comm that reports to it.
+  const std::unique_ptr<Heartbeat> heartbeat_;
+  DistWorld world_;
+  std::unique_ptr<FsdpGroups> groups_;
+  std::unique_ptr<FsdpUnits> units_;
+  ResumeResult resumed_;
+  // Declared after the units it copies from: its writer thread ends first.
+  std::optional<CheckpointSaver> checkpoints_;
+  AdamW optimizer_;
+  StepBatcher batcher_;
+  MetricsLog metrics_;
+  DeviceBuffer loss_buffer_;  // f32 [1]: the step's summed loss on this rank
+
+  std::chrono::steady_clock::time_point start_;
+  int64_t tokens_seen_ = 0;    // over all ranks, earlier run segments included
+  double elapsed_before_ = 0;  // training time of earlier segments of a resumed run
+  int64_t last_checkpoint_step_ = 0;
+  TrainOutcome outcome_;
+};
+
+// Trainer(config, ops, options).run().
 TrainOutcome run_training(const TrainConfig& config, Ops& ops, const TrainRunOptions& options);
 
 }  // namespace shardtrain

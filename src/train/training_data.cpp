@@ -3,11 +3,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/jsonl_lines.h"
 #include "data/prepare_cache.h"
 
 namespace shardtrain {
@@ -17,7 +17,7 @@ namespace {
 bool first_line_has_input_ids(const std::string& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (is_blank_line(line)) continue;
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
     return record.is_object() && record.contains("input_ids");
   }
@@ -56,6 +56,7 @@ std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
   options.on_bad_line = data.on_bad_line;
   options.invalid_utf8 = data.invalid_utf8;
   options.train_on_prompt = data.train_on_prompt;
+  options.train_on_eos = data.train_on_eos;
   options.seed = seed;
   const std::string cache_dir = data.cache_dir.empty() ? default_cache_dir() : data.cache_dir;
   const std::string token_file = prepare_cached(options, cache_dir);

@@ -8,7 +8,7 @@ export NCCL_NVLS_ENABLE=0
 root=$PWD
 export LD_LIBRARY_PATH=$root/.devkit/usr/lib/x86_64-linux-gnu:$root/.devkit/usr/lib:${LD_LIBRARY_PATH:-}
 s=$(date +%s)
-tools/device/build_on_device.sh build-gpu > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+SHARDTRAIN_CUDA_ARCH=${SHARDTRAIN_CUDA_ARCH:-90a} tools/device/build_on_device.sh build-gpu > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build $(( $(date +%s) - s )) s"
 build-gpu/cuda_ops_gpu_test --gtest_filter='*Attention*' > "$OUT/attn-tests.log" 2>&1
 tail -2 "$OUT/attn-tests.log"; grep -E "FAILED|Failure" "$OUT/attn-tests.log" | head -10

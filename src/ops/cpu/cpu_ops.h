@@ -34,7 +34,6 @@ class CpuOps final : public Ops {
 
   // ---- elementwise ----
   void add(Tensor out, Tensor a, Tensor b) override;
-  void scale(Tensor x, float factor) override;
 
   // ---- layers (cpu_layers.cpp) ----
   void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
@@ -49,8 +48,6 @@ class CpuOps final : public Ops {
   void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                        bool accumulate_dweight) override;
-  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
-  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
@@ -71,11 +68,19 @@ class CpuOps final : public Ops {
                      bool compute_grad) override;
 
   // ---- optimizer and norms ----
-  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
   // Segment by segment: adamw, cast, fill_zero (the definition of the op's result).
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
+
+  // ---- pieces outside the Ops interface: the references tests compare against ----
+  void scale(Tensor x, float factor);  // x *= factor
+  // The rotary embedding alone (Ops::split_qkv_rope's rotation), in place; backward rotates
+  // the gradient by -angle.
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
+  // AdamW on one contiguous range (all fp32, same n); adamw_multi applies it per segment.
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step);
 };
 
 std::unique_ptr<Ops> make_cpu_ops();

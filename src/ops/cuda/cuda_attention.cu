@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
 
 namespace shardtrain::cuda_kernels {
@@ -28,6 +29,7 @@ using cuda_detail::warp_max;
 using cuda_detail::warp_sum;
 
 constexpr int kTile = 64;  // queries and keys per tile
+static_assert(kTile == kSimtTile, "cuda_dispatch.h counts this kernel's shared memory");
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = kTile / kWarps;  // 8
@@ -424,19 +426,16 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- launch helpers ----
 
-size_t forward_shared_bytes(int D) {
-  return sizeof(float) * (size_t{kTile} * D * 2 + size_t{kTile} * (D + 1) + kTile * kTile);
-}
-size_t dq_shared_bytes(int D) {
-  return sizeof(float) * (size_t{kTile} * D * 2 + size_t{kTile} * (D + 1) * 2 + kTile * kTile);
-}
-size_t dkdv_shared_bytes(int D) {
-  return sizeof(float) *
-         (size_t{kTile} * D * 2 + size_t{kTile} * (D + 1) * 2 + 2 * kTile + 2 * kTile * kTile);
-}
+// Shared memory per kernel: simt_*_shared_bytes of cuda_dispatch.h (the table's numbers).
+size_t forward_shared_bytes(int D) { return simt_forward_shared_bytes(D); }
+size_t dq_shared_bytes(int D) { return simt_dq_shared_bytes(D); }
+size_t dkdv_shared_bytes(int D) { return simt_dkdv_shared_bytes(D); }
 
+// Raises the kernel's dynamic shared memory limit after checking it against the device limits
+// the dispatcher sees (attention_*_config rejected the shape with an Error if it does not fit).
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
+  require_shared_fits(bytes, device_limits(), "SIMT attention kernel");
   SHARDTRAIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(bytes)));
 }

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_wgmma.cuh"
 
@@ -183,10 +184,8 @@ __device__ __forceinline__ unsigned char* align_shared_1024(unsigned char* raw) 
 
 // ---- Hopper (wgmma) kernels: cuda_attention_wgmma_forward.cu, _backward.cu ----
 
-// True when the wgmma kernels run here: this build compiled them (sm_90a, SHARDTRAIN_CUDA_WGMMA)
-// and the current device is compute capability 9.0; false under the test hook
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=mma (the mma.sync kernels, for tests and comparisons).
-bool wgmma_attention_enabled();
+// Launched when the dispatch table (cuda_dispatch.h) picks AttentionKernel::kWgmma: compute
+// capability 9.0 and a build with sm_90a (SHARDTRAIN_CUDA_WGMMA).
 void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD,
                              float scale, const AttentionShape& shape, bf16* out_BTHD,
                              float* lse_BHT, cudaStream_t stream);
@@ -200,8 +199,11 @@ void wgmma_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const b
 
 // ---- launch helpers ----
 
+// Raises `kernel`'s dynamic shared memory limit to `bytes` after checking them against the
+// device limits the dispatcher sees (a table row that does not fit aborts with file:line).
 template <typename Kernel>
-inline void allow_shared(Kernel kernel, size_t bytes) {
+inline void allow_shared(Kernel kernel, size_t bytes, const char* name) {
+  require_shared_fits(bytes, device_limits(), name);
   SHARDTRAIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(bytes)));
 }
@@ -221,13 +223,6 @@ inline void dispatch_head_dim(int head_dim, Fn&& fn) {
                    __LINE__, head_dim);
       std::abort();
   }
-}
-
-// Warps of a block: `default_warps`, or 4 when the test hook `variable` is set to 4 (the shapes
-// of 16 * 4 = 64 rows), so tests and the bench reach and compare both shapes.
-inline int warps_with_hook(const char* variable, int default_warps) {
-  const char* forced = std::getenv(variable);
-  return forced != nullptr && std::atoi(forced) == 4 ? 4 : default_warps;
 }
 
 }  // namespace shardtrain::cuda_kernels::flash

@@ -1,8 +1,9 @@
 // Causal grouped-query flash attention backward on the tensor cores (bf16, head dims 64 and
 // 128); the structure and fragment layouts are described in cuda_attention_tc.cuh.
 //   backward  delta = rowsum(dO * O) first. Then block = (key tile, kv head, batch[, slice of
-//             the GQA group]) of 8 warps and 128 keys (4 warps and 64 keys under the test hook
-//             SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4), heaviest key tiles first, looping over
+//             the GQA group]) of 8 warps and 128 keys, or 4 warps and 64 keys, with Q/dO tiles
+//             two stages deep, or one where shared memory is short (sm_86/89 at D = 128; the
+//             dispatch table, cuda_dispatch.h, picks), heaviest key tiles first, looping over
 //             the group's query heads and the 64-row query tiles holding a query at or after the
 //             first key: S^T = K Q^T, P^T = exp2(S^T - lse), dP^T = V dO^T,
 //             dS^T = P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q stay in registers and are
@@ -13,16 +14,11 @@
 //             buffer that a last kernel scales to bf16.
 #include <cuda_bf16.h>
 
-#include <array>
 #include <cstdint>
-#include <cstdlib>
-#include <functional>
-#include <map>
-#include <queue>
 #include <type_traits>
-#include <vector>
 
 #include "ops/cuda/cuda_attention_tc.cuh"
+#include "ops/cuda/cuda_dispatch.h"
 
 namespace shardtrain::cuda_kernels {
 namespace {
@@ -58,11 +54,13 @@ __global__ void flash_delta_kernel(const bf16* dout_BTHD, const bf16* out_BTHD,
 }
 
 // One block = kBackwardWarps warps = a key tile of kBackwardWarps * 16 rows (16 keys a warp) of
-// one kv head and batch, for `heads_per_block` query heads of its group; query tiles are 64 rows.
+// one kv head and batch, for `heads_per_block` query heads of its group; query tiles are 64 rows,
+// kStages of them in shared memory (2: the next step's tiles load during this step; 1: they load
+// during this step's dQ, which reads only K and dS^T).
 // REQUIRES: blockDim.x == 32 * kBackwardWarps; dynamic shared memory backward_shared_bytes<D,
-// kBackwardWarps>(); grid as flash_attention_backward computes it; dq_accum_BTHD zeroed, and
-// dk_accum_BTKD, dv_accum_BTKD zeroed when given (null: the block owns the whole group).
-template <int D, int kBackwardWarps>
+// kBackwardWarps, kStages>(); grid as flash_attention_backward computes it; dq_accum_BTHD
+// zeroed, and dk_accum_BTKD, dv_accum_BTKD zeroed when given (null: the block owns the group).
+template <int D, int kBackwardWarps, int kStages>
 __global__ void __launch_bounds__(kBackwardWarps * 32)
     flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                           const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
@@ -70,6 +68,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
                           float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD, float* dk_accum_BTKD,
                           float* dv_accum_BTKD) {
   static_assert(kBackwardWarps == 4 || kBackwardWarps == 8, "dQ is split over 4 or 8 warps");
+  static_assert(kStages == 1 || kStages == 2, "Q/dO tiles one or two stages deep");
   constexpr int P = pitch<D>();
   constexpr int kDChunks = D / 16;
   constexpr int kKeyRows = kBackwardWarps * 16;
@@ -90,11 +89,11 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   bf16* k_s = reinterpret_cast<bf16*>(shared_bytes);  // [kKeyRows][P]
   bf16* v_s = k_s + kKeyRows * P;                     // [kKeyRows][P]
-  bf16* q_s = v_s + kKeyRows * P;                     // [2][kTile][P]
-  bf16* dout_s = q_s + 2 * kTile * P;                 // [2][kTile][P]
-  bf16* dscores_s = dout_s + 2 * kTile * P;           // dS^T: [kKeyRows keys][kScorePitch]
-  float* lse_s = reinterpret_cast<float*>(dscores_s + kKeyRows * kScorePitch);  // [2][kTile]
-  float* delta_s = lse_s + 2 * kTile;                                           // [2][kTile]
+  bf16* q_s = v_s + kKeyRows * P;                     // [kStages][kTile][P]
+  bf16* dout_s = q_s + kStages * kTile * P;           // [kStages][kTile][P]
+  bf16* dscores_s = dout_s + kStages * kTile * P;     // dS^T: [kKeyRows keys][kScorePitch]
+  float* lse_s = reinterpret_cast<float*>(dscores_s + kKeyRows * kScorePitch);  // [kStages][kTile]
+  float* delta_s = lse_s + kStages * kTile;                                     // [kStages][kTile]
 
   const int first_key = kv_tile * kKeyRows;
   const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
@@ -138,11 +137,11 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
   for (int step = 0; step < steps; ++step) {
     cp_async_wait_all();
     __syncthreads();  // this step's tiles visible; the other stage and dS^T are free
-    if (step + 1 < steps) {
+    if (kStages == 2 && step + 1 < steps) {
       load_step(step + 1, (step + 1) & 1);
       cp_async_commit();
     }
-    const int stage = step & 1;
+    const int stage = kStages == 2 ? step & 1 : 0;
     const int h = first_head + step / tiles_per_head;
     const int first_query = (first_q_tile + step % tiles_per_head) * kTile;
     const bf16* q_tile_s = q_s + stage * kTile * P;
@@ -234,7 +233,11 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
         }
       }
     }
-    __syncthreads();  // dS^T complete
+    __syncthreads();  // dS^T complete; with one stage, Q/dO/lse/delta are free
+    if (kStages == 1 && step + 1 < steps) {
+      load_step(step + 1, 0);
+      cp_async_commit();
+    }
 
     // dQ (16 queries from dq_row x kDqChunks * 16 columns from dq_chunk * 16) += dS K over
     // all the tile's keys, added once per (key tile, query tile) into the fp32 scratch. (Leaving
@@ -268,11 +271,9 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
         for (int half = 0; half < 2; ++half) {
           const int col = dpair * 16 + half * 8 + 2 * t;
           if (query0 < seq)
-            atomicAdd(reinterpret_cast<float2*>(dq_row0 + col),
-                      make_float2(dq[half][0], dq[half][1]));
+            cuda_detail::atomic_add_float2(dq_row0 + col, make_float2(dq[half][0], dq[half][1]));
           if (query0 + 8 < seq)
-            atomicAdd(reinterpret_cast<float2*>(dq_row1 + col),
-                      make_float2(dq[half][2], dq[half][3]));
+            cuda_detail::atomic_add_float2(dq_row1 + col, make_float2(dq[half][2], dq[half][3]));
         }
       }
     }
@@ -287,10 +288,10 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
     for (int n = 0; n < D / 8; ++n) {
       const int col = n * 8 + 2 * t;
       if (dk_accum_BTKD != nullptr) {  // shared key tile: unscaled sums, converted afterwards
-        atomicAdd(reinterpret_cast<float2*>(dk_accum_BTKD + row_offset + col),
-                  make_float2(dk[n][2 * r], dk[n][2 * r + 1]));
-        atomicAdd(reinterpret_cast<float2*>(dv_accum_BTKD + row_offset + col),
-                  make_float2(dv[n][2 * r], dv[n][2 * r + 1]));
+        cuda_detail::atomic_add_float2(dk_accum_BTKD + row_offset + col,
+                                       make_float2(dk[n][2 * r], dk[n][2 * r + 1]));
+        cuda_detail::atomic_add_float2(dv_accum_BTKD + row_offset + col,
+                                       make_float2(dv[n][2 * r], dv[n][2 * r + 1]));
         continue;
       }
       *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
@@ -314,86 +315,22 @@ __global__ void flash_accum_convert_kernel(const float* dq_accum, float scale, i
   }
 }
 
-// Layout as carved in the kernel: K, V (16 rows a warp) + 2 stages of 64-row Q and dO tiles,
-// dS^T (a row per key), 2 stages of lse and delta.
-template <int D, int kBackwardWarps>
+// Layout as carved in the kernel: K, V (16 rows a warp) + kStages of 64-row Q and dO tiles,
+// dS^T (a row per key), kStages of lse and delta.
+template <int D, int kBackwardWarps, int kStages>
 constexpr size_t backward_shared_bytes() {
   constexpr int kKeyRows = kBackwardWarps * 16;
-  return sizeof(bf16) * ((2 * kKeyRows + 4 * kTile) * pitch<D>() + kKeyRows * kScorePitch) +
-         sizeof(float) * 4 * kTile;
+  return sizeof(bf16) *
+             ((2 * kKeyRows + 2 * kStages * kTile) * pitch<D>() + kKeyRows * kScorePitch) +
+         sizeof(float) * 2 * kStages * kTile;
 }
-// 227 KB: the most dynamic shared memory one block may take on sm_90.
-static_assert(backward_shared_bytes<128, kDefaultBackwardWarps>() <= 227 * 1024,
-              "backward tiles exceed shared memory");
-
-// Warps (16 keys each) of a backward block: kDefaultBackwardWarps, or 4 under the test hook
-// SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4 (the 64-row key tiles).
-int backward_warps() {
-  return warps_with_hook("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", kDefaultBackwardWarps);
-}
+static_assert(backward_shared_bytes<128, 8, 2>() == mma_backward_shared_bytes(128, 8, 2) &&
+                  backward_shared_bytes<64, 4, 1>() == mma_backward_shared_bytes(64, 4, 1),
+              "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
 size_t delta_floats(const AttentionShape& s) {
   const size_t n = static_cast<size_t>(s.batch) * s.heads * s.seq;
   return (n + 3) / 4 * 4;  // keeps the dq accumulator after it 16-byte aligned
-}
-
-// Query heads per backward block of `warps` warps (key tiles of 16 * warps rows): the slice
-// of the GQA group whose grid finishes first on this GPU, by a list-scheduling model of the
-// launch. Blocks start heaviest first (key tile 0 sees every query) on sms * (8 / warps) slots
-// (both kernels hold 8 warps per SM); a block costs its causal query rows times its keys times
-// its heads, plus one 128 x 128 tile's worth per 128 keys for loading K/V and writing dK/dV.
-// Measured on the H200 (B = 2, T = 4096, wgmma): at 12/2 heads slices of 1, 2, 3, 6 heads took
-// 0.808, 0.847, 0.777, 1.428 ms, the model's order (102, 109, 98, 193); at 32/8 heads 1 and 2
-// took 1.300 and 1.272 ms (model 273, 266; 4 heads: 264). A slice smaller than the group
-// accumulates dK, dV in fp32 with atomics; ties go to the larger slice.
-int backward_heads_per_block(const AttentionShape& s, int key_tiles, int warps) {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device));
-    SHARDTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  const int group = s.heads / s.kv_heads;
-  // Test hook: force a slice size (must divide the group), so tests reach every path on
-  // small shapes.
-  if (const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK")) {
-    const int heads = std::atoi(forced);
-    if (heads > 0 && group % heads == 0) return heads;
-  }
-  // The model runs once per shape (per thread: ranks may be threads of one process).
-  thread_local std::map<std::array<int, 6>, int> chosen;
-  const std::array<int, 6> key{s.batch, s.seq, s.heads, s.kv_heads, key_tiles, warps};
-  if (const auto found = chosen.find(key); found != chosen.end()) return found->second;
-  const int key_rows = 16 * warps;
-  const int slots = sms * (8 / warps);
-  int best_heads = group;
-  double best_time = 0;
-  for (int heads = group; heads >= 1; --heads) {
-    if (group % heads != 0) continue;
-    const int64_t blocks_per_tile = int64_t{s.kv_heads} * s.batch * (group / heads);
-    std::priority_queue<double, std::vector<double>, std::greater<double>> finish(
-        std::greater<double>{}, std::vector<double>(static_cast<size_t>(slots), 0.0));
-    for (int tile = 0; tile < key_tiles; ++tile) {
-      const double queries = s.seq - static_cast<double>(tile) * key_rows;
-      const double cost = (queries * heads + 128.0) * key_rows / (128.0 * 128.0);
-      for (int64_t b = 0; b < blocks_per_tile; ++b) {
-        const double start = finish.top();
-        finish.pop();
-        finish.push(start + cost);
-      }
-    }
-    double time = 0;
-    while (!finish.empty()) {
-      time = finish.top();
-      finish.pop();
-    }
-    if (heads == group || time < best_time * 0.999) {
-      best_time = time;
-      best_heads = heads;
-    }
-  }
-  chosen.emplace(key, best_heads);
-  return best_heads;
 }
 
 }  // namespace
@@ -404,10 +341,11 @@ size_t flash_attention_backward_scratch_floats(const AttentionShape& shape) {
          static_cast<size_t>(shape.batch) * shape.seq * shape.heads * shape.head_dim + 2 * kv;
 }
 
-void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
-                              const void* v_BTKD, const void* out_BTHD, const float* lse_BHT,
-                              float scale, const AttentionShape& shape, void* dq_BTHD,
-                              void* dk_BTKD, void* dv_BTKD, float* scratch, cudaStream_t stream) {
+void flash_attention_backward(const AttentionConfig& config, const void* dout_BTHD,
+                              const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
+                              const void* out_BTHD, const float* lse_BHT, float scale,
+                              const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD,
+                              void* dv_BTKD, float* scratch, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
   float* delta_BHT = scratch;
   float* dq_accum_BTHD = scratch + delta_floats(shape);
@@ -416,11 +354,11 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
   float* dk_accum_BTKD = dq_accum_BTHD + dq_count;
   float* dv_accum_BTKD = dk_accum_BTKD + kv_count;
   // The wgmma kernel works on 128-key tiles, as the 8-warp mma.sync kernel does.
-  const bool wgmma = wgmma_attention_enabled();
-  const int warps = wgmma ? kDefaultBackwardWarps : backward_warps();
+  const bool wgmma = config.kernel == AttentionKernel::kWgmma;
+  const int warps = wgmma ? kDefaultBackwardWarps : config.warps;
   const int key_rows = warps * 16;
   const int key_tiles = (shape.seq + key_rows - 1) / key_rows;
-  const int heads_per_block = backward_heads_per_block(shape, key_tiles, warps);
+  const int heads_per_block = attention_backward_heads_per_block(shape, key_tiles, warps);
   const bool split = heads_per_block < shape.heads / shape.kv_heads;
   // dQ and (when split) dK, dV accumulate in fp32; the three are adjacent in the scratch.
   const int64_t accum_count = dq_count + (split ? 2 * kv_count : 0);
@@ -439,11 +377,12 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
     const int slices = shape.heads / shape.kv_heads / heads_per_block;
     const unsigned blocks = static_cast<unsigned>(key_tiles) *
                             static_cast<unsigned>(shape.kv_heads * slices * shape.batch);
-    const auto launch = [&](auto warps_constant) {
+    const auto launch = [&](auto warps_constant, auto stages_constant) {
       constexpr int kBackwardWarps = decltype(warps_constant)::value;
-      auto kernel = flash_backward_kernel<D, kBackwardWarps>;
-      constexpr size_t bytes = backward_shared_bytes<D, kBackwardWarps>();
-      allow_shared(kernel, bytes);
+      constexpr int kStages = decltype(stages_constant)::value;
+      auto kernel = flash_backward_kernel<D, kBackwardWarps, kStages>;
+      constexpr size_t bytes = backward_shared_bytes<D, kBackwardWarps, kStages>();
+      allow_shared(kernel, bytes, "flash_backward_kernel (mma.sync)");
       kernel<<<blocks, kBackwardWarps * 32, bytes, stream>>>(
           static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
           static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
@@ -459,10 +398,13 @@ void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const v
                                heads_per_block, blocks, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
                                static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
                                split ? dv_accum_BTKD : nullptr, stream);
+    } else if (warps == 4 && config.stages == 1) {
+      launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{});
     } else if (warps == 4) {
-      launch(std::integral_constant<int, 4>{});
+      launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 2>{});
     } else {
-      launch(std::integral_constant<int, kDefaultBackwardWarps>{});
+      launch(std::integral_constant<int, kDefaultBackwardWarps>{},
+             std::integral_constant<int, 2>{});
     }
 
     constexpr int kConvertThreads = 256;

@@ -1,7 +1,7 @@
 // Causal grouped-query flash attention forward on the tensor cores (bf16, head dims 64 and
 // 128); the structure and fragment layouts are described in cuda_attention_tc.cuh.
-//   forward   block = (query tile, head, batch) of 8 warps and 128 query rows (4 warps and 64
-//             rows under the test hook SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4), heaviest query
+//   forward   block = (query tile, head, batch) of 8 warps and 128 query rows, or 4 warps and 64
+//             rows (the warps come from the dispatch table, cuda_dispatch.h), heaviest query
 //             tiles first; K/V tiles 0 .. the one holding the tile's last row; online softmax in
 //             fp32 registers in the log2 domain (exp2 of pre-scaled scores); only K/V tiles that
 //             straddle a warp's rows are masked, and a warp skips the math of tiles entirely
@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "ops/cuda/cuda_attention_tc.cuh"
+#include "ops/cuda/cuda_dispatch.h"
 
 namespace shardtrain::cuda_kernels {
 namespace {
@@ -192,31 +193,23 @@ template <int D, int kForwardWarps>
 constexpr size_t forward_shared_bytes() {
   return sizeof(bf16) * (kForwardWarps * 16 + 4 * kTile) * pitch<D>();
 }
-
-// Warps (16 query rows each) of a forward block: kDefaultForwardWarps, or 4 under the test
-// hook SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4 (the 64-row query tiles).
-int forward_warps() {
-  return warps_with_hook("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", kDefaultForwardWarps);
-}
+static_assert(forward_shared_bytes<128, 8>() == mma_forward_shared_bytes(128, 8) &&
+                  forward_shared_bytes<64, 4>() == mma_forward_shared_bytes(64, 4),
+              "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
 }  // namespace
 
-bool flash_attention_supported(DType dtype, const AttentionShape& shape) {
-  return dtype == DType::kBF16 && (shape.head_dim == 64 || shape.head_dim == 128) &&
-         shape.kv_heads > 0 && shape.heads % shape.kv_heads == 0;
-}
-
-void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
-                             float scale, const AttentionShape& shape, void* out_BTHD,
-                             float* lse_BHT, cudaStream_t stream) {
+void flash_attention_forward(const AttentionConfig& config, const void* q_BTHD, const void* k_BTKD,
+                             const void* v_BTKD, float scale, const AttentionShape& shape,
+                             void* out_BTHD, float* lse_BHT, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
-  if (wgmma_attention_enabled()) {
+  if (config.kernel == AttentionKernel::kWgmma) {
     wgmma_attention_forward(static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
                             static_cast<const bf16*>(v_BTKD), scale, shape,
                             static_cast<bf16*>(out_BTHD), lse_BHT, stream);
     return;
   }
-  const int warps = forward_warps();
+  const int warps = config.warps;
   dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
     const auto launch = [&](auto warps_constant) {
@@ -224,7 +217,7 @@ void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void*
       constexpr int kQueryRows = kForwardWarps * 16;
       auto kernel = flash_forward_kernel<D, kForwardWarps>;
       constexpr size_t bytes = forward_shared_bytes<D, kForwardWarps>();
-      allow_shared(kernel, bytes);
+      allow_shared(kernel, bytes, "flash_forward_kernel (mma.sync)");
       const dim3 grid(static_cast<unsigned>((shape.seq + kQueryRows - 1) / kQueryRows),
                       static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch));
       kernel<<<grid, kForwardWarps * 32, bytes, stream>>>(

@@ -33,7 +33,9 @@ constexpr size_t wgmma_backward_shared_bytes() {
   return sizeof(bf16) * (2 * kBwdKeys * D + 4 * kBwdQueries * D + kBwdKeys * kBwdQueries) +
          sizeof(float) * 4 * kBwdQueries + kSharedAlignSlack;
 }
-static_assert(wgmma_backward_shared_bytes<128>() <= 227 * 1024, "backward tiles exceed shared");
+static_assert(wgmma_backward_shared_bytes<128>() ==
+                  ::shardtrain::cuda_kernels::wgmma_backward_shared_bytes(128),
+              "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
 #if SHARDTRAIN_WGMMA_COMPILED
 // P^T or dS^T (64 keys x 64 queries, accumulator layout) as the four A fragments of a product
@@ -235,8 +237,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
                         column_block * 64;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          atomicAdd(reinterpret_cast<float2*>(dq_row + 8 * j + 2 * t),
-                    make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+          cuda_detail::atomic_add_float2(dq_row + 8 * j + 2 * t,
+                                         make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
         }
       }
     } else {
@@ -257,10 +259,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
       const float dk0 = dk[4 * j + 2 * r], dk1 = dk[4 * j + 2 * r + 1];
       const float dv0 = dv[4 * j + 2 * r], dv1 = dv[4 * j + 2 * r + 1];
       if (dk_accum_BTKD != nullptr) {  // shared key tile: unscaled sums, converted afterwards
-        atomicAdd(reinterpret_cast<float2*>(dk_accum_BTKD + row_offset + col),
-                  make_float2(dk0, dk1));
-        atomicAdd(reinterpret_cast<float2*>(dv_accum_BTKD + row_offset + col),
-                  make_float2(dv0, dv1));
+        cuda_detail::atomic_add_float2(dk_accum_BTKD + row_offset + col, make_float2(dk0, dk1));
+        cuda_detail::atomic_add_float2(dv_accum_BTKD + row_offset + col, make_float2(dv0, dv1));
         continue;
       }
       *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
@@ -270,7 +270,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
 #else
-  __trap();  // not built for sm_90a: wgmma_attention_enabled() keeps this from launching
+  __trap();  // not built for sm_90a: the dispatch table (cuda_dispatch.h) picks wgmma only where it
+             // was
 #endif
 }
 
@@ -285,7 +286,7 @@ void wgmma_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const b
     constexpr int D = decltype(head_dim)::value;
     auto kernel = wgmma_backward_kernel<D>;
     constexpr size_t bytes = wgmma_backward_shared_bytes<D>();
-    allow_shared(kernel, bytes);
+    allow_shared(kernel, bytes, "wgmma_backward_kernel");
     kernel<<<blocks, kBwdThreads, bytes, stream>>>(
         dout_BTHD, q_BTHD, k_BTKD, v_BTKD, lse_BHT, delta_BHT, scale, shape, heads_per_block,
         dq_accum_BTHD, dk_BTKD, dv_BTKD, dk_accum_BTKD, dv_accum_BTKD);

@@ -38,6 +38,11 @@ template <int D>
 constexpr size_t wgmma_forward_shared_bytes() {
   return sizeof(bf16) * (kWgQueryRows + 4 * kWgKeys<D>)*D + kSharedAlignSlack;
 }
+static_assert(wgmma_forward_shared_bytes<128>() ==
+                      ::shardtrain::cuda_kernels::wgmma_forward_shared_bytes(128) &&
+                  wgmma_forward_shared_bytes<64>() ==
+                      ::shardtrain::cuda_kernels::wgmma_forward_shared_bytes(64),
+              "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
 // REQUIRES: blockDim.x == kWgThreads; dynamic shared memory wgmma_forward_shared_bytes<D>();
 // a 1-D grid of (query tiles of 128) x heads x batch blocks.
@@ -200,29 +205,12 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
     }
   }
 #else
-  __trap();  // not built for sm_90a: wgmma_attention_enabled() keeps this from launching
+  __trap();  // not built for sm_90a: the dispatch table (cuda_dispatch.h) picks wgmma only where it
+             // was
 #endif
 }
 
 }  // namespace
-
-bool wgmma_attention_enabled() {
-#if defined(SHARDTRAIN_CUDA_WGMMA)
-  static const bool device_is_hopper = [] {
-    int device = 0, major = 0, minor = 0;
-    SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device));
-    SHARDTRAIN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    SHARDTRAIN_CUDA_CHECK(
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major == 9 && minor == 0;
-  }();
-  const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
-  return device_is_hopper && !(forced != nullptr && std::strcmp(forced, "mma") == 0);
-#else
-  return false;
-#endif
-}
 
 void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD,
                              float scale, const AttentionShape& shape, bf16* out_BTHD,
@@ -231,7 +219,7 @@ void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16*
     constexpr int D = decltype(head_dim)::value;
     auto kernel = wgmma_forward_kernel<D>;
     constexpr size_t bytes = wgmma_forward_shared_bytes<D>();
-    allow_shared(kernel, bytes);
+    allow_shared(kernel, bytes, "wgmma_forward_kernel");
     const int64_t q_tiles = (shape.seq + kWgQueryRows - 1) / kWgQueryRows;
     const auto grid = static_cast<unsigned>(q_tiles * shape.heads * shape.batch);
     kernel<<<grid, kWgThreads, bytes, stream>>>(q_BTHD, k_BTKD, v_BTKD, scale, shape, out_BTHD,

@@ -73,6 +73,17 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
   return warp_max(x);
 }
 
+// *address += (value.x, value.y) as two fp32 atomic adds, one instruction on sm_90 (the float2
+// atomicAdd overload exists only there), two scalar ones on sm_80-89. REQUIRES: 8-byte aligned.
+__device__ __forceinline__ void atomic_add_float2(float* address, float2 value) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(address), value);
+#else
+  atomicAdd(address, value.x);
+  atomicAdd(address + 1, value.y);
+#endif
+}
+
 // 16-byte vector access to 8 bf16 values (memory-bound kernels: one load instruction instead of
 // eight). REQUIRES: 16-byte aligned addresses.
 constexpr int kBf16PerVector = 8;

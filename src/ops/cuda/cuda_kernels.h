@@ -152,19 +152,21 @@ void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD, 
                         float* scratch, cudaStream_t stream);
 
 // ---- cuda_attention_tc_forward.cu, cuda_attention_tc_backward.cu ---- (tensor-core flash
-// attention; same contract as above)
-// True when the flash kernels handle this case: bf16, head_dim 64 or 128.
-bool flash_attention_supported(DType dtype, const AttentionShape& shape);
-// REQUIRES: flash_attention_supported(kBF16, shape); all tensors bf16 except lse (fp32).
-void flash_attention_forward(const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
-                             float scale, const AttentionShape& shape, void* out_BTHD,
-                             float* lse_BHT, cudaStream_t stream);
+// attention, mma.sync or, on Hopper, wgmma; same contract as above)
+struct AttentionConfig;  // cuda_dispatch.h: the kernel, warps and stages the table chose
+// REQUIRES: config from attention_forward_config (kernel mma.sync or wgmma: bf16, head dim 64
+// or 128); all tensors bf16 except lse (fp32).
+void flash_attention_forward(const AttentionConfig& config, const void* q_BTHD, const void* k_BTKD,
+                             const void* v_BTKD, float scale, const AttentionShape& shape,
+                             void* out_BTHD, float* lse_BHT, cudaStream_t stream);
 // Scratch: delta (B*H*T, padded to 4) then an fp32 dq accumulator (B*T*H*D).
 size_t flash_attention_backward_scratch_floats(const AttentionShape& shape);
-void flash_attention_backward(const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
-                              const void* v_BTKD, const void* out_BTHD, const float* lse_BHT,
-                              float scale, const AttentionShape& shape, void* dq_BTHD,
-                              void* dk_BTKD, void* dv_BTKD, float* scratch, cudaStream_t stream);
+// REQUIRES: config from attention_backward_config (mma.sync or wgmma).
+void flash_attention_backward(const AttentionConfig& config, const void* dout_BTHD,
+                              const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
+                              const void* out_BTHD, const float* lse_BHT, float scale,
+                              const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD,
+                              void* dv_BTKD, float* scratch, cudaStream_t stream);
 
 // ---- cuda_cross_entropy.cu ----
 // One block per row. REQUIRES: targets in [0, V) or -100. loss_sum_1 may be null (no loss).

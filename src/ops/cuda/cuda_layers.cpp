@@ -1,10 +1,12 @@
-// CudaOps layer ops: shape and dtype checks, then the kernel launchers of cuda_kernels.h.
+// CudaOps layer ops: shape and dtype checks, the kernel variant from the dispatch table
+// (cuda_dispatch.h) where an op has several, then the kernel launchers of cuda_kernels.h.
 // Kernels live one family per .cu file (cuda_embedding, cuda_rmsnorm, cuda_rope, cuda_swiglu,
 // cuda_attention, cuda_cross_entropy).
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/op_checks.h"
@@ -262,9 +264,11 @@ void CudaOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, flo
       q_BTHD.shape().to_string());
   require_dtype(out_BTHD, q_BTHD.dtype(), "attention out");
   require_dtype(lse_BHT, DType::kF32, "attention lse");
-  if (cuda_kernels::flash_attention_supported(q_BTHD.dtype(), s)) {  // tensor cores
-    cuda_kernels::flash_attention_forward(q_BTHD.data(), k_BTKD.data(), v_BTKD.data(), scale, s,
-                                          out_BTHD.data(), lse_BHT.f32(), stream_);
+  const cuda_kernels::AttentionConfig config =
+      cuda_kernels::attention_forward_config(q_BTHD.dtype(), s);
+  if (config.kernel != cuda_kernels::AttentionKernel::kSimt) {  // tensor cores
+    cuda_kernels::flash_attention_forward(config, q_BTHD.data(), k_BTKD.data(), v_BTKD.data(),
+                                          scale, s, out_BTHD.data(), lse_BHT.f32(), stream_);
     return;
   }
   cuda_kernels::attention_forward(q_BTHD.dtype(), q_BTHD.data(), k_BTKD.data(), v_BTKD.data(),
@@ -287,10 +291,12 @@ void CudaOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
     require_dtype(*t, q_BTHD.dtype(), "attention tensor");
   }
   require_dtype(lse_BHT, DType::kF32, "attention lse");
-  if (cuda_kernels::flash_attention_supported(q_BTHD.dtype(), s)) {  // tensor cores
+  const cuda_kernels::AttentionConfig config =
+      cuda_kernels::attention_backward_config(q_BTHD.dtype(), s);
+  if (config.kernel != cuda_kernels::AttentionKernel::kSimt) {  // tensor cores
     float* scratch = scratch_floats(cuda_kernels::flash_attention_backward_scratch_floats(s));
     cuda_kernels::flash_attention_backward(
-        dout_BTHD.data(), q_BTHD.data(), k_BTKD.data(), v_BTKD.data(), out_BTHD.data(),
+        config, dout_BTHD.data(), q_BTHD.data(), k_BTKD.data(), v_BTKD.data(), out_BTHD.data(),
         lse_BHT.f32(), scale, s, dq_BTHD.data(), dk_BTKD.data(), dv_BTKD.data(), scratch, stream_);
     return;
   }

@@ -1,15 +1,16 @@
 // CudaOps: construction, memory, elementwise, optimizer and norm ops; layer ops live in
 // cuda_layers.cpp and the linear ops in cuda_gemm.cpp.
 #include "ops/cuda/cuda_ops.h"
-#include "ops/op_checks.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/op_checks.h"
 
 namespace shardtrain {
 namespace {
@@ -37,8 +38,14 @@ int cuda_device_count() {
   return count;
 }
 
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes) {
+  SHARDTRAIN_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 std::unique_ptr<Ops> make_cuda_ops(int device_index) {
   SHARDTRAIN_CUDA_CHECK(cudaSetDevice(device_index));
+  // Below compute capability 8.0 (V100, T4: no bf16 tensor cores) nothing runs: say so first.
+  cuda_kernels::require_supported_device(cuda_kernels::device_limits(), device_index);
   return std::make_unique<CudaOps>();
 }
 

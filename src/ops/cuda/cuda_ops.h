@@ -56,7 +56,6 @@ class CudaOps final : public Ops {
 
   // ---- elementwise (cuda_ops.cpp) ----
   void add(Tensor out, Tensor a, Tensor b) override;
-  void scale(Tensor x, float factor) override;
 
   // ---- layers (cuda_layers.cpp) ----
   void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
@@ -65,8 +64,6 @@ class CudaOps final : public Ops {
                        Tensor rstd_N) override;
   void rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
                         Tensor dweight_C, bool accumulate_dx, bool accumulate_dweight) override;
-  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
-  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
@@ -91,11 +88,18 @@ class CudaOps final : public Ops {
                        bool accumulate_dweight) override;
 
   // ---- optimizer and norms (cuda_ops.cpp) ----
-  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step) override;
   // One launch; the segment table is uploaded only when the segments change (cuda_kernels.h).
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
+
+  // ---- outside the Ops interface: compared with CpuOps's references by the GPU tests ----
+  void scale(Tensor x, float factor);  // x *= factor (cuda_ops.cpp)
+  // The rotary embedding alone, in place (cuda_layers.cpp).
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
+  // AdamW on one contiguous range, one launch (cuda_ops.cpp).
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step);
 
  private:
   // fp32 scratch of at least `count` floats, valid until the next call (ops run in stream
@@ -111,9 +115,12 @@ class CudaOps final : public Ops {
   size_t scratch_bytes_ = 0;
 };
 
-// Makes `device_index` the current device (cudaSetDevice), then a CudaOps on it.
+// Makes `device_index` the current device (cudaSetDevice), then a CudaOps on it. Throws Error
+// (exit 2) naming the GPU when its compute capability is below 8.0 (cuda_dispatch.h).
 std::unique_ptr<Ops> make_cuda_ops(int device_index = 0);
 // Visible CUDA devices; 0 (not an error) when there is no driver or no GPU.
 int cuda_device_count();
+// Free and total memory of the current device (cudaMemGetInfo).
+void cuda_memory_info(size_t* free_bytes, size_t* total_bytes);
 
 }  // namespace shardtrain

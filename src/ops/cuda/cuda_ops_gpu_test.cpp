@@ -14,14 +14,18 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_buffer.h"
+#include "ops/test_device_limits.h"
 
 namespace shardtrain {
 namespace {
@@ -141,6 +145,9 @@ class CudaOpsTest : public ::testing::Test {
   }
 
   std::unique_ptr<Ops> gpu_, cpu_;
+  // For the reference pieces outside the Ops interface (scale, rope_*, one-range adamw).
+  CudaOps& gpu_ref() { return static_cast<CudaOps&>(*gpu_); }
+  CpuOps& cpu_ref() { return static_cast<CpuOps&>(*cpu_); }
   std::deque<DeviceBuffer> buffers_;
   unsigned next_seed_ = 1;
 };
@@ -159,8 +166,8 @@ TEST_F(CudaOpsTest, AddScaleAndCast) {
       EXPECT_LE(error(out), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
       cpu_->add(a.cpu, a.cpu, b.cpu);  // aliasing
       gpu_->add(a.gpu, a.gpu, b.gpu);
-      cpu_->scale(a.cpu, -0.37f);
-      gpu_->scale(a.gpu, -0.37f);
+      cpu_ref().scale(a.cpu, -0.37f);
+      gpu_ref().scale(a.gpu, -0.37f);
       EXPECT_LE(error(a), dtype == DType::kF32 ? kF32Tolerance : kBf16Tolerance);
     }
   // f32 -> bf16 rounds to nearest even exactly like the host conversion; bf16 -> f32 is exact.
@@ -212,8 +219,8 @@ TEST_F(CudaOpsTest, AdamWMatchesReference) {
       s.weight_decay = 0.1f;
       s.step = step;
       s.grad_scale = 0.5f;
-      cpu_->adamw(param.cpu, grad.cpu, m.cpu, v.cpu, s);
-      gpu_->adamw(param.gpu, grad.gpu, m.gpu, v.gpu, s);
+      cpu_ref().adamw(param.cpu, grad.cpu, m.cpu, v.cpu, s);
+      gpu_ref().adamw(param.gpu, grad.gpu, m.gpu, v.gpu, s);
     }
     EXPECT_F32_CLOSE(param);
     EXPECT_F32_CLOSE(m);
@@ -372,12 +379,12 @@ TEST_P(CudaRopeTest, RopeForwardAndBackward) {
     position_values[n] = static_cast<int32_t>((n * 13) % positions);
   Pair pos = ints(position_values, {tokens});
   Pair x = random_input({tokens, heads, head_dim});
-  cpu_->rope_forward(x.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
-  gpu_->rope_forward(x.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
+  cpu_ref().rope_forward(x.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
+  gpu_ref().rope_forward(x.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
   EXPECT_BF16_CLOSE(x);
   Pair dx = random_input({tokens, heads, head_dim});
-  cpu_->rope_backward(dx.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
-  gpu_->rope_backward(dx.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
+  cpu_ref().rope_backward(dx.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
+  gpu_ref().rope_backward(dx.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
   EXPECT_BF16_CLOSE(dx);
 
   // Packed q/k/v (one GEMM output per token: q of 4 heads, k and v of 2), split with rope, and
@@ -461,6 +468,20 @@ class CudaAttentionKernelTest : public CudaOpsTest {
                              in.scale, in.dq.cpu, in.dk.cpu, in.dv.cpu);
     return in;
   }
+  // False when the dispatch table has no backward kernel for these inputs on this device's
+  // limits (attention_backward_config throws the user's Error).
+  static bool backward_fits(const Inputs& in) {
+    const cuda_kernels::AttentionShape s{
+        static_cast<int>(in.q.gpu.dim(0)), static_cast<int>(in.q.gpu.dim(1)),
+        static_cast<int>(in.q.gpu.dim(2)), static_cast<int>(in.k.gpu.dim(2)),
+        static_cast<int>(in.q.gpu.dim(3))};
+    try {
+      cuda_kernels::attention_backward_config(in.q.gpu.dtype(), s);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
   // The GPU backward of kernel `warps` ("default": wgmma on an H200; "8" or "4": the mma.sync
   // kernel with that many warps a block) and `heads_per_block` (empty: the launcher's choice)
   // into poisoned outputs, against the CPU gradients. The SIMT kernels ignore the hooks.
@@ -476,11 +497,20 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     poison(in.dq.gpu);
     poison(in.dk.gpu);
     poison(in.dv.gpu);
-    gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu, in.lse.gpu,
-                             in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu);
+    if (!backward_fits(in)) {  // e.g. the SIMT backward at D = 96 under an L4's 99 KB
+      EXPECT_THROW(gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu,
+                                            in.lse.gpu, in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu),
+                   Error);
+      std::printf("attention backward D=%ld does not fit %s: Error, as the table says\n",
+                  static_cast<long>(in.q.gpu.dim(3)), cuda_kernels::device_limits().name.c_str());
+    } else {
+      gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu, in.lse.gpu,
+                               in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu);
+    }
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK");
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+    if (!backward_fits(in)) return;
     Pair &dq = in.dq, &dk = in.dk, &dv = in.dv;
     EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
     EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
@@ -599,6 +629,49 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
       EXPECT_LE(error(lse), 1e-5) << "forward kernel " << kernel.name;
     }
   }
+}
+
+// The kernel configurations of every GPU kind of the reference deployments, run here under
+// that kind's limits (cuda_dispatch.h set_device_limits_override; the launchers raise each
+// kernel's shared memory only after checking it against those limits): A100 (163 KB, the 8-warp
+// mma.sync kernels), L4 and A10G (99 KB: 4-warp forward and single-stage 4-warp backward at
+// D = 128), H100 (wgmma where this build has it). Forward and backward against the CPU.
+TEST_F(CudaAttentionKernelTest, EveryGpuKindsConfigurationMatchesTheCpu) {
+  const cuda_kernels::DeviceLimits before = cuda_kernels::device_limits();  // maybe an override
+  const size_t present = before.shared_per_block_optin;
+  for (const char* kind : {"a100", "a10g", "l4", "h100"}) {
+    const std::optional<cuda_kernels::DeviceLimits> limits =
+        cuda_kernels::device_limits_preset(kind);
+    ASSERT_TRUE(limits.has_value());
+    if (limits->shared_per_block_optin > present) {
+      std::printf("%s: skipped, more shared memory than this GPU has\n", kind);
+      continue;
+    }
+    cuda_kernels::set_device_limits_override(limits);
+    for (const AttentionCase c : {AttentionCase{1, 300, 4, 2, 128}, AttentionCase{2, 200, 6, 2, 64},
+                                  AttentionCase{1, 129, 2, 1, 128}}) {
+      SCOPED_TRACE(std::string(kind) + " " + testing::PrintToString(c));
+      const cuda_kernels::AttentionShape s{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim};
+      const cuda_kernels::AttentionConfig forward =
+          cuda_kernels::attention_forward_config(DType::kBF16, s);
+      const cuda_kernels::AttentionConfig backward =
+          cuda_kernels::attention_backward_config(DType::kBF16, s);
+      EXPECT_LE(forward.shared_bytes, limits->shared_per_block_optin);
+      EXPECT_LE(backward.shared_bytes, limits->shared_per_block_optin);
+      std::printf("%s D=%d: forward %s %d warps (%zu B), backward %s %d warps %d stages (%zu B)\n",
+                  kind, c.head_dim, cuda_kernels::attention_kernel_name(forward.kernel),
+                  forward.warps, forward.shared_bytes,
+                  cuda_kernels::attention_kernel_name(backward.kernel), backward.warps,
+                  backward.stages, backward.shared_bytes);
+      Inputs in = prepare(c);  // the forward ran under the override
+      Pair &out = in.out, &lse = in.lse;
+      EXPECT_BF16_CLOSE(out);
+      EXPECT_LE(error(lse), 1e-5);
+      expect_backward(in, "default");
+      expect_backward(in, "default", "1");  // one head a block: dK / dV through fp32 atomics
+    }
+  }
+  cuda_kernels::set_device_limits_override(before);
 }
 
 TEST_F(CudaOpsTest, CrossEntropy) {
@@ -859,7 +932,7 @@ TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCast) {
     for (const AdamWSegment& segment : adamw_test_segments(reference, step_ranges)) {
       AdamWStep range_step = s;
       range_step.weight_decay = segment.weight_decay;
-      gpu_->adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq, range_step);
+      gpu_ref().adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq, range_step);
       if (segment.compute_param.defined()) gpu_->cast(segment.compute_param, segment.param);
       if (segment.zero_grad) gpu_->fill_zero(segment.grad);
     }
@@ -933,7 +1006,8 @@ TEST_F(CudaOpsTest, DISABLED_AdamWMultiThroughput) {
         for (const AdamWSegment& segment : segments) {
           AdamWStep range_step = s;
           range_step.weight_decay = segment.weight_decay;
-          gpu_->adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq, range_step);
+          gpu_ref().adamw(segment.param, segment.grad, segment.exp_avg, segment.exp_avg_sq,
+                          range_step);
         }
         gpu_->cast(b.compute_bf16, b.param);
         gpu_->fill_zero(b.grad);

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
 
 namespace shardtrain::cuda_kernels {
@@ -26,15 +27,16 @@ using cuda_detail::block_sum;
 using cuda_detail::from_float;
 using cuda_detail::to_float;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kRmsnormThreads;  // cuda_dispatch.h counts on it
 // Backward blocks (also the partial count): 8 per SM on H100/H200, so 64 warps per SM keep
 // enough rows in flight to approach memory bandwidth (2 per SM reached 1.6 TB/s at C = 1536).
 // The extra partials cost one small pass (132 * 8 * C floats).
 constexpr int64_t kBackwardBlocks = 132 * 8;
 
 template <typename Act, typename Weight, typename Out>
-__global__ void rmsnorm_forward_kernel(const Act* x_NC, const Weight* weight_C, float eps,
-                                       int64_t rows, int64_t channels, Out* out_NC, float* rstd_N) {
+__global__ void rmsnorm_forward_scalar_kernel(const Act* x_NC, const Weight* weight_C, float eps,
+                                              int64_t rows, int64_t channels, Out* out_NC,
+                                              float* rstd_N) {
   __shared__ float shared[32];
   for (int64_t n = blockIdx.x; n < rows; n += gridDim.x) {
     const Act* x_row = x_NC + n * channels;
@@ -56,9 +58,10 @@ __global__ void rmsnorm_forward_kernel(const Act* x_NC, const Weight* weight_C, 
 
 // With y = w * x * r:  dx_c = r w_c dy_c - x_c r^3 / C * sum_k dy_k w_k x_k;  dw_c += dy_c x_c r.
 template <typename Act, typename Weight>
-__global__ void rmsnorm_backward_kernel(const Act* dout_NC, const Act* x_NC, const Weight* weight_C,
-                                        const float* rstd_N, int64_t rows, int64_t channels,
-                                        Act* dx_NC, bool accumulate_dx, float* partials_PC) {
+__global__ void rmsnorm_backward_scalar_kernel(const Act* dout_NC, const Act* x_NC,
+                                               const Weight* weight_C, const float* rstd_N,
+                                               int64_t rows, int64_t channels, Act* dx_NC,
+                                               bool accumulate_dx, float* partials_PC) {
   extern __shared__ float dweight_partial[];  // [channels]
   __shared__ float shared[32];
   for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) dweight_partial[c] = 0;
@@ -91,6 +94,8 @@ int64_t backward_blocks(int64_t rows) { return std::min(rows, kBackwardBlocks); 
 
 constexpr int kVector = cuda_detail::kBf16PerVector;
 constexpr int kMaxChunks = 4;
+static_assert(int64_t{kThreads} * kVector * kMaxChunks == kRmsnormVectorMaxChannels,
+              "cuda_dispatch.h picks this kernel up to its width");
 
 using cuda_detail::bf16;
 using cuda_detail::load8;
@@ -99,13 +104,6 @@ using cuda_detail::store8;
 template <typename Weight>
 __device__ __forceinline__ void load_weight8(const Weight* w, int64_t c, float* out) {
   for (int j = 0; j < kVector; ++j) out[j] = to_float(w[c + j]);
-}
-
-bool vector_path(DType act_dtype, const void* a, const void* b, const void* c, int64_t channels) {
-  using cuda_detail::aligned16;
-  return act_dtype == DType::kBF16 && channels % kVector == 0 &&
-         channels <= int64_t{kThreads} * kVector * kMaxChunks && aligned16(a) && aligned16(b) &&
-         aligned16(c);
 }
 
 template <typename Weight, typename Out, int kChunks>
@@ -205,6 +203,8 @@ __global__ void rmsnorm_backward_vec_kernel(const bf16* dout_NC, const bf16* x_N
 // the same scheme there (dweight sums in registers, per-block partials) measured 0.057 ms
 // against the block kernel's 0.046 (0.077 / 0.055 at 2048 channels).
 constexpr int kMaxWarpChunks = 8;  // per lane: 32 * 8 * 8 = 2048 channels
+static_assert(int64_t{32} * kVector * kMaxWarpChunks == kRmsnormWarpMaxChannels,
+              "cuda_dispatch.h picks this kernel up to its width");
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 template <typename Weight>
@@ -223,14 +223,6 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
     out[2 * j] = f.x;
     out[2 * j + 1] = f.y;
   }
-}
-
-bool warp_path(DType act_dtype, const void* a, const void* b, const void* c, const void* weight,
-               DType weight_dtype, int64_t channels) {
-  using cuda_detail::aligned16;
-  return act_dtype == DType::kBF16 && channels % kVector == 0 &&
-         channels <= int64_t{32} * kVector * kMaxWarpChunks && aligned16(a) && aligned16(b) &&
-         aligned16(c) && (weight_dtype != DType::kBF16 || aligned16(weight));
 }
 
 template <typename Weight, typename Out, int kChunks>
@@ -313,8 +305,11 @@ void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const 
                      float* rstd_N, cudaStream_t stream) {
   if (rows == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
-  const bool warp = warp_path(x_dtype, x_NC, out_NC, x_NC, weight_C, weight_dtype, channels);
-  if (warp || vector_path(x_dtype, x_NC, out_NC, x_NC, channels)) {
+  const RmsnormKernel variant = choose_rmsnorm_forward(
+      x_dtype, channels, cuda_detail::aligned16(x_NC) && cuda_detail::aligned16(out_NC),
+      weight_dtype != DType::kBF16 || cuda_detail::aligned16(weight_C));
+  const bool warp = variant == RmsnormKernel::kWarpPerRow;
+  if (variant != RmsnormKernel::kBlockPerRowScalar) {
     // A warp per row (rows / 8 blocks of 8 warps) or a block per row; same arguments.
     const unsigned grid = warp ? static_cast<unsigned>(std::min<int64_t>(
                                      (rows + kWarpsPerBlock - 1) / kWarpsPerBlock, 65535))
@@ -343,7 +338,7 @@ void rmsnorm_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const 
   SHARDTRAIN_DISPATCH_FLOAT(x_dtype, Act, {
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
       SHARDTRAIN_DISPATCH_FLOAT(out_dtype, Out, {
-        rmsnorm_forward_kernel<Act, Weight, Out><<<blocks, kThreads, 0, stream>>>(
+        rmsnorm_forward_scalar_kernel<Act, Weight, Out><<<blocks, kThreads, 0, stream>>>(
             static_cast<const Act*>(x_NC), static_cast<const Weight*>(weight_C), eps, rows,
             channels, static_cast<Out*>(out_NC), rstd_N);
       });
@@ -362,7 +357,10 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
                       bool accumulate_dweight, float* scratch, cudaStream_t stream) {
   if (rows == 0) return;
   const int64_t blocks = backward_blocks(rows);
-  if (vector_path(act_dtype, dout_NC, x_NC, dx_NC, channels)) {
+  using cuda_detail::aligned16;
+  if (choose_rmsnorm_backward(act_dtype, channels,
+                              aligned16(dout_NC) && aligned16(x_NC) && aligned16(dx_NC)) ==
+      RmsnormKernel::kBlockPerRowVector) {
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
       with_chunks(channels, [&](auto chunks) {
         rmsnorm_backward_vec_kernel<Weight, decltype(chunks)::value>
@@ -378,9 +376,10 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
     return;
   }
   const size_t shared_bytes = static_cast<size_t>(channels) * sizeof(float);
+  require_rmsnorm_backward_fits(channels, device_limits());  // Error when it cannot run here
   SHARDTRAIN_DISPATCH_FLOAT(act_dtype, Act, {
     SHARDTRAIN_DISPATCH_FLOAT(weight_dtype, Weight, {
-      auto kernel = rmsnorm_backward_kernel<Act, Weight>;
+      auto kernel = rmsnorm_backward_scalar_kernel<Act, Weight>;
       if (shared_bytes > 48 * 1024) {
         SHARDTRAIN_CUDA_CHECK(cudaFuncSetAttribute(
             kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));

@@ -3,6 +3,7 @@
 // q/k/v in bf16 take one fused pass instead (rope_qkv_packed: 8 pairs a thread, 16-byte
 // accesses, v copied in the same launch).
 #include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
 
 namespace shardtrain::cuda_kernels {
@@ -129,10 +130,10 @@ bool rope_qkv_packed(DType dtype, void* packed, void* q, void* k, void* v,
                      cudaStream_t stream) {
   using cuda_detail::aligned16;
   const int64_t half = head_dim / 2;
-  if (dtype != DType::kBF16 || head_dim % 2 != 0 || half % cuda_detail::kBf16PerVector != 0 ||
-      !aligned16(packed) || !aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(cos_PR) ||
-      !aligned16(sin_PR)) {
-    return false;
+  if (!qkv_rope_fused(dtype, head_dim,
+                      aligned16(packed) && aligned16(q) && aligned16(k) && aligned16(v) &&
+                          aligned16(cos_PR) && aligned16(sin_PR))) {
+    return false;  // the dispatch table's other variant: rope_rows + a copy (cuda_layers.cpp)
   }
   const int64_t rotations = (q_heads + kv_heads) * (half / cuda_detail::kBf16PerVector);
   const int64_t per_token = rotations + kv_heads * head_dim / cuda_detail::kBf16PerVector;

@@ -1,0 +1,686 @@
+#include "data/chat/parser.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "data/chat/lexer.h"
+
+namespace shardtrain::chat {
+namespace {
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+
+  TemplateAst run() {
+    TemplateAst ast;
+    const std::string end = parse_body(ast.body, {});
+    if (!end.empty()) error(current(), "unexpected \"" + end + "\"");
+    return ast;
+  }
+
+ private:
+  const Token& current() const { return tokens_[pos_]; }
+  const Token& peek(size_t ahead = 1) const {
+    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
+  }
+  const Token& advance() {
+    const Token& token = tokens_[pos_];
+    if (pos_ + 1 < tokens_.size()) ++pos_;
+    return token;
+  }
+  bool is_operator(const char* op) const {
+    return current().kind == TokenKind::kOperator && current().value == op;
+  }
+  bool is_name(const char* name) const {
+    return current().kind == TokenKind::kName && current().value == name;
+  }
+  bool skip_operator(const char* op) {
+    if (!is_operator(op)) return false;
+    advance();
+    return true;
+  }
+  bool skip_name(const char* name) {
+    if (!is_name(name)) return false;
+    advance();
+    return true;
+  }
+
+  [[noreturn]] void error(const Token& at, const std::string& message) const {
+    fail("line {}, column {}: {}", at.line, at.column, message);
+  }
+
+  static std::string describe(const Token& token) {
+    switch (token.kind) {
+      case TokenKind::kEnd:
+        return "the end of the template";
+      case TokenKind::kBlockEnd:
+        return "\"%}\"";
+      case TokenKind::kVariableEnd:
+        return "\"}}\"";
+      case TokenKind::kData:
+        return "text";
+      default:
+        return "\"" + token.value + "\"";
+    }
+  }
+
+  void expect_operator(const char* op) {
+    if (!skip_operator(op)) {
+      error(current(), fmt::format("expected \"{}\", found {}", op, describe(current())));
+    }
+  }
+  std::string expect_name() {
+    if (current().kind != TokenKind::kName) {
+      error(current(), "expected a name, found " + describe(current()));
+    }
+    return advance().value;
+  }
+  void expect_block_end() {
+    if (current().kind != TokenKind::kBlockEnd) {
+      error(current(), "expected the end of the statement (\"%}\"), found " + describe(current()));
+    }
+    advance();
+  }
+
+  struct DepthGuard {
+    explicit DepthGuard(Parser& p) : parser(p) {
+      if (++parser.depth_ > kMaxNesting) {
+        parser.error(parser.current(),
+                     fmt::format("template nested deeper than {} levels", kMaxNesting));
+      }
+    }
+    ~DepthGuard() { --parser.depth_; }
+    Parser& parser;
+  };
+
+  template <typename T>
+  std::unique_ptr<T> node_at(const Token& at) {
+    auto node = std::make_unique<T>();
+    node->line = at.line;
+    node->column = at.column;
+    return node;
+  }
+
+  // ---- statements ----
+
+  // Parses statements into `body` until a block tag whose keyword is in `ends`; returns that
+  // keyword with the stream on the token after it, or "" at the end of the template.
+  std::string parse_body(Body& body, const std::set<std::string>& ends) {
+    DepthGuard guard(*this);
+    while (true) {
+      const Token& token = current();
+      if (token.kind == TokenKind::kEnd) {
+        if (!ends.empty()) {
+          error(token, "unexpected end of template; expected \"" + *ends.begin() + "\"");
+        }
+        return "";
+      }
+      if (token.kind == TokenKind::kData) {
+        auto stmt = node_at<Stmt>(token);
+        stmt->kind = Stmt::Kind::kText;
+        stmt->text = advance().value;
+        body.push_back(std::move(stmt));
+      } else if (token.kind == TokenKind::kVariableBegin) {
+        auto stmt = node_at<Stmt>(token);
+        advance();
+        stmt->kind = Stmt::Kind::kOutput;
+        stmt->expr = parse_tuple(true);
+        if (current().kind != TokenKind::kVariableEnd) {
+          error(current(), "expected \"}}\", found " + describe(current()));
+        }
+        advance();
+        body.push_back(std::move(stmt));
+      } else if (token.kind == TokenKind::kBlockBegin) {
+        advance();
+        const Token& keyword = current();
+        if (keyword.kind != TokenKind::kName) error(keyword, "expected a statement keyword");
+        if (ends.count(keyword.value)) {
+          advance();
+          return keyword.value;
+        }
+        body.push_back(parse_statement());
+      } else {
+        error(token, "unexpected " + describe(token));
+      }
+    }
+  }
+
+  StmtPtr parse_statement() {
+    const Token& keyword = current();
+    const std::string word = keyword.value;
+    if (word == "if") return parse_if();
+    if (word == "for") return parse_for();
+    if (word == "set") return parse_set();
+    if (word == "macro") return parse_macro();
+    if (word == "filter") return parse_filter_block();
+    if (word == "generation") {
+      auto stmt = node_at<Stmt>(advance());
+      stmt->kind = Stmt::Kind::kGeneration;
+      expect_block_end();
+      parse_body(stmt->body, {"endgeneration"});
+      expect_block_end();
+      return stmt;
+    }
+    if (word == "break" || word == "continue") {
+      auto stmt = node_at<Stmt>(advance());
+      if (loop_depth_ == 0) error(keyword, "\"" + word + "\" outside a for loop");
+      stmt->kind = word == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue;
+      expect_block_end();
+      return stmt;
+    }
+    static const std::set<std::string> kKnown = {"include", "import", "from",       "extends",
+                                                 "block",   "call",   "with",       "do",
+                                                 "print",   "trans",  "autoescape", "raw"};
+    if (kKnown.count(word)) {
+      error(keyword, "\"{% " + word + " %}\" is not supported in chat templates");
+    }
+    error(keyword, "unknown statement \"" + word + "\"");
+  }
+
+  StmtPtr parse_if() {
+    auto stmt = node_at<Stmt>(advance());
+    stmt->kind = Stmt::Kind::kIf;
+    stmt->expr = parse_expression(false);
+    expect_block_end();
+    const std::string end = parse_body(stmt->body, {"elif", "else", "endif"});
+    if (end == "elif") {
+      --pos_;  // re-read "elif" as the keyword of a nested if
+      auto nested = parse_if();
+      stmt->else_body.push_back(std::move(nested));
+      return stmt;
+    }
+    if (end == "else") {
+      expect_block_end();
+      parse_body(stmt->else_body, {"endif"});
+    }
+    expect_block_end();
+    return stmt;
+  }
+
+  std::vector<std::string> parse_target_names() {
+    std::vector<std::string> names;
+    const bool parenthesized = skip_operator("(");
+    names.push_back(expect_name());
+    while (skip_operator(",")) {
+      if (current().kind != TokenKind::kName) break;
+      names.push_back(expect_name());
+    }
+    if (parenthesized) expect_operator(")");
+    return names;
+  }
+
+  StmtPtr parse_for() {
+    auto stmt = node_at<Stmt>(advance());
+    stmt->kind = Stmt::Kind::kFor;
+    stmt->targets = parse_target_names();
+    if (!skip_name("in")) error(current(), "expected \"in\" in the for statement");
+    stmt->expr = parse_tuple(false);
+    if (skip_name("if")) stmt->filter = parse_expression(true);
+    if (is_name("recursive")) error(current(), "recursive for loops are not supported");
+    expect_block_end();
+    ++loop_depth_;
+    const std::string end = parse_body(stmt->body, {"else", "endfor"});
+    --loop_depth_;
+    if (end == "else") {
+      expect_block_end();
+      parse_body(stmt->else_body, {"endfor"});
+    }
+    expect_block_end();
+    return stmt;
+  }
+
+  StmtPtr parse_set() {
+    auto stmt = node_at<Stmt>(advance());
+    stmt->kind = Stmt::Kind::kSet;
+    if (current().kind == TokenKind::kName && peek().kind == TokenKind::kOperator &&
+        peek().value == ".") {
+      stmt->targets.push_back(advance().value);
+      advance();
+      stmt->attribute = expect_name();
+    } else {
+      stmt->targets = parse_target_names();
+    }
+    if (skip_operator("=")) {
+      stmt->expr = parse_tuple(true);
+      expect_block_end();
+      return stmt;
+    }
+    if (stmt->targets.size() != 1 || !stmt->attribute.empty()) {
+      error(current(), "expected \"=\" in the set statement");
+    }
+    stmt->kind = Stmt::Kind::kSetBlock;
+    while (skip_operator("|")) stmt->filters.push_back(parse_filter(nullptr));
+    expect_block_end();
+    parse_body(stmt->body, {"endset"});
+    expect_block_end();
+    return stmt;
+  }
+
+  StmtPtr parse_macro() {
+    auto stmt = node_at<Stmt>(advance());
+    stmt->kind = Stmt::Kind::kMacro;
+    stmt->name = expect_name();
+    expect_operator("(");
+    while (!skip_operator(")")) {
+      if (!stmt->params.empty()) expect_operator(",");
+      if (skip_operator(")")) break;
+      std::string param = expect_name();
+      ExprPtr default_value;
+      if (skip_operator("=")) default_value = parse_expression(true);
+      stmt->params.emplace_back(std::move(param), std::move(default_value));
+    }
+    expect_block_end();
+    const int saved_loop_depth = loop_depth_;
+    loop_depth_ = 0;
+    parse_body(stmt->body, {"endmacro"});
+    loop_depth_ = saved_loop_depth;
+    if (current().kind == TokenKind::kName) advance();  // {% endmacro name %}
+    expect_block_end();
+    return stmt;
+  }
+
+  StmtPtr parse_filter_block() {
+    auto stmt = node_at<Stmt>(advance());
+    stmt->kind = Stmt::Kind::kFilterBlock;
+    stmt->filters.push_back(parse_filter(nullptr));
+    while (skip_operator("|")) stmt->filters.push_back(parse_filter(nullptr));
+    expect_block_end();
+    parse_body(stmt->body, {"endfilter"});
+    expect_block_end();
+    return stmt;
+  }
+
+  // ---- expressions ----
+
+  // Items separated by commas; a tuple when there is a comma (or "()"), else the one item.
+  ExprPtr parse_tuple(bool with_condexpr) {
+    const Token& start = current();
+    std::vector<ExprPtr> items;
+    bool comma = false;
+    while (true) {
+      if (!items.empty()) {
+        if (!skip_operator(",")) break;
+        comma = true;
+      }
+      if (current().kind == TokenKind::kVariableEnd || current().kind == TokenKind::kBlockEnd ||
+          is_operator(")") || (!items.empty() && is_name("if"))) {
+        break;
+      }
+      items.push_back(parse_expression(with_condexpr));
+    }
+    if (items.size() == 1 && !comma) return std::move(items[0]);
+    if (items.empty()) error(start, "expected an expression, found " + describe(start));
+    auto tuple = node_at<Expr>(start);
+    tuple->kind = Expr::Kind::kTuple;
+    tuple->children = std::move(items);
+    return tuple;
+  }
+
+  ExprPtr parse_expression(bool with_condexpr) {
+    DepthGuard guard(*this);
+    if (!with_condexpr) return parse_or();
+    ExprPtr expr = parse_or();
+    while (is_name("if")) {
+      auto cond = node_at<Expr>(advance());
+      cond->kind = Expr::Kind::kConditional;
+      ExprPtr test = parse_or();
+      ExprPtr otherwise;
+      if (skip_name("else")) otherwise = parse_expression(true);
+      cond->children.push_back(std::move(expr));
+      cond->children.push_back(std::move(test));
+      cond->children.push_back(std::move(otherwise));
+      expr = std::move(cond);
+    }
+    return expr;
+  }
+
+  ExprPtr binary(const Token& at, std::string op, ExprPtr left, ExprPtr right) {
+    auto node = node_at<Expr>(at);
+    node->kind = Expr::Kind::kBinary;
+    node->name = std::move(op);
+    node->children.push_back(std::move(left));
+    node->children.push_back(std::move(right));
+    return node;
+  }
+
+  ExprPtr parse_or() {
+    ExprPtr left = parse_and();
+    while (is_name("or")) {
+      const Token& at = advance();
+      left = binary(at, "or", std::move(left), parse_and());
+    }
+    return left;
+  }
+
+  ExprPtr parse_and() {
+    ExprPtr left = parse_not();
+    while (is_name("and")) {
+      const Token& at = advance();
+      left = binary(at, "and", std::move(left), parse_not());
+    }
+    return left;
+  }
+
+  ExprPtr parse_not() {
+    if (is_name("not")) {
+      DepthGuard guard(*this);
+      auto node = node_at<Expr>(advance());
+      node->kind = Expr::Kind::kUnary;
+      node->name = "not";
+      node->children.push_back(parse_not());
+      return node;
+    }
+    return parse_compare();
+  }
+
+  ExprPtr parse_compare() {
+    const Token& start = current();
+    ExprPtr first = parse_math1();
+    auto node = node_at<Expr>(start);
+    node->kind = Expr::Kind::kCompare;
+    node->children.push_back(std::move(first));
+    while (true) {
+      static const std::set<std::string> kOps = {"==", "!=", "<", ">", "<=", ">="};
+      if (current().kind == TokenKind::kOperator && kOps.count(current().value)) {
+        node->compare_ops.push_back(advance().value);
+      } else if (skip_name("in")) {
+        node->compare_ops.push_back("in");
+      } else if (is_name("not") && peek().kind == TokenKind::kName && peek().value == "in") {
+        advance();
+        advance();
+        node->compare_ops.push_back("not in");
+      } else {
+        break;
+      }
+      node->children.push_back(parse_math1());
+    }
+    if (node->compare_ops.empty()) return std::move(node->children[0]);
+    return node;
+  }
+
+  ExprPtr parse_math1() {
+    ExprPtr left = parse_concat();
+    while (is_operator("+") || is_operator("-")) {
+      const Token& at = advance();
+      left = binary(at, at.value, std::move(left), parse_concat());
+    }
+    return left;
+  }
+
+  ExprPtr parse_concat() {
+    ExprPtr left = parse_math2();
+    while (is_operator("~")) {
+      const Token& at = advance();
+      left = binary(at, "~", std::move(left), parse_math2());
+    }
+    return left;
+  }
+
+  ExprPtr parse_math2() {
+    ExprPtr left = parse_pow();
+    while (is_operator("*") || is_operator("/") || is_operator("//") || is_operator("%")) {
+      const Token& at = advance();
+      left = binary(at, at.value, std::move(left), parse_pow());
+    }
+    return left;
+  }
+
+  ExprPtr parse_pow() {
+    ExprPtr left = parse_unary(true);
+    while (is_operator("**")) {
+      const Token& at = advance();
+      left = binary(at, "**", std::move(left), parse_unary(true));
+    }
+    return left;
+  }
+
+  ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(*this);
+    ExprPtr node;
+    if (is_operator("-") || is_operator("+")) {
+      node = node_at<Expr>(current());
+      node->kind = Expr::Kind::kUnary;
+      node->name = advance().value;
+      node->children.push_back(parse_unary(false));
+    } else {
+      node = parse_primary();
+    }
+    node = parse_postfix(std::move(node));
+    if (with_filter) node = parse_filter_expr(std::move(node));
+    return node;
+  }
+
+  ExprPtr constant(const Token& at, Value value) {
+    auto node = node_at<Expr>(at);
+    node->kind = Expr::Kind::kConstant;
+    node->constant = std::move(value);
+    return node;
+  }
+
+  ExprPtr parse_primary() {
+    const Token& token = current();
+    switch (token.kind) {
+      case TokenKind::kName: {
+        advance();
+        const std::string& n = token.value;
+        if (n == "true" || n == "True") return constant(token, Value::boolean(true));
+        if (n == "false" || n == "False") return constant(token, Value::boolean(false));
+        if (n == "none" || n == "None") return constant(token, Value::none());
+        auto node = node_at<Expr>(token);
+        node->kind = Expr::Kind::kName;
+        node->name = n;
+        return node;
+      }
+      case TokenKind::kString: {
+        std::string text = advance().value;
+        while (current().kind == TokenKind::kString) text += advance().value;
+        return constant(token, Value::string(std::move(text)));
+      }
+      case TokenKind::kInteger: {
+        advance();
+        errno = 0;
+        const long long value = std::strtoll(token.value.c_str(), nullptr, 10);
+        if (errno == ERANGE) error(token, "integer literal " + token.value + " is too large");
+        return constant(token, Value::integer(value));
+      }
+      case TokenKind::kFloat:
+        advance();
+        return constant(token, Value::floating(std::strtod(token.value.c_str(), nullptr)));
+      case TokenKind::kOperator:
+        if (token.value == "(") {
+          advance();
+          if (skip_operator(")")) {
+            auto empty = node_at<Expr>(token);
+            empty->kind = Expr::Kind::kTuple;
+            return empty;
+          }
+          ExprPtr inner = parse_tuple(true);
+          expect_operator(")");
+          return inner;
+        }
+        if (token.value == "[") return parse_list();
+        if (token.value == "{") return parse_dict();
+        break;
+      default:
+        break;
+    }
+    error(token, "expected an expression, found " + describe(token));
+  }
+
+  ExprPtr parse_list() {
+    auto node = node_at<Expr>(advance());
+    node->kind = Expr::Kind::kList;
+    while (!skip_operator("]")) {
+      if (!node->children.empty()) expect_operator(",");
+      if (skip_operator("]")) break;
+      node->children.push_back(parse_expression(true));
+    }
+    return node;
+  }
+
+  ExprPtr parse_dict() {
+    auto node = node_at<Expr>(advance());
+    node->kind = Expr::Kind::kDict;
+    while (!skip_operator("}")) {
+      if (!node->children.empty()) expect_operator(",");
+      if (skip_operator("}")) break;
+      node->children.push_back(parse_expression(true));
+      expect_operator(":");
+      node->children.push_back(parse_expression(true));
+    }
+    return node;
+  }
+
+  ExprPtr parse_postfix(ExprPtr node) {
+    while (true) {
+      if (is_operator(".") || is_operator("[")) {
+        node = parse_subscript(std::move(node));
+      } else if (is_operator("(")) {
+        node = parse_call(std::move(node));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  ExprPtr parse_filter_expr(ExprPtr node) {
+    while (true) {
+      if (is_operator("|")) {
+        advance();
+        node = parse_filter(std::move(node));
+      } else if (is_name("is")) {
+        node = parse_test(std::move(node));
+      } else if (is_operator("(")) {
+        node = parse_call(std::move(node));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  ExprPtr parse_subscript(ExprPtr target) {
+    const Token& at = advance();
+    if (at.value == ".") {
+      const Token& attr = current();
+      if (attr.kind == TokenKind::kInteger) {
+        advance();
+        auto node = node_at<Expr>(at);
+        node->kind = Expr::Kind::kGetItem;
+        node->children.push_back(std::move(target));
+        node->children.push_back(constant(attr, Value::integer(std::stoll(attr.value))));
+        return node;
+      }
+      auto node = node_at<Expr>(at);
+      node->kind = Expr::Kind::kGetAttr;
+      node->name = expect_name();
+      node->children.push_back(std::move(target));
+      return node;
+    }
+    // "[" index or slice "]"
+    auto node = node_at<Expr>(at);
+    node->children.push_back(std::move(target));
+    ExprPtr start;
+    if (!is_operator(":")) start = parse_expression(true);
+    if (!skip_operator(":")) {
+      node->kind = Expr::Kind::kGetItem;
+      node->children.push_back(std::move(start));
+      expect_operator("]");
+      return node;
+    }
+    node->kind = Expr::Kind::kSlice;
+    ExprPtr stop;
+    ExprPtr step;
+    if (!is_operator("]") && !is_operator(":")) stop = parse_expression(true);
+    if (skip_operator(":") && !is_operator("]")) step = parse_expression(true);
+    expect_operator("]");
+    node->children.push_back(std::move(start));
+    node->children.push_back(std::move(stop));
+    node->children.push_back(std::move(step));
+    return node;
+  }
+
+  // "(" args ")" into node->children[first..] and node->keywords.
+  void parse_arguments(Expr& node) {
+    expect_operator("(");
+    bool first = true;
+    while (!skip_operator(")")) {
+      if (!first) expect_operator(",");
+      first = false;
+      if (skip_operator(")")) break;
+      if (is_operator("*") || is_operator("**")) {
+        error(current(), "*args and **kwargs calls are not supported in chat templates");
+      }
+      if (current().kind == TokenKind::kName && peek().kind == TokenKind::kOperator &&
+          peek().value == "=") {
+        std::string key = advance().value;
+        advance();
+        node.keywords.emplace_back(std::move(key), parse_expression(true));
+      } else {
+        if (!node.keywords.empty()) {
+          error(current(), "a positional argument follows a keyword argument");
+        }
+        node.children.push_back(parse_expression(true));
+      }
+    }
+  }
+
+  ExprPtr parse_call(ExprPtr callee) {
+    auto node = std::make_unique<Expr>();
+    node->line = callee->line;
+    node->column = callee->column;
+    node->kind = Expr::Kind::kCall;
+    node->children.push_back(std::move(callee));
+    parse_arguments(*node);
+    return node;
+  }
+
+  ExprPtr parse_filter(ExprPtr operand) {
+    auto node = node_at<Expr>(current());
+    node->kind = Expr::Kind::kFilter;
+    node->name = expect_name();
+    while (is_operator(".")) {  // dotted filter names
+      advance();
+      node->name += "." + expect_name();
+    }
+    node->children.push_back(std::move(operand));
+    if (is_operator("(")) parse_arguments(*node);
+    return node;
+  }
+
+  ExprPtr parse_test(ExprPtr operand) {
+    auto node = node_at<Expr>(advance());
+    node->kind = Expr::Kind::kTest;
+    node->negated = skip_name("not");
+    node->name = expect_name();
+    node->children.push_back(std::move(operand));
+    if (is_operator("(")) {
+      parse_arguments(*node);
+      return node;
+    }
+    const Token& next = current();
+    const bool starts_primary = next.kind == TokenKind::kName || next.kind == TokenKind::kString ||
+                                next.kind == TokenKind::kInteger ||
+                                next.kind == TokenKind::kFloat ||
+                                (next.kind == TokenKind::kOperator &&
+                                 (next.value == "(" || next.value == "[" || next.value == "{"));
+    if (starts_primary && !is_name("else") && !is_name("or") && !is_name("and")) {
+      if (is_name("is")) error(next, "\"is\" cannot follow a test name");
+      node->children.push_back(parse_postfix(parse_primary()));
+    }
+    return node;
+  }
+
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  int depth_ = 0;
+  int loop_depth_ = 0;
+};
+
+}  // namespace
+
+TemplateAst parse_template(const std::string& source) {
+  return Parser(tokenize_template(source)).run();
+}
+
+}  // namespace shardtrain::chat

@@ -1,0 +1,13 @@
+#include "dist/host_name.h"
+
+#include <unistd.h>
+
+namespace shardtrain {
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,39 @@
+#include "launch/doctor/checkpoint_need.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "model/hf_config.h"
+#include "model/param_layout.h"
+#include "train/train_config.h"
+
+namespace shardtrain::doctor {
+
+JobCheckpoints job_checkpoints_from_config(const std::string& config_path) {
+  TrainConfig config;
+  ConfigSchema schema;
+  config.register_config(schema);
+  schema.load_toml_file(config_path);
+  const std::string config_json =
+      (std::filesystem::path(config.model.path) / "config.json").string();
+  if (!std::filesystem::exists(config_json)) {
+    fail(
+        "--config {}: model.path {} has no config.json; HINT: point model.path at a Hugging Face "
+        "checkpoint dir",
+        config_path, config.model.path);
+  }
+  const int64_t params = make_param_layout(read_hf_config(config_json)).parameter_count();
+  constexpr int64_t kBytesPerParam = 12;  // fp32 master + exp_avg + exp_avg_sq
+  const int64_t copies = std::max<int64_t>(config.train.keep_checkpoints, 1) + 1;
+  JobCheckpoints job;
+  job.checkpoint_dir = config.train.checkpoint_dir;
+  job.need.bytes = static_cast<uint64_t>(params * kBytesPerParam * copies);
+  job.need.how = fmt::format("{} params x {} B x ({} kept + 1 being written)", params,
+                             kBytesPerParam, copies - 1);
+  return job;
+}
+
+}  // namespace shardtrain::doctor

@@ -1,0 +1,88 @@
+// The objects around a job: the etcd v3 server of the etcd rendezvous (one replica, in-memory
+// data: a rendezvous holds no state worth keeping across an etcd restart, the agents re-form)
+// and the Prometheus Operator PodMonitor that scrapes every training pod's metrics port.
+#include "launch/k8s/manifests.h"
+
+namespace shardtrain::launch::k8s {
+namespace {
+
+Json etcd_labels(const ManifestOptions& options) {
+  return {{"app.kubernetes.io/name", "shardtrain"},
+          {"app.kubernetes.io/instance", options.name},
+          {"app.kubernetes.io/component", "etcd"}};
+}
+
+Json etcd_metadata(const ManifestOptions& options) {
+  Json metadata = object_metadata(options, etcd_service_name(options));
+  metadata["labels"] = etcd_labels(options);
+  return metadata;
+}
+
+Json etcd_container(const ManifestOptions& options) {
+  const std::string client_port = std::to_string(kEtcdClientPort);
+  return {
+      {"name", "etcd"},
+      {"image", options.etcd_image},
+      {"imagePullPolicy", "IfNotPresent"},
+      {"command",
+       {"etcd", "--name", etcd_service_name(options), "--data-dir", "/var/lib/etcd",
+        "--listen-client-urls", "http://0.0.0.0:" + client_port, "--advertise-client-urls",
+        "http://" + etcd_service_name(options) + ":" + client_port}},
+      {"ports", Json::array({Json{
+                    {"name", "client"}, {"containerPort", kEtcdClientPort}, {"protocol", "TCP"}}})},
+      {"readinessProbe",
+       {{"httpGet", {{"path", "/health"}, {"port", kEtcdClientPort}}}, {"periodSeconds", 5}}},
+      {"resources",
+       {{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}}, {"limits", {{"memory", "1Gi"}}}}},
+      {"volumeMounts", Json::array({Json{{"name", "data"}, {"mountPath", "/var/lib/etcd"}}})}};
+}
+
+}  // namespace
+
+std::vector<std::string> etcd_launch_flags(const ManifestOptions& options) {
+  return {
+      "--rdzv-backend",  "etcd",
+      "--rdzv-endpoint", etcd_service_name(options) + ":" + std::to_string(kEtcdClientPort),
+      "--nnodes",        std::to_string(options.min_nodes) + ":" + std::to_string(options.nodes),
+      "--rdzv-id",       options.name,
+      "--max-restarts",  std::to_string(options.max_restarts)};
+}
+
+std::vector<Json> render_etcd(const ManifestOptions& options) {
+  const Json service = {{"apiVersion", "v1"},
+                        {"kind", "Service"},
+                        {"metadata", etcd_metadata(options)},
+                        {"spec",
+                         {{"selector", etcd_labels(options)},
+                          {"ports", Json::array({Json{{"name", "client"},
+                                                      {"port", kEtcdClientPort},
+                                                      {"targetPort", kEtcdClientPort},
+                                                      {"protocol", "TCP"}}})}}}};
+  const Json deployment = {
+      {"apiVersion", "apps/v1"},
+      {"kind", "Deployment"},
+      {"metadata", etcd_metadata(options)},
+      {"spec",
+       {{"replicas", 1},
+        {"selector", {{"matchLabels", etcd_labels(options)}}},
+        {"template",
+         {{"metadata", {{"labels", etcd_labels(options)}}},
+          {"spec",
+           {{"containers", Json::array({etcd_container(options)})},
+            {"volumes",
+             Json::array({Json{{"name", "data"}, {"emptyDir", {{"medium", "Memory"}}}}})}}}}}}}};
+  return {service, deployment};
+}
+
+Json render_pod_monitor(const ManifestOptions& options) {
+  return {
+      {"apiVersion", "monitoring.coreos.com/v1"},
+      {"kind", "PodMonitor"},
+      {"metadata", object_metadata(options, options.name)},
+      {"spec",
+       {{"selector", {{"matchLabels", job_labels(options)}}},
+        {"podMetricsEndpoints",
+         Json::array({Json{{"port", "metrics"}, {"path", "/metrics"}, {"interval", "15s"}}})}}}};
+}
+
+}  // namespace shardtrain::launch::k8s

@@ -1,0 +1,62 @@
+// trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2.3) and the
+// ClusterTrainingRuntime it references. The runtime's torch policy makes the operator set
+// PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the pod's Job completion index) and
+// PET_MASTER_ADDR/PORT (<job>-node-0-0.<job>:29500); Trainer v2 has no elastic policy, so
+// the etcd rendezvous is given as launcher flags, which win over PET_*.
+#include "launch/k8s/manifests.h"
+
+namespace shardtrain::launch::k8s {
+namespace {
+
+std::string runtime_name(const ManifestOptions& options) { return options.name + "-runtime"; }
+
+Json training_runtime(const ManifestOptions& options) {
+  // The command comes from the TrainJob (trainer.command), so the runtime's container has none.
+  Json container = training_container(options, "node", Json(), Json::array(), Json::array());
+  container.erase("command");
+  const Json job_template = {
+      {"metadata", {{"labels", {{"trainer.kubeflow.org/trainjob-ancestor-step", "trainer"}}}}},
+      {"spec",
+       {{"backoffLimit", options.max_restarts},
+        {"template",
+         {{"metadata", pod_metadata(options)},
+          {"spec", training_pod_spec(options, std::move(container), "OnFailure")}}}}}};
+  Json metadata = object_metadata(options, runtime_name(options), /*namespaced=*/false);
+  metadata["labels"]["trainer.kubeflow.org/framework"] = "torch";
+  return {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
+          {"kind", "ClusterTrainingRuntime"},
+          {"metadata", metadata},
+          {"spec",
+           {{"mlPolicy", {{"numNodes", options.nodes}, {"torch", Json::object()}}},
+            {"template",
+             {{"spec",
+               {{"failurePolicy", {{"maxRestarts", options.max_restarts}}},
+                {"replicatedJobs",
+                 Json::array({Json{{"name", "node"}, {"template", job_template}}})}}}}}}}};
+}
+
+}  // namespace
+
+std::vector<Json> render_trainjob(const ManifestOptions& options) {
+  const std::vector<std::string> flags =
+      options.etcd ? etcd_launch_flags(options)
+                   : std::vector<std::string>{"--rdzv-id", options.name, "--max-restarts",
+                                              std::to_string(options.max_restarts)};
+  Json trainer = {{"numNodes", options.nodes},
+                  {"numProcPerNode", options.nproc_per_node()},
+                  {"command", launch_command(options, flags)}};
+  const Json resources = gpu_resources(options);
+  if (!resources.empty()) trainer["resourcesPerNode"] = resources;
+  Json trainjob = {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
+                   {"kind", "TrainJob"},
+                   {"metadata", object_metadata(options, options.name)},
+                   {"spec",
+                    {{"runtimeRef",
+                      {{"name", runtime_name(options)},
+                       {"apiGroup", "trainer.kubeflow.org"},
+                       {"kind", "ClusterTrainingRuntime"}}},
+                     {"trainer", trainer}}}};
+  return {training_runtime(options), trainjob};
+}
+
+}  // namespace shardtrain::launch::k8s

@@ -1,0 +1,168 @@
+// The kernel table (cuda_dispatch.h) for every GPU kind of the reference deployments, with no GPU
+// needed: wgmma only on compute capability 9.0 in a build that has it, mma.sync on 8.0-8.9 with
+// tiles that fit each kind's shared memory, SIMT elsewhere, clear errors for what cannot run.
+#include "ops/cuda/cuda_dispatch.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace shardtrain::cuda_kernels {
+namespace {
+
+DeviceLimits preset(const char* name) {
+  const std::optional<DeviceLimits> limits = device_limits_preset(name);
+  EXPECT_TRUE(limits.has_value()) << name;
+  return limits.value_or(DeviceLimits{});
+}
+
+AttentionShape shape(int head_dim) { return AttentionShape{2, 4096, 12, 2, head_dim}; }
+
+TEST(CudaDispatch, PresetsCarryTheDatasheetLimits) {
+  EXPECT_EQ(preset("a100").compute_capability(), 80);
+  EXPECT_EQ(preset("a100").shared_per_block_optin, 163u * 1024);
+  EXPECT_EQ(preset("a10g").compute_capability(), 86);
+  EXPECT_EQ(preset("l4").compute_capability(), 89);
+  EXPECT_EQ(preset("l4").shared_per_block_optin, 99u * 1024);
+  EXPECT_EQ(preset("l4").sm_count, 58);
+  EXPECT_EQ(preset("h100").compute_capability(), 90);
+  EXPECT_EQ(preset("h100").shared_per_block_optin, 227u * 1024);
+  EXPECT_FALSE(device_limits_preset("v100").has_value());
+}
+
+TEST(CudaDispatch, WgmmaOnlyOnHopperBuildsThatHaveIt) {
+  for (const int d : {64, 128}) {
+    const AttentionConfig hopper = attention_forward_config(DType::kBF16, shape(d), preset("h100"),
+                                                            /*wgmma_compiled=*/true);
+    EXPECT_EQ(hopper.kernel, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(attention_backward_config(DType::kBF16, shape(d), preset("h100"), true).kernel,
+              AttentionKernel::kWgmma);
+    // An sm_80-only build on an H100 (PTX JIT): the mma.sync kernels, 8 warps.
+    const AttentionConfig jit = attention_forward_config(DType::kBF16, shape(d), preset("h100"),
+                                                         /*wgmma_compiled=*/false);
+    EXPECT_EQ(jit.kernel, AttentionKernel::kMmaSync);
+    EXPECT_EQ(jit.warps, 8);
+    // Never wgmma below 9.0, even when the binary holds it.
+    for (const char* kind : {"a100", "a10g", "l4"}) {
+      EXPECT_EQ(attention_forward_config(DType::kBF16, shape(d), preset(kind), true).kernel,
+                AttentionKernel::kMmaSync)
+          << kind;
+      EXPECT_EQ(attention_backward_config(DType::kBF16, shape(d), preset(kind), true).kernel,
+                AttentionKernel::kMmaSync)
+          << kind;
+    }
+  }
+}
+
+TEST(CudaDispatch, MmaTilesFitEachGpusSharedMemory) {
+  // A100 (163 KB): the 8-warp kernels in both directions at both head dims.
+  for (const int d : {64, 128}) {
+    const AttentionConfig forward =
+        attention_forward_config(DType::kBF16, shape(d), preset("a100"), true);
+    const AttentionConfig backward =
+        attention_backward_config(DType::kBF16, shape(d), preset("a100"), true);
+    EXPECT_EQ(forward.warps, 8) << d;
+    EXPECT_EQ(backward.warps, 8) << d;
+    EXPECT_EQ(backward.stages, 2) << d;
+  }
+  // L4 / A10G (99 KB): D = 128 forward with 4 warps (the 8-warp tile is 102 KB), backward with
+  // 4 warps and single-buffered Q/dO (155 KB and 112 KB do not fit); D = 64 keeps 8 warps.
+  for (const char* kind : {"l4", "a10g"}) {
+    const AttentionConfig forward128 =
+        attention_forward_config(DType::kBF16, shape(128), preset(kind), true);
+    EXPECT_EQ(forward128.warps, 4) << kind;
+    const AttentionConfig backward128 =
+        attention_backward_config(DType::kBF16, shape(128), preset(kind), true);
+    EXPECT_EQ(backward128.warps, 4) << kind;
+    EXPECT_EQ(backward128.stages, 1) << kind;
+    EXPECT_EQ(attention_forward_config(DType::kBF16, shape(64), preset(kind), true).warps, 8);
+    const AttentionConfig backward64 =
+        attention_backward_config(DType::kBF16, shape(64), preset(kind), true);
+    EXPECT_EQ(backward64.warps, 8) << kind;
+    EXPECT_EQ(backward64.stages, 2) << kind;
+  }
+  // Every choice fits its GPU, and the byte counts are the kernels' (spot values).
+  for (const char* kind : {"a100", "a10g", "l4", "h100"}) {
+    for (const int d : {64, 128}) {
+      for (const bool wgmma : {false, true}) {
+        const DeviceLimits limits = preset(kind);
+        EXPECT_LE(attention_forward_config(DType::kBF16, shape(d), limits, wgmma).shared_bytes,
+                  limits.shared_per_block_optin);
+        EXPECT_LE(attention_backward_config(DType::kBF16, shape(d), limits, wgmma).shared_bytes,
+                  limits.shared_per_block_optin);
+      }
+    }
+  }
+  EXPECT_EQ(mma_backward_shared_bytes(128, 8, 2), 158720u);  // ops/cuda/NOTES.md: 155 KB
+  EXPECT_EQ(mma_forward_shared_bytes(128, 8), 104448u);      // 102 KB
+  EXPECT_EQ(mma_backward_shared_bytes(128, 4, 1), 79360u);
+}
+
+TEST(CudaDispatch, OtherDtypesAndHeadDimsTakeTheSimtKernels) {
+  EXPECT_EQ(attention_forward_config(DType::kF32, shape(128), preset("h100"), true).kernel,
+            AttentionKernel::kSimt);
+  EXPECT_EQ(attention_backward_config(DType::kBF16, shape(96), preset("a100"), true).kernel,
+            AttentionKernel::kSimt);
+  EXPECT_EQ(attention_forward_config(DType::kBF16, shape(96), preset("l4"), true).kernel,
+            AttentionKernel::kSimt);
+  // The SIMT backward at D = 96 needs 129 KB: more than an L4 offers. One clear error.
+  try {
+    attention_backward_config(DType::kBF16, shape(96), preset("l4"), true);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("head dim 96"), std::string::npos) << message;
+    EXPECT_NE(message.find("L4"), std::string::npos) << message;
+    EXPECT_NE(message.find("HINT"), std::string::npos) << message;
+  }
+}
+
+TEST(CudaDispatch, GpusBelowComputeCapability8AreRefusedByName) {
+  DeviceLimits v100{"Tesla V100-SXM2-16GB", 7, 0, 96 * 1024, 80, 6 << 20};
+  try {
+    require_supported_device(v100, 3);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("GPU 3 (Tesla V100-SXM2-16GB)"), std::string::npos) << message;
+    EXPECT_NE(message.find("compute capability 7.0"), std::string::npos) << message;
+    EXPECT_NE(message.find("8.0"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+  }
+  EXPECT_NO_THROW(require_supported_device(preset("a100"), 0));
+  EXPECT_NO_THROW(require_supported_device(preset("l4"), 0));
+}
+
+TEST(CudaDispatch, RmsnormVariantsByWidthDtypeAndAlignment) {
+  EXPECT_EQ(choose_rmsnorm_forward(DType::kBF16, 1536, true, true), RmsnormKernel::kWarpPerRow);
+  EXPECT_EQ(choose_rmsnorm_forward(DType::kBF16, 2048, true, true), RmsnormKernel::kWarpPerRow);
+  EXPECT_EQ(choose_rmsnorm_forward(DType::kBF16, 4096, true, true),
+            RmsnormKernel::kBlockPerRowVector);
+  EXPECT_EQ(choose_rmsnorm_forward(DType::kBF16, 1536, true, false),
+            RmsnormKernel::kBlockPerRowVector);  // a misaligned bf16 weight
+  EXPECT_EQ(choose_rmsnorm_forward(DType::kBF16, 8200, true, true),
+            RmsnormKernel::kBlockPerRowScalar);
+  EXPECT_EQ(choose_rmsnorm_forward(DType::kF32, 1536, true, true),
+            RmsnormKernel::kBlockPerRowScalar);
+  EXPECT_EQ(choose_rmsnorm_forward(DType::kBF16, 1536, false, true),
+            RmsnormKernel::kBlockPerRowScalar);
+  EXPECT_EQ(choose_rmsnorm_backward(DType::kBF16, 8192, true), RmsnormKernel::kBlockPerRowVector);
+  EXPECT_EQ(choose_rmsnorm_backward(DType::kBF16, 1004, true), RmsnormKernel::kBlockPerRowScalar);
+  // The scalar backward holds a float per channel in shared memory.
+  EXPECT_NO_THROW(require_rmsnorm_backward_fits(8192, preset("l4")));
+  EXPECT_THROW(require_rmsnorm_backward_fits(40000, preset("l4")), Error);
+  EXPECT_NO_THROW(require_rmsnorm_backward_fits(40000, preset("a100")));
+}
+
+TEST(CudaDispatch, FusedQkvRopeNeedsBf16AndWholeVectors) {
+  EXPECT_TRUE(qkv_rope_fused(DType::kBF16, 128, true));
+  EXPECT_TRUE(qkv_rope_fused(DType::kBF16, 16, true));
+  EXPECT_FALSE(qkv_rope_fused(DType::kBF16, 24, true));  // 12 pairs: not whole 8-element vectors
+  EXPECT_FALSE(qkv_rope_fused(DType::kF32, 128, true));
+  EXPECT_FALSE(qkv_rope_fused(DType::kBF16, 128, false));
+}
+
+}  // namespace
+}  // namespace shardtrain::cuda_kernels

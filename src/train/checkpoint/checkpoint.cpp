@@ -1,0 +1,482 @@
+#include "train/checkpoint/checkpoint.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "io/atomic_file.h"
+#include "io/read_file.h"
+#include "io/safetensors.h"
+#include "train/checkpoint/checkpoint_dir.h"
+
+namespace shardtrain {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kKinds[] = {"master", "exp_avg", "exp_avg_sq"};
+
+std::string tensor_name(int unit, const char* kind) {
+  return fmt::format("unit.{}.{}", unit, kind);
+}
+
+std::vector<int64_t> dims_of(const Shape& shape) {
+  std::vector<int64_t> dims;
+  for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
+  return dims;
+}
+
+nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
+                           const std::string& strategy) {
+  nlohmann::json unit_list = nlohmann::json::array();
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const UnitLayout& unit = layout.units[u];
+    nlohmann::json params = nlohmann::json::array();
+    for (const ParamSpec& p : unit.params) {
+      params.push_back({{"name", p.name}, {"shape", dims_of(p.shape)}, {"offset", p.offset}});
+    }
+    unit_list.push_back({{"name", unit.name},
+                         {"numel", unit.numel},
+                         {"shard_numel", units.plan().units[u].shard_numel},
+                         {"params", params}});
+  }
+  const int group_size = units.plan().group_size;
+  nlohmann::json shard_files = nlohmann::json::array();
+  for (int k = 0; k < group_size; ++k) shard_files.push_back(rank_file_name(k));
+  return {
+      {"world_size", units.world_size()},    {"group_size", group_size},   {"strategy", strategy},
+      {"alignment_elems", kParamAlignElems}, {"shard_files", shard_files}, {"units", unit_list}};
+}
+
+nlohmann::json sampler_json(const SamplerState& s) {
+  return {{"epoch", s.epoch},
+          {"index", s.index},
+          {"seed", s.seed},
+          {"dataset_size", s.dataset_size},
+          {"world", s.world}};
+}
+
+ManifestEntry write_small_file(const std::string& step_dir, const std::string& file,
+                               const std::string& contents) {
+  const std::string path = (fs::path(step_dir) / file).string();
+  write_file_atomically(path, contents);
+  return {file, {contents.size(), xxhash64(contents.data(), contents.size())}};
+}
+
+// Runs `action` on this rank; every rank learns whether any rank failed (a collective).
+// Returns "" when all succeeded, else this rank's message or a note that another rank failed.
+std::string agree(FsdpUnits& units, const std::function<void()>& action) {
+  std::string message;
+  try {
+    action();
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  const double failures = units.sum_over_ranks(message.empty() ? 0.0 : 1.0);
+  if (failures > 0 && message.empty()) {
+    message = fmt::format("{} of {} ranks failed (see their logs)", failures, units.world_size());
+  }
+  return message;
+}
+
+}  // namespace
+
+void snapshot_checkpoint(const std::string& dir, FsdpUnits& units, Ops& ops,
+                         const ParamLayout& layout, const CheckpointRunInfo& info,
+                         const TrainProgress& progress, CheckpointSnapshot* snapshot) {
+  CheckpointSnapshot& s = *snapshot;
+  s.step = progress.step;
+  s.step_dir = step_dir_path(dir, progress.step);
+  s.writes_shard = units.replicate_rank() == 0;
+  SHARDTRAIN_CHECK(!s.writes_shard || units.world_rank() == units.shard_rank(),
+                   "replicate group 0 is world ranks [0, G)");
+  s.shard_rank = units.shard_rank();
+  s.group_size = units.plan().group_size;
+  s.shard_numel.clear();
+  int64_t total = 0;
+  for (int u = 0; u < units.unit_count(); ++u) {
+    s.shard_numel.push_back(units.plan().units[u].shard_numel);
+    total += 3 * s.shard_numel.back();
+  }
+  if (s.writes_shard) {
+    // Grows once; later checkpoints reuse the buffer (the values are all overwritten).
+    if (s.shard_values.size() < static_cast<size_t>(total)) s.shard_values.resize(total);
+    float* cursor = s.shard_values.data();
+    for (int u = 0; u < units.unit_count(); ++u) {
+      for (const Tensor& shard :
+           {units.master_shard(u), units.exp_avg_shard(u), units.exp_avg_sq_shard(u)}) {
+        ops.copy_to_host(cursor, shard);
+        cursor += shard.numel();
+      }
+    }
+  }
+  s.writes_run_state = units.world_rank() == 0;
+  s.train_state_json.clear();
+  s.model_config_path = info.model_config_path;
+  if (!s.writes_run_state) return;
+  const nlohmann::json state = {
+      {"format", "shardtrain-train-state"},
+      {"version", 1},
+      {"step", progress.step},
+      {"total_steps", progress.total_steps},
+      {"lr", progress.lr},
+      {"tokens_seen", progress.tokens_seen},
+      {"elapsed_s", progress.elapsed_s},
+      {"sampler", sampler_json(progress.sampler)},
+      {"rng", "none: init and data order derive from train.seed and the sampler state"},
+      {"model_path", info.model_path},
+      {"config_toml", info.config_toml},
+      {"layout", layout_json(units, layout, info.strategy)}};
+  s.train_state_json = state.dump(1) + "\n";
+}
+
+CheckpointFilesWritten write_checkpoint_files(const CheckpointSnapshot& s,
+                                              std::chrono::milliseconds delay_per_file) {
+  CheckpointFilesWritten written;
+  if (!s.writes_shard && !s.writes_run_state) return written;
+  const auto before_file = [&] {
+    if (delay_per_file.count() > 0) std::this_thread::sleep_for(delay_per_file);
+  };
+  std::error_code ec;
+  fs::create_directories(s.step_dir, ec);
+  if (ec) {
+    fail("cannot create checkpoint dir {}: {}; HINT: check train.checkpoint_dir", s.step_dir,
+         ec.message());
+  }
+  // An existing directory for this step (an abandoned run, an interrupted save) loses its
+  // manifest before any file in it changes: each writing rank removes it before touching a file
+  // of its own, so no rank needs to wait for another.
+  fs::remove(fs::path(s.step_dir) / kManifestFile, ec);
+
+  if (s.writes_shard) {
+    before_file();
+    std::vector<SafetensorsTensorSpec> specs;
+    for (size_t u = 0; u < s.shard_numel.size(); ++u) {
+      for (const char* kind : kKinds) {
+        specs.push_back(
+            {tensor_name(static_cast<int>(u), kind), DType::kF32, Shape{s.shard_numel[u]}});
+      }
+    }
+    const std::string file = rank_file_name(s.shard_rank);
+    const std::string path = (fs::path(s.step_dir) / file).string();
+    SafetensorsWriter writer(path, specs,
+                             {{"format", "shardtrain-shard"},
+                              {"step", std::to_string(s.step)},
+                              {"shard_rank", std::to_string(s.shard_rank)},
+                              {"group_size", std::to_string(s.group_size)}});
+    const float* cursor = s.shard_values.data();
+    for (size_t u = 0; u < s.shard_numel.size(); ++u) {
+      for (const char* kind : kKinds) {
+        writer.write_tensor(tensor_name(static_cast<int>(u), kind), cursor,
+                            s.shard_numel[u] * sizeof(float));
+        cursor += s.shard_numel[u];
+      }
+    }
+    writer.finish();
+    const ManifestEntry entry{file, file_xxhash64(path)};
+    written.bytes += entry.digest.bytes;
+    before_file();
+    write_rank_digest(s.step_dir, s.shard_rank, entry);
+  }
+  if (s.writes_run_state) {
+    before_file();
+    written.run_state_files.push_back(
+        write_small_file(s.step_dir, kTrainStateFile, s.train_state_json));
+    before_file();
+    written.run_state_files.push_back(
+        write_small_file(s.step_dir, kModelConfigFile, read_file(s.model_config_path)));
+    for (const ManifestEntry& e : written.run_state_files) written.bytes += e.digest.bytes;
+  }
+  return written;
+}
+
+std::vector<std::string> finalize_checkpoint(const std::string& dir, int64_t keep, int64_t step,
+                                             int group_size,
+                                             const std::vector<ManifestEntry>& run_state_files) {
+  const std::string step_dir = step_dir_path(dir, step);
+  Manifest manifest;
+  manifest.step = step;
+  // Digests of shard ranks >= group_size can only be left over from an abandoned save of this
+  // step at another world size; they are dropped with the rest.
+  const std::vector<ManifestEntry> digests = take_rank_digests(step_dir);
+  for (int k = 0; k < group_size; ++k) {
+    const std::string file = rank_file_name(k);
+    const auto it = std::find_if(digests.begin(), digests.end(),
+                                 [&](const ManifestEntry& e) { return e.file == file; });
+    if (it == digests.end()) {
+      fail(
+          "no digest of {} in {} (expected {} shard files); HINT: a rank's write was lost, "
+          "check that every rank sees the same checkpoint dir",
+          file, step_dir, group_size);
+    }
+    manifest.files.push_back(*it);
+  }
+  manifest.files.insert(manifest.files.end(), run_state_files.begin(), run_state_files.end());
+  write_manifest(step_dir, manifest);
+  return prune_checkpoints(dir, keep);
+}
+
+SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& layout) {
+  std::error_code ec;
+  if (!fs::is_directory(step_dir, ec)) fail("checkpoint {} does not exist", step_dir);
+  const Manifest manifest = read_manifest(step_dir);
+  const ManifestEntry* state_entry = manifest.find(kTrainStateFile);
+  if (state_entry == nullptr)
+    fail("{}/{} does not list {}", step_dir, kManifestFile, kTrainStateFile);
+  verify_checkpoint_file(step_dir, *state_entry);
+  const std::string state_path = (fs::path(step_dir) / kTrainStateFile).string();
+
+  SavedCheckpoint saved;
+  saved.step_dir = step_dir;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(state_path));
+    TrainProgress& p = saved.progress;
+    p.step = j.at("step").get<int64_t>();
+    p.total_steps = j.at("total_steps").get<int64_t>();
+    p.lr = j.at("lr").get<double>();
+    p.tokens_seen = j.at("tokens_seen").get<int64_t>();
+    p.elapsed_s = j.at("elapsed_s").get<double>();
+    const nlohmann::json& s = j.at("sampler");
+    p.sampler = {s.at("epoch").get<uint64_t>(), s.at("index").get<uint64_t>(),
+                 s.at("seed").get<uint64_t>(), s.at("dataset_size").get<uint64_t>(),
+                 s.at("world").get<uint64_t>()};
+    saved.config_toml = j.at("config_toml").get<std::string>();
+    saved.model_path = j.at("model_path").get<std::string>();
+    const nlohmann::json& l = j.at("layout");
+    saved.world_size = l.at("world_size").get<int>();
+    saved.group_size = l.at("group_size").get<int>();
+    saved.strategy = l.at("strategy").get<std::string>();
+    saved.shard_files = l.at("shard_files").get<std::vector<std::string>>();
+    if (static_cast<int>(saved.shard_files.size()) != saved.group_size) {
+      fail("{}: layout lists {} shard files for group size {}", state_path,
+           saved.shard_files.size(), saved.group_size);
+    }
+    const nlohmann::json& units = l.at("units");
+    if (units.size() != layout.units.size()) {
+      fail(
+          "checkpoint {} was saved for a different model: {} units there, {} in this model "
+          "({} layers); HINT: resume with the model config it was saved with (copy: {}/{})",
+          step_dir, units.size(), layout.units.size(), layout.units.size() - 1, step_dir,
+          kModelConfigFile);
+    }
+    for (size_t u = 0; u < units.size(); ++u) {
+      const UnitLayout& want = layout.units[u];
+      SavedUnit unit{units[u].at("name").get<std::string>(), units[u].at("numel").get<int64_t>(),
+                     units[u].at("shard_numel").get<int64_t>()};
+      const nlohmann::json& params = units[u].at("params");
+      std::string mismatch;
+      if (unit.name != want.name || unit.numel != want.numel ||
+          params.size() != want.params.size()) {
+        mismatch = fmt::format("unit {} is {} with {} elements there, {} with {} here", u,
+                               unit.name, unit.numel, want.name, want.numel);
+      }
+      for (size_t i = 0; mismatch.empty() && i < params.size(); ++i) {
+        const ParamSpec& p = want.params[i];
+        const auto dims = params[i].at("shape").get<std::vector<int64_t>>();
+        if (params[i].at("name").get<std::string>() != p.name || dims != dims_of(p.shape) ||
+            params[i].at("offset").get<int64_t>() != p.offset) {
+          mismatch = fmt::format(
+              "parameter {} of unit {} is {} {} at offset {} there, {} {} at "
+              "offset {} here",
+              i, u, params[i].at("name").get<std::string>(),
+              fmt::format("[{}]", fmt::join(dims, ", ")), params[i].at("offset").get<int64_t>(),
+              p.name, p.shape.to_string(), p.offset);
+        }
+      }
+      if (!mismatch.empty()) {
+        fail(
+            "checkpoint {} was saved for a different model (layout mismatch: {}); HINT: "
+            "resume with the model config it was saved with (copy: {}/{}); a checkpoint of an "
+            "older shardtrain with another layout: export it with that version first",
+            step_dir, mismatch, step_dir, kModelConfigFile);
+      }
+      if (unit.shard_numel * saved.group_size < unit.numel) {
+        fail("{}: unit {} shards ({} x {}) do not cover its {} elements", state_path, u,
+             unit.shard_numel, saved.group_size, unit.numel);
+      }
+      saved.units.push_back(unit);
+    }
+  } catch (const nlohmann::json::exception& error) {
+    fail("{} is malformed: {}", state_path, error.what());
+  }
+  if (saved.progress.step != manifest.step) {
+    fail("{}: step {} but the manifest says {}", state_path, saved.progress.step, manifest.step);
+  }
+  return saved;
+}
+
+struct CheckpointShardReader::OpenFiles {
+  Manifest manifest;
+  std::map<int, SafetensorsFile> by_shard;
+};
+
+CheckpointShardReader::CheckpointShardReader(const SavedCheckpoint& checkpoint)
+    : checkpoint_(checkpoint), files_(std::make_unique<OpenFiles>()) {
+  files_->manifest = read_manifest(checkpoint.step_dir);
+}
+CheckpointShardReader::~CheckpointShardReader() = default;
+
+void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int64_t count,
+                                 float* dst) {
+  std::fill(dst, dst + count, 0.0f);
+  const SavedUnit& saved = checkpoint_.units[unit];
+  const int64_t end = std::min(begin + count, saved.numel);
+  const int64_t shard = saved.shard_numel;
+  for (int64_t lo = begin; lo < end;) {
+    const int k = static_cast<int>(lo / shard);
+    const int64_t hi = std::min(end, (k + 1) * shard);
+    auto it = files_->by_shard.find(k);
+    if (it == files_->by_shard.end()) {
+      const std::string& file = checkpoint_.shard_files[k];
+      const ManifestEntry* entry = files_->manifest.find(file);
+      if (entry == nullptr)
+        fail("{}/{} does not list {}", checkpoint_.step_dir, kManifestFile, file);
+      verify_checkpoint_file(checkpoint_.step_dir, *entry);
+      it = files_->by_shard
+               .emplace(k, SafetensorsFile::open((fs::path(checkpoint_.step_dir) / file).string()))
+               .first;
+    }
+    const std::string name = tensor_name(unit, kind);
+    const SafetensorsEntry* tensor = it->second.find(name);
+    if (tensor == nullptr || tensor->dtype != DType::kF32 || tensor->shape.numel() != shard) {
+      fail(
+          "checkpoint file {} lacks tensor {} (F32, {} elements); HINT: the checkpoint is "
+          "damaged or from another program",
+          it->second.path(), name, shard);
+    }
+    const float* values = static_cast<const float*>(tensor->data);
+    std::copy(values + (lo - k * shard), values + (hi - k * shard), dst + (lo - begin));
+    lo = hi;
+  }
+}
+
+void load_checkpoint_shards(const SavedCheckpoint& checkpoint, FsdpUnits& units, Ops& ops) {
+  CheckpointShardReader reader(checkpoint);
+  std::vector<float> host;  // (shard_numel) one tensor at a time
+  for (int u = 0; u < units.unit_count(); ++u) {
+    const int64_t begin = units.shard_begin(u), shard = units.plan().units[u].shard_numel;
+    host.resize(shard);
+    const Tensor targets[] = {units.master_shard(u), units.exp_avg_shard(u),
+                              units.exp_avg_sq_shard(u)};
+    for (int k = 0; k < 3; ++k) {
+      reader.read(u, kKinds[k], begin, shard, host.data());
+      ops.copy_from_host(targets[k], host.data());
+    }
+  }
+  units.refresh_compute_params();
+}
+
+namespace {
+
+ResumeResult resume_from(const std::string& resume, const std::string& dir, FsdpUnits& units,
+                         Ops& ops, const ParamLayout& layout) {
+  ResumeResult result;
+  if (resume == "never") return result;
+  std::vector<std::string> candidates;  // newest first
+  bool fallback = false;
+  if (resume == "auto") {
+    if (dir.empty()) return result;
+    const std::vector<int64_t> steps = complete_checkpoint_steps(dir);
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      candidates.push_back(step_dir_path(dir, *it));
+    if (candidates.empty()) return result;
+    fallback = true;
+  } else {
+    std::error_code ec;
+    if (!fs::exists(resume, ec)) {
+      fail(
+          "--resume {}: no such checkpoint; HINT: give a step_XXXXXXXX directory or a "
+          "checkpoint dir, or use --resume auto",
+          resume);
+    }
+    if (fs::exists(fs::path(resume) / kManifestFile, ec)) {
+      candidates.push_back(resume);
+    } else {
+      const std::vector<int64_t> steps = complete_checkpoint_steps(resume);
+      if (steps.empty()) {
+        fail(
+            "--resume {}: not a complete checkpoint (no {}) and holds no complete step_* "
+            "checkpoint",
+            resume, kManifestFile);
+      }
+      candidates.push_back(step_dir_path(resume, steps.back()));
+    }
+  }
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    SavedCheckpoint saved;
+    const std::string failed = agree(units, [&] {
+      saved = open_checkpoint(candidates[i], layout);
+      load_checkpoint_shards(saved, units, ops);
+    });
+    if (failed.empty()) {
+      result.resumed = true;
+      result.progress = saved.progress;
+      result.step_dir = candidates[i];
+      return result;
+    }
+    // A layout mismatch (open_checkpoint's "saved for a different model", the same on every
+    // rank) is the user's config, not damage: no older checkpoint would fit either.
+    if (!fallback || failed.find("different model") != std::string::npos) throw Error(failed);
+    if (i + 1 < candidates.size()) {
+      log::warn("cannot resume from {}: {}; falling back to the previous checkpoint {}",
+                candidates[i], failed, candidates[i + 1]);
+      // Demoted to incomplete (every rank is past reading it): a later auto resume skips it,
+      // and pruning removes it once a newer checkpoint is complete.
+      if (units.world_rank() == 0) {
+        std::error_code ec;
+        fs::rename(fs::path(candidates[i]) / kManifestFile,
+                   fs::path(candidates[i]) / (std::string(kManifestFile) + ".damaged"), ec);
+      }
+    } else {
+      fail(
+          "cannot resume from {}: {}; no older complete checkpoint in {} (HINT: use "
+          "--resume never with a new --checkpoint-dir to start over)",
+          candidates[i], failed, dir);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+ResumeResult resume_training(const std::string& resume, const std::string& dir, FsdpUnits& units,
+                             Ops& ops, const ParamLayout& layout) {
+  const ResumeResult result = resume_from(resume, dir, units, ops, layout);
+  // Saving into a dir that holds later checkpoints would mix two runs' histories.
+  const std::vector<int64_t> steps = complete_checkpoint_steps(dir);
+  if (!dir.empty() && !steps.empty() && steps.back() > result.progress.step) {
+    fail(
+        "checkpoint dir {} holds a checkpoint at step {}, after the step this run starts from "
+        "({}); HINT: use --resume auto, or a new --checkpoint-dir",
+        dir, steps.back(), result.progress.step);
+  }
+  return result;
+}
+
+void truncate_metrics_after(const std::string& path, int64_t step) {
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return;
+  std::ifstream in(path);
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    try {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (record.contains("step") && record["step"].get<int64_t>() > step) continue;
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a torn last line from a crash
+    }
+    kept += line + "\n";
+  }
+  write_file_atomically(path, kept);
+}
+
+}  // namespace shardtrain

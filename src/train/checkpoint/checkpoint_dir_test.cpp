@@ -1,0 +1,134 @@
+// Checkpoint directory rules (train/checkpoint/checkpoint_dir.h) and the XXH64 checksum: published
+// hash vectors; a manifest round-trips; a truncated or corrupted file is named; only manifests make
+// checkpoints; pruning keeps the newest K and removes stale incomplete ones.
+#include "train/checkpoint/checkpoint_dir.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/testing/test_support.h"
+#include "train/checkpoint/checkpoint_checksum.h"
+
+namespace shardtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::error_of;
+
+TEST(Xxhash64Test, MatchesPublishedVectors) {
+  EXPECT_EQ(xxhash64("", 0), 0xEF46DB3751D8E999ULL);
+  EXPECT_EQ(xxhash64("a", 1), 0xD24EC4F1A98C6E5BULL);
+  EXPECT_EQ(xxhash64("abc", 3), 0x44BC2CF5AD770999ULL);
+  // 39 bytes: covers the 32-byte stripe loop, the 8-, 4- and 1-byte tails.
+  const std::string text = "Nobody inspects the spammish repetition";
+  EXPECT_EQ(xxhash64(text.data(), text.size()), 0xFBCEA83C8A378BF1ULL);
+  uint64_t parsed = 0;
+  EXPECT_TRUE(parse_xxhash64_hex(xxhash64_hex(0x0123456789abcdefULL), &parsed));
+  EXPECT_EQ(parsed, 0x0123456789abcdefULL);
+  EXPECT_FALSE(parse_xxhash64_hex("0123", &parsed));
+  EXPECT_FALSE(parse_xxhash64_hex("0123456789abcdeg", &parsed));
+}
+
+class CheckpointDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        (fs::temp_directory_path() / ("shardtrain_ckptdir_" + std::to_string(getpid()))).string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A checkpoint with one file; complete = with its manifest.
+  std::string make_checkpoint(int64_t step, bool complete) {
+    const std::string step_dir = step_dir_path(dir_, step);
+    fs::create_directories(step_dir);
+    const std::string contents = "shard bytes of step " + std::to_string(step);
+    std::ofstream(step_dir + "/rank_00000.safetensors", std::ios::binary) << contents;
+    if (complete) {
+      write_manifest(
+          step_dir,
+          {step,
+           {{"rank_00000.safetensors", file_xxhash64(step_dir + "/rank_00000.safetensors")}}});
+    }
+    return step_dir;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CheckpointDirTest, NamesAreZeroPadded) {
+  EXPECT_EQ(step_dir_name(10), "step_00000010");
+  EXPECT_EQ(rank_file_name(3), "rank_00003.safetensors");
+}
+
+TEST_F(CheckpointDirTest, ManifestRoundTripsAndVerifies) {
+  const std::string step_dir = make_checkpoint(5, true);
+  const Manifest manifest = read_manifest(step_dir);
+  EXPECT_EQ(manifest.step, 5);
+  ASSERT_EQ(manifest.files.size(), 1u);
+  const ManifestEntry& entry = manifest.files[0];
+  EXPECT_EQ(entry.digest.bytes, std::string("shard bytes of step 5").size());
+  EXPECT_EQ(error_of([&] { verify_checkpoint_file(step_dir, entry); }), "");
+
+  // One flipped byte: same size, other checksum.
+  {
+    std::fstream f(step_dir + "/rank_00000.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('X');
+  }
+  std::string error = error_of([&] { verify_checkpoint_file(step_dir, entry); });
+  EXPECT_NE(error.find("rank_00000.safetensors is corrupt"), std::string::npos) << error;
+
+  fs::resize_file(step_dir + "/rank_00000.safetensors", 4);
+  error = error_of([&] { verify_checkpoint_file(step_dir, entry); });
+  EXPECT_NE(error.find("rank_00000.safetensors is truncated"), std::string::npos) << error;
+
+  fs::remove(step_dir + "/rank_00000.safetensors");
+  error = error_of([&] { verify_checkpoint_file(step_dir, entry); });
+  EXPECT_NE(error.find("is missing"), std::string::npos) << error;
+}
+
+TEST_F(CheckpointDirTest, OnlyManifestsMakeCheckpoints) {
+  make_checkpoint(5, true);
+  make_checkpoint(10, false);
+  fs::create_directories(dir_ + "/step_abc");  // not a step dir
+  EXPECT_EQ(complete_checkpoint_steps(dir_), std::vector<int64_t>({5}));
+  EXPECT_EQ(incomplete_checkpoint_steps(dir_), std::vector<int64_t>({10}));
+  const std::string error = error_of([&] { read_manifest(step_dir_path(dir_, 10)); });
+  EXPECT_NE(error.find("step_00000010 is incomplete"), std::string::npos) << error;
+  EXPECT_TRUE(complete_checkpoint_steps(dir_ + "/absent").empty());
+}
+
+TEST_F(CheckpointDirTest, PruneKeepsNewestAndDropsStaleIncomplete) {
+  make_checkpoint(5, true);
+  make_checkpoint(7, false);  // interrupted, older than the newest complete: removed
+  make_checkpoint(10, true);
+  make_checkpoint(15, true);
+  make_checkpoint(20, false);  // in progress (newer than every complete one): kept
+  prune_checkpoints(dir_, 2);
+  EXPECT_EQ(complete_checkpoint_steps(dir_), std::vector<int64_t>({10, 15}));
+  EXPECT_EQ(incomplete_checkpoint_steps(dir_), std::vector<int64_t>({20}));
+  prune_checkpoints(dir_, 1);
+  EXPECT_EQ(complete_checkpoint_steps(dir_), std::vector<int64_t>({15}));
+}
+
+TEST_F(CheckpointDirTest, RankDigestsAreCollectedInRankOrderAndRemoved) {
+  const std::string step_dir = make_checkpoint(5, false);
+  write_rank_digest(step_dir, 1, {"rank_00001.safetensors", {10, 0xabcULL}});
+  write_rank_digest(step_dir, 0, {"rank_00000.safetensors", {20, 0xdefULL}});
+  const std::vector<ManifestEntry> entries = take_rank_digests(step_dir);
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].file, "rank_00000.safetensors");
+  EXPECT_EQ(entries[0].digest.xxh64, 0xdefULL);
+  EXPECT_EQ(entries[1].digest.bytes, 10u);
+  EXPECT_TRUE(take_rank_digests(step_dir).empty());
+}
+
+}  // namespace
+}  // namespace shardtrain

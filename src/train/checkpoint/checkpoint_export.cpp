@@ -1,0 +1,121 @@
+#include "train/checkpoint/checkpoint_export.h"
+
+#include <toml++/toml.h>
+
+#include <cctype>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/hf_config.h"
+#include "model/param_layout.h"
+#include "model/save_hf.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_dir.h"
+
+namespace shardtrain {
+namespace fs = std::filesystem;
+namespace {
+
+std::string resolve_step_dir(const std::string& checkpoint) {
+  std::error_code ec;
+  if (!fs::is_directory(checkpoint, ec)) {
+    fail(
+        "export: checkpoint {} does not exist; HINT: give a step_XXXXXXXX dir or the "
+        "train.checkpoint_dir of a run",
+        checkpoint);
+  }
+  if (fs::exists(fs::path(checkpoint) / kManifestFile, ec)) return checkpoint;
+  const std::vector<int64_t> steps = complete_checkpoint_steps(checkpoint);
+  if (steps.empty()) {
+    fail(
+        "export: {} is not a complete checkpoint (no {}) and holds no complete step_* "
+        "checkpoint",
+        checkpoint, kManifestFile);
+  }
+  return step_dir_path(checkpoint, steps.back());
+}
+
+DType export_dtype(const std::string& choice, const std::string& config_toml) {
+  std::string name = choice;
+  if (name == "auto") {
+    try {
+      name = toml::parse(config_toml)["model"]["dtype"].value_or(std::string("fp32"));
+    } catch (const toml::parse_error&) {
+      name = "fp32";
+    }
+  }
+  if (name == "bf16") return DType::kBF16;
+  if (name == "fp32") return DType::kF32;
+  fail("export: --dtype must be bf16 or fp32, got {}", name);
+}
+
+}  // namespace
+
+uint64_t parse_byte_size(const std::string& text, const std::string& what) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  std::string unit = text.substr(digits);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  uint64_t scale = 0;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KB")
+    scale = 1'000;
+  else if (unit == "MB")
+    scale = 1'000'000;
+  else if (unit == "GB")
+    scale = 1'000'000'000;
+  else if (unit == "KIB")
+    scale = 1ULL << 10;
+  else if (unit == "MIB")
+    scale = 1ULL << 20;
+  else if (unit == "GIB")
+    scale = 1ULL << 30;
+  if (digits == 0 || scale == 0) {
+    fail("{} must be a size like 5GB, 500MB or 1048576, got '{}'", what, text);
+  }
+  return std::stoull(text.substr(0, digits)) * scale;
+}
+
+ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out_dir,
+                               const ExportOptions& options) {
+  ExportResult result;
+  result.step_dir = resolve_step_dir(checkpoint);
+  const Manifest manifest = read_manifest(result.step_dir);
+  const ManifestEntry* config_entry = manifest.find(kModelConfigFile);
+  if (config_entry == nullptr) {
+    fail("{}/{} does not list {}", result.step_dir, kManifestFile, kModelConfigFile);
+  }
+  verify_checkpoint_file(result.step_dir, *config_entry);
+  const ModelConfig model_config =
+      read_hf_config((fs::path(result.step_dir) / kModelConfigFile).string());
+  const ParamLayout layout = make_param_layout(model_config);
+  const SavedCheckpoint saved = open_checkpoint(result.step_dir, layout);
+  result.step = saved.progress.step;
+
+  SaveHfOptions save;
+  save.max_shard_bytes = options.max_shard_bytes;
+  std::error_code ec;
+  save.extra_files = tokenizer_files_in(saved.model_path);
+  for (const std::string& file : save.extra_files) {
+    result.copied_files.push_back(fs::path(file).filename().string());
+  }
+  if (!fs::is_directory(saved.model_path, ec)) {
+    log::warn("export: model dir {} of the run is gone; no tokenizer files copied",
+              saved.model_path);
+  }
+
+  CheckpointShardReader reader(saved);
+  std::vector<float> unit_values;  // (unit numel) one unit at a time
+  const auto assemble = [&](int u) {
+    unit_values.resize(layout.units[u].numel);
+    reader.read(u, "master", 0, layout.units[u].numel, unit_values.data());
+    return unit_values.data();
+  };
+  save_hf_checkpoint(out_dir, model_config, layout, assemble,
+                     export_dtype(options.dtype, saved.config_toml), save);
+  return result;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,38 @@
+// Export of a sharded training checkpoint (train/checkpoint/checkpoint.h) as a Hugging Face model
+// dir: config.json (the model config saved in the checkpoint), the fp32 master weights in bf16 or
+// fp32 (split into model-0000K-of-0000N.safetensors + index when over max_shard_bytes), and the
+// tokenizer files of the run's model.path when that directory still holds them.
+//
+// Streaming: each unit is assembled from the saved shards that cover it (any saved world size),
+// written tensor by tensor, and dropped; peak host memory is one unit's fp32 values. Every shard
+// file read is verified against the manifest first. One process, no communication.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace shardtrain {
+
+struct ExportOptions {
+  std::string dtype = "auto";  // "bf16" | "fp32" | "auto" (the run's model.dtype)
+  uint64_t max_shard_bytes = 5'000'000'000;
+};
+
+struct ExportResult {
+  std::string step_dir;  // the checkpoint exported
+  int64_t step = 0;
+  std::vector<std::string> copied_files;  // tokenizer files copied from model.path
+};
+
+// `checkpoint` is a step_XXXXXXXX dir or a checkpoint dir (its newest complete checkpoint).
+// Throws Error naming the path for a missing/incomplete/damaged checkpoint.
+ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out_dir,
+                               const ExportOptions& options);
+
+// "5GB", "500MB", "64KB", "1GiB", "123" (bytes) -> bytes; throws Error naming `what`.
+uint64_t parse_byte_size(const std::string& text, const std::string& what);
+
+}  // namespace shardtrain

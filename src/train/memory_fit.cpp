@@ -1,0 +1,194 @@
+// Per-rank memory verdicts per strategy and checkpointing mode (train/memory_fit.h).
+#include "train/memory_fit.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+#include <utility>
+
+#include "core/error.h"
+#include "fsdp/shard_plan.h"
+#include "model/llama_model.h"
+#include "model/param_layout.h"
+#include "ops/backend.h"
+
+namespace shardtrain {
+namespace {
+
+constexpr std::array<const char*, 3> kCheckpointingOrder = {"none", "selective", "full"};
+constexpr std::array<FsdpStrategy, 4> kStrategyOrder = {
+    FsdpStrategy::kNoShard, FsdpStrategy::kShardGradOp, FsdpStrategy::kHybridShard,
+    FsdpStrategy::kFullShard};
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+// Usable memory as nvidia-smi reports memory.total (MiB).
+struct GpuMemory {
+  const char* name;
+  size_t mib;
+};
+constexpr std::array<GpuMemory, 6> kGpus{{{"l4", 23034},
+                                          {"a10g", 23028},
+                                          {"a100-40gb", 40960},
+                                          {"a100-80gb", 81920},
+                                          {"h100", 81559},
+                                          {"h200", 143771}}};
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string setting_flags(const MemorySetting& s) {
+  return fmt::format("--fsdp.strategy={} --train.activation_checkpointing={}",
+                     fsdp_strategy_name(s.strategy), s.checkpointing);
+}
+
+}  // namespace
+
+std::string gib_text(size_t bytes) {
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1024.0 * kMiB));
+}
+
+size_t device_bytes_needed(size_t plan) { return plan + plan / 20 + kDeviceReserveBytes; }
+
+size_t plan_bytes(const MemoryJob& job, const MemorySetting& setting) {
+  const ParamLayout layout = make_param_layout(job.model);
+  const int group =
+      shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
+  const FsdpMemory fsdp =
+      estimate_fsdp_memory(make_shard_plan(layout, group), setting.strategy,
+                           job.reduce_on_last_micro_batch, job.activation_dtype);
+  const size_t activations = LlamaModel::activation_bytes_for(
+      job.model, job.micro_batch, job.seq_len, job.activation_dtype,
+      LlamaModel::checkpointing_from_name(setting.checkpointing));
+  return fsdp.total() + activations;
+}
+
+std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& job, size_t capacity) {
+  std::vector<MemoryVerdict> verdicts;
+  for (const char* checkpointing : kCheckpointingOrder) {
+    for (const FsdpStrategy strategy : kStrategyOrder) {
+      MemoryVerdict v;
+      v.setting = {strategy, checkpointing};
+      try {
+        v.group = shard_group_size_for(strategy, job.world, job.local_world, job.shard_group_size);
+        v.plan_bytes = plan_bytes(job, v.setting);
+      } catch (const Error& e) {
+        v.possible = false;
+        v.why_not = e.what();
+        verdicts.push_back(std::move(v));
+        continue;
+      }
+      v.needed_bytes = device_bytes_needed(v.plan_bytes);
+      v.fits = v.needed_bytes <= capacity;
+      verdicts.push_back(std::move(v));
+    }
+  }
+  return verdicts;
+}
+
+const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts) {
+  // HYBRID_SHARD with the FULL_SHARD group (one node) is FULL_SHARD: name the latter.
+  const auto same_as_full_shard = [&](const MemoryVerdict& v) {
+    if (v.setting.strategy != FsdpStrategy::kHybridShard) return false;
+    for (const MemoryVerdict& w : verdicts) {
+      if (w.setting.strategy == FsdpStrategy::kFullShard &&
+          w.setting.checkpointing == v.setting.checkpointing && w.group == v.group) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (const MemoryVerdict& v : verdicts) {
+    if (v.possible && v.fits && !same_as_full_shard(v)) return &v;
+  }
+  return nullptr;
+}
+
+size_t parse_gpu_memory(const std::string& text) {
+  const std::string key = lower(text);
+  for (const GpuMemory& gpu : kGpus) {
+    if (key == gpu.name) return gpu.mib * kMiB;
+  }
+  // A number then a unit.
+  size_t digits = 0;
+  while (digits < key.size() &&
+         (std::isdigit(static_cast<unsigned char>(key[digits])) || key[digits] == '.')) {
+    ++digits;
+  }
+  const std::string number = key.substr(0, digits), unit = key.substr(digits);
+  static constexpr std::array<std::pair<const char*, double>, 6> kUnits{{{"tib", 1099511627776.0},
+                                                                         {"gib", 1073741824.0},
+                                                                         {"mib", 1048576.0},
+                                                                         {"tb", 1e12},
+                                                                         {"gb", 1e9},
+                                                                         {"mb", 1e6}}};
+  double scale = 0;
+  for (const auto& [name, factor] : kUnits) {
+    if (unit == name) scale = factor;
+  }
+  char* end = nullptr;
+  const double value = number.empty() ? 0 : std::strtod(number.c_str(), &end);
+  const bool parsed = !number.empty() && end == number.c_str() + number.size();
+  if (!parsed || scale == 0 || !(value > 0) || value * scale > 1e15) {
+    fail(
+        "--gpu-memory '{}' is neither a size nor a GPU name; HINT: give e.g. 24GiB, 80GB or one of "
+        "l4, a10g, a100-40gb, a100-80gb, h100, h200",
+        text);
+  }
+  return static_cast<size_t>(value * scale);
+}
+
+void require_job_fits_device(const MemoryJob& job, const MemorySetting& configured,
+                             size_t free_bytes, int ranks_per_gpu, const std::string& gpu) {
+  const size_t per_rank = free_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu));
+  const size_t needed = device_bytes_needed(plan_bytes(job, configured));
+  if (needed <= per_rank) return;
+  const std::vector<MemoryVerdict> verdicts = memory_verdicts(job, per_rank);
+  const MemoryVerdict* fit = smallest_fitting(verdicts);
+  const std::string share =
+      ranks_per_gpu > 1 ? fmt::format(" ({} ranks share it)", ranks_per_gpu) : std::string();
+  if (fit != nullptr) {
+    fail(
+        "this job needs {} per rank with fsdp.strategy = {} and train.activation_checkpointing = "
+        "{} (plan + 5% + {} reserve), but {} has {} free{}; HINT: {} fits ({}); see `shardtrain "
+        "plan --gpu-memory`",
+        gib_text(needed), fsdp_strategy_name(configured.strategy), configured.checkpointing,
+        gib_text(kDeviceReserveBytes), gpu, gib_text(free_bytes), share,
+        setting_flags(fit->setting), gib_text(fit->needed_bytes));
+  }
+  fail(
+      "this job needs {} per rank with fsdp.strategy = {} and train.activation_checkpointing = {}, "
+      "but {} has {} free{}, and no strategy or checkpointing mode fits; HINT: lower "
+      "train.micro_batch (now {}) or data.seq_len (now {}), or use more GPUs",
+      gib_text(needed), fsdp_strategy_name(configured.strategy), configured.checkpointing, gpu,
+      gib_text(free_bytes), share, job.micro_batch, job.seq_len);
+}
+
+void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model, int world,
+                             int local_world, Device device) {
+  if (device != Device::kCuda) return;
+  const std::optional<GpuMemoryInfo> gpu = current_gpu_memory();
+  if (!gpu) return;
+  const int gpus = std::max(1, visible_gpu_count());
+  const int ranks_per_gpu = (local_world + gpus - 1) / gpus;  // > 1: the host-staged test path
+  const MemoryJob job{model,
+                      world,
+                      local_world,
+                      static_cast<int>(config.fsdp.shard_group_size),
+                      config.train.micro_batch,
+                      config.data.seq_len,
+                      config.fsdp.reduce_on_last_micro_batch,
+                      DType::kBF16};
+  require_job_fits_device(
+      job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing},
+      gpu->free_bytes, ranks_per_gpu, gpu->name);
+}
+
+}  // namespace shardtrain

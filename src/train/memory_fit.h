@@ -1,0 +1,84 @@
+// Does a job fit a GPU? The per-rank memory of every FSDP strategy x activation-checkpointing
+// mode (fsdp/shard_plan.h estimate_fsdp_memory + LlamaModel::activation_bytes_for, the same
+// arithmetic the run allocates with), compared with a GPU's memory, and the smallest change of
+// setting that fits. Used by `shardtrain plan --gpu-memory` (no GPU needed) and by the trainer,
+// which compares the configured setting with the device's free memory before allocating.
+//
+// A setting fits when plan bytes + 5% + kDeviceReserveBytes <= the GPU's memory: the reserve
+// stands for what the plan does not count (CUDA context, cuBLASLt workspace, NCCL buffers,
+// allocator rounding; on one H200 nvidia-smi's peak was the plan + 0.8 GiB, bench/RESULTS.md).
+// "Smallest setting" = the first that fits in this order (least speed given up first):
+// activation_checkpointing none, selective, full; within each, fsdp.strategy NO_SHARD,
+// SHARD_GRAD_OP, HYBRID_SHARD (unless its group is FULL_SHARD's: one node), FULL_SHARD.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "fsdp/fsdp_strategy.h"
+#include "model/hf_config.h"
+#include "train/train_config.h"
+
+namespace shardtrain {
+
+constexpr size_t kDeviceReserveBytes = size_t{3} << 29;  // 1.5 GiB
+
+// What one rank's memory depends on.
+struct MemoryJob {
+  ModelConfig model;
+  int world = 1, local_world = 1;
+  int shard_group_size = 0;  // fsdp.shard_group_size (HYBRID_SHARD); 0 = local world
+  int64_t micro_batch = 1, seq_len = 1;
+  bool reduce_on_last_micro_batch = false;
+  DType activation_dtype = DType::kBF16;
+};
+
+struct MemorySetting {
+  FsdpStrategy strategy = FsdpStrategy::kFullShard;
+  std::string checkpointing = "none";  // train.activation_checkpointing
+};
+
+struct MemoryVerdict {
+  MemorySetting setting;
+  bool possible = true;  // false: the strategy is impossible at this world size (why_not)
+  std::string why_not;
+  int group = 0;            // shard group size
+  size_t plan_bytes = 0;    // FSDP state + activations
+  size_t needed_bytes = 0;  // plan_bytes + 5% + kDeviceReserveBytes
+  bool fits = false;
+};
+
+// Bytes a GPU must offer for `plan_bytes` of planned memory.
+size_t device_bytes_needed(size_t plan_bytes);
+// One rank's planned bytes for `setting` (throws Error when the strategy is impossible).
+size_t plan_bytes(const MemoryJob& job, const MemorySetting& setting);
+// Every strategy x checkpointing mode, in the preference order above, against `capacity`.
+std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& job, size_t capacity);
+// The first fitting verdict in preference order; null when none fits.
+const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts);
+
+// `--gpu-memory`: a size ("24GiB", "80GB", "23034MiB", "0.5TiB"; GB/MB are powers of 10, GiB/MiB
+// of 2) or a GPU name (l4, a10g, a100-40gb, a100-80gb, h100, h200: their usable memory as
+// nvidia-smi reports it). Throws Error naming --gpu-memory for anything else.
+size_t parse_gpu_memory(const std::string& text);
+
+// The trainer's check before it allocates: throws Error when `configured` needs more than
+// `free_bytes` (the device's free memory, shared by `ranks_per_gpu` ranks), naming the GPU, the
+// bytes, and the smallest setting that fits (or what else to change when none does).
+void require_job_fits_device(const MemoryJob& job, const MemorySetting& configured,
+                             size_t free_bytes, int ranks_per_gpu, const std::string& gpu);
+
+// The Trainer's call, before it allocates anything: on a CUDA backend (`device`), the configured
+// fsdp.strategy and train.activation_checkpointing against the current GPU's free memory
+// (require_job_fits_device); nothing on the CPU.
+void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model, int world,
+                             int local_world, Device device);
+
+// "12.34 GiB".
+std::string gib_text(size_t bytes);
+
+}  // namespace shardtrain
