@@ -11,6 +11,7 @@
 //           decay_norms_and_biases, update_in_backward
 //   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch, compute_copy (docs/fsdp.md)
 //   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
+//   [metrics] port, address, gpu, gpu_interval, nvml_library, peak_tflops (train/metrics_config.h)
 //
 // Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
 //        schema.load_toml_file(path); schema.apply_override(...); config.validate();
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "train/metrics_config.h"
 
 namespace shardtrain {
 
@@ -126,6 +128,7 @@ struct TrainConfig {
   OptimConfig optim;
   FsdpConfig fsdp;
   DistConfig dist;
+  MetricsConfig metrics;
 
   // Declares every key above in `schema`, bound to this object's fields.
   void register_config(ConfigSchema& schema);
@@ -136,6 +139,11 @@ struct TrainConfig {
   // the keys when the global batch is not a multiple of micro_batch x ranks, or conflicts with
   // an explicit train.grad_accum.
   int64_t grad_accum_for(int data_parallel_size) const;
+
+ private:
+  // train.output_dir must be neither model.path nor train.checkpoint_dir (saving there would
+  // overwrite the input model or mix with the sharded checkpoints).
+  void check_output_dir() const;
 };
 
 }  // namespace shardtrain
