@@ -16,6 +16,7 @@
 # the largest nvidia-smi memory.used sample (250 ms) during the run.
 # Prints one short table; logs (one archive) under $OUT. PERF_DRY=1: no GPU needed, prints the
 # commands and the plan figures (checks the script on any machine with a CPU build).
+# PERF_SKIP_TESTS=1 skips step 1 (when the caller ran the gpu tests already).
 # Usage: [PERF_BIN=build/shardtrain] [PERF_DRY=1] tools/device/perf_session.sh
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,11 +41,11 @@ if [[ -z $dry ]]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
   gpu_memory="$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)MiB"
   levers=$(dirname "$bin")/memory_levers_gpu_test
-  if [[ -x $levers ]]; then
+  if [[ -x $levers && -z ${PERF_SKIP_TESTS:-} ]]; then
     timeout 90 "$levers" >"$logs/levers.log" 2>&1
     echo "memory_levers_gpu_test rc $?: $(grep -E '^default run|update in backward' "$logs/levers.log" | tr '\n' ';')"
   fi
-  if [[ -x $(dirname "$bin")/cuda_ops_gpu_test ]]; then
+  if [[ -x $(dirname "$bin")/cuda_ops_gpu_test && -z ${PERF_SKIP_TESTS:-} ]]; then
     timeout 60 "$(dirname "$bin")/cuda_ops_gpu_test" --gtest_filter='*AdamWMulti*' >"$logs/adamw.log" 2>&1
     echo "cuda_ops_gpu_test AdamWMulti rc $?: $(grep -E '^\[  (PASSED|FAILED)' "$logs/adamw.log" | tr '\n' ' ')"
   fi
