@@ -5,7 +5,8 @@
 # /metrics on a free port), and 8 times, 2 s apart, once the steps run, scrapes /metrics and runs
 #   nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw,temperature.gpu,clocks.sm
 # at the same moment; prints both side by side (GPU 0), the largest relative differences, the
-# families seen, then stops the training (SIGTERM).
+# families seen, then stops the training (SIGTERM); then checks that --metrics.gpu=false leaves
+# the DCGM families out although NVML is there.
 # Usage: here, once: tools/device/make_devkit.sh (packs cpp-httplib and its headers too); then
 # through the device tool, carrying .devkit: tools/device/metrics_vs_nvidia_smi.sh [shape]
 # Logs (build, training, the scrapes) under $OUT.
@@ -72,3 +73,25 @@ PY
 kill -TERM $train_pid 2>/dev/null
 wait $train_pid; echo "training stopped (exit $?; 143 = SIGTERM as sent)"
 grep '^step ' "$out/train.log" | tail -1
+
+# metrics.gpu = false (a node where dcgm-exporter runs): NVML present, yet no DCGM families.
+build-gpu/shardtrain train --config bench/bench.toml --model.path="bench/shapes/$shape" \
+  --data.path="$tokens" --data.seq_len=4096 --train.micro_batch=2 --train.steps=100000 \
+  --train.log_every=10 --metrics-port 0 --metrics.address=127.0.0.1 --metrics.gpu=false \
+  >"$out/train-gpu-off.log" 2>&1 &
+off_pid=$!
+url=
+for _ in $(seq 1 240); do
+  url=$(grep -o 'metrics: http://[^ ]*/metrics' "$out/train-gpu-off.log" | head -1 | cut -d' ' -f2)
+  [[ -n $url ]] && grep -q '^step ' "$out/train-gpu-off.log" && break
+  kill -0 $off_pid 2>/dev/null || break
+  sleep 0.5
+done
+if [[ -n $url ]]; then
+  curl -s "$url" >"$out/scrape-gpu-off.txt" 2>/dev/null ||
+    python3 -c "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())" "$url" >"$out/scrape-gpu-off.txt"
+  echo "metrics.gpu=false: $(grep -c '^# TYPE DCGM_' "$out/scrape-gpu-off.txt") DCGM families (0 expected), $(grep -c '^# TYPE shardtrain_' "$out/scrape-gpu-off.txt") shardtrain families; log: $(grep -o 'GPU metrics off[^;]*' "$out/train-gpu-off.log" | head -1)"
+else
+  echo "metrics.gpu=false: no metrics URL"; tail -5 "$out/train-gpu-off.log"
+fi
+kill -TERM $off_pid 2>/dev/null; wait $off_pid 2>/dev/null
