@@ -17,6 +17,19 @@ shape=${1:-qwen2.5-1.5b}
 export NCCL_NVLS_ENABLE=0 SHARDTRAIN_MEASURE_COMM_WAIT=1
 export LD_LIBRARY_PATH=$root/.devkit/usr/lib/x86_64-linux-gnu:$root/.devkit/usr/lib:${LD_LIBRARY_PATH:-}
 cd "$root"
+
+# Prints the /metrics URL that training `pid` logged in `log` once it has run a step ("" if it
+# ended or 120 s passed first).
+metrics_url() {  # log pid
+  local url=
+  for _ in $(seq 1 240); do
+    url=$(grep -o 'metrics: http://[^ ]*/metrics' "$1" | head -1 | cut -d' ' -f2)
+    [[ -n $url ]] && grep -q '^step ' "$1" && break
+    kill -0 "$2" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "$url"
+}
 # Always (incremental): a build-gpu left by another script may predate the metrics endpoint.
 tools/device/build_on_device.sh build-gpu shardtrain >"$out/build.log" 2>&1 ||
   { tail -30 "$out/build.log"; exit 1; }
@@ -26,13 +39,7 @@ build-gpu/shardtrain train --config bench/bench.toml --model.path="bench/shapes/
   --data.path="$tokens" --data.seq_len=4096 --train.micro_batch=2 --train.steps=100000 --train.log_every=10 \
   --metrics-port 0 --metrics.address=127.0.0.1 --metrics.gpu_interval=0.5 >"$out/train.log" 2>&1 &
 train_pid=$!
-url=
-for _ in $(seq 1 240); do
-  url=$(grep -o 'metrics: http://[^ ]*/metrics' "$out/train.log" | head -1 | cut -d' ' -f2)
-  [[ -n $url ]] && grep -q '^step ' "$out/train.log" && break
-  kill -0 $train_pid 2>/dev/null || break
-  sleep 0.5
-done
+url=$(metrics_url "$out/train.log" $train_pid)
 [[ -z $url ]] && { echo "no metrics URL in the log"; tail -20 "$out/train.log"; kill $train_pid; exit 1; }
 grep 'metrics:' "$out/train.log"
 python3 - "$url" "$out" <<'PY'
@@ -80,13 +87,7 @@ build-gpu/shardtrain train --config bench/bench.toml --model.path="bench/shapes/
   --train.log_every=10 --metrics-port 0 --metrics.address=127.0.0.1 --metrics.gpu=false \
   >"$out/train-gpu-off.log" 2>&1 &
 off_pid=$!
-url=
-for _ in $(seq 1 240); do
-  url=$(grep -o 'metrics: http://[^ ]*/metrics' "$out/train-gpu-off.log" | head -1 | cut -d' ' -f2)
-  [[ -n $url ]] && grep -q '^step ' "$out/train-gpu-off.log" && break
-  kill -0 $off_pid 2>/dev/null || break
-  sleep 0.5
-done
+url=$(metrics_url "$out/train-gpu-off.log" $off_pid)
 if [[ -n $url ]]; then
   curl -s "$url" >"$out/scrape-gpu-off.txt" 2>/dev/null ||
     python3 -c "import sys,urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())" "$url" >"$out/scrape-gpu-off.txt"
