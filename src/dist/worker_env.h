@@ -11,7 +11,8 @@
 //   shardtrain's own:
 //     SHARDTRAIN_STORE (HOST:PORT of the launcher's TCP store: rendezvous of shardtrain
 //       workers and their heartbeats), SHARDTRAIN_STORE_PREFIX (this attempt's key scope in
-//       it), SHARDTRAIN_RUN_ID, SHARDTRAIN_RESTART_COUNT, SHARDTRAIN_METRICS_DIR (where the
+//       it), SHARDTRAIN_STORE_SECRET (the run's store secret, dist/store_secret.h: every store
+//       client presents it), SHARDTRAIN_RUN_ID, SHARDTRAIN_RESTART_COUNT, SHARDTRAIN_METRICS_DIR (where the
 //       node's agent reads the ranks' metrics snapshots; set only with launch --metrics-port)
 //   set by the user, read here so that one place reads the environment:
 //     SHARDTRAIN_STORE_DIR (a FileStore directory instead of a TCP store), GLOO_SOCKET_IFNAME
@@ -66,6 +67,7 @@ struct WorkerEnv {
   std::string store_host;               // SHARDTRAIN_STORE host ("" = not given)
   int store_port = 0;                   // SHARDTRAIN_STORE port
   std::string store_prefix;             // SHARDTRAIN_STORE_PREFIX ("" = no heartbeats)
+  std::string store_secret;             // SHARDTRAIN_STORE_SECRET ("" = not given)
   std::string store_dir;                // SHARDTRAIN_STORE_DIR ("" = TCP store)
   std::string gloo_ifname;              // GLOO_SOCKET_IFNAME / SHARDTRAIN_GLOO_IFNAME
   std::optional<std::chrono::seconds> comm_timeout;  // SHARDTRAIN_COMM_TIMEOUT_S
@@ -114,6 +116,7 @@ inline constexpr char kShardtrainRestartCount[] = "SHARDTRAIN_RESTART_COUNT";
 inline constexpr char kShardtrainRunId[] = "SHARDTRAIN_RUN_ID";
 inline constexpr char kStore[] = "SHARDTRAIN_STORE";
 inline constexpr char kStorePrefix[] = "SHARDTRAIN_STORE_PREFIX";
+inline constexpr char kStoreSecret[] = "SHARDTRAIN_STORE_SECRET";
 inline constexpr char kStoreDir[] = "SHARDTRAIN_STORE_DIR";
 inline constexpr char kGlooIfname[] = "GLOO_SOCKET_IFNAME";
 inline constexpr char kGlooIfnameAlias[] = "SHARDTRAIN_GLOO_IFNAME";

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "dist/host_name.h"
 #include "dist/store_keys.h"
+#include "dist/store_value.h"
 #include "dist/tcp_store.h"
 #include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
@@ -198,7 +199,7 @@ void stop_workers(const GenerationContext& c, WorkerGroup& group, int sig) {
   for (int local = 0; local < c.config.nproc_per_node; ++local) {
     ranks.push_back(c.gen.first_rank() + local);
   }
-  SaveAwareGrace grace(c.endpoints.store.host, c.endpoints.store.port,
+  SaveAwareGrace grace(c.endpoints.store.host, c.endpoints.store.port, c.endpoints.store_secret,
                        store_keys::worker_attempt(c.run_id, c.gen.attempt), ranks,
                        c.config.stop_grace);
   if (c.config.shardtrain_worker) {
@@ -235,7 +236,7 @@ HangWatch start_hang_watch(const GenerationContext& c, const WorkerGroup& group,
   }
   if (c.gen.group_rank != 0) return hang;
   hang.client = std::make_unique<TcpStoreClient>(c.endpoints.store.host, c.endpoints.store.port,
-                                                 c.config.join_timeout);
+                                                 c.config.join_timeout, c.endpoints.store_secret);
   hang.heartbeats =
       std::make_unique<Watchdog>(*hang.client, store_keys::worker_attempt(c.run_id, c.gen.attempt),
                                  c.gen.world_size(), c.config.watchdog_timeout);
@@ -248,7 +249,7 @@ AttemptEnd wait_for_all_done(Store& keys, GroupWatch& watch, int nodes) {
   keys.add("done", 1);
   const auto all_done = [&] {
     const std::optional<std::string> done = keys.try_get("done");
-    return done && std::stoll(*done) >= nodes;
+    return done && parse_store_integer(keys, "done", *done) >= nodes;
   };
   while (true) {
     if (all_done()) return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
@@ -326,7 +327,9 @@ int finish(AgentStores& stores, Rendezvous& rendezvous, const Generation& gen,
     keys.add("left", 1);
     if (!stores.hosts_rendezvous_store()) return exit_code;
     const auto deadline = Clock::now() + 10s;
-    const auto left = [&] { return std::stoll(keys.try_get("left").value_or("0")); };
+    const auto left = [&] {
+      return parse_store_integer(keys, "left", keys.try_get("left").value_or("0"));
+    };
     while (left() < static_cast<int64_t>(gen.members.size()) && Clock::now() < deadline) {
       std::this_thread::sleep_for(50ms);
     }
@@ -342,8 +345,7 @@ int run_agent(const LaunchConfig& config, const MetricsOptions& metrics_options)
   SignalForwarding signals;
   // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  const std::string run_id =
-      config.standalone && config.rdzv_id == "none" ? random_hex() : config.rdzv_id;
+  const std::string& run_id = config.rdzv_id;  // never empty (resolve_launch_config)
   AgentStores stores(config, run_id);  // --rdzv-backend: embedded TCP store or etcd
   RunFiles files(config, run_id);
   RendezvousMember self;

@@ -35,6 +35,7 @@ std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generatio
     env.run_id = run_id;
     env.store_host = endpoints.store.host;
     env.store_port = endpoints.store.port;
+    env.store_secret = endpoints.store_secret;
     env.store_prefix = store_keys::worker_attempt(run_id, gen.attempt);
     env.metrics_dir = metrics_dir;
     WorkerSpec spec;

@@ -129,6 +129,11 @@ struct TrainConfig {
   // the keys when the global batch is not a multiple of micro_batch x ranks, or conflicts with
   // an explicit train.grad_accum.
   int64_t grad_accum_for(int data_parallel_size) const;
+
+ private:
+  // train.output_dir must be neither model.path nor train.checkpoint_dir (saving there would
+  // overwrite the input model or mix with the sharded checkpoints).
+  void check_output_dir() const;
 };
 
 }  // namespace shardtrain

@@ -330,6 +330,7 @@ void Trainer::export_final() {
   if (env_.rank == 0) {
     SaveHfOptions save;
     save.extra_files = tokenizer_files_in(config_.model.path);  // so the output is usable
+    save.protected_dirs = {config_.model.path, config_.train.checkpoint_dir};
     save_hf_checkpoint(config_.train.output_dir, model_config_, layout, gather,
                        config_.model.dtype == "bf16" ? DType::kBF16 : DType::kF32, save);
     log::info("saved Hugging Face checkpoint to {}", config_.train.output_dir);

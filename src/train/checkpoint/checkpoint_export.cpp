@@ -96,6 +96,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
 
   SaveHfOptions save;
   save.max_shard_bytes = options.max_shard_bytes;
+  save.protected_dirs = {checkpoint, result.step_dir, saved.model_path};
   std::error_code ec;
   save.extra_files = tokenizer_files_in(saved.model_path);
   for (const std::string& file : save.extra_files) {
