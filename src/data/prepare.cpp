@@ -22,6 +22,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/utf8.h"
 #include "data/tokenizer_files.h"
+#include "obs/phase_progress.h"
 
 namespace shardtrain {
 namespace {
@@ -174,7 +175,8 @@ void check_chat_template_fits(const RenderSettings& settings, const Tokenizer& t
 
 std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines,
                                       const Tokenizer& tokenizer, const RenderSettings& settings,
-                                      bool replace_invalid_utf8, size_t thread_count) {
+                                      bool replace_invalid_utf8, size_t thread_count,
+                                      PhaseProgress& progress) {
   std::vector<LineResult> results(lines.size());
   std::atomic<size_t> next_chunk{0};
   std::exception_ptr unexpected;
@@ -200,6 +202,7 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
           }
           result.kind = LineResult::Kind::kDocument;
         }
+        progress.advance(end - begin);
       }
     } catch (...) {
       std::lock_guard<std::mutex> lock(unexpected_mutex);
@@ -290,8 +293,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   const size_t thread_count = options.threads > 0
                                   ? static_cast<size_t>(options.threads)
                                   : std::max<size_t>(1, std::thread::hardware_concurrency());
-  std::vector<LineResult> results =
-      process_lines(lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count);
+  PhaseProgress progress("prepare " + options.data_path, lines.size(), "lines");
+  std::vector<LineResult> results = process_lines(
+      lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count, progress);
 
   std::vector<TokenizedDocument> documents;
   documents.reserve(results.size());

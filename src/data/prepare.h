@@ -68,7 +68,8 @@ struct PrepareReport {
   PackingStats packing;
 };
 
-// Prepares options.data_path into options.out_path and returns what happened.
+// Prepares options.data_path into options.out_path and returns what happened. A long
+// tokenization logs its progress with an ETA (obs/phase_progress.h).
 PrepareReport prepare_dataset(const PrepareOptions& options);
 
 // The report as a few human-readable lines (ending in '\n').

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/init_weights.h"
+#include "obs/phase_progress.h"
 
 namespace shardtrain {
 
@@ -113,6 +114,8 @@ void FsdpUnits::init_random(uint64_t seed, double std) {
 
 void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
   std::vector<float> shard_values;
+  PhaseProgress progress("load pretrained weights", static_cast<uint64_t>(unit_count()), "units",
+                         world_rank() == 0);
   for (int u = 0; u < unit_count(); ++u) {
     const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
     shard_values.assign(shard, 0.0f);
@@ -124,6 +127,7 @@ void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
                                      shard_values.data() + (lo - begin));
     }
     ops_.copy_from_host(master_shard(u), shard_values.data());
+    progress.advance();
   }
   refresh_compute_params();
 }

@@ -113,7 +113,8 @@ class FsdpUnits final : public UnitAccess {
 
   // Initialisation: each rank fills only its own shard. Random init generates the unit (the
   // same values on every world size) and keeps its slice; pretrained reads only the byte
-  // ranges of this shard from the checkpoint.
+  // ranges of this shard from the checkpoint (world rank 0 logs progress with an ETA when it
+  // takes long, obs/phase_progress.h).
   void init_random(uint64_t seed, double std);
   void load_pretrained(const HfCheckpoint& checkpoint);
 

@@ -17,6 +17,7 @@
 #include "io/atomic_file.h"
 #include "io/read_file.h"
 #include "io/safetensors.h"
+#include "obs/phase_progress.h"
 #include "train/checkpoint/checkpoint_dir.h"
 
 namespace shardtrain {
@@ -362,6 +363,9 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
 void load_checkpoint_shards(const SavedCheckpoint& checkpoint, FsdpUnits& units, Ops& ops) {
   CheckpointShardReader reader(checkpoint);
   std::vector<float> host;  // (shard_numel) one tensor at a time
+  PhaseProgress progress("load checkpoint " + checkpoint.step_dir,
+                         static_cast<uint64_t>(units.unit_count()), "units",
+                         units.world_rank() == 0);
   for (int u = 0; u < units.unit_count(); ++u) {
     const int64_t begin = units.shard_begin(u), shard = units.plan().units[u].shard_numel;
     host.resize(shard);
@@ -371,6 +375,7 @@ void load_checkpoint_shards(const SavedCheckpoint& checkpoint, FsdpUnits& units,
       reader.read(u, kKinds[k], begin, shard, host.data());
       ops.copy_from_host(targets[k], host.data());
     }
+    progress.advance();
   }
   units.refresh_compute_params();
 }

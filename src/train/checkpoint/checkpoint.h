@@ -140,7 +140,8 @@ class CheckpointShardReader {
 };
 
 // Local: fills this rank's master and moment shards from `checkpoint` (any saved world size or
-// strategy) and refreshes the compute copies.
+// strategy) and refreshes the compute copies. World rank 0 logs progress with an ETA when it
+// takes long (obs/phase_progress.h).
 void load_checkpoint_shards(const SavedCheckpoint& checkpoint, FsdpUnits& units, Ops& ops);
 
 // --resume: "auto" (newest complete checkpoint in dir, falling back to older ones when one is
