@@ -94,6 +94,7 @@ void parse_launch_variables(const EnvLookup& env, WorkerEnv& out) {
     parse_store(*store, out);
   }
   out.store_prefix = string_or(env, names::kStorePrefix, "");
+  out.metrics_dir = string_or(env, names::kMetricsDir, "");
 }
 
 }  // namespace
@@ -104,6 +105,10 @@ EnvLookup process_env() {
     if (value == nullptr) return std::nullopt;
     return std::string(value);
   };
+}
+
+PodIdentity parse_pod_identity(const EnvLookup& env) {
+  return PodIdentity{string_or(env, names::kPodName, ""), string_or(env, names::kPodNamespace, "")};
 }
 
 WorkerEnv parse_worker_env(const EnvLookup& env) {
@@ -120,6 +125,7 @@ WorkerEnv parse_worker_env(const EnvLookup& env) {
   if (const std::optional<std::string> text = non_empty(env, names::kCommTimeout)) {
     out.comm_timeout = std::chrono::seconds(parse_int(*text, names::kCommTimeout, 1, 1 << 24));
   }
+  out.pod = parse_pod_identity(env);
   return out;
 }
 
@@ -152,6 +158,7 @@ std::map<std::string, std::string> worker_environment(const WorkerEnv& env) {
   }
   if (!env.error_file.empty()) out[names::kErrorFile] = env.error_file;
   if (!env.store_secret.empty()) out[names::kStoreSecret] = env.store_secret;
+  if (!env.metrics_dir.empty()) out[names::kMetricsDir] = env.metrics_dir;
   return out;
 }
 

@@ -42,6 +42,7 @@ WorkerEnv sample() {
   env.store_port = 29400;
   env.store_prefix = "run/job-7/gen/3/";
   env.store_secret = "0123456789abcdef-secret";
+  env.metrics_dir = "/dev/shm/shardtrain-metrics-abc";
   return env;
 }
 
@@ -73,6 +74,8 @@ TEST(WorkerEnv, WhatTheLauncherWritesParsesBackTheSame) {
   EXPECT_EQ(read.store_prefix, "run/job-7/gen/3/");
   EXPECT_EQ(vars.at("SHARDTRAIN_STORE_SECRET"), "0123456789abcdef-secret");
   EXPECT_EQ(read.store_secret, "0123456789abcdef-secret");
+  EXPECT_EQ(vars.at("SHARDTRAIN_METRICS_DIR"), "/dev/shm/shardtrain-metrics-abc");
+  EXPECT_EQ(read.metrics_dir, "/dev/shm/shardtrain-metrics-abc");
   EXPECT_EQ(read.rendezvous_host(), "::1") << "shardtrain ranks use the agent's store";
   EXPECT_EQ(read.rendezvous_port(), 29400);
 }
@@ -131,6 +134,18 @@ TEST(WorkerEnv, EachMissingOrMalformedVariableIsNamed) {
             std::string::npos);
   EXPECT_NE(error_for({{"SHARDTRAIN_COMM_TIMEOUT_S", "soon"}}).find("SHARDTRAIN_COMM_TIMEOUT_S"),
             std::string::npos);
+}
+
+TEST(WorkerEnv, MetricsDirOnlyWhenGivenAndPodFromTheDownwardApi) {
+  WorkerEnv without = sample();
+  without.metrics_dir.clear();
+  EXPECT_EQ(worker_environment(without).count("SHARDTRAIN_METRICS_DIR"), 0u);
+  const WorkerEnv pod =
+      parse_worker_env(lookup_in({{"POD_NAME", "llama-ft-worker-3"}, {"POD_NAMESPACE", "ml"}}));
+  EXPECT_EQ(pod.pod.name, "llama-ft-worker-3");
+  EXPECT_EQ(pod.pod.namespace_name, "ml");
+  EXPECT_TRUE(parse_worker_env(lookup_in({})).pod.name.empty());
+  EXPECT_EQ(parse_pod_identity(lookup_in({{"POD_NAMESPACE", "ml"}})).namespace_name, "ml");
 }
 
 TEST(WorkerEnv, GlooInterfaceTakesPyTorchsNameFirst) {

@@ -21,6 +21,7 @@
 #include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
 #include "launch/launcher.h"
+#include "launch/node_metrics.h"
 #include "launch/process_watchdog.h"
 #include "launch/rendezvous.h"
 #include "launch/run_files.h"
@@ -75,6 +76,18 @@ class SignalForwarding {
 std::string random_hex() {
   std::random_device device;
   return fmt::format("{:08x}", device());
+}
+
+// The labels of this node's metrics; pod and namespace from the Kubernetes downward API
+// (dist/worker_env.h reads them).
+NodeIdentity node_identity(const std::string& run_id, const std::string& host) {
+  const PodIdentity pod = parse_pod_identity(process_env());
+  NodeIdentity identity;
+  identity.run_id = run_id;
+  identity.pod = pod.name;
+  identity.pod_namespace = pod.namespace_name;
+  identity.hostname = host;
+  return identity;
 }
 
 // How one generation's attempt ended.
@@ -254,7 +267,7 @@ AttemptEnd wait_for_all_done(Store& keys, GroupWatch& watch, int nodes) {
 AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
                           const std::vector<std::string>& command, const Generation& gen,
                           AgentStores& stores, Rendezvous& rendezvous, AgentLiveness& liveness,
-                          RunFiles& files) {
+                          RunFiles& files, NodeMetrics* metrics) {
   PrefixStore keys(stores.rendezvous(), gen.prefix());
   const int nodes = static_cast<int>(gen.members.size());
   GroupWatch watch(config, gen, keys, rendezvous, liveness);
@@ -271,8 +284,12 @@ AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
       run_id, gen.attempt, gen.group_rank, nodes, gen.first_rank(),
       gen.first_rank() + config.nproc_per_node - 1, gen.world_size(), gen.number,
       tcp_store_wire::format_endpoint(endpoints->store.host, endpoints->store.port));
+  if (metrics != nullptr) {
+    metrics->start_generation(gen.group_rank, gen.restarts, gen.number, config.nproc_per_node);
+  }
   WorkerGroup group(command, worker_specs(config, gen, *endpoints, run_id,
-                                          files.attempt_dir(gen.attempt, config.nproc_per_node)));
+                                          files.attempt_dir(gen.attempt, config.nproc_per_node),
+                                          metrics != nullptr ? metrics->dir() : ""));
   HangWatch hang = start_hang_watch(context, group, watch);
   const WorkerGroup::Outcome outcome = group.wait([&] { return watch.should_stop(true); },
                                                   config.monitor_interval, g_signal_pipe[0]);
@@ -324,7 +341,7 @@ int finish(AgentStores& stores, Rendezvous& rendezvous, const Generation& gen,
 
 }  // namespace
 
-int run_agent(const LaunchConfig& config) {
+int run_agent(const LaunchConfig& config, const MetricsOptions& metrics_options) {
   SignalForwarding signals;
   // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -340,13 +357,17 @@ int run_agent(const LaunchConfig& config) {
                          self.id, config.keep_alive_interval, config.keep_alive_max_attempt);
   Rendezvous rendezvous(stores.rendezvous(), liveness, config, run_id, self,
                         [] { return g_received_signal != 0; });
+  std::unique_ptr<NodeMetrics> metrics;
+  if (metrics_options.enabled()) {
+    metrics = std::make_unique<NodeMetrics>(metrics_options, node_identity(run_id, self.host));
+  }
 
   const std::vector<std::string>& command = config.command;
 
   Generation gen = rendezvous.join(-1);
   while (true) {
-    const AttemptEnd end =
-        run_generation(config, run_id, command, gen, stores, rendezvous, liveness, files);
+    const AttemptEnd end = run_generation(config, run_id, command, gen, stores, rendezvous,
+                                          liveness, files, metrics.get());
     if (end.kind == AttemptEnd::Kind::kSucceeded) {
       return finish(stores, rendezvous, gen, "succeeded", 0);
     }
@@ -382,7 +403,8 @@ int run_agent(const LaunchConfig& config) {
   }
 }
 
-int launch_local_workers(int nproc, const std::vector<std::string>& worker_args) {
+int launch_local_workers(int nproc, const std::vector<std::string>& worker_args,
+                         const MetricsOptions& metrics) {
   LaunchFlags flags;
   flags.standalone = true;
   flags.nproc_per_node = std::to_string(nproc);
@@ -392,7 +414,7 @@ int launch_local_workers(int nproc, const std::vector<std::string>& worker_args)
   const EnvLookup no_env = [](const std::string&) -> std::optional<std::string> {
     return std::nullopt;
   };
-  return run_agent(resolve_launch_config(flags, no_env));
+  return run_agent(resolve_launch_config(flags, no_env), metrics);
 }
 
 std::vector<std::string> own_args_without(const std::string& option) {

@@ -1,5 +1,6 @@
-// The per-step console progress line:
-//   step 12/100 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12,345 tok/s | 0:00:12 | ETA 0:01:28
+// The per-step console progress line (one line; MFU and epoch only where known):
+//   step 12/100 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12345 tok/s | MFU 41.2% |
+//   epoch 0.35 | 0:00:12 | ETA 0:01:28
 #pragma once
 
 #include <string>

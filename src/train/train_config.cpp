@@ -95,6 +95,7 @@ void TrainConfig::register_config(ConfigSchema& schema) {
       "dist.backend", &dist.backend, {"auto", "nccl", "gloo"},
       "collectives: auto = NCCL for one GPU per rank, Gloo for CPU ranks, host-staged "
       "Gloo when ranks share a GPU; gloo on GPUs = host-staged (slow, for testing)");
+  metrics.register_config(schema);
 
   schema.add("optim.lr", &optim.lr, "peak learning rate");
   schema.add("optim.min_lr", &optim.min_lr, "learning rate at the end of the decay");
@@ -119,6 +120,7 @@ void require(bool ok, const char* key, const char* rule, T value) {
 }  // namespace
 
 void TrainConfig::validate() const {
+  metrics.validate();
   if (model.path.empty()) {
     fail(
         "config key 'model.path' is not set; set it to a Hugging Face checkpoint dir "

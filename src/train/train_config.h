@@ -11,6 +11,7 @@
 //           decay_norms_and_biases
 //   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch (docs/fsdp.md)
 //   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
+//   [metrics] port, address, gpu, gpu_interval, nvml_library, peak_tflops (train/metrics_config.h)
 //
 // Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
 //        schema.load_toml_file(path); schema.apply_override(...); config.validate();
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "train/metrics_config.h"
 
 namespace shardtrain {
 
@@ -116,6 +118,7 @@ struct TrainConfig {
   OptimConfig optim;
   FsdpConfig fsdp;
   DistConfig dist;
+  MetricsConfig metrics;
 
   // Declares every key above in `schema`, bound to this object's fields.
   void register_config(ConfigSchema& schema);
