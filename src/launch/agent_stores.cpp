@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/bind_address.h"
 #include "dist/etcd_store.h"
 #include "dist/host_name.h"
 #include "dist/store_keys.h"
@@ -24,10 +25,6 @@ namespace shardtrain::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
 
 bool same_address(const sockaddr* a, const sockaddr* b) {
   if (a->sa_family != b->sa_family) return false;
@@ -45,7 +42,7 @@ bool same_address(const sockaddr* a, const sockaddr* b) {
 // Whether `host` names this machine: a loopback name, this host's name, or an address of one
 // of its interfaces (as torchrun decides which agent hosts the c10d store).
 bool names_this_machine(const std::string& host) {
-  if (is_loopback(host) || host == host_name()) return true;
+  if (is_loopback_host(host) || host == host_name()) return true;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -65,40 +62,6 @@ bool names_this_machine(const std::string& host) {
   return local;
 }
 
-// The address to bind for a store that others reach at `host`: the first address `host`
-// resolves to (numeric), so only that interface listens; "" (every interface) only when `host`
-// does not resolve here, e.g. a service name that routes to this pod from outside.
-std::string bind_address_for(const std::string& host) {
-  if (is_loopback(host)) return host == "localhost" ? "127.0.0.1" : host;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
-    log::warn(
-        "launch: {} does not resolve on this machine; the store listens on every interface "
-        "(it admits only clients with the run's secret)",
-        host);
-    return "";
-  }
-  char text[INET6_ADDRSTRLEN] = {};
-  std::string address;
-  if (::getnameinfo(found->ai_addr, found->ai_addrlen, text, sizeof(text), nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
-    address = text;
-  }
-  ::freeaddrinfo(found);
-  if (is_loopback(address)) {
-    // e.g. Debian's /etc/hosts maps the host name to 127.0.1.1, while other nodes reach this
-    // one by its real address: only every interface serves them.
-    log::info(
-        "launch: {} resolves to {} here; the store listens on every interface (it admits "
-        "only clients with the run's secret)",
-        host, address);
-    return "";
-  }
-  return address;
-}
 
 // "host:port" or "[v6]:port"; nullopt when malformed.
 std::optional<AgentStores::Endpoint> parse_endpoint(const std::string& text) {
@@ -205,7 +168,7 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
 }
 
 AgentStores::WorkerEndpoints AgentStores::pick_worker_endpoints() {
-  const bool loopback = is_loopback(config_.rdzv_host);
+  const bool loopback = is_loopback_host(config_.rdzv_host);
   const std::string advertised = loopback ? "127.0.0.1" : host_name();
   if (config_.rdzv_backend == "etcd" && !worker_server_) {
     // Bound to the address other nodes reach this one by (its host name's) alone.

@@ -174,10 +174,16 @@ void Heartbeat::set_phase(HeartbeatPhase phase, std::string detail) {
 }
 
 void Heartbeat::begin_saving(std::string what) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  saving_ = std::move(what);
-  unix_ms_ = unix_ms_now();
-  ++version_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    saving_ = std::move(what);
+    unix_ms_ = unix_ms_now();
+    ++version_;
+    publish_now_ = true;
+  }
+  // At once, not at the next tick: after SIGTERM the launcher kills workers that do not say
+  // they are saving within --stop-grace (launch/stop_grace.h).
+  wake_.notify_all();
 }
 
 void Heartbeat::end_saving() {
@@ -199,7 +205,8 @@ void Heartbeat::publish_loop() {
   uint64_t published = 0, ticks = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    wake_.wait_for(lock, kPublishInterval, [this] { return stopping_; });
+    wake_.wait_for(lock, kPublishInterval, [this] { return stopping_ || publish_now_; });
+    publish_now_ = false;
     if (stopping_ || step_ < 0) continue;
     // The tick says "this process runs" even while training waits; the value says progress.
     const bool changed = version_ != published;

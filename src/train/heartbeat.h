@@ -64,6 +64,7 @@ class Heartbeat {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  bool publish_now_ = false;  // begin_saving: the launcher's stop grace waits for this record
   int64_t step_ = -1;  // -1: not started, nothing published
   int64_t unix_ms_ = 0;
   HeartbeatPhase phase_ = HeartbeatPhase::kStepStart;

@@ -13,6 +13,8 @@ if [[ ! -x $fuzzer ]]; then
   exit 77
 fi
 mkdir -p "$work/corpus"
+# Absolute paths: the fuzzer runs in $work (where it leaves crash-* files).
+fuzzer=$(realpath "$fuzzer") seeds=$(realpath "$seeds") work=$(realpath "$work")
 cd "$work" || exit 1
 # -rss_limit_mb bounds memory per input (an unbounded allocation is a finding);
 # -timeout flags any input that takes more than 10 s.

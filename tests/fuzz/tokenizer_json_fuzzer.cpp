@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const shardtrain::Tokenizer tokenizer =
         shardtrain::Tokenizer::from_json_text(text, "fuzz/tokenizer.json");
-    const auto ids = tokenizer.encode("Hello world! \xE2\x96\x81caf\xC3\xA9 12345 <s>\xff", true);
+    const auto ids = tokenizer.encode("Hello world! \xE2\x96\x81" "caf\xC3\xA9 12345 <s>\xff", true);
     tokenizer.decode(ids, false);
   } catch (const shardtrain::Error&) {
   }

@@ -24,7 +24,9 @@ class Params {
       fail("filter '{}' takes at most {} arguments, got {}", filter, names_.size(),
            args.positional.size());
     }
-    for (const auto& [key, value] : args.keyword) {
+    for (const auto& keyword : args.keyword) {
+      // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+      const std::string& key = keyword.first;
       if (std::find_if(names_.begin(), names_.end(), [&](const char* n) { return key == n; }) ==
           names_.end()) {
         fail("filter '{}' got an unexpected keyword argument '{}'", filter, key);

@@ -255,7 +255,8 @@ class Renderer {
     }
     Scope scope;
     scope.parent = &root_;
-    for (const auto& [key, value] : args.keyword) {
+    for (const auto& keyword : args.keyword) {
+      const std::string& key = keyword.first;  // clang 14 cannot capture a structured binding
       const bool known = std::any_of(macro.params.begin(), macro.params.end(),
                                      [&](const auto& p) { return p.first == key; });
       if (!known) fail("macro '{}' has no parameter named '{}'", macro.name, key);
