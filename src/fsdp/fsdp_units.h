@@ -111,6 +111,10 @@ class FsdpUnits final : public UnitAccess {
   // shards as the next begin_step expects.
   void apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t step, float grad_scale);
 
+  // After forward-only passes (evaluation between steps): frees every gathered parameter buffer
+  // (SHARD_GRAD_OP keeps forward's gathers for a backward that will not come). Local.
+  void release_gathered_params();
+
   // Re-derives the compute shards from the master shards (after loading them).
   void refresh_compute_params();
   // Sum of `value` over all ranks (the data-parallel group: every rank reads its own data).

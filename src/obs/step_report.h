@@ -7,11 +7,15 @@
 #include <cstdint>
 #include <optional>
 
+#include "obs/eval_report.h"
+
 namespace shardtrain {
 
 struct StepReport {
   int64_t step = 0;         // 1-based optimizer step just completed
-  int64_t total_steps = 0;  // train.steps
+  int64_t total_steps = 0;  // the run's length in steps (train.steps, or from train.epochs)
+  // Passes over the training data so far: step x global batch / sequences in the data.
+  std::optional<double> epoch;
   double loss = 0;          // mean cross-entropy over the global batch's targets (all ranks)
   double lr = 0;            // the learning rate this step used
   double grad_norm = 0;     // global L2 gradient norm before clipping (all ranks)
@@ -32,6 +36,8 @@ struct StepReport {
   // Peak bytes of the FSDP-owned device buffers so far (shards, moments, gathered and gradient
   // pools; activations not included).
   int64_t fsdp_peak_bytes = 0;
+  // The evaluation run after this step (data.eval_path, train.eval_every); nullopt when none ran.
+  std::optional<EvalReport> eval;
 };
 
 }  // namespace shardtrain
