@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/batch.h"
 #include "data/dataset.h"
 #include "data/token_file.h"
@@ -58,6 +59,7 @@ int run_eval(const EvalArgs& args) {
   data.seq_len = seq_len;
   std::unique_ptr<SequenceDataset> dataset = open_training_data(data, args.model_dir, 0);
   validate_vocab(*dataset, model_config.vocab_size, args.data_path);
+  log::info("data {}: {} sequences of {} tokens", args.data_path, dataset->size(), seq_len);
   model.reserve(args.batch, seq_len);
   LocalUnits& units = *loaded.units;
 

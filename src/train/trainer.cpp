@@ -83,15 +83,15 @@ std::unique_ptr<SequenceDataset> open_checked_data(const TrainConfig& config,
   return dataset;
 }
 
-// The eval data (data.eval_path, opened like the training data at data.seq_len), or null.
+// The eval data (data.eval_path, opened like the training data at data.seq_len; raw examples
+// packed with seed 0, as `shardtrain eval` packs them), or null.
 std::unique_ptr<SequenceDataset> open_eval_data(const TrainConfig& config,
                                                 const ModelConfig& model) {
   if (config.data.eval_path.empty()) return nullptr;
   DataConfig data = config.data;
   data.path = config.data.eval_path;
   data.weights.clear();
-  std::unique_ptr<SequenceDataset> dataset =
-      open_training_data(data, config.model.path, static_cast<uint64_t>(config.train.seed));
+  std::unique_ptr<SequenceDataset> dataset = open_training_data(data, config.model.path, 0);
   validate_vocab(*dataset, model.vocab_size, data.path);
   return dataset;
 }
