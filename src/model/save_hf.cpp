@@ -51,6 +51,9 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
     fs::copy_file(extra, staging / fs::path(extra).filename(), ec);
     if (ec) fail("cannot copy {}: {}", extra, ec.message());
   }
+  for (const auto& [name, contents] : options.extra_contents) {
+    write_file_atomically((staging / name).string(), contents);
+  }
 
   const std::vector<std::vector<SafetensorsTensorSpec>> files =
       split_into_files(layout, dtype, options.max_shard_bytes);
@@ -105,7 +108,8 @@ std::vector<std::string> tokenizer_files_in(const std::string& model_dir) {
   static constexpr const char* kNames[] = {"tokenizer.json",    "tokenizer_config.json",
                                            "special_tokens_map.json", "tokenizer.model",
                                            "vocab.json",        "merges.txt",
-                                           "added_tokens.json", "generation_config.json"};
+                                           "added_tokens.json", "generation_config.json",
+                                           "chat_template.jinja"};
   std::vector<std::string> found;
   std::error_code ec;
   for (const char* name : kNames) {

@@ -12,6 +12,7 @@
 #include "model/save_hf.h"
 #include "obs/progress.h"
 #include "train/checkpoint/checkpoint_signal.h"
+#include "train/checkpoint/export_tokenizer.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/optimizer.h"
@@ -456,7 +457,14 @@ void Trainer::export_final() {
   };
   if (env_.rank == 0) {
     SaveHfOptions save;
-    save.extra_files = tokenizer_files_in(config_.model.path);  // so the output is usable
+    // The tokenizer and chat template training used, so the output is usable as trained.
+    const ExportedTokenizer tokenizer = exported_tokenizer(
+        {config_.data.tokenizer, config_.data.chat_template, config_.data.example_format},
+        config_.model.path, "");
+    save.extra_files = tokenizer.files;
+    if (tokenizer.chat_template_jinja) {
+      save.extra_contents.emplace_back("chat_template.jinja", *tokenizer.chat_template_jinja);
+    }
     save_hf_checkpoint(config_.train.output_dir, model_config_, layout, gather,
                        config_.model.dtype == "bf16" ? DType::kBF16 : DType::kF32, save);
     log::info("saved Hugging Face checkpoint to {}", config_.train.output_dir);
