@@ -82,6 +82,27 @@ TEST_F(EvalCliTest, RawExamplesAndTokenFilesGiveTheLossTrainingLogged) {
   EXPECT_NEAR(last_json(tokens)["loss"].get<double>(), logged, 1e-5 * logged) << tokens.output;
 }
 
+TEST_F(EvalCliTest, TrainMixesSeveralSourcesAndNamesAnEmptyGlob) {
+  fs::create_directories(path("shards"));
+  fs::copy_file(path("examples.jsonl"), path("shards/a.jsonl"));
+  fs::copy_file(path("examples.jsonl"), path("shards/b.jsonl"));
+  const std::string common = "train --model.path " + model_ +
+                             " --model.init random --data.seq_len 32 --data.cache_dir " +
+                             path("cache") + " --train.steps 1 --train.micro_batch 2 "
+                             "--train.device cpu";
+  Result mixed = run(common + " --data.path \"" + path("examples.jsonl") + ", " +
+                     path("shards") + "\" --data.weights 1,3");
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
+  EXPECT_NE(mixed.output.find("data source " + path("shards") + " (2 files)"), std::string::npos)
+      << mixed.output;
+  const std::string pattern = path("shards/*.bin");
+  Result empty = run(common + " --data.path '" + pattern + "'");
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  ASSERT_EQ(empty.error_lines().size(), 1u) << empty.output;
+  EXPECT_NE(empty.error_lines()[0].find("no file matches '" + pattern + "'"), std::string::npos)
+      << empty.output;
+}
+
 TEST_F(EvalCliTest, MissingDataIsOneLineNamingIt) {
   const std::string missing = path("missing.jsonl");
   Result r = run("eval --model " + std::string(SHARDTRAIN_SOURCE_DIR) +

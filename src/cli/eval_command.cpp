@@ -36,7 +36,9 @@ struct EvalArgs {
 // --seq-len, else what a token file recorded, else the model's context capped at 2048.
 int64_t eval_seq_len(const EvalArgs& args, const DataConfig& data, const ModelConfig& model) {
   if (args.seq_len > 0) return args.seq_len;
-  if (resolve_training_data_format(data) == "tokens") {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(args.data_path, ec) &&
+      resolve_training_data_format(data) == "tokens") {
     const uint64_t packed = TokenFile(args.data_path).packed_seq_len();
     if (packed > 0) return static_cast<int64_t>(packed);
   }
