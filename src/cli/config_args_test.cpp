@@ -17,9 +17,9 @@ namespace {
 using shardtrain::testing::error_of;
 
 TEST(ConfigAssignments, EqualsAndSpaceSeparatedForms) {
-  const std::vector<std::string> got = config_assignments(
-      {"--train.steps=5", "--optim.lr", "1e-4", "--train.max-grad-norm", "0.5", "--data.path",
-       "a=b.jsonl", "--optim.min_lr", "-1"});
+  const std::vector<std::string> got =
+      config_assignments({"--train.steps=5", "--optim.lr", "1e-4", "--train.max-grad-norm", "0.5",
+                          "--data.path", "a=b.jsonl", "--optim.min_lr", "-1"});
   const std::vector<std::string> want = {"train.steps=5", "optim.lr=1e-4",
                                          "train.max-grad-norm=0.5", "data.path=a=b.jsonl",
                                          "optim.min_lr=-1"};
@@ -27,14 +27,15 @@ TEST(ConfigAssignments, EqualsAndSpaceSeparatedForms) {
 }
 
 TEST(ConfigAssignments, AStrayWordOrAMissingValueIsNamed) {
-  EXPECT_NE(error_of([] { config_assignments({"steps=5"}); })
-                .find("unexpected argument 'steps=5'"),
+  EXPECT_NE(error_of([] { config_assignments({"steps=5"}); }).find("unexpected argument 'steps=5'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { config_assignments({"--optim.lr"}); })
-                .find("config override '--optim.lr' has no value"),
+  EXPECT_NE(error_of([] {
+              config_assignments({"--optim.lr"});
+            }).find("config override '--optim.lr' has no value"),
             std::string::npos);
-  EXPECT_NE(error_of([] { config_assignments({"--optim.lr", "--train.steps=2"}); })
-                .find("'--optim.lr' has no value"),
+  EXPECT_NE(error_of([] {
+              config_assignments({"--optim.lr", "--train.steps=2"});
+            }).find("'--optim.lr' has no value"),
             std::string::npos);
 }
 

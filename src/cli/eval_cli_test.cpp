@@ -56,8 +56,8 @@ TEST_F(EvalCliTest, RawExamplesAndTokenFilesGiveTheLossTrainingLogged) {
   Result train = run("train --model.path " + model_ + " --model.init random --data.path " +
                      examples + " --data.seq_len 32 --data.cache_dir " + path("cache") +
                      " --train.steps 2 --train.micro_batch 2 --train.device cpu "
-                     "--train.output_dir " + out + " --data.eval_path " + examples +
-                     " --metrics " + metrics);
+                     "--train.output_dir " +
+                     out + " --data.eval_path " + examples + " --metrics " + metrics);
   ASSERT_EQ(train.exit_code, 0) << train.output;
   nlohmann::json last;
   std::ifstream records(metrics);
@@ -88,10 +88,11 @@ TEST_F(EvalCliTest, TrainMixesSeveralSourcesAndNamesAnEmptyGlob) {
   fs::copy_file(path("examples.jsonl"), path("shards/b.jsonl"));
   const std::string common = "train --model.path " + model_ +
                              " --model.init random --data.seq_len 32 --data.cache_dir " +
-                             path("cache") + " --train.steps 1 --train.micro_batch 2 "
+                             path("cache") +
+                             " --train.steps 1 --train.micro_batch 2 "
                              "--train.device cpu";
-  Result mixed = run(common + " --data.path \"" + path("examples.jsonl") + ", " +
-                     path("shards") + "\" --data.weights 1,3");
+  Result mixed = run(common + " --data.path \"" + path("examples.jsonl") + ", " + path("shards") +
+                     "\" --data.weights 1,3");
   ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
   EXPECT_NE(mixed.output.find("data source " + path("shards") + " (2 files)"), std::string::npos)
       << mixed.output;

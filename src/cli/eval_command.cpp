@@ -10,9 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -70,7 +69,8 @@ int run_eval(const EvalArgs& args) {
   double total_loss = 0;
   int64_t total_targets = 0;
   size_t sequences = dataset->size();
-  if (args.max_sequences > 0) sequences = std::min(sequences, static_cast<size_t>(args.max_sequences));
+  if (args.max_sequences > 0)
+    sequences = std::min(sequences, static_cast<size_t>(args.max_sequences));
   for (size_t begin = 0; begin < sequences; begin += static_cast<size_t>(args.batch)) {
     std::vector<Example> examples;
     for (size_t i = begin; i < std::min(sequences, begin + args.batch); ++i)
@@ -87,7 +87,8 @@ int run_eval(const EvalArgs& args) {
          args.data_path);
   }
   const double loss = total_loss / static_cast<double>(total_targets);
-  const nlohmann::json result = {{"loss", loss}, {"tokens", total_targets}, {"ppl", std::exp(loss)}};
+  const nlohmann::json result = {
+      {"loss", loss}, {"tokens", total_targets}, {"ppl", std::exp(loss)}};
   std::printf("%s\n", result.dump().c_str());
   return 0;
 }
@@ -112,13 +113,13 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "raw examples: tokenizer.json or its dir (default: --model)");
   cmd->add_option("--example-format", args->example_format, "raw examples: as data.example_format")
       ->check(CLI::IsMember({"auto", "text", "prompt_completion", "alpaca", "chat"}));
-  cmd->add_option("--chat-template", args->chat_template, "raw chat examples: as data.chat_template")
+  cmd->add_option("--chat-template", args->chat_template,
+                  "raw chat examples: as data.chat_template")
       ->check(CLI::IsMember({"auto", "model", "chatml", "llama2", "llama3"}));
   cmd->add_option("--cache-dir", args->cache_dir,
                   "raw examples: where prepared token files are cached (default "
                   "~/.cache/shardtrain/data)");
-  cmd->add_option("--batch", args->batch, "sequences per forward pass")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", args->batch, "sequences per forward pass")->check(CLI::PositiveNumber);
   cmd->add_option("--max-sequences", args->max_sequences,
                   "evaluate only the first N sequences (0 = all)");
   cmd->add_option("--device", args->device, "cpu, cuda or auto")

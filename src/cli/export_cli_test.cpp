@@ -53,8 +53,8 @@ class ExportCliTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   Result run_in(const std::string& cwd, const std::string& args) {
-    return shardtrain::testing::run_command("cd " + (dir_ / cwd).string() + " && " + kBinary +
-                                            " " + args);
+    return shardtrain::testing::run_command("cd " + (dir_ / cwd).string() + " && " + kBinary + " " +
+                                            args);
   }
 
   fs::path dir_;
@@ -87,8 +87,8 @@ TEST_F(ExportCliTest, RelativeRunExportsFromElsewhereWithItsTemplateAndChats) {
   EXPECT_EQ(read(dir_ / "elsewhere" / "exported2" / "tokenizer_config.json"),
             read(dir_ / "other" / "tokenizer_config.json"));
   const std::string missing = (dir_ / "no_such_dir").string();
-  Result bad = run_in("elsewhere", "export " + checkpoint + " --out exported3 --tokenizer " +
-                                       missing);
+  Result bad =
+      run_in("elsewhere", "export " + checkpoint + " --out exported3 --tokenizer " + missing);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   ASSERT_EQ(bad.error_lines().size(), 1u) << bad.output;
   EXPECT_NE(bad.error_lines()[0].find(missing), std::string::npos) << bad.output;
@@ -99,15 +99,14 @@ TEST_F(ExportCliTest, RelativeRunExportsFromElsewhereWithItsTemplateAndChats) {
                                         " --chat --system \"Be brief.\" --prompt Hi "
                                         "--max-new-tokens 3 --device cpu");
   ASSERT_EQ(chat.exit_code, 0) << chat.output;
-  const std::string rendered = nlohmann::json(std::string(
-                                                  "<|im_start|>system\nBe brief.<|im_end|>\n"
-                                                  "<|im_start|>user\nHi<|im_end|>\n"
-                                                  "<|im_start|>assistant\n"))
-                                   .dump();
+  const std::string rendered =
+      nlohmann::json(std::string("<|im_start|>system\nBe brief.<|im_end|>\n"
+                                 "<|im_start|>user\nHi<|im_end|>\n"
+                                 "<|im_start|>assistant\n"))
+          .dump();
   EXPECT_NE(chat.output.find(rendered), std::string::npos) << chat.output;
-  EXPECT_EQ(chat.lines().back().find("Hi"), std::string::npos)
-      << "--chat prints the reply only:\n"
-      << chat.output;
+  EXPECT_EQ(chat.lines().back().find("Hi"), std::string::npos) << "--chat prints the reply only:\n"
+                                                               << chat.output;
 
   // Without a template, --chat is one error line naming the dir; --system needs --chat.
   fs::remove(dir_ / "elsewhere" / "exported" / "chat_template.jinja");

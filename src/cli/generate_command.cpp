@@ -38,7 +38,8 @@ struct GenerateArgs {
 
 // Index of the next token: argmax when temperature is 0, else a draw from the smallest set of
 // most likely tokens whose probability reaches top_p.
-int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args, std::mt19937_64& rng) {
+int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args,
+                   std::mt19937_64& rng) {
   if (args.temperature <= 0) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
@@ -54,7 +55,8 @@ int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args, s
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
   double kept = 0;
   size_t count = 0;
-  while (count < order.size() && (count == 0 || kept / total < args.top_p)) kept += probs[order[count++]];
+  while (count < order.size() && (count == 0 || kept / total < args.top_p))
+    kept += probs[order[count++]];
   double draw = std::uniform_real_distribution<double>(0.0, kept)(rng);
   for (size_t i = 0; i < count; ++i) {
     draw -= probs[order[i]];
@@ -74,7 +76,8 @@ std::string chat_prompt(const GenerateArgs& args, const TokenizerFiles& files) {
         args.model_dir);
   }
   ChatRenderInput input;
-  if (!args.system.empty()) input.messages.push_back({{"role", "system"}, {"content", args.system}});
+  if (!args.system.empty())
+    input.messages.push_back({{"role", "system"}, {"content", args.system}});
   input.messages.push_back({{"role", "user"}, {"content", args.prompt}});
   input.add_generation_prompt = true;
   const std::string text = chat_template->render(input).text;
@@ -113,9 +116,10 @@ int run_generate(const GenerateArgs& args) {
   if (ids.empty()) fail("--prompt is empty after tokenization; HINT: give some text");
   for (int32_t id : ids) {
     if (id >= config.vocab_size) {
-      fail("the tokenizer in {} produced id {} but the model's vocab_size is {}; HINT: the "
-           "tokenizer does not belong to this model",
-           args.model_dir, id, config.vocab_size);
+      fail(
+          "the tokenizer in {} produced id {} but the model's vocab_size is {}; HINT: the "
+          "tokenizer does not belong to this model",
+          args.model_dir, id, config.vocab_size);
     }
   }
   const int64_t max_len = std::min<int64_t>(config.max_position_embeddings,
@@ -140,7 +144,8 @@ int run_generate(const GenerateArgs& args) {
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
     ids.push_back(next);
   }
-  const std::vector<int32_t> generated(ids.begin() + static_cast<ptrdiff_t>(prompt_length), ids.end());
+  const std::vector<int32_t> generated(ids.begin() + static_cast<ptrdiff_t>(prompt_length),
+                                       ids.end());
   const std::string reply = tokenizer.decode(generated, true);
   std::printf("%s%s\n", args.chat ? "" : args.prompt.c_str(), reply.c_str());
   return 0;

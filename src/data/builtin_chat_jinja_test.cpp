@@ -66,11 +66,11 @@ TEST(BuiltinChatJinja, GenerationPromptIsTheAssistantHeader) {
   const std::vector<ChatMessage> user = {{"user", "Hi"}};
   EXPECT_EQ(render_jinja(builtin_chat_template_jinja(ChatTemplate::kChatml, {}), user, true),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(render_jinja(builtin_chat_template_jinja(ChatTemplate::kLlama3,
-                                                     {"<|begin_of_text|>", ""}),
-                         user, true),
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(
+      render_jinja(builtin_chat_template_jinja(ChatTemplate::kLlama3, {"<|begin_of_text|>", ""}),
+                   user, true),
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(render_jinja(builtin_chat_template_jinja(ChatTemplate::kLlama2, {"<s>", "</s>"}),
                          {{"system", "S"}, {"user", "Hi"}}, true),
             "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST]");
@@ -78,8 +78,9 @@ TEST(BuiltinChatJinja, GenerationPromptIsTheAssistantHeader) {
 
 TEST(BuiltinChatJinja, Llama2RoleOrderRaises) {
   const std::string source = builtin_chat_template_jinja(ChatTemplate::kLlama2, {"<s>", "</s>"});
-  const std::string message =
-      error_of([&] { render_jinja(source, {{"user", "a"}, {"user", "b"}}, false); });
+  const std::string message = error_of([&] {
+    render_jinja(source, {{"user", "a"}, {"user", "b"}}, false);
+  });
   EXPECT_NE(message.find("Conversation roles must be"), std::string::npos) << message;
 }
 

@@ -98,9 +98,10 @@ std::vector<DataSource> expand_data_sources(const std::string& path_list, const 
     } else if (fs::exists(spec, ec)) {
       source.files = {spec};
     } else {
-      fail("{}: '{}' does not exist; HINT: check the path (relative paths start at the working "
-           "directory)",
-           key, spec);
+      fail(
+          "{}: '{}' does not exist; HINT: check the path (relative paths start at the working "
+          "directory)",
+          key, spec);
     }
     sources.push_back(std::move(source));
   }

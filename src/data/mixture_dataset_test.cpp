@@ -62,16 +62,19 @@ TEST_F(MixtureTest, SourcesExpandFilesGlobsAndDirectoriesInOrder) {
 
 TEST_F(MixtureTest, BadSourcesAndWeightsAreNamed) {
   const std::string missing = (dir_ / "missing.jsonl").string();
-  EXPECT_NE(error_of([&] { expand_data_sources(missing, "data.path"); })
-                .find("data.path: '" + missing + "' does not exist"),
+  EXPECT_NE(error_of([&] {
+              expand_data_sources(missing, "data.path");
+            }).find("data.path: '" + missing + "' does not exist"),
             std::string::npos);
   const std::string pattern = (dir_ / "none*.jsonl").string();
-  EXPECT_NE(error_of([&] { expand_data_sources(pattern, "data.path"); })
-                .find("no file matches '" + pattern + "'"),
+  EXPECT_NE(error_of([&] {
+              expand_data_sources(pattern, "data.path");
+            }).find("no file matches '" + pattern + "'"),
             std::string::npos);
   fs::create_directories(dir_ / "empty");
-  EXPECT_NE(error_of([&] { expand_data_sources((dir_ / "empty").string(), "data.eval_path"); })
-                .find("data.eval_path: directory"),
+  EXPECT_NE(error_of([&] {
+              expand_data_sources((dir_ / "empty").string(), "data.eval_path");
+            }).find("data.eval_path: directory"),
             std::string::npos);
   const std::string a = write_jsonl("a.jsonl", 2, 100);
   EXPECT_NE(error_of([&] { expand_data_sources(a + ",,", "data.path"); }).find("empty source"),

@@ -302,8 +302,8 @@ std::vector<TokenizedDocument> collect_documents(std::vector<LineResult>& result
 }
 
 // Packs the documents into seq_len sequences and writes the token file (which records seq_len).
-void pack_and_write(const std::vector<TokenizedDocument>& documents,
-                    const PrepareOptions& options, PrepareReport& report) {
+void pack_and_write(const std::vector<TokenizedDocument>& documents, const PrepareOptions& options,
+                    PrepareReport& report) {
   PackingOptions packing;
   packing.seq_len = options.seq_len;
   packing.eos_id = report.eos_id;

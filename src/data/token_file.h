@@ -14,7 +14,8 @@
 //                 token as a target, 0 = ignore it. Writers write only 0 or 1; readers treat any
 //                 nonzero byte as 1.
 // Writers write version 1 unless they know a packing length; readers take both (old files
-// load; their packed_seq_len is 0). The file size is exactly 32 + 4n (+ n with a mask); nothing may follow.
+// load; their packed_seq_len is 0). The file size is exactly 32 + 4n (+ n with a mask); nothing may
+// follow.
 //
 // TokenFile maps a file read-only (POSIX mmap) and validates the header and size: a wrong magic,
 // unsupported version or flags, nonzero reserved field, zero tokens or a size that disagrees

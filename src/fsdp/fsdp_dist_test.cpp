@@ -346,8 +346,7 @@ TEST_F(FsdpDistTest, EvalDuringTrainingIsTheSameAtEveryWorldSize) {
   EXPECT_EQ(want[0].sequences, 39);
   EXPECT_GT(want[0].tokens, 39 * 4);
   EXPECT_LT(want[1].loss, want[0].loss) << "training on the same sequences lowers eval loss";
-  for (const auto& [name, world, strategy] :
-       std::vector<std::tuple<std::string, int, std::string>>{
+  for (const auto& [name, world, strategy] : std::vector<std::tuple<std::string, int, std::string>>{
            {"eval_w2_full", 2, "FULL_SHARD"}, {"eval_w4_sgo", 4, "SHARD_GRAD_OP"}}) {
     std::vector<std::string> args = eval_args;
     args.push_back("--fsdp.strategy=" + strategy);
@@ -358,14 +357,13 @@ TEST_F(FsdpDistTest, EvalDuringTrainingIsTheSameAtEveryWorldSize) {
       EXPECT_EQ(got[i].step, want[i].step) << name;
       EXPECT_EQ(got[i].sequences, want[i].sequences) << name;
       EXPECT_EQ(got[i].tokens, want[i].tokens) << name;
-      EXPECT_NEAR(got[i].loss, want[i].loss, 1e-5 * want[i].loss) << name << " step "
-                                                                   << got[i].step;
+      EXPECT_NEAR(got[i].loss, want[i].loss, 1e-5 * want[i].loss)
+          << name << " step " << got[i].step;
     }
   }
   // `shardtrain eval` of the exported (fp32) model gives the last evaluation's loss.
-  const std::string command = std::string(SHARDTRAIN_BINARY) + " eval --model " +
-                              one.output_dir + " --data " + eval_path +
-                              " --seq-len 16 --batch 3 --device cpu 2>&1";
+  const std::string command = std::string(SHARDTRAIN_BINARY) + " eval --model " + one.output_dir +
+                              " --data " + eval_path + " --seq-len 16 --batch 3 --device cpu 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output, last;
@@ -403,9 +401,9 @@ TEST_F(FsdpDistTest, EpochsWarmupClampAndResumeChanges) {
       << got.rank_logs[0];
   EXPECT_NE(got.rank_logs[0].find("step 5/5 | "), std::string::npos) << got.rank_logs[0];
 
-  const RunResult resumed = run("epochs_resumed_w2", 2, 2,
-                                {"--train.steps=8", "--optim.lr=1e-3",
-                                 "--train.checkpoint_dir=" + checkpoints});
+  const RunResult resumed =
+      run("epochs_resumed_w2", 2, 2,
+          {"--train.steps=8", "--optim.lr=1e-3", "--train.checkpoint_dir=" + checkpoints});
   EXPECT_EQ(resumed.losses.size(), 3u) << "steps 6 to 8";
   EXPECT_NE(resumed.rank_logs[0].find("with a changed run (steps: 5 -> 8; optim.lr: 0.003 -> "
                                       "0.001; optim.warmup_steps: 20 -> 2); training continues "

@@ -10,12 +10,12 @@
 namespace shardtrain {
 
 struct EvalReport {
-  int64_t step = 0;       // the optimizer step after which the model was evaluated
-  double loss = 0;        // mean next-token cross-entropy over every eval target (all ranks)
-  double perplexity = 0;  // exp(loss)
-  int64_t targets = 0;    // predicted positions evaluated (the loss denominator, all ranks)
-  int64_t sequences = 0;  // eval sequences evaluated (all ranks)
-  double eval_time_s = 0; // wall time of the evaluation
+  int64_t step = 0;        // the optimizer step after which the model was evaluated
+  double loss = 0;         // mean next-token cross-entropy over every eval target (all ranks)
+  double perplexity = 0;   // exp(loss)
+  int64_t targets = 0;     // predicted positions evaluated (the loss denominator, all ranks)
+  int64_t sequences = 0;   // eval sequences evaluated (all ranks)
+  double eval_time_s = 0;  // wall time of the evaluation
 };
 
 }  // namespace shardtrain

@@ -1,13 +1,14 @@
 // The JSONL record of a StepReport: the keys `--metrics` has always written, optional ones only
 // when measured, and one complete line per append.
 #include "obs/metrics_log.h"
-#include "obs/progress.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <string>
+
+#include "obs/progress.h"
 
 namespace shardtrain {
 namespace {

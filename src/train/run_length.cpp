@@ -36,9 +36,9 @@ RunLength plan_run_length(const TrainConfig& config, size_t sequences, int world
   run.global_batch = config.global_batch_for(world);
   run.schedule = config.optim;
   if (run.schedule.warmup_steps > run.total_steps) {
-    run.warnings.push_back(fmt::format(
-        "optim.warmup_steps ({}) is longer than the run ({} steps); clamped to {}",
-        run.schedule.warmup_steps, run.total_steps, run.total_steps));
+    run.warnings.push_back(
+        fmt::format("optim.warmup_steps ({}) is longer than the run ({} steps); clamped to {}",
+                    run.schedule.warmup_steps, run.total_steps, run.total_steps));
     run.schedule.warmup_steps = run.total_steps;
   }
   return run;

@@ -56,8 +56,9 @@ void register_data_example_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add("data.train_on_eos", &data.train_on_eos,
              "raw chat examples with the model's template: train each assistant turn's "
              "end-of-turn marker");
-  schema.add("data.cache_dir", &data.cache_dir,
-             "raw examples: where prepared token files are cached (\"\" = ~/.cache/shardtrain/data)");
+  schema.add(
+      "data.cache_dir", &data.cache_dir,
+      "raw examples: where prepared token files are cached (\"\" = ~/.cache/shardtrain/data)");
 }
 
 void register_train_loop_keys(ConfigSchema& schema, TrainLoopConfig& train) {
@@ -71,8 +72,9 @@ void register_train_loop_keys(ConfigSchema& schema, TrainLoopConfig& train) {
   schema.add_choice("train.device", &train.device, {"auto", "cpu", "cuda"},
                     "compute device; auto picks cuda when a GPU is present");
   schema.add("train.log_every", &train.log_every, "print metrics every N steps");
-  schema.add("train.eval_every", &train.eval_every,
-             "evaluate on data.eval_path every N steps and after the last; 0 = after the last only");
+  schema.add(
+      "train.eval_every", &train.eval_every,
+      "evaluate on data.eval_path every N steps and after the last; 0 = after the last only");
   schema.add("train.output_dir", &train.output_dir,
              "where to save the trained model; empty = don't save");
   schema.add("train.max_grad_norm", &train.max_grad_norm,
@@ -223,17 +225,19 @@ int64_t TrainConfig::grad_accum_for(int data_parallel_size) const {
   if (train.global_batch == 0) return train.grad_accum;
   const int64_t per_micro_step = train.micro_batch * data_parallel_size;
   if (train.global_batch % per_micro_step != 0) {
-    fail("config key 'train.global_batch' ({}) must be a multiple of 'train.micro_batch' ({}) x "
-         "ranks ({}) = {}; HINT: change train.global_batch or train.micro_batch, or run on a "
-         "world size that divides it",
-         train.global_batch, train.micro_batch, data_parallel_size, per_micro_step);
+    fail(
+        "config key 'train.global_batch' ({}) must be a multiple of 'train.micro_batch' ({}) x "
+        "ranks ({}) = {}; HINT: change train.global_batch or train.micro_batch, or run on a "
+        "world size that divides it",
+        train.global_batch, train.micro_batch, data_parallel_size, per_micro_step);
   }
   const int64_t derived = train.global_batch / per_micro_step;
   if (train.grad_accum != 1 && train.grad_accum != derived) {
-    fail("config keys 'train.global_batch' ({}) and 'train.grad_accum' ({}) conflict: with "
-         "train.micro_batch = {} on {} ranks the global batch needs grad_accum = {}; HINT: set "
-         "only one of them",
-         train.global_batch, train.grad_accum, train.micro_batch, data_parallel_size, derived);
+    fail(
+        "config keys 'train.global_batch' ({}) and 'train.grad_accum' ({}) conflict: with "
+        "train.micro_batch = {} on {} ranks the global batch needs grad_accum = {}; HINT: set "
+        "only one of them",
+        train.global_batch, train.grad_accum, train.micro_batch, data_parallel_size, derived);
   }
   return derived;
 }

@@ -387,8 +387,8 @@ StepReport Trainer::train_step(int64_t step) {
   StepReport report;
   report.step = step;
   report.total_steps = run_length_.total_steps;
-  report.epoch = static_cast<double>(step * run_length_.global_batch) /
-                 static_cast<double>(dataset_->size());
+  report.epoch =
+      static_cast<double>(step * run_length_.global_batch) / static_cast<double>(dataset_->size());
   report.loss = loss;
   report.lr = lr;
   report.grad_norm = totals.grad_norm;
@@ -424,8 +424,9 @@ Trainer::Stop Trainer::maybe_checkpoint(StepReport& report) {
     heartbeat_->begin_saving(fmt::format("step {} before stopping", step));
   }
   if (stop != Stop::kNone || periodic || step == run_length_.total_steps) {
-    const CheckpointStall stall = checkpoints_->save(
-        {step, run_length_.total_steps, tokens_seen_, report.elapsed_s, report.lr, batcher_.state()});
+    const CheckpointStall stall =
+        checkpoints_->save({step, run_length_.total_steps, tokens_seen_, report.elapsed_s,
+                            report.lr, batcher_.state()});
     report.checkpoint_stall_s = polled.wait_s + stall.total_s();
     last_checkpoint_step_ = step;
     report.last_checkpoint_step = step;
@@ -437,9 +438,8 @@ Trainer::Stop Trainer::maybe_checkpoint(StepReport& report) {
 void Trainer::log_step(const StepReport& report) {
   if (env_.rank != 0) return;
   const int64_t step = report.step;
-  if (!options_.quiet &&
-      (step % config_.train.log_every == 0 || step == run_length_.total_steps || step == 1 ||
-       report.eval)) {
+  if (!options_.quiet && (step % config_.train.log_every == 0 || step == run_length_.total_steps ||
+                          step == 1 || report.eval)) {
     std::printf("%s\n", format_progress_line(report).c_str());
     std::fflush(stdout);
   }

@@ -87,9 +87,8 @@ std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
       files.push_back(open_one_file(one, model_path, seed));
     }
     mixed.push_back(files.size() == 1 ? std::move(files.front())
-                                      : std::make_unique<MixtureDataset>(std::move(files),
-                                                                         std::vector<double>{},
-                                                                         seed));
+                                      : std::make_unique<MixtureDataset>(
+                                            std::move(files), std::vector<double>{}, seed));
   }
   auto mixture = std::make_unique<MixtureDataset>(std::move(mixed), weights, seed);
   for (size_t i = 0; i < sources.size(); ++i) {

@@ -25,10 +25,10 @@ struct RunDataSettings {
 };
 
 struct ExportedTokenizer {
-  std::string dir;                                  // where the files come from
-  std::vector<std::string> files;                   // full paths to copy
+  std::string dir;                                 // where the files come from
+  std::vector<std::string> files;                  // full paths to copy
   std::optional<std::string> chat_template_jinja;  // written as chat_template.jinja
-  std::string template_note;                        // for the log: which template, or ""
+  std::string template_note;                       // for the log: which template, or ""
 };
 
 // `tokenizer_override` = export's --tokenizer ("" = from the run). Throws Error naming the
