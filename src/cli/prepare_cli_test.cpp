@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/testing/test_support.h"
+#include "data/testing/real_tokenizers.h"
 #include "data/testing/tiny_tokenizer.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"
@@ -30,14 +31,6 @@ using Result = shardtrain::testing::CommandResult;
 
 Result run(const std::string& args) {
   return shardtrain::testing::run_command(kBinary + " " + args);
-}
-
-fs::path real_tokenizer_dir(const std::string& name) {
-  const char* env = std::getenv("SHARDTRAIN_TOKENIZER_DIR");
-  const fs::path root = env != nullptr && *env != 0
-                            ? fs::path(env)
-                            : fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "tokenizer" / "files";
-  return root / name;
 }
 
 const char* const kText = "{\"text\": \"The quick brown fox jumps over the lazy dog.\"}\n";
@@ -104,7 +97,7 @@ TEST_F(PrepareCliTest, EveryFormatWithTheTinyTokenizer) {
 }
 
 TEST_F(PrepareCliTest, EveryFormatWithTheRealQwen3Tokenizer) {
-  const fs::path qwen = real_tokenizer_dir("qwen3");
+  const fs::path qwen = testing::real_tokenizer_dir("qwen3");
   if (!fs::exists(qwen / "tokenizer.json")) {
     GTEST_SKIP() << (qwen / "tokenizer.json").string()
                  << " is absent; run tools/tokenizer/fetch_tokenizers.sh to enable this test";
@@ -178,7 +171,7 @@ TEST_F(PrepareCliTest, TokenizeWritesOneArrayPerLine) {
 }
 
 TEST_F(PrepareCliTest, TokenizeMatchesTheLibraryOnRealFiles) {
-  const fs::path llama2 = real_tokenizer_dir("llama2");
+  const fs::path llama2 = testing::real_tokenizer_dir("llama2");
   if (!fs::exists(llama2 / "tokenizer.json")) {
     GTEST_SKIP() << (llama2 / "tokenizer.json").string()
                  << " is absent; run tools/tokenizer/fetch_tokenizers.sh to enable this test";

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "data/rendered_document.h"
+#include "data/testing/real_tokenizers.h"
 #include "data/testing/tiny_tokenizer.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer_files.h"
@@ -283,32 +284,6 @@ TEST(RenderedDocument, MissingSpecialTokenNamesIt) {
 
 // ---------------------------------------------------------------- real tokenizer files
 
-fs::path tokenizer_dir() {
-  if (const char* env = std::getenv("SHARDTRAIN_TOKENIZER_DIR"); env != nullptr && *env != 0) {
-    return env;
-  }
-  return fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "tokenizer" / "files";
-}
-
-const Tokenizer* real_tokenizer(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
-  auto it = loaded.find(name);
-  if (it == loaded.end()) {
-    const fs::path path = tokenizer_dir() / name / "tokenizer.json";
-    std::unique_ptr<Tokenizer> tokenizer;
-    if (fs::exists(path)) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(path.string()));
-    it = loaded.emplace(name, std::move(tokenizer)).first;
-  }
-  return it->second.get();
-}
-
-#define REQUIRE_TOKENIZER(var, name)                                                           \
-  const Tokenizer* var = real_tokenizer(name);                                                 \
-  if (var == nullptr) {                                                                        \
-    GTEST_SKIP() << (tokenizer_dir() / name / "tokenizer.json").string()                       \
-                 << " is absent; run tools/tokenizer/fetch_tokenizers.sh to enable this test"; \
-  }
-
 struct RealCase {
   const char* name;
   ChatTemplate chat_template;
@@ -321,8 +296,9 @@ class RealChatTest : public ::testing::TestWithParam<RealCase> {};
 // apply_chat_template(tokenize=True) does), and the mask covers exactly the replies.
 TEST_P(RealChatTest, PartsTokenizeLikeTheWholeString) {
   const RealCase& c = GetParam();
-  REQUIRE_TOKENIZER(tokenizer, c.name);
-  const TokenizerFiles files = locate_tokenizer((tokenizer_dir() / c.name).string());
+  REQUIRE_REAL_TOKENIZER(tokenizer, c.name);
+  const TokenizerFiles files =
+      locate_tokenizer((testing::real_tokenizers_root() / c.name).string());
   EXPECT_EQ(
       detect_chat_template(
           files, [&](const char* token) { return tokenizer->token_to_id(token).has_value(); }),
@@ -373,7 +349,7 @@ TEST(Formats, ShareGptConversationsAreChats) {
 }
 
 TEST(RealTokenizers, TokenMergedAcrossTheBoundaryBelongsToTheCompletion) {
-  REQUIRE_TOKENIZER(qwen, "qwen3");
+  REQUIRE_REAL_TOKENIZER(qwen, "qwen3");
   RenderSettings settings;
   settings.format = ExampleFormat::kPromptCompletion;
   const TokenizedDocument document = tokenize_document(

@@ -21,6 +21,7 @@
 #include "data/formats.h"
 #include "data/hf_chat_template.h"
 #include "data/template_masks.h"
+#include "data/testing/real_tokenizers.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer_files.h"
 
@@ -97,14 +98,6 @@ TEST(HfChatTemplateGolden, RendersByteIdenticalToTransformers) {
   EXPECT_GT(refused, 0);
 }
 
-fs::path tokenizer_dir(const std::string& name) {
-  const char* env = std::getenv("SHARDTRAIN_TOKENIZER_DIR");
-  const fs::path root = env != nullptr && *env != 0
-                            ? fs::path(env)
-                            : fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "tokenizer" / "files";
-  return root / name;
-}
-
 // The trained tokens of a document, decoded.
 std::string trained_text(const Tokenizer& tokenizer, const TokenizedDocument& document) {
   std::vector<int32_t> ids;
@@ -130,7 +123,7 @@ TEST(HfChatTemplateGolden, PreparedTokensAreTheTokenizationOfTheRenderedText) {
                                      {"deepseek_v3", "<｜end▁of▁sentence｜>", ""}};
   int checked = 0;
   for (const auto& [name, marker, last] : models) {
-    const fs::path dir = tokenizer_dir(name);
+    const fs::path dir = testing::real_tokenizer_dir(name);
     if (!fs::exists(dir / "tokenizer.json")) {
       GTEST_SKIP() << dir << " is absent; run tools/tokenizer/fetch_tokenizers.sh (or set "
                    << "SHARDTRAIN_TOKENIZER_DIR) to enable this test";

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "model/testing/expect_model_config.h"
 
 namespace shardtrain {
 namespace {
@@ -239,34 +240,6 @@ TEST_F(HfConfigTest, ValidateRejectsInconsistentShapes) {
                {"'mlp_bias'", "not supported"});
 }
 
-void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
-  EXPECT_EQ(a.model_type, b.model_type);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
-  EXPECT_EQ(a.hidden_size, b.hidden_size);
-  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
-  EXPECT_EQ(a.num_hidden_layers, b.num_hidden_layers);
-  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
-  EXPECT_EQ(a.num_key_value_heads, b.num_key_value_heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
-  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);  // exact: doubles must round-trip through JSON
-  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
-  EXPECT_EQ(a.attention_bias, b.attention_bias);
-  EXPECT_EQ(a.mlp_bias, b.mlp_bias);
-  EXPECT_EQ(a.sliding_window, b.sliding_window);
-  EXPECT_EQ(a.rope.theta, b.rope.theta);
-  EXPECT_EQ(a.rope.type, b.rope.type);
-  if (a.rope.type == RopeType::kLlama3) {
-    EXPECT_EQ(a.rope.factor, b.rope.factor);
-    EXPECT_EQ(a.rope.low_freq_factor, b.rope.low_freq_factor);
-    EXPECT_EQ(a.rope.high_freq_factor, b.rope.high_freq_factor);
-    EXPECT_EQ(a.rope.original_max_position_embeddings, b.rope.original_max_position_embeddings);
-  }
-  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
-  EXPECT_EQ(a.eos_token_id, b.eos_token_id);
-  EXPECT_EQ(a.torch_dtype, b.torch_dtype);
-}
-
 TEST_F(HfConfigTest, RoundTripsEveryModelType) {
   ModelConfig llama;
   llama.model_type = "llama";
@@ -303,7 +276,7 @@ TEST_F(HfConfigTest, RoundTripsEveryModelType) {
     const std::string text = write_hf_config_json(original);
     EXPECT_NE(text.find("\"use_cache\": true"), std::string::npos);
     EXPECT_NE(text.find("\"hidden_act\": \"silu\""), std::string::npos);
-    expect_same_config(read_hf_config(write(text)), original);
+    shardtrain::testing::expect_same_model_config(read_hf_config(write(text)), original);
   }
   EXPECT_NE(write_hf_config_json(qwen2).find("\"Qwen2ForCausalLM\""), std::string::npos);
   EXPECT_NE(write_hf_config_json(mistral).find("\"MistralForCausalLM\""), std::string::npos);

@@ -26,6 +26,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/hf_config.h"
+#include "model/testing/expect_model_config.h"
 #include "testing/golden_fixture.h"
 
 namespace shardtrain {
@@ -128,23 +129,8 @@ TEST_P(ExportGoldenDistTest, ExportedModelIsTheGoldenOneAndGivesTransformersLogi
   EXPECT_EQ(got_json["architectures"], want_json["architectures"]);
   const ModelConfig want_config = read_hf_config(golden + "/config.json");
   const ModelConfig got_config = read_hf_config(hf + "/config.json");
-  EXPECT_EQ(got_config.model_type, want_config.model_type);
-  EXPECT_EQ(got_config.head_dim, want_config.head_dim);
-  EXPECT_EQ(got_config.attention_bias, want_config.attention_bias);
-  EXPECT_EQ(got_config.tie_word_embeddings, want_config.tie_word_embeddings);
-  EXPECT_EQ(got_config.rms_norm_eps, want_config.rms_norm_eps);
-  EXPECT_EQ(got_config.sliding_window, want_config.sliding_window);
-  EXPECT_EQ(got_config.rope.theta, want_config.rope.theta);
-  EXPECT_EQ(got_config.rope.type, want_config.rope.type);
-  if (want_config.rope.type == RopeType::kLlama3) {
-    EXPECT_EQ(got_config.rope.factor, want_config.rope.factor);
-    EXPECT_EQ(got_config.rope.low_freq_factor, want_config.rope.low_freq_factor);
-    EXPECT_EQ(got_config.rope.high_freq_factor, want_config.rope.high_freq_factor);
-    EXPECT_EQ(got_config.rope.original_max_position_embeddings,
-              want_config.rope.original_max_position_embeddings);
-  }
-  EXPECT_EQ(got_config.bos_token_id, want_config.bos_token_id);
-  EXPECT_EQ(got_config.eos_token_id, want_config.eos_token_id);
+  shardtrain::testing::expect_same_model_config(got_config, want_config,
+                                                shardtrain::testing::CompareDtype::kNo);
   EXPECT_EQ(got_config.torch_dtype, "float32");
   EXPECT_EQ(got_config.parameter_count(), want_config.parameter_count());
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/testing/real_tokenizers.h"
 #include "data/tokenizer/byte_level.h"
 #include "data/tokenizer/pre_tokenizer.h"
 #include "data/tokenizer/regex.h"
@@ -375,36 +376,6 @@ TEST(Tokenizer, BadFilesThrowErrorsNamingThePath) {
 
 // ---------------------------------------------------------------- real tokenizer.json files
 
-const char* const kFetchHint =
-    "run tools/tokenizer/fetch_tokenizers.sh (or set SHARDTRAIN_TOKENIZER_DIR) to enable it";
-
-fs::path tokenizer_dir() {
-  if (const char* env = std::getenv("SHARDTRAIN_TOKENIZER_DIR"); env != nullptr && *env != 0) {
-    return env;
-  }
-  return fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "tokenizer" / "files";
-}
-
-// Loads one real tokenizer once per process; nullptr when the file is absent.
-const Tokenizer* real_tokenizer(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
-  auto it = loaded.find(name);
-  if (it == loaded.end()) {
-    const fs::path path = tokenizer_dir() / name / "tokenizer.json";
-    std::unique_ptr<Tokenizer> tokenizer;
-    if (fs::exists(path)) tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(path.string()));
-    it = loaded.emplace(name, std::move(tokenizer)).first;
-  }
-  return it->second.get();
-}
-
-#define REQUIRE_TOKENIZER(var, name)                                                       \
-  const Tokenizer* var = real_tokenizer(name);                                             \
-  if (var == nullptr) {                                                                    \
-    GTEST_SKIP() << (tokenizer_dir() / name / "tokenizer.json").string() << " is absent; " \
-                 << kFetchHint;                                                            \
-  }
-
 std::vector<std::string> golden_texts() {
   std::vector<std::string> texts;
   std::ifstream file(fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "tokenizer" / "texts.jsonl");
@@ -422,9 +393,9 @@ std::string nfc(const std::string& text) {
 }
 
 TEST(RealTokenizers, HelloWorldSplitsIntoKnownTokens) {
-  REQUIRE_TOKENIZER(qwen, "qwen3");
-  REQUIRE_TOKENIZER(llama3, "llama3");
-  REQUIRE_TOKENIZER(llama2, "llama2");
+  REQUIRE_REAL_TOKENIZER(qwen, "qwen3");
+  REQUIRE_REAL_TOKENIZER(llama3, "llama3");
+  REQUIRE_REAL_TOKENIZER(llama2, "llama2");
   EXPECT_EQ(qwen->encode("Hello world", false), ids_of(*qwen, {"Hello", "\u0120world"}));
   EXPECT_EQ(llama3->encode("Hello world", false), ids_of(*llama3, {"Hello", "\u0120world"}));
   EXPECT_EQ(llama2->encode("Hello world", false), ids_of(*llama2, {"\u2581Hello", "\u2581world"}));
@@ -432,9 +403,9 @@ TEST(RealTokenizers, HelloWorldSplitsIntoKnownTokens) {
 }
 
 TEST(RealTokenizers, SpecialTokensAndPostProcessors) {
-  REQUIRE_TOKENIZER(qwen, "qwen3");
-  REQUIRE_TOKENIZER(llama3, "llama3");
-  REQUIRE_TOKENIZER(llama2, "llama2");
+  REQUIRE_REAL_TOKENIZER(qwen, "qwen3");
+  REQUIRE_REAL_TOKENIZER(llama3, "llama3");
+  REQUIRE_REAL_TOKENIZER(llama2, "llama2");
   EXPECT_EQ(qwen->encode("<|im_start|>user\nhi<|im_end|>", true),
             ids_of(*qwen, {"<|im_start|>", "user", "\u010A", "hi", "<|im_end|>"}));
   EXPECT_EQ(qwen->decode(qwen->encode("<|im_start|>user\nhi<|im_end|>", false), true), "user\nhi");
@@ -450,25 +421,25 @@ TEST(RealTokenizers, SpecialTokensAndPostProcessors) {
 }
 
 TEST(RealTokenizers, DigitSplittingFollowsThePattern) {
-  REQUIRE_TOKENIZER(qwen, "qwen3");
-  REQUIRE_TOKENIZER(llama3, "llama3");
+  REQUIRE_REAL_TOKENIZER(qwen, "qwen3");
+  REQUIRE_REAL_TOKENIZER(llama3, "llama3");
   EXPECT_EQ(qwen->encode("1234567", false),
             ids_of(*qwen, {"1", "2", "3", "4", "5", "6", "7"}));  // \p{N}: one digit each
   EXPECT_EQ(llama3->encode("1234567", false), ids_of(*llama3, {"123", "456", "7"}));  // {1,3}
 }
 
 TEST(RealTokenizers, VocabSizes) {
-  REQUIRE_TOKENIZER(qwen, "qwen3");
-  REQUIRE_TOKENIZER(llama3, "llama3");
-  REQUIRE_TOKENIZER(llama2, "llama2");
+  REQUIRE_REAL_TOKENIZER(qwen, "qwen3");
+  REQUIRE_REAL_TOKENIZER(llama3, "llama3");
+  REQUIRE_REAL_TOKENIZER(llama2, "llama2");
   EXPECT_EQ(qwen->vocab_size(), 151669);    // 151643 BPE tokens + 26 added
   EXPECT_EQ(llama3->vocab_size(), 128256);  // 128000 BPE tokens + 256 special
   EXPECT_EQ(llama2->vocab_size(), 32000);
 }
 
 TEST(RealTokenizers, ByteLevelRoundTripsEveryText) {
-  REQUIRE_TOKENIZER(qwen, "qwen3");
-  REQUIRE_TOKENIZER(llama3, "llama3");
+  REQUIRE_REAL_TOKENIZER(qwen, "qwen3");
+  REQUIRE_REAL_TOKENIZER(llama3, "llama3");
   const std::vector<std::string> texts = golden_texts();
   ASSERT_GE(texts.size(), 50u);
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -492,7 +463,7 @@ TEST(RealTokenizers, ByteLevelRoundTripsEveryText) {
 }
 
 TEST(RealTokenizers, ConcurrentEncodesAgree) {
-  REQUIRE_TOKENIZER(qwen, "qwen3");
+  REQUIRE_REAL_TOKENIZER(qwen, "qwen3");
   const std::vector<std::string> texts = golden_texts();
   std::vector<std::vector<int32_t>> expected;
   for (const std::string& text : texts) expected.push_back(qwen->encode(text, false));
@@ -517,7 +488,7 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenTest, MatchesHuggingFaceTokenizers) {
   const std::string name = GetParam();
-  REQUIRE_TOKENIZER(tokenizer, name);
+  REQUIRE_REAL_TOKENIZER(tokenizer, name);
   const fs::path golden_path =
       fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "tokenizer" / ("golden_" + name + ".jsonl");
   if (!fs::exists(golden_path)) {

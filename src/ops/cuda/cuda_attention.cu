@@ -58,6 +58,28 @@ __device__ void load_tile(float* tile, int pitch, const T* head_base, int64_t to
 
 // ---- forward ----
 
+// acc[r][c] += sum over the tile's kTile rows j of weights[r][j] * tile[j][lane + 32 c]: this
+// warp's kRowsPerWarp rows of weights (pitch kTile) times a [kTile][D] tile of pitch `pitch`.
+template <int kChunks>
+__device__ __forceinline__ void accumulate_weighted_rows(float (&acc)[kRowsPerWarp][kChunks],
+                                                         const float* weights, const float* tile,
+                                                         int pitch, int D, int lane) {
+  for (int j = 0; j < kTile; ++j) {
+    float x[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = lane + 32 * c;
+      x[c] = d < D ? tile[j * pitch + d] : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float w = weights[r * kTile + j];
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) acc[r][c] += w * x[c];
+    }
+  }
+}
+
 template <typename T, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(const T* q_BTHD, const T* k_BTKD, const T* v_BTKD, float scale,
@@ -133,20 +155,7 @@ __global__ void __launch_bounds__(kThreads)
       probs_s[r * kTile + lane + 32] = p1;
     }
     __syncwarp();
-    for (int j = 0; j < kTile; ++j) {
-      float v[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int d = lane + 32 * c;
-        v[c] = d < D ? v_tile_s[j * D + d] : 0.0f;
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float p = probs_s[r * kTile + j];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) acc[r][c] += p * v[c];
-      }
-    }
+    accumulate_weighted_rows<kChunks>(acc, probs_s, v_tile_s, D, D, lane);
     __syncwarp();
   }
 
@@ -188,6 +197,34 @@ __global__ void attention_delta_kernel(const T* dout_BTHD, const T* out_BTHD, At
     const int64_t t = (row / shape.heads) % shape.seq;
     const int64_t b = row / (int64_t{shape.heads} * shape.seq);
     delta_BHT[(b * shape.heads + h) * shape.seq + t] = dot;
+  }
+}
+
+// The backward kernels' two dot products per (row, key) pair: this warp's kRowsPerWarp rows of
+// the narrow tiles (pitch D) against the lane's rows lane and lane + 32 of the wide tiles (pitch
+// D + 1): first[r][h] = narrow_a[r] . wide_a[lane + 32 h], second[r][h] = narrow_b[r] . wide_b[..].
+__device__ __forceinline__ void warp_rows_dot_lane_rows(const float* narrow_a,
+                                                        const float* narrow_b, const float* wide_a,
+                                                        const float* wide_b, int D, int warp,
+                                                        int lane, float (&first)[kRowsPerWarp][2],
+                                                        float (&second)[kRowsPerWarp][2]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+    first[r][0] = first[r][1] = second[r][0] = second[r][1] = 0;
+  for (int d = 0; d < D; ++d) {
+    const float a0 = wide_a[lane * (D + 1) + d];
+    const float a1 = wide_a[(lane + 32) * (D + 1) + d];
+    const float b0 = wide_b[lane * (D + 1) + d];
+    const float b1 = wide_b[(lane + 32) * (D + 1) + d];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float x = narrow_a[(warp * kRowsPerWarp + r) * D + d];
+      const float y = narrow_b[(warp * kRowsPerWarp + r) * D + d];
+      first[r][0] += x * a0;
+      first[r][1] += x * a1;
+      second[r][0] += y * b0;
+      second[r][1] += y * b1;
+    }
   }
 }
 
@@ -235,24 +272,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     float score[kRowsPerWarp][2], dprob[kRowsPerWarp][2];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      score[r][0] = score[r][1] = dprob[r][0] = dprob[r][1] = 0;
-    for (int d = 0; d < D; ++d) {
-      const float k0 = k_tile_s[lane * (D + 1) + d];
-      const float k1 = k_tile_s[(lane + 32) * (D + 1) + d];
-      const float v0 = v_tile_s[lane * (D + 1) + d];
-      const float v1 = v_tile_s[(lane + 32) * (D + 1) + d];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float q = q_tile_s[(warp * kRowsPerWarp + r) * D + d];
-        const float g = dout_tile_s[(warp * kRowsPerWarp + r) * D + d];
-        score[r][0] += q * k0;
-        score[r][1] += q * k1;
-        dprob[r][0] += g * v0;
-        dprob[r][1] += g * v1;
-      }
-    }
+    warp_rows_dot_lane_rows(q_tile_s, dout_tile_s, k_tile_s, v_tile_s, D, warp, lane, score, dprob);
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int query = first_query + warp * kRowsPerWarp + r;
@@ -268,20 +288,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncwarp();
-    for (int j = 0; j < kTile; ++j) {
-      float k[kChunks];
-#pragma unroll
-      for (int c = 0; c < kChunks; ++c) {
-        const int d = lane + 32 * c;
-        k[c] = d < D ? k_tile_s[j * (D + 1) + d] : 0.0f;
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float ds = dscores_s[r * kTile + j];
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) acc[r][c] += ds * k[c];
-      }
-    }
+    accumulate_weighted_rows<kChunks>(acc, dscores_s, k_tile_s, D + 1, D, lane);
     __syncwarp();
   }
 
@@ -350,24 +357,8 @@ __global__ void __launch_bounds__(kThreads)
 
       // Lane holds query rows lane and lane + 32 against each of the warp's 8 keys.
       float score[kRowsPerWarp][2], dprob[kRowsPerWarp][2];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        score[r][0] = score[r][1] = dprob[r][0] = dprob[r][1] = 0;
-      for (int d = 0; d < D; ++d) {
-        const float q0 = q_tile_s[lane * (D + 1) + d];
-        const float q1 = q_tile_s[(lane + 32) * (D + 1) + d];
-        const float g0 = dout_tile_s[lane * (D + 1) + d];
-        const float g1 = dout_tile_s[(lane + 32) * (D + 1) + d];
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float k = k_tile_s[(warp * kRowsPerWarp + r) * D + d];
-          const float v = v_tile_s[(warp * kRowsPerWarp + r) * D + d];
-          score[r][0] += q0 * k;
-          score[r][1] += q1 * k;
-          dprob[r][0] += g0 * v;
-          dprob[r][1] += g1 * v;
-        }
-      }
+      warp_rows_dot_lane_rows(k_tile_s, v_tile_s, q_tile_s, dout_tile_s, D, warp, lane, score,
+                              dprob);
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         const int key = first_key + warp * kRowsPerWarp + r;

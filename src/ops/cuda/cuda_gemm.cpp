@@ -234,6 +234,38 @@ void require_gemm_input(const Tensor& t, const char* what) {
 
 namespace {
 
+// The one place a GemmCall is filled from tensors: D (m x n) = op(A) op(B) + beta * D, column
+// major with leading dimensions lda, ldb, ldc (cuBLAS's view of our row-major tensors).
+struct GemmOperands {
+  const Tensor& a;
+  int64_t lda;
+  const Tensor& b;
+  int64_t ldb;
+  const Tensor& out;
+  int64_t ldc;
+};
+GemmCall gemm_of(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                 const GemmOperands& operands, float beta) {
+  const auto& [a, lda, b, ldb, out, ldc] = operands;
+  GemmCall call;
+  call.transpose_a = transpose_a;
+  call.transpose_b = transpose_b;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.a = a.data();
+  call.a_dtype = a.dtype();
+  call.lda = lda;
+  call.b = b.data();
+  call.b_dtype = b.dtype();
+  call.ldb = ldb;
+  call.c = out.data();
+  call.c_dtype = out.dtype();
+  call.ldc = ldc;
+  call.beta = beta;
+  return call;
+}
+
 // The GEMM of out_NO = x_NI @ weight_OI^T (overwriting out), after the shape and dtype checks.
 GemmCall forward_call(const Tensor& x_NI, const Tensor& weight_OI, const Tensor& out_NO) {
   const int64_t in_features = row_width(x_NI);
@@ -248,21 +280,8 @@ GemmCall forward_call(const Tensor& x_NI, const Tensor& weight_OI, const Tensor&
   require_gemm_input(out_NO, "linear out");
   SHARDTRAIN_CHECK(x_NI.dtype() == weight_OI.dtype(), "linear: x {} but weight {}",
                    dtype_name(x_NI.dtype()), dtype_name(weight_OI.dtype()));
-  GemmCall call;
-  call.transpose_a = true;
-  call.m = out_features;
-  call.n = rows;
-  call.k = in_features;
-  call.a = weight_OI.data();
-  call.a_dtype = weight_OI.dtype();
-  call.lda = in_features;
-  call.b = x_NI.data();
-  call.b_dtype = x_NI.dtype();
-  call.ldb = in_features;
-  call.c = out_NO.data();
-  call.c_dtype = out_NO.dtype();
-  call.ldc = out_features;
-  return call;
+  return gemm_of(true, false, out_features, rows, in_features,
+                 {weight_OI, in_features, x_NI, in_features, out_NO, out_features}, 0.0f);
 }
 
 }  // namespace
@@ -325,40 +344,14 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
     SHARDTRAIN_CHECK(dx_NI.numel() == x_NI.numel(), "linear dx {} for x {}",
                      dx_NI.shape().to_string(), x_NI.shape().to_string());
     require_gemm_input(dx_NI, "linear dx");
-    GemmCall call;
-    call.m = in_features;
-    call.n = rows;
-    call.k = out_features;
-    call.a = weight_OI.data();
-    call.a_dtype = weight_OI.dtype();
-    call.lda = in_features;
-    call.b = dout_NO.data();
-    call.b_dtype = dout_NO.dtype();
-    call.ldb = out_features;
-    call.c = dx_NI.data();
-    call.c_dtype = dx_NI.dtype();
-    call.ldc = in_features;
-    call.beta = accumulate_dx ? 1.0f : 0.0f;
-    gemm_->run(call);
+    gemm_->run(gemm_of(false, false, in_features, rows, out_features,
+                       {weight_OI, in_features, dout_NO, out_features, dx_NI, in_features},
+                       accumulate_dx ? 1.0f : 0.0f));
   }
-  {
-    GemmCall call;
-    call.transpose_b = true;
-    call.m = in_features;
-    call.n = out_features;
-    call.k = rows;
-    call.a = x_NI.data();
-    call.a_dtype = x_NI.dtype();
-    call.lda = in_features;
-    call.b = dout_NO.data();
-    call.b_dtype = dout_NO.dtype();
-    call.ldb = out_features;
-    call.c = dweight_OI.data();
-    call.c_dtype = dweight_OI.dtype();
-    call.ldc = in_features;
-    call.beta = accumulate_dweight ? 1.0f : 0.0f;  // beta 0: the fp32 gradient is not read
-    gemm_->run(call);
-  }
+  // beta 0: the fp32 gradient is not read
+  gemm_->run(gemm_of(false, true, in_features, out_features, rows,
+                     {x_NI, in_features, dout_NO, out_features, dweight_OI, in_features},
+                     accumulate_dweight ? 1.0f : 0.0f));
   if (dbias_O.defined()) {
     SHARDTRAIN_CHECK(dbias_O.numel() == out_features, "linear dbias {} for {} outputs",
                      dbias_O.shape().to_string(), out_features);
