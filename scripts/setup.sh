@@ -9,6 +9,10 @@ packages=(
   python3
   python3-torch  # a real PyTorch for the torchrun drop-in tests (launch/torchrun_compat_dist_test)
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
+  libssl-dev  # TLS to etcd (dist/etcd_http.cpp); the etcd TLS test makes its certificates with openssl
+  openssl
+  clang libclang-rt-dev  # libFuzzer + sanitizers for the fuzz targets (tests/fuzz, CMake SHARDTRAIN_FUZZ)
+  prometheus  # Prometheus + promtool for the /metrics tests (launch/node_metrics_service_test)
   # Kubernetes manifests and the package (docs/kubernetes.md): CRD validation, the Debian package
   # (CPack: dpkg-shlibdeps, file), the clean-root install test and the network-namespace pod test.
   python3-jsonschema python3-yaml dpkg-dev file debootstrap iproute2

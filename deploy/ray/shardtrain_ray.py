@@ -39,6 +39,8 @@ def parse_args(argv):
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--max-restarts", type=int, default=3)
     parser.add_argument("--stop-grace", type=int, default=270)
+    parser.add_argument("--metrics-port", type=int,
+                        help="each node's launcher serves Prometheus /metrics on this port")
     parser.add_argument("--binary", default="shardtrain")
     args = parser.parse_args(argv[:split])
     args.worker_command = argv[split + 1:]
@@ -65,6 +67,7 @@ def launch_command(args, node_rank, master_address):
     """The `shardtrain launch` command of node `node_rank`, node 0 at `master_address`."""
     endpoint = f"[{master_address}]:{STORE_PORT}" if ":" in master_address else \
         f"{master_address}:{STORE_PORT}"
+    metrics = ["--metrics-port", str(args.metrics_port)] if args.metrics_port is not None else []
     return [args.binary, "launch",
             "--nnodes", str(args.nodes),
             "--node-rank", str(node_rank),
@@ -73,8 +76,8 @@ def launch_command(args, node_rank, master_address):
             "--rdzv-endpoint", endpoint,
             "--rdzv-id", args.run_id,
             "--max-restarts", str(args.max_restarts),
-            "--stop-grace", str(args.stop_grace),
-            "--"] + list(args.worker_command)
+            "--stop-grace", str(args.stop_grace)] + metrics + \
+        ["--"] + list(args.worker_command)
 
 
 def combined_exit_code(codes):

@@ -32,6 +32,17 @@ class LaunchCommandTest(unittest.TestCase):
         command = shardtrain_ray.launch_command(args, 0, "fd00::5")
         self.assertEqual(command[command.index("--rdzv-endpoint") + 1], "[fd00::5]:29500")
 
+    def test_metrics_port_goes_to_every_nodes_launcher(self):
+        args = parse(["--nodes", "2", "--gpus-per-node", "8", "--run-id", "x",
+                      "--metrics-port", "9400", "--", "train"])
+        command = shardtrain_ray.launch_command(args, 1, "10.1.2.3")
+        self.assertEqual(command[command.index("--metrics-port") + 1], "9400")
+        self.assertLess(command.index("--metrics-port"), command.index("--"))
+        plain = shardtrain_ray.launch_command(
+            parse(["--nodes", "1", "--gpus-per-node", "0", "--run-id", "x", "--", "train"]), 0,
+            "h")
+        self.assertNotIn("--metrics-port", plain)
+
     def test_cpu_job_runs_one_worker_per_node(self):
         args = parse(["--nodes", "3", "--gpus-per-node", "0", "--run-id", "x", "--", "train"])
         self.assertEqual(args.nproc_per_node, 1)

@@ -359,6 +359,58 @@ TEST_F(CliTest, EmptyDataFile) {
   }
 }
 
+// Inputs that crashed the binary (rc 134: bad_alloc, a negative tensor dim, an uncaught JSON
+// type_error) or leaked the JSON library's text: now one line naming the key, exit 2.
+TEST_F(CliTest, HostileSizesAndFilesEndInOneLineErrors) {
+  const std::string data = write_jsonl("data.jsonl", 8, 20, 90);
+  const auto model_with = [&](const std::string& name, const std::string& key,
+                              const std::string& value) {
+    const std::string dir = copy_golden("llama_gqa");
+    std::ifstream in(dir + "/config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config[key] = nlohmann::json::parse(value);
+    fs::rename(dir, path(name));
+    std::ofstream(path(name) + "/config.json", std::ios::trunc) << config.dump();
+    return path(name);
+  };
+  expect_user_error(
+      run("train --config " + train_toml(model_with("h40", "hidden_size", "1099511627776"), data)),
+      {"'hidden_size' = 1099511627776", "maximum"});
+  expect_user_error(run("train --config " +
+                        train_toml(model_with("h62", "hidden_size", "4611686018427387904"), data)),
+                    {"'hidden_size'", "maximum"});
+  expect_user_error(run("train --config " +
+                        train_toml(model_with("l9", "num_hidden_layers", "1000000000"), data)),
+                    {"'num_hidden_layers'", "maximum"});
+  expect_user_error(run("train --config " + train_toml(kGolden + "llama_gqa", data) +
+                        " --data.seq_len=1000000000000"),
+                    {"'data.seq_len'", "1000000000000"});
+
+  const std::string tokenizer_dir = path("tok");
+  fs::create_directories(tokenizer_dir);
+  shardtrain::testing::write_tiny_tokenizer(tokenizer_dir);
+  const Result bad_line = shardtrain::testing::run_command(
+      "echo '{\"text\": ' | " + kBinary + " tokenize --tokenizer " + tokenizer_dir);
+  expect_user_error(bad_line, {"stdin:1: not valid JSON"});
+  EXPECT_EQ(bad_line.output.find("[json.exception"), std::string::npos) << bad_line.output;
+  std::string text;
+  {
+    std::ifstream in(tokenizer_dir + "/tokenizer.json");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  write("tok/tokenizer.json", text.substr(0, text.size() / 2));  // truncated
+  const Result truncated = shardtrain::testing::run_command(
+      "echo '{\"text\": \"hi\"}' | " + kBinary + " tokenize --tokenizer " + tokenizer_dir);
+  expect_user_error(truncated, {"tokenizer.json: not valid JSON"});
+  EXPECT_EQ(truncated.output.find("[json.exception"), std::string::npos) << truncated.output;
+  nlohmann::json dropout = nlohmann::json::parse(text);
+  dropout["model"]["dropout"] = "high";
+  write("tok/tokenizer.json", dropout.dump());
+  expect_user_error(shardtrain::testing::run_command("echo '{\"text\": \"hi\"}' | " + kBinary +
+                                                     " tokenize --tokenizer " + tokenizer_dir),
+                    {"model.dropout must be a number"});
+}
+
 TEST_F(CliTest, MissingConfigFile) {
   Result r = run("train --config " + path("absent.toml"));
   EXPECT_EQ(r.exit_code, 2);

@@ -29,7 +29,7 @@ bool has_line_starting(const Result& r, const std::string& prefix) {
 
 // A loopback port that was free a moment ago.
 int free_port() {
-  shardtrain::TcpStoreServer probe("127.0.0.1", 0);
+  shardtrain::TcpStoreServer probe("127.0.0.1", 0, "port-probe-secret-0123");
   return probe.port();
 }
 
@@ -40,6 +40,7 @@ std::vector<Result> run_cpu_cluster(int nodes) {
   const auto node = [&](int rank) {
     return run("launch --nnodes " + std::to_string(nodes) + " --node-rank " + std::to_string(rank) +
                " --nproc-per-node 1 --rdzv-endpoint 127.0.0.1:" + std::to_string(port) +
+               " --rdzv-conf token=doctor-test-secret-0123456789" +  // several nodes need one
                " -- doctor --nccl-test --comm-test-device cpu " + "--nccl-test-mib 1");
   };
   std::vector<std::future<Result>> others;

@@ -53,7 +53,8 @@ std::optional<doctor::RendezvousTarget> rendezvous_target(const DoctorArgs& args
   flags.command = {"doctor"};
   flags.subcommands = {"doctor"};  // resolved as this binary's own subcommand
   const launch::LaunchConfig config = launch::resolve_launch_config(flags, env);
-  return doctor::RendezvousTarget{config.rdzv_backend, config.rdzv_host, config.rdzv_port};
+  return doctor::RendezvousTarget{config.rdzv_backend, config.rdzv_host, config.rdzv_port,
+                                  config.store_secret};
 }
 
 int print_report(const DoctorArgs& args, const std::vector<CheckResult>& checks,

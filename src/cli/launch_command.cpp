@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "launch/launch_config.h"
 #include "launch/launcher.h"
+#include "obs/metrics_endpoint.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -97,6 +98,23 @@ void add_worker_options(CLI::App* cmd, launch::LaunchFlags& flags) {
                 "the worker command is an executable, not a Python script [default off]");
 }
 
+// The node's Prometheus endpoint, served by this agent for all of its workers
+// (launch/node_metrics.h); CLI11 checks the values (a bad one is one error line, exit 2).
+void add_metrics_options(CLI::App* cmd, MetricsOptions& metrics) {
+  cmd->add_option("--metrics-port,--metrics_port", metrics.port,
+                  "serve Prometheus /metrics (training metrics of every local rank, GPU "
+                  "metrics under DCGM names) on PORT; 0 = a free port [default: off]")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--metrics-address,--metrics_address", metrics.address,
+                  "address the /metrics endpoint binds [default 0.0.0.0]");
+  cmd->add_option("--metrics-gpu,--metrics_gpu", metrics.gpu,
+                  "true/false: GPU metrics from NVML (false where dcgm-exporter runs) "
+                  "[default true]");
+  cmd->add_option("--metrics-gpu-interval,--metrics_gpu_interval", metrics.gpu_interval_s,
+                  "seconds between GPU metric samples [default 1]")
+      ->check(CLI::Range(0.05, 3600.0));
+}
+
 }  // namespace
 
 void mark_launch_separator(std::vector<std::string>& args) {
@@ -120,10 +138,12 @@ void add_launch_command(CLI::App& app, int& exit_code) {
       "PyTorchJob; flags win. Environment variables: docs/launcher.md");
   add_rendezvous_options(cmd, *flags);
   add_worker_options(cmd, *flags);
+  auto metrics = std::make_shared<MetricsOptions>();
+  add_metrics_options(cmd, *metrics);
   // The first word that is not a launcher flag starts the worker command: CLI11 stops there
   // and hands it and everything after it over untouched as remaining().
   cmd->prefix_command();
-  cmd->callback([cmd, flags, &app, &exit_code] {
+  cmd->callback([cmd, flags, metrics, &app, &exit_code] {
     std::vector<std::string> words = cmd->remaining();
     if (!words.empty() && words.front() == kSeparatorMarker) {
       words.erase(words.begin());
@@ -137,7 +157,8 @@ void add_launch_command(CLI::App& app, int& exit_code) {
     for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
       flags->subcommands.push_back(sub->get_name());
     }
-    exit_code = launch::run_agent(launch::resolve_launch_config(*flags, launch::process_env()));
+    exit_code =
+        launch::run_agent(launch::resolve_launch_config(*flags, launch::process_env()), *metrics);
   });
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json_message.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer_files.h"
 
@@ -31,7 +32,7 @@ int run_tokenize(const TokenizeArgs& args) {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& error) {
       fail("stdin:{}: not valid JSON ({}); each line must be {{\"text\": \"...\"}}", line_number,
-           error.what());
+           json_message(error));
     }
     const auto text = record.is_object() ? record.find("text") : record.end();
     if (!record.is_object() || text == record.end() || !text->is_string()) {

@@ -27,13 +27,13 @@ struct TrainArgs {
   // Shortcuts for train.checkpoint_dir / checkpoint_every / resume ("" = not given); applied as
   // overrides so they are checked like the config keys.
   std::string checkpoint_dir, checkpoint_every, resume;
+  std::string metrics_port;  // shortcut for metrics.port ("" = not given)
 };
 
-int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
-              const WorkerEnv& worker) {
-  TrainConfig config;
-  ConfigSchema schema;
-  config.register_config(schema);
+// Loads args.config_paths and applies the overrides and the flag shortcuts to `config`.
+// REQUIRES: config.register_config(schema) was called.
+void resolve_config(const TrainArgs& args, const std::vector<std::string>& overrides,
+                    TrainConfig& config, ConfigSchema& schema) {
   apply_config_args(schema, args.config_paths, overrides);
   if (!args.checkpoint_dir.empty())
     schema.apply_override("train.checkpoint_dir=" + args.checkpoint_dir);
@@ -41,7 +41,16 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
     schema.apply_override("train.checkpoint_every=" + args.checkpoint_every);
   }
   if (!args.resume.empty()) schema.apply_override("train.resume=" + args.resume);
+  if (!args.metrics_port.empty()) schema.apply_override("metrics.port=" + args.metrics_port);
   if (args.steps > 0) config.train.steps = args.steps;
+}
+
+int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
+              const WorkerEnv& worker) {
+  TrainConfig config;
+  ConfigSchema schema;
+  config.register_config(schema);
+  resolve_config(args, overrides, config, schema);
   if (args.print_config) {
     std::printf("%s", schema.to_toml().c_str());
     return 0;
@@ -87,6 +96,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--resume", args->resume,
                   "auto (newest complete checkpoint in --checkpoint-dir, if any), never, or a "
                   "checkpoint path (train.resume)");
+  cmd->add_option("--metrics-port", args->metrics_port,
+                  "serve Prometheus /metrics of this node on PORT (0 = a free port; "
+                  "metrics.port); see also metrics.address, metrics.gpu");
   cmd->add_flag("--print-config", args->print_config,
                 "print the whole resolved config as TOML and exit");
   cmd->add_option("--nproc-per-node", args->nproc_per_node,
@@ -97,8 +109,15 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->callback([cmd, args, &exit_code] {
     const WorkerEnv worker = read_worker_env();
     if (args->nproc_per_node > 1 && !worker.launched) {
+      // The launcher serves the node's metrics: it needs the [metrics] settings of the job.
+      TrainConfig config;
+      ConfigSchema schema;
+      config.register_config(schema);
+      resolve_config(*args, cmd->remaining(), config, schema);
+      config.metrics.validate();
       exit_code = launch::launch_local_workers(args->nproc_per_node,
-                                               launch::own_args_without("--nproc-per-node"));
+                                               launch::own_args_without("--nproc-per-node"),
+                                               config.metrics.endpoint_options());
       return;
     }
     exit_code = run_train(*args, cmd->remaining(), worker);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_message.h"
 #include "data/jsonl_lines.h"
 
 namespace shardtrain {
@@ -62,7 +63,7 @@ void JsonlDataset::parse_line(const std::string& line, size_t line_number) {
   try {
     record = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& error) {
-    fail("{}: not valid JSON ({})", where, json_error_message(error));
+    fail("{}: not valid JSON ({})", where, json_message(error));
   }
   if (!record.is_object()) {
     fail("{}: expected a JSON object like {{\"input_ids\": [...]}}, got {}", where,

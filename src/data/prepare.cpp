@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_message.h"
 #include "data/formats.h"
 #include "data/hf_chat_template.h"
 #include "data/jsonl_lines.h"
@@ -78,8 +79,8 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
   try {
     return json::parse(line);
   } catch (const json::exception& error) {
-    problem = fmt::format("not valid JSON ({}); each line must be one JSON object",
-                          json_error_message(error));
+    problem =
+        fmt::format("not valid JSON ({}); each line must be one JSON object", json_message(error));
     return std::nullopt;
   }
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_message.h"
 
 namespace shardtrain {
 namespace {
@@ -118,7 +119,7 @@ void read_config_files(const fs::path& dir, TokenizerFiles& files) {
     config = nlohmann::json::parse(text.str());
   } catch (const nlohmann::json::exception& error) {
     fail("{}: not valid JSON ({}); fix or remove tokenizer_config.json", files.config_json,
-         error.what());
+         json_message(error));
   }
   if (!config.is_object()) {
     fail("{}: expected a JSON object; fix or remove tokenizer_config.json", files.config_json);

@@ -8,6 +8,7 @@
 #include "dist/host_staged_comm.h"
 #include "dist/nccl_comm.h"
 #include "dist/store_keys.h"
+#include "dist/store_secret.h"
 #include "dist/tcp_store.h"
 #include "ops/backend.h"
 
@@ -63,8 +64,9 @@ DistWorld connect_world(const WorkerEnv& env, Ops& ops, const CudaComputeStream&
           "directory all ranks share",
           env.world);
     }
-    world.store = std::make_unique<TcpStoreClient>(env.rendezvous_host(), env.rendezvous_port(),
-                                                   std::chrono::minutes(5));
+    world.store =
+        std::make_unique<TcpStoreClient>(env.rendezvous_host(), env.rendezvous_port(),
+                                         std::chrono::minutes(5), require_store_secret(env));
   }
   // Keys scoped by restart, so a restarted group never reads the previous group's addresses.
   const std::string prefix = store_keys::world_comm(env.restart_count);

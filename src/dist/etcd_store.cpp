@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/etcd_http.h"
 #include "dist/tcp_store_wire.h"
 
 namespace shardtrain {
@@ -65,93 +66,24 @@ std::string base64_decode(const std::string& text) {
 int64_t json_int(const Json& object, const char* field) {
   if (!object.contains(field)) return 0;
   const Json& v = object[field];
-  if (v.is_number()) return v.get<int64_t>();
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (!v.is_string()) return 0;
   const std::string text = v.get<std::string>();
   int64_t n = 0;
   std::from_chars(text.data(), text.data() + text.size(), n);
   return n;
 }
 
-struct HttpResponse {
-  int status = 0;
-  std::string body;
-  std::string date;  // the Date header's value (lowercased), "" when absent
-};
-
-// Decodes a "Transfer-Encoding: chunked" body.
-std::optional<std::string> dechunk(const std::string& raw) {
-  std::string out;
-  size_t at = 0;
-  while (true) {
-    const size_t line_end = raw.find("\r\n", at);
-    if (line_end == std::string::npos) return std::nullopt;
-    const size_t size = std::strtoul(raw.substr(at, line_end - at).c_str(), nullptr, 16);
-    at = line_end + 2;
-    if (size == 0) return out;
-    if (at + size > raw.size()) return std::nullopt;
-    out += raw.substr(at, size);
-    at += size + 2;
+// An etcd reply body as JSON; anything else is an Error (it comes from the network).
+Json parse_reply(const std::string& body) {
+  Json reply = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (reply.is_discarded() || !reply.is_object()) {
+    fail(
+        "the reply from etcd is not a JSON object ('{}'); HINT: is --rdzv-endpoint etcd's "
+        "client port?",
+        body.substr(0, 60));
   }
-}
-
-// One HTTP/1.1 POST with "Connection: close": the response ends at EOF. Returns nullopt with
-// `error` set when the server cannot be reached or the response is cut off before `deadline`.
-std::optional<HttpResponse> http_post(const std::string& host, int port, const std::string& path,
-                                      const std::string& body, Clock::time_point deadline,
-                                      std::string& error) {
-  const int fd = tcp_store_wire::connect_tcp(host, port, error);
-  if (fd < 0) return std::nullopt;
-  const std::string request = fmt::format(
-      "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
-      "Connection: close\r\n\r\n{}",
-      path, tcp_store_wire::format_endpoint(host, port), body.size(), body);
-  if (!tcp_store_wire::send_all(fd, request)) {
-    error = "connection lost while sending";
-    ::close(fd);
-    return std::nullopt;
-  }
-  std::string raw;
-  char buffer[16384];
-  while (true) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
-    if (ready == 0) {
-      error = "no response before the timeout";
-      ::close(fd);
-      return std::nullopt;
-    }
-    if (ready < 0 && errno == EINTR) continue;
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    raw.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t header_end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.", 0) != 0 || header_end == std::string::npos || raw.size() < 12) {
-    error = "not an HTTP response (is this etcd's client port?)";
-    return std::nullopt;
-  }
-  HttpResponse response;
-  response.status = std::atoi(raw.c_str() + 9);
-  std::string headers = raw.substr(0, header_end);
-  std::transform(headers.begin(), headers.end(), headers.begin(), ::tolower);
-  response.body = raw.substr(header_end + 4);
-  if (const size_t date = headers.find("\r\ndate:"); date != std::string::npos) {
-    const size_t begin = headers.find_first_not_of(' ', date + 7);
-    response.date = headers.substr(begin, headers.find("\r\n", begin) - begin);
-  }
-  if (headers.find("transfer-encoding: chunked") != std::string::npos) {
-    auto decoded = dechunk(response.body);
-    if (!decoded) {
-      error = "truncated chunked response";
-      return std::nullopt;
-    }
-    response.body = std::move(*decoded);
-  }
-  return response;
+  return reply;
 }
 
 }  // namespace
@@ -160,9 +92,18 @@ EtcdStore::EtcdStore(std::string host, int port, std::string scope, Options opti
     : host_(std::move(host)), port_(port), scope_(std::move(scope)), options_(std::move(options)) {
   SHARDTRAIN_CHECK(!scope_.empty() && scope_.front() == '/' && scope_.back() == '/',
                    "etcd scope '{}' must start and end with '/'", scope_);
+  if (!options_.tls.ca_file.empty()) {
+    tls_ = std::make_unique<EtcdTls>(options_.tls);
+  } else if (!options_.tls.cert_file.empty() || !options_.tls.key_file.empty()) {
+    fail("--rdzv-conf cert= and key= need cacert= too (the CA of etcd's certificate)");
+  }
+  if (options_.user.empty() != options_.password.empty()) {
+    fail("--rdzv-conf user= and password= go together (etcd's user/password authentication)");
+  }
+  if (!options_.user.empty()) authenticate();
   if (options_.lease_ttl_seconds <= 0) return;
   const Json grant =
-      Json::parse(post("/v3/lease/grant", Json{{"TTL", options_.lease_ttl_seconds}}.dump(),
+      parse_reply(post("/v3/lease/grant", Json{{"TTL", options_.lease_ttl_seconds}}.dump(),
                        "a lease", request_deadline()));
   lease_id_ = std::to_string(json_int(grant, "ID"));
   keepalive_thread_ = std::thread([this] { keepalive_loop(); });
@@ -197,7 +138,7 @@ void EtcdStore::keepalive_loop() {
   while (!keepalive_stop_.wait_for(lock, period, [this] { return keepalive_stopping_; })) {
     lock.unlock();
     try {
-      const Json reply = Json::parse(post("/v3/lease/keepalive", Json{{"ID", lease_id_}}.dump(),
+      const Json reply = parse_reply(post("/v3/lease/keepalive", Json{{"ID", lease_id_}}.dump(),
                                           "lease " + lease_id_, Clock::now() + period));
       if (json_int(reply.value("result", Json::object()), "TTL") <= 0) {
         log::warn("etcd at {}: lease {} has expired; this agent's membership keys are gone",
@@ -216,8 +157,10 @@ EtcdStore::ServerStatus EtcdStore::server_status(Duration timeout) {
   ServerStatus status;
   std::string error;
   const auto sent = std::chrono::system_clock::now();
-  const auto response =
-      http_post(host_, port_, "/v3/maintenance/status", "{}", Clock::now() + timeout, error);
+  std::string headers;
+  if (!options_.user.empty()) headers = "Authorization: " + auth_token() + "\r\n";
+  const auto response = http_post(host_, port_, "/v3/maintenance/status", headers, "{}", tls_.get(),
+                                  Clock::now() + timeout, error);
   const auto received = std::chrono::system_clock::now();
   if (!response) fail("etcd at {}: {}; is etcd running there? check --rdzv-endpoint", endpoint(), error);
   if (response->status != 200) {
@@ -257,11 +200,23 @@ std::string EtcdStore::post(const std::string& path, const std::string& body,
                             const std::string& what, Clock::time_point deadline) {
   auto backoff = 10ms;
   std::string error;
+  bool authenticated_again = false;
   while (true) {
-    if (auto response = http_post(host_, port_, path, body, deadline, error)) {
+    std::string headers;
+    if (!options_.user.empty()) headers = "Authorization: " + auth_token() + "\r\n";
+    if (auto response = http_post(host_, port_, path, headers, body, tls_.get(), deadline, error)) {
       if (response->status == 200) return response->body;
+      // A token expires (etcd's simple tokens after 5 idle minutes): get a new one, once.
+      const bool token_refused =
+          response->status == 401 || response->body.find("invalid auth token") != std::string::npos;
+      if (token_refused && !options_.user.empty() && !authenticated_again) {
+        authenticated_again = true;
+        authenticate();
+        continue;
+      }
       // 5xx from the gateway while etcd (re)starts is transient; 4xx is our request's fault.
-      error = fmt::format("HTTP {} from {}: {}", response->status, path, response->body);
+      error =
+          fmt::format("HTTP {} from {}: {}", response->status, path, response->body.substr(0, 200));
       if (response->status < 500) break;
     }
     if (Clock::now() + backoff >= deadline) break;
@@ -272,6 +227,30 @@ std::string EtcdStore::post(const std::string& path, const std::string& body,
        endpoint(), error, endpoint());
 }
 
+std::string EtcdStore::auth_token() {
+  std::lock_guard<std::mutex> lock(auth_mutex_);
+  return auth_token_;
+}
+
+void EtcdStore::authenticate() {
+  const Json request{{"name", options_.user}, {"password", options_.password}};
+  std::string error;
+  const auto response = http_post(host_, port_, "/v3/auth/authenticate", "", request.dump(),
+                                  tls_.get(), request_deadline(), error);
+  if (!response)
+    fail("etcd at {}: cannot authenticate user '{}': {}", endpoint(), options_.user, error);
+  const Json reply = Json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  if (response->status != 200 || !reply.is_object() || !reply.contains("token") ||
+      !reply["token"].is_string()) {
+    fail(
+        "etcd at {}: user '{}' was not authenticated (HTTP {}: {}); HINT: check --rdzv-conf "
+        "user= and password=",
+        endpoint(), options_.user, response->status, response->body.substr(0, 200));
+  }
+  std::lock_guard<std::mutex> lock(auth_mutex_);
+  auth_token_ = reply["token"].get<std::string>();
+}
+
 void EtcdStore::set(const std::string& key, const std::string& value) {
   Json request{{"key", base64_encode(scope_ + key)}, {"value", base64_encode(value)}};
   if (const std::string lease = lease_for(key); !lease.empty()) request["lease"] = lease;
@@ -280,7 +259,7 @@ void EtcdStore::set(const std::string& key, const std::string& value) {
 
 std::optional<std::string> EtcdStore::read(const std::string& key, Clock::time_point deadline) {
   const Json reply =
-      Json::parse(post("/v3/kv/range", Json{{"key", base64_encode(scope_ + key)}}.dump(),
+      parse_reply(post("/v3/kv/range", Json{{"key", base64_encode(scope_ + key)}}.dump(),
                        "key '" + key + "'", deadline));
   if (!reply.contains("kvs") || reply["kvs"].empty()) return std::nullopt;
   return base64_decode(reply["kvs"][0].value("value", ""));
@@ -318,7 +297,7 @@ void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
 int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   const std::string full_key = base64_encode(scope_ + key);
   while (true) {
-    const Json range = Json::parse(post("/v3/kv/range", Json{{"key", full_key}}.dump(),
+    const Json range = parse_reply(post("/v3/kv/range", Json{{"key", full_key}}.dump(),
                                         "key '" + key + "'", request_deadline()));
     int64_t current = 0;
     int64_t mod_revision = 0;  // 0 compares equal for an absent key
@@ -341,7 +320,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
                                                  {"mod_revision", std::to_string(mod_revision)}}})},
                    {"success", Json::array({Json{{"request_put", put}}})}};
     const Json reply =
-        Json::parse(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
+        parse_reply(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
     if (reply.value("succeeded", false)) return next;
   }
 }
@@ -363,7 +342,7 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
                  {"success", Json::array({Json{{"request_put", put}}})},
                  {"failure", Json::array({Json{{"request_range", Json{{"key", full_key}}}}})}};
   const Json reply =
-      Json::parse(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
+      parse_reply(post("/v3/kv/txn", txn.dump(), "key '" + key + "'", request_deadline()));
   if (reply.value("succeeded", false)) return desired;
   const Json& range = reply["responses"][0]["response_range"];
   if (!range.contains("kvs") || range["kvs"].empty()) return "";
@@ -372,7 +351,7 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
 
 bool EtcdStore::remove(const std::string& key) {
   const Json reply =
-      Json::parse(post("/v3/kv/deleterange", Json{{"key", base64_encode(scope_ + key)}}.dump(),
+      parse_reply(post("/v3/kv/deleterange", Json{{"key", base64_encode(scope_ + key)}}.dump(),
                        "key '" + key + "'", request_deadline()));
   return json_int(reply, "deleted") > 0;
 }

@@ -1,7 +1,8 @@
 // EtcdStore: a Store over etcd v3's JSON gateway (HTTP POST to /v3/kv/* and /v3/lease/* on the
 // client port, e.g. 127.0.0.1:2379; etcd 3.4+, Debian `etcd-server`). Keys and values travel
 // base64-encoded in JSON; the HTTP client is a few lines over a socket (one connection per
-// request, "Connection: close"), so there is nothing to link.
+// request, "Connection: close", dist/etcd_http.h), optionally over TLS (OpenSSL) with client
+// certificates, and etcd's user/password authentication can be used (Options).
 //
 // Every key is prefixed by `scope` (e.g. "/shardtrain/<run id>/"), so runs never share keys.
 //   set         = put
@@ -23,10 +24,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
+#include "dist/etcd_http.h"
 #include "dist/store.h"
 
 namespace shardtrain {
@@ -37,6 +40,10 @@ class EtcdStore final : public Store {
     Duration request_timeout{30000};                          // retries of one non-blocking call
     int lease_ttl_seconds = 0;                                // 0: no lease
     std::function<bool(const std::string& key)> leased_keys;  // which writes carry the lease
+    EtcdTlsFiles tls;  // https with these when tls.ca_file is set (dist/etcd_http.h)
+    // etcd user/password authentication (both or neither): the constructor gets a token from
+    // /v3/auth/authenticate and every request carries it; an expired one is renewed.
+    std::string user, password;
   };
 
   // REQUIRES: `scope` starts and ends with '/'.
@@ -85,12 +92,17 @@ class EtcdStore final : public Store {
   std::optional<std::string> read(const std::string& key,
                                   std::chrono::steady_clock::time_point deadline);
   void keepalive_loop();
+  void authenticate();  // sets auth_token_; throws Error naming the user when refused
+  std::string auth_token();
 
   std::string host_;
   int port_;
   std::string scope_;
   Options options_;
   std::string lease_id_;  // decimal, "" without a lease
+  std::unique_ptr<EtcdTls> tls_;  // null: plain HTTP
+  std::mutex auth_mutex_;
+  std::string auth_token_;
 
   std::mutex keepalive_mutex_;
   std::condition_variable keepalive_stop_;

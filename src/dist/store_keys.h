@@ -2,7 +2,9 @@
 //
 // Agents' rendezvous (launch/rendezvous.h), in the run's scope:
 //   embedded TCP store  rdzv/<run id>/...          etcd v3  /shardtrain/<run id>/...
-//   then gen/<g>/... per rendezvous generation g, and alive/<agent id> (launch/agent_liveness.h).
+//   then gen/<g>/... per rendezvous generation g, and alive/<agent id> (launch/agent_liveness.h);
+//   with etcd also store_secret, the workers' stores' secret the agents share
+//   (dist/store_secret.h).
 // Workers of one attempt (SHARDTRAIN_STORE_PREFIX, dist/worker_env.h), in the workers' store:
 //   run/<run id>/gen/<attempt>/heartbeat/<rank>, .../heartbeat_alive/<rank>
 //   (dist/heartbeat_record.h)
@@ -29,6 +31,9 @@ inline std::string generation(int64_t g) { return "gen/" + std::to_string(g) + "
 // An agent's liveness key, inside the run's scope (etcd leases every key starting so).
 inline constexpr char kAlivePrefix[] = "alive/";
 inline std::string alive(const std::string& agent_id) { return kAlivePrefix + agent_id; }
+// etcd only, inside the run's scope: the secret of the workers' TCP stores, set by the first
+// agent (compare-and-set) when none was given.
+inline constexpr char kStoreSecret[] = "store_secret";
 
 // The scope of one attempt's workers in the workers' store (SHARDTRAIN_STORE_PREFIX).
 inline std::string worker_attempt(const std::string& run_id, int64_t attempt) {

@@ -19,17 +19,27 @@ constexpr const char* kHint =
 // How long past a request's own timeout the client waits for the answer before deciding the
 // server is unreachable (it answers timed-out requests itself, so this is slack for the wire).
 constexpr std::chrono::seconds kReplySlack{30};
+// How long an accepted connection may take to answer the handshake.
+constexpr std::chrono::seconds kHandshakeTimeout{10};
 
 }  // namespace
 
-TcpStoreClient::TcpStoreClient(std::string host, int port, Duration connect_timeout)
+TcpStoreClient::TcpStoreClient(std::string host, int port, Duration connect_timeout,
+                               std::string secret)
     : host_(std::move(host)), port_(port) {
   const auto deadline = Clock::now() + connect_timeout;
   auto backoff = std::chrono::milliseconds(10);
   std::string error;
   while (true) {
     fd_ = connect_tcp(host_, port_, error);
-    if (fd_ >= 0) return;
+    if (fd_ >= 0) {
+      bool final = false;
+      error = handshake(secret, std::max(deadline, Clock::now() + kHandshakeTimeout), final);
+      if (error.empty()) return;
+      ::close(fd_);
+      fd_ = -1;
+      if (final) fail("the store at {} refused this client: {}", endpoint(), error);
+    }
     const auto now = Clock::now();
     if (now >= deadline) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
@@ -37,6 +47,23 @@ TcpStoreClient::TcpStoreClient(std::string host, int port, Duration connect_time
   }
   fail("could not connect to the store at {} within {} ms (last error: {}); {}", endpoint(),
        connect_timeout.count(), error, kHint);
+}
+
+std::string TcpStoreClient::handshake(const std::string& secret, Clock::time_point deadline,
+                                      bool& final) {
+  Writer hello;
+  hello.u8(static_cast<uint8_t>(Op::kHello)).i64(kProtocolMagic).i64(kProtocolVersion).str(secret);
+  if (!send_all(fd_, hello.frame())) return "the connection closed during the handshake";
+  std::string response;
+  const ReadResult read = read_frame(fd_, response, deadline, kMaxHelloBytes);
+  if (read == ReadResult::kTimeout) return "no answer to the handshake";
+  // Closed without an answer: e.g. the server is at its connection limit; retrying may help.
+  if (read != ReadResult::kOk) return "the connection closed during the handshake";
+  Reader in(response);
+  const std::optional<uint8_t> status = in.u8();
+  if (status == static_cast<uint8_t>(Status::kOk)) return "";
+  final = true;
+  return in.str().value_or("a malformed answer to the handshake");
 }
 
 TcpStoreClient::~TcpStoreClient() {

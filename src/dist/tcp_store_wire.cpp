@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -115,14 +116,25 @@ ReadResult read_exact(int fd, char* out, size_t count,
 
 }  // namespace
 
-ReadResult read_frame(int fd, std::string& payload, std::optional<Clock::time_point> deadline) {
+uint32_t frame_length(std::string_view header) { return static_cast<uint32_t>(read_le(header, 4)); }
+
+ReadResult read_frame(int fd, std::string& payload, std::optional<Clock::time_point> deadline,
+                      uint32_t max_bytes) {
   char header[4];
   ReadResult r = read_exact(fd, header, 4, deadline);
   if (r != ReadResult::kOk) return r;
-  const uint64_t n = read_le(std::string_view(header, 4), 4);
-  if (n > kMaxFrameBytes) return ReadResult::kTooLarge;
-  payload.resize(n);
-  return read_exact(fd, payload.data(), n, deadline);
+  const size_t n = frame_length(std::string_view(header, 4));
+  if (n > max_bytes) return ReadResult::kTooLarge;
+  // Grow the buffer only as bytes arrive: an announced length is not yet a reason to allocate.
+  constexpr size_t kChunk = 1 << 20;
+  payload.clear();
+  while (payload.size() < n) {
+    const size_t done = payload.size();
+    payload.resize(std::min(n, done + kChunk));
+    r = read_exact(fd, payload.data() + done, payload.size() - done, deadline);
+    if (r != ReadResult::kOk) return r;
+  }
+  return ReadResult::kOk;
 }
 
 std::string format_endpoint(const std::string& host, int port) {

@@ -3,8 +3,14 @@
 // Every message is a frame: a 4-byte little-endian payload length, then the payload. A request
 // payload is one opcode byte followed by its fields; a response payload is one status byte
 // followed by its fields. Fields are strings (u32 length + bytes) or integers (8 bytes, little
-// endian, two's complement). Frames larger than kMaxFrameBytes are refused by both sides, so a
-// corrupt or hostile peer cannot make either allocate without bound.
+// endian, two's complement). Frames larger than kMaxFrameBytes are refused by both sides, and
+// a frame's buffer grows only as its bytes arrive (never to the announced length up front), so
+// a corrupt or hostile peer cannot make either allocate without bound.
+//
+// The first frame of every connection is the handshake, kHello: the protocol magic, the
+// protocol version and the run's store secret (at most kMaxHelloBytes in all). The server
+// answers ok, or an error and closes the connection; it runs no other request on a connection
+// before a good handshake.
 //
 // Socket helpers here never raise SIGPIPE (MSG_NOSIGNAL) and retry on EINTR.
 #pragma once
@@ -18,6 +24,11 @@
 namespace shardtrain::tcp_store_wire {
 
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;  // 64 MiB
+inline constexpr uint32_t kMaxHelloBytes = 4096;       // the handshake frame
+inline constexpr size_t kMaxKeyBytes = 4096;
+inline constexpr size_t kMaxValueBytes = 32u << 20;          // 32 MiB
+inline constexpr int64_t kProtocolMagic = 0x31545354444853;  // "SHDTST1" little endian
+inline constexpr int64_t kProtocolVersion = 1;
 
 enum class Op : uint8_t {
   kSet = 1,         // key, value                  -> ok
@@ -28,6 +39,7 @@ enum class Op : uint8_t {
   kWait = 6,        // timeout_ms, count, keys...  -> ok | timeout missing-key
   kRemove = 7,      // key                         -> ok existed(int)
   kPing = 8,        //                             -> ok
+  kHello = 9,       // magic, version, secret      -> ok | error (then closed)
 };
 
 enum class Status : uint8_t { kOk = 0, kTimeout = 1, kError = 2 };
@@ -71,15 +83,20 @@ enum class ReadResult { kOk, kClosed, kTooLarge, kTimeout, kError };
 // Writes all of `bytes`; false if the peer is gone.
 bool send_all(int fd, std::string_view bytes);
 // Reads one frame's payload into `payload`, waiting at most until `deadline` (nullopt: forever).
-ReadResult read_frame(int fd, std::string& payload, std::optional<Clock::time_point> deadline);
+// Frames above `max_bytes` give kTooLarge without reading their payload.
+ReadResult read_frame(int fd, std::string& payload, std::optional<Clock::time_point> deadline,
+                      uint32_t max_bytes = kMaxFrameBytes);
+// The payload length a frame header announces (REQUIRES: header.size() >= 4).
+uint32_t frame_length(std::string_view header);
 
 // "host:port", with brackets around IPv6 literals.
 std::string format_endpoint(const std::string& host, int port);
 
 // Opens a TCP connection; returns the fd, or -1 with a description of the failure in `error`.
 int connect_tcp(const std::string& host, int port, std::string& error);
-// Binds and listens; returns the fd and the bound port (useful when `port` is 0). An empty
-// host or "0.0.0.0" / "::" binds every interface. Throws Error naming the endpoint on failure.
+// Binds and listens; returns the fd and the bound port (useful when `port` is 0). `host` is
+// resolved and its first address bound: only that interface. An empty host or "0.0.0.0" / "::"
+// binds every interface. Throws Error naming the endpoint on failure.
 int listen_tcp(const std::string& host, int port, int& bound_port);
 
 }  // namespace shardtrain::tcp_store_wire

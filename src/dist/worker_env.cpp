@@ -94,6 +94,7 @@ void parse_launch_variables(const EnvLookup& env, WorkerEnv& out) {
     parse_store(*store, out);
   }
   out.store_prefix = string_or(env, names::kStorePrefix, "");
+  out.metrics_dir = string_or(env, names::kMetricsDir, "");
 }
 
 }  // namespace
@@ -106,6 +107,10 @@ EnvLookup process_env() {
   };
 }
 
+PodIdentity parse_pod_identity(const EnvLookup& env) {
+  return PodIdentity{string_or(env, names::kPodName, ""), string_or(env, names::kPodNamespace, "")};
+}
+
 WorkerEnv parse_worker_env(const EnvLookup& env) {
   WorkerEnv out;
   if (non_empty(env, names::kRank) || non_empty(env, names::kWorldSize)) {
@@ -114,10 +119,13 @@ WorkerEnv parse_worker_env(const EnvLookup& env) {
   // Also for a single process: a restarted one-rank group resumes like a larger one.
   out.restart_count = int_or(env, names::kRestartCount, 0);
   out.store_dir = string_or(env, names::kStoreDir, "");
+  // Also for a single process: a worker started by hand may join a store (dist/dist_env.h).
+  out.store_secret = string_or(env, names::kStoreSecret, "");
   out.gloo_ifname = string_or(env, names::kGlooIfname, string_or(env, names::kGlooIfnameAlias, ""));
   if (const std::optional<std::string> text = non_empty(env, names::kCommTimeout)) {
     out.comm_timeout = std::chrono::seconds(parse_int(*text, names::kCommTimeout, 1, 1 << 24));
   }
+  out.pod = parse_pod_identity(env);
   return out;
 }
 
@@ -149,6 +157,8 @@ std::map<std::string, std::string> worker_environment(const WorkerEnv& env) {
     out[names::kStore] = tcp_store_wire::format_endpoint(env.store_host, env.store_port);
   }
   if (!env.error_file.empty()) out[names::kErrorFile] = env.error_file;
+  if (!env.store_secret.empty()) out[names::kStoreSecret] = env.store_secret;
+  if (!env.metrics_dir.empty()) out[names::kMetricsDir] = env.metrics_dir;
   return out;
 }
 

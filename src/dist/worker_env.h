@@ -11,10 +11,14 @@
 //   shardtrain's own:
 //     SHARDTRAIN_STORE (HOST:PORT of the launcher's TCP store: rendezvous of shardtrain
 //       workers and their heartbeats), SHARDTRAIN_STORE_PREFIX (this attempt's key scope in
-//       it), SHARDTRAIN_RUN_ID, SHARDTRAIN_RESTART_COUNT
+//       it), SHARDTRAIN_STORE_SECRET (the run's store secret, dist/store_secret.h: every store
+//       client presents it), SHARDTRAIN_RUN_ID, SHARDTRAIN_RESTART_COUNT, SHARDTRAIN_METRICS_DIR (where the
+//       node's agent reads the ranks' metrics snapshots; set only with launch --metrics-port)
 //   set by the user, read here so that one place reads the environment:
 //     SHARDTRAIN_STORE_DIR (a FileStore directory instead of a TCP store), GLOO_SOCKET_IFNAME
 //     (alias SHARDTRAIN_GLOO_IFNAME), SHARDTRAIN_COMM_TIMEOUT_S
+//   set by Kubernetes (the downward API; `shardtrain k8s` manifests set them), metric labels:
+//     POD_NAME, POD_NAMESPACE
 //
 // MASTER_ADDR/MASTER_PORT follow torchrun's classic meaning: a port that is free on the host of
 // global rank 0, for rank 0 of a PyTorch job to host its own c10d TCPStore; hence
@@ -40,6 +44,14 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // The process environment (getenv).
 EnvLookup process_env();
 
+// The pod a process runs in (POD_NAME, POD_NAMESPACE); "" = not on Kubernetes.
+struct PodIdentity {
+  std::string name;
+  std::string namespace_name;
+};
+// Never throws: any value is a valid label.
+PodIdentity parse_pod_identity(const EnvLookup& env);
+
 struct WorkerEnv {
   int rank = 0, world = 1;              // RANK, WORLD_SIZE
   int local_rank = 0, local_world = 1;  // LOCAL_RANK, LOCAL_WORLD_SIZE
@@ -55,9 +67,12 @@ struct WorkerEnv {
   std::string store_host;               // SHARDTRAIN_STORE host ("" = not given)
   int store_port = 0;                   // SHARDTRAIN_STORE port
   std::string store_prefix;             // SHARDTRAIN_STORE_PREFIX ("" = no heartbeats)
+  std::string store_secret;             // SHARDTRAIN_STORE_SECRET ("" = not given)
   std::string store_dir;                // SHARDTRAIN_STORE_DIR ("" = TCP store)
   std::string gloo_ifname;              // GLOO_SOCKET_IFNAME / SHARDTRAIN_GLOO_IFNAME
   std::optional<std::chrono::seconds> comm_timeout;  // SHARDTRAIN_COMM_TIMEOUT_S
+  std::string metrics_dir;  // SHARDTRAIN_METRICS_DIR ("" = no agent endpoint)
+  PodIdentity pod;          // POD_NAME, POD_NAMESPACE
 
   // Whether a launcher started this process (RANK and WORLD_SIZE were set).
   bool launched = false;
@@ -101,10 +116,14 @@ inline constexpr char kShardtrainRestartCount[] = "SHARDTRAIN_RESTART_COUNT";
 inline constexpr char kShardtrainRunId[] = "SHARDTRAIN_RUN_ID";
 inline constexpr char kStore[] = "SHARDTRAIN_STORE";
 inline constexpr char kStorePrefix[] = "SHARDTRAIN_STORE_PREFIX";
+inline constexpr char kStoreSecret[] = "SHARDTRAIN_STORE_SECRET";
 inline constexpr char kStoreDir[] = "SHARDTRAIN_STORE_DIR";
 inline constexpr char kGlooIfname[] = "GLOO_SOCKET_IFNAME";
 inline constexpr char kGlooIfnameAlias[] = "SHARDTRAIN_GLOO_IFNAME";
 inline constexpr char kCommTimeout[] = "SHARDTRAIN_COMM_TIMEOUT_S";
+inline constexpr char kMetricsDir[] = "SHARDTRAIN_METRICS_DIR";
+inline constexpr char kPodName[] = "POD_NAME";
+inline constexpr char kPodNamespace[] = "POD_NAMESPACE";
 }  // namespace worker_env_names
 
 }  // namespace shardtrain

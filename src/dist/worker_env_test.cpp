@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/testing/test_support.h"
+#include "dist/store_secret.h"
 
 namespace shardtrain {
 namespace {
@@ -40,6 +41,8 @@ WorkerEnv sample() {
   env.store_host = "::1";
   env.store_port = 29400;
   env.store_prefix = "run/job-7/gen/3/";
+  env.store_secret = "0123456789abcdef-secret";
+  env.metrics_dir = "/dev/shm/shardtrain-metrics-abc";
   return env;
 }
 
@@ -69,6 +72,10 @@ TEST(WorkerEnv, WhatTheLauncherWritesParsesBackTheSame) {
   EXPECT_EQ(read.store_host, "::1");
   EXPECT_EQ(read.store_port, 29400);
   EXPECT_EQ(read.store_prefix, "run/job-7/gen/3/");
+  EXPECT_EQ(vars.at("SHARDTRAIN_STORE_SECRET"), "0123456789abcdef-secret");
+  EXPECT_EQ(read.store_secret, "0123456789abcdef-secret");
+  EXPECT_EQ(vars.at("SHARDTRAIN_METRICS_DIR"), "/dev/shm/shardtrain-metrics-abc");
+  EXPECT_EQ(read.metrics_dir, "/dev/shm/shardtrain-metrics-abc");
   EXPECT_EQ(read.rendezvous_host(), "::1") << "shardtrain ranks use the agent's store";
   EXPECT_EQ(read.rendezvous_port(), 29400);
 }
@@ -84,6 +91,24 @@ TEST(WorkerEnv, NoVariablesIsOneProcessAndTorchrunsSubsetIsEnough) {
   EXPECT_EQ(by_hand.local_rank, 3);
   EXPECT_EQ(by_hand.rendezvous_host(), "h") << "without SHARDTRAIN_STORE: MASTER_ADDR";
   EXPECT_EQ(by_hand.rendezvous_port(), 29500);
+  EXPECT_EQ(by_hand.store_secret, "");
+}
+
+TEST(WorkerEnv, StoreSecretIsRequiredAndCheckedWhenTheTcpStoreIsUsed) {
+  WorkerEnv by_hand = parse_worker_env(lookup_in(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}}));
+  EXPECT_NE(
+      error_of([&] {
+        require_store_secret(by_hand);
+      }).find("environment variable SHARDTRAIN_STORE_SECRET is not set: the store at h:29500"),
+      std::string::npos);
+  by_hand.store_secret = "short";
+  EXPECT_NE(error_of([&] {
+              require_store_secret(by_hand);
+            }).find("SHARDTRAIN_STORE_SECRET: the store secret must be 16 to 1024"),
+            std::string::npos);
+  by_hand.store_secret = "a-long-enough-secret-0123";
+  EXPECT_EQ(require_store_secret(by_hand), "a-long-enough-secret-0123");
 }
 
 TEST(WorkerEnv, EachMissingOrMalformedVariableIsNamed) {
@@ -109,6 +134,18 @@ TEST(WorkerEnv, EachMissingOrMalformedVariableIsNamed) {
             std::string::npos);
   EXPECT_NE(error_for({{"SHARDTRAIN_COMM_TIMEOUT_S", "soon"}}).find("SHARDTRAIN_COMM_TIMEOUT_S"),
             std::string::npos);
+}
+
+TEST(WorkerEnv, MetricsDirOnlyWhenGivenAndPodFromTheDownwardApi) {
+  WorkerEnv without = sample();
+  without.metrics_dir.clear();
+  EXPECT_EQ(worker_environment(without).count("SHARDTRAIN_METRICS_DIR"), 0u);
+  const WorkerEnv pod =
+      parse_worker_env(lookup_in({{"POD_NAME", "llama-ft-worker-3"}, {"POD_NAMESPACE", "ml"}}));
+  EXPECT_EQ(pod.pod.name, "llama-ft-worker-3");
+  EXPECT_EQ(pod.pod.namespace_name, "ml");
+  EXPECT_TRUE(parse_worker_env(lookup_in({})).pod.name.empty());
+  EXPECT_EQ(parse_pod_identity(lookup_in({{"POD_NAMESPACE", "ml"}})).namespace_name, "ml");
 }
 
 TEST(WorkerEnv, GlooInterfaceTakesPyTorchsNameFirst) {

@@ -120,6 +120,35 @@ RawEntry parse_entry(const std::string& path, const std::string& name, const nlo
   return raw;
 }
 
+// As the reference implementation (safetensors' `validate`) requires: sorted by offset, the
+// tensors' data regions tile the data section exactly, from 0 to its last byte, with no gap and
+// no overlap (zero-byte tensors included: each must sit where the previous one ends).
+void require_contiguous_data(const std::string& path, std::vector<RawEntry>& raw_entries,
+                             uint64_t data_bytes) {
+  std::sort(raw_entries.begin(), raw_entries.end(), [](const RawEntry& a, const RawEntry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expected_begin = 0;
+  const RawEntry* previous = nullptr;
+  for (const RawEntry& current : raw_entries) {
+    if (current.begin != expected_begin) {
+      const std::string after =
+          previous == nullptr ? std::string("the start of the data section")
+                              : fmt::format("tensor '{}' (bytes {}..{})", previous->entry.name,
+                                            previous->begin, previous->end);
+      fail("{}: tensor '{}' (bytes {}..{}) {} {}; data regions must be contiguous; {}", path,
+           current.entry.name, current.begin, current.end,
+           current.begin < expected_begin ? "overlaps" : "leaves a gap after", after, kCorruptHint);
+    }
+    expected_begin = current.end;
+    previous = &current;
+  }
+  if (expected_begin != data_bytes) {
+    fail("{}: the tensors cover {} bytes of the {}-byte data section; {}", path, expected_begin,
+         data_bytes, kCorruptHint);
+  }
+}
+
 }  // namespace
 
 std::string_view safetensors_dtype_name(DType dtype) {
@@ -162,19 +191,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     raw_entries.push_back(parse_entry(path, name, value, data_bytes));
   }
 
-  std::sort(raw_entries.begin(), raw_entries.end(), [](const RawEntry& a, const RawEntry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  for (size_t i = 1; i < raw_entries.size(); ++i) {
-    const RawEntry& previous = raw_entries[i - 1];
-    const RawEntry& current = raw_entries[i];
-    // Zero-byte tensors occupy no bytes, so they cannot overlap anything.
-    if (current.begin < previous.end && current.begin != current.end) {
-      fail("{}: tensor '{}' (bytes {}..{}) overlaps tensor '{}' (bytes {}..{}); {}", path,
-           current.entry.name, current.begin, current.end, previous.entry.name, previous.begin,
-           previous.end, kCorruptHint);
-    }
-  }
+  require_contiguous_data(path, raw_entries, data_bytes);
 
   const uint8_t* data_section = result.file_.data() + header.data_begin;
   result.entries_.reserve(raw_entries.size());

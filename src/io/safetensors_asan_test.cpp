@@ -306,6 +306,51 @@ TEST(SafetensorsTest, RejectsBadOffsets) {
   expect_corrupt_entry(dir, "c", [](J& e) { e["data_offsets"] = {24, 28}; }, {"overlaps", "'b'"});
 }
 
+// What the reference implementation requires and the old check (each tensor against the
+// previous one only) let through: a zero-byte tensor between two overlapping tensors, a gap
+// between tensors, and bytes after the last tensor.
+TEST(SafetensorsTest, RequiresDataRegionsToTileTheDataSection) {
+  TempDir dir;
+  using J = nlohmann::ordered_json;
+  const auto open_with = [&](const std::function<void(SplitFile&)>& edit) {
+    SplitFile file = split_valid_file(dir);
+    edit(file);
+    const std::string path = dir.file("tiled.safetensors");
+    write_bytes(path, assemble(file.header.dump(), file.data));
+    return path;
+  };
+  // a [0,24) empty [24,24) b [16,24): b overlaps a across the zero-byte tensor.
+  const std::string hidden_overlap = open_with([](SplitFile& f) {
+    f.header["empty"] = J{{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {24, 24}}};
+    f.header["b"]["data_offsets"] = {16, 24};
+  });
+  expect_error([&] { SafetensorsFile::open(hidden_overlap); }, {hidden_overlap, "'b'", "overlaps"});
+  // c moved from [32,36) to [36,40), d from [36,48) to [40,52) over 4 more bytes: a gap.
+  const std::string gap = open_with([](SplitFile& f) {
+    f.header["c"]["data_offsets"] = {36, 40};
+    f.header["d"]["data_offsets"] = {40, 52};
+    f.data += std::string(4, '\0');
+  });
+  expect_error([&] { SafetensorsFile::open(gap); }, {gap, "'c'", "gap", "'b'"});
+  const std::string trailing = open_with([](SplitFile& f) { f.data += "junk"; });
+  expect_error([&] { SafetensorsFile::open(trailing); }, {trailing, "cover 48 bytes of the 52"});
+  const std::string late_start = open_with([](SplitFile& f) {
+    for (auto& [name, entry] : f.header.items()) {
+      if (name == "__metadata__") continue;
+      entry["data_offsets"] = {entry["data_offsets"][0].get<uint64_t>() + 8,
+                               entry["data_offsets"][1].get<uint64_t>() + 8};
+    }
+    f.data = std::string(8, '\0') + f.data;
+  });
+  expect_error([&] { SafetensorsFile::open(late_start); },
+               {late_start, "'a'", "gap after the start of the data section"});
+  // A zero-byte tensor where the previous one ends is fine.
+  const std::string zero_between = open_with([](SplitFile& f) {
+    f.header["empty"] = J{{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {24, 24}}};
+  });
+  EXPECT_EQ(SafetensorsFile::open(zero_between).find("empty")->bytes, 0u);
+}
+
 TEST(AtomicFileTest, CommitReplacesAndAbandonLeavesOldFile) {
   TempDir dir;
   const std::string path = dir.file("state.json");

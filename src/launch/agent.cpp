@@ -16,10 +16,12 @@
 #include "core/log.h"
 #include "dist/host_name.h"
 #include "dist/store_keys.h"
+#include "dist/store_value.h"
 #include "dist/tcp_store.h"
 #include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
 #include "launch/launcher.h"
+#include "launch/node_metrics.h"
 #include "launch/process_watchdog.h"
 #include "launch/rendezvous.h"
 #include "launch/run_files.h"
@@ -74,6 +76,18 @@ class SignalForwarding {
 std::string random_hex() {
   std::random_device device;
   return fmt::format("{:08x}", device());
+}
+
+// The labels of this node's metrics; pod and namespace from the Kubernetes downward API
+// (dist/worker_env.h reads them).
+NodeIdentity node_identity(const std::string& run_id, const std::string& host) {
+  const PodIdentity pod = parse_pod_identity(process_env());
+  NodeIdentity identity;
+  identity.run_id = run_id;
+  identity.pod = pod.name;
+  identity.pod_namespace = pod.namespace_name;
+  identity.hostname = host;
+  return identity;
 }
 
 // How one generation's attempt ended.
@@ -185,7 +199,7 @@ void stop_workers(const GenerationContext& c, WorkerGroup& group, int sig) {
   for (int local = 0; local < c.config.nproc_per_node; ++local) {
     ranks.push_back(c.gen.first_rank() + local);
   }
-  SaveAwareGrace grace(c.endpoints.store.host, c.endpoints.store.port,
+  SaveAwareGrace grace(c.endpoints.store.host, c.endpoints.store.port, c.endpoints.store_secret,
                        store_keys::worker_attempt(c.run_id, c.gen.attempt), ranks,
                        c.config.stop_grace);
   if (c.config.shardtrain_worker) {
@@ -222,7 +236,7 @@ HangWatch start_hang_watch(const GenerationContext& c, const WorkerGroup& group,
   }
   if (c.gen.group_rank != 0) return hang;
   hang.client = std::make_unique<TcpStoreClient>(c.endpoints.store.host, c.endpoints.store.port,
-                                                 c.config.join_timeout);
+                                                 c.config.join_timeout, c.endpoints.store_secret);
   hang.heartbeats =
       std::make_unique<Watchdog>(*hang.client, store_keys::worker_attempt(c.run_id, c.gen.attempt),
                                  c.gen.world_size(), c.config.watchdog_timeout);
@@ -235,7 +249,7 @@ AttemptEnd wait_for_all_done(Store& keys, GroupWatch& watch, int nodes) {
   keys.add("done", 1);
   const auto all_done = [&] {
     const std::optional<std::string> done = keys.try_get("done");
-    return done && std::stoll(*done) >= nodes;
+    return done && parse_store_integer(keys, "done", *done) >= nodes;
   };
   while (true) {
     if (all_done()) return AttemptEnd{AttemptEnd::Kind::kSucceeded, ""};
@@ -253,7 +267,7 @@ AttemptEnd wait_for_all_done(Store& keys, GroupWatch& watch, int nodes) {
 AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
                           const std::vector<std::string>& command, const Generation& gen,
                           AgentStores& stores, Rendezvous& rendezvous, AgentLiveness& liveness,
-                          RunFiles& files) {
+                          RunFiles& files, NodeMetrics* metrics) {
   PrefixStore keys(stores.rendezvous(), gen.prefix());
   const int nodes = static_cast<int>(gen.members.size());
   GroupWatch watch(config, gen, keys, rendezvous, liveness);
@@ -270,8 +284,12 @@ AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
       run_id, gen.attempt, gen.group_rank, nodes, gen.first_rank(),
       gen.first_rank() + config.nproc_per_node - 1, gen.world_size(), gen.number,
       tcp_store_wire::format_endpoint(endpoints->store.host, endpoints->store.port));
+  if (metrics != nullptr) {
+    metrics->start_generation(gen.group_rank, gen.restarts, gen.number, config.nproc_per_node);
+  }
   WorkerGroup group(command, worker_specs(config, gen, *endpoints, run_id,
-                                          files.attempt_dir(gen.attempt, config.nproc_per_node)));
+                                          files.attempt_dir(gen.attempt, config.nproc_per_node),
+                                          metrics != nullptr ? metrics->dir() : ""));
   HangWatch hang = start_hang_watch(context, group, watch);
   const WorkerGroup::Outcome outcome = group.wait([&] { return watch.should_stop(true); },
                                                   config.monitor_interval, g_signal_pipe[0]);
@@ -309,7 +327,9 @@ int finish(AgentStores& stores, Rendezvous& rendezvous, const Generation& gen,
     keys.add("left", 1);
     if (!stores.hosts_rendezvous_store()) return exit_code;
     const auto deadline = Clock::now() + 10s;
-    const auto left = [&] { return std::stoll(keys.try_get("left").value_or("0")); };
+    const auto left = [&] {
+      return parse_store_integer(keys, "left", keys.try_get("left").value_or("0"));
+    };
     while (left() < static_cast<int64_t>(gen.members.size()) && Clock::now() < deadline) {
       std::this_thread::sleep_for(50ms);
     }
@@ -321,12 +341,11 @@ int finish(AgentStores& stores, Rendezvous& rendezvous, const Generation& gen,
 
 }  // namespace
 
-int run_agent(const LaunchConfig& config) {
+int run_agent(const LaunchConfig& config, const MetricsOptions& metrics_options) {
   SignalForwarding signals;
   // Orphans of workers get re-parented to the agent, which reaps them (WorkerGroup::stop).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  const std::string run_id =
-      config.standalone && config.rdzv_id == "none" ? random_hex() : config.rdzv_id;
+  const std::string& run_id = config.rdzv_id;  // never empty (resolve_launch_config)
   AgentStores stores(config, run_id);  // --rdzv-backend: embedded TCP store or etcd
   RunFiles files(config, run_id);
   RendezvousMember self;
@@ -338,13 +357,17 @@ int run_agent(const LaunchConfig& config) {
                          self.id, config.keep_alive_interval, config.keep_alive_max_attempt);
   Rendezvous rendezvous(stores.rendezvous(), liveness, config, run_id, self,
                         [] { return g_received_signal != 0; });
+  std::unique_ptr<NodeMetrics> metrics;
+  if (metrics_options.enabled()) {
+    metrics = std::make_unique<NodeMetrics>(metrics_options, node_identity(run_id, self.host));
+  }
 
   const std::vector<std::string>& command = config.command;
 
   Generation gen = rendezvous.join(-1);
   while (true) {
-    const AttemptEnd end =
-        run_generation(config, run_id, command, gen, stores, rendezvous, liveness, files);
+    const AttemptEnd end = run_generation(config, run_id, command, gen, stores, rendezvous,
+                                          liveness, files, metrics.get());
     if (end.kind == AttemptEnd::Kind::kSucceeded) {
       return finish(stores, rendezvous, gen, "succeeded", 0);
     }
@@ -380,7 +403,8 @@ int run_agent(const LaunchConfig& config) {
   }
 }
 
-int launch_local_workers(int nproc, const std::vector<std::string>& worker_args) {
+int launch_local_workers(int nproc, const std::vector<std::string>& worker_args,
+                         const MetricsOptions& metrics) {
   LaunchFlags flags;
   flags.standalone = true;
   flags.nproc_per_node = std::to_string(nproc);
@@ -390,7 +414,7 @@ int launch_local_workers(int nproc, const std::vector<std::string>& worker_args)
   const EnvLookup no_env = [](const std::string&) -> std::optional<std::string> {
     return std::nullopt;
   };
-  return run_agent(resolve_launch_config(flags, no_env));
+  return run_agent(resolve_launch_config(flags, no_env), metrics);
 }
 
 std::vector<std::string> own_args_without(const std::string& option) {

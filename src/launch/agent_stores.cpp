@@ -1,5 +1,6 @@
 #include "launch/agent_stores.h"
 
+#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 #include "dist/etcd_store.h"
 #include "dist/host_name.h"
 #include "dist/store_keys.h"
+#include "dist/store_secret.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -61,6 +63,41 @@ bool names_this_machine(const std::string& host) {
   }
   ::freeaddrinfo(found);
   return local;
+}
+
+// The address to bind for a store that others reach at `host`: the first address `host`
+// resolves to (numeric), so only that interface listens; "" (every interface) only when `host`
+// does not resolve here, e.g. a service name that routes to this pod from outside.
+std::string bind_address_for(const std::string& host) {
+  if (is_loopback(host)) return host == "localhost" ? "127.0.0.1" : host;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    log::warn(
+        "launch: {} does not resolve on this machine; the store listens on every interface "
+        "(it admits only clients with the run's secret)",
+        host);
+    return "";
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  std::string address;
+  if (::getnameinfo(found->ai_addr, found->ai_addrlen, text, sizeof(text), nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+    address = text;
+  }
+  ::freeaddrinfo(found);
+  if (is_loopback(address)) {
+    // e.g. Debian's /etc/hosts maps the host name to 127.0.1.1, while other nodes reach this
+    // one by its real address: only every interface serves them.
+    log::info(
+        "launch: {} resolves to {} here; the store listens on every interface (it admits "
+        "only clients with the run's secret)",
+        host, address);
+    return "";
+  }
+  return address;
 }
 
 // "host:port" or "[v6]:port"; nullopt when malformed.
@@ -113,12 +150,14 @@ void AgentStores::start_tcp(const LaunchConfig& config, const std::string& run_i
   worker_endpoint_ = {config.rdzv_host, config.rdzv_port};
   const bool must_host = config.node_rank_given && config.node_rank == 0;
   const bool may_host = !config.node_rank_given && names_this_machine(config.rdzv_host);
+  store_secret_ = config.store_secret;  // resolve_launch_config: given, or generated (one node)
   if (must_host || may_host) {
-    // Bind exactly the endpoint's address when it is loopback; otherwise every interface,
-    // since the name other nodes use (a service or pod name) may not be bindable here.
-    const std::string bind_host = is_loopback(config.rdzv_host) ? config.rdzv_host : "";
+    // Bind the address the endpoint resolves to, and only that: other nodes reach the store
+    // there, and nothing else on this machine's other interfaces can.
+    const std::string bind_host = bind_address_for(config.rdzv_host);
     try {
-      rendezvous_server_ = std::make_unique<TcpStoreServer>(bind_host, config.rdzv_port);
+      rendezvous_server_ =
+          std::make_unique<TcpStoreServer>(bind_host, config.rdzv_port, store_secret_);
       worker_endpoint_.port = rendezvous_server_->port();
     } catch (const Error& e) {
       if (must_host) throw;
@@ -127,7 +166,7 @@ void AgentStores::start_tcp(const LaunchConfig& config, const std::string& run_i
   }
   const auto connect = [&] {
     return std::make_unique<TcpStoreClient>(worker_endpoint_.host, worker_endpoint_.port,
-                                            config.join_timeout);
+                                            config.join_timeout, store_secret_);
   };
   const std::string scope = store_keys::tcp_rendezvous_scope(run_id);
   backend_ = connect();
@@ -146,23 +185,37 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
   options.leased_keys = [](const std::string& key) {
     return key.rfind(store_keys::kAlivePrefix, 0) == 0;
   };
+  options.tls = config.etcd_tls;
+  options.user = config.etcd_user;
+  options.password = config.etcd_password;
   backend_ =
       std::make_unique<EtcdStore>(config.rdzv_host, config.rdzv_port,
                                   store_keys::etcd_rendezvous_scope(run_id), std::move(options));
   rendezvous_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_publisher_ = std::make_unique<PrefixStore>(*backend_, "");
   liveness_mode_ = AgentLiveness::Mode::kLease;
+  // The workers' TCP stores need a secret: the one given, or one the first agent generates and
+  // all share through etcd (which its own TLS and auth protect).
+  store_secret_ = config.store_secret;
+  if (store_secret_.empty()) {
+    store_secret_ = rendezvous_->compare_set(store_keys::kStoreSecret, "", generate_store_secret());
+    check_store_secret(store_secret_,
+                       backend_->endpoint() + " key '" + store_keys::kStoreSecret + "'");
+  }
 }
 
 AgentStores::WorkerEndpoints AgentStores::pick_worker_endpoints() {
   const bool loopback = is_loopback(config_.rdzv_host);
   const std::string advertised = loopback ? "127.0.0.1" : host_name();
   if (config_.rdzv_backend == "etcd" && !worker_server_) {
-    worker_server_ = std::make_unique<TcpStoreServer>(loopback ? "127.0.0.1" : "", 0);
+    // Bound to the address other nodes reach this one by (its host name's) alone.
+    worker_server_ =
+        std::make_unique<TcpStoreServer>(bind_address_for(advertised), 0, store_secret_);
     worker_endpoint_ = {advertised, worker_server_->port()};
   }
   return WorkerEndpoints{worker_endpoint_,
-                         Endpoint{advertised, free_tcp_port(loopback ? "127.0.0.1" : "")}};
+                         Endpoint{advertised, free_tcp_port(loopback ? "127.0.0.1" : "")},
+                         store_secret_};
 }
 
 std::optional<AgentStores::WorkerEndpoints> AgentStores::worker_endpoints(
@@ -186,9 +239,9 @@ std::optional<AgentStores::WorkerEndpoints> AgentStores::worker_endpoints(
         fail(
             "{}: key '{}' holds '{}', not two HOST:PORT endpoints; HINT: another program uses "
             "this run id: pick another --rdzv-id",
-            backend_->endpoint(), key, *published);
+            backend_->endpoint(), key, published->substr(0, 80));
       }
-      return WorkerEndpoints{*store, *master};
+      return WorkerEndpoints{*store, *master, store_secret_};
     }
     if (give_up()) return std::nullopt;
     if (Clock::now() >= deadline) {

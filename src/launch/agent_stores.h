@@ -13,6 +13,8 @@
 //   generation hosts one (on a free port, started the first time it is rank 0) and publishes
 //   it (worker_endpoints); the others read it and pass it on as SHARDTRAIN_STORE. Any agent
 //   may die: the others re-form without it.
+// Every TCP store requires the run's secret (dist/store_secret.h) and binds only the address
+// its endpoint resolves to.
 #pragma once
 
 #include <functional>
@@ -61,9 +63,13 @@ class AgentStores {
   struct WorkerEndpoints {
     Endpoint store;
     Endpoint master;
+    std::string store_secret;  // what `store` requires (worker_store_secret()); not published
   };
   std::optional<WorkerEndpoints> worker_endpoints(const Generation& g,
                                                   const std::function<bool()>& give_up);
+  // The secret every client of the workers' store presents (dist/store_secret.h): the run's
+  // given or generated one; with etcd and none given, the one the agents share through etcd.
+  const std::string& worker_store_secret() const { return store_secret_; }
 
  private:
   void start_tcp(const LaunchConfig& config, const std::string& run_id);
@@ -81,6 +87,7 @@ class AgentStores {
   std::unique_ptr<Store> liveness_publisher_;          // PrefixStore, like rendezvous_
   AgentLiveness::Mode liveness_mode_ = AgentLiveness::Mode::kHeartbeat;
   Endpoint worker_endpoint_;  // c10d: fixed; etcd: worker_server_'s, once started
+  std::string store_secret_;
 };
 
 }  // namespace shardtrain::launch

@@ -29,7 +29,7 @@ using testing::BackgroundLauncher;
 const std::string kBinary = SHARDTRAIN_BINARY;
 
 int free_port() {
-  TcpStoreServer probe("127.0.0.1", 0);
+  TcpStoreServer probe("127.0.0.1", 0, "port-probe-secret-0123");
   return probe.port();
 }
 
@@ -60,7 +60,8 @@ class ElasticLaunchTest : public ::testing::Test {
   std::string launch(int node, const std::string& flags, const std::string& worker) const {
     const std::string command =
         worker.rfind("train", 0) == 0 ? worker : "/bin/sh -c '" + worker + "'";
-    return kBinary + " launch --node-rank " + std::to_string(node) +
+    return "env " + testing::kTestStoreToken + " " + kBinary + " launch --node-rank " +
+           std::to_string(node) +
            " --nproc-per-node 2 --rdzv-id elastic --rdzv-endpoint 127.0.0.1:" +
            std::to_string(port_) + " " + flags + " -- " + command;
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/etcd_http.h"
 #include "dist/worker_env.h"
 
 namespace shardtrain::launch {
@@ -72,7 +73,18 @@ struct LaunchConfig {
   std::string rdzv_backend = "c10d";
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 29500;
-  std::string rdzv_id = "none";
+  // --rdzv-id; when not given, a random id on one node, one derived from the store secret on
+  // several (never a guessable default such as torchrun's "none").
+  std::string rdzv_id;
+  // The run's store secret (dist/store_secret.h): --rdzv-conf token= / token_file=, else
+  // PET_RDZV_TOKEN, else SHARDTRAIN_STORE_SECRET (a Kubernetes Secret), else generated (one
+  // node). Empty with etcd when none was given: the agents
+  // then share a generated one through etcd (launch/agent_stores.h).
+  std::string store_secret;
+  // etcd security, torchelastic's --rdzv-conf keys: cacert, cert, key (TLS with client
+  // certificates) and user, password (etcd authentication).
+  EtcdTlsFiles etcd_tls;
+  std::string etcd_user, etcd_password;
   int max_restarts = 0;
   std::chrono::milliseconds stop_grace{5000};
   // --rdzv-conf keys, torchrun's names and defaults:

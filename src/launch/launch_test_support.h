@@ -22,6 +22,10 @@
 
 namespace shardtrain::testing {
 
+// The store secret every multi-node launch in these tests shares (a shell assignment: put it
+// before the command; several nodes on the TCP store need one given).
+inline const std::string kTestStoreToken = "PET_RDZV_TOKEN=launch-test-secret-0123456789";
+
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;

@@ -32,16 +32,20 @@
 #include <vector>
 
 #include "launch/launch_config.h"
+#include "obs/metrics_endpoint.h"
 
 namespace shardtrain::launch {
 
 // Runs the agent until the group succeeds (0), fails for good (1) or is interrupted
-// (128 + signal). Throws Error for rendezvous failures (store unreachable, duplicate rank).
-int run_agent(const LaunchConfig& config);
+// (128 + signal). Throws Error for rendezvous failures (store unreachable, duplicate rank) and
+// a metrics port that cannot be bound. With `metrics` enabled the agent serves the node's
+// /metrics for all of its workers (launch/node_metrics.h).
+int run_agent(const LaunchConfig& config, const MetricsOptions& metrics = {});
 
 // A one-node standalone launch of `nproc` workers running the shardtrain subcommand
 // `worker_args` (e.g. {"train", "--config", "job.toml"}). Used by `train --nproc-per-node`.
-int launch_local_workers(int nproc, const std::vector<std::string>& worker_args);
+int launch_local_workers(int nproc, const std::vector<std::string>& worker_args,
+                         const MetricsOptions& metrics = {});
 
 // This process's own arguments (from /proc/self/cmdline, without argv[0]) with `option` and
 // its value removed, both as "--opt V" and "--opt=V": the worker command for a re-exec.

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "dist/tcp_store.h"
+#include "launch/launch_test_support.h"
 
 namespace {
 
@@ -49,12 +51,13 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-// Runs `env_prefix shardtrain args` (killed after 25 s, so a hang fails instead of blocking).
+// Runs `env_prefix shardtrain args` (killed after 25 s, so a hang fails instead of blocking),
+// with the tests' store secret in PET_RDZV_TOKEN unless env_prefix sets it.
 Result run(const std::string& args, const std::string& env_prefix = "") {
   Result result;
   const auto start = std::chrono::steady_clock::now();
-  const std::string command =
-      env_prefix + " timeout -s KILL 25 " + kBinary + " " + args + " 2>&1 </dev/null";
+  const std::string command = shardtrain::testing::kTestStoreToken + " " + env_prefix +
+                              " timeout -s KILL 25 " + kBinary + " " + args + " 2>&1 </dev/null";
   std::FILE* pipe = popen(command.c_str(), "r");
   std::array<char, 4096> buffer;
   size_t n;
@@ -68,7 +71,7 @@ Result run(const std::string& args, const std::string& env_prefix = "") {
 
 // A loopback port that was free a moment ago.
 int free_port() {
-  shardtrain::TcpStoreServer probe("127.0.0.1", 0);
+  shardtrain::TcpStoreServer probe("127.0.0.1", 0, "port-probe-secret-0123");
   return probe.port();
 }
 
@@ -119,6 +122,56 @@ TEST_F(LauncherTest, FourWorkersGetTheTorchrunEnvironment) {
   EXPECT_GT(std::stoi(*ports.begin()), 0);
   ASSERT_EQ(run_ids.size(), 1u) << r.output;
   EXPECT_FALSE(run_ids.begin()->empty());
+}
+
+// The store secret reaches the workers (and only through the environment); without one given,
+// each one-node run generates its own, and its run id is random too (not torchrun's "none").
+TEST_F(LauncherTest, WorkersGetTheRunSecretAndAnUnguessableRunId) {
+  const std::string script = "echo secret $SHARDTRAIN_STORE_SECRET run $SHARDTRAIN_RUN_ID";
+  const auto seen = [&](const std::string& env) {
+    const Result r = run("launch --standalone -- /bin/sh -c " + quote(script), env);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    for (const auto& line : r.lines()) {
+      if (line.rfind("[rank 0] secret ", 0) == 0) return line.substr(16);
+    }
+    ADD_FAILURE() << r.output;
+    return std::string();
+  };
+  const std::string a = seen("PET_RDZV_TOKEN="), b = seen("PET_RDZV_TOKEN=");
+  const std::regex generated(R"(^[0-9a-f]{64} run run-[0-9a-f]{16}$)");
+  EXPECT_TRUE(std::regex_match(a, generated)) << a;
+  EXPECT_TRUE(std::regex_match(b, generated)) << b;
+  EXPECT_NE(a.substr(0, 64), b.substr(0, 64));
+  EXPECT_NE(a.substr(65), b.substr(65));
+  EXPECT_EQ(seen("PET_RDZV_TOKEN=given-secret-0123456789").substr(0, 27),
+            "given-secret-0123456789 run");
+  // The Kubernetes manifests fill SHARDTRAIN_STORE_SECRET from a Secret (launch/k8s/).
+  EXPECT_EQ(seen("PET_RDZV_TOKEN= SHARDTRAIN_STORE_SECRET=k8s-secret-0123456789").substr(0, 24),
+            "k8s-secret-0123456789 ru");
+  const Result multi_k8s =
+      run("launch --nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1:1 --rdzv-conf "
+          "join_timeout=1 -- true",
+          "PET_RDZV_TOKEN= SHARDTRAIN_STORE_SECRET=k8s-secret-0123456789");
+  EXPECT_EQ(multi_k8s.output.find("--rdzv-conf token=SECRET"), std::string::npos)
+      << "a secret from the pod's Secret is enough across nodes: " << multi_k8s.output;
+  EXPECT_NE(multi_k8s.output.find("could not connect to the store at 127.0.0.1:1"),
+            std::string::npos)
+      << multi_k8s.output;
+
+  const Result multi =
+      run("launch --nnodes 2 --node-rank 0 --rdzv-endpoint 127.0.0.1:1 -- true", "PET_RDZV_TOKEN=");
+  EXPECT_EQ(multi.exit_code, 2) << multi.output;
+  EXPECT_NE(multi.output.find("--rdzv-conf token=SECRET"), std::string::npos) << multi.output;
+  const Result weak = run("launch --standalone --rdzv-conf token=short -- true");
+  EXPECT_EQ(weak.exit_code, 2) << weak.output;
+  EXPECT_NE(weak.output.find("--rdzv-conf token: the store secret must be 16 to 1024"),
+            std::string::npos)
+      << weak.output;
+  const Result missing_file =
+      run("launch --standalone --rdzv-conf token_file=/nonexistent -- true");
+  EXPECT_EQ(missing_file.exit_code, 2) << missing_file.output;
+  EXPECT_NE(missing_file.output.find("token_file '/nonexistent': cannot read"), std::string::npos)
+      << missing_file.output;
 }
 
 TEST_F(LauncherTest, OutputLinesArePrefixedAndWhole) {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/store_value.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -35,6 +36,8 @@ RendezvousMember member_from(const Json& j) {
   m.id = j.at("id").get<std::string>();
   m.host = j.at("host").get<std::string>();
   m.nproc = j.at("nproc").get<int>();
+  if (m.nproc < 1 || m.nproc > 65536)
+    throw Json::other_error::create(501, "nproc out of range", &j);
   m.node_rank = j.at("node_rank").get<int>();
   m.previous_rank = j.at("previous_rank").get<int>();
   return m;
@@ -117,7 +120,9 @@ std::string Rendezvous::where() const {
 
 int64_t Rendezvous::current_generation() {
   while (true) {
-    if (const auto value = store_.try_get("generation")) return std::stoll(*value);
+    if (const auto value = store_.try_get("generation")) {
+      return parse_store_integer(store_, "generation", *value, 0);
+    }
     store_.compare_set("generation", "", "0");
   }
 }

@@ -19,10 +19,11 @@ std::chrono::milliseconds grace_for(std::chrono::milliseconds stop_grace,
   return grace;
 }
 
-SaveAwareGrace::SaveAwareGrace(std::string host, int port, std::string prefix,
+SaveAwareGrace::SaveAwareGrace(std::string host, int port, std::string secret, std::string prefix,
                                std::vector<int> ranks, std::chrono::milliseconds stop_grace)
     : host_(std::move(host)),
       port_(port),
+      secret_(std::move(secret)),
       prefix_(std::move(prefix)),
       ranks_(std::move(ranks)),
       stop_grace_(stop_grace) {}
@@ -33,7 +34,9 @@ std::chrono::milliseconds SaveAwareGrace::operator()() {
   if (unreachable_) return stop_grace_;
   std::vector<std::optional<HeartbeatRecord>> records;
   try {
-    if (!store_) store_ = std::make_unique<TcpStoreClient>(host_, port_, std::chrono::seconds(2));
+    if (!store_) {
+      store_ = std::make_unique<TcpStoreClient>(host_, port_, std::chrono::seconds(2), secret_);
+    }
     for (const int rank : ranks_) {
       const std::optional<std::string> value =
           store_->try_get(prefix_ + store_keys::heartbeat(rank));

@@ -26,18 +26,19 @@ std::chrono::milliseconds grace_for(std::chrono::milliseconds stop_grace,
                                     const std::vector<std::optional<HeartbeatRecord>>& records);
 
 // Reads the heartbeats of `ranks` under `prefix` from the workers' store at host:port (its
-// own connection, made on first use) and applies grace_for; logs when a save extends the
-// grace. A store that cannot be read leaves stop_grace.
+// own connection, made on first use, presenting `secret`: dist/store_secret.h) and applies
+// grace_for; logs when a save extends the grace. A store that cannot be read leaves stop_grace.
 class SaveAwareGrace {
  public:
-  SaveAwareGrace(std::string host, int port, std::string prefix, std::vector<int> ranks,
-                 std::chrono::milliseconds stop_grace);
+  SaveAwareGrace(std::string host, int port, std::string secret, std::string prefix,
+                 std::vector<int> ranks, std::chrono::milliseconds stop_grace);
   ~SaveAwareGrace();
   std::chrono::milliseconds operator()();
 
  private:
   std::string host_;
   int port_;
+  std::string secret_;
   std::string prefix_;
   std::vector<int> ranks_;
   std::chrono::milliseconds stop_grace_;

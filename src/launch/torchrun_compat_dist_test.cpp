@@ -61,7 +61,7 @@ Result run(const std::string& args, int limit = 50) {
 }
 
 int free_port() {
-  shardtrain::TcpStoreServer probe("127.0.0.1", 0);
+  shardtrain::TcpStoreServer probe("127.0.0.1", 0, "port-probe-secret-0123");
   return probe.port();
 }
 
@@ -110,7 +110,8 @@ TEST_F(TorchrunCompatTest, DdpScriptRunsOnTwoNodesWithTheTcpStore) {
   const int port = free_port();
   const auto agent = [&](int node) {
     return run("launch --nnodes 2 --node-rank " + std::to_string(node) +
-               " --nproc-per-node 2 --rdzv-id ddp2 --rdzv-endpoint 127.0.0.1:" +
+               " --nproc-per-node 2 --rdzv-id ddp2 --rdzv-conf token=ddp-test-secret-0123456789"
+               " --rdzv-endpoint 127.0.0.1:" +
                std::to_string(port) + " " + python() + kJob);
   };
   auto node1 = std::async(std::launch::async, agent, 1);

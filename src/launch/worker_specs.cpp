@@ -10,7 +10,8 @@ namespace shardtrain::launch {
 
 std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generation& gen,
                                      const AgentStores::WorkerEndpoints& endpoints,
-                                     const std::string& run_id, const std::string& attempt_dir) {
+                                     const std::string& run_id, const std::string& attempt_dir,
+                                     const std::string& metrics_dir) {
   std::vector<WorkerSpec> specs;
   const int first_rank = gen.first_rank();
   const int world_size = gen.world_size();
@@ -34,7 +35,9 @@ std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generatio
     env.run_id = run_id;
     env.store_host = endpoints.store.host;
     env.store_port = endpoints.store.port;
+    env.store_secret = endpoints.store_secret;
     env.store_prefix = store_keys::worker_attempt(run_id, gen.attempt);
+    env.metrics_dir = metrics_dir;
     WorkerSpec spec;
     spec.global_rank = env.rank;
     spec.local_rank = local;

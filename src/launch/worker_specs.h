@@ -15,10 +15,12 @@ namespace shardtrain::launch {
 
 // Where the per-worker files of one attempt go: <attempt_dir>/<local rank>/ holds error.json
 // (TORCHELASTIC_ERROR_FILE) and, with --redirects/--tee, stdout.log and stderr.log.
-// "" = no files (no error file is set).
+// "" = no files (no error file is set). `metrics_dir` is the node's metrics directory
+// (SHARDTRAIN_METRICS_DIR, launch/node_metrics.h; "" = metrics off).
 std::vector<WorkerSpec> worker_specs(const LaunchConfig& config, const Generation& gen,
                                      const AgentStores::WorkerEndpoints& endpoints,
-                                     const std::string& run_id, const std::string& attempt_dir);
+                                     const std::string& run_id, const std::string& attempt_dir,
+                                     const std::string& metrics_dir = "");
 
 // Whether local rank `local_rank`'s output reaches the console unless redirected:
 // --local-ranks-filter when given; else a rank teed with --tee; else every rank of a PyTorch or

@@ -153,6 +153,21 @@ RopeConfig read_rope(const std::string& path, const KeyReader& top) {
   return rope;
 }
 
+// Every id of an integer-or-list key (eos_token_id may be a list) must be below vocab_size;
+// the first one is also checked by ModelConfig::validate, the others only here.
+void check_token_id_list(const std::string& path, const KeyReader& top, const char* key,
+                         int64_t vocab_size) {
+  const Json* value = top.find(key);
+  if (value == nullptr || !value->is_array()) return;
+  for (const Json& id : *value) {
+    if (!id.is_number_integer()) top.wrong_type(key, "an integer or a list of integers", *value);
+    if (id.get<int64_t>() >= vocab_size || id.get<int64_t>() < 0) {
+      fail("{}: key '{}' lists {}, which is not in [0, vocab_size = {}); {}", path, key, id.dump(),
+           vocab_size, kFixHint);
+    }
+  }
+}
+
 }  // namespace
 
 ModelConfig read_hf_config(const std::string& path) {
@@ -213,6 +228,8 @@ ModelConfig read_hf_config(const std::string& path) {
   c.rope = read_rope(path, top);
   c.bos_token_id = top.integer("bos_token_id", -1);
   c.eos_token_id = top.first_integer("eos_token_id", -1);
+  c.pad_token_id = top.integer("pad_token_id", -1);
+  check_token_id_list(path, top, "eos_token_id", c.vocab_size);
   c.torch_dtype =
       top.find("dtype") ? top.string("dtype", "") : top.string("torch_dtype", "float32");
   c.validate(path);
@@ -266,6 +283,7 @@ std::string write_hf_config_json(const ModelConfig& c) {
   }
   j["bos_token_id"] = optional_id(c.bos_token_id);
   j["eos_token_id"] = optional_id(c.eos_token_id);
+  if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
   j["torch_dtype"] = c.torch_dtype;
   j["use_cache"] = true;
   return j.dump(2) + "\n";

@@ -111,7 +111,7 @@ TEST_F(HfConfigTest, ReadsMistralWithSlidingWindowAndNullHeadDim) {
     "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
     "vocab_size": 32000, "sliding_window": 4096, "head_dim": null, "rope_theta": 10000.0,
-    "eos_token_id": [2, 32000], "dtype": "float16"})"));
+    "eos_token_id": [2, 31999], "dtype": "float16"})"));
   EXPECT_EQ(c.model_type, "mistral");
   EXPECT_EQ(c.sliding_window, 4096);
   EXPECT_EQ(c.head_dim, 128);
@@ -240,6 +240,37 @@ TEST_F(HfConfigTest, ValidateRejectsInconsistentShapes) {
                {"'mlp_bias'", "not supported"});
 }
 
+// Sizes that once reached an allocation (bad_alloc, a negative tensor dim, a layout loop that
+// grew without bound) are refused by name before anything is allocated.
+TEST_F(HfConfigTest, RejectsSizesAboveTheirMaximum) {
+  const auto llama = [](const std::string& hidden, const std::string& layers,
+                        const std::string& vocab) {
+    return R"({"model_type": "llama", "intermediate_size": 256, "num_attention_heads": 4, )"
+           R"("hidden_size": )" +
+           hidden + R"(, "num_hidden_layers": )" + layers + R"(, "vocab_size": )" + vocab + "}";
+  };
+  expect_error(llama("1099511627776", "2", "128"), {"'hidden_size'", "1099511627776", "maximum"});
+  expect_error(llama("4611686018427387904", "2", "128"), {"'hidden_size'", "maximum"});
+  expect_error(llama("64", "1000000000", "128"), {"'num_hidden_layers'", "maximum"});
+  expect_error(llama("64", "2", "2147483647"), {"'vocab_size'", "maximum"});
+  expect_error(llama("64", "2", "128").replace(1, 0, R"("head_dim": 1048576, )"), {"'head_dim'"});
+  // The largest published shapes still load: Llama 3.1 405B (hidden 16384, 126 layers).
+  EXPECT_NO_THROW(read_hf_config(write(llama("16384", "126", "128256"))));
+}
+
+TEST_F(HfConfigTest, RejectsTokenIdsBeyondTheVocabulary) {
+  const std::string base = R"({"model_type": "llama", "intermediate_size": 256,
+    "num_hidden_layers": 2, "vocab_size": 128, "hidden_size": 64, "num_attention_heads": 4, )";
+  expect_error(base + R"("bos_token_id": 128})", {"'bos_token_id'", "128", "vocab_size"});
+  expect_error(base + R"("eos_token_id": 1000000})", {"'eos_token_id'", "vocab_size"});
+  expect_error(base + R"("eos_token_id": [2, 4000]})", {"'eos_token_id'", "4000"});
+  expect_error(base + R"("pad_token_id": 128})", {"'pad_token_id'", "vocab_size"});
+  const ModelConfig c = read_hf_config(
+      write(base + R"("bos_token_id": 0, "eos_token_id": [127, 1], "pad_token_id": 5})"));
+  EXPECT_EQ(c.eos_token_id, 127);
+  EXPECT_EQ(c.pad_token_id, 5);
+}
+
 TEST_F(HfConfigTest, RoundTripsEveryModelType) {
   ModelConfig llama;
   llama.model_type = "llama";
@@ -256,6 +287,7 @@ TEST_F(HfConfigTest, RoundTripsEveryModelType) {
   llama.rope = {500000.0, RopeType::kLlama3, 32.0, 0.5, 3.25, 4096};
   llama.bos_token_id = 128000;
   llama.eos_token_id = 128009;
+  llama.pad_token_id = 128004;
   llama.torch_dtype = "bfloat16";
 
   ModelConfig qwen2 = llama;

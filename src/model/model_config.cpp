@@ -11,6 +11,14 @@ void require_positive(const std::string& source, const char* key, int64_t value)
   if (value <= 0) fail("{}: key '{}' must be positive, got {}; {}", source, key, value, kFixHint);
 }
 
+void require_in_range(const std::string& source, const char* key, int64_t value, int64_t maximum) {
+  require_positive(source, key, value);
+  if (value > maximum) {
+    fail("{}: key '{}' = {} is larger than the supported maximum {}; {}", source, key, value,
+         maximum, kFixHint);
+  }
+}
+
 }  // namespace
 
 int64_t ModelConfig::parameter_count() const {
@@ -31,15 +39,16 @@ void ModelConfig::validate(const std::string& source) const {
         "checkpoint of a supported architecture",
         source, model_type);
   }
-  require_positive(source, "vocab_size", vocab_size);
-  require_positive(source, "hidden_size", hidden_size);
-  require_positive(source, "intermediate_size", intermediate_size);
-  require_positive(source, "num_hidden_layers", num_hidden_layers);
-  require_positive(source, "num_attention_heads", num_attention_heads);
-  require_positive(source, "num_key_value_heads", num_key_value_heads);
-  require_positive(source, "max_position_embeddings", max_position_embeddings);
-  if (head_dim < 0) {
-    fail("{}: key 'head_dim' must be positive, got {}; {}", source, head_dim, kFixHint);
+  require_in_range(source, "vocab_size", vocab_size, kMaxVocabSize);
+  require_in_range(source, "hidden_size", hidden_size, kMaxHiddenSize);
+  require_in_range(source, "intermediate_size", intermediate_size, kMaxIntermediateSize);
+  require_in_range(source, "num_hidden_layers", num_hidden_layers, kMaxHiddenLayers);
+  require_in_range(source, "num_attention_heads", num_attention_heads, kMaxAttentionHeads);
+  require_in_range(source, "num_key_value_heads", num_key_value_heads, kMaxAttentionHeads);
+  require_in_range(source, "max_position_embeddings", max_position_embeddings, kMaxPositions);
+  if (head_dim < 0 || head_dim > kMaxHeadDim) {
+    fail("{}: key 'head_dim' must be in [1, {}], got {}; {}", source, kMaxHeadDim, head_dim,
+         kFixHint);
   }
   if (head_dim == 0 && hidden_size % num_attention_heads != 0) {
     fail(
@@ -95,6 +104,14 @@ void ModelConfig::validate(const std::string& source) const {
     }
     require_positive(source, "rope_scaling.original_max_position_embeddings",
                      rope.original_max_position_embeddings);
+  }
+  for (const auto& [key, id] :
+       {std::pair{"bos_token_id", bos_token_id}, std::pair{"eos_token_id", eos_token_id},
+        std::pair{"pad_token_id", pad_token_id}}) {
+    if (id >= vocab_size) {
+      fail("{}: key '{}' = {} is not below vocab_size = {}; {}", source, key, id, vocab_size,
+           kFixHint);
+    }
   }
   if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16") {
     fail("{}: key 'torch_dtype' = '{}' is not one of float32, bfloat16, float16; {}", source,

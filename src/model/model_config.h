@@ -19,6 +19,17 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 8192;
 };
 
+// Maxima of the sizes config.json may declare: far above the largest published Llama-family
+// checkpoint (vocab 256K, hidden 16K, 126 layers, 128 heads), low enough that every product the
+// model code forms stays far below 2^63.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxHiddenLayers = 1024;
+inline constexpr int64_t kMaxAttentionHeads = 1024;
+inline constexpr int64_t kMaxHeadDim = 4096;
+inline constexpr int64_t kMaxPositions = int64_t{1} << 25;
+
 struct ModelConfig {
   std::string model_type = "llama";  // "llama" | "qwen2" | "mistral"
   int64_t vocab_size = 0;
@@ -36,12 +47,15 @@ struct ModelConfig {
   int64_t sliding_window = 0;   // mistral; 0 = none. Sequences longer than it are rejected.
   RopeConfig rope;
   int64_t bos_token_id = -1;  // -1: not set
-  int64_t eos_token_id = -1;
+  int64_t eos_token_id = -1;  // the first one when config.json lists several
+  int64_t pad_token_id = -1;
   std::string torch_dtype = "float32";  // as written into config.json on save
 
   // Number of parameters (tied embeddings counted once).
   int64_t parameter_count() const;
-  // Throws Error naming `source` (a file path or "config") if the values are inconsistent.
+  // Throws Error naming `source` (a file path or "config") if the values are inconsistent, a
+  // size is above its maximum below (sizes are bounded before anything is allocated from them),
+  // or a bos/eos/pad token id is not below vocab_size.
   void validate(const std::string& source) const;
 };
 

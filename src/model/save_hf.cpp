@@ -1,17 +1,18 @@
 #include "model/save_hf.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 #include <vector>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 #include "io/safetensors.h"
 #include "model/hf_config.h"
 
@@ -40,20 +41,58 @@ std::vector<std::vector<SafetensorsTensorSpec>> split_into_files(const ParamLayo
   return files;
 }
 
-// Writes config.json, the extra files, the weights and (when split) the index into `staging`.
-void write_hf_files(const fs::path& staging, const ModelConfig& config, const ParamLayout& layout,
-                    const UnitValues& unit_values, DType dtype, const SaveHfOptions& options) {
+// Whether `name` is a weight file or index this function writes (model.safetensors,
+// model-0000K-of-0000N.safetensors, model.safetensors.index.json).
+bool is_weight_file_name(const std::string& name) {
+  if (name == "model.safetensors" || name == "model.safetensors.index.json") return true;
+  static const std::regex sharded(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  return std::regex_match(name, sharded);
+}
+
+// Refuses an output dir that holds sharded training checkpoints (step_*/manifest.json, see
+// train/checkpoint_dir.h) or is one of `protected_dirs` (e.g. the input model).
+void refuse_unsafe_output_dir(const fs::path& target,
+                              const std::vector<std::string>& protected_dirs) {
   std::error_code ec;
+  for (const std::string& dir : protected_dirs) {
+    if (!dir.empty() && fs::equivalent(target, dir, ec)) {
+      fail(
+          "cannot save to {}: it is the input dir {}; saving there would overwrite what is being "
+          "read; HINT: choose another output dir",
+          target.string(), dir);
+    }
+  }
+  const auto is_step_dir = [&ec](const fs::path& dir) {
+    return dir.filename().string().rfind("step_", 0) == 0 &&
+           fs::is_regular_file(dir / "manifest.json", ec);
+  };
+  bool checkpoints = is_step_dir(target);
+  for (fs::directory_iterator it(target, ec), end; !checkpoints && !ec && it != end;
+       it.increment(ec)) {
+    checkpoints = it->is_directory(ec) && is_step_dir(it->path());
+  }
+  if (checkpoints) {
+    fail(
+        "cannot save to {}: it holds sharded training checkpoints (step_*/manifest.json); "
+        "HINT: write the Hugging Face model to another dir",
+        target.string());
+  }
+}
+
+// Writes config.json, the extra files, the weights and (when split) the index into `out`, each
+// file atomically. Returns the names of the weight files written.
+std::set<std::string> write_hf_files(const fs::path& out, const ModelConfig& config,
+                                     const ParamLayout& layout, const UnitValues& unit_values,
+                                     DType dtype, const SaveHfOptions& options) {
   ModelConfig saved = config;
   saved.torch_dtype = dtype == DType::kBF16 ? "bfloat16" : "float32";
-  write_file_atomically((staging / "config.json").string(), write_hf_config_json(saved));
   for (const std::string& extra : options.extra_files) {
-    fs::copy_file(extra, staging / fs::path(extra).filename(), ec);
-    if (ec) fail("cannot copy {}: {}", extra, ec.message());
+    write_file_atomically((out / fs::path(extra).filename()).string(), read_file(extra));
   }
   for (const auto& [name, contents] : options.extra_contents) {
-    write_file_atomically((staging / name).string(), contents);
+    write_file_atomically((out / name).string(), contents);
   }
+  std::set<std::string> written;
 
   const std::vector<std::vector<SafetensorsTensorSpec>> files =
       split_into_files(layout, dtype, options.max_shard_bytes);
@@ -72,7 +111,7 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
     for (const ParamSpec& p : layout.units[u].params) {
       if (!writer) {
         writer = std::make_unique<SafetensorsWriter>(
-            (staging / file_name(file)).string(), files[file],
+            (out / file_name(file)).string(), files[file],
             std::map<std::string, std::string>{{"format", "pt"}});
       }
       const float* src = values + p.offset;
@@ -84,6 +123,7 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
         writer->write_tensor(p.name, converted.data(), converted.size() * sizeof(uint16_t));
       }
       weight_map[p.name] = file_name(file);
+      written.insert(file_name(file));
       total_bytes += static_cast<uint64_t>(p.numel()) * dtype_size(dtype);
       if (++in_file == files[file].size()) {
         writer->finish();
@@ -96,9 +136,47 @@ void write_hf_files(const fs::path& staging, const ModelConfig& config, const Pa
   if (files.size() > 1) {
     const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}},
                                   {"weight_map", weight_map}};
-    write_file_atomically((staging / "model.safetensors.index.json").string(),
-                          index.dump(2) + "\n");
+    write_file_atomically((out / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+    written.insert("model.safetensors.index.json");
   }
+  // Last: a reader that finds the new config.json finds the new weights.
+  write_file_atomically((out / "config.json").string(), write_hf_config_json(saved));
+  return written;
+}
+
+// Removes weight files of an earlier save (another shard count) that this save did not write,
+// so loaders never mix old and new weights. Only names of is_weight_file_name are touched.
+void remove_stale_weight_files(const fs::path& out, const std::set<std::string>& written) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file(ec) && is_weight_file_name(name) && written.count(name) == 0) {
+      stale.push_back(it->path());
+    }
+  }
+  for (const fs::path& path : stale) fs::remove(path, ec);
+}
+
+// After a failed save into a dir this save created: removes the files it may have written
+// (weights, index, config.json, the extra files) and then the dir if it is empty, so a failed
+// export leaves nothing behind. Any other file (someone else's) keeps the dir.
+void remove_files_of_failed_save(const fs::path& out, const SaveHfOptions& options) {
+  std::set<std::string> ours = {"config.json"};
+  for (const std::string& extra : options.extra_files) {
+    ours.insert(fs::path(extra).filename().string());
+  }
+  for (const auto& extra : options.extra_contents) ours.insert(extra.first);
+  std::error_code ec;
+  std::vector<fs::path> written;
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_regular_file(ec) && (is_weight_file_name(name) || ours.count(name) > 0)) {
+      written.push_back(it->path());
+    }
+  }
+  for (const fs::path& path : written) fs::remove(path, ec);
+  fs::remove(out, ec);  // only when empty
 }
 
 }  // namespace
@@ -124,37 +202,26 @@ void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,
                         const SaveHfOptions& options) {
   SHARDTRAIN_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "save dtype");
   const fs::path target = fs::absolute(fs::path(out_dir)).lexically_normal();
-  const fs::path parent = target.parent_path();
   std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec)
-    fail("cannot create directory {}: {}; HINT: check train.output_dir", parent.string(),
-         ec.message());
-  const fs::path staging =
-      parent / (target.filename().string() + ".tmp-" + std::to_string(getpid()));
-  fs::remove_all(staging, ec);
-  fs::create_directory(staging, ec);
-  if (ec)
-    fail("cannot create {}: {}; HINT: check that {} is writable", staging.string(), ec.message(),
-         parent.string());
-
+  if (fs::exists(target, ec) && !fs::is_directory(target, ec)) {
+    fail("cannot save to {}: it exists and is not a directory; HINT: choose another output dir",
+         target.string());
+  }
+  const bool created = !fs::exists(target, ec);
+  fs::create_directories(target, ec);
+  if (ec) {
+    fail("cannot create directory {}: {}; HINT: check the output dir and its permissions",
+         target.string(), ec.message());
+  }
+  refuse_unsafe_output_dir(target, options.protected_dirs);
+  std::set<std::string> written;
   try {
-    write_hf_files(staging, config, layout, unit_values, dtype, options);
+    written = write_hf_files(target, config, layout, unit_values, dtype, options);
   } catch (...) {
-    fs::remove_all(staging, ec);  // no half-written directory is left behind
+    if (created) remove_files_of_failed_save(target, options);
     throw;
   }
-
-  // Swap the finished directory into place; the previous one is removed only afterwards.
-  const fs::path previous = parent / (target.filename().string() + ".old-" + std::to_string(getpid()));
-  const bool had_previous = fs::exists(target);
-  if (had_previous) {
-    fs::rename(target, previous, ec);
-    if (ec) fail("cannot replace {}: {}", target.string(), ec.message());
-  }
-  fs::rename(staging, target, ec);
-  if (ec) fail("cannot move {} to {}: {}", staging.string(), target.string(), ec.message());
-  if (had_previous) fs::remove_all(previous, ec);
+  remove_stale_weight_files(target, written);
 }
 
 }  // namespace shardtrain

@@ -26,6 +26,8 @@ struct SaveHfOptions {
   std::vector<std::string> extra_files;
   // Files written into OUT_DIR: (file name, contents), after extra_files (so they win).
   std::vector<std::pair<std::string, std::string>> extra_contents;
+  // Dirs OUT_DIR must not be (the input model dir, the checkpoint being exported).
+  std::vector<std::string> protected_dirs;
 };
 
 // The tokenizer and generation files (tokenizer.json, tokenizer_config.json, ...) present in
@@ -34,9 +36,15 @@ std::vector<std::string> tokenizer_files_in(const std::string& model_dir);
 
 // Writes OUT_DIR/config.json and the weights (see SaveHfOptions) with every parameter in `dtype`
 // (bf16 or f32), streaming one tensor at a time; unit_values is called once per unit, in order.
-// The directory is replaced atomically: the files are written into a sibling temp directory
-// that is renamed over OUT_DIR only when complete, so an interrupted save never leaves a
-// half-written checkpoint behind.
+// Only the files this writes are touched: config.json, the weight files and index, the extra
+// files. Each is replaced atomically (a reader sees the old or the new file, never a partial
+// one); config.json is written last. Weight files of an earlier save that this one did not
+// write (model.safetensors, model-0000K-of-0000N.safetensors, the index) are then removed, so
+// old and new weights never mix; every other file in OUT_DIR is left as it was. When the save
+// fails (unit_values throws, a write fails) in an OUT_DIR it created, the files it wrote and
+// the dir are removed again.
+// Throws Error when OUT_DIR is a file, is one of options.protected_dirs, or holds sharded
+// training checkpoints (step_*/manifest.json), before anything is written.
 void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,
                         const ParamLayout& layout, const UnitValues& unit_values, DType dtype,
                         const SaveHfOptions& options = {});

@@ -1,5 +1,6 @@
 // save_hf_checkpoint: a saved model loads back bit-identically (fp32) and gives identical
-// logits; bf16 saves hold the bf16-rounded values; an existing output dir is replaced whole.
+// logits; bf16 saves hold the bf16-rounded values; only our own files in the output dir are
+// replaced; input and checkpoint dirs are refused.
 #include "model/save_hf.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/error.h"
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
@@ -118,18 +120,103 @@ TEST_F(SaveHfTest, Bf16SaveHoldsRoundedValues) {
   EXPECT_EQ(read_hf_config(out + "/config.json").torch_dtype, "bfloat16");
 }
 
-TEST_F(SaveHfTest, ReplacesExistingDirectoryWhole) {
+// An output dir with a user's files in it: only our files are replaced (the old code renamed the
+// dir away and deleted it whole, notes included).
+TEST_F(SaveHfTest, ReplacesOnlyItsOwnFilesAndLeavesEverythingElse) {
   const ModelConfig config = tiny_config();
   const ParamLayout layout = make_param_layout(config);
   const auto values = random_units(layout);
   const std::string out = (dir_ / "model").string();
-  fs::create_directories(out);
-  std::ofstream(out + "/stale.txt") << "old";
-  save_hf_checkpoint(out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32);
-  EXPECT_FALSE(fs::exists(out + "/stale.txt"));
+  const auto save = [&](uint64_t max_shard_bytes) {
+    SaveHfOptions options;
+    options.max_shard_bytes = max_shard_bytes;
+    save_hf_checkpoint(
+        out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32, options);
+  };
+  fs::create_directories(out + "/runs");
+  std::ofstream(out + "/notes.txt") << "mine";
+  std::ofstream(out + "/runs/log.txt") << "also mine";
+  std::ofstream(out + "/config.json") << "{old}";
+  save(4096);  // sharded: model-0000K-of-0000N.safetensors + index
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
+  std::vector<std::string> shards;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("model-000", 0) == 0) shards.push_back(name);
+  }
+  ASSERT_GE(shards.size(), 2u);
+  EXPECT_EQ(load(out, layout), values);
+  save(0);  // one file: the earlier shards and index are ours and would mix with it
   EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
-  for (const auto& entry : fs::directory_iterator(dir_))
-    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos);
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors.index.json"));
+  for (const std::string& shard : shards) EXPECT_FALSE(fs::exists(out + "/" + shard)) << shard;
+  EXPECT_EQ(load(out, layout), values);
+  EXPECT_EQ(read_hf_config(out + "/config.json").num_hidden_layers, 2);
+  std::ifstream notes(out + "/notes.txt"), log(out + "/runs/log.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(notes), {}), "mine");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(log), {}), "also mine");
+  for (const auto& entry : fs::recursive_directory_iterator(dir_))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
+}
+
+// A save that fails half-way (a truncated checkpoint shard while exporting): a dir it created
+// is removed with what it wrote; an existing dir keeps the user's files.
+TEST_F(SaveHfTest, AFailedSaveLeavesNoNewDirBehindAndKeepsOtherFiles) {
+  const ModelConfig config = tiny_config();
+  const ParamLayout layout = make_param_layout(config);
+  const auto values = random_units(layout);
+  std::ofstream(dir_ / "tokenizer.json") << "{}";
+  const auto failing_save = [&](const std::string& out) {
+    SaveHfOptions options;
+    options.max_shard_bytes = 4096;  // several files, so some are written before the failure
+    options.extra_files = {(dir_ / "tokenizer.json").string()};
+    const auto second_unit_fails = [&](int u) -> const float* {
+      if (u == 1) fail("rank_00000.safetensors is truncated");
+      return values[u].data();
+    };
+    EXPECT_THROW(save_hf_checkpoint(out, config, layout, second_unit_fails, DType::kF32, options),
+                 Error);
+  };
+  const std::string fresh = (dir_ / "fresh").string();
+  failing_save(fresh);
+  EXPECT_FALSE(fs::exists(fresh));
+  const std::string existing = (dir_ / "existing").string();
+  fs::create_directories(existing);
+  std::ofstream(existing + "/notes.txt") << "mine";
+  failing_save(existing);
+  EXPECT_TRUE(fs::exists(existing + "/notes.txt"));
+  EXPECT_FALSE(fs::exists(existing + "/config.json")) << "config.json is written last";
+}
+
+TEST_F(SaveHfTest, RefusesTheInputDirAndCheckpointDirs) {
+  const ModelConfig config = tiny_config();
+  const ParamLayout layout = make_param_layout(config);
+  const auto values = random_units(layout);
+  const auto save_to = [&](const std::string& out, std::vector<std::string> protected_dirs) {
+    SaveHfOptions options;
+    options.protected_dirs = std::move(protected_dirs);
+    try {
+      save_hf_checkpoint(
+          out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32, options);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(saved)");
+  };
+  const std::string input = (dir_ / "input").string();
+  fs::create_directories(input);
+  std::ofstream(input + "/config.json") << "{}";
+  EXPECT_NE(save_to(input + "/.", {input}).find("is the input dir"), std::string::npos);
+  const std::string checkpoints = (dir_ / "ckpt").string();
+  fs::create_directories(checkpoints + "/step_00000010");
+  std::ofstream(checkpoints + "/step_00000010/manifest.json") << "{}";
+  EXPECT_NE(save_to(checkpoints, {}).find("sharded training checkpoints"), std::string::npos);
+  EXPECT_NE(save_to(checkpoints + "/step_00000010", {}).find("sharded training checkpoints"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(checkpoints + "/config.json"));
+  std::ofstream(dir_ / "a_file") << "x";
+  EXPECT_NE(save_to((dir_ / "a_file").string(), {}).find("not a directory"), std::string::npos);
+  EXPECT_EQ(save_to((dir_ / "fine").string(), {input}), "(saved)");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ nlohmann::json metrics_record(const StepReport& report) {
   if (report.exposed_comm_s) record["comm_wait_s"] = *report.exposed_comm_s;
   if (report.checkpoint_stall_s) record["checkpoint_stall_s"] = *report.checkpoint_stall_s;
   if (report.epoch) record["epoch"] = *report.epoch;
+  if (report.mfu) record["mfu"] = *report.mfu;
   if (report.eval) {
     record["eval_loss"] = report.eval->loss;
     record["eval_ppl"] = report.eval->perplexity;

@@ -1,7 +1,6 @@
-// The per-step console progress line:
-//   step 12/100 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12345 tok/s | epoch 0.35 |
-//   eval loss 2.4567 ppl 11.67 | 0:00:12 | ETA 0:01:28
-// (one line; epoch where known, eval on steps that ran an evaluation).
+// The per-step console progress line (one line; MFU, epoch and eval only where known):
+//   step 12/100 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12345 tok/s | MFU 41.2% |
+//   epoch 0.35 | eval loss 2.4567 ppl 11.67 | 0:00:12 | ETA 0:01:28
 #pragma once
 
 #include <string>

@@ -1,5 +1,6 @@
 // StepReport: what one optimizer step did, as every consumer reads it: the console progress
-// line (obs/progress.h), the JSONL metrics (obs/metrics_log.h), and metric endpoints. The
+// line (obs/progress.h), the JSONL metrics (obs/metrics_log.h), and the /metrics endpoint
+// (obs/rank_snapshot.h, train/rank_metrics_publisher.h). The
 // trainer (train/trainer.h) fills one per step on every rank; values are this rank's unless
 // they say "all ranks". Units are in the names: seconds (_s), bytes (_bytes), counts.
 #pragma once
@@ -14,8 +15,6 @@ namespace shardtrain {
 struct StepReport {
   int64_t step = 0;         // 1-based optimizer step just completed
   int64_t total_steps = 0;  // the run's length in steps (train.steps, or from train.epochs)
-  // Passes over the training data so far: step x global batch / sequences in the data.
-  std::optional<double> epoch;
   double loss = 0;          // mean cross-entropy over the global batch's targets (all ranks)
   double lr = 0;            // the learning rate this step used
   double grad_norm = 0;     // global L2 gradient norm before clipping (all ranks)
@@ -36,6 +35,16 @@ struct StepReport {
   // Peak bytes of the FSDP-owned device buffers so far (shards, moments, gathered and gradient
   // pools; activations not included).
   int64_t fsdp_peak_bytes = 0;
+  // Peak bytes of every DeviceBuffer made through this rank's Ops so far (the FSDP buffers
+  // above plus the model's activations and workspaces; not the backend's internals).
+  int64_t device_buffers_peak_bytes = 0;
+  int64_t local_tokens = 0;  // tokens this rank trained on in this step
+  int world_size = 1;        // ranks in the job
+  // Passes over the training data so far (steps x global batch / sequences).
+  std::optional<double> epoch;
+  // Model FLOPs utilisation of this rank's step, 0..1 (model/model_flops.h over
+  // metrics.peak_tflops); nullopt without a known device peak (CPU by default).
+  std::optional<double> mfu;
   // The evaluation run after this step (data.eval_path, train.eval_every); nullopt when none ran.
   std::optional<EvalReport> eval;
 };

@@ -13,17 +13,17 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(Ops& ops, size_t bytes)
-      : ops_(&ops), data_(bytes ? ops.allocate(bytes) : nullptr), bytes_(bytes) {}
-  ~DeviceBuffer() {
-    if (data_ != nullptr) ops_->release(data_);
+      : ops_(&ops), data_(bytes ? ops.allocate(bytes) : nullptr), bytes_(bytes) {
+    if (data_ != nullptr) ops_->note_buffer(bytes_, true);
   }
+  ~DeviceBuffer() { free(); }
   DeviceBuffer(DeviceBuffer&& other) noexcept
       : ops_(other.ops_),
         data_(std::exchange(other.data_, nullptr)),
         bytes_(std::exchange(other.bytes_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
-      if (data_ != nullptr) ops_->release(data_);
+      free();
       ops_ = other.ops_;
       data_ = std::exchange(other.data_, nullptr);
       bytes_ = std::exchange(other.bytes_, 0);
@@ -44,6 +44,12 @@ class DeviceBuffer {
   }
 
  private:
+  void free() {
+    if (data_ == nullptr) return;
+    ops_->release(data_);
+    ops_->note_buffer(bytes_, false);
+  }
+
   Ops* ops_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;

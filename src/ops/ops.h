@@ -16,6 +16,8 @@
 //    `read_scalar` synchronise.
 #pragma once
 
+#include <atomic>
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -62,6 +64,20 @@ class Ops {
   // Raw device allocation; zero-filled. Prefer the RAII `DeviceBuffer` (ops/device_buffer.h).
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* pointer) = 0;
+  // Bytes held in DeviceBuffers made through this object, now and at most so far (they call
+  // note_buffer). Backend-internal workspaces and the CUDA context are not included.
+  size_t buffer_bytes() const { return buffer_bytes_.load(std::memory_order_relaxed); }
+  size_t buffer_peak_bytes() const { return buffer_peak_bytes_.load(std::memory_order_relaxed); }
+  void note_buffer(size_t bytes, bool allocated) {
+    if (!allocated) {
+      buffer_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      return;
+    }
+    const size_t now = buffer_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    size_t peak = buffer_peak_bytes_.load(std::memory_order_relaxed);
+    while (now > peak && !buffer_peak_bytes_.compare_exchange_weak(peak, now)) {
+    }
+  }
   virtual void copy_from_host(Tensor dst, const void* src) = 0;  // dst.bytes() bytes
   virtual void copy_to_host(void* dst, Tensor src) = 0;          // synchronises
   virtual void fill_zero(Tensor dst) = 0;
@@ -150,6 +166,9 @@ class Ops {
   virtual void sum_squares(Tensor x, Tensor out_1) = 0;
   // Reads one fp32 scalar to the host; synchronises.
   virtual float read_scalar(Tensor x_1) = 0;
+
+ private:
+  std::atomic<size_t> buffer_bytes_{0}, buffer_peak_bytes_{0};
 };
 
 }  // namespace shardtrain

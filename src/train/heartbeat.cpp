@@ -23,8 +23,8 @@ int64_t unix_ms_now() {
 // A TCP store connection whose keys all live under a prefix (PrefixStore that owns its inner).
 class ScopedTcpStore final : public Store {
  public:
-  ScopedTcpStore(const std::string& host, int port, std::string prefix)
-      : client_(host, port, std::chrono::minutes(5)), scoped_(client_, std::move(prefix)) {}
+  ScopedTcpStore(const std::string& host, int port, const std::string& secret, std::string prefix)
+      : client_(host, port, std::chrono::minutes(5), secret), scoped_(client_, std::move(prefix)) {}
   void set(const std::string& key, const std::string& value) override { scoped_.set(key, value); }
   std::string get(const std::string& key, Duration timeout) override {
     return scoped_.get(key, timeout);
@@ -140,9 +140,9 @@ Heartbeat::Heartbeat(std::unique_ptr<Store> store, int rank)
 std::unique_ptr<Heartbeat> Heartbeat::for_launched_worker(const WorkerEnv& env) {
   std::unique_ptr<Store> store;
   if (!env.store_prefix.empty() && !env.rendezvous_host().empty() && env.rendezvous_port() > 0 &&
-      env.store_dir.empty()) {
+      env.store_dir.empty() && !env.store_secret.empty()) {
     store = std::make_unique<ScopedTcpStore>(env.rendezvous_host(), env.rendezvous_port(),
-                                             env.store_prefix);
+                                             env.store_secret, env.store_prefix);
   }
   return std::make_unique<Heartbeat>(std::move(store), env.rank);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 
@@ -149,6 +150,7 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   register_train_loop_keys(schema, train);
   register_checkpoint_keys(schema, train);
   register_parallel_keys(schema, fsdp, dist);
+  metrics.register_config(schema);
   register_optim_keys(schema, optim);
 }
 
@@ -162,6 +164,7 @@ void require(bool ok, const char* key, const char* rule, T value) {
 }  // namespace
 
 void TrainConfig::validate() const {
+  metrics.validate();
   if (model.path.empty()) {
     fail(
         "config key 'model.path' is not set; set it to a Hugging Face checkpoint dir "
@@ -170,7 +173,11 @@ void TrainConfig::validate() const {
   if (data.path.empty()) {
     fail("config key 'data.path' is not set; set it to a token file (.bin) or a .jsonl file");
   }
-  require(data.seq_len >= 2, "data.seq_len", ">= 2", data.seq_len);
+  // Bounded before anything is sized from them (sequence buffers, packing, activations).
+  constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+  constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
+  require(data.seq_len >= 2 && data.seq_len <= kMaxSeqLen, "data.seq_len", "in [2, 1048576]",
+          data.seq_len);
   require(data.pad_id >= 0, "data.pad_id", ">= 0", data.pad_id);
   require(train.steps >= 0, "train.steps", ">= 0 (0 = from train.epochs)", train.steps);
   require(train.epochs >= 0, "train.epochs", ">= 0 (0 = use train.steps)", train.epochs);
@@ -189,6 +196,12 @@ void TrainConfig::validate() const {
         train.eval_every);
   }
   require(train.micro_batch > 0, "train.micro_batch", "> 0", train.micro_batch);
+  if (train.micro_batch > kMaxMicroBatchTokens / data.seq_len) {
+    fail(
+        "config keys 'train.micro_batch' ({}) x 'data.seq_len' ({}) exceed {} tokens per "
+        "micro-batch; HINT: lower train.micro_batch and raise train.grad_accum",
+        train.micro_batch, data.seq_len, kMaxMicroBatchTokens);
+  }
   require(train.grad_accum > 0, "train.grad_accum", "> 0", train.grad_accum);
   require(train.log_every > 0, "train.log_every", "> 0", train.log_every);
   require(train.max_grad_norm >= 0, "train.max_grad_norm", ">= 0 (0 disables clipping)",
@@ -207,6 +220,7 @@ void TrainConfig::validate() const {
         "--checkpoint-dir DIR",
         train.checkpoint_every);
   }
+  check_output_dir();
   require(fsdp.shard_group_size >= 0, "fsdp.shard_group_size", ">= 0 (0 = ranks per node)",
           fsdp.shard_group_size);
   require(optim.lr > 0, "optim.lr", "> 0", optim.lr);
@@ -218,6 +232,32 @@ void TrainConfig::validate() const {
   require(optim.eps > 0, "optim.eps", "> 0", optim.eps);
   if (optim.min_lr > optim.lr) {
     fail("config key 'optim.min_lr' ({}) must be <= 'optim.lr' ({})", optim.min_lr, optim.lr);
+  }
+}
+
+void TrainConfig::check_output_dir() const {
+  if (train.output_dir.empty()) return;
+  namespace fs = std::filesystem;
+  const auto resolved = [](const std::string& dir) {
+    std::error_code ec;
+    fs::path path = fs::weakly_canonical(fs::absolute(dir, ec), ec).lexically_normal();
+    return path.has_filename() ? path : path.parent_path();  // "a/b/" names the dir "a/b"
+  };
+  const fs::path output = resolved(train.output_dir);
+  const auto same_dir = [&](const std::string& other) {
+    return !other.empty() && resolved(other) == output;
+  };
+  if (same_dir(model.path)) {
+    fail(
+        "config key 'train.output_dir' ({}) is the input model dir 'model.path'; saving there "
+        "would overwrite the model being trained; HINT: choose another train.output_dir",
+        train.output_dir);
+  }
+  if (same_dir(train.checkpoint_dir)) {
+    fail(
+        "config key 'train.output_dir' ({}) is 'train.checkpoint_dir'; HINT: keep the Hugging "
+        "Face output and the sharded checkpoints in different dirs",
+        train.output_dir);
   }
 }
 

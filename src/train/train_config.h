@@ -12,6 +12,7 @@
 //           decay_norms_and_biases
 //   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch (docs/fsdp.md)
 //   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
+//   [metrics] port, address, gpu, gpu_interval, nvml_library, peak_tflops (train/metrics_config.h)
 //
 // Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
 //        schema.load_toml_file(path); schema.apply_override(...); config.validate();
@@ -26,6 +27,7 @@
 #include <string>
 
 #include "core/config.h"
+#include "train/metrics_config.h"
 
 namespace shardtrain {
 
@@ -134,6 +136,7 @@ struct TrainConfig {
   OptimConfig optim;
   FsdpConfig fsdp;
   DistConfig dist;
+  MetricsConfig metrics;
 
   // Declares every key above in `schema`, bound to this object's fields.
   void register_config(ConfigSchema& schema);
@@ -151,6 +154,11 @@ struct TrainConfig {
   int64_t global_batch_for(int data_parallel_size) const {
     return train.micro_batch * grad_accum_for(data_parallel_size) * data_parallel_size;
   }
+
+ private:
+  // train.output_dir must be neither model.path nor train.checkpoint_dir (saving there would
+  // overwrite the input model or mix with the sharded checkpoints).
+  void check_output_dir() const;
 };
 
 }  // namespace shardtrain

@@ -166,7 +166,9 @@ TEST_F(TrainConfigTest, ValidateNamesTheKey) {
       {"train.eval_every=10", "'train.eval_every' (10) needs 'data.eval_path'"},
       {"train.micro_batch=-1", "'train.micro_batch' must be > 0"},
       {"train.grad_accum=0", "'train.grad_accum' must be > 0"},
-      {"data.seq_len=1", "'data.seq_len' must be >= 2, got 1"},
+      {"data.seq_len=1", "'data.seq_len' must be in [2, 1048576], got 1"},
+      {"data.seq_len=1000000000000", "'data.seq_len' must be in [2, 1048576], got 1000000000000"},
+      {"train.micro_batch=100000", "'train.micro_batch' (100000) x 'data.seq_len' (512) exceed"},
       {"optim.lr=0", "'optim.lr' must be > 0"},
       {"optim.lr=-0.1", "'optim.lr' must be > 0"},
       {"optim.beta1=1", "'optim.beta1' must be in [0, 1)"},
@@ -179,6 +181,7 @@ TEST_F(TrainConfigTest, ValidateNamesTheKey) {
       {"train.checkpoint_every=-5", "'train.checkpoint_every' must be >= 0"},
       {"model.path=", "'model.path' is not set"},
       {"data.path=", "'data.path' is not set"},
+      {"train.output_dir=./m/", "'train.output_dir' (./m/) is the input model dir 'model.path'"},
   };
   for (const InvalidCase& c : cases) {
     TrainConfig config;
@@ -225,6 +228,16 @@ TEST_F(TrainConfigTest, WarmupLongerThanTheRunIsValid) {
   load(kMinimal);
   schema_.apply_override("optim.warmup_steps=101");
   EXPECT_NO_THROW(config_.validate()) << "clamped with a warning (train/run_length.h)";
+}
+
+TEST_F(TrainConfigTest, OutputDirMustNotBeTheCheckpointDir) {
+  load(kMinimal);
+  schema_.apply_override("train.checkpoint_dir=out/ckpt");
+  schema_.apply_override("train.output_dir=out/../out/ckpt");
+  EXPECT_NE(error_of([&] { config_.validate(); }).find("is 'train.checkpoint_dir'"),
+            std::string::npos);
+  schema_.apply_override("train.output_dir=out/hf");
+  EXPECT_NO_THROW(config_.validate());
 }
 
 TEST_F(TrainConfigTest, WarmupEqualToStepsIsValid) {

@@ -9,8 +9,10 @@
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
+#include "model/model_flops.h"
 #include "model/save_hf.h"
 #include "obs/progress.h"
+#include "train/blocking_comm_time.h"
 #include "train/checkpoint/checkpoint_signal.h"
 #include "train/checkpoint/export_tokenizer.h"
 #include "train/lr_schedule.h"
@@ -165,12 +167,15 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       ops_(ops),
       options_(options),
       env_(options.worker),
+      metrics_publisher_(config_.metrics, env_),
       strategy_(parse_fsdp_strategy(config_.fsdp.strategy)),
       group_size_(shard_group_size_for(strategy_, env_.world, env_.local_world,
                                        static_cast<int>(config_.fsdp.shard_group_size))),
       // Every rank reads its own data: the data-parallel size is the world size.
       grad_accum_(config_.grad_accum_for(env_.world)),
       model_config_(model_config_that_fits(config_, env_, ops_)),
+      flops_per_token_(training_flops_per_token(model_config_, config_.data.seq_len)),
+      peak_flops_(config_.metrics.peak_flops(ops_.device() == Device::kCuda)),
       model_(model_config_, ops_),
       dataset_(open_checked_data(config_, model_config_, env_.world)),
       eval_dataset_(open_eval_data(config_, model_config_)),
@@ -184,7 +189,8 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
   model_.set_activation_checkpointing(
       LlamaModel::checkpointing_from_name(config_.train.activation_checkpointing));
   model_.reserve(config_.train.micro_batch, config_.data.seq_len);
-  world_.comm = with_heartbeat(std::move(world_.comm), *heartbeat_);
+  // Blocking backends (Gloo) get their exposed communication time measured around each call.
+  world_.comm = with_heartbeat(with_blocking_comm_time(std::move(world_.comm)), *heartbeat_);
   groups_ = std::make_unique<FsdpGroups>(*world_.comm, group_size_);
   units_ =
       std::make_unique<FsdpUnits>(ops_, model_.layout(), *groups_,
@@ -399,10 +405,17 @@ StepReport Trainer::train_step(int64_t step) {
       report.elapsed_s > 0 ? static_cast<double>(tokens_seen_) / report.elapsed_s : 0;
   report.step_time_s = seconds_since(step_start);
   report.data_wait_s = data_wait_s;
+  report.local_tokens = batches.token_count;
+  report.world_size = env_.world;
+  if (peak_flops_ > 0 && report.step_time_s > 0) {
+    report.mfu = flops_per_token_ * static_cast<double>(batches.token_count) / report.step_time_s /
+                 peak_flops_;
+  }
   // The step's collectives are done (the scalar reads above synchronised).
   report.exposed_comm_s = units_->take_compute_wait_seconds();
   report.last_checkpoint_step = last_checkpoint_step_;
   report.fsdp_peak_bytes = total_bytes(units_->memory());
+  report.device_buffers_peak_bytes = static_cast<int64_t>(ops_.buffer_peak_bytes());
   outcome_.tokens_per_s = report.tokens_per_s;
   return report;
 }
@@ -436,6 +449,7 @@ Trainer::Stop Trainer::maybe_checkpoint(StepReport& report) {
 }
 
 void Trainer::log_step(const StepReport& report) {
+  metrics_publisher_.publish(report);
   if (env_.rank != 0) return;
   const int64_t step = report.step;
   if (!options_.quiet && (step % config_.train.log_every == 0 || step == run_length_.total_steps ||
@@ -465,6 +479,7 @@ void Trainer::export_final() {
     if (tokenizer.chat_template_jinja) {
       save.extra_contents.emplace_back("chat_template.jinja", *tokenizer.chat_template_jinja);
     }
+    save.protected_dirs = {config_.model.path, config_.train.checkpoint_dir};
     save_hf_checkpoint(config_.train.output_dir, model_config_, layout, gather,
                        config_.model.dtype == "bf16" ? DType::kBF16 : DType::kF32, save);
     log::info("saved Hugging Face checkpoint to {}", config_.train.output_dir);

@@ -17,7 +17,8 @@
 //                      (sequence i on rank i % world), the sums reduced (EvalReport)
 //   log_step()         the consumers of the report: the console line (rank 0, every
 //                      train.log_every steps and on eval steps), the JSONL metrics (rank 0,
-//                      --metrics)
+//                      --metrics), the node's /metrics endpoint (every rank,
+//                      train/rank_metrics_publisher.h)
 // and ends with export_final(): the Hugging Face checkpoint in train.output_dir. The Trainer
 // issues no communication itself: every collective is FSDP's (the step's totals, the gradient
 // norm) or the checkpoint saver's, and all ranks make the same calls in the same order.
@@ -48,6 +49,7 @@
 #include "train/checkpoint/checkpoint_saver.h"
 #include "train/heartbeat.h"
 #include "train/optimizer.h"
+#include "train/rank_metrics_publisher.h"
 #include "train/run_length.h"
 #include "train/step_hooks.h"
 #include "train/train_config.h"
@@ -101,10 +103,15 @@ class Trainer {
   Ops& ops_;
   const TrainRunOptions options_;
   const WorkerEnv env_;
+  // First after the environment: a metrics port in use fails the run before any work.
+  RankMetricsPublisher metrics_publisher_;
   const FsdpStrategy strategy_;
   const int group_size_;
   const int64_t grad_accum_;
   const ModelConfig model_config_;
+  // MFU: training FLOPs per token (model/model_flops.h) over the device's peak; 0 = no MFU.
+  const double flops_per_token_;
+  const double peak_flops_;
   LlamaModel model_;
   const std::unique_ptr<SequenceDataset> dataset_;
   const std::unique_ptr<SequenceDataset> eval_dataset_;  // null without data.eval_path

@@ -28,6 +28,11 @@ copy_libs() {  # pattern...
 }
 copy_libs 'libfmt.so*' 'libtomlplusplus.so*' 'libpcre2-8.so*' 'libutf8proc.so*' \
   'libgfortran.so.5*' 'libquadmath.so.0*' 'libgtest*.a' 'libgmock*.a'
+# cpp-httplib (obs/metrics_server) and the headers its feature macros pull in.
+cp -L /usr/include/httplib.h /usr/include/zlib.h /usr/include/zconf.h "$kit/include/"
+cp -rL /usr/include/openssl /usr/include/brotli "$kit/include/"
+cp -rL /usr/include/$arch/openssl "$kit/include/$arch/"
+copy_libs 'libcpp-httplib.so*'
 cp -L /usr/lib/$arch/openblas-pthread/libopenblas.so.0 "$kit/lib/$arch/libopenblas.so.0"
 ln -sf libopenblas.so.0 "$kit/lib/$arch/libopenblas.so"
 cp -a /usr/lib/libgloo.so* "$kit/lib/"

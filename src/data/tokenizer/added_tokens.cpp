@@ -72,8 +72,9 @@ AddedTokens AddedTokens::from_json(const nlohmann::json& list, const Normalizer*
     const nlohmann::json& entry = list[i];
     AddedToken token;
     const int64_t id = int_field(entry, "id", -1, token_site);
-    if (id < 0 || id > INT32_MAX) {
-      fail("{}: {}.id must be a non-negative 32-bit integer", site.file, token_site.location);
+    if (id < 0 || id >= kMaxTokenIdExclusive) {
+      fail("{}: {}.id = {} must be in [0, {}); HINT: the tokenizer.json is malformed", site.file,
+           token_site.location, id, kMaxTokenIdExclusive);
     }
     token.id = static_cast<int32_t>(id);
     token.content = string_field(entry, "content", token_site);

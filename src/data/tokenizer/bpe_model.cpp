@@ -17,14 +17,6 @@ uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
-// One symbol of a word being merged; a doubly linked list inside a vector.
-struct Symbol {
-  int32_t id;
-  int32_t prev;    // index, -1 for none
-  int32_t next;    // index, -1 for none
-  int32_t length;  // bytes of the word it covers; 0 once merged into its left neighbour
-};
-
 struct MergeCandidate {
   int32_t rank;
   int32_t position;  // index of the left symbol
@@ -45,6 +37,14 @@ bool ends_with_metaspace(std::string_view s) {
 }
 
 }  // namespace
+
+// One symbol of a word being merged; a doubly linked list inside a vector.
+struct BpeModel::Symbol {
+  int32_t id;
+  int32_t prev;    // index, -1 for none
+  int32_t next;    // index, -1 for none
+  int32_t length;  // bytes of the word it covers; 0 once merged into its left neighbour
+};
 
 struct BpeModel::WordCache {
   static constexpr size_t kShards = 16;
@@ -75,12 +75,17 @@ BpeModel BpeModel::from_json(const nlohmann::json& config, const ConfigSite& sit
         site.file, type);
   }
   BpeModel model;
-  if (config.contains("dropout") && !config["dropout"].is_null() &&
-      config["dropout"].get<double>() > 0.0) {
-    fail(
-        "{}: model.dropout is set; BPE dropout randomizes encodings and is not supported, set "
-        "it to null",
-        site.file);
+  if (const auto dropout = config.find("dropout"); dropout != config.end() && !dropout->is_null()) {
+    if (!dropout->is_number()) {
+      fail("{}: model.dropout must be a number or null, got {}; the tokenizer.json is malformed",
+           site.file, dropout->type_name());
+    }
+    if (dropout->get<double>() > 0.0) {
+      fail(
+          "{}: model.dropout is set; BPE dropout randomizes encodings and is not supported, set "
+          "it to null",
+          site.file);
+    }
   }
   const auto optional_string = [&](const char* key) -> std::string {
     if (!config.contains(key) || config[key].is_null()) return "";
@@ -100,8 +105,9 @@ BpeModel BpeModel::from_json(const nlohmann::json& config, const ConfigSite& sit
   int32_t max_id = -1;
   for (const auto& [token, id_json] : vocab_it->items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
-        id_json.get<int64_t>() > INT32_MAX) {
-      fail("{}: model.vocab[\"{}\"] must be a non-negative 32-bit integer id", site.file, token);
+        id_json.get<int64_t>() >= kMaxTokenIdExclusive) {
+      fail("{}: model.vocab[\"{}\"] = {} must be an integer id in [0, {})", site.file, token,
+           id_json.dump(), kMaxTokenIdExclusive);
     }
     const auto id = static_cast<int32_t>(id_json.get<int64_t>());
     model.vocab_.insert_or_assign(token, id);
@@ -239,17 +245,22 @@ void BpeModel::tokenize_piece(std::string_view word, std::vector<int32_t>& ids) 
 
 void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) const {
   thread_local std::vector<Symbol> symbols;
-  thread_local std::vector<MergeCandidate> heap;
+  split_into_symbols(word, symbols);
+  apply_merges(symbols);
+  for (const Symbol& symbol : symbols) {
+    if (symbol.length != 0) ids.push_back(symbol.id);
+  }
+}
+
+// Step 2 of the header: characters to initial symbols.
+void BpeModel::split_into_symbols(std::string_view word, std::vector<Symbol>& symbols) const {
   thread_local std::string affixed;  // a character with prefix/suffix attached
   symbols.clear();
-  heap.clear();
-  const auto add_symbol = [](int32_t id, size_t length) {
+  const auto add_symbol = [&symbols](int32_t id, size_t length) {
     const auto index = static_cast<int32_t>(symbols.size());
     if (!symbols.empty()) symbols.back().next = index;
     symbols.push_back({id, index - 1, -1, static_cast<int32_t>(length)});
   };
-
-  // Step 2 of the header: characters to initial symbols.
   // An unk symbol not yet added (fuse_unk grows it): id -1 when none.
   int32_t pending_unk_id = -1;
   size_t pending_unk_length = 0;
@@ -293,8 +304,12 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) cons
     }
   }
   if (pending_unk_id >= 0) add_symbol(pending_unk_id, pending_unk_length);
+}
 
-  // Step 3: merges, lowest rank first, then leftmost.
+// Step 3 of the header: merges, lowest rank first, then leftmost.
+void BpeModel::apply_merges(std::vector<Symbol>& symbols) const {
+  thread_local std::vector<MergeCandidate> heap;
+  heap.clear();
   const auto find_merge = [this](int32_t left, int32_t right) -> const Merge* {
     auto it = merges_.find(pair_key(left, right));
     return it == merges_.end() ? nullptr : &it->second;
@@ -337,9 +352,6 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) cons
         push({merge->rank, top.position, merge->new_id});
       }
     }
-  }
-  for (const Symbol& symbol : symbols) {
-    if (symbol.length != 0) ids.push_back(symbol.id);
   }
 }
 

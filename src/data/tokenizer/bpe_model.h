@@ -53,9 +53,13 @@ class BpeModel {
     int32_t new_id;
   };
   struct WordCache;
+  struct Symbol;
 
   BpeModel();
+  // Steps 2 and 3 of the header for one piece; appends its ids.
   void merge_word(std::string_view word, std::vector<int32_t>& ids) const;
+  void split_into_symbols(std::string_view word, std::vector<Symbol>& symbols) const;
+  void apply_merges(std::vector<Symbol>& symbols) const;
   static bool can_split_before_metaspace(const BpeModel& model, const nlohmann::json& merges);
   // tokenize() for one piece, through the word cache.
   void tokenize_piece(std::string_view word, std::vector<int32_t>& ids) const;

@@ -2,11 +2,17 @@
 // shardtrain::Error naming the file, the component and the key.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
 namespace shardtrain::tokenizer {
+
+// Token ids (model.vocab, added_tokens) are below this bound: tables indexed by id are sized
+// from the largest one, and the largest published vocabulary has 256K entries (model/
+// model_config.h bounds vocab_size at the same 2^22).
+inline constexpr int64_t kMaxTokenIdExclusive = int64_t{1} << 22;
 
 // Where a component sits, for error messages: the file and a JSON-path-like location.
 struct ConfigSite {

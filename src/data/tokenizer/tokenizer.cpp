@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_message.h"
 #include "data/tokenizer/added_tokens.h"
 #include "data/tokenizer/bpe_model.h"
 #include "data/tokenizer/decoder.h"
@@ -42,7 +43,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::strin
     root = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& error) {
     fail("{}: not valid JSON ({}); expected a Hugging Face tokenizer.json", source_name,
-         error.what());
+         json_message(error));
   }
   if (!root.is_object() || !root.contains("model")) {
     fail("{}: no \"model\" section; expected a Hugging Face tokenizer.json", source_name);

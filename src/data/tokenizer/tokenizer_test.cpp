@@ -374,6 +374,46 @@ TEST(Tokenizer, BadFilesThrowErrorsNamingThePath) {
   fs::remove_all(dir);
 }
 
+// Inputs that once crashed the loader (an uncaught json type_error, a table sized from an id of
+// 2^31-1 or 10^9) or leaked the JSON library's own "[json.exception...]" text.
+TEST(Tokenizer, HostileFilesGiveOneLineErrorsWithoutLibraryText) {
+  const auto message_of = [](const json& config) -> std::string {
+    try {
+      Tokenizer::from_json_text(config.dump(), "hostile/tokenizer.json");
+    } catch (const Error& error) {
+      return error.what();
+    }
+    return "(no error)";
+  };
+  json dropout = bpe_json({"a"}, {});
+  dropout["model"]["dropout"] = "0.1";
+  EXPECT_NE(message_of(dropout).find("model.dropout must be a number"), std::string::npos)
+      << message_of(dropout);
+  for (const int64_t id : {int64_t{2147483647}, int64_t{1000000000}, int64_t{4194304}}) {
+    json huge_id = bpe_json({"a"}, {});
+    huge_id["model"]["vocab"]["b"] = id;
+    const std::string message = message_of(huge_id);
+    EXPECT_NE(message.find("model.vocab[\"b\"] = " + std::to_string(id)), std::string::npos)
+        << message;
+    json huge_added = bpe_json({"a"}, {});
+    huge_added["added_tokens"] = json::array({{{"id", id}, {"content", "<x>"}}});
+    EXPECT_NE(message_of(huge_added).find("added_tokens[0].id"), std::string::npos)
+        << message_of(huge_added);
+  }
+  try {
+    Tokenizer::from_json_text(R"({"model": {"type": "BPE", "vocab": {"a": 0)", "cut.json");
+    ADD_FAILURE() << "a truncated tokenizer.json loaded";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("cut.json: not valid JSON"), std::string::npos) << message;
+    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+  }
+  // The largest legal id still loads (a sparse vocabulary is allowed).
+  json sparse = bpe_json({"a"}, {});
+  sparse["model"]["vocab"]["b"] = 4194303;
+  EXPECT_EQ(Tokenizer::from_json_text(sparse.dump(), "sparse.json").token_to_id("b"), 4194303);
+}
+
 // ---------------------------------------------------------------- real tokenizer.json files
 
 std::vector<std::string> golden_texts() {

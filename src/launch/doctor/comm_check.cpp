@@ -12,6 +12,7 @@
 #include "dist/comm_bandwidth.h"
 #include "dist/gloo_comm.h"
 #include "dist/nccl_comm.h"
+#include "dist/store_secret.h"
 #include "dist/tcp_store.h"
 #include "launch/doctor/nccl_log.h"
 
@@ -70,9 +71,10 @@ RankWorld connect(const WorkerEnv& env, const CommTestOptions& options, Ops& ops
     rank_world.world = connect_world(env, ops, compute, options.device == "cuda" ? "nccl" : "auto");
     return rank_world;
   }
-  rank_world.own_server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
+  const std::string secret = generate_store_secret();  // a private loopback store
+  rank_world.own_server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, secret);
   rank_world.world.store =
-      std::make_unique<TcpStoreClient>("127.0.0.1", rank_world.own_server->port(), 10s);
+      std::make_unique<TcpStoreClient>("127.0.0.1", rank_world.own_server->port(), 10s, secret);
   Store& store = *rank_world.world.store;
   rank_world.world.comm = options.device == "cuda"
                               ? make_nccl_comm(store, 0, 1, "doctor/world", NcclCommOptions{compute})

@@ -191,16 +191,23 @@ TEST(NcclReport, JsonRoundTrip) {
 TEST(Rendezvous, TcpStoreReachableAndUnreachable) {
   int port = 0;
   {
-    TcpStoreServer server("127.0.0.1", 0);
+    const std::string secret = "doctor-test-secret-0123";
+    TcpStoreServer server("127.0.0.1", 0, secret);
     port = server.port();
     const std::vector<CheckResult> up =
-        check_rendezvous({"c10d", "127.0.0.1", port}, std::chrono::milliseconds(2000));
+        check_rendezvous({"c10d", "127.0.0.1", port, secret}, std::chrono::milliseconds(2000));
     ASSERT_EQ(up.size(), 2u);
     EXPECT_EQ(up[0].status, CheckStatus::kPass) << up[0].detail;
     EXPECT_NE(up[0].detail.find("TCP store at 127.0.0.1:" + std::to_string(port) + " answers"),
               std::string::npos);
     EXPECT_EQ(up[1].name, "clock");
     EXPECT_EQ(up[1].status, CheckStatus::kWarn);
+    // Reachable, but this node's secret is not the run's: it could not join.
+    const std::vector<CheckResult> refused = check_rendezvous(
+        {"c10d", "127.0.0.1", port, "another-secret-0123456"}, std::chrono::milliseconds(2000));
+    EXPECT_EQ(refused[0].status, CheckStatus::kFail);
+    EXPECT_NE(refused[0].detail.find("refused"), std::string::npos) << refused[0].detail;
+    EXPECT_NE(refused[0].hint.find("SHARDTRAIN_STORE_SECRET"), std::string::npos);
   }
   const std::vector<CheckResult> down =
       check_rendezvous({"c10d", "127.0.0.1", port}, std::chrono::milliseconds(300));

@@ -16,6 +16,9 @@ namespace {
 const char* const kUnreachableHint =
     "start the rendezvous first (node 0's `shardtrain launch`, or etcd), check --rdzv-endpoint, "
     "DNS, security groups / NetworkPolicy and that the port is open";
+const char* const kSecretHint =
+    "give every node the run's secret (the same --rdzv-conf token= / token_file=, "
+    "PET_RDZV_TOKEN or SHARDTRAIN_STORE_SECRET; in Kubernetes the Secret <job>-store-secret)";
 constexpr std::chrono::milliseconds kLeaderRetry{200};
 
 }  // namespace
@@ -43,7 +46,7 @@ std::vector<CheckResult> check_rendezvous(const RendezvousTarget& target,
   const std::string endpoint = tcp_store_wire::format_endpoint(target.host, target.port);
   if (target.backend != "etcd") {
     try {
-      TcpStoreClient client(target.host, target.port, timeout);
+      TcpStoreClient client(target.host, target.port, timeout, target.store_secret);
       const auto start = std::chrono::steady_clock::now();
       client.ping();
       const double ms =
@@ -53,8 +56,11 @@ std::vector<CheckResult> check_rendezvous(const RendezvousTarget& target,
                    fmt::format("TCP store at {} answers ({:.1f} ms round trip)", endpoint, ms)),
               clock_not_compared("the TCP store carries no clock")};
     } catch (const Error& e) {
+      // The store answered but refused this node's secret: reachable, but this node could not
+      // join the run.
+      const bool refused = std::string(e.what()).find("refused this client") != std::string::npos;
       return {fail_check("rendezvous", fmt::format("TCP store at {}: {}", endpoint, e.what()),
-                         kUnreachableHint),
+                         refused ? kSecretHint : kUnreachableHint),
               clock_not_compared("the rendezvous is unreachable")};
     }
   }

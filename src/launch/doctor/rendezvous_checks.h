@@ -21,6 +21,9 @@ struct RendezvousTarget {
   std::string backend;  // "c10d" (also static/tcp) or "etcd"
   std::string host;
   int port = 0;
+  // The TCP store's secret as this node's launcher would present it (dist/store_secret.h);
+  // unused with etcd.
+  std::string store_secret;
 };
 
 // {rendezvous, clock}.

@@ -220,9 +220,10 @@ class K8sPodsNetnsTest : public ::testing::Test {
         job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
     const std::string pod =
         job["metadata"]["name"].get<std::string>() + "-worker-" + std::to_string(index);
-    std::map<std::string, std::string> env = container_env(
-        container, pod,
-        {{job["metadata"]["name"].get<std::string>() + "-store-secret/token", "test-secret"}});
+    std::map<std::string, std::string> env =
+        container_env(container, pod,
+                      {{job["metadata"]["name"].get<std::string>() + "-store-secret/token",
+                        "pod-test-secret-0123456789"}});
     for (const auto& [key, value] : operator_env(job)) env[key] = value;
     std::string inner = "cd " + quoted(SHARDTRAIN_SOURCE_DIR) +
                         " && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin";

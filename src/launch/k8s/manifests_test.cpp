@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/testing/test_support.h"
 
 namespace shardtrain::launch::k8s {
@@ -192,10 +194,16 @@ TEST(ManifestsTest, CheckpointVolumeMetricsAndScheduling) {
   const Json& pod = template_["spec"];
   const Json& container = pod["containers"][0];
   const Json& command = container["command"];
-  EXPECT_EQ(command[command.size() - 3], "--checkpoint-dir");
-  EXPECT_EQ(command[command.size() - 2], "/ckpt/checkpoints");
-  EXPECT_EQ(command.back(), "--metrics.port=9400");
-  EXPECT_EQ(command[command.size() - 8], "870");  // --stop-grace: 900 - 30
+  EXPECT_EQ(command[command.size() - 2], "--checkpoint-dir");
+  EXPECT_EQ(command.back(), "/ckpt/checkpoints");
+  // The launcher serves the node's /metrics for all of its workers (launch/node_metrics.h).
+  const auto metrics_flag = std::find(command.begin(), command.end(), "--metrics-port");
+  ASSERT_NE(metrics_flag, command.end());
+  EXPECT_EQ(*(metrics_flag + 1), "9400");
+  EXPECT_LT(metrics_flag - command.begin(),
+            std::find(command.begin(), command.end(), "--") - command.begin());
+  EXPECT_EQ(std::count(command.begin(), command.end(), "--metrics.port=9400"), 0);
+  EXPECT_EQ(command[command.size() - 7], "870");  // --stop-grace: 900 - 30
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 900);
   EXPECT_EQ(pod["volumes"][1]["persistentVolumeClaim"]["claimName"], "ckpt-llama");
   EXPECT_EQ(container["volumeMounts"][1]["mountPath"], "/ckpt");
@@ -209,8 +217,7 @@ TEST(ManifestsTest, CheckpointVolumeMetricsAndScheduling) {
   // A checkpoint dir the user names is kept, not doubled.
   flags.worker_command = {"train", "--config", "x.toml", "--checkpoint-dir", "/elsewhere"};
   const Json again = render(flags)[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"];
-  EXPECT_EQ(again["containers"][0]["command"][again["containers"][0]["command"].size() - 2],
-            "/elsewhere");
+  EXPECT_EQ(again["containers"][0]["command"].back(), "/elsewhere");
 }
 
 TEST(ManifestsTest, BadInputNamesTheFlag) {

@@ -110,18 +110,16 @@ std::vector<std::string> worker_command(const ManifestOptions& options) {
     command.push_back("--checkpoint-dir");
     command.push_back(checkpoint_dir(options));
   }
-  const bool names_metrics_port = std::any_of(command.begin(), command.end(), [](const auto& w) {
-    return w.rfind("--metrics-port", 0) == 0 || w.rfind("--metrics.port=", 0) == 0;
-  });
-  if (options.metrics_port > 0 && !names_metrics_port) {
-    command.push_back("--metrics.port=" + std::to_string(options.metrics_port));
-  }
   return command;
 }
 
 Json launch_command(const ManifestOptions& options, const std::vector<std::string>& launch_flags) {
   Json command = {"shardtrain", "launch"};
   for (const std::string& flag : launch_flags) command.push_back(flag);
+  if (options.metrics_port > 0) {
+    command.push_back("--metrics-port");
+    command.push_back(std::to_string(options.metrics_port));
+  }
   command.push_back("--stop-grace");
   command.push_back(std::to_string(options.termination_grace_s - 30));
   command.push_back("--");

@@ -35,11 +35,12 @@ Json object_metadata(const ManifestOptions& options, const std::string& name,
 Json job_labels(const ManifestOptions& options);
 
 // The worker command; for `train`, `--checkpoint-dir <mount>/checkpoints` is added when a
-// checkpoint volume is given and `--metrics.port=P` with a metrics port, unless the command
-// names its own.
+// checkpoint volume is given, unless the command names its own.
 std::vector<std::string> worker_command(const ManifestOptions& options);
 
-// ["shardtrain", "launch", <launch_flags>, "--stop-grace", S, "--", <worker command>].
+// ["shardtrain", "launch", <launch_flags>, "--metrics-port", P (with a metrics port: the
+// node's agent serves /metrics for all of its workers, launch/node_metrics.h),
+// "--stop-grace", S, "--", <worker command>].
 Json launch_command(const ManifestOptions& options, const std::vector<std::string>& launch_flags);
 
 // An environment variable with a literal value, or from a pod field (downward API).

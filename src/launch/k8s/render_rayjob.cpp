@@ -30,21 +30,19 @@ std::string shell_word(const std::string& word) {
 }
 
 std::string entrypoint(const ManifestOptions& options) {
-  std::vector<std::string> words = {"python3",
-                                    kRayDriver,
-                                    "--nodes",
-                                    std::to_string(options.nodes),
-                                    "--gpus-per-node",
-                                    std::to_string(options.gpus_per_node),
-                                    "--nproc-per-node",
-                                    std::to_string(options.nproc_per_node()),
-                                    "--run-id",
-                                    options.name,
-                                    "--max-restarts",
-                                    std::to_string(options.max_restarts),
-                                    "--stop-grace",
-                                    std::to_string(options.termination_grace_s - 30),
-                                    "--"};
+  std::vector<std::string> words = {
+      "python3",          kRayDriver,
+      "--nodes",          std::to_string(options.nodes),
+      "--gpus-per-node",  std::to_string(options.gpus_per_node),
+      "--nproc-per-node", std::to_string(options.nproc_per_node()),
+      "--run-id",         options.name,
+      "--max-restarts",   std::to_string(options.max_restarts),
+      "--stop-grace",     std::to_string(options.termination_grace_s - 30)};
+  if (options.metrics_port > 0) {
+    words.push_back("--metrics-port");
+    words.push_back(std::to_string(options.metrics_port));
+  }
+  words.push_back("--");
   for (const std::string& word : worker_command(options)) words.push_back(word);
   std::string line;
   for (const std::string& word : words) line += (line.empty() ? "" : " ") + shell_word(word);

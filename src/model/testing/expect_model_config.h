@@ -37,6 +37,7 @@ inline void expect_same_model_config(const ModelConfig& a, const ModelConfig& b,
   }
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_id, b.eos_token_id);
+  EXPECT_EQ(a.pad_token_id, b.pad_token_id);
   if (dtype == CompareDtype::kYes) EXPECT_EQ(a.torch_dtype, b.torch_dtype);
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_message.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/read_file.h"
@@ -305,7 +306,7 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
       saved.units.push_back(unit);
     }
   } catch (const nlohmann::json::exception& error) {
-    fail("{} is malformed: {}", state_path, error.what());
+    fail("{} is malformed: {}", state_path, json_message(error));
   }
   if (saved.progress.step != manifest.step) {
     fail("{}: step {} but the manifest says {}", state_path, saved.progress.step, manifest.step);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_message.h"
 #include "io/atomic_file.h"
 #include "io/read_file.h"
 
@@ -56,7 +57,7 @@ ManifestEntry entry_of(const nlohmann::json& j, const std::string& source) {
     }
   } catch (const nlohmann::json::exception& error) {
     fail("{} is malformed: {}; HINT: the checkpoint is damaged, resume from another", source,
-         error.what());
+         json_message(error));
   }
   if (e.file.empty() || e.file.find('/') != std::string::npos) {
     fail("{} names an invalid file '{}'", source, e.file);
@@ -107,7 +108,7 @@ std::vector<ManifestEntry> take_rank_digests(const std::string& step_dir) {
     try {
       j = nlohmann::json::parse(read_file(path));
     } catch (const nlohmann::json::exception& error) {
-      fail("{} is malformed: {}", path, error.what());
+      fail("{} is malformed: {}", path, json_message(error));
     }
     entries.push_back(entry_of(j, path));
   }
@@ -146,7 +147,7 @@ Manifest read_manifest(const std::string& step_dir) {
     for (const nlohmann::json& f : j.at("files")) manifest.files.push_back(entry_of(f, path));
   } catch (const nlohmann::json::exception& error) {
     fail("{} is malformed: {}; HINT: the checkpoint is damaged, resume from another", path,
-         error.what());
+         json_message(error));
   }
   return manifest;
 }

@@ -97,6 +97,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
 
   SaveHfOptions save;
   save.max_shard_bytes = options.max_shard_bytes;
+  save.protected_dirs = {checkpoint, result.step_dir, saved.model_path};
   std::error_code ec;
   const ExportedTokenizer tokenizer = exported_tokenizer(
       run_data_settings_from_toml(saved.config_toml), saved.model_path, options.tokenizer_dir);
