@@ -9,8 +9,11 @@ MFU = tokens/s per GPU x FLOPs per token / 790 TFLOP/s (the H200's measured bf16
 
 Subcommands:
   flops CONFIG_JSON SEQ_LEN             FLOPs per token
-  bench-rows SHAPE OURS_TPS TORCH_TPS FLOPS OURS_MIB TORCH_MIB
-                                        run_bench.sh's table rows for one shape
+  bench-rows SHAPE OURS_TPS TORCH_TPS FLOPS OURS_MIB TORCH_MIB [PLAN_MIB [EAGER_TPS EAGER_MIB]]
+                                        run_bench.sh's table rows for one shape: ours (with the
+                                        plan's prediction and measured / plan), compiled
+                                        PyTorch, the ratios (tokens/s and peak memory), and
+                                        eager PyTorch with its ratio when given
   tokens CONFIG_JSON OUT SEQ_LEN SEQS   random-token file (shardtrain's token format) with
                                         SEQS x SEQ_LEN + 1 ids below the config's vocab_size
   ours-tps METRICS_JSONL WORLD          per-GPU tokens/s of a shardtrain run from rank 0's
@@ -114,25 +117,39 @@ def peak_mib(mem_csv, gpus):
 
 
 def plan_total_mib(plan_output, strategy):
-    """`shardtrain plan` prints one row per strategy: name, group, then seven "X MiB" columns
-    (params, moments, grad shard, full grads, gathered, activations, total)."""
+    """`shardtrain plan` prints one row per strategy: name, group, then "X MiB" columns by
+    category (fp32 master, compute copy, moments, grad shard, full grads, gathered,
+    activations), the last one the total. Older builds printed seven columns (params = master +
+    copy); both are read."""
     with open(plan_output) as f:
         for line in f:
             words = line.split()
             if words and words[0] == strategy.upper():
                 sizes = re.findall(r"([0-9.]+) MiB", line)
-                if len(sizes) != 7:
+                if len(sizes) not in (7, 8):
                     raise ValueError(f"{plan_output}: {strategy.upper()}: {line.strip()}")
                 return float(sizes[-1])
     raise ValueError(f"{plan_output}: no row for {strategy.upper()}")
 
 
-def bench_rows(shape, ours, theirs, flops, ours_mib, torch_mib):
-    rows = []
-    for name, tps, mib in (("shardtrain", ours, ours_mib), ("pytorch", theirs, torch_mib)):
-        rows.append(f"{shape:<14} {name:<10} {float(tps):12.0f} {mfu_percent(tps, flops):6.1f}% "
-                    f"{float(mib) / 1024:9.1f}")
-    rows.append(f"{shape:<14} {'ratio':<10} {float(ours) / float(theirs):12.3f}")
+def bench_rows(shape, ours, theirs, flops, ours_mib, torch_mib, plan_mib=None, eager=None,
+               eager_mib=None):
+    def ratio(a, b):
+        return f"{float(a) / float(b):.3f}" if float(b) > 0 else "-"
+
+    def row(name, tps, mib, extra=""):
+        return (f"{shape:<28} {name:<14} {float(tps):12.0f} {mfu_percent(tps, flops):6.1f}% "
+                f"{float(mib) / 1024:9.1f}{extra}")
+
+    plan = ""
+    if plan_mib is not None and float(plan_mib) > 0:
+        plan = f"   plan {float(plan_mib) / 1024:.1f} GiB, measured/plan {ratio(ours_mib, plan_mib)}"
+    rows = [row("shardtrain", ours, ours_mib, plan), row("pytorch-comp", theirs, torch_mib),
+            f"{shape:<28} {'ratio':<14} {ratio(ours, theirs):>12} {'':7} {ratio(ours_mib, torch_mib):>9}"]
+    if eager is not None:
+        rows.append(row("pytorch-eager", eager, eager_mib))
+        rows.append(f"{shape:<28} {'ratio eager':<14} {ratio(ours, eager):>12} {'':7} "
+                    f"{ratio(ours_mib, eager_mib):>9}")
     return "\n".join(rows)
 
 
@@ -223,7 +240,7 @@ def main(argv):
     command, args = argv[1], argv[2:]
     if command == "flops" and len(args) == 2:
         print(flops_per_token(*args))
-    elif command == "bench-rows" and len(args) == 6:
+    elif command == "bench-rows" and len(args) in (6, 7, 9):
         print(bench_rows(*args))
     elif command == "tokens" and len(args) == 4:
         write_tokens(*args)

@@ -1,59 +1,88 @@
 #!/usr/bin/env bash
-# Training throughput on the GPU machine: shardtrain and PyTorch FSDP2 in the same call, same
-# shapes (bench/shapes/*), random init, random tokens, bf16, AdamW, one GPU.
-# Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [SHAPE ...]   (default: qwen2.5-1.5b llama3.2-1b;
-# also llama2-7b, which needs BENCH_MICRO_BATCH=1 and +ckpt on one GPU)
-# A shape ending in "+ckpt" (e.g. qwen2.5-1.5b+ckpt) runs both engines with full activation
-# checkpointing; "+sel" runs ours with selective checkpointing (attention outputs kept) against
-# PyTorch's full checkpointing (transformers offers no selective mode): compare the memory too.
-# Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory, and the ratio.
-# BENCH_PROFILE=1 adds, per shape, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
-# (device time per op class, synchronised per op; OUT_DIR/SHAPE-profile.txt), never timed.
+# Training throughput on the GPU machine: shardtrain and compiled PyTorch FSDP2 (per-layer
+# torch.compile, use_cache=False, flash/cuDNN SDPA, fused AdamW: bench/pytorch_fsdp2.py
+# --compile) in the same call, same shapes (bench/shapes/*), random init, random tokens, bf16,
+# AdamW, one GPU. BENCH_EAGER=1 also runs eager PyTorch (its own rows and ratio).
+# Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [RUN ...]   (default: qwen2.5-1.5b llama3.2-1b)
+# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean]:
+#   @SEQ[xMB]  sequence length and micro-batch of this run (default BENCH_SEQ or 4096 and
+#              BENCH_MICRO_BATCH or 2), e.g. llama3.2-1b@16384x1, llama2-7b@4096x1+ckpt
+#   +ckpt      both engines with full activation checkpointing; +sel: ours selective
+#              (attention outputs kept) against PyTorch's full (transformers has no selective)
+#   +lean      ours with the one-GPU memory levers: the bf16 copy built on demand and the AdamW
+#              step per unit in backward (--fsdp.compute_copy=on_demand
+#              --optim.update_in_backward=true --train.max_grad_norm=0; PyTorch's baseline never
+#              clips either, so both do the same work). Without +lean, fsdp.compute_copy = auto.
+# Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
+# prediction for ours (`shardtrain plan`, same flags) and measured / plan, and the ratios.
+# BENCH_PROFILE=1 adds, per run, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
+# (device time per op class, synchronised per op; OUT_DIR/RUN-profile.txt), never timed.
+# BENCH_DRY=1: no GPU; prints each command instead of running it (checks the parsing).
 set -euo pipefail
 bin=$1 out=$2
 shift 2
-shapes=("$@")
-((${#shapes[@]})) || shapes=(qwen2.5-1.5b llama3.2-1b)
+runs=("$@")
+((${#runs[@]})) || runs=(qwen2.5-1.5b llama3.2-1b)
 root=$(cd "$(dirname "$0")/.." && pwd)
-seq=${BENCH_SEQ:-4096} mb=${BENCH_MICRO_BATCH:-2} steps=${BENCH_STEPS:-8}
-export NCCL_NVLS_ENABLE=0
+steps=${BENCH_STEPS:-8}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$out"
 lib=$root/bench/benchlib.py  # FLOPs, MFU, token files, metrics parsing (shared with run_scaling.sh)
-peak_mib() {  # samples nvidia-smi while "$@" runs; prints the peak used MiB on stderr-free stdout
-  local log=$1; shift
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 >"$log.mem" &
-  local sampler=$!
-  "$@" >"$log" 2>&1 || { kill $sampler; cat "$log" >&2; return 1; }
-  kill $sampler
-  sort -n "$log.mem" | tail -1
-}
-printf '%-14s %-10s %12s %7s %9s\n' shape engine tokens/s MFU peakGiB >"$out/table.txt"
-for run in "${shapes[@]}"; do
-  shape=${run%+ckpt} shape=${shape%+sel}
-  ours_ckpt=() torch_ckpt=()
-  if [[ $run == *+ckpt ]]; then
-    ours_ckpt=(--train.activation_checkpointing=full) torch_ckpt=(--checkpointing)
-  elif [[ $run == *+sel ]]; then  # transformers has no selective mode: PyTorch runs full
-    ours_ckpt=(--train.activation_checkpointing=selective) torch_ckpt=(--checkpointing)
+dry=${BENCH_DRY:-}
+export SAMPLE_PEAK_DRY=$dry
+source "$root/bench/sample_peak.sh"  # sample_peak_mib LOG COMMAND...: the peak MiB while it runs
+gpu_memory=h200  # what `plan` resolves fsdp.compute_copy = auto against: this GPU's total
+[[ -z $dry ]] && gpu_memory="$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)MiB"
+printf '%-28s %-14s %12s %7s %9s\n' run engine tokens/s MFU peakGiB >"$out/table.txt"
+for run in "${runs[@]}"; do
+  spec=${run%%+*} mods=${run#"$spec"}
+  shape=${spec%%@*} seq=${BENCH_SEQ:-4096} mb=${BENCH_MICRO_BATCH:-2}
+  if [[ $spec == *@* ]]; then
+    size=${spec#*@}
+    seq=${size%%x*}
+    [[ $size == *x* ]] && mb=${size#*x}
   fi
+  [[ $seq =~ ^[0-9]+$ && $mb =~ ^[0-9]+$ ]] || { echo "run '$run': bad @SEQxMB" >&2; exit 2; }
+  [[ -d $root/bench/shapes/$shape ]] || { echo "run '$run': no bench/shapes/$shape" >&2; exit 2; }
+  ours_args=() torch_args=()
+  for mod in ${mods//+/ }; do
+    case $mod in
+      ckpt) ours_args+=(--train.activation_checkpointing=full) torch_args+=(--checkpointing) ;;
+      sel) ours_args+=(--train.activation_checkpointing=selective) torch_args+=(--checkpointing) ;;
+      lean) ours_args+=(--fsdp.compute_copy=on_demand --optim.update_in_backward=true
+        --train.max_grad_norm=0) ;;
+      *) echo "run '$run': unknown +$mod (ckpt, sel, lean)" >&2; exit 2 ;;
+    esac
+  done
   config=$root/bench/shapes/$shape/config.json
   flops=$(python3 "$lib" flops "$config" "$seq")
   tokens=$out/tokens-$shape-$seq.bin  # random ids below the shape's vocab_size
   [[ -f $tokens ]] || python3 "$lib" tokens "$config" "$tokens" "$seq" 64
+  job=(--config "$root/bench/bench.toml" --model.path="$root/bench/shapes/$shape"
+    --data.path="$tokens" --data.seq_len="$seq" --train.micro_batch="$mb" "${ours_args[@]}")
+  "$bin" plan "${job[@]}" --world-size 1 --gpu-memory "$gpu_memory" >"$out/$run-plan.txt"
+  plan=$(python3 "$lib" plan-total "$out/$run-plan.txt" full_shard)
   rm -f "$out/$run-metrics.jsonl"  # --metrics appends
-  ours_mib=$(peak_mib "$out/$run-shardtrain.log" "$bin" train --config "$root/bench/bench.toml" \
-    --model.path="$root/bench/shapes/$shape" --data.path="$tokens" --data.seq_len="$seq" \
-    --train.micro_batch="$mb" --train.steps="$steps" --metrics "$out/$run-metrics.jsonl" \
-    "${ours_ckpt[@]}")
-  ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1)
-  if [[ -n ${BENCH_PROFILE:-} ]]; then
-    SHARDTRAIN_PROFILE_OPS=1 "$bin" train --config "$root/bench/bench.toml" \
-      --model.path="$root/bench/shapes/$shape" --data.path="$tokens" --data.seq_len="$seq" \
-      --train.micro_batch="$mb" --train.steps=3 "${ours_ckpt[@]}" >"$out/$run-profile.log" 2>&1 || true
+  ours_mib=$(sample_peak_mib "$out/$run-shardtrain.log" "$bin" train "${job[@]}" \
+    --train.steps="$steps" --metrics "$out/$run-metrics.jsonl")
+  ours=1
+  [[ -z $dry ]] && ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1)
+  if [[ -n ${BENCH_PROFILE:-} && -z $dry ]]; then
+    SHARDTRAIN_PROFILE_OPS=1 "$bin" train "${job[@]}" --train.steps=3 >"$out/$run-profile.log" 2>&1 || true
     sed -n '/op profile/,$p' "$out/$run-profile.log" >"$out/$run-profile.txt"
   fi
-  torch_mib=$(peak_mib "$out/$run-pytorch.log" python3 "$root/bench/pytorch_fsdp2.py" "$config" "$seq" "$mb" "$steps" "${torch_ckpt[@]}")
-  theirs=$(python3 "$lib" torch-tps "$out/$run-pytorch.log")
-  python3 "$lib" bench-rows "$run" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" >>"$out/table.txt"
+  torch=(python3 "$root/bench/pytorch_fsdp2.py" "$config" "$seq" "$mb" "$steps" "${torch_args[@]}")
+  torch_mib=$(PYTHONUNBUFFERED=1 sample_peak_mib "$out/$run-pytorch.log" "${torch[@]}" --compile)
+  theirs=1
+  [[ -z $dry ]] && theirs=$(python3 "$lib" torch-tps "$out/$run-pytorch.log")
+  eager=()
+  if [[ -n ${BENCH_EAGER:-} ]]; then
+    eager_mib=$(sample_peak_mib "$out/$run-pytorch-eager.log" "${torch[@]}")
+    eager_tps=1
+    [[ -z $dry ]] && eager_tps=$(python3 "$lib" torch-tps "$out/$run-pytorch-eager.log")
+    eager=("$eager_tps" "$eager_mib")
+  fi
+  python3 "$lib" bench-rows "$run" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" "$plan" \
+    "${eager[@]}" >>"$out/table.txt"
 done
 cat "$out/table.txt"

@@ -93,6 +93,53 @@ void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
       "HINT: lower data.seq_len or use more GPUs\n");
 }
 
+// The per-rank bytes by category for every strategy (rows), then what the activations hold.
+void print_plan_table(const MemoryJob& job, const std::string& checkpointing) {
+  const LlamaModel::ActivationBytes acts = LlamaModel::activation_breakdown_for(
+      job.model, job.micro_batch, job.seq_len, job.activation_dtype,
+      LlamaModel::checkpointing_from_name(checkpointing));
+  std::printf(
+      "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s, fsdp.compute_copy = %s, "
+      "optim.update_in_backward = %s; activations for micro_batch %lld x seq_len %lld, "
+      "activation_checkpointing = %s):\n",
+      job.reduce_on_last_micro_batch ? "true" : "false", job.compute_copy.c_str(),
+      job.update_in_backward ? "true" : "false", static_cast<long long>(job.micro_batch),
+      static_cast<long long>(job.seq_len), checkpointing.c_str());
+  std::printf("%-14s %5s %13s %13s %13s %13s %13s %13s %13s %13s\n", "strategy", "group",
+              "fp32 master", "compute copy", "moments", "grad shard", "full grads", "gathered",
+              "activations", "total");
+  std::string copy_note;  // what fsdp.compute_copy resolved to at a shard group of one
+  for (FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
+                                FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard}) {
+    const MemorySetting setting{strategy, checkpointing};
+    int group = 0;
+    FsdpMemory m;
+    try {
+      group = shard_group_size_for(strategy, job.world, job.local_world, job.shard_group_size);
+      m = plan_fsdp_memory(job, setting);
+    } catch (const Error& e) {
+      std::printf("%-14s (not possible: %s)\n", fsdp_strategy_name(strategy), e.what());
+      continue;
+    }
+    std::printf("%-14s %5d %13s %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),
+                group, mib(m.master_bytes).c_str(), mib(m.compute_shard_bytes).c_str(),
+                mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
+                mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
+                mib(acts.total()).c_str(), mib(m.total() + acts.total()).c_str());
+    if (group == 1 && job.activation_dtype != DType::kF32 && copy_note.empty()) {
+      copy_note = resolve_compute_copy(job, setting) == ComputeCopy::kKeep
+                      ? "kept (persistent, written by the optimizer step)"
+                      : "built on demand (each unit cast from fp32 into the gathered pool)";
+    }
+  }
+  if (!copy_note.empty()) std::printf("shard group of one: compute copy %s\n", copy_note.c_str());
+  std::printf(
+      "activations: block sets %s, checkpoints %s, lm-head logits chunk %s, scratch %s "
+      "(plan leaves out the CUDA context and library workspaces: see the fit reserve)\n",
+      mib(acts.block_sets).c_str(), mib(acts.checkpoints).c_str(), mib(acts.head_logits).c_str(),
+      mib(acts.scratch).c_str());
+}
+
 int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
   if (!args.gpu_memory.empty()) parse_gpu_memory(args.gpu_memory);  // a bad value fails first
   TrainConfig config;
@@ -127,46 +174,11 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
       layout.units.size(), world, local_world, std::string(dtype_name(act)).c_str(),
       static_cast<long long>(config.train.micro_batch * grad_accum * world),
       static_cast<long long>(config.train.micro_batch), static_cast<long long>(grad_accum), world);
-  const size_t activations = LlamaModel::activation_bytes_for(
-      model_config, config.train.micro_batch, config.data.seq_len, act,
-      LlamaModel::checkpointing_from_name(config.train.activation_checkpointing));
-  std::printf(
-      "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s; activations for micro_batch %lld x "
-      "seq_len %lld, activation_checkpointing = %s):\n",
-      config.fsdp.reduce_on_last_micro_batch ? "true" : "false",
-      static_cast<long long>(config.train.micro_batch), static_cast<long long>(config.data.seq_len),
-      config.train.activation_checkpointing.c_str());
-  std::printf("%-14s %6s %13s %13s %13s %13s %13s %13s %13s\n", "strategy", "group", "params",
-              "moments", "grad shard", "full grads", "gathered", "activations", "total");
-  for (FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
-                                FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard}) {
-    int group = 0;
-    try {
-      group = shard_group_size_for(strategy, world, local_world,
-                                   static_cast<int>(config.fsdp.shard_group_size));
-    } catch (const Error& e) {
-      std::printf("%-14s (not possible: %s)\n", fsdp_strategy_name(strategy), e.what());
-      continue;
-    }
-    const FsdpMemory m = estimate_fsdp_memory(make_shard_plan(layout, group), strategy,
-                                              config.fsdp.reduce_on_last_micro_batch, act);
-    std::printf("%-14s %6d %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),
-                group, mib(m.master_bytes + m.compute_shard_bytes).c_str(),
-                mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
-                mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
-                mib(activations).c_str(), mib(m.total() + activations).c_str());
-  }
-  if (!args.gpu_memory.empty()) {
-    MemoryJob job{model_config,
-                  world,
-                  local_world,
-                  static_cast<int>(config.fsdp.shard_group_size),
-                  config.train.micro_batch,
-                  config.data.seq_len,
-                  config.fsdp.reduce_on_last_micro_batch,
-                  act};
-    print_gpu_fit(job, args.gpu_memory);
-  }
+  const MemoryJob job =
+      memory_job_for(config, model_config, world, local_world,
+                     args.gpu_memory.empty() ? 0 : parse_gpu_memory(args.gpu_memory), act);
+  print_plan_table(job, config.train.activation_checkpointing);
+  if (!args.gpu_memory.empty()) print_gpu_fit(job, args.gpu_memory);
   return 0;
 }
 

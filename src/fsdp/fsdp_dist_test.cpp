@@ -428,5 +428,37 @@ TEST_F(FsdpDistTest, GlobalBatchTheWorldDoesNotDivideIsRefused) {
   EXPECT_TRUE(got.losses.empty());
 }
 
+// The one-rank memory levers (fsdp/fsdp_units.h): the pools they use are the plan's bytes; with
+// a shard group of two the compute-copy option changes nothing (the bf16 shard is what the
+// all-gathers send), and the update in backward is refused on more than one rank.
+TEST_F(FsdpDistTest, OneRankLeversFollowThePlanAndShardedRunsIgnoreThem) {
+  const RunResult one =
+      run("levers_w1", 1, 1,
+          {"--fsdp.compute_copy=on_demand", "--optim.update_in_backward=true",
+           "--train.micro_batch=4", "--train.max_grad_norm=0", "--train.steps=3"});
+  const nlohmann::json planned = measured_memory(one.rank_logs[0], "memory estimate ");
+  const nlohmann::json measured = measured_memory(one.rank_logs[0]);
+  ASSERT_FALSE(planned.is_null()) << one.rank_logs[0];
+  ASSERT_FALSE(measured.is_null()) << one.rank_logs[0];
+  EXPECT_EQ(measured, planned);
+  EXPECT_EQ(measured["grad_shard_bytes"], 0);
+  EXPECT_GT(measured["gathered_peak_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(measured["full_grad_peak_bytes"].get<int64_t>(), 0);
+
+  const RunResult plain = run("copy_kept_w2", 2, 2, {"--fsdp.compute_copy=keep"});
+  const RunResult on_demand = run("copy_on_demand_w2", 2, 2, {"--fsdp.compute_copy=on_demand"});
+  expect_equivalent("copy_on_demand_w2", on_demand);
+  EXPECT_EQ(on_demand.losses, plain.losses);
+  EXPECT_EQ(measured_memory(on_demand.rank_logs[0]), measured_memory(plain.rank_logs[0]));
+
+  const RunResult refused =
+      run("update_in_backward_w2", 2, 2,
+          {"--optim.update_in_backward=true", "--train.micro_batch=2", "--train.max_grad_norm=0"},
+          /*expect_ok=*/false);
+  for (const std::string& log : refused.rank_logs) {
+    EXPECT_NE(log.find("'optim.update_in_backward' runs on one rank"), std::string::npos) << log;
+  }
+}
+
 }  // namespace
 }  // namespace shardtrain

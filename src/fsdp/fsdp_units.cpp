@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
+#include <thread>
 
 #include "core/error.h"
 #include "model/init_weights.h"
@@ -15,14 +17,20 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, Fs
       options_(options),
       plan_(make_shard_plan(layout, groups.shard().size())) {
   const DType act = ops.activation_dtype();
+  if (options_.update_in_backward) {
+    SHARDTRAIN_CHECK(groups.world().size() == 1, "update_in_backward on {} ranks",
+                     groups.world().size());
+    backward_norm_ = DeviceBuffer(ops, sizeof(float));
+  }
+  const bool keep_copy = act != DType::kF32 && !on_demand_copy();
   for (const UnitShard& unit : plan_.units) {
     const size_t bytes = static_cast<size_t>(unit.shard_numel) * sizeof(float);
     master_.emplace_back(ops, bytes);
-    grad_.emplace_back(ops, bytes);
+    grad_.emplace_back(ops, options_.update_in_backward ? 0 : bytes);
     exp_avg_.emplace_back(ops, bytes);
     exp_avg_sq_.emplace_back(ops, bytes);
-    compute_.emplace_back(
-        ops, act == DType::kF32 ? 0 : static_cast<size_t>(unit.shard_numel) * dtype_size(act));
+    compute_.emplace_back(ops,
+                          keep_copy ? static_cast<size_t>(unit.shard_numel) * dtype_size(act) : 0);
   }
   state_.resize(plan_.units.size());
   for (int u = 0; u < unit_count(); ++u) {
@@ -31,7 +39,9 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, FsdpGroups& groups, Fs
   }
   // Grad shards start zero: the padding after a unit's elements is never written by backward
   // (G = 1 overwrites only the elements) yet is summed into the gradient norm.
-  for (int u = 0; u < unit_count(); ++u) ops_.fill_zero(grad_shard(u));
+  if (!options_.update_in_backward) {
+    for (int u = 0; u < unit_count(); ++u) ops_.fill_zero(grad_shard(u));
+  }
   grad_shards_zero_ = true;
   if (sharded()) {
     int64_t largest_shard = 0;
@@ -55,12 +65,14 @@ Tensor FsdpUnits::shard_tensor(const std::vector<DeviceBuffer>& buffers, int uni
   return buffers[unit].view(DType::kF32, {plan_.units[unit].shard_numel});
 }
 Tensor FsdpUnits::master_shard(int unit) const { return shard_tensor(master_, unit); }
-Tensor FsdpUnits::grad_shard(int unit) const { return shard_tensor(grad_, unit); }
+Tensor FsdpUnits::grad_shard(int unit) const {
+  return options_.update_in_backward ? Tensor() : shard_tensor(grad_, unit);
+}
 Tensor FsdpUnits::exp_avg_shard(int unit) const { return shard_tensor(exp_avg_, unit); }
 Tensor FsdpUnits::exp_avg_sq_shard(int unit) const { return shard_tensor(exp_avg_sq_, unit); }
 Tensor FsdpUnits::compute_shard(int unit) const {
   const DType act = ops_.activation_dtype();
-  if (act == DType::kF32) return Tensor();
+  if (act == DType::kF32 || on_demand_copy()) return Tensor();
   return compute_[unit].view(act, {plan_.units[unit].shard_numel});
 }
 
@@ -69,17 +81,32 @@ Tensor FsdpUnits::forward_shard(int unit) const {
 }
 
 void FsdpUnits::init_random(uint64_t seed, double std) {
-  std::vector<float> unit_values, shard_values;
-  for (int u = 0; u < unit_count(); ++u) {
-    const UnitLayout& unit = layout_.units[u];
-    unit_values.assign(unit.numel, 0.0f);
-    init_unit_random(unit, u, seed, std, unit_values.data());
-    const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
-    shard_values.assign(shard, 0.0f);  // padding beyond the unit stays zero
-    const int64_t end = std::min(begin + shard, unit.numel);
-    if (end > begin)
-      std::copy(unit_values.begin() + begin, unit_values.begin() + end, shard_values.begin());
-    ops_.copy_from_host(master_shard(u), shard_values.data());
+  // Two units drawn at once where the host has the cores (each draws its large parameters on
+  // threads of their own, model/init_weights.h), then copied in order: the same values.
+  const int ahead = std::thread::hardware_concurrency() >= 8 ? 2 : 1;
+  std::vector<std::vector<float>> unit_values(ahead);
+  std::vector<float> shard_values;
+  for (int first = 0; first < unit_count(); first += ahead) {
+    const int count = std::min(ahead, unit_count() - first);
+    std::vector<std::future<void>> draws;
+    for (int k = 0; k < count; ++k) {
+      unit_values[k].resize(layout_.units[first + k].numel);  // every element is written
+      draws.push_back(std::async(std::launch::async, [this, &unit_values, first, k, seed, std] {
+        init_unit_random(layout_.units[first + k], first + k, seed, std, unit_values[k].data());
+      }));
+    }
+    for (std::future<void>& draw : draws) draw.get();
+    for (int k = 0; k < count; ++k) {
+      const int u = first + k;
+      const int64_t begin = shard_begin(u), shard = plan_.units[u].shard_numel;
+      shard_values.assign(shard, 0.0f);  // padding beyond the unit stays zero
+      const int64_t end = std::min(begin + shard, layout_.units[u].numel);
+      if (end > begin) {
+        std::copy(unit_values[k].begin() + begin, unit_values[k].begin() + end,
+                  shard_values.begin());
+      }
+      ops_.copy_from_host(master_shard(u), shard_values.data());
+    }
   }
   refresh_compute_params();
 }
@@ -103,6 +130,10 @@ void FsdpUnits::load_pretrained(const HfCheckpoint& checkpoint) {
 
 double FsdpUnits::begin_step(int64_t local_targets) {
   const double targets = sum_over_ranks(static_cast<double>(local_targets));
+  if (options_.update_in_backward) {
+    backward_update_ = BackwardUpdate{};
+    ops_.fill_zero(backward_norm_.view(DType::kF32, {1}));
+  }
   for (int u = 0; u < unit_count(); ++u) {
     if (!sharded()) {
       state_[u].grads_stale = true;  // the next backward overwrites the shard
@@ -132,6 +163,12 @@ StepTotals FsdpUnits::end_backward(int64_t local_tokens, double local_loss_sum) 
 
 void FsdpUnits::apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t step,
                                 float grad_scale) {
+  if (options_.update_in_backward) {
+    SHARDTRAIN_CHECK(backward_update_.units_done == unit_count() && grad_scale == 1.0f,
+                     "update in backward: {} of {} units updated, grad_scale {}",
+                     backward_update_.units_done, unit_count(), grad_scale);
+    return;
+  }
   // One pass: the update also writes the compute shards (no refresh_compute_params) and, when
   // the next backward adds into the grad shards (G > 1), zeroes them as it reads them (the next
   // begin_step skips its fill). G = 1: the next backward overwrites them.
@@ -141,8 +178,32 @@ void FsdpUnits::apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t st
   if (!next_backward_overwrites) grad_shards_zero_ = true;
 }
 
+void FsdpUnits::set_update_in_backward(ShardOptimizer& optimizer, double lr, int64_t step) {
+  SHARDTRAIN_CHECK(options_.update_in_backward, "set_update_in_backward without the option");
+  backward_update_ = BackwardUpdate{&optimizer, lr, step, 0};
+}
+
+void FsdpUnits::update_unit_in_backward(int unit) {
+  SHARDTRAIN_CHECK(backward_update_.optimizer != nullptr, "no update set for this step");
+  UnitState& state = state_[unit];
+  const int64_t padded = plan_.units[unit].padded_numel;
+  const Tensor grad = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
+  // The padding of the buffer is zero (acquire_grads), as a grad shard's is: the same norm
+  // terms and the same update (the masters there stay zero).
+  ops_.sum_squares(grad, backward_norm_.view(DType::kF32, {1}));
+  UnitBuffers view = optimizer_view_[unit];
+  view.grad = grad;
+  backward_update_.optimizer->step({view}, backward_update_.lr, backward_update_.step, 1.0f,
+                                   GradsAfterStep::kKeep);
+  free_slot(full_grad_pool_, state.full_grad_slot, static_cast<size_t>(padded) * sizeof(float));
+  state.full_grad_slot = -1;
+  ++backward_update_.units_done;
+}
+
 void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
   SHARDTRAIN_CHECK(index >= 0 && index < count, "micro-batch {} of {}", index, count);
+  SHARDTRAIN_CHECK(!options_.update_in_backward || count == 1,
+                   "update in backward with {} micro-batches per step", count);
   last_micro_batch_ = index == count - 1;
 }
 
@@ -177,6 +238,8 @@ std::vector<double> FsdpUnits::sum_over_ranks(const std::vector<double>& values)
 double FsdpUnits::sum_over_ranks(double value) { return sum_over_ranks(std::vector{value})[0]; }
 
 double FsdpUnits::global_grad_square_sum() {
+  // One rank: the units' terms were summed in backward (in backward's unit order).
+  if (options_.update_in_backward) return ops_.read_scalar(backward_norm_.view(DType::kF32, {1}));
   const Tensor sum_1 = scalar_scratch(1);
   ops_.fill_zero(sum_1);
   for (int u = 0; u < unit_count(); ++u) ops_.sum_squares(grad_shard(u), sum_1);
@@ -189,7 +252,7 @@ double FsdpUnits::global_grad_square_sum() {
 }
 
 void FsdpUnits::refresh_compute_params() {
-  if (ops_.activation_dtype() == DType::kF32) return;
+  if (ops_.activation_dtype() == DType::kF32 || on_demand_copy()) return;
   for (int u = 0; u < unit_count(); ++u) {
     ops_.cast(compute_shard(u), master_shard(u));
   }
@@ -276,9 +339,22 @@ void FsdpUnits::finish_gather(int unit) {
   state.gather_in_flight = false;
 }
 
+Tensor FsdpUnits::acquire_on_demand_copy(int unit) {
+  UnitState& state = state_[unit];
+  const DType act = ops_.activation_dtype();
+  const int64_t padded = plan_.units[unit].padded_numel;
+  if (state.gathered_slot < 0) {
+    // The whole shard, padding included, as refresh_compute_params casts a persistent copy.
+    state.gathered_slot = take_slot(gathered_pool_, static_cast<size_t>(padded) * dtype_size(act));
+    ops_.cast(gathered_pool_.buffers[state.gathered_slot].view(act, {padded}), master_shard(unit));
+  }
+  return gathered_pool_.buffers[state.gathered_slot].view(act, {padded});
+}
+
 Tensor FsdpUnits::acquire_params(int unit) {
   const DType act = ops_.activation_dtype();
   const int64_t numel = layout_.units[unit].numel;
+  if (on_demand_copy()) return acquire_on_demand_copy(unit).rows(0, numel);
   if (!sharded()) return forward_shard(unit).rows(0, numel);
   if (unit == kRootUnit) forward_phase_ = true;  // every pass starts at the root
   start_gather(unit);
@@ -293,7 +369,9 @@ void FsdpUnits::release_params(int unit) {
   UnitState& state = state_[unit];
   if (state.gathered_slot < 0) return;
   // SHARD_GRAD_OP keeps forward's gather for backward; everything is freed after backward.
-  const bool keep = options_.strategy == FsdpStrategy::kShardGradOp && !state.in_backward;
+  // (G = 1 builds copies on demand: always freed.)
+  const bool keep =
+      sharded() && options_.strategy == FsdpStrategy::kShardGradOp && !state.in_backward;
   if (keep) return;
   finish_gather(unit);  // a prefetched gather never used: order the buffer's reuse after it
   free_slot(
@@ -321,6 +399,15 @@ GradBuffer FsdpUnits::acquire_grads(int unit) {
   grad_shards_zero_ = false;  // backward writes the shard (directly, or by a reduction)
   forward_phase_ = false;
   const int64_t numel = layout_.units[unit].numel;
+  if (options_.update_in_backward) {
+    // A fresh pooled buffer, overwritten by backward; its padding zeroed (update_unit_in_backward).
+    const int64_t padded = plan_.units[unit].padded_numel;
+    SHARDTRAIN_CHECK(state.full_grad_slot < 0, "unit {} acquired its grads twice", unit);
+    state.full_grad_slot = take_slot(full_grad_pool_, static_cast<size_t>(padded) * sizeof(float));
+    const Tensor full = full_grad_pool_.buffers[state.full_grad_slot].view(DType::kF32, {padded});
+    if (padded > numel) ops_.fill_zero(full.rows(numel, padded));
+    return {full.rows(0, numel), false};
+  }
   if (!sharded()) {
     // The first backward of a step overwrites the shard (begin_step left it stale).
     const bool accumulate = !state.grads_stale;
@@ -349,6 +436,10 @@ GradBuffer FsdpUnits::acquire_grads(int unit) {
 void FsdpUnits::grads_ready(int unit) {
   UnitState& state = state_[unit];
   state.in_backward = false;
+  if (options_.update_in_backward) {
+    update_unit_in_backward(unit);
+    return;
+  }
   const Tensor shard = grad_shard(unit);
   if (sharded()) {
     if (!options_.reduce_on_last_micro_batch || last_micro_batch_) {

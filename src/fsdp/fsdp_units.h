@@ -10,8 +10,9 @@
 //  - Prefetch, from the model's fixed unit order (model/unit_access.h): in forward (from
 //    acquire_params(kRootUnit)) acquiring unit u starts the gather of u + 1; in backward
 //    acquire_grads(u) starts the gather of u - 1 (acquire_grads(kRootUnit), before the head,
-//    starts the last block's). Gathers and reductions are Comm::start_* collectives: on NCCL they run on
-//    the comm's stream, ordered against compute by events (no host waits); on Gloo they block.
+//    starts the last block's). Gathers and reductions are Comm::start_* collectives: on NCCL they
+//    run on the comm's stream, ordered against compute by events (no host waits); on Gloo they
+//    block.
 //  - release_params: FULL_SHARD / HYBRID_SHARD free the buffer after forward and after
 //    backward; SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it
 //    after backward. The root unit is acquired once per micro-batch and stays gathered.
@@ -37,6 +38,21 @@
 // What the gradient shards hold between steps is private: G = 1 keeps them (the next step's
 // first backward overwrites them), G > 1 has the update zero them as it reads them (the
 // reductions of the next step add into them), so no step pays a separate zero pass.
+//
+// Memory levers at G = 1 (FsdpOptions; fsdp/shard_plan.h has the byte formulas):
+//  - ComputeCopy::kOnDemand: no persistent compute-dtype copy. acquire_params casts the unit's
+//    fp32 master shard into a buffer of the gathered pool (the same round-to-nearest values the
+//    persistent copy holds, so the numerics do not change); release_params frees it (whatever
+//    the strategy: at G = 1 nothing is gathered, so SHARD_GRAD_OP keeps nothing either). On an
+//    fp32 backend the "cast" is a copy (useful only to test the path on the CPU).
+//  - update_in_backward (one rank, no clipping, one micro-batch per step): call
+//    set_update_in_backward(optimizer, lr, step) after begin_step; acquire_grads hands out a
+//    pooled fp32 buffer and grads_ready runs the unit's optimizer step from it at once (before
+//    the next unit's backward), so no whole-model grad shard exists; end_backward reports the
+//    norm summed unit by unit and apply_optimizer only checks that every unit was updated. The
+//    update is the one apply_optimizer would do with grad_scale 1 (bit for bit); the reported
+//    gradient norm is summed in another order (last bits may differ). A step whose loss turns
+//    out non-finite has already been applied.
 #pragma once
 
 #include <deque>
@@ -67,6 +83,8 @@ struct StepTotals {
 struct FsdpOptions {
   FsdpStrategy strategy = FsdpStrategy::kFullShard;
   bool reduce_on_last_micro_batch = false;
+  ComputeCopy compute_copy = ComputeCopy::kKeep;  // G = 1 only (header comment)
+  bool update_in_backward = false;                // one rank only (header comment)
 };
 
 class FsdpUnits final : public UnitAccess {
@@ -82,11 +100,12 @@ class FsdpUnits final : public UnitAccess {
   int64_t shard_begin(int unit) const;
   // This rank's fp32 shards of `unit` (shard_numel each), for the optimizer.
   Tensor master_shard(int unit) const;
+  // Undefined with update_in_backward (no grad shard is kept).
   Tensor grad_shard(int unit) const;
   Tensor exp_avg_shard(int unit) const;
   Tensor exp_avg_sq_shard(int unit) const;
   // The compute-dtype copy of master_shard (shard_numel, what the all-gathers send); undefined
-  // when the backend computes in fp32 (the master shard is sent).
+  // when the backend computes in fp32 (the master shard is sent) or the copy is built on demand.
   Tensor compute_shard(int unit) const;
   // The shard forward computes with (and the all-gathers send): compute_shard, or master_shard
   // when the backend computes in fp32.
@@ -110,6 +129,14 @@ class FsdpUnits final : public UnitAccess {
   // clip coefficient): updates the master shards, writes the compute shards and leaves the grad
   // shards as the next begin_step expects.
   void apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t step, float grad_scale);
+  // update_in_backward only, after begin_step: the update each grads_ready runs this step.
+  // `optimizer` must outlive the step.
+  void set_update_in_backward(ShardOptimizer& optimizer, double lr, int64_t step);
+  bool updates_in_backward() const { return options_.update_in_backward; }
+  // The compute copy as built (kOnDemand only at G = 1).
+  ComputeCopy compute_copy() const {
+    return on_demand_copy() ? ComputeCopy::kOnDemand : ComputeCopy::kKeep;
+  }
 
   // After forward-only passes (evaluation between steps): frees every gathered parameter buffer
   // (SHARD_GRAD_OP keeps forward's gathers for a backward that will not come). Local.
@@ -187,6 +214,13 @@ class FsdpUnits final : public UnitAccess {
   // shard group only, as replicas hold identical shards. The same value on every rank.
   double global_grad_square_sum();
   bool sharded() const { return plan_.group_size > 1; }
+  bool on_demand_copy() const {
+    return !sharded() && options_.compute_copy == ComputeCopy::kOnDemand;
+  }
+  // G = 1, on demand: the unit's compute copy, cast from its master into a gathered-pool buffer.
+  Tensor acquire_on_demand_copy(int unit);
+  // update_in_backward: the unit's gradient norm term and optimizer step, then frees its buffer.
+  void update_unit_in_backward(int unit);
   // "unit 3 (layers.2) <phase>": what a collective is for, in communication errors.
   std::string unit_context(int unit, const char* phase) const;
 
@@ -210,6 +244,14 @@ class FsdpUnits final : public UnitAccess {
   bool grad_shards_zero_ = false;  // known all zero: at construction, after begin_step or an
                                    // update that zeroed them (G > 1)
   std::vector<UnitBuffers> optimizer_view_;  // every unit's shards, for apply_optimizer
+  // update_in_backward: this step's update and the squared gradient norm summed so far.
+  struct BackwardUpdate {
+    ShardOptimizer* optimizer = nullptr;
+    double lr = 0;
+    int64_t step = 0;
+    int units_done = 0;
+  } backward_update_;
+  DeviceBuffer backward_norm_;  // 1 fp32: the sum of squares of the units updated this step
 };
 
 }  // namespace shardtrain

@@ -58,6 +58,35 @@ TEST(ShardPlan, PrefetchKeepsTwoBlocksInFlight) {
   EXPECT_EQ(all.full_grad_peak_bytes, 4u * (1024 + 3 * 384) + 2 * 4u * 512);
 }
 
+TEST(ShardPlan, OneRankLeversReplaceTheCopyAndTheGradShardWithPools) {
+  ParamLayout layout = two_unit_layout();
+  layout.units.push_back({"layers.1", {}, 300});
+  const ShardPlan plan = make_shard_plan(layout, 1);  // padded 1024, 320, 320
+  FsdpMemoryOptions options;
+  options.compute_copy = ComputeCopy::kOnDemand;
+  const FsdpMemory copy = estimate_fsdp_memory(plan, FsdpStrategy::kNoShard, options, DType::kBF16);
+  EXPECT_EQ(copy.compute_shard_bytes, 0u);
+  EXPECT_EQ(copy.gathered_peak_bytes, 2u * (1024 + 320));  // root + the block being computed
+  EXPECT_EQ(copy.grad_shard_bytes, 4u * (1024 + 2 * 320));
+  EXPECT_EQ(copy.full_grad_peak_bytes, 0u);
+  options.update_in_backward = true;
+  const FsdpMemory both =
+      estimate_fsdp_memory(plan, FsdpStrategy::kFullShard, options, DType::kBF16);
+  EXPECT_EQ(both.grad_shard_bytes, 0u);
+  EXPECT_EQ(both.full_grad_peak_bytes, 4u * (1024 + 320));
+  EXPECT_EQ(both.master_bytes, 4u * (1024 + 2 * 320));
+  // The default layout keeps the copy; sharded plans ignore both levers.
+  EXPECT_EQ(
+      estimate_fsdp_memory(plan, FsdpStrategy::kNoShard, false, DType::kBF16).compute_shard_bytes,
+      2u * (1024 + 2 * 320));
+  const ShardPlan sharded = make_shard_plan(layout, 2);  // padded 1024, 384, 384
+  const FsdpMemory g2 =
+      estimate_fsdp_memory(sharded, FsdpStrategy::kFullShard, options, DType::kBF16);
+  EXPECT_EQ(g2.compute_shard_bytes, 2u * (512 + 2 * 192));
+  EXPECT_EQ(g2.grad_shard_bytes, 4u * (512 + 2 * 192));
+  EXPECT_EQ(g2.gathered_peak_bytes, 2u * (1024 + 2 * 384));
+}
+
 TEST(FsdpStrategy, GroupSizes) {
   EXPECT_EQ(shard_group_size_for(FsdpStrategy::kFullShard, 8, 4, 0), 8);
   EXPECT_EQ(shard_group_size_for(FsdpStrategy::kNoShard, 8, 4, 0), 1);

@@ -4,12 +4,15 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace shardtrain {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Standard normal pairs by Box-Muller over mt19937_64 (std::normal_distribution is not
@@ -43,6 +46,10 @@ class NormalStream {
 void init_unit_random(const UnitLayout& unit, int unit_index, uint64_t seed, double std,
                       float* dst_unit) {
   std::memset(dst_unit, 0, static_cast<size_t>(unit.numel) * sizeof(float));
+  // Each parameter has its own stream, so large ones are drawn on threads of their own (the
+  // same values; a 7B model's random init took over a minute on one core).
+  constexpr int64_t kThreadMinNumel = int64_t{1} << 20;
+  std::vector<std::thread> threads;
   for (size_t p = 0; p < unit.params.size(); ++p) {
     const ParamSpec& spec = unit.params[p];
     float* dst = dst_unit + spec.offset;
@@ -51,10 +58,21 @@ void init_unit_random(const UnitLayout& unit, int unit_index, uint64_t seed, dou
     } else if (ends_with(spec.name, ".bias")) {
       // zeros, as transformers initialises linear biases
     } else {
-      NormalStream normal(seed * 1000003ull + static_cast<uint64_t>(unit_index) * 1009ull + p);
-      for (int64_t i = 0; i < spec.numel(); ++i) dst[i] = static_cast<float>(std * normal.next());
+      const uint64_t stream_seed =
+          seed * 1000003ull + static_cast<uint64_t>(unit_index) * 1009ull + p;
+      const int64_t n = spec.numel();
+      auto draw = [dst, n, std, stream_seed] {
+        NormalStream normal(stream_seed);
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(std * normal.next());
+      };
+      if (n >= kThreadMinNumel && std::thread::hardware_concurrency() > 1) {
+        threads.emplace_back(draw);
+      } else {
+        draw();
+      }
     }
   }
+  for (std::thread& t : threads) t.join();
 }
 
 void load_unit_from_checkpoint(const HfCheckpoint& checkpoint, const UnitLayout& unit,

@@ -45,6 +45,14 @@ LlamaModel::Checkpointing LlamaModel::checkpointing_from_name(const std::string&
 size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
                                         DType act, Checkpointing checkpointing,
                                         int64_t head_chunk_logits) {
+  return activation_breakdown_for(c, batch, seq_len, act, checkpointing, head_chunk_logits).total();
+}
+
+LlamaModel::ActivationBytes LlamaModel::activation_breakdown_for(const ModelConfig& c,
+                                                                 int64_t batch, int64_t seq_len,
+                                                                 DType act,
+                                                                 Checkpointing checkpointing,
+                                                                 int64_t head_chunk_logits) {
   const int64_t N = batch * seq_len, C = c.hidden_size, F = c.intermediate_size;
   const int64_t QD = c.num_attention_heads * c.head_dim, KD = c.num_key_value_heads * c.head_dim;
   const int64_t H = c.num_attention_heads, V = c.vocab_size;
@@ -52,9 +60,8 @@ size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int
   const size_t slack = Arena::kAlignment;
   const size_t per_block = (4 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F) * a +
                            (2 * N + batch * H * seq_len) * 4 + 16 * slack;
-  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F + N * (QD + 2 * KD) +
-                          head_chunk_rows(N, V, head_chunk_logits) * V) *
-                             a +
+  const size_t head_logits = head_chunk_rows(N, V, head_chunk_logits) * V * a;
+  const size_t scratch = (5 * N * C + 2 * QD * N + 2 * KD * N + 3 * N * F + N * (QD + 2 * KD)) * a +
                          N * 4 + 3 * N * 4 + 18 * slack;
   // Without checkpointing every block keeps all its activations; with it, each block keeps
   // only its input (and, selective, its attention output and lse) and one shared set is
@@ -66,7 +73,12 @@ size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int
   if (checkpointing == Checkpointing::kSelective) {
     kept_per_block = (N * C + QD * N) * a + batch * H * seq_len * 4 + 3 * slack;
   }
-  return per_block * stored_blocks + kept_per_block * c.num_hidden_layers + scratch;
+  ActivationBytes bytes;
+  bytes.block_sets = per_block * stored_blocks;
+  bytes.checkpoints = kept_per_block * c.num_hidden_layers;
+  bytes.head_logits = head_logits;
+  bytes.scratch = scratch;
+  return bytes;
 }
 
 void LlamaModel::reserve(int64_t batch, int64_t seq_len) {

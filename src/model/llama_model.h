@@ -66,6 +66,17 @@ class LlamaModel {
   static size_t activation_bytes_for(const ModelConfig& config, int64_t batch, int64_t seq_len,
                                      DType activation_dtype, Checkpointing checkpointing,
                                      int64_t head_chunk_logits = kDefaultHeadChunkLogits);
+  // The same bytes by what they hold (their sum is activation_bytes_for).
+  struct ActivationBytes {
+    size_t block_sets = 0;   // every block's saved activations (one shared set if checkpointed)
+    size_t checkpoints = 0;  // what checkpointing keeps per block (inputs; selective: + attn)
+    size_t head_logits = 0;  // one lm-head chunk of logits (rows x vocab)
+    size_t scratch = 0;      // backward's gradient buffers, the final norm, the rest
+    size_t total() const { return block_sets + checkpoints + head_logits + scratch; }
+  };
+  static ActivationBytes activation_breakdown_for(
+      const ModelConfig& config, int64_t batch, int64_t seq_len, DType activation_dtype,
+      Checkpointing checkpointing, int64_t head_chunk_logits = kDefaultHeadChunkLogits);
   // Bytes of activation memory reserved.
   size_t activation_bytes() const { return arena_.capacity(); }
 

@@ -57,20 +57,51 @@ std::string gib_text(size_t bytes) {
 
 size_t device_bytes_needed(size_t plan) { return plan + plan / 20 + kDeviceReserveBytes; }
 
-size_t plan_bytes(const MemoryJob& job, const MemorySetting& setting) {
-  const ParamLayout layout = make_param_layout(job.model);
-  const int group =
-      shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
-  const FsdpMemory fsdp =
-      estimate_fsdp_memory(make_shard_plan(layout, group), setting.strategy,
-                           job.reduce_on_last_micro_batch, job.activation_dtype);
-  const size_t activations = LlamaModel::activation_bytes_for(
+namespace {
+
+size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
+  return LlamaModel::activation_bytes_for(
       job.model, job.micro_batch, job.seq_len, job.activation_dtype,
       LlamaModel::checkpointing_from_name(setting.checkpointing));
-  return fsdp.total() + activations;
 }
 
-std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& job, size_t capacity) {
+FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, ComputeCopy copy) {
+  const int group =
+      shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
+  FsdpMemoryOptions options;
+  options.reduce_on_last_micro_batch = job.reduce_on_last_micro_batch;
+  options.compute_copy = copy;
+  options.update_in_backward = job.update_in_backward;
+  return estimate_fsdp_memory(make_shard_plan(make_param_layout(job.model), group),
+                              setting.strategy, options, job.activation_dtype);
+}
+
+}  // namespace
+
+ComputeCopy resolve_compute_copy(const MemoryJob& job, const MemorySetting& setting) {
+  const int group =
+      shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
+  if (group > 1 || job.compute_copy == "keep") return ComputeCopy::kKeep;
+  if (job.compute_copy == "on_demand") return ComputeCopy::kOnDemand;
+  SHARDTRAIN_CHECK(job.compute_copy == "auto", "fsdp.compute_copy '{}'", job.compute_copy);
+  if (job.capacity_bytes == 0) return ComputeCopy::kKeep;
+  const size_t with_copy =
+      fsdp_memory_with(job, setting, ComputeCopy::kKeep).total() + activation_bytes(job, setting);
+  return device_bytes_needed(with_copy) > job.capacity_bytes / 4 * 3 ? ComputeCopy::kOnDemand
+                                                                     : ComputeCopy::kKeep;
+}
+
+FsdpMemory plan_fsdp_memory(const MemoryJob& job, const MemorySetting& setting) {
+  return fsdp_memory_with(job, setting, resolve_compute_copy(job, setting));
+}
+
+size_t plan_bytes(const MemoryJob& job, const MemorySetting& setting) {
+  return plan_fsdp_memory(job, setting).total() + activation_bytes(job, setting);
+}
+
+std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& given, size_t capacity) {
+  MemoryJob job = given;
+  if (job.capacity_bytes == 0) job.capacity_bytes = capacity;
   std::vector<MemoryVerdict> verdicts;
   for (const char* checkpointing : kCheckpointingOrder) {
     for (const FsdpStrategy strategy : kStrategyOrder) {
@@ -148,6 +179,7 @@ size_t parse_gpu_memory(const std::string& text) {
 void require_job_fits_device(const MemoryJob& job, const MemorySetting& configured,
                              size_t free_bytes, int ranks_per_gpu, const std::string& gpu) {
   const size_t per_rank = free_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu));
+  // (job.capacity_bytes, which auto compute copies are resolved against, is the caller's.)
   const size_t needed = device_bytes_needed(plan_bytes(job, configured));
   if (needed <= per_rank) return;
   const std::vector<MemoryVerdict> verdicts = memory_verdicts(job, per_rank);
@@ -171,21 +203,54 @@ void require_job_fits_device(const MemoryJob& job, const MemorySetting& configur
       gib_text(free_bytes), share, job.micro_batch, job.seq_len);
 }
 
+namespace {
+
+int ranks_per_gpu(int local_world) {
+  const int gpus = std::max(1, visible_gpu_count());
+  return (local_world + gpus - 1) / gpus;  // > 1: the host-staged test path
+}
+
+}  // namespace
+
+MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, int world,
+                         int local_world, size_t capacity, DType activation_dtype) {
+  MemoryJob job{model,
+                world,
+                local_world,
+                static_cast<int>(config.fsdp.shard_group_size),
+                config.train.micro_batch,
+                config.data.seq_len,
+                config.fsdp.reduce_on_last_micro_batch,
+                activation_dtype};
+  job.compute_copy = config.fsdp.compute_copy;
+  job.update_in_backward = config.optim.update_in_backward;
+  job.capacity_bytes = capacity;
+  return job;
+}
+
+ComputeCopy compute_copy_for_training(const TrainConfig& config, const ModelConfig& model,
+                                      int world, int local_world, Device device) {
+  if (config.fsdp.compute_copy == "keep") return ComputeCopy::kKeep;
+  if (config.fsdp.compute_copy == "on_demand") return ComputeCopy::kOnDemand;
+  const std::optional<GpuMemoryInfo> gpu =
+      device == Device::kCuda ? current_gpu_memory() : std::nullopt;
+  if (!gpu) return ComputeCopy::kKeep;
+  const size_t capacity =
+      gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu(local_world)));
+  const MemoryJob job = memory_job_for(config, model, world, local_world, capacity);
+  return resolve_compute_copy(
+      job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing});
+}
+
 void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model, int world,
                              int local_world, Device device) {
   if (device != Device::kCuda) return;
   const std::optional<GpuMemoryInfo> gpu = current_gpu_memory();
   if (!gpu) return;
-  const int gpus = std::max(1, visible_gpu_count());
-  const int ranks_per_gpu = (local_world + gpus - 1) / gpus;  // > 1: the host-staged test path
-  const MemoryJob job{model,
-                      world,
-                      local_world,
-                      static_cast<int>(config.fsdp.shard_group_size),
-                      config.train.micro_batch,
-                      config.data.seq_len,
-                      config.fsdp.reduce_on_last_micro_batch,
-                      DType::kBF16};
+  const int ranks_per_gpu = shardtrain::ranks_per_gpu(local_world);
+  const MemoryJob job =
+      memory_job_for(config, model, world, local_world,
+                     gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu)));
   require_job_fits_device(
       job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing},
       gpu->free_bytes, ranks_per_gpu, gpu->name);

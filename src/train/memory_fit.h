@@ -10,6 +10,11 @@
 // "Smallest setting" = the first that fits in this order (least speed given up first):
 // activation_checkpointing none, selective, full; within each, fsdp.strategy NO_SHARD,
 // SHARD_GRAD_OP, HYBRID_SHARD (unless its group is FULL_SHARD's: one node), FULL_SHARD.
+//
+// fsdp.compute_copy (G = 1 only, fsdp/shard_plan.h ComputeCopy): keep | on_demand | auto. auto
+// keeps the persistent bf16 copy (faster: no casts in forward and backward) unless the job with
+// it needs more than 3/4 of the GPU's memory (MemoryJob::capacity_bytes; unknown = keep); then
+// the copy is built on demand (the same values, 2 bytes per parameter less).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +25,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "fsdp/fsdp_strategy.h"
+#include "fsdp/shard_plan.h"
 #include "model/hf_config.h"
 #include "train/train_config.h"
 
@@ -35,6 +41,9 @@ struct MemoryJob {
   int64_t micro_batch = 1, seq_len = 1;
   bool reduce_on_last_micro_batch = false;
   DType activation_dtype = DType::kBF16;
+  std::string compute_copy = "auto";  // fsdp.compute_copy
+  bool update_in_backward = false;    // optim.update_in_backward
+  size_t capacity_bytes = 0;          // the GPU memory auto compares with; 0 = unknown (keep)
 };
 
 struct MemorySetting {
@@ -54,9 +63,15 @@ struct MemoryVerdict {
 
 // Bytes a GPU must offer for `plan_bytes` of planned memory.
 size_t device_bytes_needed(size_t plan_bytes);
+// fsdp.compute_copy for `setting`, auto resolved as the header says (kKeep when the shard
+// group is larger than one: the option does not apply there).
+ComputeCopy resolve_compute_copy(const MemoryJob& job, const MemorySetting& setting);
+// The FSDP layout of `setting` and the resolved compute copy.
+FsdpMemory plan_fsdp_memory(const MemoryJob& job, const MemorySetting& setting);
 // One rank's planned bytes for `setting` (throws Error when the strategy is impossible).
 size_t plan_bytes(const MemoryJob& job, const MemorySetting& setting);
-// Every strategy x checkpointing mode, in the preference order above, against `capacity`.
+// Every strategy x checkpointing mode, in the preference order above, against `capacity`
+// (which auto compute copies are resolved against too).
 std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& job, size_t capacity);
 // The first fitting verdict in preference order; null when none fits.
 const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts);
@@ -77,6 +92,15 @@ void require_job_fits_device(const MemoryJob& job, const MemorySetting& configur
 // (require_job_fits_device); nothing on the CPU.
 void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model, int world,
                              int local_world, Device device);
+// The MemoryJob of a training config (fsdp.compute_copy and optim.update_in_backward
+// included), with `capacity` the GPU memory auto compute copies are resolved against (0 =
+// unknown).
+MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, int world,
+                         int local_world, size_t capacity, DType activation_dtype = DType::kBF16);
+// The compute copy the Trainer builds FSDP with: fsdp.compute_copy, auto resolved against this
+// GPU's total memory (shared by the ranks on it); on the CPU auto = keep (fp32: no copy at all).
+ComputeCopy compute_copy_for_training(const TrainConfig& config, const ModelConfig& model,
+                                      int world, int local_world, Device device);
 
 // "12.34 GiB".
 std::string gib_text(size_t bytes);

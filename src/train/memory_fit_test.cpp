@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/llama_model.h"
 
 namespace shardtrain {
 namespace {
@@ -103,6 +104,69 @@ TEST(MemoryFit, TheTrainerNamesTheSettingThatFits) {
     EXPECT_NE(message.find("4 ranks share it"), std::string::npos) << message;
     EXPECT_NE(message.find("lower train.micro_batch (now 2)"), std::string::npos) << message;
   }
+}
+
+// Llama-2-7B on one H200 (micro-batch 1, seq 4096, full checkpointing), by category, from the
+// shapes: root = 2 x vocab x hidden + hidden, block = 4 hidden^2 + 3 hidden x intermediate +
+// 2 hidden, both multiples of 64 (no padding). bench/RESULTS.md: nvidia-smi peak 116.4 GiB with
+// the persistent bf16 copy (plan 115.3); PyTorch FSDP2 106.8 GiB.
+TEST(MemoryFit, Llama2SevenBOnOneGpuByCategory) {
+  const int64_t C = 4096, F = 11008, V = 32000, L = 32, N = 4096;
+  const size_t root = 2 * V * C + C, block = 4 * C * C + 3 * C * F + 2 * C;
+  const size_t P = root + L * block;
+  ASSERT_EQ(P, 6738415616u);
+  MemoryJob job{shape("llama2-7b"), 1, 1, 0, 1, N, false, DType::kBF16};
+  const MemorySetting full{FsdpStrategy::kFullShard, "full"};
+
+  job.compute_copy = "keep";
+  FsdpMemory m = plan_fsdp_memory(job, full);
+  EXPECT_EQ(m.master_bytes, 4 * P);
+  EXPECT_EQ(m.moment_bytes, 8 * P);
+  EXPECT_EQ(m.grad_shard_bytes, 4 * P);
+  EXPECT_EQ(m.compute_shard_bytes, 2 * P);  // the 12.55 GiB persistent copy
+  EXPECT_EQ(m.gathered_peak_bytes, 0u);
+  EXPECT_EQ(m.full_grad_peak_bytes, 0u);
+  const LlamaModel::ActivationBytes acts = LlamaModel::activation_breakdown_for(
+      job.model, 1, N, DType::kBF16, LlamaModel::Checkpointing::kFull);
+  EXPECT_EQ(acts.checkpoints, L * (N * C * 2 + Arena::kAlignment));  // each block's bf16 input
+  EXPECT_EQ(acts.head_logits, static_cast<size_t>(N * V * 2));       // one chunk of 4096 rows
+  EXPECT_EQ(acts.total(), LlamaModel::activation_bytes_for(job.model, 1, N, DType::kBF16,
+                                                           LlamaModel::Checkpointing::kFull));
+  const size_t keep_total = plan_bytes(job, full);
+  EXPECT_EQ(keep_total, 18 * P + acts.total());
+  EXPECT_GT(keep_total / kGiB, 0.95 * 116.4);  // within 5% of the measured peak
+  EXPECT_LT(keep_total / kGiB, 116.4);
+
+  job.compute_copy = "on_demand";  // the root and one block in bf16 instead of the whole copy
+  m = plan_fsdp_memory(job, full);
+  EXPECT_EQ(m.compute_shard_bytes, 0u);
+  EXPECT_EQ(m.gathered_peak_bytes, 2 * (root + block));
+  EXPECT_EQ(plan_bytes(job, full), 16 * P + 2 * (root + block) + acts.total());
+  EXPECT_LT(plan_bytes(job, full) / kGiB, 106.8 - 2);  // under PyTorch's peak with room
+
+  job.update_in_backward = true;  // no grad shard; the root's and one block's fp32 grads
+  m = plan_fsdp_memory(job, full);
+  EXPECT_EQ(m.grad_shard_bytes, 0u);
+  EXPECT_EQ(m.full_grad_peak_bytes, 4 * (root + block));
+  EXPECT_EQ(plan_bytes(job, full), 12 * P + 6 * (root + block) + acts.total());
+  EXPECT_LT(plan_bytes(job, full) / kGiB, 0.8 * 106.8);
+
+  // auto: on demand for 7B on an H200 (the copy would take it past 3/4), kept for Qwen2.5-1.5B
+  // there, kept when the GPU is unknown, and always kept when the shard group is larger.
+  job.compute_copy = "auto";
+  job.update_in_backward = false;
+  job.capacity_bytes = parse_gpu_memory("h200");
+  EXPECT_EQ(resolve_compute_copy(job, full), ComputeCopy::kOnDemand);
+  MemoryJob qwen{shape("qwen2.5-1.5b"), 1, 1, 0, 2, 4096, false, DType::kBF16};
+  qwen.capacity_bytes = parse_gpu_memory("h200");
+  EXPECT_EQ(resolve_compute_copy(qwen, {FsdpStrategy::kFullShard, "none"}), ComputeCopy::kKeep);
+  job.capacity_bytes = 0;
+  EXPECT_EQ(resolve_compute_copy(job, full), ComputeCopy::kKeep);
+  MemoryJob eight{shape("llama2-7b"), 8, 8, 0, 1, N, false, DType::kBF16};
+  eight.compute_copy = "on_demand";
+  eight.capacity_bytes = parse_gpu_memory("l4");
+  EXPECT_EQ(resolve_compute_copy(eight, full), ComputeCopy::kKeep);
+  EXPECT_EQ(plan_fsdp_memory(eight, full).compute_shard_bytes, 2 * P / 8);
 }
 
 }  // namespace

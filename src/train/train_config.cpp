@@ -120,6 +120,11 @@ void register_parallel_keys(ConfigSchema& schema, FsdpConfig& fsdp, DistConfig& 
   schema.add("fsdp.reduce_on_last_micro_batch", &fsdp.reduce_on_last_micro_batch,
              "keep full unreduced grads across micro-batches and reduce once (one full fp32 grad "
              "buffer per unit)");
+  schema.add_choice("fsdp.compute_copy", &fsdp.compute_copy, {"auto", "keep", "on_demand"},
+                    "shard group of one: keep a bf16 copy of the parameters, or cast each unit "
+                    "from fp32 when it is used (on_demand: 2 bytes/parameter less, same values); "
+                    "auto = on_demand when the job would use over 3/4 of the GPU");
+
   schema.add_choice(
       "dist.backend", &dist.backend, {"auto", "nccl", "gloo"},
       "collectives: auto = NCCL for one GPU per rank, Gloo for CPU ranks, host-staged "
@@ -139,6 +144,9 @@ void register_optim_keys(ConfigSchema& schema, OptimConfig& optim) {
   schema.add("optim.eps", &optim.eps, "AdamW epsilon");
   schema.add("optim.decay_norms_and_biases", &optim.decay_norms_and_biases,
              "apply weight decay to norm weights and biases too");
+  schema.add("optim.update_in_backward", &optim.update_in_backward,
+             "run each unit's AdamW step right after its backward (no whole-model fp32 grads: "
+             "4 bytes/parameter less); one rank, train.max_grad_norm = 0, grad_accum 1 only");
 }
 
 }  // namespace
@@ -230,6 +238,13 @@ void TrainConfig::validate() const {
   require(optim.beta1 >= 0 && optim.beta1 < 1, "optim.beta1", "in [0, 1)", optim.beta1);
   require(optim.beta2 >= 0 && optim.beta2 < 1, "optim.beta2", "in [0, 1)", optim.beta2);
   require(optim.eps > 0, "optim.eps", "> 0", optim.eps);
+  if (optim.update_in_backward && train.max_grad_norm != 0) {
+    fail(
+        "config key 'optim.update_in_backward' needs 'train.max_grad_norm' = 0 (got {}): the clip "
+        "coefficient needs every gradient before the first update; HINT: set "
+        "--train.max_grad_norm=0 or drop optim.update_in_backward",
+        train.max_grad_norm);
+  }
   if (optim.min_lr > optim.lr) {
     fail("config key 'optim.min_lr' ({}) must be <= 'optim.lr' ({})", optim.min_lr, optim.lr);
   }

@@ -9,8 +9,8 @@
 //   [train] checkpoint_dir, checkpoint_every, keep_checkpoints, resume, stop_at_step,
 //           checkpoint_async, checkpoint_max_lag_steps
 //   [optim] lr, min_lr, warmup_steps, schedule, weight_decay, beta1, beta2, eps,
-//           decay_norms_and_biases
-//   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch (docs/fsdp.md)
+//           decay_norms_and_biases, update_in_backward
+//   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch, compute_copy (docs/fsdp.md)
 //   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
 //   [metrics] port, address, gpu, gpu_interval, nvml_library, peak_tflops (train/metrics_config.h)
 //
@@ -113,6 +113,11 @@ struct OptimConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   bool decay_norms_and_biases = false;
+  // Opt-in: each unit's AdamW step runs as soon as its backward is done, so no whole-model fp32
+  // gradient is kept (4 bytes per parameter less). One rank, train.max_grad_norm = 0 (the clip
+  // coefficient would need every gradient first) and one micro-batch per step only; the update
+  // is then the same bit for bit (fsdp/fsdp_units.h).
+  bool update_in_backward = false;
 };
 
 struct FsdpConfig {
@@ -120,6 +125,11 @@ struct FsdpConfig {
       "FULL_SHARD";              // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
   int64_t shard_group_size = 0;  // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
   bool reduce_on_last_micro_batch = false;
+  // Shard group of one (one rank, NO_SHARD): "keep" a persistent bf16 copy of the parameters,
+  // build it "on_demand" per unit from the fp32 master (2 bytes per parameter less, two casts
+  // per unit and step, the same values), or "auto": on_demand when the job with the copy needs
+  // more than 3/4 of the GPU's memory (train/memory_fit.h).
+  std::string compute_copy = "auto";
 };
 
 struct DistConfig {

@@ -192,9 +192,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
   // Blocking backends (Gloo) get their exposed communication time measured around each call.
   world_.comm = with_heartbeat(with_blocking_comm_time(std::move(world_.comm)), *heartbeat_);
   groups_ = std::make_unique<FsdpGroups>(*world_.comm, group_size_);
-  units_ =
-      std::make_unique<FsdpUnits>(ops_, model_.layout(), *groups_,
-                                  FsdpOptions{strategy_, config_.fsdp.reduce_on_last_micro_batch});
+  units_ = std::make_unique<FsdpUnits>(ops_, model_.layout(), *groups_, fsdp_options());
   const bool is_rank0 = env_.rank == 0;
   resumed_ = resume_training(config_.train.resume, config_.train.checkpoint_dir, *units_, ops_,
                              model_.layout());
@@ -297,6 +295,31 @@ EvalReport Trainer::evaluate(int64_t step) {
   return report;
 }
 
+FsdpOptions Trainer::fsdp_options() const {
+  FsdpOptions options;
+  options.strategy = strategy_;
+  options.reduce_on_last_micro_batch = config_.fsdp.reduce_on_last_micro_batch;
+  options.compute_copy = compute_copy_for_training(config_, model_config_, env_.world,
+                                                   env_.local_world, ops_.device());
+  options.update_in_backward = config_.optim.update_in_backward;
+  if (options.update_in_backward && (env_.world != 1 || grad_accum_ != 1)) {
+    fail(
+        "config key 'optim.update_in_backward' runs on one rank with one micro-batch per step, "
+        "but this job has {} ranks and grad_accum {}; HINT: drop optim.update_in_backward or "
+        "run one rank with train.grad_accum = 1",
+        env_.world, grad_accum_);
+  }
+  return options;
+}
+
+FsdpMemory Trainer::planned_fsdp_memory() const {
+  FsdpMemoryOptions options;
+  options.reduce_on_last_micro_batch = config_.fsdp.reduce_on_last_micro_batch;
+  options.compute_copy = units_->compute_copy();
+  options.update_in_backward = units_->updates_in_backward();
+  return estimate_fsdp_memory(units_->plan(), strategy_, options, ops_.activation_dtype());
+}
+
 void Trainer::log_setup() const {
   const ParamLayout& layout = model_.layout();
   if (env_.rank == 0) {
@@ -319,9 +342,12 @@ void Trainer::log_setup() const {
         "grad_accum {} x ranks {}; memory estimate {}",
         env_.rank, env_.world, fsdp_strategy_name(strategy_), group_size_,
         micro_batch * grad_accum_ * env_.world, micro_batch, grad_accum_, env_.world,
-        memory_json(estimate_fsdp_memory(units_->plan(), strategy_,
-                                         config_.fsdp.reduce_on_last_micro_batch,
-                                         ops_.activation_dtype())));
+        memory_json(planned_fsdp_memory()));
+  } else if (env_.rank == 0) {
+    log::info("fsdp one rank: compute copy {}, update {}; memory estimate {}",
+              units_->compute_copy() == ComputeCopy::kKeep ? "kept" : "built on demand",
+              units_->updates_in_backward() ? "in backward" : "after backward",
+              memory_json(planned_fsdp_memory()));
   }
 }
 
@@ -349,10 +375,8 @@ TrainOutcome Trainer::run() {
     }
   }
   if (checkpoints_) checkpoints_->finish();
-  if (env_.world > 1) {
-    log::info("fsdp rank {}/{}: memory measured {}", env_.rank, env_.world,
-              memory_json(units_->memory()));
-  }
+  log::info("fsdp rank {}/{}: memory measured {}", env_.rank, env_.world,
+            memory_json(units_->memory()));
   if (!stopped_early) export_final();
   units_->barrier();
   return outcome_;
@@ -366,6 +390,8 @@ StepReport Trainer::train_step(int64_t step) {
   const double data_wait_s = seconds_since(step_start);
 
   const double targets = units_->begin_step(batches.target_count);
+  const double lr = learning_rate(run_length_.schedule, step, run_length_.total_steps);
+  if (units_->updates_in_backward()) units_->set_update_in_backward(optimizer_, lr, step);
   const float grad_scale = targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
   const Tensor loss_sum = loss_buffer_.view(DType::kF32, {1});
   ops_.fill_zero(loss_sum);
@@ -383,7 +409,6 @@ StepReport Trainer::train_step(int64_t step) {
         "check the data",
         step, loss, totals.grad_norm);
   }
-  const double lr = learning_rate(run_length_.schedule, step, run_length_.total_steps);
   units_->apply_optimizer(optimizer_, lr, step,
                           AdamW::clip_coefficient(totals.grad_norm, config_.train.max_grad_norm));
   ops_.end_step();

@@ -98,6 +98,10 @@ class Trainer {
   void log_setup() const;
   void warn_about_resume_changes() const;
   bool eval_due(int64_t step) const;
+  // The FSDP options of this job (compute copy resolved; update_in_backward checked against the
+  // world size and accumulation), and the plan's bytes for the units as built.
+  FsdpOptions fsdp_options() const;
+  FsdpMemory planned_fsdp_memory() const;
 
   const TrainConfig config_;
   Ops& ops_;

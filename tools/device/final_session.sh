@@ -41,7 +41,7 @@ fi
 
 if room 120 "perf_session"; then
   mkdir -p "$out/perf-session"
-  PERF_BIN=build-gpu/shardtrain PERF_BUDGET_S=$((budget - $(elapsed) - 200)) OUT=$out/perf-session \
+  PERF_SKIP_TESTS=1 PERF_BIN=build-gpu/shardtrain PERF_BUDGET_S=$((budget - $(elapsed) - 200)) OUT=$out/perf-session \
     timeout $((budget - $(elapsed))) tools/device/perf_session.sh >"$out/perf.txt" 2>&1
   echo "perf_session (rc $?, $(elapsed) s):"
   tail -12 "$out/perf.txt"

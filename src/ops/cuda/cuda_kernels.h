@@ -49,9 +49,11 @@ struct AdamWRange {
 };
 
 // Runs adamw_multi in one kernel launch over all ranges, with the per-range work table in device
-// memory. A training step repeats the same ranges every step, so the table is kept and uploaded
-// (one cudaMemcpyAsync from pinned memory, no host wait) only when the ranges differ from the
-// previous call's; the per-step scalars (lr, step) travel as kernel arguments.
+// memory. A training step repeats the same ranges every step, so each distinct table is uploaded
+// once (one cudaMemcpyAsync from pinned memory it keeps, no host wait) and kept: the whole-model
+// update has one table, an update per unit in backward (fsdp/fsdp_units.h update_in_backward)
+// one per unit, all reused every step. Past kMaxTables distinct tables the cache is emptied
+// (after one stream synchronisation). The per-step scalars (lr, step) travel as kernel arguments.
 class AdamWMultiLauncher {
  public:
   AdamWMultiLauncher() = default;
@@ -65,15 +67,21 @@ class AdamWMultiLauncher {
               cudaStream_t stream);
 
  private:
-  void upload(cudaStream_t stream);
+  struct Table {
+    std::vector<unsigned char> bytes;  // the work table, as uploaded
+    int count = 0;
+    int64_t tiles = 0;
+    void* pinned = nullptr;  // host staging of the upload (never rewritten: no wait for the copy)
+    void* device = nullptr;  // the table the kernel reads
+  };
+  static constexpr size_t kMaxTables = 256;
+  // The cached table equal to `bytes`, uploaded on `stream` first if there is none.
+  const Table& table_for(std::vector<unsigned char> bytes, int count, int64_t tiles,
+                         cudaStream_t stream);
+  void release_tables();
 
-  std::vector<unsigned char> table_;  // the last launch's work table, as uploaded
-  int table_count_ = 0;
-  int64_t table_tiles_ = 0;
-  void* pinned_ = nullptr;  // host staging for the upload and the device table, capacity_bytes_
-  void* device_ = nullptr;  // each
-  size_t capacity_bytes_ = 0;
-  cudaEvent_t uploaded_ = nullptr;  // the last upload's copy has read pinned_
+  std::vector<Table> tables_;
+  size_t last_ = 0;  // the table of the last launch (the next one is looked at first)
 };
 
 // ---- cuda_reduce.cu ----

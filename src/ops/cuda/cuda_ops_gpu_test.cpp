@@ -886,8 +886,9 @@ std::vector<AdamWSegment> adamw_test_segments(const AdamWTestBuffers& b,
 // kernels; the H200 run showed param and exp_avg_sq differing in the last bits) and against the
 // CPU reference (fp32 tolerance). Ranges cover float4 bodies, unaligned starts (scalar prefixes),
 // scalar tails, a range of length 1, one without a compute copy, and one whose grad sits in another
-// 16-byte phase than its param (all scalar). Four steps: three with the same ranges (the cached
-// device table), then fewer ranges (a new table).
+// 16-byte phase than its param (all scalar). Five steps: three with the same ranges (the cached
+// device table), then fewer ranges (a new table), then the first ranges again (the first table,
+// still cached: the per-unit updates in backward alternate between tables like this).
 TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCast) {
   const std::vector<AdamWTestRange> ranges = {
       {0, 0, 4096, 0.1f, DType::kBF16, true},          // float4 only
@@ -915,9 +916,9 @@ TEST_F(CudaOpsTest, AdamWMultiMatchesPerRangeAdamwAndCast) {
                              cpu_tensor(nullptr, DType::kBF16, {total}),
                              cpu_tensor(nullptr, DType::kF16, {total})};
 
-  for (int64_t step = 1; step <= 4; ++step) {
+  for (int64_t step = 1; step <= 5; ++step) {
     const std::vector<AdamWTestRange> step_ranges(ranges.begin(),
-                                                  ranges.begin() + (step <= 3 ? 7 : 3));
+                                                  ranges.begin() + (step == 4 ? 3 : 7));
     const std::vector<float> grad_values = random(total);
     for (const AdamWTestBuffers* b : {&fused, &reference}) upload(b->grad, grad_values);
     cpu_->copy_from_host(cpu.grad, grad_values.data());

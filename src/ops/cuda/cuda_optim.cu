@@ -255,10 +255,15 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-AdamWMultiLauncher::~AdamWMultiLauncher() {
-  if (device_ != nullptr) cudaFree(device_);  // synchronises the device first
-  if (pinned_ != nullptr) cudaFreeHost(pinned_);
-  if (uploaded_ != nullptr) cudaEventDestroy(uploaded_);
+AdamWMultiLauncher::~AdamWMultiLauncher() { release_tables(); }
+
+void AdamWMultiLauncher::release_tables() {
+  for (Table& t : tables_) {
+    if (t.device != nullptr) cudaFree(t.device);  // synchronises the device first
+    if (t.pinned != nullptr) cudaFreeHost(t.pinned);
+  }
+  tables_.clear();
+  last_ = 0;
 }
 
 void AdamWMultiLauncher::launch(const AdamWRange* ranges, int count, float lr,
@@ -275,39 +280,40 @@ void AdamWMultiLauncher::launch(const AdamWRange* ranges, int count, float lr,
     ++table_count;
   }
   if (table_count == 0) return;
-  if (table != table_) {
-    table_ = std::move(table);
-    table_count_ = table_count;
-    table_tiles_ = tiles;
-    upload(stream);
-  }
-  adamw_multi_kernel<<<cuda_detail::grid_for(table_tiles_ * kThreads, kThreads), kThreads, 0,
-                       stream>>>(static_cast<const AdamWRangeWork*>(device_), table_count_,
-                                 table_tiles_, lr, coefficients);
+  const Table& t = table_for(std::move(table), table_count, tiles, stream);
+  adamw_multi_kernel<<<cuda_detail::grid_for(t.tiles * kThreads, kThreads), kThreads, 0, stream>>>(
+      static_cast<const AdamWRangeWork*>(t.device), t.count, t.tiles, lr, coefficients);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void AdamWMultiLauncher::upload(cudaStream_t stream) {
-  const size_t bytes = table_.size();
-  if (bytes > capacity_bytes_) {
-    // Launches and the copy queued earlier may still read the old buffers: wait for them once.
-    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (device_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFree(device_));
-    if (pinned_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFreeHost(pinned_));
-    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&device_, bytes));
-    SHARDTRAIN_CUDA_CHECK(cudaMallocHost(&pinned_, bytes));
-    capacity_bytes_ = bytes;
-    if (uploaded_ == nullptr) {
-      SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+const AdamWMultiLauncher::Table& AdamWMultiLauncher::table_for(std::vector<unsigned char> bytes,
+                                                               int count, int64_t tiles,
+                                                               cudaStream_t stream) {
+  // Launches come in the same order every step: try the one after the last first.
+  for (size_t k = 0; k < tables_.size(); ++k) {
+    const size_t i = (last_ + 1 + k) % tables_.size();
+    if (tables_[i].bytes == bytes) {
+      last_ = i;
+      return tables_[i];
     }
-  } else {
-    // The previous upload's copy must have read pinned_ before it is overwritten (launches
-    // that read the device table are ordered before the new copy by the stream).
-    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(uploaded_));
   }
-  std::memcpy(pinned_, table_.data(), bytes);
-  SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_, pinned_, bytes, cudaMemcpyHostToDevice, stream));
-  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(uploaded_, stream));
+  if (tables_.size() >= kMaxTables) {
+    // Launches queued earlier may still read the tables: wait for them once.
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    release_tables();
+  }
+  Table t;
+  t.bytes = std::move(bytes);
+  t.count = count;
+  t.tiles = tiles;
+  SHARDTRAIN_CUDA_CHECK(cudaMalloc(&t.device, t.bytes.size()));
+  SHARDTRAIN_CUDA_CHECK(cudaMallocHost(&t.pinned, t.bytes.size()));
+  std::memcpy(t.pinned, t.bytes.data(), t.bytes.size());
+  SHARDTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(t.device, t.pinned, t.bytes.size(), cudaMemcpyHostToDevice, stream));
+  tables_.push_back(std::move(t));
+  last_ = tables_.size() - 1;
+  return tables_.back();
 }
 
 void sum_squares(const float* x, int64_t n, float* out, cudaStream_t stream) {

@@ -1,0 +1,65 @@
+// The job the memory-lever tests train on one rank (header-only; tests only): tests/golden/
+// llama_gqa from its pretrained weights on generated sequences, no clipping, one micro-batch per
+// step, so every lever applies: fsdp.compute_copy keep | on_demand and optim.update_in_backward.
+// train_memory_levers(device, copy, in_backward, dir) trains it and returns the loss curve and
+// the saved model's bytes, which the tests compare bit for bit between levers.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+namespace shardtrain::testing {
+
+struct LeverRun {
+  std::vector<double> losses;
+  std::string model_bytes;  // output_dir/model.safetensors (fp32 masters)
+};
+
+inline void write_lever_data(const std::filesystem::path& path) {
+  std::ofstream data(path);
+  for (int line = 0; line < 32; ++line) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (int t = 0; t < 24; ++t) ids.push_back((line * 7 + t * (1 + line % 5)) % 96);
+    data << nlohmann::json{{"input_ids", ids}}.dump() << "\n";
+  }
+}
+
+inline LeverRun train_memory_levers(const std::string& device, const std::string& compute_copy,
+                                    bool update_in_backward, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  write_lever_data(dir / "data.jsonl");
+  TrainConfig config;
+  config.model.path = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/llama_gqa";
+  config.data.path = (dir / "data.jsonl").string();
+  config.data.seq_len = 24;
+  config.train.steps = 12;
+  config.train.micro_batch = 4;
+  config.train.max_grad_norm = 0;
+  config.train.device = device;
+  config.train.output_dir =
+      (dir / ("out_" + compute_copy + (update_in_backward ? "_ib" : ""))).string();
+  config.optim.lr = 3e-3;
+  config.optim.warmup_steps = 2;
+  config.optim.weight_decay = 0.01;
+  config.fsdp.compute_copy = compute_copy;
+  config.optim.update_in_backward = update_in_backward;
+  TrainRunOptions options;
+  options.quiet = true;
+  auto ops = make_ops(device);
+  LeverRun run;
+  run.losses = run_training(config, *ops, options).losses;
+  std::ifstream model(fs::path(config.train.output_dir) / "model.safetensors", std::ios::binary);
+  run.model_bytes.assign(std::istreambuf_iterator<char>(model), {});
+  return run;
+}
+
+}  // namespace shardtrain::testing
