@@ -1,38 +1,66 @@
 // `shardtrain eval --model DIR --data PATH`: mean next-token cross-entropy of a checkpoint on a
 // dataset, over every predicted position (the labels the data gives: input_ids unless masked),
 // as transformers computes it with labels. Last line: {"loss": L, "tokens": N, "ppl": P}.
+// The data is anything `train` reads (train/training_data.h): a token file, JSONL with
+// input_ids, or raw examples (text, prompt/completion, alpaca, chat), tokenized with the model's
+// tokenizer (or --tokenizer) and packed at --seq-len into the prepare cache. --seq-len defaults
+// to the length a token file was packed at (recorded since token file version 2), else
+// min(max_position_embeddings, 2048).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/batch.h"
 #include "data/dataset.h"
+#include "data/token_file.h"
 #include "model/llama_model.h"
 #include "train/inference_model.h"
+#include "train/training_data.h"
 
 namespace shardtrain::cli {
 namespace {
 
 struct EvalArgs {
   std::string model_dir, data_path, format = "auto", device = "auto";
+  std::string tokenizer, example_format = "auto", chat_template = "auto", cache_dir;
   int64_t seq_len = 0, batch = 4, max_sequences = 0;
 };
+
+// --seq-len, else what a token file recorded, else the model's context capped at 2048.
+int64_t eval_seq_len(const EvalArgs& args, const DataConfig& data, const ModelConfig& model) {
+  if (args.seq_len > 0) return args.seq_len;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(args.data_path, ec) &&
+      resolve_training_data_format(data) == "tokens") {
+    const uint64_t packed = TokenFile(args.data_path).packed_seq_len();
+    if (packed > 0) return static_cast<int64_t>(packed);
+  }
+  return std::min<int64_t>(model.max_position_embeddings, 2048);
+}
 
 int run_eval(const EvalArgs& args) {
   InferenceModel loaded = load_inference_model(args.model_dir, args.device);
   LlamaModel& model = *loaded.model;
   Ops* ops = loaded.ops.get();
   const ModelConfig& model_config = model.config();
-  const int64_t seq_len =
-      args.seq_len > 0 ? args.seq_len : std::min<int64_t>(model_config.max_position_embeddings, 2048);
-  std::unique_ptr<SequenceDataset> dataset = open_dataset(args.data_path, args.format, seq_len, 0);
+  DataConfig data;
+  data.path = args.data_path;
+  data.format = args.format;
+  data.tokenizer = args.tokenizer;
+  data.example_format = args.example_format;
+  data.chat_template = args.chat_template;
+  data.cache_dir = args.cache_dir;
+  const int64_t seq_len = eval_seq_len(args, data, model_config);
+  data.seq_len = seq_len;
+  std::unique_ptr<SequenceDataset> dataset = open_training_data(data, args.model_dir, 0);
   validate_vocab(*dataset, model_config.vocab_size, args.data_path);
+  log::info("data {}: {} sequences of {} tokens", args.data_path, dataset->size(), seq_len);
   model.reserve(args.batch, seq_len);
   LocalUnits& units = *loaded.units;
 
@@ -41,7 +69,8 @@ int run_eval(const EvalArgs& args) {
   double total_loss = 0;
   int64_t total_targets = 0;
   size_t sequences = dataset->size();
-  if (args.max_sequences > 0) sequences = std::min(sequences, static_cast<size_t>(args.max_sequences));
+  if (args.max_sequences > 0)
+    sequences = std::min(sequences, static_cast<size_t>(args.max_sequences));
   for (size_t begin = 0; begin < sequences; begin += static_cast<size_t>(args.batch)) {
     std::vector<Example> examples;
     for (size_t i = begin; i < std::min(sequences, begin + args.batch); ++i)
@@ -58,7 +87,8 @@ int run_eval(const EvalArgs& args) {
          args.data_path);
   }
   const double loss = total_loss / static_cast<double>(total_targets);
-  const nlohmann::json result = {{"loss", loss}, {"tokens", total_targets}, {"ppl", std::exp(loss)}};
+  const nlohmann::json result = {
+      {"loss", loss}, {"tokens", total_targets}, {"ppl", std::exp(loss)}};
   std::printf("%s\n", result.dump().c_str());
   return 0;
 }
@@ -70,14 +100,26 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "eval", "Mean next-token cross-entropy of a Hugging Face checkpoint on a dataset");
   cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint dir")->required();
-  cmd->add_option("--data", args->data_path, "token file (.bin) or JSONL with input_ids")
+  cmd->add_option("--data", args->data_path,
+                  "what train reads: token file (.bin), JSONL with input_ids, or raw examples "
+                  "(text, prompt/completion, alpaca, chat JSONL)")
       ->required();
-  cmd->add_option("--format", args->format, "data format")
-      ->check(CLI::IsMember({"auto", "tokens", "jsonl"}));
+  cmd->add_option("--format", args->format, "data format (as data.format)")
+      ->check(CLI::IsMember({"auto", "tokens", "jsonl", "examples"}));
   cmd->add_option("--seq-len", args->seq_len,
-                  "sequence length (default: min(max_position_embeddings, 2048))");
-  cmd->add_option("--batch", args->batch, "sequences per forward pass")
-      ->check(CLI::PositiveNumber);
+                  "sequence length (default: what the token file was packed at, else "
+                  "min(max_position_embeddings, 2048))");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "raw examples: tokenizer.json or its dir (default: --model)");
+  cmd->add_option("--example-format", args->example_format, "raw examples: as data.example_format")
+      ->check(CLI::IsMember({"auto", "text", "prompt_completion", "alpaca", "chat"}));
+  cmd->add_option("--chat-template", args->chat_template,
+                  "raw chat examples: as data.chat_template")
+      ->check(CLI::IsMember({"auto", "model", "chatml", "llama2", "llama3"}));
+  cmd->add_option("--cache-dir", args->cache_dir,
+                  "raw examples: where prepared token files are cached (default "
+                  "~/.cache/shardtrain/data)");
+  cmd->add_option("--batch", args->batch, "sequences per forward pass")->check(CLI::PositiveNumber);
   cmd->add_option("--max-sequences", args->max_sequences,
                   "evaluate only the first N sequences (0 = all)");
   cmd->add_option("--device", args->device, "cpu, cuda or auto")

@@ -11,12 +11,13 @@ namespace shardtrain::cli {
 namespace {
 
 struct ExportArgs {
-  std::string checkpoint, out_dir, dtype = "auto", max_shard_size = "5GB";
+  std::string checkpoint, out_dir, dtype = "auto", max_shard_size = "5GB", tokenizer;
 };
 
 int run_export(const ExportArgs& args) {
   ExportOptions options;
   options.dtype = args.dtype;
+  options.tokenizer_dir = args.tokenizer;
   options.max_shard_bytes = parse_byte_size(args.max_shard_size, "--max-shard-size");
   const ExportResult result = export_checkpoint(args.checkpoint, args.out_dir, options);
   std::printf("exported %s (step %lld) to %s%s\n", result.step_dir.c_str(),
@@ -41,6 +42,9 @@ void add_export_command(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   cmd->add_option("--max-shard-size", args->max_shard_size,
                   "split weights into files of at most this size, with an index (default 5GB)");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "copy the tokenizer files from this dir (default: the run's data.tokenizer or "
+                  "model.path)");
   cmd->callback([args, &exit_code] { exit_code = run_export(*args); });
 }
 

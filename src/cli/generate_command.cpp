@@ -2,6 +2,11 @@
 // user can look at what they trained. Greedy by default (--temperature 0); with a temperature,
 // top-p (nucleus) sampling from a seeded generator. No KV cache: each new token re-runs the
 // prefix, which is fine for inspection-sized outputs.
+// --chat: the prompt is a user message (after an optional --system message), rendered with the
+// model dir's chat template (chat_template.jinja or tokenizer_config.json's chat_template: the
+// template the model was trained with, which export writes there) and a generation prompt;
+// generation stops at EOS or an end-of-turn token, and only the reply is printed. A dir
+// without a chat template is an error naming it.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,7 +18,9 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/batch.h"
+#include "data/hf_chat_template.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer_files.h"
 #include "train/inference_model.h"
@@ -22,7 +29,8 @@ namespace shardtrain::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir, prompt, device = "auto";
+  std::string model_dir, prompt, device = "auto", system;
+  bool chat = false;
   int64_t max_new_tokens = 64;
   double temperature = 0.0, top_p = 0.9;
   int64_t seed = 0;
@@ -30,7 +38,8 @@ struct GenerateArgs {
 
 // Index of the next token: argmax when temperature is 0, else a draw from the smallest set of
 // most likely tokens whose probability reaches top_p.
-int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args, std::mt19937_64& rng) {
+int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args,
+                   std::mt19937_64& rng) {
   if (args.temperature <= 0) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
@@ -46,7 +55,8 @@ int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args, s
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
   double kept = 0;
   size_t count = 0;
-  while (count < order.size() && (count == 0 || kept / total < args.top_p)) kept += probs[order[count++]];
+  while (count < order.size() && (count == 0 || kept / total < args.top_p))
+    kept += probs[order[count++]];
   double draw = std::uniform_real_distribution<double>(0.0, kept)(rng);
   for (size_t i = 0; i < count; ++i) {
     draw -= probs[order[i]];
@@ -55,20 +65,61 @@ int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args, s
   return order[count - 1];
 }
 
+// The conversation [system?, user: prompt] rendered with the model's chat template, ready for
+// the assistant's reply.
+std::string chat_prompt(const GenerateArgs& args, const TokenizerFiles& files) {
+  const std::optional<HfChatTemplate> chat_template = HfChatTemplate::load(files);
+  if (!chat_template) {
+    fail(
+        "generate --chat: {} has no chat template (chat_template.jinja or tokenizer_config.json "
+        "chat_template); HINT: export the model from a run on chat data, or drop --chat",
+        args.model_dir);
+  }
+  ChatRenderInput input;
+  if (!args.system.empty())
+    input.messages.push_back({{"role", "system"}, {"content", args.system}});
+  input.messages.push_back({{"role", "user"}, {"content", args.prompt}});
+  input.add_generation_prompt = true;
+  const std::string text = chat_template->render(input).text;
+  log::info("chat prompt ({}): {}", chat_template->describe(), nlohmann::json(text).dump());
+  return text;
+}
+
+// Token ids that end the reply: EOS, and with --chat the end-of-turn markers the tokenizer has.
+std::vector<int32_t> stop_ids(const GenerateArgs& args, const TokenizerFiles& files,
+                              const Tokenizer& tokenizer, const ModelConfig& config) {
+  std::vector<int32_t> stops;
+  std::optional<int32_t> eos;
+  if (files.eos_token) eos = tokenizer.token_to_id(*files.eos_token);
+  if (!eos && config.eos_token_id >= 0) eos = static_cast<int32_t>(config.eos_token_id);
+  if (eos) stops.push_back(*eos);
+  if (args.chat) {
+    for (const char* marker : {"<|im_end|>", "<|eot_id|>", "<end_of_turn>", "</s>"}) {
+      if (const auto id = tokenizer.token_to_id(marker)) stops.push_back(*id);
+    }
+  }
+  return stops;
+}
+
 int run_generate(const GenerateArgs& args) {
+  if (!args.system.empty() && !args.chat) fail("--system needs --chat");
   const TokenizerFiles files = locate_tokenizer(args.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(files.tokenizer_json);
   InferenceModel loaded = load_inference_model(args.model_dir, args.device);
   LlamaModel& model = *loaded.model;
   const ModelConfig& config = model.config();
 
-  std::vector<int32_t> ids = tokenizer.encode(args.prompt, /*add_special_tokens=*/true);
+  // A chat template writes its own BOS.
+  std::vector<int32_t> ids =
+      args.chat ? tokenizer.encode(chat_prompt(args, files), /*add_special_tokens=*/false)
+                : tokenizer.encode(args.prompt, /*add_special_tokens=*/true);
   if (ids.empty()) fail("--prompt is empty after tokenization; HINT: give some text");
   for (int32_t id : ids) {
     if (id >= config.vocab_size) {
-      fail("the tokenizer in {} produced id {} but the model's vocab_size is {}; HINT: the "
-           "tokenizer does not belong to this model",
-           args.model_dir, id, config.vocab_size);
+      fail(
+          "the tokenizer in {} produced id {} but the model's vocab_size is {}; HINT: the "
+          "tokenizer does not belong to this model",
+          args.model_dir, id, config.vocab_size);
     }
   }
   const int64_t max_len = std::min<int64_t>(config.max_position_embeddings,
@@ -77,9 +128,7 @@ int run_generate(const GenerateArgs& args) {
     fail("the prompt has {} tokens, which leaves no room below max_position_embeddings = {}",
          ids.size(), config.max_position_embeddings);
   }
-  std::optional<int32_t> eos;
-  if (files.eos_token) eos = tokenizer.token_to_id(*files.eos_token);
-  if (!eos && config.eos_token_id >= 0) eos = static_cast<int32_t>(config.eos_token_id);
+  const std::vector<int32_t> stops = stop_ids(args, files, tokenizer, config);
 
   model.reserve(1, max_len);
   std::mt19937_64 rng(static_cast<uint64_t>(args.seed));
@@ -92,11 +141,13 @@ int run_generate(const GenerateArgs& args) {
     model.set_batch(make_batch({example}));
     model.forward_last_logits(*loaded.units, logits.data());
     const int32_t next = pick_token(logits, args, rng);
-    if (eos && next == *eos) break;
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
     ids.push_back(next);
   }
-  const std::vector<int32_t> generated(ids.begin() + static_cast<ptrdiff_t>(prompt_length), ids.end());
-  std::printf("%s%s\n", args.prompt.c_str(), tokenizer.decode(generated, true).c_str());
+  const std::vector<int32_t> generated(ids.begin() + static_cast<ptrdiff_t>(prompt_length),
+                                       ids.end());
+  const std::string reply = tokenizer.decode(generated, true);
+  std::printf("%s%s\n", args.chat ? "" : args.prompt.c_str(), reply.c_str());
   return 0;
 }
 
@@ -115,6 +166,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--top-p", args->top_p, "nucleus sampling mass (with --temperature > 0)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "random seed for sampling");
+  cmd->add_flag("--chat", args->chat,
+                "the prompt is a user message, rendered with the model's chat template; prints "
+                "the reply only");
+  cmd->add_option("--system", args->system, "with --chat: a system message before the prompt");
   cmd->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd->callback([args, &exit_code] { exit_code = run_generate(*args); });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "fsdp/fsdp_strategy.h"
@@ -26,7 +27,7 @@ namespace shardtrain::cli {
 namespace {
 
 struct PlanArgs {
-  std::string config_path;
+  std::vector<std::string> config_paths;  // layered in order (cli/config_args.h)
   int world_size = 1;
   int local_world_size = 0;  // 0 = world size (one node)
   std::string gpu_memory;    // empty: no verdicts
@@ -144,13 +145,7 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
-  schema.load_toml_file(args.config_path);
-  for (const std::string& o : overrides) {
-    if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
-      fail("unexpected argument '{}'; HINT: config overrides look like --section.key=value", o);
-    }
-    schema.apply_override(o.substr(2));
-  }
+  apply_config_args(schema, args.config_paths, overrides);
   const int world = args.world_size;
   const int local_world = args.local_world_size > 0 ? args.local_world_size : world;
   if (world % local_world != 0) {
@@ -193,7 +188,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "Print the per-rank memory of each FSDP strategy for a job, before running it");
-  cmd->add_option("--config", args->config_path, "TOML job config")
+  cmd->add_option("--config", args->config_paths, "TOML job config; repeat to layer several")
+      ->allow_extra_args(false)
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--world-size", args->world_size, "number of ranks")->check(CLI::PositiveNumber);

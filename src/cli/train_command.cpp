@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "dist/dist_env.h"
@@ -18,7 +19,7 @@ namespace shardtrain::cli {
 namespace {
 
 struct TrainArgs {
-  std::string config_path;
+  std::vector<std::string> config_paths;  // layered in order (cli/config_args.h)
   int64_t steps = 0;
   std::string metrics_path;
   bool print_config = false;
@@ -29,20 +30,11 @@ struct TrainArgs {
   std::string metrics_port;  // shortcut for metrics.port ("" = not given)
 };
 
-// Loads args.config_path and applies the overrides and the flag shortcuts to `config`.
+// Loads args.config_paths and applies the overrides and the flag shortcuts to `config`.
 // REQUIRES: config.register_config(schema) was called.
 void resolve_config(const TrainArgs& args, const std::vector<std::string>& overrides,
                     TrainConfig& config, ConfigSchema& schema) {
-  if (!args.config_path.empty()) schema.load_toml_file(args.config_path);
-  for (const std::string& o : overrides) {
-    if (o.rfind("--", 0) != 0 || o.find('=') == std::string::npos) {
-      fail(
-          "unexpected argument '{}'; HINT: config overrides look like --section.key=value "
-          "(see shardtrain train --help)",
-          o);
-    }
-    schema.apply_override(o.substr(2));
-  }
+  apply_config_args(schema, args.config_paths, overrides);
   if (!args.checkpoint_dir.empty())
     schema.apply_override("train.checkpoint_dir=" + args.checkpoint_dir);
   if (!args.checkpoint_every.empty()) {
@@ -86,8 +78,12 @@ void add_train_command(CLI::App& app, int& exit_code) {
   CLI::App* cmd =
       app.add_subcommand("train",
                          "Train (fine-tune) a model. Any config key can be overridden with "
-                         "--section.key=value, e.g. --optim.lr=1e-4 --train.micro_batch=2");
-  cmd->add_option("--config", args->config_path, "TOML job config (see examples/demo.toml)")
+                         "--section.key=value or --section.key value (dashes or underscores), "
+                         "e.g. --optim.lr=1e-4 --train.micro-batch 2");
+  cmd->add_option("--config", args->config_paths,
+                  "TOML job config (see examples/demo.toml); repeat to layer several, later "
+                  "files win")
+      ->allow_extra_args(false)
       ->check(CLI::ExistingFile);
   cmd->add_option("--steps", args->steps, "optimizer steps (overrides train.steps)")
       ->check(CLI::PositiveNumber);

@@ -284,7 +284,10 @@ Value convert_node(const toml::node& node, const Entry& entry, const std::string
 }  // namespace
 
 void ConfigSchema::load_toml_file(const std::string& path) {
-  const std::string contents = read_file_or_fail(path);
+  load_toml_text(read_file_or_fail(path), path);
+}
+
+void ConfigSchema::load_toml_text(const std::string& contents, const std::string& path) {
   toml::table root;
   try {
     root = toml::parse(contents, path);
@@ -325,7 +328,8 @@ void ConfigSchema::apply_override(const std::string& assignment) {
   std::string text = assignment;
   if (text.rfind("--", 0) == 0) text = text.substr(2);
   const size_t equals = text.find('=');
-  const std::string key = equals == std::string::npos ? "" : trim(text.substr(0, equals));
+  std::string key = equals == std::string::npos ? "" : trim(text.substr(0, equals));
+  if (find(key) == nullptr) std::replace(key.begin(), key.end(), '-', '_');
   if (key.empty()) {
     fail("config override '{}': expected section.key=value, e.g. --train.steps=5", assignment);
   }

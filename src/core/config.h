@@ -50,8 +50,12 @@ class ConfigSchema {
 
   // Applies every value set in the TOML file at `path`; keys it does not set keep their values.
   void load_toml_file(const std::string& path);
+  // The same for TOML text; `origin` names it in error messages (as the file path would).
+  void load_toml_text(const std::string& contents, const std::string& origin);
   // Applies "section.key=value" (a leading "--" is tolerated). The value is parsed per the key's
-  // type: integers, numbers, true/false, or a string (quotes optional).
+  // type: integers, numbers, true/false, or a string (quotes optional). Dashes in the key are
+  // read as underscores ("train.max-grad-norm" = "train.max_grad_norm"), as torchtitan users
+  // type them.
   void apply_override(const std::string& assignment);
 
   // The whole resolved config as TOML, one [section] per registered section in registration

@@ -209,6 +209,25 @@ TEST_F(ConfigTest, OverridesParsePerType) {
   EXPECT_EQ(settings_.output_dir, "C:\\raw");
 }
 
+TEST_F(ConfigTest, DashesInOverrideKeysReadAsUnderscores) {
+  schema_.apply_override("--train.learning-rate=2e-3");
+  schema_.apply_override("train.output-dir=runs/b");
+  EXPECT_DOUBLE_EQ(settings_.learning_rate, 2e-3);
+  EXPECT_EQ(settings_.output_dir, "runs/b");
+  const std::string message = error_of([&] { schema_.apply_override("train.lerning-rate=1"); });
+  EXPECT_NE(message.find("config override 'train.lerning-rate=1'"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean 'train.learning_rate'?"), std::string::npos) << message;
+}
+
+TEST_F(ConfigTest, TomlTextLoadsLikeAFileAndNamesItsOrigin) {
+  schema_.load_toml_text("[train]\nsteps = 11\n", "saved config");
+  EXPECT_EQ(settings_.steps, 11);
+  const std::string message =
+      error_of([&] { schema_.load_toml_text("[train]\nstep = 1\n", "saved config"); });
+  EXPECT_NE(message.find("config saved config:2: unknown key 'train.step'"), std::string::npos)
+      << message;
+}
+
 TEST_F(ConfigTest, OverrideErrors) {
   EXPECT_EQ(error_of([&] { schema_.apply_override("train.steps=ten"); }),
             "config override 'train.steps=ten': key 'train.steps' must be an integer, got "

@@ -235,6 +235,103 @@ void validate_prepare_options(const PrepareOptions& options) {
   if (options.threads < 0) fail("threads is {}; use 0 (all cores) or more", options.threads);
 }
 
+namespace {
+
+// The model's own chat template when the options ask for it (auto: when the tokenizer has one);
+// otherwise fills `settings` with the built-in one. Records the choice in `report`.
+std::optional<HfChatTemplate> choose_chat_template(const PrepareOptions& options,
+                                                   const TokenizerFiles& files,
+                                                   const Tokenizer& tokenizer,
+                                                   RenderSettings& settings,
+                                                   PrepareReport& report) {
+  if (settings.format != ExampleFormat::kChat) return std::nullopt;
+  std::optional<HfChatTemplate> model_template;
+  if (options.chat_template == "auto" || options.chat_template == "model") {
+    model_template = HfChatTemplate::load(files);
+    if (!model_template && options.chat_template == "model") {
+      fail(
+          "tokenizer {}: no chat_template in tokenizer_config.json (or chat_template.jinja); "
+          "choose a built-in template with --chat-template chatml|llama2|llama3",
+          files.tokenizer_json);
+    }
+  }
+  if (model_template) {
+    report.chat_template = "the model's own, from " + model_template->describe();
+    return model_template;
+  }
+  settings.chat_template =
+      options.chat_template == "auto"
+          ? detect_chat_template(
+                files, [&](const char* token) { return tokenizer.token_to_id(token).has_value(); })
+          : parse_chat_template(options.chat_template);
+  settings.chat_tokens = chat_tokens(settings.chat_template, files);
+  report.chat_template =
+      std::string("built-in ") + chat_template_name(settings.chat_template) +
+      (files.chat_template.empty() ? " (the tokenizer has no chat_template)" : "");
+  check_chat_template_fits(settings, tokenizer, files.tokenizer_json);
+  return std::nullopt;
+}
+
+// The documents of the good lines, in file order; counts blank and skipped lines in `report`.
+// Fails at the first bad line unless on_bad_line is skip, and when no document is left.
+std::vector<TokenizedDocument> collect_documents(std::vector<LineResult>& results,
+                                                 const std::vector<std::string_view>& lines,
+                                                 const PrepareOptions& options,
+                                                 ExampleFormat format, PrepareReport& report) {
+  std::vector<TokenizedDocument> documents;
+  documents.reserve(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    LineResult& result = results[i];
+    if (result.kind == LineResult::Kind::kBlank) {
+      ++report.blank_lines;
+    } else if (result.kind == LineResult::Kind::kBad) {
+      const std::string where = fmt::format("{}:{}", options.data_path, i + 1);
+      if (options.on_bad_line == "fail") {
+        fail("{}: {}{}", where, result.problem, bad_line_hint(lines[i], format));
+      }
+      ++report.skipped_lines;
+      if (report.skipped_samples.size() < kSkippedSamples) {
+        report.skipped_samples.push_back(where + ": " + result.problem);
+      }
+    } else {
+      ++report.examples;
+      documents.push_back(std::move(result.document));
+    }
+  }
+  if (documents.empty()) {
+    fail("{}: no usable example ({} lines: {} blank, {} skipped as bad); fix the data",
+         options.data_path, report.lines, report.blank_lines, report.skipped_lines);
+  }
+  return documents;
+}
+
+// Packs the documents into seq_len sequences and writes the token file (which records seq_len).
+void pack_and_write(const std::vector<TokenizedDocument>& documents, const PrepareOptions& options,
+                    PrepareReport& report) {
+  PackingOptions packing;
+  packing.seq_len = options.seq_len;
+  packing.eos_id = report.eos_id;
+  packing.pad_id = report.pad_id;
+  packing.overlong = parse_overlong_policy(options.overlong);
+  packing.seed = options.seed;
+  const PackedTokens packed = pack_documents(documents, packing);
+  report.packing = packed.stats;
+  if (packed.stats.sequences == 0) {
+    fail(
+        "{}: no usable example: all {} examples are longer than seq_len {} and were dropped; use "
+        "--overlong split or truncate, or a larger --seq-len",
+        options.data_path, report.examples, options.seq_len);
+  }
+  if (packed.stats.trained_tokens == 0) {
+    fail("{}: no usable example: no token carries the loss; check the format and train_on_prompt",
+         options.data_path);
+  }
+  write_token_file(options.out_path, packed.tokens, packed.mask,
+                   static_cast<uint64_t>(options.seq_len));
+}
+
+}  // namespace
+
 PrepareReport prepare_dataset(const PrepareOptions& options) {
   validate_prepare_options(options);
   const TokenizerFiles files = locate_tokenizer(options.tokenizer_path);
@@ -260,35 +357,11 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   RenderSettings settings;
   settings.format = resolve_format(options, lines);
   settings.train_on_prompt = options.train_on_prompt;
-  report.format = example_format_name(settings.format);
-  std::optional<HfChatTemplate> model_template;
-  if (settings.format == ExampleFormat::kChat &&
-      (options.chat_template == "auto" || options.chat_template == "model")) {
-    model_template = HfChatTemplate::load(files);
-    if (!model_template && options.chat_template == "model") {
-      fail(
-          "tokenizer {}: no chat_template in tokenizer_config.json (or chat_template.jinja); "
-          "choose a built-in template with --chat-template chatml|llama2|llama3",
-          files.tokenizer_json);
-    }
-  }
   settings.train_on_eos = options.train_on_eos;
-  if (model_template) {
-    settings.hf_template = &*model_template;
-    report.chat_template = "the model's own, from " + model_template->describe();
-  } else if (settings.format == ExampleFormat::kChat) {
-    settings.chat_template =
-        options.chat_template == "auto"
-            ? detect_chat_template(
-                  files,
-                  [&](const char* token) { return tokenizer.token_to_id(token).has_value(); })
-            : parse_chat_template(options.chat_template);
-    settings.chat_tokens = chat_tokens(settings.chat_template, files);
-    report.chat_template =
-        std::string("built-in ") + chat_template_name(settings.chat_template) +
-        (files.chat_template.empty() ? " (the tokenizer has no chat_template)" : "");
-    check_chat_template_fits(settings, tokenizer, files.tokenizer_json);
-  }
+  report.format = example_format_name(settings.format);
+  const std::optional<HfChatTemplate> model_template =
+      choose_chat_template(options, files, tokenizer, settings, report);
+  if (model_template) settings.hf_template = &*model_template;
 
   const size_t thread_count = options.threads > 0
                                   ? static_cast<size_t>(options.threads)
@@ -296,51 +369,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   PhaseProgress progress("prepare " + options.data_path, lines.size(), "lines");
   std::vector<LineResult> results = process_lines(
       lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count, progress);
-
-  std::vector<TokenizedDocument> documents;
-  documents.reserve(results.size());
-  for (size_t i = 0; i < results.size(); ++i) {
-    LineResult& result = results[i];
-    if (result.kind == LineResult::Kind::kBlank) {
-      ++report.blank_lines;
-    } else if (result.kind == LineResult::Kind::kBad) {
-      const std::string where = fmt::format("{}:{}", options.data_path, i + 1);
-      if (options.on_bad_line == "fail") {
-        fail("{}: {}{}", where, result.problem, bad_line_hint(lines[i], settings.format));
-      }
-      ++report.skipped_lines;
-      if (report.skipped_samples.size() < kSkippedSamples) {
-        report.skipped_samples.push_back(where + ": " + result.problem);
-      }
-    } else {
-      ++report.examples;
-      documents.push_back(std::move(result.document));
-    }
-  }
-  if (documents.empty()) {
-    fail("{}: no usable example ({} lines: {} blank, {} skipped as bad); fix the data",
-         options.data_path, report.lines, report.blank_lines, report.skipped_lines);
-  }
-
-  PackingOptions packing;
-  packing.seq_len = options.seq_len;
-  packing.eos_id = report.eos_id;
-  packing.pad_id = report.pad_id;
-  packing.overlong = parse_overlong_policy(options.overlong);
-  packing.seed = options.seed;
-  const PackedTokens packed = pack_documents(documents, packing);
-  report.packing = packed.stats;
-  if (packed.stats.sequences == 0) {
-    fail(
-        "{}: no usable example: all {} examples are longer than seq_len {} and were dropped; use "
-        "--overlong split or truncate, or a larger --seq-len",
-        options.data_path, report.examples, options.seq_len);
-  }
-  if (packed.stats.trained_tokens == 0) {
-    fail("{}: no usable example: no token carries the loss; check the format and train_on_prompt",
-         options.data_path);
-  }
-  write_token_file(options.out_path, packed.tokens, packed.mask);
+  const std::vector<TokenizedDocument> documents =
+      collect_documents(results, lines, options, settings.format, report);
+  pack_and_write(documents, options, report);
   return report;
 }
 

@@ -26,7 +26,7 @@ struct Header {
   uint32_t version;
   uint32_t flags;
   uint64_t n_tokens;
-  uint64_t reserved;
+  uint64_t reserved;  // version 1: 0; version 2: the sequence length the tokens were packed at
 };
 static_assert(sizeof(Header) == kTokenFileHeaderBytes);
 
@@ -89,11 +89,11 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                     "\"SHTOKENS\"); convert the data with tools/ or set data.format",
                     path, printable(header.magic, sizeof(header.magic))));
   }
-  if (header.version != kTokenFileVersion) {
+  if (header.version != kTokenFileVersion && header.version != kTokenFileVersionPacked) {
     reject(
-        fmt::format("token file {}: unsupported version {} (this build reads version {}); "
-                    "regenerate the file",
-                    path, header.version, kTokenFileVersion));
+        fmt::format("token file {}: unsupported version {} (this build reads versions {} and "
+                    "{}); regenerate the file",
+                    path, header.version, kTokenFileVersion, kTokenFileVersionPacked));
   }
   if ((header.flags & ~kTokenFileHasLossMask) != 0) {
     reject(
@@ -101,7 +101,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                     "or from a newer writer",
                     path, header.flags));
   }
-  if (header.reserved != 0) {
+  if (header.version == kTokenFileVersion && header.reserved != 0) {
     reject(
         fmt::format("token file {}: reserved header field is {} (must be 0); the file is "
                     "corrupt",
@@ -129,6 +129,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                     actual < expected ? "truncated" : "corrupt (extra bytes)"));
   }
   n_tokens_ = header.n_tokens;
+  packed_seq_len_ = header.version == kTokenFileVersionPacked ? header.reserved : 0;
   const auto* base = static_cast<const uint8_t*>(mapping);
   tokens_ = reinterpret_cast<const uint32_t*>(base + kTokenFileHeaderBytes);
   if (has_mask) loss_mask_ = base + kTokenFileHeaderBytes + 4 * n_tokens_;
@@ -147,6 +148,7 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
     tokens_ = std::exchange(other.tokens_, nullptr);
     loss_mask_ = std::exchange(other.loss_mask_, nullptr);
     n_tokens_ = std::exchange(other.n_tokens_, 0);
+    packed_seq_len_ = std::exchange(other.packed_seq_len_, 0);
   }
   return *this;
 }
@@ -158,19 +160,20 @@ void TokenFile::unmap() {
   tokens_ = nullptr;
   loss_mask_ = nullptr;
   n_tokens_ = 0;
+  packed_seq_len_ = 0;
 }
 
 void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
-                      std::span<const uint8_t> loss_mask) {
+                      std::span<const uint8_t> loss_mask, uint64_t packed_seq_len) {
   SHARDTRAIN_CHECK(!tokens.empty(), "a token file needs at least one token");
   SHARDTRAIN_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(),
                    "loss mask has {} entries for {} tokens", loss_mask.size(), tokens.size());
   Header header{};
   std::memcpy(header.magic, kTokenFileMagic, sizeof(header.magic));
-  header.version = kTokenFileVersion;
+  header.version = packed_seq_len > 0 ? kTokenFileVersionPacked : kTokenFileVersion;
   header.flags = loss_mask.empty() ? 0 : kTokenFileHasLossMask;
   header.n_tokens = tokens.size();
-  header.reserved = 0;
+  header.reserved = packed_seq_len;
 
   AtomicFileWriter out(path);  // temp file + fsync + rename; removed if we throw
   out.write(&header, sizeof(header));

@@ -125,9 +125,9 @@ TEST_F(TokenFileTest, WrongVersionFlagsReserved) {
   write_token_file(path("v.bin"), std::vector<uint32_t>{1});
   const std::string good = read_bytes(path("v.bin"));
   std::string bytes = good;
-  bytes[8] = 2;
+  bytes[8] = 3;
   write_bytes(path("v.bin"), bytes);
-  EXPECT_NE(error_of([&] { TokenFile f(path("v.bin")); }).find("unsupported version 2"),
+  EXPECT_NE(error_of([&] { TokenFile f(path("v.bin")); }).find("unsupported version 3"),
             std::string::npos);
   bytes = good;
   bytes[12] = 4;
@@ -139,6 +139,22 @@ TEST_F(TokenFileTest, WrongVersionFlagsReserved) {
   write_bytes(path("v.bin"), bytes);
   EXPECT_NE(error_of([&] { TokenFile f(path("v.bin")); }).find("reserved header field is 1"),
             std::string::npos);
+}
+
+TEST_F(TokenFileTest, Version2RecordsThePackedSequenceLength) {
+  const std::vector<uint32_t> tokens = {5, 6, 7, 8};
+  write_token_file(path("p.bin"), tokens, {}, /*packed_seq_len=*/2);
+  const std::string bytes = read_bytes(path("p.bin"));
+  EXPECT_EQ(bytes[8], 2) << "version 2";
+  EXPECT_EQ(bytes[24], 2) << "packed_seq_len at offset 24";
+  const TokenFile file(path("p.bin"));
+  EXPECT_EQ(file.packed_seq_len(), 2u);
+  EXPECT_EQ(file.size(), 4u);
+  EXPECT_EQ(file.tokens()[3], 8u);
+  // An old (version 1) file still loads and records nothing.
+  write_token_file(path("old.bin"), tokens);
+  EXPECT_EQ(read_bytes(path("old.bin"))[8], 1);
+  EXPECT_EQ(TokenFile(path("old.bin")).packed_seq_len(), 0u);
 }
 
 TEST_F(TokenFileTest, EmptyFileAndZeroTokens) {

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "fsdp/testing/fsdp_test_job.h"
@@ -305,6 +306,116 @@ TEST_F(FsdpDistTest, HybridShardTwoByTwoMatchesOneProcess) {
 TEST_F(FsdpDistTest, ReduceOnLastMicroBatchMatchesOneProcess) {
   const RunResult got = run("reduce_last_w2", 2, 2, {"--fsdp.reduce_on_last_micro_batch=true"});
   expect_equivalent("reduce_last_w2", got);
+}
+
+// Evaluation during training: every rank evaluates its share of data.eval_path and the sums are
+// reduced, so eval loss is the same at every world size and strategy, covers every sequence
+// once (39 sequences: ranks get unequal shares), and equals `shardtrain eval` of the exported
+// model after the last step.
+TEST_F(FsdpDistTest, EvalDuringTrainingIsTheSameAtEveryWorldSize) {
+  const std::string eval_path = dir_ + "/eval.jsonl";
+  {
+    std::ifstream in(dir_ + "/data.jsonl");
+    std::ofstream out(eval_path);
+    std::string line;
+    for (int i = 0; i < 39 && std::getline(in, line); ++i) out << line << "\n";
+  }
+  const std::vector<std::string> eval_args = {"--train.steps=10", "--data.eval_path=" + eval_path,
+                                              "--train.eval_every=5"};
+  struct EvalPoint {
+    int64_t step, sequences, tokens;
+    double loss;
+  };
+  const auto evals_of = [&](const std::string& name) {
+    std::vector<EvalPoint> points;
+    std::ifstream lines(dir_ + "/" + name + "/metrics.jsonl");
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      if (!record.contains("eval_loss")) continue;
+      points.push_back({record["step"].get<int64_t>(), record["eval_sequences"].get<int64_t>(),
+                        record["eval_tokens"].get<int64_t>(), record["eval_loss"].get<double>()});
+      EXPECT_NEAR(record["eval_ppl"].get<double>(), std::exp(points.back().loss), 1e-9);
+    }
+    return points;
+  };
+  const RunResult one = run("eval_w1", 1, 1, eval_args);
+  const std::vector<EvalPoint> want = evals_of("eval_w1");
+  ASSERT_EQ(want.size(), 2u) << "evaluations after steps 5 and 10";
+  EXPECT_EQ(want[0].step, 5);
+  EXPECT_EQ(want[1].step, 10);
+  EXPECT_EQ(want[0].sequences, 39);
+  EXPECT_GT(want[0].tokens, 39 * 4);
+  EXPECT_LT(want[1].loss, want[0].loss) << "training on the same sequences lowers eval loss";
+  for (const auto& [name, world, strategy] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"eval_w2_full", 2, "FULL_SHARD"}, {"eval_w4_sgo", 4, "SHARD_GRAD_OP"}}) {
+    std::vector<std::string> args = eval_args;
+    args.push_back("--fsdp.strategy=" + strategy);
+    run(name, world, world, args);
+    const std::vector<EvalPoint> got = evals_of(name);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].step, want[i].step) << name;
+      EXPECT_EQ(got[i].sequences, want[i].sequences) << name;
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << name;
+      EXPECT_NEAR(got[i].loss, want[i].loss, 1e-5 * want[i].loss)
+          << name << " step " << got[i].step;
+    }
+  }
+  // `shardtrain eval` of the exported (fp32) model gives the last evaluation's loss.
+  const std::string command = std::string(SHARDTRAIN_BINARY) + " eval --model " + one.output_dir +
+                              " --data " + eval_path + " --seq-len 16 --batch 3 --device cpu 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output, last;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  ASSERT_EQ(::pclose(pipe), 0) << output;
+  std::istringstream text(output);
+  for (std::string line; std::getline(text, line);) {
+    if (!line.empty()) last = line;
+  }
+  const nlohmann::json result = nlohmann::json::parse(last);
+  EXPECT_EQ(result["tokens"].get<int64_t>(), want[1].tokens);
+  EXPECT_NEAR(result["loss"].get<double>(), want[1].loss, 1e-5 * want[1].loss) << output;
+}
+
+// train.epochs instead of steps: 0.5 epochs of 40 sequences at a global batch of 4 = 5 steps,
+// the epoch in every record; the configured warmup (20) is clamped to the run with a warning;
+// a resume that lengthens the run and changes the LR warns and says what changed.
+TEST_F(FsdpDistTest, EpochsWarmupClampAndResumeChanges) {
+  const std::string checkpoints = dir_ + "/epochs_checkpoints";
+  const RunResult got = run("epochs_w2", 2, 2,
+                            {"--train.steps=0", "--train.epochs=0.5", "--optim.warmup_steps=20",
+                             "--train.checkpoint_dir=" + checkpoints});
+  ASSERT_EQ(got.losses.size(), 5u);
+  std::ifstream lines(dir_ + "/epochs_w2/metrics.jsonl");
+  int64_t step = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    ++step;
+    EXPECT_NEAR(record["epoch"].get<double>(), 0.1 * static_cast<double>(step), 1e-12);
+  }
+  EXPECT_NE(got.rank_logs[0].find("optim.warmup_steps (20) is longer than the run (5 steps); "
+                                  "clamped to 5"),
+            std::string::npos)
+      << got.rank_logs[0];
+  EXPECT_NE(got.rank_logs[0].find("step 5/5 | "), std::string::npos) << got.rank_logs[0];
+
+  const RunResult resumed =
+      run("epochs_resumed_w2", 2, 2,
+          {"--train.steps=8", "--optim.lr=1e-3", "--train.checkpoint_dir=" + checkpoints});
+  EXPECT_EQ(resumed.losses.size(), 3u) << "steps 6 to 8";
+  EXPECT_NE(resumed.rank_logs[0].find("with a changed run (steps: 5 -> 8; optim.lr: 0.003 -> "
+                                      "0.001; optim.warmup_steps: 20 -> 2); training continues "
+                                      "with the new settings"),
+            std::string::npos)
+      << resumed.rank_logs[0];
+  // Both set is refused naming both keys.
+  const RunResult both =
+      run("epochs_and_steps", 1, 1, {"--train.steps=3", "--train.epochs=1"}, /*expect_ok=*/false);
+  EXPECT_NE(both.rank_logs[0].find("'train.steps' (3) and 'train.epochs' (1) are both set"),
+            std::string::npos)
+      << both.rank_logs[0];
 }
 
 TEST_F(FsdpDistTest, GlobalBatchTheWorldDoesNotDivideIsRefused) {

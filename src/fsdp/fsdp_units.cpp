@@ -384,6 +384,19 @@ void FsdpUnits::release_params(int unit) {
   state.gathered_slot = -1;
 }
 
+void FsdpUnits::release_gathered_params() {
+  forward_phase_ = false;
+  for (int u = 0; u < unit_count(); ++u) {
+    UnitState& state = state_[u];
+    if (state.gathered_slot < 0) continue;
+    finish_gather(u);
+    free_slot(
+        gathered_pool_, state.gathered_slot,
+        static_cast<size_t>(plan_.units[u].padded_numel) * dtype_size(ops_.activation_dtype()));
+    state.gathered_slot = -1;
+  }
+}
+
 GradBuffer FsdpUnits::acquire_grads(int unit) {
   UnitState& state = state_[unit];
   state.in_backward = true;

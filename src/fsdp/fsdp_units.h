@@ -139,6 +139,10 @@ class FsdpUnits final : public UnitAccess {
     return on_demand_copy() ? ComputeCopy::kOnDemand : ComputeCopy::kKeep;
   }
 
+  // After forward-only passes (evaluation between steps): frees every gathered parameter buffer
+  // (SHARD_GRAD_OP keeps forward's gathers for a backward that will not come). Local.
+  void release_gathered_params();
+
   // Re-derives the compute shards from the master shards (after loading them).
   void refresh_compute_params();
   // Sum of `value` over all ranks (the data-parallel group: every rank reads its own data).

@@ -89,6 +89,9 @@ std::set<std::string> write_hf_files(const fs::path& out, const ModelConfig& con
   for (const std::string& extra : options.extra_files) {
     write_file_atomically((out / fs::path(extra).filename()).string(), read_file(extra));
   }
+  for (const auto& [name, contents] : options.extra_contents) {
+    write_file_atomically((out / name).string(), contents);
+  }
   std::set<std::string> written;
 
   const std::vector<std::vector<SafetensorsTensorSpec>> files =
@@ -163,6 +166,7 @@ void remove_files_of_failed_save(const fs::path& out, const SaveHfOptions& optio
   for (const std::string& extra : options.extra_files) {
     ours.insert(fs::path(extra).filename().string());
   }
+  for (const auto& extra : options.extra_contents) ours.insert(extra.first);
   std::error_code ec;
   std::vector<fs::path> written;
   for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
@@ -182,7 +186,8 @@ std::vector<std::string> tokenizer_files_in(const std::string& model_dir) {
   static constexpr const char* kNames[] = {"tokenizer.json",    "tokenizer_config.json",
                                            "special_tokens_map.json", "tokenizer.model",
                                            "vocab.json",        "merges.txt",
-                                           "added_tokens.json", "generation_config.json"};
+                                           "added_tokens.json", "generation_config.json",
+                                           "chat_template.jinja"};
   std::vector<std::string> found;
   std::error_code ec;
   for (const char* name : kNames) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -23,6 +24,8 @@ struct SaveHfOptions {
   uint64_t max_shard_bytes = 0;
   // Files copied into OUT_DIR under their own names (e.g. tokenizer files).
   std::vector<std::string> extra_files;
+  // Files written into OUT_DIR: (file name, contents), after extra_files (so they win).
+  std::vector<std::pair<std::string, std::string>> extra_contents;
   // Dirs OUT_DIR must not be (the input model dir, the checkpoint being exported).
   std::vector<std::string> protected_dirs;
 };

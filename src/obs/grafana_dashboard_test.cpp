@@ -53,6 +53,8 @@ std::string full_exposition() {
   rank.epoch = 0.5;
   rank.loss = 2.5;
   rank.mfu = 0.4;
+  rank.eval_loss = 2.25;
+  rank.eval_perplexity = 9.49;
   rank.exposed_communication_seconds = 0.01;
   rank.tokens_total = 1000;
   rank.steps_total = 5;

@@ -22,6 +22,13 @@ nlohmann::json metrics_record(const StepReport& report) {
   if (report.checkpoint_stall_s) record["checkpoint_stall_s"] = *report.checkpoint_stall_s;
   if (report.epoch) record["epoch"] = *report.epoch;
   if (report.mfu) record["mfu"] = *report.mfu;
+  if (report.eval) {
+    record["eval_loss"] = report.eval->loss;
+    record["eval_ppl"] = report.eval->perplexity;
+    record["eval_tokens"] = report.eval->targets;
+    record["eval_sequences"] = report.eval->sequences;
+    record["eval_time_s"] = report.eval->eval_time_s;
+  }
   return record;
 }
 

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <string>
 
+#include "obs/progress.h"
+
 namespace shardtrain {
 namespace {
 
@@ -40,6 +42,7 @@ TEST(MetricsRecord, HoldsTheStepFieldsAndOptionalOnesOnlyWhenMeasured) {
   EXPECT_FALSE(plain.contains("comm_wait_s"));
   EXPECT_FALSE(plain.contains("checkpoint_stall_s"));
   EXPECT_FALSE(plain.contains("epoch"));
+  EXPECT_FALSE(plain.contains("eval_loss"));
   EXPECT_FALSE(plain.contains("mfu"));
 
   report.exposed_comm_s = 0.125;
@@ -51,6 +54,36 @@ TEST(MetricsRecord, HoldsTheStepFieldsAndOptionalOnesOnlyWhenMeasured) {
   EXPECT_EQ(measured.at("checkpoint_stall_s"), 0.5);
   EXPECT_EQ(measured.at("epoch"), 1.25);
   EXPECT_EQ(measured.at("mfu"), 0.375);
+}
+
+TEST(MetricsRecord, EpochAndEvalWhenKnown) {
+  StepReport report = sample_report();
+  report.epoch = 0.25;
+  report.eval = EvalReport{.step = 7,
+                           .loss = 2.0,
+                           .perplexity = 7.389,
+                           .targets = 300,
+                           .sequences = 20,
+                           .eval_time_s = 0.5};
+  const nlohmann::json record = metrics_record(report);
+  EXPECT_EQ(record.at("epoch"), 0.25);
+  EXPECT_EQ(record.at("eval_loss"), 2.0);
+  EXPECT_EQ(record.at("eval_ppl"), 7.389);
+  EXPECT_EQ(record.at("eval_tokens"), 300);
+  EXPECT_EQ(record.at("eval_sequences"), 20);
+  EXPECT_EQ(record.at("eval_time_s"), 0.5);
+}
+
+TEST(ProgressLine, ShowsEpochAndEvalOnlyWhenKnown) {
+  StepReport report = sample_report();
+  const std::string plain = format_progress_line(report);
+  EXPECT_EQ(plain.find("epoch"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("eval"), std::string::npos) << plain;
+  EXPECT_EQ(plain.rfind("step 7/20 | loss 2.5000 | ", 0), 0u) << plain;
+  report.epoch = 1.5;
+  report.eval = EvalReport{.step = 7, .loss = 2.0, .perplexity = 7.389};
+  const std::string line = format_progress_line(report);
+  EXPECT_NE(line.find(" | epoch 1.50 | eval loss 2.0000 ppl 7.39 | "), std::string::npos) << line;
 }
 
 TEST(MetricsLog, AppendsOneLinePerReport) {

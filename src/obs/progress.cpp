@@ -19,6 +19,9 @@ std::string format_progress_line(const StepReport& r) {
                   r.total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s);
   if (r.mfu) line += fmt::format(" | MFU {:.1f}%", *r.mfu * 100.0);
   if (r.epoch) line += fmt::format(" | epoch {:.2f}", *r.epoch);
+  if (r.eval) {
+    line += fmt::format(" | eval loss {:.4f} ppl {:.2f}", r.eval->loss, r.eval->perplexity);
+  }
   line += fmt::format(" | {} | ETA {}", format_duration(r.elapsed_s), format_duration(eta));
   return line;
 }

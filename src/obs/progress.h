@@ -1,6 +1,6 @@
-// The per-step console progress line (one line; MFU and epoch only where known):
+// The per-step console progress line (one line; MFU, epoch and eval only where known):
 //   step 12/100 | loss 2.3456 | lr 3.00e-04 | gnorm 1.234 | 12345 tok/s | MFU 41.2% |
-//   epoch 0.35 | 0:00:12 | ETA 0:01:28
+//   epoch 0.35 | eval loss 2.4567 ppl 11.67 | 0:00:12 | ETA 0:01:28
 #pragma once
 
 #include <string>

@@ -34,6 +34,8 @@ nlohmann::json snapshot_to_json(const RankSnapshot& s) {
           {"grad_norm", s.grad_norm},
           {"tokens_per_second", s.tokens_per_second},
           {"mfu", optional_json(s.mfu)},
+          {"eval_loss", optional_json(s.eval_loss)},
+          {"eval_perplexity", optional_json(s.eval_perplexity)},
           {"step_seconds", s.step_seconds},
           {"data_wait_seconds", s.data_wait_seconds},
           {"checkpoint_stall_seconds", s.checkpoint_stall_seconds},
@@ -63,6 +65,8 @@ RankSnapshot snapshot_from_json(const nlohmann::json& j, const std::string& sour
     s.grad_norm = j.at("grad_norm").get<double>();
     s.tokens_per_second = j.at("tokens_per_second").get<double>();
     s.mfu = optional_from(j, "mfu");
+    if (j.contains("eval_loss")) s.eval_loss = optional_from(j, "eval_loss");
+    if (j.contains("eval_perplexity")) s.eval_perplexity = optional_from(j, "eval_perplexity");
     s.step_seconds = j.at("step_seconds").get<double>();
     s.data_wait_seconds = j.at("data_wait_seconds").get<double>();
     s.checkpoint_stall_seconds = j.at("checkpoint_stall_seconds").get<double>();

@@ -23,6 +23,8 @@ struct RankSnapshot {
   double loss = 0, learning_rate = 0, grad_norm = 0;
   double tokens_per_second = 0;  // this rank's tokens over its last step's time
   std::optional<double> mfu;     // ratio, 0..1
+  // The last evaluation on data.eval_path (obs/eval_report.h); nullopt before the first.
+  std::optional<double> eval_loss, eval_perplexity;
   double step_seconds = 0, data_wait_seconds = 0, checkpoint_stall_seconds = 0;
   std::optional<double> exposed_communication_seconds;
   int64_t last_checkpoint_step = 0;  // 0 = none yet

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <optional>
 
+#include "obs/eval_report.h"
+
 namespace shardtrain {
 
 struct StepReport {
   int64_t step = 0;         // 1-based optimizer step just completed
-  int64_t total_steps = 0;  // train.steps
+  int64_t total_steps = 0;  // the run's length in steps (train.steps, or from train.epochs)
   double loss = 0;          // mean cross-entropy over the global batch's targets (all ranks)
   double lr = 0;            // the learning rate this step used
   double grad_norm = 0;     // global L2 gradient norm before clipping (all ranks)
@@ -43,6 +45,8 @@ struct StepReport {
   // Model FLOPs utilisation of this rank's step, 0..1 (model/model_flops.h over
   // metrics.peak_tflops); nullopt without a known device peak (CPU by default).
   std::optional<double> mfu;
+  // The evaluation run after this step (data.eval_path, train.eval_every); nullopt when none ran.
+  std::optional<EvalReport> eval;
 };
 
 }  // namespace shardtrain

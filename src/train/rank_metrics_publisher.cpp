@@ -71,6 +71,10 @@ void RankMetricsPublisher::publish(const StepReport& r) {
     s.tokens_per_second =
         r.step_time_s > 0 ? static_cast<double>(r.local_tokens) / r.step_time_s : 0;
     s.mfu = r.mfu;
+    if (r.eval) {
+      s.eval_loss = r.eval->loss;
+      s.eval_perplexity = r.eval->perplexity;
+    }
     s.step_seconds = r.step_time_s;
     s.data_wait_seconds = r.data_wait_s;
     s.checkpoint_stall_seconds = r.checkpoint_stall_s.value_or(0.0);

@@ -1,25 +1,42 @@
 #include "train/train_config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
 
 namespace shardtrain {
 
-void TrainConfig::register_config(ConfigSchema& schema) {
+namespace {
+
+void register_model_keys(ConfigSchema& schema, ModelSourceConfig& model) {
   schema.add("model.path", &model.path,
              "Hugging Face checkpoint dir, or a dir with only config.json when init = \"random\"");
   schema.add_choice("model.init", &model.init, {"pretrained", "random"},
                     "load the checkpoint's weights, or initialise randomly from its config.json");
   schema.add_choice("model.dtype", &model.dtype, {"bf16", "fp32"},
                     "dtype of the weights in saved checkpoints");
+}
 
-  schema.add("data.path", &data.path, "training data: a token file (.bin/.tokens) or JSONL");
+void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
+  schema.add("data.path", &data.path,
+             "training data: a token file (.bin/.tokens) or JSONL; several sources separated by "
+             "commas, each a file, a glob or a directory");
+  schema.add("data.weights", &data.weights,
+             "mixing weights, one per comma-separated source of data.path (\"3,1\"); \"\" = "
+             "each source in its natural size");
+  schema.add("data.eval_path", &data.eval_path,
+             "held-out data (any format data.path takes) evaluated every train.eval_every steps "
+             "and after the last; \"\" = none");
   schema.add_choice("data.format", &data.format, {"auto", "tokens", "jsonl", "examples"},
                     "tokens = token file; jsonl = input_ids per line; examples = raw text/"
                     "prompt-completion/alpaca/chat JSONL (tokenized into a cache); auto = detect");
   schema.add("data.seq_len", &data.seq_len, "tokens per training sequence");
   schema.add("data.pad_id", &data.pad_id, "token id used to pad short JSONL sequences");
+}
+
+void register_data_example_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add("data.tokenizer", &data.tokenizer,
              "raw examples: tokenizer.json or its directory (\"\" = model.path)");
   schema.add_choice("data.example_format", &data.example_format,
@@ -40,16 +57,25 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   schema.add("data.train_on_eos", &data.train_on_eos,
              "raw chat examples with the model's template: train each assistant turn's "
              "end-of-turn marker");
-  schema.add("data.cache_dir", &data.cache_dir,
-             "raw examples: where prepared token files are cached (\"\" = ~/.cache/shardtrain/data)");
+  schema.add(
+      "data.cache_dir", &data.cache_dir,
+      "raw examples: where prepared token files are cached (\"\" = ~/.cache/shardtrain/data)");
+}
 
-  schema.add("train.steps", &train.steps, "optimizer steps to run");
+void register_train_loop_keys(ConfigSchema& schema, TrainLoopConfig& train) {
+  schema.add("train.steps", &train.steps,
+             "optimizer steps to run; 0 = from train.epochs (100 when that is 0 too)");
+  schema.add("train.epochs", &train.epochs,
+             "passes over the training data instead of train.steps (fractions allowed); 0 = off");
   schema.add("train.micro_batch", &train.micro_batch, "sequences per rank per micro-step");
   schema.add("train.grad_accum", &train.grad_accum, "micro-steps accumulated per optimizer step");
   schema.add("train.seed", &train.seed, "seed for data order and random init");
   schema.add_choice("train.device", &train.device, {"auto", "cpu", "cuda"},
                     "compute device; auto picks cuda when a GPU is present");
   schema.add("train.log_every", &train.log_every, "print metrics every N steps");
+  schema.add(
+      "train.eval_every", &train.eval_every,
+      "evaluate on data.eval_path every N steps and after the last; 0 = after the last only");
   schema.add("train.output_dir", &train.output_dir,
              "where to save the trained model; empty = don't save");
   schema.add("train.max_grad_norm", &train.max_grad_norm,
@@ -59,10 +85,12 @@ void TrainConfig::register_config(ConfigSchema& schema) {
                     "full = keep only each block's input and recompute the block in backward "
                     "(less activation memory, one extra block forward); selective = also keep "
                     "the attention output, so the recompute skips attention");
-
   schema.add("train.global_batch", &train.global_batch,
              "sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x "
              "ranks; when set, grad_accum is derived from it");
+}
+
+void register_checkpoint_keys(ConfigSchema& schema, TrainLoopConfig& train) {
   schema.add("train.checkpoint_dir", &train.checkpoint_dir,
              "sharded checkpoints go to DIR/step_XXXXXXXX; empty = no checkpoints");
   schema.add(
@@ -81,7 +109,9 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   schema.add("train.checkpoint_max_lag_steps", &train.checkpoint_max_lag_steps,
              "a checkpoint must be complete on disk at most this many steps after it was taken; a "
              "slower write makes the step loop wait for it then (0 = no bound)");
+}
 
+void register_parallel_keys(ConfigSchema& schema, FsdpConfig& fsdp, DistConfig& dist) {
   schema.add_choice("fsdp.strategy", &fsdp.strategy,
                     {"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"},
                     "how parameters, grads and optimizer state are sharded (docs/fsdp.md)");
@@ -99,11 +129,13 @@ void TrainConfig::register_config(ConfigSchema& schema) {
       "dist.backend", &dist.backend, {"auto", "nccl", "gloo"},
       "collectives: auto = NCCL for one GPU per rank, Gloo for CPU ranks, host-staged "
       "Gloo when ranks share a GPU; gloo on GPUs = host-staged (slow, for testing)");
-  metrics.register_config(schema);
+}
 
+void register_optim_keys(ConfigSchema& schema, OptimConfig& optim) {
   schema.add("optim.lr", &optim.lr, "peak learning rate");
   schema.add("optim.min_lr", &optim.min_lr, "learning rate at the end of the decay");
-  schema.add("optim.warmup_steps", &optim.warmup_steps, "steps of linear warmup from 0 to lr");
+  schema.add("optim.warmup_steps", &optim.warmup_steps,
+             "steps of linear warmup from 0 to lr (clamped to the run's length, with a warning)");
   schema.add_choice("optim.schedule", &optim.schedule, {"cosine", "linear", "constant"},
                     "learning rate decay after warmup");
   schema.add("optim.weight_decay", &optim.weight_decay, "AdamW decoupled weight decay");
@@ -115,6 +147,19 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   schema.add("optim.update_in_backward", &optim.update_in_backward,
              "run each unit's AdamW step right after its backward (no whole-model fp32 grads: "
              "4 bytes/parameter less); one rank, train.max_grad_norm = 0, grad_accum 1 only");
+}
+
+}  // namespace
+
+void TrainConfig::register_config(ConfigSchema& schema) {
+  register_model_keys(schema, model);
+  register_data_source_keys(schema, data);
+  register_data_example_keys(schema, data);
+  register_train_loop_keys(schema, train);
+  register_checkpoint_keys(schema, train);
+  register_parallel_keys(schema, fsdp, dist);
+  metrics.register_config(schema);
+  register_optim_keys(schema, optim);
 }
 
 namespace {
@@ -142,7 +187,22 @@ void TrainConfig::validate() const {
   require(data.seq_len >= 2 && data.seq_len <= kMaxSeqLen, "data.seq_len", "in [2, 1048576]",
           data.seq_len);
   require(data.pad_id >= 0, "data.pad_id", ">= 0", data.pad_id);
-  require(train.steps > 0, "train.steps", "> 0", train.steps);
+  require(train.steps >= 0, "train.steps", ">= 0 (0 = from train.epochs)", train.steps);
+  require(train.epochs >= 0, "train.epochs", ">= 0 (0 = use train.steps)", train.epochs);
+  if (train.steps > 0 && train.epochs > 0) {
+    fail(
+        "config keys 'train.steps' ({}) and 'train.epochs' ({}) are both set; HINT: set only "
+        "one of them (the other to 0)",
+        train.steps, train.epochs);
+  }
+  require(train.eval_every >= 0, "train.eval_every", ">= 0 (0 = after the last step only)",
+          train.eval_every);
+  if (train.eval_every > 0 && data.eval_path.empty()) {
+    fail(
+        "config key 'train.eval_every' ({}) needs 'data.eval_path'; HINT: set data.eval_path to "
+        "held-out data",
+        train.eval_every);
+  }
   require(train.micro_batch > 0, "train.micro_batch", "> 0", train.micro_batch);
   if (train.micro_batch > kMaxMicroBatchTokens / data.seq_len) {
     fail(
@@ -185,10 +245,6 @@ void TrainConfig::validate() const {
         "--train.max_grad_norm=0 or drop optim.update_in_backward",
         train.max_grad_norm);
   }
-  if (optim.warmup_steps > train.steps) {
-    fail("config key 'optim.warmup_steps' ({}) must be <= 'train.steps' ({})", optim.warmup_steps,
-         train.steps);
-  }
   if (optim.min_lr > optim.lr) {
     fail("config key 'optim.min_lr' ({}) must be <= 'optim.lr' ({})", optim.min_lr, optim.lr);
   }
@@ -224,19 +280,29 @@ int64_t TrainConfig::grad_accum_for(int data_parallel_size) const {
   if (train.global_batch == 0) return train.grad_accum;
   const int64_t per_micro_step = train.micro_batch * data_parallel_size;
   if (train.global_batch % per_micro_step != 0) {
-    fail("config key 'train.global_batch' ({}) must be a multiple of 'train.micro_batch' ({}) x "
-         "ranks ({}) = {}; HINT: change train.global_batch or train.micro_batch, or run on a "
-         "world size that divides it",
-         train.global_batch, train.micro_batch, data_parallel_size, per_micro_step);
+    fail(
+        "config key 'train.global_batch' ({}) must be a multiple of 'train.micro_batch' ({}) x "
+        "ranks ({}) = {}; HINT: change train.global_batch or train.micro_batch, or run on a "
+        "world size that divides it",
+        train.global_batch, train.micro_batch, data_parallel_size, per_micro_step);
   }
   const int64_t derived = train.global_batch / per_micro_step;
   if (train.grad_accum != 1 && train.grad_accum != derived) {
-    fail("config keys 'train.global_batch' ({}) and 'train.grad_accum' ({}) conflict: with "
-         "train.micro_batch = {} on {} ranks the global batch needs grad_accum = {}; HINT: set "
-         "only one of them",
-         train.global_batch, train.grad_accum, train.micro_batch, data_parallel_size, derived);
+    fail(
+        "config keys 'train.global_batch' ({}) and 'train.grad_accum' ({}) conflict: with "
+        "train.micro_batch = {} on {} ranks the global batch needs grad_accum = {}; HINT: set "
+        "only one of them",
+        train.global_batch, train.grad_accum, train.micro_batch, data_parallel_size, derived);
   }
   return derived;
+}
+
+int64_t TrainConfig::total_steps_for(size_t sequences, int data_parallel_size) const {
+  if (train.steps > 0) return train.steps;
+  if (train.epochs <= 0) return TrainLoopConfig::kDefaultSteps;
+  const double global_batch = static_cast<double>(global_batch_for(data_parallel_size));
+  const double steps = std::ceil(train.epochs * static_cast<double>(sequences) / global_batch);
+  return std::max<int64_t>(1, static_cast<int64_t>(steps));
 }
 
 }  // namespace shardtrain

@@ -2,8 +2,9 @@
 // (core/config.h) so that it is typed, validated at load time and printable whole.
 //
 // Sections and keys (defaults in the struct initialisers below):
-//   [model] path, init, dtype     [data] path, format, seq_len, pad_id
-//   [train] steps, micro_batch, grad_accum, seed, device, log_every, output_dir, max_grad_norm
+//   [model] path, init, dtype     [data] path, weights, eval_path, format, seq_len, pad_id
+//   [train] steps | epochs, micro_batch, grad_accum, seed, device, log_every, output_dir,
+//           max_grad_norm, eval_every
 //   [train] global_batch (0 = micro_batch x grad_accum x data-parallel size)
 //   [train] checkpoint_dir, checkpoint_every, keep_checkpoints, resume, stop_at_step,
 //           checkpoint_async, checkpoint_max_lag_steps
@@ -21,6 +22,7 @@
 // cross-field checks) and the allowed range.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -36,7 +38,15 @@ struct ModelSourceConfig {
 };
 
 struct DataConfig {
+  // One source, or several separated by commas; each a file, a glob ("shards/*.jsonl") or a
+  // directory (its data files) (data/data_sources.h).
   std::string path;
+  // Per-source mixing weights, one per comma-separated source of path ("3,1" = three quarters
+  // of the mix from the first); "" = every source in its natural size (data/mixture_dataset.h).
+  std::string weights;
+  // Held-out data in any format path accepts, evaluated every train.eval_every steps and after
+  // the last one; "" = no evaluation.
+  std::string eval_path;
   // "auto" | "tokens" | "jsonl" (input_ids per line) | "examples" (raw text, prompt/completion,
   // alpaca or chat JSONL, tokenized and packed into a cache). auto: by extension, and for
   // JSONL by the first line's keys.
@@ -56,7 +66,15 @@ struct DataConfig {
 };
 
 struct TrainLoopConfig {
-  int64_t steps = 100;
+  // Optimizer steps; 0 = from epochs, or kDefaultSteps when epochs is 0 too. Setting both
+  // steps and epochs is an error.
+  int64_t steps = 0;
+  static constexpr int64_t kDefaultSteps = 100;
+  // Passes over the training data (fractions allowed): steps = ceil(epochs x sequences /
+  // global batch). 0 = use steps.
+  double epochs = 0;
+  // Evaluate on data.eval_path every N steps (and after the last step); 0 = only after the last.
+  int64_t eval_every = 0;
   int64_t micro_batch = 4;  // sequences per rank per micro-step
   int64_t grad_accum = 1;   // micro-steps per optimizer step
   int64_t seed = 1234;
@@ -139,6 +157,13 @@ struct TrainConfig {
   // the keys when the global batch is not a multiple of micro_batch x ranks, or conflicts with
   // an explicit train.grad_accum.
   int64_t grad_accum_for(int data_parallel_size) const;
+  // The run's length in optimizer steps on `data_parallel_size` ranks over `sequences` training
+  // sequences: train.steps, or ceil(train.epochs x sequences / global batch), or kDefaultSteps.
+  int64_t total_steps_for(size_t sequences, int data_parallel_size) const;
+  // Sequences per optimizer step over all ranks.
+  int64_t global_batch_for(int data_parallel_size) const {
+    return train.micro_batch * grad_accum_for(data_parallel_size) * data_parallel_size;
+  }
 
  private:
   // train.output_dir must be neither model.path nor train.checkpoint_dir (saving there would

@@ -49,7 +49,12 @@ TEST_F(TrainConfigTest, DefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(config_.data.format, "auto");
   EXPECT_EQ(config_.data.seq_len, 512);
   EXPECT_EQ(config_.data.pad_id, 0);
-  EXPECT_EQ(config_.train.steps, 100);
+  EXPECT_EQ(config_.train.steps, 0) << "0 = from train.epochs, or 100 steps";
+  EXPECT_EQ(config_.total_steps_for(1000, 1), 100);
+  EXPECT_EQ(config_.train.epochs, 0.0);
+  EXPECT_EQ(config_.train.eval_every, 0);
+  EXPECT_EQ(config_.data.eval_path, "");
+  EXPECT_EQ(config_.data.weights, "");
   EXPECT_EQ(config_.train.micro_batch, 4);
   EXPECT_EQ(config_.train.grad_accum, 1);
   EXPECT_EQ(config_.train.seed, 1234);
@@ -155,7 +160,10 @@ struct InvalidCase {
 
 TEST_F(TrainConfigTest, ValidateNamesTheKey) {
   const InvalidCase cases[] = {
-      {"train.steps=0", "'train.steps' must be > 0, got 0"},
+      {"train.steps=-1", "'train.steps' must be >= 0 (0 = from train.epochs), got -1"},
+      {"train.epochs=-0.5", "'train.epochs' must be >= 0"},
+      {"train.eval_every=-1", "'train.eval_every' must be >= 0"},
+      {"train.eval_every=10", "'train.eval_every' (10) needs 'data.eval_path'"},
       {"train.micro_batch=-1", "'train.micro_batch' must be > 0"},
       {"train.grad_accum=0", "'train.grad_accum' must be > 0"},
       {"data.seq_len=1", "'data.seq_len' must be in [2, 1048576], got 1"},
@@ -165,7 +173,6 @@ TEST_F(TrainConfigTest, ValidateNamesTheKey) {
       {"optim.lr=-0.1", "'optim.lr' must be > 0"},
       {"optim.beta1=1", "'optim.beta1' must be in [0, 1)"},
       {"optim.beta2=-0.5", "'optim.beta2' must be in [0, 1)"},
-      {"optim.warmup_steps=101", "'optim.warmup_steps' (101) must be <= 'train.steps' (100)"},
       {"optim.min_lr=0.1", "'optim.min_lr' (0.1) must be <= 'optim.lr' (0.0003)"},
       {"data.pad_id=-1", "'data.pad_id' must be >= 0"},
       {"train.max_grad_norm=-1", "'train.max_grad_norm' must be >= 0"},
@@ -187,6 +194,40 @@ TEST_F(TrainConfigTest, ValidateNamesTheKey) {
     EXPECT_NE(message.find(c.expected_fragment), std::string::npos)
         << c.override_assignment << " -> " << message;
   }
+}
+
+TEST_F(TrainConfigTest, StepsAndEpochsAreExclusive) {
+  load(kMinimal);
+  schema_.apply_override("train.steps=50");
+  schema_.apply_override("train.epochs=2");
+  const std::string message = error_of([&] { config_.validate(); });
+  EXPECT_NE(message.find("'train.steps' (50) and 'train.epochs' (2) are both set"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(TrainConfigTest, EpochsGiveStepsOverTheGlobalBatch) {
+  load(kMinimal);
+  schema_.apply_override("train.epochs=2");
+  schema_.apply_override("train.micro_batch=2");
+  schema_.apply_override("train.grad_accum=3");
+  EXPECT_NO_THROW(config_.validate());
+  // 2 x 100 sequences / (2 x 3 x 2 ranks = 12 per step) = 16.7 -> 17 steps.
+  EXPECT_EQ(config_.total_steps_for(100, 2), 17);
+  EXPECT_EQ(config_.global_batch_for(2), 12);
+  schema_.apply_override("train.epochs=0.5");
+  EXPECT_EQ(config_.total_steps_for(100, 1), 9) << "50 sequences / 6 per step, rounded up";
+  schema_.apply_override("train.epochs=0.0001");
+  EXPECT_EQ(config_.total_steps_for(100, 1), 1) << "at least one step";
+  schema_.apply_override("train.epochs=0");
+  schema_.apply_override("train.steps=7");
+  EXPECT_EQ(config_.total_steps_for(100, 1), 7);
+}
+
+TEST_F(TrainConfigTest, WarmupLongerThanTheRunIsValid) {
+  load(kMinimal);
+  schema_.apply_override("optim.warmup_steps=101");
+  EXPECT_NO_THROW(config_.validate()) << "clamped with a warning (train/run_length.h)";
 }
 
 TEST_F(TrainConfigTest, OutputDirMustNotBeTheCheckpointDir) {

@@ -14,6 +14,7 @@
 #include "obs/progress.h"
 #include "train/blocking_comm_time.h"
 #include "train/checkpoint/checkpoint_signal.h"
+#include "train/checkpoint/export_tokenizer.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/optimizer.h"
@@ -85,6 +86,66 @@ std::unique_ptr<SequenceDataset> open_checked_data(const TrainConfig& config,
   return dataset;
 }
 
+// The eval data (data.eval_path, opened like the training data at data.seq_len; raw examples
+// packed with seed 0, as `shardtrain eval` packs them), or null.
+std::unique_ptr<SequenceDataset> open_eval_data(const TrainConfig& config,
+                                                const ModelConfig& model) {
+  if (config.data.eval_path.empty()) return nullptr;
+  DataConfig data = config.data;
+  data.path = config.data.eval_path;
+  data.weights.clear();
+  std::unique_ptr<SequenceDataset> dataset = open_training_data(data, config.model.path, 0);
+  validate_vocab(*dataset, model.vocab_size, data.path);
+  return dataset;
+}
+
+RunLength run_length_of(const TrainConfig& config, const SequenceDataset& data, int world) {
+  RunLength run = plan_run_length(config, data.size(), world);
+  for (const std::string& warning : run.warnings) log::warn("{}", warning);
+  return run;
+}
+
+namespace fs = std::filesystem;
+
+// `path` made absolute against the working directory ("" stays "").
+std::string absolute_path(const std::string& path) {
+  if (path.empty()) return path;
+  return fs::absolute(path).lexically_normal().string();
+}
+
+// The same for each comma-separated source of a data path.
+std::string absolute_sources(const std::string& paths) {
+  std::string out;
+  size_t begin = 0;
+  while (begin <= paths.size()) {
+    size_t end = paths.find(',', begin);
+    if (end == std::string::npos) end = paths.size();
+    std::string source = paths.substr(begin, end - begin);
+    source.erase(0, source.find_first_not_of(" \t"));
+    source.erase(source.find_last_not_of(" \t") + 1);
+    if (!out.empty()) out += ",";
+    out += absolute_path(source);
+    begin = end + 1;
+  }
+  return out;
+}
+
+// The config with every path resolved against the working directory, as checkpoints record
+// it (so export, resume and tools work from any other directory).
+TrainConfig with_absolute_paths(TrainConfig config) {
+  config.model.path = absolute_path(config.model.path);
+  config.data.path = absolute_sources(config.data.path);
+  config.data.eval_path = absolute_sources(config.data.eval_path);
+  config.data.tokenizer = absolute_path(config.data.tokenizer);
+  config.data.cache_dir = absolute_path(config.data.cache_dir);
+  config.train.output_dir = absolute_path(config.train.output_dir);
+  config.train.checkpoint_dir = absolute_path(config.train.checkpoint_dir);
+  if (config.train.resume != "auto" && config.train.resume != "never") {
+    config.train.resume = absolute_path(config.train.resume);
+  }
+  return config;
+}
+
 AdamWSettings adamw_settings(const OptimConfig& optim) {
   AdamWSettings adam;
   adam.beta1 = optim.beta1;
@@ -117,6 +178,8 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       peak_flops_(config_.metrics.peak_flops(ops_.device() == Device::kCuda)),
       model_(model_config_, ops_),
       dataset_(open_checked_data(config_, model_config_, env_.world)),
+      eval_dataset_(open_eval_data(config_, model_config_)),
+      run_length_(run_length_of(config_, *dataset_, env_.world)),
       heartbeat_(Heartbeat::for_launched_worker(env_)),
       world_(connect_world(env_, ops_, options_.compute, config_.dist.backend)),
       optimizer_(ops_, adamw_settings(config_.optim)),
@@ -149,11 +212,13 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
                                config_.train.checkpoint_async,
                                config_.train.checkpoint_max_lag_steps},
         *units_, ops_, model_.layout(),
-        CheckpointRunInfo{config_.fsdp.strategy, config_toml(config_), config_.model.path,
-                          config_json_of(config_.model.path)});
+        CheckpointRunInfo{config_.fsdp.strategy, config_toml(with_absolute_paths(config_)),
+                          absolute_path(config_.model.path),
+                          absolute_path(config_json_of(config_.model.path))});
   }
   log_setup();
   if (resumed_.resumed) {
+    if (is_rank0) warn_about_resume_changes();
     batcher_.restore(resumed_.progress.sampler);
     if (is_rank0) truncate_metrics_after(options_.metrics_path, resumed_.progress.step);
   }
@@ -164,6 +229,71 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::warn_about_resume_changes() const {
+  const std::vector<std::string> changes =
+      resume_changes({resumed_.config_toml, resumed_.world_size, resumed_.progress.total_steps},
+                     config_, env_.world, run_length_.total_steps);
+  if (changes.empty()) return;
+  std::string list;
+  for (const std::string& change : changes) list += (list.empty() ? "" : "; ") + change;
+  log::warn("resuming {} with a changed run ({}); training continues with the new settings",
+            resumed_.step_dir, list);
+}
+
+bool Trainer::eval_due(int64_t step) const {
+  if (!eval_dataset_) return false;
+  const int64_t every = config_.train.eval_every;
+  return step == run_length_.total_steps || (every > 0 && step % every == 0);
+}
+
+EvalReport Trainer::evaluate(int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  const SequenceDataset& data = *eval_dataset_;
+  const size_t world = static_cast<size_t>(env_.world);
+  const size_t rank = static_cast<size_t>(env_.rank);
+  const size_t micro_batch = static_cast<size_t>(config_.train.micro_batch);
+  // Every rank runs the same number of forward passes (their gathers are collective); a rank
+  // whose share ran out forwards a sequence with every label ignored.
+  const size_t per_rank = (data.size() + world - 1) / world;
+  const size_t passes = (per_rank + micro_batch - 1) / micro_batch;
+  const Tensor loss_sum = loss_buffer_.view(DType::kF32, {1});
+  double local_loss = 0;
+  int64_t local_targets = 0, local_sequences = 0;
+  for (size_t pass = 0; pass < passes; ++pass) {
+    std::vector<Example> examples;
+    for (size_t k = 0; k < micro_batch; ++k) {
+      const size_t index = (pass * micro_batch + k) * world + rank;
+      if (index < data.size()) examples.push_back(data.get(index));
+    }
+    local_sequences += static_cast<int64_t>(examples.size());
+    if (examples.empty()) {
+      examples.push_back(data.get(0));
+      examples.back().labels.assign(examples.back().labels.size(), kIgnoreIndex);
+    }
+    const Batch batch = make_batch(examples);
+    model_.set_batch(batch);
+    ops_.fill_zero(loss_sum);
+    model_.forward(*units_, loss_sum, nullptr);
+    local_loss += ops_.read_scalar(loss_sum);
+    local_targets += batch.target_count;
+  }
+  units_->release_gathered_params();
+  const std::vector<double> sums = units_->sum_over_ranks(
+      {local_loss, static_cast<double>(local_targets), static_cast<double>(local_sequences)});
+  EvalReport report;
+  report.step = step;
+  report.targets = static_cast<int64_t>(std::llround(sums[1]));
+  report.sequences = static_cast<int64_t>(std::llround(sums[2]));
+  report.loss = report.targets > 0 ? sums[0] / static_cast<double>(report.targets) : 0;
+  report.perplexity = std::exp(report.loss);
+  report.eval_time_s = seconds_since(start);
+  if (report.targets == 0 && env_.rank == 0) {
+    log::warn("data.eval_path {}: no predicted positions (every label is ignored)",
+              config_.data.eval_path);
+  }
+  return report;
+}
 
 FsdpOptions Trainer::fsdp_options() const {
   FsdpOptions options;
@@ -197,6 +327,13 @@ void Trainer::log_setup() const {
               model_config_.model_type, layout.parameter_count(), model_config_.num_hidden_layers,
               config_.data.path, dataset_->size(), config_.data.seq_len,
               device_name(ops_.device()));
+    log::info("run: {} steps of {} sequences ({:.2f} epochs){}", run_length_.total_steps,
+              run_length_.global_batch,
+              static_cast<double>(run_length_.total_steps * run_length_.global_batch) /
+                  static_cast<double>(dataset_->size()),
+              eval_dataset_ ? fmt::format("; eval data {}: {} sequences", config_.data.eval_path,
+                                          eval_dataset_->size())
+                            : "");
   }
   if (env_.world > 1) {
     const int64_t micro_batch = config_.train.micro_batch;
@@ -216,11 +353,15 @@ void Trainer::log_setup() const {
 
 TrainOutcome Trainer::run() {
   start_ = std::chrono::steady_clock::now();
-  const int64_t steps = config_.train.steps;
+  const int64_t steps = run_length_.total_steps;
   bool stopped_early = false;
   for (int64_t step = resumed_.progress.step + 1; step <= steps; ++step) {
     StepReport report = train_step(step);
     const Stop stop = maybe_checkpoint(report);
+    if (eval_due(step)) {
+      report.eval = evaluate(step);
+      eval_seconds_ += report.eval->eval_time_s;  // not training time
+    }
     log_step(report);
     if (stop != Stop::kNone && step < steps) {
       checkpoints_->finish();  // a stop's checkpoint is complete on disk before the process ends
@@ -249,7 +390,7 @@ StepReport Trainer::train_step(int64_t step) {
   const double data_wait_s = seconds_since(step_start);
 
   const double targets = units_->begin_step(batches.target_count);
-  const double lr = learning_rate(config_.optim, step, config_.train.steps);
+  const double lr = learning_rate(run_length_.schedule, step, run_length_.total_steps);
   if (units_->updates_in_backward()) units_->set_update_in_backward(optimizer_, lr, step);
   const float grad_scale = targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
   const Tensor loss_sum = loss_buffer_.view(DType::kF32, {1});
@@ -276,21 +417,21 @@ StepReport Trainer::train_step(int64_t step) {
 
   StepReport report;
   report.step = step;
-  report.total_steps = config_.train.steps;
+  report.total_steps = run_length_.total_steps;
+  report.epoch =
+      static_cast<double>(step * run_length_.global_batch) / static_cast<double>(dataset_->size());
   report.loss = loss;
   report.lr = lr;
   report.grad_norm = totals.grad_norm;
   report.step_tokens = static_cast<int64_t>(totals.tokens);
   report.tokens_total = tokens_seen_;
-  report.elapsed_s = elapsed_before_ + seconds_since(start_);
+  report.elapsed_s = elapsed_before_ + seconds_since(start_) - eval_seconds_;
   report.tokens_per_s =
       report.elapsed_s > 0 ? static_cast<double>(tokens_seen_) / report.elapsed_s : 0;
   report.step_time_s = seconds_since(step_start);
   report.data_wait_s = data_wait_s;
   report.local_tokens = batches.token_count;
   report.world_size = env_.world;
-  const int64_t global_batch = config_.train.micro_batch * grad_accum_ * env_.world;
-  report.epoch = static_cast<double>(step * global_batch) / static_cast<double>(dataset_->size());
   if (peak_flops_ > 0 && report.step_time_s > 0) {
     report.mfu = flops_per_token_ * static_cast<double>(batches.token_count) / report.step_time_s /
                  peak_flops_;
@@ -320,9 +461,10 @@ Trainer::Stop Trainer::maybe_checkpoint(StepReport& report) {
     // The launcher's stop grace waits for a rank that reports it is saving.
     heartbeat_->begin_saving(fmt::format("step {} before stopping", step));
   }
-  if (stop != Stop::kNone || periodic || step == config_.train.steps) {
-    const CheckpointStall stall = checkpoints_->save(
-        {step, config_.train.steps, tokens_seen_, report.elapsed_s, report.lr, batcher_.state()});
+  if (stop != Stop::kNone || periodic || step == run_length_.total_steps) {
+    const CheckpointStall stall =
+        checkpoints_->save({step, run_length_.total_steps, tokens_seen_, report.elapsed_s,
+                            report.lr, batcher_.state()});
     report.checkpoint_stall_s = polled.wait_s + stall.total_s();
     last_checkpoint_step_ = step;
     report.last_checkpoint_step = step;
@@ -335,8 +477,8 @@ void Trainer::log_step(const StepReport& report) {
   metrics_publisher_.publish(report);
   if (env_.rank != 0) return;
   const int64_t step = report.step;
-  if (!options_.quiet &&
-      (step % config_.train.log_every == 0 || step == config_.train.steps || step == 1)) {
+  if (!options_.quiet && (step % config_.train.log_every == 0 || step == run_length_.total_steps ||
+                          step == 1 || report.eval)) {
     std::printf("%s\n", format_progress_line(report).c_str());
     std::fflush(stdout);
   }
@@ -354,7 +496,14 @@ void Trainer::export_final() {
   };
   if (env_.rank == 0) {
     SaveHfOptions save;
-    save.extra_files = tokenizer_files_in(config_.model.path);  // so the output is usable
+    // The tokenizer and chat template training used, so the output is usable as trained.
+    const ExportedTokenizer tokenizer = exported_tokenizer(
+        {config_.data.tokenizer, config_.data.chat_template, config_.data.example_format},
+        config_.model.path, "");
+    save.extra_files = tokenizer.files;
+    if (tokenizer.chat_template_jinja) {
+      save.extra_contents.emplace_back("chat_template.jinja", *tokenizer.chat_template_jinja);
+    }
     save.protected_dirs = {config_.model.path, config_.train.checkpoint_dir};
     save_hf_checkpoint(config_.train.output_dir, model_config_, layout, gather,
                        config_.model.dtype == "bf16" ? DType::kBF16 : DType::kF32, save);

@@ -12,9 +12,13 @@
 //                      shards; fills the StepReport (obs/step_report.h)
 //   maybe_checkpoint() the checkpoint policy: the per-step poll (SIGTERM agreement, background
 //                      writes), periodic / final / stop saves
+//   evaluate()         every train.eval_every steps and after the last (when data.eval_path is
+//                      set): the mean loss on the eval data, each rank forwarding its share
+//                      (sequence i on rank i % world), the sums reduced (EvalReport)
 //   log_step()         the consumers of the report: the console line (rank 0, every
-//                      train.log_every steps), the JSONL metrics (rank 0, --metrics), the
-//                      node's /metrics endpoint (every rank, train/rank_metrics_publisher.h)
+//                      train.log_every steps and on eval steps), the JSONL metrics (rank 0,
+//                      --metrics), the node's /metrics endpoint (every rank,
+//                      train/rank_metrics_publisher.h)
 // and ends with export_final(): the Hugging Face checkpoint in train.output_dir. The Trainer
 // issues no communication itself: every collective is FSDP's (the step's totals, the gradient
 // norm) or the checkpoint saver's, and all ranks make the same calls in the same order.
@@ -46,6 +50,7 @@
 #include "train/heartbeat.h"
 #include "train/optimizer.h"
 #include "train/rank_metrics_publisher.h"
+#include "train/run_length.h"
 #include "train/step_hooks.h"
 #include "train/train_config.h"
 
@@ -83,12 +88,16 @@ class Trainer {
   enum class Stop { kNone, kSignal, kStopAtStep };
   Stop maybe_checkpoint(StepReport& report);
   void log_step(const StepReport& report);
+  // Collective: the model's mean loss on data.eval_path now. REQUIRES: eval data configured.
+  EvalReport evaluate(int64_t step);
   // Writes train.output_dir (when set): every shard group gathers unit by unit; rank 0 streams
   // the units to the file.
   void export_final();
 
  private:
   void log_setup() const;
+  void warn_about_resume_changes() const;
+  bool eval_due(int64_t step) const;
   // The FSDP options of this job (compute copy resolved; update_in_backward checked against the
   // world size and accumulation), and the plan's bytes for the units as built.
   FsdpOptions fsdp_options() const;
@@ -109,6 +118,8 @@ class Trainer {
   const double peak_flops_;
   LlamaModel model_;
   const std::unique_ptr<SequenceDataset> dataset_;
+  const std::unique_ptr<SequenceDataset> eval_dataset_;  // null without data.eval_path
+  const RunLength run_length_;  // steps (train.steps or train.epochs) and the LR schedule
   // Declared before the world: the heartbeat outlives the Comm that reports to it.
   const std::unique_ptr<Heartbeat> heartbeat_;
   DistWorld world_;
@@ -125,6 +136,7 @@ class Trainer {
   std::chrono::steady_clock::time_point start_;
   int64_t tokens_seen_ = 0;    // over all ranks, earlier run segments included
   double elapsed_before_ = 0;  // training time of earlier segments of a resumed run
+  double eval_seconds_ = 0;    // time this segment spent evaluating (not training time)
   int64_t last_checkpoint_step_ = 0;
   TrainOutcome outcome_;
 };

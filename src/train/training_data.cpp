@@ -7,7 +7,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/data_sources.h"
 #include "data/jsonl_lines.h"
+#include "data/mixture_dataset.h"
 #include "data/prepare_cache.h"
 
 namespace shardtrain {
@@ -41,8 +43,10 @@ std::string resolve_training_data_format(const DataConfig& data) {
   return format;
 }
 
-std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
-                                                    const std::string& model_path, uint64_t seed) {
+namespace {
+
+std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
+                                               const std::string& model_path, uint64_t seed) {
   const std::string format = resolve_training_data_format(data);
   if (format != "examples") return open_dataset(data.path, format, data.seq_len, data.pad_id);
 
@@ -62,6 +66,36 @@ std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
   const std::string token_file = prepare_cached(options, cache_dir);
   log::info("data {}: prepared examples cached as {}", data.path, token_file);
   return open_dataset(token_file, "tokens", data.seq_len, data.pad_id);
+}
+
+}  // namespace
+
+std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
+                                                    const std::string& model_path, uint64_t seed) {
+  if (!names_several_files(data.path)) {
+    if (!data.weights.empty()) parse_source_weights(data.weights, 1);  // still checked
+    return open_one_file(data, model_path, seed);
+  }
+  const std::vector<DataSource> sources = expand_data_sources(data.path, "data.path");
+  const std::vector<double> weights = parse_source_weights(data.weights, sources.size());
+  std::vector<std::unique_ptr<SequenceDataset>> mixed;
+  for (const DataSource& source : sources) {
+    std::vector<std::unique_ptr<SequenceDataset>> files;
+    for (const std::string& file : source.files) {
+      DataConfig one = data;
+      one.path = file;
+      files.push_back(open_one_file(one, model_path, seed));
+    }
+    mixed.push_back(files.size() == 1 ? std::move(files.front())
+                                      : std::make_unique<MixtureDataset>(
+                                            std::move(files), std::vector<double>{}, seed));
+  }
+  auto mixture = std::make_unique<MixtureDataset>(std::move(mixed), weights, seed);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    log::info("data source {} ({} files): {} sequences in the mix", sources[i].spec,
+              sources[i].files.size(), mixture->count_of(i));
+  }
+  return mixture;
 }
 
 }  // namespace shardtrain

@@ -5,6 +5,8 @@
 //     with a loss mask, and cached (data.cache_dir) under a key of dataset, tokenizer and
 //     settings, so later runs (and every rank) reuse the same token file.
 // data.format = "auto" decides by extension and, for JSONL, by the first line's keys.
+// Several files (a comma-separated list, globs, directories: data/data_sources.h) are each
+// opened as above and mixed by data.weights (data/mixture_dataset.h, seeded by `seed`).
 #pragma once
 
 #include <memory>

@@ -405,16 +405,11 @@ int64_t length_of(const Value& operand) {
 }
 
 using Filter = Value (*)(const Value&, const CallArgs&, const RenderLimits&);
+using FilterTable = std::map<std::string, Filter>;
 
-const std::map<std::string, Filter>& filters() {
-  static const std::map<std::string, Filter> table = {
-      {"abs",
-       [](const Value& v, auto&, auto&) {
-         if (v.is_float()) return Value::floating(std::fabs(v.as_double()));
-         if (!v.is_number()) fail("bad operand type for abs(): '{}'", v.type_name());
-         if (v.as_int() == INT64_MIN) fail("integer overflow in abs()");
-         return Value::integer(std::llabs(v.as_int()));
-       }},
+// Filters on strings (operands are converted with str() first).
+FilterTable string_filters() {
+  return {
       {"capitalize", [](const Value& v, auto&,
                         auto&) { return Value::string(python_capitalize(v.python_str())); }},
       {"center",
@@ -423,15 +418,42 @@ const std::map<std::string, Filter>& filters() {
          c.positional.push_back(a.positional.empty() ? Value::integer(80) : a.positional[0]);
          return get_attribute(Value::string(v.python_str()), "center", l).as_callable().call(c);
        }},
-      {"count", [](const Value& v, auto&, auto&) { return Value::integer(length_of(v)); }},
-      {"length", [](const Value& v, auto&, auto&) { return Value::integer(length_of(v)); }},
-      {"default", [](const Value& v, const CallArgs& a, auto&) { return filter_default(v, a); }},
-      {"d", [](const Value& v, const CallArgs& a, auto&) { return filter_default(v, a); }},
-      {"dictsort", [](const Value& v, const CallArgs& a, auto&) { return filter_dictsort(v, a); }},
       {"escape",
        [](const Value& v, auto&, auto&) { return Value::string(html_escape(v.python_str())); }},
       {"e",
        [](const Value& v, auto&, auto&) { return Value::string(html_escape(v.python_str())); }},
+      {"lower",
+       [](const Value& v, auto&, auto&) { return Value::string(python_lower(v.python_str())); }},
+      {"upper",
+       [](const Value& v, auto&, auto&) { return Value::string(python_upper(v.python_str())); }},
+      {"title",
+       [](const Value& v, auto&, auto&) { return Value::string(jinja_title(v.python_str())); }},
+      {"replace",
+       [](const Value& v, const CallArgs& a, auto& l) {
+         Params p("replace", a, {"old", "new", "count"});
+         const int64_t count =
+             p.get(2).is_undefined() || p.get(2).is_none() ? -1 : p.get(2).as_int();
+         return Value::string(python_replace(v.python_str(), p.get(0).python_str(),
+                                             p.get(1).python_str(), count, l));
+       }},
+      {"trim",
+       [](const Value& v, const CallArgs& a, auto&) {
+         Params p("trim", a, {"chars"});
+         return Value::string(python_strip(v.python_str(), p.get(0), true, true));
+       }},
+      {"wordcount",
+       [](const Value& v, auto&, auto&) { return Value::integer(word_count(v.python_str())); }},
+      {"safe", [](const Value& v, auto&, auto&) { return Value::string(v.python_str()); }},
+      {"string", [](const Value& v, auto&, auto&) { return Value::string(v.python_str()); }},
+      {"indent", filter_indent},
+  };
+}
+
+// Filters on lists, mappings and other iterables.
+FilterTable sequence_filters() {
+  return {
+      {"count", [](const Value& v, auto&, auto&) { return Value::integer(length_of(v)); }},
+      {"length", [](const Value& v, auto&, auto&) { return Value::integer(length_of(v)); }},
       {"first",
        [](const Value& v, auto&, auto&) {
          const std::vector<Value> items = items_of(v, "first");
@@ -442,9 +464,6 @@ const std::map<std::string, Filter>& filters() {
          const std::vector<Value> items = items_of(v, "last");
          return items.empty() ? Value::undefined("last") : items.back();
        }},
-      {"float", [](const Value& v, const CallArgs& a, auto&) { return filter_float(v, a); }},
-      {"int", [](const Value& v, const CallArgs& a, auto&) { return filter_int(v, a); }},
-      {"indent", filter_indent},
       {"items",
        [](const Value& v, auto&, auto& l) {
          if (v.is_undefined()) return Value::list({});
@@ -454,12 +473,6 @@ const std::map<std::string, Filter>& filters() {
        }},
       {"join", filter_join},
       {"list", [](const Value& v, auto&, auto&) { return Value::list(items_of(v, "list")); }},
-      {"lower",
-       [](const Value& v, auto&, auto&) { return Value::string(python_lower(v.python_str())); }},
-      {"upper",
-       [](const Value& v, auto&, auto&) { return Value::string(python_upper(v.python_str())); }},
-      {"title",
-       [](const Value& v, auto&, auto&) { return Value::string(jinja_title(v.python_str())); }},
       {"map", filter_map},
       {"max",
        [](const Value& v, const CallArgs& a, auto& l) { return filter_min_max(v, a, true, l); }},
@@ -473,14 +486,6 @@ const std::map<std::string, Filter>& filters() {
                         auto& l) { return filter_select(v, a, true, true, l); }},
       {"rejectattr", [](const Value& v, const CallArgs& a,
                         auto& l) { return filter_select(v, a, true, false, l); }},
-      {"replace",
-       [](const Value& v, const CallArgs& a, auto& l) {
-         Params p("replace", a, {"old", "new", "count"});
-         const int64_t count =
-             p.get(2).is_undefined() || p.get(2).is_none() ? -1 : p.get(2).as_int();
-         return Value::string(python_replace(v.python_str(), p.get(0).python_str(),
-                                             p.get(1).python_str(), count, l));
-       }},
       {"reverse",
        [](const Value& v, auto&, auto&) {
          if (v.is_string()) {
@@ -492,21 +497,39 @@ const std::map<std::string, Filter>& filters() {
          std::reverse(items.begin(), items.end());
          return Value::list(std::move(items));
        }},
-      {"round", [](const Value& v, const CallArgs& a, auto&) { return filter_round(v, a); }},
-      {"safe", [](const Value& v, auto&, auto&) { return Value::string(v.python_str()); }},
       {"sort", filter_sort},
-      {"string", [](const Value& v, auto&, auto&) { return Value::string(v.python_str()); }},
       {"sum", filter_sum},
-      {"tojson", filter_tojson},
-      {"trim",
-       [](const Value& v, const CallArgs& a, auto&) {
-         Params p("trim", a, {"chars"});
-         return Value::string(python_strip(v.python_str(), p.get(0), true, true));
-       }},
       {"unique", filter_unique},
-      {"wordcount",
-       [](const Value& v, auto&, auto&) { return Value::integer(word_count(v.python_str())); }},
+      {"dictsort", [](const Value& v, const CallArgs& a, auto&) { return filter_dictsort(v, a); }},
   };
+}
+
+// Filters on numbers and on any value.
+FilterTable value_filters() {
+  return {
+      {"abs",
+       [](const Value& v, auto&, auto&) {
+         if (v.is_float()) return Value::floating(std::fabs(v.as_double()));
+         if (!v.is_number()) fail("bad operand type for abs(): '{}'", v.type_name());
+         if (v.as_int() == INT64_MIN) fail("integer overflow in abs()");
+         return Value::integer(std::llabs(v.as_int()));
+       }},
+      {"default", [](const Value& v, const CallArgs& a, auto&) { return filter_default(v, a); }},
+      {"d", [](const Value& v, const CallArgs& a, auto&) { return filter_default(v, a); }},
+      {"float", [](const Value& v, const CallArgs& a, auto&) { return filter_float(v, a); }},
+      {"int", [](const Value& v, const CallArgs& a, auto&) { return filter_int(v, a); }},
+      {"round", [](const Value& v, const CallArgs& a, auto&) { return filter_round(v, a); }},
+      {"tojson", filter_tojson},
+  };
+}
+
+const FilterTable& filters() {
+  static const FilterTable table = [] {
+    FilterTable all = string_filters();
+    all.merge(sequence_filters());
+    all.merge(value_filters());
+    return all;
+  }();
   return table;
 }
 

@@ -134,6 +134,7 @@ bool all_code_points(const std::string& text, bool (*predicate)(char32_t)) {
 }
 
 using StringMethod = Value (*)(const std::string&, const CallArgs&, const RenderLimits&);
+using StringMethodTable = std::map<std::string, StringMethod>;
 
 std::vector<Value> strings_to_values(const std::vector<std::string>& parts) {
   std::vector<Value> out;
@@ -152,8 +153,9 @@ int64_t find_in(const std::string& s, const CallArgs& a, bool reverse, bool must
   return code_point_index(s, at);
 }
 
-const std::map<std::string, StringMethod>& string_methods() {
-  static const std::map<std::string, StringMethod> table = {
+// startswith/endswith and the strip family.
+StringMethodTable affix_and_strip_methods() {
+  return {
       {"startswith",
        [](auto& s, auto& a, auto&) {
          return Value::boolean(affix_match(s, arg_or_undefined(a, 0), true));
@@ -174,6 +176,12 @@ const std::map<std::string, StringMethod>& string_methods() {
        [](auto& s, auto& a, auto&) {
          return Value::string(python_strip(s, arg_or_undefined(a, 0), false, true));
        }},
+  };
+}
+
+// Splitting, joining, replacing and formatting.
+StringMethodTable split_and_join_methods() {
+  return {
       {"split",
        [](auto& s, auto& a, auto&) {
          return Value::list(strings_to_values(
@@ -186,35 +194,16 @@ const std::map<std::string, StringMethod>& string_methods() {
        }},
       {"splitlines",
        [](auto& s, auto&, auto&) { return Value::list(strings_to_values(python_splitlines(s))); }},
-      {"replace",
-       [](auto& s, auto& a, auto& l) {
-         return Value::string(python_replace(s, string_arg(a, 0, "replace"),
-                                             string_arg(a, 1, "replace"),
-                                             int_arg(a, 2, "count", -1), l));
-       }},
-      {"upper", [](auto& s, auto&, auto&) { return Value::string(python_upper(s)); }},
-      {"lower", [](auto& s, auto&, auto&) { return Value::string(python_lower(s)); }},
-      {"title", [](auto& s, auto&, auto&) { return Value::string(python_title(s)); }},
-      {"capitalize", [](auto& s, auto&, auto&) { return Value::string(python_capitalize(s)); }},
-      {"swapcase",
-       [](auto& s, auto&, auto&) {
-         std::u32string points = to_code_points(s);
-         for (char32_t& cp : points) cp = lower_cp(cp) == cp ? upper_cp(cp) : lower_cp(cp);
-         return Value::string(from_code_points(points));
-       }},
-      {"find", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, false, false)); }},
-      {"rfind", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, true, false)); }},
-      {"index", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, false, true)); }},
-      {"rindex", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, true, true)); }},
-      {"count",
+      {"partition",
        [](auto& s, auto& a, auto&) {
-         const std::string& needle = string_arg(a, 0, "count");
-         if (needle.empty()) return Value::integer(code_point_index(s, s.size()) + 1);
-         int64_t n = 0;
-         for (size_t at = s.find(needle); at != std::string::npos;
-              at = s.find(needle, at + needle.size()))
-           ++n;
-         return Value::integer(n);
+         const std::string& sep = string_arg(a, 0, "partition");
+         const size_t at = s.find(sep);
+         if (at == std::string::npos) {
+           return Value::list({Value::string(s), Value::string(""), Value::string("")}, true);
+         }
+         return Value::list({Value::string(s.substr(0, at)), Value::string(sep),
+                             Value::string(s.substr(at + sep.size()))},
+                            true);
        }},
       {"join",
        [](auto& s, auto& a, auto& l) {
@@ -231,7 +220,55 @@ const std::map<std::string, StringMethod>& string_methods() {
          }
          return Value::string(std::move(out));
        }},
+      {"replace",
+       [](auto& s, auto& a, auto& l) {
+         return Value::string(python_replace(s, string_arg(a, 0, "replace"),
+                                             string_arg(a, 1, "replace"),
+                                             int_arg(a, 2, "count", -1), l));
+       }},
       {"format", [](auto& s, auto& a, auto& l) { return Value::string(python_format(s, a, l)); }},
+  };
+}
+
+// Case conversions.
+StringMethodTable case_methods() {
+  return {
+      {"upper", [](auto& s, auto&, auto&) { return Value::string(python_upper(s)); }},
+      {"lower", [](auto& s, auto&, auto&) { return Value::string(python_lower(s)); }},
+      {"title", [](auto& s, auto&, auto&) { return Value::string(python_title(s)); }},
+      {"capitalize", [](auto& s, auto&, auto&) { return Value::string(python_capitalize(s)); }},
+      {"swapcase",
+       [](auto& s, auto&, auto&) {
+         std::u32string points = to_code_points(s);
+         for (char32_t& cp : points) cp = lower_cp(cp) == cp ? upper_cp(cp) : lower_cp(cp);
+         return Value::string(from_code_points(points));
+       }},
+  };
+}
+
+// Substring search and counting.
+StringMethodTable search_methods() {
+  return {
+      {"find", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, false, false)); }},
+      {"rfind", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, true, false)); }},
+      {"index", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, false, true)); }},
+      {"rindex", [](auto& s, auto& a, auto&) { return Value::integer(find_in(s, a, true, true)); }},
+      {"count",
+       [](auto& s, auto& a, auto&) {
+         const std::string& needle = string_arg(a, 0, "count");
+         if (needle.empty()) return Value::integer(code_point_index(s, s.size()) + 1);
+         int64_t n = 0;
+         for (size_t at = s.find(needle); at != std::string::npos;
+              at = s.find(needle, at + needle.size()))
+           ++n;
+         return Value::integer(n);
+       }},
+  };
+}
+
+// Character-class tests (str.isdigit() and the like).
+StringMethodTable class_test_methods() {
+  return {
       {"isdigit",
        [](auto& s, auto&, auto&) {
          return Value::boolean(all_code_points(s, [](char32_t c) { return c >= '0' && c <= '9'; }));
@@ -261,6 +298,12 @@ const std::map<std::string, StringMethod>& string_methods() {
        [](auto& s, auto&, auto&) {
          return Value::boolean(python_lower(s) == s && python_upper(s) != s);
        }},
+  };
+}
+
+// Padding to a width.
+StringMethodTable padding_methods() {
+  return {
       {"center",
        [](auto& s, auto& a, auto& l) {
          return Value::string(pad(s, int_arg(a, 0, "width", 0), " ", 'c', l));
@@ -277,18 +320,19 @@ const std::map<std::string, StringMethod>& string_methods() {
        [](auto& s, auto& a, auto& l) {
          return Value::string(pad(s, int_arg(a, 0, "width", 0), "0", 'r', l));
        }},
-      {"partition",
-       [](auto& s, auto& a, auto&) {
-         const std::string& sep = string_arg(a, 0, "partition");
-         const size_t at = s.find(sep);
-         if (at == std::string::npos) {
-           return Value::list({Value::string(s), Value::string(""), Value::string("")}, true);
-         }
-         return Value::list({Value::string(s.substr(0, at)), Value::string(sep),
-                             Value::string(s.substr(at + sep.size()))},
-                            true);
-       }},
   };
+}
+
+const StringMethodTable& string_methods() {
+  static const StringMethodTable table = [] {
+    StringMethodTable all = affix_and_strip_methods();
+    all.merge(split_and_join_methods());
+    all.merge(case_methods());
+    all.merge(search_methods());
+    all.merge(class_test_methods());
+    all.merge(padding_methods());
+    return all;
+  }();
   return table;
 }
 

@@ -426,6 +426,8 @@ ResumeResult resume_from(const std::string& resume, const std::string& dir, Fsdp
       result.resumed = true;
       result.progress = saved.progress;
       result.step_dir = candidates[i];
+      result.config_toml = saved.config_toml;
+      result.world_size = saved.world_size;
       return result;
     }
     // A layout mismatch (open_checkpoint's "saved for a different model", the same on every

@@ -151,6 +151,8 @@ struct ResumeResult {
   bool resumed = false;
   TrainProgress progress;
   std::string step_dir;
+  std::string config_toml;  // the resolved config of the run that saved it
+  int world_size = 1;       // the world size that saved it
 };
 // Collective over all ranks (they agree on success through FsdpUnits::sum_over_ranks, so either
 // every rank resumes from the same checkpoint or every rank throws). Throws Error for a missing

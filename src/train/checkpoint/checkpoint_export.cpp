@@ -12,6 +12,7 @@
 #include "model/save_hf.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/export_tokenizer.h"
 
 namespace shardtrain {
 namespace fs = std::filesystem;
@@ -98,13 +99,22 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   save.max_shard_bytes = options.max_shard_bytes;
   save.protected_dirs = {checkpoint, result.step_dir, saved.model_path};
   std::error_code ec;
-  save.extra_files = tokenizer_files_in(saved.model_path);
+  const ExportedTokenizer tokenizer = exported_tokenizer(
+      run_data_settings_from_toml(saved.config_toml), saved.model_path, options.tokenizer_dir);
+  save.extra_files = tokenizer.files;
   for (const std::string& file : save.extra_files) {
     result.copied_files.push_back(fs::path(file).filename().string());
   }
-  if (!fs::is_directory(saved.model_path, ec)) {
-    log::warn("export: model dir {} of the run is gone; no tokenizer files copied",
-              saved.model_path);
+  if (tokenizer.chat_template_jinja) {
+    save.extra_contents.emplace_back("chat_template.jinja", *tokenizer.chat_template_jinja);
+    result.copied_files.push_back("chat_template.jinja");
+    log::info("export: chat template {} written as chat_template.jinja", tokenizer.template_note);
+  }
+  if (!fs::is_directory(tokenizer.dir, ec)) {
+    log::warn(
+        "export: tokenizer dir {} of the run is gone; no tokenizer files copied; HINT: pass "
+        "--tokenizer DIR",
+        tokenizer.dir);
   }
 
   CheckpointShardReader reader(saved);

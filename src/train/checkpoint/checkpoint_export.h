@@ -1,7 +1,9 @@
 // Export of a sharded training checkpoint (train/checkpoint/checkpoint.h) as a Hugging Face model
 // dir: config.json (the model config saved in the checkpoint), the fp32 master weights in bf16 or
-// fp32 (split into model-0000K-of-0000N.safetensors + index when over max_shard_bytes), and the
-// tokenizer files of the run's model.path when that directory still holds them.
+// fp32 (split into model-0000K-of-0000N.safetensors + index when over max_shard_bytes), the
+// tokenizer files of the run's tokenizer (data.tokenizer or model.path, recorded as absolute
+// paths; or ExportOptions::tokenizer_dir) when that directory still holds them, and the chat
+// template training used (train/checkpoint/export_tokenizer.h).
 //
 // Streaming: each unit is assembled from the saved shards that cover it (any saved world size),
 // written tensor by tensor, and dropped; peak host memory is one unit's fp32 values. Every shard
@@ -19,12 +21,15 @@ namespace shardtrain {
 struct ExportOptions {
   std::string dtype = "auto";  // "bf16" | "fp32" | "auto" (the run's model.dtype)
   uint64_t max_shard_bytes = 5'000'000'000;
+  // Tokenizer files from this dir instead of the run's (train/checkpoint/export_tokenizer.h).
+  std::string tokenizer_dir;
 };
 
 struct ExportResult {
   std::string step_dir;  // the checkpoint exported
   int64_t step = 0;
-  std::vector<std::string> copied_files;  // tokenizer files copied from model.path
+  std::vector<std::string> copied_files;  // tokenizer files copied (and chat_template.jinja
+                                          // when a built-in template was written)
 };
 
 // `checkpoint` is a step_XXXXXXXX dir or a checkpoint dir (its newest complete checkpoint).
