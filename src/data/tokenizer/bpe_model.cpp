@@ -31,7 +31,9 @@ bool comes_later(const MergeCandidate& a, const MergeCandidate& b) {
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 "▁"
 
-bool starts_with_metaspace(std::string_view s) { return s.substr(0, kMetaspace.size()) == kMetaspace; }
+bool starts_with_metaspace(std::string_view s) {
+  return s.substr(0, kMetaspace.size()) == kMetaspace;
+}
 bool ends_with_metaspace(std::string_view s) {
   return s.size() >= kMetaspace.size() && s.substr(s.size() - kMetaspace.size()) == kMetaspace;
 }
@@ -57,6 +59,27 @@ struct BpeModel::WordCache {
 
   Shard& shard_for(std::string_view word) { return shards[StringHash{}(word) % kShards]; }
 };
+
+namespace {
+
+// One entry of model.merges: "left right" (the older form) or ["left", "right"].
+std::pair<std::string, std::string> merge_pair(const nlohmann::json& merge, size_t rank,
+                                               const ConfigSite& site) {
+  if (merge.is_string()) {
+    const std::string& line = merge.get_ref<const std::string&>();
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) {
+      fail("{}: model.merges[{}] '{}' is not of the form \"left right\"", site.file, rank, line);
+    }
+    return {line.substr(0, space), line.substr(space + 1)};
+  }
+  if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+    return {merge[0].get<std::string>(), merge[1].get<std::string>()};
+  }
+  fail("{}: model.merges[{}] must be \"left right\" or [\"left\", \"right\"]", site.file, rank);
+}
+
+}  // namespace
 
 BpeModel::BpeModel() : cache_(std::make_unique<WordCache>()) {}
 BpeModel::BpeModel(BpeModel&&) noexcept = default;
@@ -135,23 +158,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& config, const ConfigSite& sit
   model.merges_.reserve(merges.size());
   const size_t prefix_length = model.continuing_subword_prefix_.size();
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const nlohmann::json& merge = merges[rank];
-    std::string left, right;
-    if (merge.is_string()) {
-      const std::string& line = merge.get_ref<const std::string&>();
-      const size_t space = line.find(' ');
-      if (space == std::string::npos) {
-        fail("{}: model.merges[{}] '{}' is not of the form \"left right\"", site.file, rank, line);
-      }
-      left = line.substr(0, space);
-      right = line.substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
-               merge[1].is_string()) {
-      left = merge[0].get<std::string>();
-      right = merge[1].get<std::string>();
-    } else {
-      fail("{}: model.merges[{}] must be \"left right\" or [\"left\", \"right\"]", site.file, rank);
-    }
+    const auto [left, right] = merge_pair(merges[rank], rank, site);
     const auto left_id = model.token_to_id(left);
     const auto right_id = model.token_to_id(right);
     const std::string merged =
