@@ -284,7 +284,13 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
   }
   const auto world = prometheus.by_rank("shardtrain_world_size");
   EXPECT_EQ(world.at("0"), 2);
-  const auto rates = prometheus.by_rank("rate(shardtrain_tokens_total[5s])");
+  // rate() needs two samples of a rank inside its window; on a loaded machine scrapes can time
+  // out (400 ms), so wait for them rather than assume them.
+  const std::string rate_query = "rate(shardtrain_tokens_total[30s])";
+  ASSERT_TRUE(prometheus.wait_until(
+      rate_query, [](const nlohmann::json& r) { return r.size() == 2; }, 30s))
+      << training.output();
+  const auto rates = prometheus.by_rank(rate_query);
   ASSERT_EQ(rates.size(), 2u);
   for (const auto& [rank, rate] : rates) EXPECT_GT(rate, 0) << "rank " << rank;
   const auto loss = prometheus.by_rank("shardtrain_loss");
