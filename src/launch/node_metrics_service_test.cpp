@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "core/testing/test_support.h"
+#include "dist/etcd_store_test_server.h"
+#include "launch/launch_test_support.h"
 
 namespace shardtrain::testing {
 namespace {
@@ -60,77 +62,10 @@ const std::vector<std::string> kFamilies = {
     "shardtrain_step_duration_seconds_count",
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 bool have_prometheus() {
   return std::system(
              "command -v prometheus >/dev/null 2>&1 && "
              "command -v promtool >/dev/null 2>&1") == 0;
-}
-
-// `shell_command` run by /bin/sh in the background, in a process group of its own, output in
-// `log`; SIGKILLed with its group if the test leaves it running.
-class Background {
- public:
-  Background(const std::string& shell_command, std::string log) : log_(std::move(log)) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::execl("/bin/sh", "sh", "-c", ("exec " + shell_command + " > " + log_ + " 2>&1").c_str(),
-              nullptr);
-      ::_exit(127);
-    }
-    ::setpgid(pid_, pid_);
-  }
-  ~Background() {
-    if (!exited_) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  Background(const Background&) = delete;
-  Background& operator=(const Background&) = delete;
-  pid_t pid() const { return pid_; }
-  // The exit code (-1 if killed by a signal), or -2 when it had to be killed after `limit`.
-  int wait(std::chrono::seconds limit) {
-    const auto deadline = Clock::now() + limit;
-    while (Clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    ::kill(-pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    exited_ = true;
-    return -2;
-  }
-  std::string output() const { return read_text(log_); }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  std::string log_;
-};
-
-// A port nobody listens on now (bound and released).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
 }
 
 std::string scrape(int port) {
@@ -155,13 +90,13 @@ double scraped_value(const std::string& text, const std::string& family, int ran
 // Prometheus on loopback, scraping `target_port` every 500 ms, with its data in `dir`.
 class Prometheus {
  public:
-  Prometheus(const std::string& dir, int target_port) : port_(free_port()) {
+  Prometheus(const std::string& dir, int target_port) : port_(free_loopback_port()) {
     const std::string config = dir + "/prometheus.yml";
     std::ofstream(config) << "global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
                           << "scrape_configs:\n  - job_name: shardtrain\n"
                           << "    static_configs:\n      - targets: ['127.0.0.1:" << target_port
                           << "']\n";
-    server_ = std::make_unique<Background>(
+    server_ = std::make_unique<BackgroundLauncher>(
         "prometheus --config.file=" + config + " --storage.tsdb.path=" + dir + "/tsdb" +
             " --web.listen-address=127.0.0.1:" + std::to_string(port_) + " --log.level=warn",
         dir + "/prometheus.log");
@@ -211,7 +146,7 @@ class Prometheus {
 
  private:
   int port_;
-  std::unique_ptr<Background> server_;
+  std::unique_ptr<BackgroundLauncher> server_;
 };
 
 // The PromQL of every panel target of the shipped dashboard, with Grafana's variables replaced
@@ -261,10 +196,10 @@ pid_t worker_pid(pid_t launcher, int rank) {
 TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashboardQueriesRun) {
   if (!have_prometheus()) GTEST_SKIP() << "prometheus/promtool not installed (scripts/setup.sh)";
   TempDir dir("node_metrics_service");
-  const int metrics_port = free_port();
+  const int metrics_port = free_loopback_port();
   Prometheus prometheus(dir.path(), metrics_port);
   ASSERT_TRUE(prometheus.wait_ready(20s)) << prometheus.log();
-  Background training(
+  BackgroundLauncher training(
       std::string(SHARDTRAIN_BINARY) + " launch --standalone --nproc-per-node 2 --max-restarts 1" +
           " --metrics-port " + std::to_string(metrics_port) +
           " --metrics-address 127.0.0.1 --metrics-gpu-interval 0.5 -- " + train_args(dir.path()) +
@@ -358,12 +293,12 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
 
 TEST(NodeMetricsService, TrainingWithoutTheLauncherServesItselfAndRunsWithoutNvml) {
   TempDir dir("node_metrics_single");
-  const int port = free_port();
-  Background training(std::string(SHARDTRAIN_BINARY) + " " + train_args(dir.path()) +
-                          " --steps 100000 --train.device=cpu --metrics-port " +
-                          std::to_string(port) + " --metrics.address=127.0.0.1" +
-                          " --metrics.nvml_library=/nonexistent/libnvidia-ml.so.1",
-                      dir.path() + "/train.log");
+  const int port = free_loopback_port();
+  BackgroundLauncher training(std::string(SHARDTRAIN_BINARY) + " " + train_args(dir.path()) +
+                                  " --steps 100000 --train.device=cpu --metrics-port " +
+                                  std::to_string(port) + " --metrics.address=127.0.0.1" +
+                                  " --metrics.nvml_library=/nonexistent/libnvidia-ml.so.1",
+                              dir.path() + "/train.log");
   std::string text;
   const auto deadline = Clock::now() + 40s;
   while (Clock::now() < deadline) {
