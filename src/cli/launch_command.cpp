@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/optional_option.h"
 #include "launch/launch_config.h"
 #include "launch/launcher.h"
 #include "obs/metrics_endpoint.h"
@@ -19,81 +20,90 @@ namespace {
 constexpr char kSeparatorMarker[] = "\x1e--";
 
 void add_rendezvous_options(CLI::App* cmd, launch::LaunchFlags& flags) {
-  const auto option = [&](const char* name, std::optional<std::string>& target, const char* help) {
-    cmd->add_option_function<std::string>(
-        name, [&target](const std::string& v) { target = v; }, help);
-  };
-  option("--nnodes", flags.nnodes,
-         "number of nodes: N, or MIN:MAX (elastic: start once MAX nodes joined, or "
-         "last_call_timeout after MIN did; re-form without nodes that leave) [PET_NNODES, "
-         "default 1]");
-  option("--nproc-per-node,--nproc_per_node", flags.nproc_per_node,
-         "workers on this node: N, auto (one per GPU, 1 without GPUs), gpu or cpu "
-         "[PET_NPROC_PER_NODE, default 1]");
-  option("--node-rank,--node_rank", flags.node_rank,
-         "this node's rank, 0..nnodes-1: orders the nodes when the group first forms; with the "
-         "c10d backend node 0 hosts the store [PET_NODE_RANK; default: assigned in join order, "
-         "the node the endpoint names hosts]");
-  option("--rdzv-endpoint,--rdzv_endpoint", flags.rdzv_endpoint,
-         "HOST:PORT of the store on node 0, or of etcd with --rdzv-backend etcd "
-         "[PET_RDZV_ENDPOINT; default MASTER_ADDR:MASTER_PORT, port 29400 (etcd 2379) if "
-         "omitted]");
-  option("--rdzv-id,--rdzv_id", flags.rdzv_id,
-         "run id shared by all nodes of one job [PET_RDZV_ID, default none (--standalone: a "
-         "random one)]");
-  option("--rdzv-backend,--rdzv_backend", flags.rdzv_backend,
-         "c10d, static or tcp: the embedded TCP store; etcd (or etcd-v2): etcd v3 at "
-         "--rdzv-endpoint [PET_RDZV_BACKEND, default c10d]");
-  option("--rdzv-conf,--rdzv_conf", flags.rdzv_conf,
-         "key=value,...: join_timeout=SECONDS (wait for MIN nodes, default 600), "
-         "last_call_timeout=SECONDS (wait for more once MIN joined, default 30), "
-         "keep_alive_interval=SECONDS (default 5) and keep_alive_max_attempt=N (default 3): a "
-         "node silent for their product has left [PET_RDZV_CONF]");
-  option("--max-restarts,--max_restarts", flags.max_restarts,
-         "restarts of the worker group after a failure or a node leaving [PET_MAX_RESTARTS, "
-         "default 0]");
-  option("--master-addr,--master_addr", flags.master_addr,
-         "store host when --rdzv-endpoint is not given [PET_MASTER_ADDR, default 127.0.0.1]");
-  option("--master-port,--master_port", flags.master_port,
-         "store port when --rdzv-endpoint is not given [PET_MASTER_PORT, default 29500]");
+  add_optional_string(
+      cmd, "--nnodes", flags.nnodes,
+      "number of nodes: N, or MIN:MAX (elastic: start once MAX nodes joined, or "
+      "last_call_timeout after MIN did; re-form without nodes that leave) [PET_NNODES, "
+      "default 1]");
+  add_optional_string(cmd, "--nproc-per-node,--nproc_per_node", flags.nproc_per_node,
+                      "workers on this node: N, auto (one per GPU, 1 without GPUs), gpu or cpu "
+                      "[PET_NPROC_PER_NODE, default 1]");
+  add_optional_string(
+      cmd, "--node-rank,--node_rank", flags.node_rank,
+      "this node's rank, 0..nnodes-1: orders the nodes when the group first forms; with the "
+      "c10d backend node 0 hosts the store [PET_NODE_RANK; default: assigned in join order, "
+      "the node the endpoint names hosts]");
+  add_optional_string(
+      cmd, "--rdzv-endpoint,--rdzv_endpoint", flags.rdzv_endpoint,
+      "HOST:PORT of the store on node 0, or of etcd with --rdzv-backend etcd "
+      "[PET_RDZV_ENDPOINT; default MASTER_ADDR:MASTER_PORT, port 29400 (etcd 2379) if "
+      "omitted]");
+  add_optional_string(
+      cmd, "--rdzv-id,--rdzv_id", flags.rdzv_id,
+      "run id shared by all nodes of one job [PET_RDZV_ID, default none (--standalone: a "
+      "random one)]");
+  add_optional_string(cmd, "--rdzv-backend,--rdzv_backend", flags.rdzv_backend,
+                      "c10d, static or tcp: the embedded TCP store; etcd (or etcd-v2): etcd v3 at "
+                      "--rdzv-endpoint [PET_RDZV_BACKEND, default c10d]");
+  add_optional_string(
+      cmd, "--rdzv-conf,--rdzv_conf", flags.rdzv_conf,
+      "key=value,...: join_timeout=SECONDS (wait for MIN nodes, default 600), "
+      "last_call_timeout=SECONDS (wait for more once MIN joined, default 30), "
+      "keep_alive_interval=SECONDS (default 5) and keep_alive_max_attempt=N (default 3): a "
+      "node silent for their product has left [PET_RDZV_CONF]");
+  add_optional_string(
+      cmd, "--max-restarts,--max_restarts", flags.max_restarts,
+      "restarts of the worker group after a failure or a node leaving [PET_MAX_RESTARTS, "
+      "default 0]");
+  add_optional_string(
+      cmd, "--master-addr,--master_addr", flags.master_addr,
+      "store host when --rdzv-endpoint is not given [PET_MASTER_ADDR, default 127.0.0.1]");
+  add_optional_string(
+      cmd, "--master-port,--master_port", flags.master_port,
+      "store port when --rdzv-endpoint is not given [PET_MASTER_PORT, default 29500]");
   cmd->add_flag("--standalone", flags.standalone,
                 "single node: host the store on a free local port [PET_STANDALONE, default off]");
 }
 
 void add_worker_options(CLI::App* cmd, launch::LaunchFlags& flags) {
-  const auto option = [&](const char* name, std::optional<std::string>& target, const char* help) {
-    cmd->add_option_function<std::string>(
-        name, [&target](const std::string& v) { target = v; }, help);
-  };
-  option("--stop-grace,--stop_grace", flags.stop_grace,
-         "seconds between SIGTERM and SIGKILL when stopping workers; a worker that reports it "
-         "is saving a checkpoint gets max(30, 2 x its last save time) [PET_STOP_GRACE, default "
-         "5]");
-  option("--watchdog-timeout,--watchdog_timeout", flags.watchdog_timeout,
-         "seconds without progress (shardtrain workers: heartbeats; other workers: a stopped "
-         "process) before the group is reported and restarted; 0 = off [PET_WATCHDOG_TIMEOUT, "
-         "default 120]");
-  option("--monitor-interval,--monitor_interval", flags.monitor_interval,
-         "seconds between checks of the workers [PET_MONITOR_INTERVAL, default 0.2]");
-  option("--tee", flags.tee,
-         "copy worker output to <log-dir>/.../<local rank>/stdout.log and stderr.log as well as "
-         "the console: 0 none, 1 stdout, 2 stderr, 3 both, or LOCAL:N,... [PET_TEE, default 0]");
-  option("--redirects", flags.redirects,
-         "send worker output to those files instead of the console (values as --tee) "
-         "[PET_REDIRECTS, default 0]");
-  option("--log-dir,--log_dir", flags.log_dir,
-         "directory for per-rank logs and error files: <log-dir>/<run id>_<random>/attempt_<n>/"
-         "<local rank>/ [PET_LOG_DIR, default a new directory under $TMPDIR or /tmp]");
-  option("--local-ranks-filter,--local_ranks_filter", flags.local_ranks_filter,
-         "local ranks whose output reaches the console, e.g. 0 or 0,1 [PET_LOCAL_RANKS_FILTER; "
-         "default: local rank 0 for shardtrain subcommands (plus the last lines of a rank that "
-         "fails), every rank for other commands, every rank teed with --tee]");
-  option("--role", flags.role, "the workers' ROLE_NAME [PET_ROLE, default 'default']");
-  option("--start-method,--start_method", flags.start_method,
-         "spawn, fork or forkserver: accepted for torchrun compatibility; workers always start "
-         "as fresh processes (spawn) [default spawn]");
-  option("--python", flags.python, "interpreter for script.py and -m [default python3 on PATH]");
-  option("-m,--module", flags.module, "run a Python module as the worker: python -m MODULE ARGS");
+  add_optional_string(
+      cmd, "--stop-grace,--stop_grace", flags.stop_grace,
+      "seconds between SIGTERM and SIGKILL when stopping workers; a worker that reports it "
+      "is saving a checkpoint gets max(30, 2 x its last save time) [PET_STOP_GRACE, default "
+      "5]");
+  add_optional_string(
+      cmd, "--watchdog-timeout,--watchdog_timeout", flags.watchdog_timeout,
+      "seconds without progress (shardtrain workers: heartbeats; other workers: a stopped "
+      "process) before the group is reported and restarted; 0 = off [PET_WATCHDOG_TIMEOUT, "
+      "default 120]");
+  add_optional_string(cmd, "--monitor-interval,--monitor_interval", flags.monitor_interval,
+                      "seconds between checks of the workers [PET_MONITOR_INTERVAL, default 0.2]");
+  add_optional_string(
+      cmd, "--tee", flags.tee,
+      "copy worker output to <log-dir>/.../<local rank>/stdout.log and stderr.log as well as "
+      "the console: 0 none, 1 stdout, 2 stderr, 3 both, or LOCAL:N,... [PET_TEE, default 0]");
+  add_optional_string(cmd, "--redirects", flags.redirects,
+                      "send worker output to those files instead of the console (values as --tee) "
+                      "[PET_REDIRECTS, default 0]");
+  add_optional_string(
+      cmd, "--log-dir,--log_dir", flags.log_dir,
+      "directory for per-rank logs and error files: <log-dir>/<run id>_<random>/attempt_<n>/"
+      "<local rank>/ [PET_LOG_DIR, default a new directory under $TMPDIR or /tmp]");
+  add_optional_string(
+      cmd, "--local-ranks-filter,--local_ranks_filter", flags.local_ranks_filter,
+      "local ranks whose output reaches the console, e.g. 0 or 0,1 [PET_LOCAL_RANKS_FILTER; "
+      "default: local rank 0 for shardtrain subcommands (plus the last lines of a rank that "
+      "fails), every rank for other commands, every rank teed with --tee]");
+  add_optional_string(cmd, "--role", flags.role,
+                      "the workers' ROLE_NAME [PET_ROLE, default 'default']");
+  add_optional_string(
+      cmd, "--start-method,--start_method", flags.start_method,
+      "spawn, fork or forkserver: accepted for torchrun compatibility; workers always start "
+      "as fresh processes (spawn) [default spawn]");
+  add_optional_string(cmd, "--python", flags.python,
+                      "interpreter for script.py and -m [default python3 on PATH]");
+  add_optional_string(cmd, "-m,--module", flags.module,
+                      "run a Python module as the worker: python -m MODULE ARGS");
   cmd->add_flag("--no-python,--no_python", flags.no_python,
                 "the worker command is an executable, not a Python script [default off]");
 }
