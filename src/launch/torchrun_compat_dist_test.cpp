@@ -94,6 +94,18 @@ class TorchrunCompatTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string python() const { return "--python " + torch_python() + " "; }
+  // The pid rank 0 wrote to `marker` (the job's --marker) once it runs, or -1 after 40 s; the
+  // file is removed so that a restarted rank 0 writes it anew.
+  static pid_t rank0_pid(const std::string& marker, const BackgroundLauncher& agent) {
+    if (!wait_for_file(marker, std::chrono::seconds(40))) {
+      ADD_FAILURE() << "rank 0 never wrote " << marker << ":\n" << agent.output();
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const pid_t pid = std::stoi(read_text(marker));
+    fs::remove(marker);
+    return pid;
+  }
   fs::path dir_;
 };
 
@@ -130,10 +142,8 @@ TEST_F(TorchrunCompatTest, KilledWorkerRestartsTheGroupWhichFinishes) {
                                python() + kJob + " --steps 40 --sleep-after-step 0.1 --marker " +
                                marker,
                            (dir_ / "agent.log").string());
-  ASSERT_TRUE(wait_for_file(marker, std::chrono::seconds(40))) << agent.output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const pid_t rank0 = std::stoi(read_text(marker));
-  fs::remove(marker);
+  const pid_t rank0 = rank0_pid(marker, agent);
+  ASSERT_GT(rank0, 0);
   ASSERT_EQ(::kill(rank0, SIGKILL), 0);
   EXPECT_EQ(agent.wait(std::chrono::seconds(60)), 0) << agent.output();
   const std::string out = agent.output();
@@ -151,10 +161,8 @@ TEST_F(TorchrunCompatTest, StoppedWorkerIsFoundByTheProcessWatchdog) {
                                python() + kJob + " --steps 40 --sleep-after-step 0.1 --marker " +
                                marker,
                            (dir_ / "agent.log").string());
-  ASSERT_TRUE(wait_for_file(marker, std::chrono::seconds(40))) << agent.output();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const pid_t rank0 = std::stoi(read_text(marker));
-  fs::remove(marker);
+  const pid_t rank0 = rank0_pid(marker, agent);
+  ASSERT_GT(rank0, 0);
   ASSERT_EQ(::kill(rank0, SIGSTOP), 0);
   EXPECT_EQ(agent.wait(std::chrono::seconds(60)), 0) << agent.output();
   const std::string out = agent.output();
