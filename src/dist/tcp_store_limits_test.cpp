@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "dist/tcp_store.h"
 #include "dist/tcp_store_wire.h"
 
@@ -25,14 +26,7 @@ using namespace tcp_store_wire;
 
 const std::string kSecret = "limits-test-secret-0123456789abcdef";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 int raw_connection(const TcpStoreServer& server) {
   std::string error;
