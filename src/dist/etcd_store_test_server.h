@@ -19,6 +19,36 @@
 
 namespace shardtrain::testing {
 
+// A loopback TCP socket bound to a free port and listening (a port in use, for tests of what
+// happens when another program holds it); closed by the destructor.
+class LoopbackListener {
+ public:
+  LoopbackListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        ::listen(fd_, 1) != 0) {
+      return;
+    }
+    socklen_t length = sizeof(address);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+  }
+  ~LoopbackListener() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+  // The port it listens on; 0 if binding or listening failed.
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 // A loopback TCP port that was free a moment ago.
 inline int free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -324,15 +324,9 @@ TEST(NodeMetricsService, TrainingWithoutTheLauncherServesItselfAndRunsWithoutNvm
 
 TEST(NodeMetricsService, PortInUseEndsWithOneLineNamingItAndExitCode2) {
   TempDir dir("node_metrics_port");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  const std::string port = std::to_string(ntohs(address.sin_port));
+  const LoopbackListener listener;
+  ASSERT_GT(listener.port(), 0);
+  const std::string port = std::to_string(listener.port());
   for (const std::string launcher : {"", " --nproc-per-node 2"}) {
     const CommandResult r = run_command(std::string(SHARDTRAIN_BINARY) + " " +
                                         train_args(dir.path()) + " --steps 20 --metrics-port " +
@@ -345,7 +339,6 @@ TEST(NodeMetricsService, PortInUseEndsWithOneLineNamingItAndExitCode2) {
     EXPECT_EQ(lines_saying_it, 1) << r.output;
     EXPECT_NE(r.output.find("in use"), std::string::npos) << r.output;
   }
-  ::close(fd);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "dist/etcd_store_test_server.h"
 #include "io/atomic_file.h"
 
 namespace shardtrain::launch {
@@ -107,15 +108,9 @@ TEST(NodeMetrics, ARankThatHasNotPublishedIsLeftOut) {
 }
 
 TEST(NodeMetrics, PortInUseIsAnErrorNamingIt) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  const int port = ntohs(address.sin_port);
+  const testing::LoopbackListener listener;
+  ASSERT_GT(listener.port(), 0);
+  const int port = listener.port();
   MetricsOptions options = loopback_options();
   options.port = port;
   try {
@@ -127,7 +122,6 @@ TEST(NodeMetrics, PortInUseIsAnErrorNamingIt) {
         << message;
     EXPECT_NE(message.find("in use"), std::string::npos) << message;
   }
-  ::close(fd);
 }
 
 }  // namespace
