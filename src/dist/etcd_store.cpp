@@ -74,6 +74,22 @@ int64_t json_int(const Json& object, const char* field) {
   return n;
 }
 
+// A uint64 field (etcd's member ids, e.g. the leader: the JSON gateway writes them as decimal
+// strings, and about half of them exceed int64) as its decimal text; "0" when absent or not a
+// number.
+std::string json_uint_text(const Json& object, const char* field) {
+  if (!object.contains(field)) return "0";
+  const Json& v = object[field];
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(std::max<int64_t>(0, v.get<int64_t>()));
+  if (!v.is_string()) return "0";
+  const std::string text = v.get<std::string>();
+  uint64_t n = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (error != std::errc() || end != text.data() + text.size()) return "0";
+  return std::to_string(n);
+}
+
 // An etcd reply body as JSON; anything else is an Error (it comes from the network).
 Json parse_reply(const std::string& body) {
   Json reply = Json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -173,7 +189,7 @@ EtcdStore::ServerStatus EtcdStore::server_status(Duration timeout) {
          endpoint());
   }
   status.version = reply.value("version", "");
-  status.leader = std::to_string(json_int(reply, "leader"));
+  status.leader = json_uint_text(reply, "leader");
   if (reply.contains("errors") && reply["errors"].is_array()) {
     for (const Json& e : reply["errors"]) status.errors.push_back(e.is_string() ? e.get<std::string>() : e.dump());
   }
