@@ -33,6 +33,29 @@ set +e
 ctest --output-on-failure -j "$(nproc)" "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+# CI keeps only parts of a long output: an excerpt of each failed test's output goes here, next
+# to the summary, so the cause of a failure is always seen (GoogleTest: from its first
+# "Failure", else the last lines).
+awk '
+  function flush(   i, from, to) {
+    if (name == "") return
+    sub(/ \.\.\.+/, ":", name); gsub(/^ +/, "", name)
+    print "--- " name
+    from = n > 10 ? n - 10 : 0
+    for (i = 0; i < n; i++) if (block[i] ~ /: Failure$/) { from = i; break }
+    to = from + 12 < n ? from + 12 : n
+    for (i = from; i < to; i++) if (i > from && block[i] ~ /^\[  FAILED  \]/) to = i
+    for (i = from; i < to; i++) print "    " substr(block[i], 1, 300)
+    name = ""
+  }
+  /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / || /^ *Start +[0-9]+: / {
+    flush()
+    if ($0 ~ /\*\*\*(Failed|Timeout|Exception)|Not Run/) { name = $0; n = 0 }
+    next
+  }
+  /^The following tests FAILED:/ || /^[0-9]+% tests passed/ { flush() }
+  name != "" && NF > 0 && n < 5000 { block[n++] = $0 }
+' "$log" | sed "1i == an excerpt of each failed test's output" || true
 grep -E "^[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+" "$log" | tail -1
 rm -f "$log"
 exit "$status"

