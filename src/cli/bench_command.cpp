@@ -61,11 +61,11 @@ int run_bench_comm(const BenchCommArgs& args) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "Measurements (not tests): bench comm");
   bench->require_subcommand(1);
-  auto args = std::make_shared<BenchCommArgs>();
-  CLI::App* comm = bench->add_subcommand(
-      "comm",
+  const auto [comm, args] = add_command<BenchCommArgs>(
+      *bench, exit_code, "comm",
       "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
-      "process per GPU: shardtrain launch --nproc-per-node N -- bench comm");
+      "process per GPU: shardtrain launch --nproc-per-node N -- bench comm",
+      run_bench_comm);
   comm->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   comm->add_option("--min-mib", args->min_mib, "smallest message, MiB (default 64)");
@@ -74,7 +74,6 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   comm->add_option("--warmup", args->warmup, "untimed calls per size first")
       ->check(CLI::NonNegativeNumber);
-  comm->callback([args, &exit_code] { exit_code = run_bench_comm(*args); });
 }
 
 }  // namespace shardtrain::cli

@@ -6,26 +6,24 @@
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "core/testing/test_support.h"
-
 #include "data/testing/tiny_tokenizer.h"
 #include "io/safetensors.h"
-#include <cmath>
 
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kBinary = SHARDTRAIN_BINARY;
-const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
+using shardtrain::testing::kBinary;
+using shardtrain::testing::kGolden;
 
 using Result = shardtrain::testing::CommandResult;
 
@@ -33,21 +31,8 @@ Result run(const std::string& args) {
   return shardtrain::testing::run_command(kBinary + " " + args);
 }
 
-class CliTest : public ::testing::Test {
+class CliTest : public shardtrain::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("shardtrain_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name), std::ios::binary | std::ios::trunc) << text;
-    return path(name);
-  }
   // A copy of a golden checkpoint dir that a test may damage.
   std::string copy_golden(const std::string& name) const {
     const std::string target = path(name);
@@ -70,7 +55,8 @@ class CliTest : public ::testing::Test {
                          const std::string& extra = "") const {
     return write("job.toml", "[model]\npath = \"" + model_dir + "\"\n[data]\npath = \"" + data +
                                  "\"\nseq_len = 16\n[train]\nsteps = 3\nmicro_batch = 2\n"
-                                 "device = \"cpu\"\n" + extra);
+                                 "device = \"cpu\"\n" +
+                                 extra);
   }
 
   // Expects exit code 2 and exactly one error line that contains every needle.
@@ -81,8 +67,6 @@ class CliTest : public ::testing::Test {
     for (const auto& needle : needles)
       EXPECT_NE(errors[0].find(needle), std::string::npos) << errors[0] << " lacks " << needle;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(CliTest, VersionAndHelpComeFromTheParser) {
@@ -117,7 +101,8 @@ TEST_F(CliTest, EvalMatchesTransformersLossOnGoldenBatch) {
   // expected.safetensors holds the batch and the loss transformers computed on it; the same
   // sequences and labels as JSONL must give the same mean loss through `shardtrain eval`.
   for (const std::string model : {"llama_gqa", "qwen2_tied_bias"}) {
-    const auto expected = shardtrain::SafetensorsFile::open(kGolden + model + "/expected.safetensors");
+    const auto expected =
+        shardtrain::SafetensorsFile::open(kGolden + model + "/expected.safetensors");
     const auto* ids = expected.find("input_ids");
     const auto* labels = expected.find("labels");
     const int64_t batch = ids->shape[0], seq = ids->shape[1];
@@ -126,7 +111,9 @@ TEST_F(CliTest, EvalMatchesTransformersLossOnGoldenBatch) {
       const auto* id = static_cast<const int32_t*>(ids->data) + b * seq;
       const auto* label = static_cast<const int32_t*>(labels->data) + b * seq;
       text += nlohmann::json{{"input_ids", std::vector<int32_t>(id, id + seq)},
-                             {"labels", std::vector<int32_t>(label, label + seq)}}.dump() + "\n";
+                             {"labels", std::vector<int32_t>(label, label + seq)}}
+                  .dump() +
+              "\n";
     }
     const std::string data = write("golden.jsonl", text);
     Result r = run("eval --model " + kGolden + model + " --data " + data + " --seq-len " +
@@ -142,8 +129,8 @@ TEST_F(CliTest, EvalMatchesTransformersLossOnGoldenBatch) {
 TEST_F(CliTest, TrainWritesMetricsSavesCheckpointAndEvalReadsIt) {
   const std::string data = write_jsonl("data.jsonl", 16, 16, 96);
   const std::string out = path("trained");
-  const std::string toml = train_toml(kGolden + "llama_gqa", data,
-                                      "output_dir = \"" + out + "\"\n[optim]\nlr = 1e-3\n");
+  const std::string toml =
+      train_toml(kGolden + "llama_gqa", data, "output_dir = \"" + out + "\"\n[optim]\nlr = 1e-3\n");
   const std::string metrics = path("metrics.jsonl");
   Result r = run("train --config " + toml + " --steps 4 --metrics " + metrics);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -174,13 +161,15 @@ TEST_F(CliTest, TrainOnRawTextExamplesPreparesOnceIntoTheCache) {
   shardtrain::testing::write_tiny_tokenizer(model);
   std::string text;
   for (int i = 0; i < 40; ++i)
-    text += nlohmann::json{{"text", "example " + std::to_string(i) + ": the cat sat on the mat."}}.dump() + "\n";
+    text += nlohmann::json{{"text", "example " + std::to_string(i) + ": the cat sat on the mat."}}
+                .dump() +
+            "\n";
   const std::string data = write("examples.jsonl", text);
   const std::string cache = path("cache");
-  const std::string toml = write(
-      "job.toml", "[model]\npath = \"" + model + "\"\ninit = \"random\"\n[data]\npath = \"" + data +
-                      "\"\nseq_len = 32\ncache_dir = \"" + cache +
-                      "\"\n[train]\nsteps = 2\nmicro_batch = 2\ndevice = \"cpu\"\n");
+  const std::string toml =
+      write("job.toml", "[model]\npath = \"" + model + "\"\ninit = \"random\"\n[data]\npath = \"" +
+                            data + "\"\nseq_len = 32\ncache_dir = \"" + cache +
+                            "\"\n[train]\nsteps = 2\nmicro_batch = 2\ndevice = \"cpu\"\n");
   Result first = run("train --config " + toml);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   std::vector<fs::path> cached;
@@ -201,14 +190,14 @@ TEST_F(CliTest, TrainedModelCarriesItsTokenizerAndGenerates) {
   // demo.toml's paths are relative to the repository root.
   Result train = shardtrain::testing::run_command(
       "cd " + std::string(SHARDTRAIN_SOURCE_DIR) + " && " + kBinary +
-                     " train --config examples/demo.toml --steps 2 --optim.warmup_steps=1 --train.device=cpu"
-                     " --train.micro_batch=2 --data.cache_dir=" + path("cache") +
-                     " --train.output_dir=" + out + " --train.log_every=1");
+      " train --config examples/demo.toml --steps 2 --optim.warmup_steps=1 --train.device=cpu"
+      " --train.micro_batch=2 --data.cache_dir=" +
+      path("cache") + " --train.output_dir=" + out + " --train.log_every=1");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   ASSERT_TRUE(fs::exists(out + "/tokenizer.json"));
   ASSERT_TRUE(fs::exists(out + "/tokenizer_config.json"));
-  const std::string greedy = "generate --model " + out +
-                             " --prompt \"The red horse\" --max-new-tokens 12 --device cpu";
+  const std::string greedy =
+      "generate --model " + out + " --prompt \"The red horse\" --max-new-tokens 12 --device cpu";
   Result first = run(greedy);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_EQ(first.lines().back().rfind("The red horse", 0), 0u) << first.output;
@@ -225,8 +214,9 @@ TEST_F(CliTest, TrainedModelCarriesItsTokenizerAndGenerates) {
 
 TEST_F(CliTest, BenchCommRunsAcrossLaunchedRanks) {
   // A measurement command, checked only for working: 2 Gloo ranks, 2 sizes, one row each.
-  Result r = run("launch --standalone --nproc-per-node 2 -- bench comm --device cpu "
-                 "--min-mib 1 --max-mib 2 --iterations 1 --warmup 0");
+  Result r =
+      run("launch --standalone --nproc-per-node 2 -- bench comm --device cpu "
+          "--min-mib 1 --max-mib 2 --iterations 1 --warmup 0");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("bench comm: 2 ranks, gloo"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1048576"), std::string::npos) << r.output;
@@ -236,8 +226,7 @@ TEST_F(CliTest, BenchCommRunsAcrossLaunchedRanks) {
 
 TEST_F(CliTest, MissingCheckpointDir) {
   const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
-  expect_user_error(run("eval --model " + path("nowhere") + " --data " + data),
-                    {path("nowhere")});
+  expect_user_error(run("eval --model " + path("nowhere") + " --data " + data), {path("nowhere")});
 }
 
 TEST_F(CliTest, UnsupportedModelType) {
@@ -262,8 +251,7 @@ TEST_F(CliTest, TensorMissingFromCheckpoint) {
   config["num_hidden_layers"] = 3;  // layer 2 is not in the file
   write("llama_gqa/config.json", config.dump());
   const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
-  expect_user_error(run("eval --model " + model + " --data " + data),
-                    {"model.layers.2.", model});
+  expect_user_error(run("eval --model " + model + " --data " + data), {"model.layers.2.", model});
 }
 
 // `shardtrain plan` counts activation memory per checkpointing mode: full keeps the least,
@@ -328,8 +316,7 @@ TEST_F(CliTest, PlanGpuMemoryVerdicts) {
 
 TEST_F(CliTest, TomlUnknownKeySuggestsNearest) {
   const std::string data = write_jsonl("data.jsonl", 4, 16, 96);
-  const std::string toml =
-      train_toml(kGolden + "llama_gqa", data, "[optim]\nlearning_rat = 0.1\n");
+  const std::string toml = train_toml(kGolden + "llama_gqa", data, "[optim]\nlearning_rat = 0.1\n");
   expect_user_error(run("train --config " + toml), {"optim.learning_rat", toml});
 }
 

@@ -3,6 +3,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace shardtrain::cli {
 
@@ -28,5 +33,25 @@ void add_doctor_command(CLI::App& app, int& exit_code);
 // verbatim (CLI11 would otherwise move its flags behind its positional words).
 void mark_launch_separator(std::vector<std::string>& args);
 void add_k8s_command(CLI::App& app, int& exit_code);
+
+// Adds subcommand `name` to `parent`: its options bind into one `Args`, shared with the callback
+// so that it lives as long as the parser, and its callback stores in `exit_code` what
+// run(args) returns, or run(args, the words CLI11 left over) for a command that allows extras.
+// Returns the subcommand and its Args, to declare the options with.
+template <typename Args, typename Run>
+std::pair<CLI::App*, std::shared_ptr<Args>> add_command(CLI::App& parent, int& exit_code,
+                                                        std::string name, std::string description,
+                                                        Run run) {
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = parent.add_subcommand(std::move(name), std::move(description));
+  cmd->callback([cmd, args, run, &exit_code] {
+    if constexpr (std::is_invocable_v<Run, const Args&>) {
+      exit_code = run(*args);
+    } else {
+      exit_code = run(*args, cmd->remaining());
+    }
+  });
+  return {cmd, args};
+}
 
 }  // namespace shardtrain::cli

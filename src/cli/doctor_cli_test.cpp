@@ -15,7 +15,7 @@
 namespace {
 
 using Result = shardtrain::testing::CommandResult;
-const std::string kBinary = SHARDTRAIN_BINARY;
+using shardtrain::testing::kBinary;
 
 Result run(const std::string& args) {
   return shardtrain::testing::run_command(kBinary + " " + args);

@@ -12,9 +12,9 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/dist_env.h"
 #include "dist/nccl_build_version.h"
 #include "dist/nccl_comm.h"
-#include "dist/dist_env.h"
 #include "dist/worker_env.h"
 #include "io/atomic_file.h"
 #include "launch/doctor/check_result.h"
@@ -168,13 +168,13 @@ int run_doctor(const DoctorArgs& args) {
 }  // namespace
 
 void add_doctor_command(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<DoctorArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "doctor",
+  const auto [cmd, args] = add_command<DoctorArgs>(
+      app, exit_code, "doctor",
       "Check whether this node can train (GPUs, driver, NCCL, net plugin, EFA/IB, shm, memlock, "
       "disk, rendezvous, clock): one PASS/WARN/FAIL line per check with what to do; exit 0 when "
       "nothing fails, 1 when something does. Under `shardtrain launch ... -- doctor --nccl-test` "
-      "it measures the cluster. See docs/doctor.md");
+      "it measures the cluster. See docs/doctor.md",
+      run_doctor);
   cmd->add_flag("--json", args->json,
                 "print one JSON object {ok, checks: [{name, status, detail, hint}]}");
   cmd->add_option("--expect-transport", args->expect_transport,
@@ -206,7 +206,6 @@ void add_doctor_command(CLI::App& app, int& exit_code) {
                   "without GPUs)")
       ->check(CLI::IsMember({"cuda", "cpu"}));
   cmd->add_option("--nccl-test-report", args->report_path)->group("");  // internal re-exec
-  cmd->callback([args, &exit_code] { exit_code = run_doctor(*args); });
 }
 
 }  // namespace shardtrain::cli

@@ -96,9 +96,9 @@ int run_eval(const EvalArgs& args) {
 }  // namespace
 
 void add_eval_command(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<EvalArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "eval", "Mean next-token cross-entropy of a Hugging Face checkpoint on a dataset");
+  const auto [cmd, args] = add_command<EvalArgs>(
+      app, exit_code, "eval",
+      "Mean next-token cross-entropy of a Hugging Face checkpoint on a dataset", run_eval);
   cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint dir")->required();
   cmd->add_option("--data", args->data_path,
                   "what train reads: token file (.bin), JSONL with input_ids, or raw examples "
@@ -124,7 +124,6 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "evaluate only the first N sequences (0 = all)");
   cmd->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->callback([args, &exit_code] { exit_code = run_eval(*args); });
 }
 
 }  // namespace shardtrain::cli

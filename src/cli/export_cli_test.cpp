@@ -20,14 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Result = shardtrain::testing::CommandResult;
-const std::string kBinary = SHARDTRAIN_BINARY;
+using shardtrain::testing::kBinary;
 
-std::string read(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using shardtrain::testing::read_text;
 
 class ExportCliTest : public ::testing::Test {
  protected:
@@ -69,23 +64,23 @@ TEST_F(ExportCliTest, RelativeRunExportsFromElsewhereWithItsTemplateAndChats) {
   ASSERT_EQ(train.exit_code, 0) << train.output;
   const std::string chatml = shardtrain::builtin_chat_template_jinja(
       shardtrain::ChatTemplate::kChatml, shardtrain::ChatTokens{});
-  EXPECT_EQ(read(dir_ / "work" / "out" / "chat_template.jinja"), chatml);
+  EXPECT_EQ(read_text(dir_ / "work" / "out" / "chat_template.jinja"), chatml);
 
   const std::string checkpoint = (dir_ / "work" / "ckpt").string();
   Result exported = run_in("elsewhere", "export " + checkpoint + " --out exported");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   EXPECT_NE(exported.output.find("with tokenizer files"), std::string::npos) << exported.output;
-  EXPECT_EQ(read(dir_ / "elsewhere" / "exported" / "tokenizer.json"),
-            read(dir_ / "work" / "model" / "tokenizer.json"));
-  EXPECT_EQ(read(dir_ / "elsewhere" / "exported" / "chat_template.jinja"), chatml);
+  EXPECT_EQ(read_text(dir_ / "elsewhere" / "exported" / "tokenizer.json"),
+            read_text(dir_ / "work" / "model" / "tokenizer.json"));
+  EXPECT_EQ(read_text(dir_ / "elsewhere" / "exported" / "chat_template.jinja"), chatml);
 
   // --tokenizer DIR: that dir's files instead of the run's.
   shardtrain::testing::write_tiny_tokenizer(dir_ / "other");
   Result other = run_in("elsewhere", "export " + checkpoint + " --out exported2 --tokenizer " +
                                          (dir_ / "other").string());
   ASSERT_EQ(other.exit_code, 0) << other.output;
-  EXPECT_EQ(read(dir_ / "elsewhere" / "exported2" / "tokenizer_config.json"),
-            read(dir_ / "other" / "tokenizer_config.json"));
+  EXPECT_EQ(read_text(dir_ / "elsewhere" / "exported2" / "tokenizer_config.json"),
+            read_text(dir_ / "other" / "tokenizer_config.json"));
   const std::string missing = (dir_ / "no_such_dir").string();
   Result bad =
       run_in("elsewhere", "export " + checkpoint + " --out exported3 --tokenizer " + missing);

@@ -29,9 +29,9 @@ int run_export(const ExportArgs& args) {
 }  // namespace
 
 void add_export_command(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<ExportArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "export", "Write a Hugging Face model dir from a sharded training checkpoint");
+  const auto [cmd, args] = add_command<ExportArgs>(
+      app, exit_code, "export", "Write a Hugging Face model dir from a sharded training checkpoint",
+      run_export);
   cmd->add_option("checkpoint", args->checkpoint,
                   "a step_XXXXXXXX checkpoint, or a checkpoint dir (its newest complete one)")
       ->required();
@@ -45,7 +45,6 @@ void add_export_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokenizer", args->tokenizer,
                   "copy the tokenizer files from this dir (default: the run's data.tokenizer or "
                   "model.path)");
-  cmd->callback([args, &exit_code] { exit_code = run_export(*args); });
 }
 
 }  // namespace shardtrain::cli

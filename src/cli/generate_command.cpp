@@ -154,9 +154,9 @@ int run_generate(const GenerateArgs& args) {
 }  // namespace
 
 void add_generate_command(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "generate", "Continue a prompt with a Hugging Face checkpoint (greedy or top-p sampling)");
+  const auto [cmd, args] = add_command<GenerateArgs>(
+      app, exit_code, "generate",
+      "Continue a prompt with a Hugging Face checkpoint (greedy or top-p sampling)", run_generate);
   cmd->add_option("--model", args->model_dir, "checkpoint dir with tokenizer.json")->required();
   cmd->add_option("--prompt", args->prompt, "text to continue")->required();
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate at most")
@@ -172,7 +172,6 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--system", args->system, "with --chat: a system message before the prompt");
   cmd->add_option("--device", args->device, "cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  cmd->callback([args, &exit_code] { exit_code = run_generate(*args); });
 }
 
 }  // namespace shardtrain::cli

@@ -15,19 +15,14 @@ namespace {
 namespace fs = std::filesystem;
 using testing::run_command;
 
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 TEST(K8sCliTest, CommittedExamplesEqualWhatTheCommandRendersNow) {
   const fs::path examples = fs::path(SHARDTRAIN_SOURCE_DIR) / "deploy/examples";
   int checked = 0;
   for (const auto& entry : fs::directory_iterator(examples)) {
     if (entry.path().extension() != ".yaml") continue;
-    const std::string text = read_all(entry.path());
+    const std::string text = read_text(entry.path());
     const std::string prefix = "# shardtrain ";
     ASSERT_EQ(text.rfind(prefix + "k8s ", 0), 0u) << entry.path() << " must start with the command";
     const size_t end_of_header = text.find('\n');

@@ -5,7 +5,6 @@
 // (no GPU needed; implies --device cuda) also a fits / does not fit verdict per strategy and
 // activation-checkpointing mode and the smallest setting that fits (train/memory_fit.h).
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,10 +15,10 @@
 #include "core/error.h"
 #include "fsdp/fsdp_strategy.h"
 #include "fsdp/shard_plan.h"
-#include "model/hf_config.h"
 #include "model/llama_model.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
+#include "train/job_model_config.h"
 #include "train/memory_fit.h"
 #include "train/train_config.h"
 
@@ -151,15 +150,7 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
   if (world % local_world != 0) {
     fail("--local-world-size {} must divide --world-size {}", local_world, world);
   }
-  const std::string config_json =
-      (std::filesystem::path(config.model.path) / "config.json").string();
-  if (!std::filesystem::exists(config_json)) {
-    fail(
-        "model.path {} has no config.json; HINT: point model.path at a Hugging Face checkpoint "
-        "dir",
-        config.model.path);
-  }
-  const ModelConfig model_config = read_hf_config(config_json);
+  const ModelConfig model_config = read_job_model_config(config);
   const ParamLayout layout = make_param_layout(model_config);
   const std::string device =
       !args.device.empty() ? args.device : (args.gpu_memory.empty() ? config.train.device : "cuda");
@@ -185,9 +176,9 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
 }  // namespace
 
 void add_plan_command(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "plan", "Print the per-rank memory of each FSDP strategy for a job, before running it");
+  const auto [cmd, args] = add_command<PlanArgs>(
+      app, exit_code, "plan",
+      "Print the per-rank memory of each FSDP strategy for a job, before running it", run_plan);
   cmd->add_option("--config", args->config_paths, "TOML job config; repeat to layer several")
       ->allow_extra_args(false)
       ->required()
@@ -202,7 +193,6 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--device", args->device, "compute device to plan for (default train.device)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->allow_extras();
-  cmd->callback([cmd, args, &exit_code] { exit_code = run_plan(*args, cmd->remaining()); });
 }
 
 }  // namespace shardtrain::cli

@@ -25,7 +25,7 @@ namespace shardtrain {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kBinary = SHARDTRAIN_BINARY;
+using testing::kBinary;
 
 using Result = shardtrain::testing::CommandResult;
 
@@ -41,22 +41,13 @@ const char* const kChat =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
     "\"content\": \"Hi!\"}, {\"role\": \"assistant\", \"content\": \"Hello.\"}]}\n";
 
-class PrepareCliTest : public ::testing::Test {
+class PrepareCliTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() /
-           ("shardtrain_prepare_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     tiny_ = testing::write_tiny_tokenizer(dir_ / "tiny");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name), std::ios::binary | std::ios::trunc) << text;
-    return path(name);
-  }
   // Runs prepare on `lines` (repeated `copies` times) and checks success and the token file.
   void expect_prepares(const std::string& tokenizer, const std::string& name,
                        const std::string& lines, const std::string& format) {
@@ -85,7 +76,6 @@ class PrepareCliTest : public ::testing::Test {
     return "prepare --tokenizer " + tiny_ + " --data " + data + " --out " + path("out.bin");
   }
 
-  fs::path dir_;
   std::string tiny_;
 };
 

@@ -8,13 +8,22 @@
 #include "data/prepare.h"
 
 namespace shardtrain::cli {
+namespace {
+
+int run_prepare(const PrepareOptions& options) {
+  const PrepareReport report = prepare_dataset(options);
+  std::fputs(format_report(report).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
 
 void add_prepare_command(CLI::App& app, int& exit_code) {
-  auto options = std::make_shared<PrepareOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "prepare",
+  const auto [cmd, options] = add_command<PrepareOptions>(
+      app, exit_code, "prepare",
       "Tokenize a JSONL dataset (text, prompt/completion, alpaca or chat lines) on all cores and "
-      "pack it into fixed-length sequences in a token file for training (docs/data.md)");
+      "pack it into fixed-length sequences in a token file for training (docs/data.md)",
+      run_prepare);
   cmd->add_option("--tokenizer", options->tokenizer_path,
                   "tokenizer.json, or a model directory containing it (and tokenizer_config.json)")
       ->required();
@@ -60,11 +69,6 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
                   "tokenizer threads; 0 = all cores (the output does not depend on it)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->callback([options, &exit_code] {
-    const PrepareReport report = prepare_dataset(*options);
-    std::fputs(format_report(report).c_str(), stdout);
-    exit_code = 0;
-  });
 }
 
 }  // namespace shardtrain::cli

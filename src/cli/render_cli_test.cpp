@@ -17,7 +17,7 @@ namespace shardtrain {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kBinary = SHARDTRAIN_BINARY;
+using testing::kBinary;
 const fs::path kRoot = fs::path(SHARDTRAIN_SOURCE_DIR) / "tests" / "chat_template";
 
 shardtrain::testing::CommandResult run(const std::string& args) {
@@ -51,14 +51,8 @@ TEST(RenderCli, StdoutEqualsTransformersGoldens) {
   }
 }
 
-class RenderCliErrors : public ::testing::Test {
+class RenderCliErrors : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("shardtrain_render_cli_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   void write_template(const std::string& source) {
     std::ofstream(dir_ / "tokenizer_config.json")
         << nlohmann::json{{"chat_template", source}}.dump();
@@ -67,7 +61,6 @@ class RenderCliErrors : public ::testing::Test {
     std::ofstream(dir_ / "in.jsonl") << input;
     return run("render --tokenizer " + dir_.string() + " < " + (dir_ / "in.jsonl").string());
   }
-  fs::path dir_;
 };
 
 TEST_F(RenderCliErrors, RaiseExceptionNamesFileLineColumnAndConversation) {

@@ -84,18 +84,17 @@ int run_render(const RenderArgs& args) {
 }  // namespace
 
 void add_render_command(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<RenderArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "render",
+  const auto [cmd, args] = add_command<RenderArgs>(
+      app, exit_code, "render",
       "Render chat JSONL {\"messages\": ...} from stdin with the model's own chat template; "
-      "print one JSON string per line (transformers' apply_chat_template, tokenize=False)");
+      "print one JSON string per line (transformers' apply_chat_template, tokenize=False)",
+      run_render);
   cmd->add_option("--tokenizer", args->tokenizer_path,
                   "model directory (or tokenizer.json) whose tokenizer_config.json has the "
                   "chat_template")
       ->required();
   cmd->add_flag("--add-generation-prompt", args->add_generation_prompt,
                 "end with the assistant header, as for generation");
-  cmd->callback([args, &exit_code] { exit_code = run_render(*args); });
 }
 
 }  // namespace shardtrain::cli

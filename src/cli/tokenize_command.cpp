@@ -55,17 +55,16 @@ int run_tokenize(const TokenizeArgs& args) {
 }  // namespace
 
 void add_tokenize_command(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<TokenizeArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "tokenize",
+  const auto [cmd, args] = add_command<TokenizeArgs>(
+      app, exit_code, "tokenize",
       "Tokenize JSONL {\"text\": ...} lines from stdin; print one JSON array of ids "
-      "per line");
+      "per line",
+      run_tokenize);
   cmd->add_option("--tokenizer", args->tokenizer_path,
                   "tokenizer.json, or a model directory containing it")
       ->required();
   cmd->add_flag("--add-special-tokens", args->add_special_tokens,
                 "add BOS/EOS as the tokenizer's post-processor says (default: none)");
-  cmd->callback([args, &exit_code] { exit_code = run_tokenize(*args); });
 }
 
 }  // namespace shardtrain::cli

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <system_error>
 
@@ -281,6 +282,17 @@ Value convert_node(const toml::node& node, const Entry& entry, const std::string
   }
 }
 
+// `raw` as a number of type T (with an optional leading '+', as TOML writes it), or nullopt when
+// it is not one, whole.
+template <typename T>
+std::optional<T> parse_number(const std::string& raw) {
+  T parsed = 0;
+  const char* begin = raw.data() + (raw.rfind('+', 0) == 0 ? 1 : 0);
+  const auto [end, ec] = std::from_chars(begin, raw.data() + raw.size(), parsed);
+  if (raw.empty() || ec != std::errc() || end != raw.data() + raw.size()) return std::nullopt;
+  return parsed;
+}
+
 }  // namespace
 
 void ConfigSchema::load_toml_file(const std::string& path) {
@@ -349,19 +361,15 @@ void ConfigSchema::apply_override(const std::string& assignment) {
   Value value;
   switch (entry->target.index()) {
     case 0: {
-      int64_t parsed = 0;
-      const char* begin = raw.data() + (raw.rfind('+', 0) == 0 ? 1 : 0);
-      const auto [end, ec] = std::from_chars(begin, raw.data() + raw.size(), parsed);
-      if (raw.empty() || ec != std::errc() || end != raw.data() + raw.size()) wrong_type();
-      value = parsed;
+      const std::optional<int64_t> parsed = parse_number<int64_t>(raw);
+      if (!parsed) wrong_type();
+      value = *parsed;
       break;
     }
     case 1: {
-      double parsed = 0;
-      const char* begin = raw.data() + (raw.rfind('+', 0) == 0 ? 1 : 0);
-      const auto [end, ec] = std::from_chars(begin, raw.data() + raw.size(), parsed);
-      if (raw.empty() || ec != std::errc() || end != raw.data() + raw.size()) wrong_type();
-      value = parsed;
+      const std::optional<double> parsed = parse_number<double>(raw);
+      if (!parsed) wrong_type();
+      value = *parsed;
       break;
     }
     case 2:

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 
 namespace shardtrain {
 namespace {
@@ -33,15 +34,14 @@ void register_settings(ConfigSchema& schema, Settings& s) {
   schema.add("data.seq_len", &s.seq_len, "tokens per sequence");
 }
 
-class ConfigTest : public ::testing::Test {
+using testing::error_of;
+
+class ConfigTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shardtrain_config_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir_);
+    TempDirTest::SetUp();
     register_settings(schema_, settings_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string write_file(const std::string& name, const std::string& contents) {
     const std::string path = (dir_ / name).string();
@@ -49,18 +49,6 @@ class ConfigTest : public ::testing::Test {
     return path;
   }
 
-  // The Error message of `action`, or "" if it did not throw.
-  template <typename F>
-  static std::string error_of(F&& action) {
-    try {
-      action();
-    } catch (const Error& error) {
-      return error.what();
-    }
-    return "";
-  }
-
-  std::filesystem::path dir_;
   Settings settings_;
   ConfigSchema schema_;
 };

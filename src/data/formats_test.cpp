@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "data/chat_template.h"
 #include "data/rendered_document.h"
 #include "data/testing/real_tokenizers.h"
@@ -24,21 +25,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::error_of;
 
 const Tokenizer& tiny() {
   static const Tokenizer tokenizer =
       Tokenizer::from_json_text(testing::tiny_tokenizer_json().dump(), "tiny.json");
   return tokenizer;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 // The decoded text of the tokens whose mask is `trained` (specials kept).
@@ -119,7 +111,7 @@ TEST(ChatTemplate, BadConversationsAreRejected) {
   EXPECT_EQ(error_of([&] {
               render_chat(ChatTemplate::kChatml, tokens, {{"user", "a"}}, true);
             }),
-            "(no error)");
+            "");
   EXPECT_NE(error_of([&] {
               render_chat(ChatTemplate::kLlama2, tokens_for(ChatTemplate::kLlama2),
                           {{"user", "a"}, {"user", "b"}, {"assistant", "c"}}, false);

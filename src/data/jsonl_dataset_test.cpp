@@ -15,15 +15,8 @@ namespace {
 
 using testing::error_of;
 
-class JsonlDatasetTest : public ::testing::Test {
+class JsonlDatasetTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shardtrain_jsonl_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::string write(const std::string& contents, const std::string& name = "d.jsonl") {
     const std::string path = (dir_ / name).string();
     std::ofstream(path, std::ios::binary) << contents;
@@ -34,8 +27,6 @@ class JsonlDatasetTest : public ::testing::Test {
     const std::string path = write(contents);
     return error_of([&] { JsonlDataset dataset(path, 4, 0); });
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(JsonlDatasetTest, PadsTruncatesAndKeepsLabels) {

@@ -8,14 +8,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "data/token_file.h"
 #include "data/tokenizer_files.h"
 #include "io/atomic_file.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 namespace {
@@ -43,13 +42,6 @@ class Fnv1a {
  private:
   uint64_t hash_ = 0xcbf29ce484222325ull;
 };
-
-std::string file_contents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // Holds an exclusive flock on a lock file for its lifetime.
 class FileLock {
@@ -109,8 +101,8 @@ std::string prepare_cache_key(const PrepareOptions& options) {
   hash.add(data.string());
   hash.add(std::to_string(size));
   hash.add(std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(mtime).count()));
-  hash.add(file_contents(files.tokenizer_json));
-  hash.add(files.config_json.empty() ? "" : file_contents(files.config_json));
+  hash.add(read_file(files.tokenizer_json));
+  hash.add(files.config_json.empty() ? "" : read_file(files.config_json));
   hash.add(files.chat_template);  // also covers chat_template.jinja
   for (const std::string& setting :
        {std::to_string(options.seq_len), options.format, options.chat_template, options.overlong,

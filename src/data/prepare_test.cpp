@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "data/dataset.h"
 #include "data/prepare_cache.h"
 #include "data/sampler.h"
@@ -22,22 +23,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class PrepareTest : public ::testing::Test {
+class PrepareTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() / ("shardtrain_prepare_test_" + std::to_string(getpid()) +
-                                        "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     tokenizer_ = testing::write_tiny_tokenizer(dir_ / "tokenizer");
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-    return path;
-  }
   PrepareOptions options(const std::string& data) const {
     PrepareOptions out;
     out.tokenizer_path = tokenizer_;
@@ -55,14 +47,7 @@ class PrepareTest : public ::testing::Test {
     }
     return "(no error)";
   }
-  static std::string bytes_of(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
 
-  fs::path dir_;
   std::string tokenizer_;
 };
 
@@ -87,7 +72,7 @@ TEST_F(PrepareTest, OutputIsIdenticalWithOneOrFourThreads) {
   four.out_path = (dir_ / "four.bin").string();
   const PrepareReport report = prepare_dataset(one);
   prepare_dataset(four);
-  EXPECT_EQ(bytes_of(one.out_path), bytes_of(four.out_path));
+  EXPECT_EQ(testing::read_text(one.out_path), testing::read_text(four.out_path));
   EXPECT_EQ(report.format, "chat");
   // The tiny tokenizer_config.json's own (ChatML) chat_template renders the chats.
   EXPECT_EQ(report.chat_template.rfind("the model's own, from ", 0), 0u) << report.chat_template;
@@ -184,7 +169,7 @@ TEST_F(PrepareTest, ModelTemplateAndBuiltInChatmlGiveTheSameTokensAndMasks) {
   builtin.out_path = (dir_ / "builtin.bin").string();
   prepare_dataset(own);
   prepare_dataset(builtin);
-  EXPECT_EQ(bytes_of(own.out_path), bytes_of(builtin.out_path));
+  EXPECT_EQ(testing::read_text(own.out_path), testing::read_text(builtin.out_path));
 }
 
 TEST_F(PrepareTest, WholeDatasetProblems) {

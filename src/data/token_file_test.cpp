@@ -17,31 +17,17 @@ namespace {
 
 using testing::error_of;
 
-class TokenFileTest : public ::testing::Test {
+class TokenFileTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shardtrain_token_file_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::string read_bytes(const std::string& file) const {
-    std::ifstream in(file, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
   void write_bytes(const std::string& file, const std::string& bytes) const {
     std::ofstream(file, std::ios::binary) << bytes;
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(TokenFileTest, WritesTheDocumentedLayout) {
   const std::vector<uint32_t> tokens = {1, 258, 0x01020304};
   write_token_file(path("a.bin"), tokens);
-  const std::string bytes = read_bytes(path("a.bin"));
+  const std::string bytes = testing::read_text(path("a.bin"));
   ASSERT_EQ(bytes.size(), 32u + 12u);
   EXPECT_EQ(bytes.substr(0, 8), "SHTOKENS");
   const std::string expected_rest(
@@ -61,7 +47,7 @@ TEST_F(TokenFileTest, RoundTripWithMask) {
   const std::vector<uint32_t> tokens = {5, 6, 7, 8};
   const std::vector<uint8_t> mask = {0, 1, 7, 0};  // nonzero is written as 1
   write_token_file(path("m.bin"), tokens, mask);
-  const std::string bytes = read_bytes(path("m.bin"));
+  const std::string bytes = testing::read_text(path("m.bin"));
   ASSERT_EQ(bytes.size(), 32u + 16u + 4u);
   EXPECT_EQ(bytes[12], '\x01') << "flags bit 0";
   EXPECT_EQ(bytes.substr(48), std::string("\x00\x01\x01\x00", 4));
@@ -86,7 +72,7 @@ TEST_F(TokenFileTest, RewriteReplacesAtomically) {
 
 TEST_F(TokenFileTest, TruncatedFileNamesExpectedAndActualSize) {
   write_token_file(path("t.bin"), std::vector<uint32_t>{1, 2, 3, 4});
-  std::string bytes = read_bytes(path("t.bin"));
+  std::string bytes = testing::read_text(path("t.bin"));
   write_bytes(path("t.bin"), bytes.substr(0, bytes.size() - 3));
   const std::string message = error_of([&] { TokenFile file(path("t.bin")); });
   EXPECT_NE(message.find(path("t.bin")), std::string::npos) << message;
@@ -97,7 +83,7 @@ TEST_F(TokenFileTest, TruncatedFileNamesExpectedAndActualSize) {
 
 TEST_F(TokenFileTest, TruncatedMaskIsCaught) {
   write_token_file(path("t.bin"), std::vector<uint32_t>{1, 2}, std::vector<uint8_t>{1, 1});
-  std::string bytes = read_bytes(path("t.bin"));
+  std::string bytes = testing::read_text(path("t.bin"));
   write_bytes(path("t.bin"), bytes.substr(0, bytes.size() - 1));
   EXPECT_NE(error_of([&] { TokenFile file(path("t.bin")); }).find("requires 42 bytes"),
             std::string::npos);
@@ -112,7 +98,7 @@ TEST_F(TokenFileTest, HeaderOnlyPartIsTooSmall) {
 
 TEST_F(TokenFileTest, WrongMagic) {
   write_token_file(path("w.bin"), std::vector<uint32_t>{1});
-  std::string bytes = read_bytes(path("w.bin"));
+  std::string bytes = testing::read_text(path("w.bin"));
   bytes.replace(0, 8, "GGUF\x03\x00\x00\x00", 8);
   write_bytes(path("w.bin"), bytes);
   const std::string message = error_of([&] { TokenFile file(path("w.bin")); });
@@ -123,7 +109,7 @@ TEST_F(TokenFileTest, WrongMagic) {
 
 TEST_F(TokenFileTest, WrongVersionFlagsReserved) {
   write_token_file(path("v.bin"), std::vector<uint32_t>{1});
-  const std::string good = read_bytes(path("v.bin"));
+  const std::string good = testing::read_text(path("v.bin"));
   std::string bytes = good;
   bytes[8] = 3;
   write_bytes(path("v.bin"), bytes);
@@ -144,7 +130,7 @@ TEST_F(TokenFileTest, WrongVersionFlagsReserved) {
 TEST_F(TokenFileTest, Version2RecordsThePackedSequenceLength) {
   const std::vector<uint32_t> tokens = {5, 6, 7, 8};
   write_token_file(path("p.bin"), tokens, {}, /*packed_seq_len=*/2);
-  const std::string bytes = read_bytes(path("p.bin"));
+  const std::string bytes = testing::read_text(path("p.bin"));
   EXPECT_EQ(bytes[8], 2) << "version 2";
   EXPECT_EQ(bytes[24], 2) << "packed_seq_len at offset 24";
   const TokenFile file(path("p.bin"));
@@ -153,7 +139,7 @@ TEST_F(TokenFileTest, Version2RecordsThePackedSequenceLength) {
   EXPECT_EQ(file.tokens()[3], 8u);
   // An old (version 1) file still loads and records nothing.
   write_token_file(path("old.bin"), tokens);
-  EXPECT_EQ(read_bytes(path("old.bin"))[8], 1);
+  EXPECT_EQ(testing::read_text(path("old.bin"))[8], 1);
   EXPECT_EQ(TokenFile(path("old.bin")).packed_seq_len(), 0u);
 }
 
@@ -162,7 +148,7 @@ TEST_F(TokenFileTest, EmptyFileAndZeroTokens) {
   EXPECT_NE(error_of([&] { TokenFile f(path("e.bin")); }).find("the file is empty"),
             std::string::npos);
   write_token_file(path("z.bin"), std::vector<uint32_t>{1});
-  std::string bytes = read_bytes(path("z.bin")).substr(0, 32);
+  std::string bytes = testing::read_text(path("z.bin")).substr(0, 32);
   bytes[16] = 0;  // n_tokens = 0
   write_bytes(path("z.bin"), bytes);
   EXPECT_NE(error_of([&] { TokenFile f(path("z.bin")); }).find("contains no tokens"),
@@ -171,7 +157,7 @@ TEST_F(TokenFileTest, EmptyFileAndZeroTokens) {
 
 TEST_F(TokenFileTest, HugeTokenCountDoesNotOverflow) {
   write_token_file(path("o.bin"), std::vector<uint32_t>{1});
-  std::string bytes = read_bytes(path("o.bin"));
+  std::string bytes = testing::read_text(path("o.bin"));
   std::memset(bytes.data() + 16, 0xff, 8);
   write_bytes(path("o.bin"), bytes);
   EXPECT_NE(error_of([&] { TokenFile f(path("o.bin")); }).find("header is corrupt"),

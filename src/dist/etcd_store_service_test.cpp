@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "dist/etcd_store.h"
 #include "dist/etcd_store_test_server.h"
 
@@ -21,15 +22,12 @@ using Clock = std::chrono::steady_clock;
 using testing::free_loopback_port;
 
 // One etcd process for the whole suite.
-class EtcdStoreTest : public ::testing::Test {
+class EtcdStoreTest : public testing::EtcdSuiteTest {
  protected:
-  static void SetUpTestSuite() { server_.start(); }
-  static void TearDownTestSuite() { server_.stop(); }
-
   void SetUp() override {
-    if (!server_.found()) GTEST_SKIP() << "etcd not found: install etcd-server (scripts/setup.sh)";
-    ASSERT_TRUE(server_.healthy()) << "etcd did not become healthy; see " << server_.log();
-    port_ = server_.port();
+    EtcdSuiteTest::SetUp();
+    if (skipped_or_failed()) return;
+    port_ = etcd_.port();
   }
 
   // A store scoped to this test, so tests do not see each other's keys.
@@ -39,7 +37,6 @@ class EtcdStoreTest : public ::testing::Test {
                                        std::string("/test/") + test->name() + "/", options);
   }
 
-  static inline testing::EtcdTestServer server_;
   static inline int port_ = 0;
 };
 
@@ -64,13 +61,9 @@ TEST_F(EtcdStoreTest, SetGetTryGetRemove) {
 
 TEST_F(EtcdStoreTest, ConcurrentAddIsExact) {
   auto store = make_store();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < 25; ++i) store->add("counter", 1);
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  testing::run_threads(4, [&](int) {
+    for (int i = 0; i < 25; ++i) store->add("counter", 1);
+  });
   EXPECT_EQ(store->add("counter", 0), 100);
   EXPECT_EQ(store->add("counter", -7), 93);
   EXPECT_EQ(store->get("counter", 1s), "93");

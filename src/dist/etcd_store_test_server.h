@@ -1,8 +1,10 @@
 // A real etcd server for tests (header-only; tests only): Debian's `etcd-server` binary,
 // started on free loopback ports with a temporary data dir, stopped (and the dir removed) by
-// stop(). Tests skip visibly when the binary is absent (scripts/setup.sh installs it).
+// stop(). Tests skip visibly when the binary is absent (scripts/setup.sh installs it);
+// EtcdSuiteTest is the fixture that does so.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -129,6 +131,23 @@ class EtcdTestServer {
   int port_ = 0;
   bool healthy_ = false;
   std::string data_dir_;
+};
+
+// A fixture with one etcd, `etcd_`, for the whole suite: each test skips visibly when etcd is
+// not installed and fails when it did not come up. A fixture that overrides SetUp calls
+// EtcdSuiteTest::SetUp() first and returns when that skipped or failed.
+class EtcdSuiteTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { etcd_.start(); }
+  static void TearDownTestSuite() { etcd_.stop(); }
+
+  void SetUp() override {
+    if (!etcd_.found()) GTEST_SKIP() << "etcd not found: install etcd-server (scripts/setup.sh)";
+    ASSERT_TRUE(etcd_.healthy()) << "etcd did not become healthy; see " << etcd_.log();
+  }
+  bool skipped_or_failed() const { return IsSkipped() || HasFatalFailure(); }
+
+  static inline EtcdTestServer etcd_;
 };
 
 }  // namespace shardtrain::testing

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "dist/tcp_store_wire.h"
 
 namespace shardtrain {
@@ -18,6 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using Ms = Store::Duration;
+using testing::error_of;
 
 const std::string kSecret = "tcp-store-test-secret-0123456789";
 
@@ -41,17 +43,6 @@ int raw_member_connection(const TcpStoreServer& server) {
             tcp_store_wire::ReadResult::kOk);
   EXPECT_EQ(response, std::string(1, static_cast<char>(tcp_store_wire::Status::kOk)));
   return fd;
-}
-
-// Runs `fn` and returns the Error message it throws ("" if none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(TcpStore, ServerPicksFreePortWhenZero) {
@@ -102,14 +93,10 @@ TEST(TcpStore, AddIsAtomicAcrossEightThreads) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   constexpr int kThreads = 8;
   constexpr int kAddsPerThread = 200;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      auto client = connect(server);
-      for (int i = 0; i < kAddsPerThread; ++i) client->add("counter", t + 1);
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing::run_threads(kThreads, [&](int t) {
+    auto client = connect(server);
+    for (int i = 0; i < kAddsPerThread; ++i) client->add("counter", t + 1);
+  });
   auto client = connect(server);
   // sum over t of (t + 1) * 200 = 36 * 200
   EXPECT_EQ(client->add("counter", 0), 7200);
@@ -120,13 +107,9 @@ TEST(TcpStore, AddIsAtomicAcrossEightThreads) {
 TEST(TcpStore, SharedClientIsThreadSafe) {
   TcpStoreServer server("127.0.0.1", 0, kSecret);
   auto client = connect(server);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < 100; ++i) client->add("shared", 1);
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing::run_threads(8, [&](int) {
+    for (int i = 0; i < 100; ++i) client->add("shared", 1);
+  });
   EXPECT_EQ(client->add("shared", 0), 800);
 }
 

@@ -42,7 +42,8 @@ namespace {
 
 uint64_t read_le(std::string_view bytes, int count) {
   uint64_t v = 0;
-  for (int i = 0; i < count; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  for (int i = 0; i < count; ++i)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
   return v;
 }
 
@@ -86,13 +87,13 @@ bool send_all(int fd, std::string_view bytes) {
 namespace {
 
 // Reads exactly `count` bytes into `out`.
-ReadResult read_exact(int fd, char* out, size_t count,
-                      std::optional<Clock::time_point> deadline) {
+ReadResult read_exact(int fd, char* out, size_t count, std::optional<Clock::time_point> deadline) {
   size_t done = 0;
   while (done < count) {
     int wait_ms = -1;
     if (deadline) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
       if (left.count() <= 0) return ReadResult::kTimeout;
       wait_ms = static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
     }
@@ -142,6 +143,28 @@ std::string format_endpoint(const std::string& host, int port) {
   return host + ":" + std::to_string(port);
 }
 
+namespace {
+
+// A socket (SOCK_CLOEXEC) of the first address in the getaddrinfo list `found` for which
+// use(fd, address) succeeds (connects, binds: returns true); the sockets of the addresses before
+// it are closed. -1 when none does, with `error` saying why the last one failed.
+template <typename Use>
+int first_usable_socket(const addrinfo* found, std::string& error, Use use) {
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    if (use(fd, *a)) return fd;
+    error = std::strerror(errno);
+    ::close(fd);
+  }
+  return -1;
+}
+
+}  // namespace
+
 int connect_tcp(const std::string& host, int port, std::string& error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -153,22 +176,13 @@ int connect_tcp(const std::string& host, int port, std::string& error) {
     error = std::string("cannot resolve host '") + host + "': " + ::gai_strerror(rc);
     return -1;
   }
-  int fd = -1;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      error = std::strerror(errno);
-      continue;
-    }
+  const int fd = first_usable_socket(found, error, [](int socket_fd, const addrinfo& address) {
     int rc_connect;
     do {
-      rc_connect = ::connect(fd, a->ai_addr, a->ai_addrlen);
+      rc_connect = ::connect(socket_fd, address.ai_addr, address.ai_addrlen);
     } while (rc_connect < 0 && errno == EINTR);
-    if (rc_connect == 0) break;
-    error = std::strerror(errno);
-    ::close(fd);
-    fd = -1;
-  }
+    return rc_connect == 0;
+  });
   ::freeaddrinfo(found);
   if (fd >= 0) {
     const int one = 1;
@@ -190,32 +204,24 @@ int listen_tcp(const std::string& host, int port, int& bound_port) {
   const int rc = ::getaddrinfo(node, port_text.c_str(), &hints, &found);
   if (rc != 0) fail("cannot resolve '{}' to host the store: {}", endpoint, ::gai_strerror(rc));
   std::string error = "no address";
-  int fd = -1;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      error = std::strerror(errno);
-      continue;
-    }
+  const int fd = first_usable_socket(found, error, [](int socket_fd, const addrinfo& address) {
     const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 512) == 0) break;
-    error = std::strerror(errno);
-    ::close(fd);
-    fd = -1;
-  }
+    ::setsockopt(socket_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    return ::bind(socket_fd, address.ai_addr, address.ai_addrlen) == 0 &&
+           ::listen(socket_fd, 512) == 0;
+  });
   ::freeaddrinfo(found);
   if (fd < 0) {
-    fail("cannot host the store at {}: {}; HINT: is another launcher or program using that port? "
-         "pick another with --rdzv-endpoint / --master-port",
-         endpoint, error);
+    fail(
+        "cannot host the store at {}: {}; HINT: is another launcher or program using that port? "
+        "pick another with --rdzv-endpoint / --master-port",
+        endpoint, error);
   }
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  bound_port = addr.ss_family == AF_INET6
-                   ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                   : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  bound_port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                          : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return fd;
 }
 

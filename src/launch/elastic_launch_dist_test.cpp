@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using testing::BackgroundLauncher;
 
-const std::string kBinary = SHARDTRAIN_BINARY;
+using testing::kBinary;
 
 int free_port() {
   TcpStoreServer probe("127.0.0.1", 0, "port-probe-secret-0123");

@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using testing::BackgroundLauncher;
 
-const std::string kBinary = SHARDTRAIN_BINARY;
+using testing::kBinary;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -42,14 +42,11 @@ int64_t last_generation(const std::string& output) {
   return last;
 }
 
-class ElasticEtcdLaunchTest : public ::testing::Test {
+class ElasticEtcdLaunchTest : public testing::EtcdSuiteTest {
  protected:
-  static void SetUpTestSuite() { etcd_.start(); }
-  static void TearDownTestSuite() { etcd_.stop(); }
-
   void SetUp() override {
-    if (!etcd_.found()) GTEST_SKIP() << "etcd not found: install etcd-server (scripts/setup.sh)";
-    ASSERT_TRUE(etcd_.healthy()) << "etcd did not become healthy; see " << etcd_.log();
+    EtcdSuiteTest::SetUp();
+    if (skipped_or_failed()) return;
     ASSERT_EQ(::access(kBinary.c_str(), X_OK), 0) << "build the shardtrain target first";
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     dir_ = (fs::temp_directory_path() /
@@ -74,7 +71,6 @@ class ElasticEtcdLaunchTest : public ::testing::Test {
   }
   std::string log(const std::string& name) const { return dir_ + "/" + name + ".log"; }
 
-  static inline testing::EtcdTestServer etcd_;
   std::string dir_;
   std::string run_id_;
 };

@@ -26,13 +26,6 @@ namespace shardtrain::testing {
 // before the command; several nodes on the TCP store need one given).
 inline const std::string kTestStoreToken = "PET_RDZV_TOKEN=launch-test-secret-0123456789";
 
-inline std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // `shell_command` run by /bin/sh in the background, in a new process group, with stdout and
 // stderr in `log`. The destructor SIGKILLs the group if the test left it running.
 class BackgroundLauncher {

@@ -26,18 +26,11 @@
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kBinary = SHARDTRAIN_BINARY;
+using shardtrain::testing::kBinary;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
+// A command's result and how long it ran.
+struct Result : shardtrain::testing::CommandResult {
   double seconds = 0;
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(output);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  }
   bool has_line(const std::string& line) const {
     for (const auto& l : lines())
       if (l == line) return true;
@@ -54,19 +47,12 @@ std::string quote(const std::string& s) {
 // Runs `env_prefix shardtrain args` (killed after 25 s, so a hang fails instead of blocking),
 // with the tests' store secret in PET_RDZV_TOKEN unless env_prefix sets it.
 Result run(const std::string& args, const std::string& env_prefix = "") {
-  Result result;
   const auto start = std::chrono::steady_clock::now();
-  const std::string command = shardtrain::testing::kTestStoreToken + " " + env_prefix +
-                              " timeout -s KILL 25 " + kBinary + " " + args + " 2>&1 </dev/null";
-  std::FILE* pipe = popen(command.c_str(), "r");
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return result;
+  shardtrain::testing::CommandResult result = shardtrain::testing::run_command(
+      shardtrain::testing::kTestStoreToken + " " + env_prefix + " timeout -s KILL 25 " + kBinary +
+      " " + args + " </dev/null");
+  return {std::move(result),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
 }
 
 // A loopback port that was free a moment ago.
@@ -75,17 +61,8 @@ int free_port() {
   return probe.port();
 }
 
-class LauncherTest : public ::testing::Test {
+class LauncherTest : public shardtrain::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("shardtrain_launch_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Every pid listed (one per line) in `file`.
   std::vector<pid_t> pids_in(const std::string& file) {
     std::vector<pid_t> out;
@@ -96,8 +73,6 @@ class LauncherTest : public ::testing::Test {
   void expect_all_gone(const std::vector<pid_t>& pids) {
     for (pid_t pid : pids) EXPECT_NE(::kill(pid, 0), 0) << "process " << pid << " still exists";
   }
-
-  fs::path dir_;
 };
 
 TEST_F(LauncherTest, FourWorkersGetTheTorchrunEnvironment) {

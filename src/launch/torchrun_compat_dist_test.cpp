@@ -29,7 +29,7 @@ using shardtrain::testing::BackgroundLauncher;
 using shardtrain::testing::read_text;
 using shardtrain::testing::wait_for_file;
 
-const std::string kBinary = SHARDTRAIN_BINARY;
+using shardtrain::testing::kBinary;
 const std::string kJob = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/pytorch/ddp_job.py";
 
 struct Result {
@@ -83,16 +83,8 @@ const std::string& torch_python() {
   if (torch_python().empty()) \
   GTEST_SKIP() << "no Python with PyTorch (Debian python3-torch): PyTorch workers not tested"
 
-class TorchrunCompatTest : public ::testing::Test {
+class TorchrunCompatTest : public shardtrain::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("shardtrain_torchrun_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string python() const { return "--python " + torch_python() + " "; }
   // The pid rank 0 wrote to `marker` (the job's --marker) once it runs, or -1 after 40 s; the
   // file is removed so that a restarted rank 0 writes it anew.
@@ -106,7 +98,6 @@ class TorchrunCompatTest : public ::testing::Test {
     fs::remove(marker);
     return pid;
   }
-  fs::path dir_;
 };
 
 TEST_F(TorchrunCompatTest, DdpScriptRunsStandaloneWithTwoWorkers) {

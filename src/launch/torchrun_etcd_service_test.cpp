@@ -19,22 +19,21 @@ namespace {
 namespace fs = std::filesystem;
 using testing::BackgroundLauncher;
 
-const std::string kBinary = SHARDTRAIN_BINARY;
+using testing::kBinary;
 const std::string kJob = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/pytorch/ddp_job.py";
 
 bool torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch.distributed as d; "
-                     "assert d.is_gloo_available()' >/dev/null 2>&1") == 0;
+  return std::system(
+             "/usr/bin/python3 -c 'import torch.distributed as d; "
+             "assert d.is_gloo_available()' >/dev/null 2>&1") == 0;
 }
 
-class TorchrunEtcdTest : public ::testing::Test {
+class TorchrunEtcdTest : public testing::EtcdSuiteTest {
  protected:
-  static void SetUpTestSuite() { etcd_.start(); }
-  static void TearDownTestSuite() { etcd_.stop(); }
   void SetUp() override {
-    if (!etcd_.found()) GTEST_SKIP() << "etcd not found: install etcd-server (scripts/setup.sh)";
+    EtcdSuiteTest::SetUp();
+    if (skipped_or_failed()) return;
     if (!torch_available()) GTEST_SKIP() << "no PyTorch (Debian python3-torch): not tested";
-    ASSERT_TRUE(etcd_.healthy()) << "etcd did not become healthy; see " << etcd_.log();
     dir_ = (fs::temp_directory_path() / ("shardtrain_torchrun_etcd_" + std::to_string(::getpid())))
                .string();
     fs::remove_all(dir_);
@@ -43,7 +42,6 @@ class TorchrunEtcdTest : public ::testing::Test {
   void TearDown() override {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
-  static inline testing::EtcdTestServer etcd_;
   std::string dir_;
 };
 
@@ -53,8 +51,8 @@ TEST_F(TorchrunEtcdTest, DdpJobOnTwoAgentsAndAgainWithTheSameRunId) {
     const auto agent = [&](int node) {
       return kBinary + " launch --nnodes 2 --node-rank " + std::to_string(node) +
              " --nproc-per-node 2 --rdzv-backend etcd --rdzv-endpoint 127.0.0.1:" +
-             std::to_string(etcd_.port()) + " --rdzv-id " + run_id +
-             " --python /usr/bin/python3 " + kJob + " --steps 3";
+             std::to_string(etcd_.port()) + " --rdzv-id " + run_id + " --python /usr/bin/python3 " +
+             kJob + " --steps 3";
     };
     const std::string tag = "round" + std::to_string(round);
     BackgroundLauncher node0(agent(0), dir_ + "/" + tag + "_node0.log");
@@ -62,9 +60,11 @@ TEST_F(TorchrunEtcdTest, DdpJobOnTwoAgentsAndAgainWithTheSameRunId) {
     EXPECT_EQ(node0.wait(std::chrono::seconds(90)), 0) << node0.output();
     EXPECT_EQ(node1.wait(std::chrono::seconds(90)), 0) << node1.output();
     EXPECT_NE(node0.output().find("[rank 0] ddp ok rank=0 world=4 restart=0"), std::string::npos)
-        << tag << "\n" << node0.output();
+        << tag << "\n"
+        << node0.output();
     EXPECT_NE(node1.output().find("[rank 3] ddp ok rank=3 world=4 restart=0"), std::string::npos)
-        << tag << "\n" << node1.output();
+        << tag << "\n"
+        << node1.output();
   }
 }
 

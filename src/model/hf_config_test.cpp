@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "model/testing/expect_model_config.h"
 
 namespace shardtrain {
@@ -16,16 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class HfConfigTest : public ::testing::Test {
+class HfConfigTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() / ("shardtrain_hf_config_test_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& text) {
     const std::string path = (dir_ / "config.json").string();
     std::ofstream(path, std::ios::trunc) << text;
@@ -46,8 +39,6 @@ class HfConfigTest : public ::testing::Test {
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
   }
-
-  fs::path dir_;
 };
 
 // TinyLlama-1.1B style: GQA 32 heads over 4 kv heads.

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
@@ -80,22 +81,15 @@ std::vector<std::vector<float>> load(const std::string& dir, const ParamLayout& 
   return units;
 }
 
-class SaveHfTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("shardtrain_save_hf_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class SaveHfTest : public testing::TempDirTest {};
 
 TEST_F(SaveHfTest, Fp32RoundTripGivesIdenticalLogits) {
   const ModelConfig config = tiny_config();
   const ParamLayout layout = make_param_layout(config);
   const auto values = random_units(layout);
   const std::string out = (dir_ / "model").string();
-  save_hf_checkpoint(out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32);
+  save_hf_checkpoint(
+      out, config, layout, [&](int u) { return values[u].data(); }, DType::kF32);
 
   EXPECT_EQ(read_hf_config(out + "/config.json").num_hidden_layers, 2);
   const auto loaded = load(out, layout);
@@ -110,7 +104,8 @@ TEST_F(SaveHfTest, Bf16SaveHoldsRoundedValues) {
   const ParamLayout layout = make_param_layout(config);
   const auto values = random_units(layout);
   const std::string out = (dir_ / "model_bf16").string();
-  save_hf_checkpoint(out, config, layout, [&](int u) { return values[u].data(); }, DType::kBF16);
+  save_hf_checkpoint(
+      out, config, layout, [&](int u) { return values[u].data(); }, DType::kBF16);
   const auto loaded = load(out, layout);
   for (size_t u = 0; u < values.size(); ++u) {
     for (size_t i = 0; i < values[u].size(); ++i) {

@@ -110,6 +110,16 @@ std::vector<std::pair<typename Map::key_type, typename Map::mapped_type>> slowes
   return rows;
 }
 
+// A log table: `title`, then line(key, totals, steps) for each row of `totals`, slowest first;
+// "" when there are no rows or `steps` (the per-step divisor) is still 0.
+template <typename Map, typename Line>
+std::string per_step_table(const Map& totals, double steps, const char* title, Line line) {
+  if (totals.empty() || steps == 0) return "";
+  std::string text = title;
+  for (const auto& [key, t] : slowest_first(totals)) text += line(key, t, steps);
+  return text;
+}
+
 }  // namespace
 
 double ProfiledOps::steps_after_first() const {
@@ -117,30 +127,26 @@ double ProfiledOps::steps_after_first() const {
 }
 
 std::string ProfiledOps::gemm_shape_table() const {
-  const double count = steps_after_first();
-  if (gemm_shapes_.empty() || count == 0) return "";
-  const auto rows = slowest_first(gemm_shapes_);
-  std::string text = "\n  gemm by shape (per step; backward = dx + dweight [+ dbias]):";
-  for (const auto& [key, t] : rows) {
-    const auto& [backward, tokens, in, out] = key;
-    text += fmt::format(
-        "\n    {:<8} {:>6} x {:>6} -> {:>6} {:>8.1f} calls {:>9.2f} ms {:>6.0f} TFLOP/s",
-        backward ? "backward" : "forward", tokens, in, out, static_cast<double>(t.calls) / count,
-        t.seconds / count * 1e3, t.seconds > 0 ? t.flops / t.seconds / 1e12 : 0.0);
-  }
-  return text;
+  return per_step_table(
+      gemm_shapes_, steps_after_first(),
+      "\n  gemm by shape (per step; backward = dx + dweight [+ dbias]):",
+      [](const auto& key, const auto& t, double count) {
+        const auto& [backward, tokens, in, out] = key;
+        return fmt::format(
+            "\n    {:<8} {:>6} x {:>6} -> {:>6} {:>8.1f} calls {:>9.2f} ms {:>6.0f} TFLOP/s",
+            backward ? "backward" : "forward", tokens, in, out,
+            static_cast<double>(t.calls) / count, t.seconds / count * 1e3,
+            t.seconds > 0 ? t.flops / t.seconds / 1e12 : 0.0);
+      });
 }
 
 std::string ProfiledOps::op_name_table() const {
-  const double count = steps_after_first();
-  if (op_names_.empty() || count == 0) return "";
-  const auto rows = slowest_first(op_names_);
-  std::string text = "\n  by op (per step):";
-  for (const auto& [name, t] : rows) {
-    text += fmt::format("\n    {:<34} {:>8.1f} calls {:>9.2f} ms", name,
-                        static_cast<double>(t.calls) / count, t.seconds / count * 1e3);
-  }
-  return text;
+  return per_step_table(op_names_, steps_after_first(),
+                        "\n  by op (per step):", [](const auto& name, const auto& t, double count) {
+                          return fmt::format("\n    {:<34} {:>8.1f} calls {:>9.2f} ms", name,
+                                             static_cast<double>(t.calls) / count,
+                                             t.seconds / count * 1e3);
+                        });
 }
 
 template <typename Op>

@@ -36,8 +36,8 @@ namespace fs = std::filesystem;
 using testing::CommandResult;
 using testing::run_command;
 
-const std::string kBinary = SHARDTRAIN_BINARY;
-const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
+using testing::kBinary;
+using testing::kGolden;
 
 using testing::entry_f32;
 using testing::GoldenModel;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "model/llama_model.h"
 
 namespace shardtrain {
@@ -83,27 +84,21 @@ TEST(MemoryFit, TheTrainerNamesTheSettingThatFits) {
   const MemoryJob job{shape("qwen2.5-1.5b"), 1, 1, 0, 2, 4096, false, DType::kBF16};
   const size_t free = size_t{40} << 30;  // 42 GiB plan without checkpointing does not fit
   EXPECT_NO_THROW(require_job_fits_device(job, {FsdpStrategy::kFullShard, "full"}, free, 1, "GPU"));
-  try {
+  const std::string message = testing::error_of([&] {
     require_job_fits_device(job, {FsdpStrategy::kFullShard, "none"}, free, 1, "NVIDIA L40S");
-    FAIL() << "expected an Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("NVIDIA L40S has 40.00 GiB free"), std::string::npos) << message;
-    EXPECT_NE(message.find("HINT: --fsdp.strategy=NO_SHARD --train.activation_checkpointing="
-                           "selective fits"),
-              std::string::npos)
-        << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos);
-  }
+  });
+  EXPECT_NE(message.find("NVIDIA L40S has 40.00 GiB free"), std::string::npos) << message;
+  EXPECT_NE(message.find("HINT: --fsdp.strategy=NO_SHARD --train.activation_checkpointing="
+                         "selective fits"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos);
   // Shared by 4 ranks, 40 GiB is 10 GiB each: nothing fits at micro-batch 2.
-  try {
+  const std::string shared = testing::error_of([&] {
     require_job_fits_device(job, {FsdpStrategy::kFullShard, "full"}, free, 4, "GPU 0");
-    FAIL() << "expected an Error";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("4 ranks share it"), std::string::npos) << message;
-    EXPECT_NE(message.find("lower train.micro_batch (now 2)"), std::string::npos) << message;
-  }
+  });
+  EXPECT_NE(shared.find("4 ranks share it"), std::string::npos) << shared;
+  EXPECT_NE(shared.find("lower train.micro_batch (now 2)"), std::string::npos) << shared;
 }
 
 // Llama-2-7B on one H200 (micro-batch 1, seq 4096, full checkpointing), by category, from the

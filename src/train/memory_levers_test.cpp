@@ -59,11 +59,7 @@ TEST(MemoryLevers, UpdateInBackwardNeedsNoClippingOneRankAndOneMicroBatch) {
 
   // Accumulation (4 micro-batches per step) is refused when the trainer is built.
   const fs::path dir = test_dir("accum");
-  fs::create_directories(dir);
-  testing::write_lever_data(dir / "data.jsonl");
-  config.model.path = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/llama_gqa";
-  config.data.path = (dir / "data.jsonl").string();
-  config.data.seq_len = 24;
+  testing::use_lever_job_data(config, dir);
   config.train.steps = 2;
   config.train.micro_batch = 1;
   config.train.grad_accum = 4;

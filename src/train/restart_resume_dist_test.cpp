@@ -34,15 +34,10 @@ using Clock = std::chrono::steady_clock;
 using testing::CommandResult;
 using testing::run_command;
 
-const std::string kBinary = SHARDTRAIN_BINARY;
-const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
+using testing::kBinary;
+using testing::kGolden;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 // The "step" of every complete record of a metrics JSONL (a line still being written is
 // skipped).
@@ -175,7 +170,7 @@ TEST_F(RestartResumeDistTest, KilledWorkerIsRestartedAndResumesBitIdentically) {
   ASSERT_LT(seen, 20) << "the run ended before the kill; nothing was tested";
   ::kill(rank1[0], SIGKILL);
   const int exit_code = wait_exit(launcher);
-  const std::string output = read_file(log);
+  const std::string output = read_text(log);
   ASSERT_EQ(exit_code, 0) << output;
 
   // The failure named is the first exit the agent reaps: rank 1's SIGKILL, or a peer's abort
@@ -190,8 +185,8 @@ TEST_F(RestartResumeDistTest, KilledWorkerIsRestartedAndResumesBitIdentically) {
 
   EXPECT_EQ(metric_steps(dir_ + "/killed/metrics.jsonl"), one_to(20))
       << "one record per completed step";
-  EXPECT_EQ(read_file(dir_ + "/full/out/model.safetensors"),
-            read_file(dir_ + "/killed/out/model.safetensors"))
+  EXPECT_EQ(read_text(dir_ + "/full/out/model.safetensors"),
+            read_text(dir_ + "/killed/out/model.safetensors"))
       << "final parameters differ from the uninterrupted run";
   EXPECT_TRUE(processes_with(ckpt).empty());
 }
@@ -247,7 +242,7 @@ TEST_F(RestartResumeDistTest, WatchdogNamesAStoppedRank) {
   const auto stopped_at = Clock::now();
   const int exit_code = wait_exit(launcher);
   const double seconds = std::chrono::duration<double>(Clock::now() - stopped_at).count();
-  const std::string output = read_file(dir_ + "/stopped.log");
+  const std::string output = read_text(dir_ + "/stopped.log");
   EXPECT_EQ(exit_code, 1) << output;
   EXPECT_LT(seconds, 10.0) << output;
   // At least the 3 s timeout; more when the watchdog waited for its freeze verdict on rank 1

@@ -1,6 +1,7 @@
-// Helpers shared by the *_test.cpp files (header-only; tests only): capturing a thrown Error's
-// message, running a command (usually the shardtrain binary) with its output and exit code, a
-// temporary directory, ranks as threads, and the training data and resume checks of the
+// Helpers shared by the *_test.cpp files (header-only; tests only): the shardtrain binary and
+// the golden model dirs, capturing a thrown Error's message, reading a file, running a command
+// (usually the shardtrain binary) with its output and exit code, a temporary directory (and a
+// fixture with one per test), ranks as threads, and the training data and resume checks of the
 // multi-process tests.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -28,6 +30,13 @@
 #include "core/error.h"
 
 namespace shardtrain::testing {
+
+#ifdef SHARDTRAIN_BINARY
+// The shardtrain binary of this build, which the CLI and multi-process tests run, and the
+// committed golden model dirs (tests/golden/NAME, made by tools/make_golden.py).
+inline using testing::kBinary;
+inline using testing::kGolden;
+#endif
 
 // The message of the shardtrain::Error `action` throws, or "" if it throws none.
 inline std::string error_of(const std::function<void()>& action) {
@@ -57,6 +66,14 @@ struct CommandResult {
     return out;
   }
 };
+
+// The bytes of the file at `path`; "" when it cannot be read (not written yet).
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 // Runs `command` through /bin/sh with stderr folded into stdout.
 inline CommandResult run_command(const std::string& command) {
@@ -100,6 +117,34 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A fixture whose every test gets a fresh TempDir, `dir_`, named after the test suite and
+// removed with everything in it after the test. A fixture that overrides SetUp calls
+// TempDirTest::SetUp() first.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string suite = ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name();
+    for (char& c : suite)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    temp_.emplace("shardtrain_" + suite + "_");
+    dir_ = temp_->path();
+  }
+  void TearDown() override { temp_.reset(); }
+
+  // `name` inside dir_.
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Writes `text` (bytes as they are) to dir_/name, replacing it; returns its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary | std::ios::trunc) << text;
+    return path(name);
+  }
+
+  std::filesystem::path dir_;
+
+ private:
+  std::optional<TempDir> temp_;
 };
 
 // Runs body(rank) for rank = 0..world-1 on one thread each (in-process "ranks"), joins them all,

@@ -33,6 +33,44 @@ inline int32_t tiny_special_id(const std::string& token) {
   return -1;
 }
 
+// A tokenizer.json of a BPE model with `vocab` (an object token -> id) and `merges`, and nothing
+// else: no normalizer, pre-tokenizer, post-processor, decoder or added tokens.
+inline nlohmann::json bpe_tokenizer_json(const nlohmann::json& vocab,
+                                         const nlohmann::json& merges) {
+  using nlohmann::json;
+  return json{{"version", "1.0"},
+              {"added_tokens", json::array()},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", nullptr},
+              {"post_processor", nullptr},
+              {"decoder", nullptr},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"vocab", vocab},
+                {"merges", merges}}}};
+}
+
+// An added_tokens entry: special token `content` with id `id`, matched as it is (no strip or
+// word rules, not normalized).
+inline nlohmann::json special_token_json(int id, const std::string& content) {
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", true}};
+}
+
+// `config` with GPT-2's byte-level pre-tokenizer (regex split, no prefix space) and decoder.
+inline nlohmann::json with_byte_level(nlohmann::json config) {
+  config["pre_tokenizer"] = {{"type", "ByteLevel"},
+                             {"add_prefix_space", false},
+                             {"trim_offsets", true},
+                             {"use_regex", true}};
+  config["decoder"] = {{"type", "ByteLevel"}};
+  return config;
+}
+
 inline nlohmann::json tiny_tokenizer_json() {
   using nlohmann::json;
   json vocab = json::object();
@@ -50,32 +88,12 @@ inline nlohmann::json tiny_tokenizer_json() {
   }
   json added = json::array();
   for (size_t i = 0; i < kTinySpecialTokens.size(); ++i) {
-    added.push_back({{"id", kTinyFirstSpecialId + static_cast<int>(i)},
-                     {"content", kTinySpecialTokens[i]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
+    added.push_back(
+        special_token_json(kTinyFirstSpecialId + static_cast<int>(i), kTinySpecialTokens[i]));
   }
-  return json{{"version", "1.0"},
-              {"added_tokens", added},
-              {"normalizer", nullptr},
-              {"pre_tokenizer",
-               {{"type", "ByteLevel"},
-                {"add_prefix_space", false},
-                {"trim_offsets", true},
-                {"use_regex", true}}},
-              {"post_processor", nullptr},
-              {"decoder", {{"type", "ByteLevel"}}},
-              {"model",
-               {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"vocab", vocab},
-                {"merges", json::array()}}}};
+  json config = with_byte_level(bpe_tokenizer_json(vocab, json::array()));
+  config["added_tokens"] = added;
+  return config;
 }
 
 // Writes DIR/tokenizer.json and DIR/tokenizer_config.json (eos <|endoftext|>, a ChatML

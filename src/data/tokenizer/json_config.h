@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace shardtrain::tokenizer {
 
@@ -34,6 +37,21 @@ int64_t int_field(const nlohmann::json& config, std::string_view key, int64_t de
                   const ConfigSite& site);
 const nlohmann::json& array_field(const nlohmann::json& config, std::string_view key,
                                   const ConfigSite& site);
+
+// The steps of a "Sequence" component: parse(element, its site) of each element of the array
+// config[key], leaving out those that parse to nullptr (steps that do nothing).
+template <typename Step, typename Parse>
+std::vector<std::unique_ptr<Step>> sequence_steps(const nlohmann::json& config,
+                                                  std::string_view key, const ConfigSite& site,
+                                                  Parse parse) {
+  const ConfigSite list_site = site.child(key);
+  const nlohmann::json& list = array_field(config, key, site);
+  std::vector<std::unique_ptr<Step>> steps;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (auto step = parse(list[i], list_site.element(i))) steps.push_back(std::move(step));
+  }
+  return steps;
+}
 
 // Throws Error("<file>: <location>: unsupported <what> type '<type>' ...").
 [[noreturn]] void fail_unsupported(std::string_view what, std::string_view type,

@@ -119,15 +119,8 @@ std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& config, const
     return std::make_unique<ReplaceNormalizer>(ReplaceRule::parse(config, site));
   }
   if (type == "Sequence") {
-    const ConfigSite list_site = site.child("normalizers");
-    const nlohmann::json& list = array_field(config, "normalizers", site);
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (auto step = parse_normalizer(list[i], list_site.element(i))) {
-        steps.push_back(std::move(step));
-      }
-    }
-    return std::make_unique<SequenceNormalizer>(std::move(steps));
+    return std::make_unique<SequenceNormalizer>(
+        sequence_steps<Normalizer>(config, "normalizers", site, parse_normalizer));
   }
   fail_unsupported("normalizer", type, site);
 }

@@ -98,15 +98,8 @@ std::unique_ptr<PostProcessor> parse_post_processor(const nlohmann::json& config
   }
   if (type == "ByteLevel") return std::make_unique<NoOpProcessor>();
   if (type == "Sequence") {
-    const ConfigSite list_site = site.child("processors");
-    const nlohmann::json& list = array_field(config, "processors", site);
-    std::vector<std::unique_ptr<PostProcessor>> steps;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (auto step = parse_post_processor(list[i], list_site.element(i))) {
-        steps.push_back(std::move(step));
-      }
-    }
-    return std::make_unique<SequenceProcessor>(std::move(steps));
+    return std::make_unique<SequenceProcessor>(
+        sequence_steps<PostProcessor>(config, "processors", site, parse_post_processor));
   }
   fail_unsupported("post_processor", type, site);
 }

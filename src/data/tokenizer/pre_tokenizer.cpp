@@ -302,15 +302,8 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const nlohmann::json& config,
   }
   if (type == "Metaspace") return parse_metaspace(config, site);
   if (type == "Sequence") {
-    const ConfigSite list_site = site.child("pretokenizers");
-    const nlohmann::json& list = array_field(config, "pretokenizers", site);
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (auto step = parse_pre_tokenizer(list[i], list_site.element(i))) {
-        steps.push_back(std::move(step));
-      }
-    }
-    return std::make_unique<SequencePreTokenizer>(std::move(steps));
+    return std::make_unique<SequencePreTokenizer>(
+        sequence_steps<PreTokenizer>(config, "pretokenizers", site, parse_pre_tokenizer));
   }
   fail_unsupported("pre_tokenizer", type, site);
 }

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "data/testing/real_tokenizers.h"
+#include "data/testing/tiny_tokenizer.h"
 #include "data/tokenizer/byte_level.h"
 #include "data/tokenizer/pre_tokenizer.h"
 #include "data/tokenizer/regex.h"
@@ -38,31 +39,12 @@ using tokenizer::unicode_to_byte;
 json bpe_json(const std::vector<std::string>& tokens, const std::vector<std::string>& merges) {
   json vocab = json::object();
   for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
-  return json{{"version", "1.0"},
-              {"added_tokens", json::array()},
-              {"normalizer", nullptr},
-              {"pre_tokenizer", nullptr},
-              {"post_processor", nullptr},
-              {"decoder", nullptr},
-              {"model",
-               {{"type", "BPE"},
-                {"dropout", nullptr},
-                {"unk_token", nullptr},
-                {"fuse_unk", false},
-                {"byte_fallback", false},
-                {"vocab", vocab},
-                {"merges", merges}}}};
+  return testing::bpe_tokenizer_json(vocab, merges);
 }
 
 json byte_level_json(const std::vector<std::string>& tokens,
                      const std::vector<std::string>& merges) {
-  json config = bpe_json(tokens, merges);
-  config["pre_tokenizer"] = {{"type", "ByteLevel"},
-                             {"add_prefix_space", false},
-                             {"trim_offsets", true},
-                             {"use_regex", true}};
-  config["decoder"] = {{"type", "ByteLevel"}};
-  return config;
+  return testing::with_byte_level(bpe_json(tokens, merges));
 }
 
 Tokenizer from_json(const json& config) {
@@ -238,13 +220,7 @@ json llama2_style_json() {
   config["model"]["byte_fallback"] = true;
   config["added_tokens"] = json::array();
   for (int id = 0; id < 3; ++id) {
-    config["added_tokens"].push_back({{"id", id},
-                                      {"content", tokens[id]},
-                                      {"special", true},
-                                      {"single_word", false},
-                                      {"lstrip", false},
-                                      {"rstrip", false},
-                                      {"normalized", false}});
+    config["added_tokens"].push_back(testing::special_token_json(id, tokens[id]));
   }
   config["normalizer"] = {
       {"type", "Sequence"},

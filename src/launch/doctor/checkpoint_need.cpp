@@ -2,12 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <filesystem>
-
 #include "core/config.h"
 #include "core/error.h"
-#include "model/hf_config.h"
 #include "model/param_layout.h"
+#include "train/job_model_config.h"
 #include "train/train_config.h"
 
 namespace shardtrain::doctor {
@@ -17,15 +15,9 @@ JobCheckpoints job_checkpoints_from_config(const std::string& config_path) {
   ConfigSchema schema;
   config.register_config(schema);
   schema.load_toml_file(config_path);
-  const std::string config_json =
-      (std::filesystem::path(config.model.path) / "config.json").string();
-  if (!std::filesystem::exists(config_json)) {
-    fail(
-        "--config {}: model.path {} has no config.json; HINT: point model.path at a Hugging Face "
-        "checkpoint dir",
-        config_path, config.model.path);
-  }
-  const int64_t params = make_param_layout(read_hf_config(config_json)).parameter_count();
+  const int64_t params =
+      make_param_layout(read_job_model_config(config, "--config " + config_path + ": "))
+          .parameter_count();
   constexpr int64_t kBytesPerParam = 12;  // fp32 master + exp_avg + exp_avg_sq
   const int64_t copies = std::max<int64_t>(config.train.keep_checkpoints, 1) + 1;
   JobCheckpoints job;

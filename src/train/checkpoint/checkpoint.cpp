@@ -403,18 +403,14 @@ ResumeResult resume_from(const std::string& resume, const std::string& dir, Fsdp
           "checkpoint dir, or use --resume auto",
           resume);
     }
-    if (fs::exists(fs::path(resume) / kManifestFile, ec)) {
-      candidates.push_back(resume);
-    } else {
-      const std::vector<int64_t> steps = complete_checkpoint_steps(resume);
-      if (steps.empty()) {
-        fail(
-            "--resume {}: not a complete checkpoint (no {}) and holds no complete step_* "
-            "checkpoint",
-            resume, kManifestFile);
-      }
-      candidates.push_back(step_dir_path(resume, steps.back()));
+    const std::optional<std::string> named = named_checkpoint(resume);
+    if (!named) {
+      fail(
+          "--resume {}: not a complete checkpoint (no {}) and holds no complete step_* "
+          "checkpoint",
+          resume, kManifestFile);
     }
+    candidates.push_back(*named);
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
     SavedCheckpoint saved;

@@ -86,6 +86,14 @@ std::vector<int64_t> incomplete_checkpoint_steps(const std::string& dir) {
   return step_dirs(dir, false);
 }
 
+std::optional<std::string> named_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(fs::path(path) / kManifestFile, ec)) return path;
+  const std::vector<int64_t> steps = complete_checkpoint_steps(path);
+  if (steps.empty()) return std::nullopt;
+  return step_dir_path(path, steps.back());
+}
+
 void write_rank_digest(const std::string& step_dir, int rank, const ManifestEntry& entry) {
   write_file_atomically(
       (fs::path(step_dir) / fmt::format("rank_{:05d}{}", rank, kDigestSuffix)).string(),

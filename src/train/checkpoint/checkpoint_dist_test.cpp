@@ -47,20 +47,15 @@ namespace fs = std::filesystem;
 using testing::CommandResult;
 using testing::run_command;
 
-const std::string kBinary = SHARDTRAIN_BINARY;
-const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
+using testing::kBinary;
+using testing::kGolden;
 
 struct Metrics {
   std::vector<int64_t> steps;
   std::vector<double> losses;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_text;
 
 Metrics read_metrics(const std::string& path) {
   Metrics m;
@@ -176,8 +171,8 @@ class CheckpointDistTest : public ::testing::Test {
     for (size_t s = 0; s < a.losses.size(); ++s) {
       EXPECT_EQ(a.losses[s], b.losses[s]) << got << " step " << s + 1;
     }
-    EXPECT_EQ(read_file(out(want) + "/model.safetensors"),
-              read_file(out(got) + "/model.safetensors"))
+    EXPECT_EQ(read_text(out(want) + "/model.safetensors"),
+              read_text(out(got) + "/model.safetensors"))
         << got << ": final parameters differ";
   }
 
@@ -274,13 +269,13 @@ TEST_F(CheckpointDistTest, SigtermSavesAndStopsThenResumeMatches) {
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(log);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_text(log);
   const Metrics first = metrics("sigterm");
   ASSERT_LT(first.steps.size(), 600u) << "the run ended before the signal; nothing was tested";
   const int64_t stopped = first.steps.back();
-  EXPECT_NE(read_file(log).find("stopped after step " + std::to_string(stopped) + " (SIGTERM)"),
+  EXPECT_NE(read_text(log).find("stopped after step " + std::to_string(stopped) + " (SIGTERM)"),
             std::string::npos)
-      << read_file(log);
+      << read_text(log);
   char step_dir[32];
   std::snprintf(step_dir, sizeof(step_dir), "/step_%08lld", static_cast<long long>(stopped));
   EXPECT_TRUE(fs::exists(ckpt("sigterm") + step_dir + "/manifest.json"));
@@ -290,8 +285,8 @@ TEST_F(CheckpointDistTest, SigtermSavesAndStopsThenResumeMatches) {
   const Metrics a = metrics("sigterm_full"), b = metrics("sigterm");
   EXPECT_EQ(b.steps, one_to(600));
   EXPECT_EQ(a.losses, b.losses);
-  EXPECT_EQ(read_file(out("sigterm_full") + "/model.safetensors"),
-            read_file(out("sigterm") + "/model.safetensors"));
+  EXPECT_EQ(read_text(out("sigterm_full") + "/model.safetensors"),
+            read_text(out("sigterm") + "/model.safetensors"));
 }
 
 TEST_F(CheckpointDistTest, AutoResumeFallsBackPastACorruptCheckpoint) {
@@ -324,7 +319,7 @@ TEST_F(CheckpointDistTest, ReshardedLoadIsExact) {
     const std::string hf = dir_ + "/" + name + "/hf";
     r = run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(read_file(hf + "/model.safetensors"), read_file(out(name) + "/model.safetensors"))
+    EXPECT_EQ(read_text(hf + "/model.safetensors"), read_text(out(name) + "/model.safetensors"))
         << name;
   }
 }
@@ -361,9 +356,9 @@ TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {
         run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
     ASSERT_EQ(e.exit_code, 0) << e.output;
     EXPECT_NE(e.output.find("step 20"), std::string::npos) << e.output;
-    EXPECT_EQ(read_file(hf + "/model.safetensors"), read_file(out(name) + "/model.safetensors"))
+    EXPECT_EQ(read_text(hf + "/model.safetensors"), read_text(out(name) + "/model.safetensors"))
         << model;
-    EXPECT_EQ(read_file(hf + "/config.json"), read_file(out(name) + "/config.json")) << model;
+    EXPECT_EQ(read_text(hf + "/config.json"), read_text(out(name) + "/config.json")) << model;
   }
   // A tiny shard limit: several files plus an index, with the same tensors.
   const std::string name = "export_llama_gqa", sharded = dir_ + "/" + name + "/hf_sharded";
@@ -372,7 +367,7 @@ TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {
   ASSERT_EQ(e.exit_code, 0) << e.output;
   EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
   const nlohmann::json index =
-      nlohmann::json::parse(read_file(sharded + "/model.safetensors.index.json"));
+      nlohmann::json::parse(read_text(sharded + "/model.safetensors.index.json"));
   std::set<std::string> files;
   for (const auto& [tensor, file] : index["weight_map"].items())
     files.insert(file.get<std::string>());
@@ -449,14 +444,14 @@ TEST_F(CheckpointDistTest, AsyncCheckpointFilesEqualSynchronousOnes) {
   EXPECT_GT(completed_after(r.output, 5), 5) << r.output;
   for (const std::string step_dir : {"/step_00000005", "/step_00000010"}) {
     for (const std::string file : {"/rank_00000.safetensors", "/rank_00001.safetensors"}) {
-      const std::string sync_bytes = read_file(ckpt("sync") + step_dir + file);
+      const std::string sync_bytes = read_text(ckpt("sync") + step_dir + file);
       EXPECT_GT(sync_bytes.size(), 1000u) << step_dir << file;
-      EXPECT_EQ(read_file(ckpt("async") + step_dir + file), sync_bytes) << step_dir << file;
+      EXPECT_EQ(read_text(ckpt("async") + step_dir + file), sync_bytes) << step_dir << file;
     }
     const nlohmann::json a =
-        nlohmann::json::parse(read_file(ckpt("sync") + step_dir + "/manifest.json"));
+        nlohmann::json::parse(read_text(ckpt("sync") + step_dir + "/manifest.json"));
     const nlohmann::json b =
-        nlohmann::json::parse(read_file(ckpt("async") + step_dir + "/manifest.json"));
+        nlohmann::json::parse(read_text(ckpt("async") + step_dir + "/manifest.json"));
     EXPECT_EQ(a["files"][0], b["files"][0]) << step_dir;
     EXPECT_EQ(a["files"][1], b["files"][1]) << step_dir;
   }
@@ -489,7 +484,7 @@ TEST_F(CheckpointDistTest, AsyncWriteDoesNotStallTheStepLoop) {
   const std::string hf = dir_ + "/" + name + "/hf";
   r = run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(read_file(hf + "/model.safetensors"), read_file(out(name) + "/model.safetensors"));
+  EXPECT_EQ(read_text(hf + "/model.safetensors"), read_text(out(name) + "/model.safetensors"));
 
   // With a bound (train.checkpoint_max_lag_steps = 2), steps 11 and 12 overlap the write, then
   // step 12 waits for the rest: the checkpoint is complete before step 13.

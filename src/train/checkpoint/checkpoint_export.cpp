@@ -26,15 +26,14 @@ std::string resolve_step_dir(const std::string& checkpoint) {
         "train.checkpoint_dir of a run",
         checkpoint);
   }
-  if (fs::exists(fs::path(checkpoint) / kManifestFile, ec)) return checkpoint;
-  const std::vector<int64_t> steps = complete_checkpoint_steps(checkpoint);
-  if (steps.empty()) {
+  const std::optional<std::string> named = named_checkpoint(checkpoint);
+  if (!named) {
     fail(
         "export: {} is not a complete checkpoint (no {}) and holds no complete step_* "
         "checkpoint",
         checkpoint, kManifestFile);
   }
-  return step_dir_path(checkpoint, steps.back());
+  return *named;
 }
 
 DType export_dtype(const std::string& choice, const std::string& config_toml) {

@@ -32,15 +32,21 @@ inline void write_lever_data(const std::filesystem::path& path) {
   }
 }
 
-inline LeverRun train_memory_levers(const std::string& device, const std::string& compute_copy,
-                                    bool update_in_backward, const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  fs::create_directories(dir);
+// Points `config` at the job's model (tests/golden/llama_gqa) and data: write_lever_data's
+// 24-token sequences, written to dir/data.jsonl.
+inline void use_lever_job_data(TrainConfig& config, const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
   write_lever_data(dir / "data.jsonl");
-  TrainConfig config;
   config.model.path = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/llama_gqa";
   config.data.path = (dir / "data.jsonl").string();
   config.data.seq_len = 24;
+}
+
+inline LeverRun train_memory_levers(const std::string& device, const std::string& compute_copy,
+                                    bool update_in_backward, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  TrainConfig config;
+  use_lever_job_data(config, dir);
   config.train.steps = 12;
   config.train.micro_batch = 4;
   config.train.max_grad_norm = 0;
