@@ -22,7 +22,7 @@ struct BenchCommArgs {
   int iterations = 20, warmup = 5;
 };
 
-int run_bench_comm(const BenchCommArgs& args) {
+void run_bench_comm(const BenchCommArgs& args) {
   if (args.min_mib <= 0 || args.max_mib < args.min_mib) {
     fail("--min-mib {} / --max-mib {}: need 0 < min <= max", args.min_mib, args.max_mib);
   }
@@ -53,7 +53,6 @@ int run_bench_comm(const BenchCommArgs& args) {
       std::fflush(stdout);
     }
   }
-  return 0;
 }
 
 }  // namespace

@@ -34,9 +34,21 @@ void add_doctor_command(CLI::App& app, int& exit_code);
 void mark_launch_separator(std::vector<std::string>& args);
 void add_k8s_command(CLI::App& app, int& exit_code);
 
+// What run(args...) returns as the exit code, or 0 when run returns nothing (a command that
+// succeeds or throws Error).
+template <typename Run, typename... Args>
+int exit_code_of(const Run& run, const Args&... args) {
+  if constexpr (std::is_void_v<std::invoke_result_t<const Run&, const Args&...>>) {
+    run(args...);
+    return 0;
+  } else {
+    return run(args...);
+  }
+}
+
 // Adds subcommand `name` to `parent`: its options bind into one `Args`, shared with the callback
-// so that it lives as long as the parser, and its callback stores in `exit_code` what
-// run(args) returns, or run(args, the words CLI11 left over) for a command that allows extras.
+// so that it lives as long as the parser, and its callback runs run(args), or run(args, the words
+// CLI11 left over) for a command that allows extras, and stores the exit code (exit_code_of).
 // Returns the subcommand and its Args, to declare the options with.
 template <typename Args, typename Run>
 std::pair<CLI::App*, std::shared_ptr<Args>> add_command(CLI::App& parent, int& exit_code,
@@ -46,9 +58,9 @@ std::pair<CLI::App*, std::shared_ptr<Args>> add_command(CLI::App& parent, int& e
   CLI::App* cmd = parent.add_subcommand(std::move(name), std::move(description));
   cmd->callback([cmd, args, run, &exit_code] {
     if constexpr (std::is_invocable_v<Run, const Args&>) {
-      exit_code = run(*args);
+      exit_code = exit_code_of(run, *args);
     } else {
-      exit_code = run(*args, cmd->remaining());
+      exit_code = exit_code_of(run, *args, cmd->remaining());
     }
   });
   return {cmd, args};

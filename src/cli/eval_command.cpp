@@ -44,7 +44,7 @@ int64_t eval_seq_len(const EvalArgs& args, const DataConfig& data, const ModelCo
   return std::min<int64_t>(model.max_position_embeddings, 2048);
 }
 
-int run_eval(const EvalArgs& args) {
+void run_eval(const EvalArgs& args) {
   InferenceModel loaded = load_inference_model(args.model_dir, args.device);
   LlamaModel& model = *loaded.model;
   Ops* ops = loaded.ops.get();
@@ -90,7 +90,6 @@ int run_eval(const EvalArgs& args) {
   const nlohmann::json result = {
       {"loss", loss}, {"tokens", total_targets}, {"ppl", std::exp(loss)}};
   std::printf("%s\n", result.dump().c_str());
-  return 0;
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ struct ExportArgs {
   std::string checkpoint, out_dir, dtype = "auto", max_shard_size = "5GB", tokenizer;
 };
 
-int run_export(const ExportArgs& args) {
+void run_export(const ExportArgs& args) {
   ExportOptions options;
   options.dtype = args.dtype;
   options.tokenizer_dir = args.tokenizer;
@@ -23,7 +23,6 @@ int run_export(const ExportArgs& args) {
   std::printf("exported %s (step %lld) to %s%s\n", result.step_dir.c_str(),
               static_cast<long long>(result.step), args.out_dir.c_str(),
               result.copied_files.empty() ? "" : " with tokenizer files");
-  return 0;
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ std::vector<int32_t> stop_ids(const GenerateArgs& args, const TokenizerFiles& fi
   return stops;
 }
 
-int run_generate(const GenerateArgs& args) {
+void run_generate(const GenerateArgs& args) {
   if (!args.system.empty() && !args.chat) fail("--system needs --chat");
   const TokenizerFiles files = locate_tokenizer(args.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(files.tokenizer_json);
@@ -148,7 +148,6 @@ int run_generate(const GenerateArgs& args) {
                                        ids.end());
   const std::string reply = tokenizer.decode(generated, true);
   std::printf("%s%s\n", args.chat ? "" : args.prompt.c_str(), reply.c_str());
-  return 0;
 }
 
 }  // namespace

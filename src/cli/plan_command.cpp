@@ -139,7 +139,7 @@ void print_plan_table(const MemoryJob& job, const std::string& checkpointing) {
       mib(acts.scratch).c_str());
 }
 
-int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
+void run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
   if (!args.gpu_memory.empty()) parse_gpu_memory(args.gpu_memory);  // a bad value fails first
   TrainConfig config;
   ConfigSchema schema;
@@ -170,7 +170,6 @@ int run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
                      args.gpu_memory.empty() ? 0 : parse_gpu_memory(args.gpu_memory), act);
   print_plan_table(job, config.train.activation_checkpointing);
   if (!args.gpu_memory.empty()) print_gpu_fit(job, args.gpu_memory);
-  return 0;
 }
 
 }  // namespace

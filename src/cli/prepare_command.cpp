@@ -10,10 +10,9 @@
 namespace shardtrain::cli {
 namespace {
 
-int run_prepare(const PrepareOptions& options) {
+void run_prepare(const PrepareOptions& options) {
   const PrepareReport report = prepare_dataset(options);
   std::fputs(format_report(report).c_str(), stdout);
-  return 0;
 }
 
 }  // namespace

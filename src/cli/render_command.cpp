@@ -54,7 +54,7 @@ ChatRenderInput parse_line(const std::string& line, size_t line_number, bool gen
   return input;
 }
 
-int run_render(const RenderArgs& args) {
+void run_render(const RenderArgs& args) {
   const TokenizerFiles files = locate_chat_template(args.tokenizer_path);
   const std::optional<HfChatTemplate> chat_template = HfChatTemplate::load(files);
   if (!chat_template) {
@@ -78,7 +78,6 @@ int run_render(const RenderArgs& args) {
                             "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
-  return 0;
 }
 
 }  // namespace

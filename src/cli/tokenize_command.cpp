@@ -22,7 +22,7 @@ struct TokenizeArgs {
   bool add_special_tokens = false;
 };
 
-int run_tokenize(const TokenizeArgs& args) {
+void run_tokenize(const TokenizeArgs& args) {
   const Tokenizer tokenizer = Tokenizer::load(locate_tokenizer(args.tokenizer_path).tokenizer_json);
   std::string line;
   std::string out;
@@ -49,7 +49,6 @@ int run_tokenize(const TokenizeArgs& args) {
     out += "]\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
-  return 0;
 }
 
 }  // namespace

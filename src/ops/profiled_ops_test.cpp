@@ -21,6 +21,18 @@ HostTensor filled(Shape shape, float start) {
   return t;
 }
 
+// A ProfiledOps over the CPU backend and what an optimizer step updates: a 16-element
+// parameter `a`, its gradient `b` and AdamW moments `m`, `v`, at lr 1e-3.
+class ProfiledOpsStepTest : public ::testing::Test {
+ protected:
+  ProfiledOpsStepTest() { step.lr = 1e-3f; }
+
+  ProfiledOps profiled{make_cpu_ops()};
+  HostTensor a = filled({16}, 0.1f), b = filled({16}, 0.2f), m = filled({16}, 0.0f),
+             v = filled({16}, 0.0f);
+  AdamWStep step;
+};
+
 TEST(ProfiledOps, ForwardsOpsUnchangedAndCountsClasses) {
   ProfiledOps profiled(make_cpu_ops());
   auto plain = make_cpu_ops();
@@ -46,12 +58,7 @@ TEST(ProfiledOps, ForwardsOpsUnchangedAndCountsClasses) {
   EXPECT_GE(profiled.totals(OpClass::kGemm).seconds, 0.0);
 }
 
-TEST(ProfiledOps, StepsEndAtEndStep) {
-  ProfiledOps profiled(make_cpu_ops());
-  HostTensor a = filled({16}, 0.1f), b = filled({16}, 0.2f), m = filled({16}, 0.0f),
-             v = filled({16}, 0.0f);
-  AdamWStep step;
-  step.lr = 1e-3f;
+TEST_F(ProfiledOpsStepTest, StepsEndAtEndStep) {
   for (int s = 0; s < 3; ++s) {
     profiled.add(a.tensor, a.tensor, b.tensor);
     profiled.add(a.tensor, a.tensor, b.tensor);
@@ -107,12 +114,7 @@ TEST(ProfiledOps, EnvironmentVariableWrapsTheBackend) {
   EXPECT_EQ(dynamic_cast<ProfiledOps*>(plain.get()), nullptr);
 }
 
-TEST(ProfiledOps, OnlyEndStepEndsAStep) {
-  ProfiledOps profiled(make_cpu_ops());
-  HostTensor a = filled({16}, 0.1f), b = filled({16}, 0.2f), m = filled({16}, 0.0f),
-             v = filled({16}, 0.0f);
-  AdamWStep step;
-  step.lr = 1e-3f;
+TEST_F(ProfiledOpsStepTest, OnlyEndStepEndsAStep) {
   const std::vector<AdamWSegment> segments = {
       {a.tensor.rows(0, 9), b.tensor.rows(0, 9), m.tensor.rows(0, 9), v.tensor.rows(0, 9), 0.1f},
       {a.tensor.rows(9, 16), b.tensor.rows(9, 16), m.tensor.rows(9, 16), v.tensor.rows(9, 16)}};

@@ -35,7 +35,6 @@ using testing::CommandResult;
 using testing::run_command;
 
 using testing::kBinary;
-using testing::kGolden;
 
 using testing::read_text;
 
@@ -93,15 +92,7 @@ using testing::one_to;
 class RestartResumeDistTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char pattern[] = "/tmp/shardtrain_restart_XXXXXX";
-    dir_ = ::mkdtemp(pattern);
-    testing::write_random_sequences(dir_ + "/data.jsonl", 40, 11, 96);
-    std::ofstream toml(dir_ + "/llama_gqa.toml");
-    toml << "[model]\npath = \"" << kGolden << "llama_gqa\"\ndtype = \"fp32\"\n"
-         << "[data]\npath = \"" << dir_ << "/data.jsonl\"\nseq_len = 16\n"
-         << "[train]\nsteps = 20\nmicro_batch = 1\nglobal_batch = 4\nseed = 7\n"
-         << "device = \"cpu\"\nlog_every = 100\n"
-         << "[optim]\nlr = 3e-3\nwarmup_steps = 2\nweight_decay = 0.01\n";
+    dir_ = testing::make_resume_job_dir("shardtrain_restart_", {"llama_gqa"});
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 

@@ -102,6 +102,28 @@ inline void write_random_sequences(const std::string& path, int lines, unsigned 
   }
 }
 
+#ifdef SHARDTRAIN_BINARY
+// A fresh directory under /tmp (named `prefix` + a random suffix; the caller removes it) with
+// the job of the multi-process checkpoint and restart tests: data.jsonl (40 random sequences,
+// seed 11, vocab 96) and MODEL.toml for each golden model in `models`: 20 steps of 4 sequences
+// of 16 tokens, fp32 on the CPU.
+inline std::string make_resume_job_dir(const std::string& prefix,
+                                       const std::vector<std::string>& models) {
+  std::string dir = "/tmp/" + prefix + "XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp " + dir);
+  write_random_sequences(dir + "/data.jsonl", 40, 11, 96);
+  for (const std::string& model : models) {
+    std::ofstream toml(dir + "/" + model + ".toml");
+    toml << "[model]\npath = \"" << kGolden << model << "\"\ndtype = \"fp32\"\n"
+         << "[data]\npath = \"" << dir << "/data.jsonl\"\nseq_len = 16\n"
+         << "[train]\nsteps = 20\nmicro_batch = 1\nglobal_batch = 4\nseed = 7\n"
+         << "device = \"cpu\"\nlog_every = 100\n"
+         << "[optim]\nlr = 3e-3\nwarmup_steps = 2\nweight_decay = 0.01\n";
+  }
+  return dir;
+}
+#endif
+
 // A fresh directory under /tmp named `prefix` + a random suffix, removed with everything in it.
 class TempDir {
  public:

@@ -48,7 +48,6 @@ using testing::CommandResult;
 using testing::run_command;
 
 using testing::kBinary;
-using testing::kGolden;
 
 struct Metrics {
   std::vector<int64_t> steps;
@@ -105,17 +104,7 @@ int64_t completed_after(const std::string& output, int64_t step) {
 class CheckpointDistTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    char pattern[] = "/tmp/shardtrain_ckpt_XXXXXX";
-    dir_ = ::mkdtemp(pattern);
-    testing::write_random_sequences(dir_ + "/data.jsonl", 40, 11, 96);
-    for (const std::string model : {"llama_gqa", "qwen2_tied_bias"}) {
-      std::ofstream toml(dir_ + "/" + model + ".toml");
-      toml << "[model]\npath = \"" << kGolden << model << "\"\ndtype = \"fp32\"\n"
-           << "[data]\npath = \"" << dir_ << "/data.jsonl\"\nseq_len = 16\n"
-           << "[train]\nsteps = 20\nmicro_batch = 1\nglobal_batch = 4\nseed = 7\n"
-           << "device = \"cpu\"\nlog_every = 100\n"
-           << "[optim]\nlr = 3e-3\nwarmup_steps = 2\nweight_decay = 0.01\n";
-    }
+    dir_ = testing::make_resume_job_dir("shardtrain_ckpt_", {"llama_gqa", "qwen2_tied_bias"});
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
