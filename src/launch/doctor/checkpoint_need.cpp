@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/config.h"
 #include "core/error.h"
 #include "model/param_layout.h"

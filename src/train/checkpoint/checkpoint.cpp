@@ -403,14 +403,7 @@ ResumeResult resume_from(const std::string& resume, const std::string& dir, Fsdp
           "checkpoint dir, or use --resume auto",
           resume);
     }
-    const std::optional<std::string> named = named_checkpoint(resume);
-    if (!named) {
-      fail(
-          "--resume {}: not a complete checkpoint (no {}) and holds no complete step_* "
-          "checkpoint",
-          resume, kManifestFile);
-    }
-    candidates.push_back(*named);
+    candidates.push_back(named_checkpoint(resume, "--resume"));
   }
   for (size_t i = 0; i < candidates.size(); ++i) {
     SavedCheckpoint saved;

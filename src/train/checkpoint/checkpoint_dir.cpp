@@ -86,11 +86,14 @@ std::vector<int64_t> incomplete_checkpoint_steps(const std::string& dir) {
   return step_dirs(dir, false);
 }
 
-std::optional<std::string> named_checkpoint(const std::string& path) {
+std::string named_checkpoint(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (fs::exists(fs::path(path) / kManifestFile, ec)) return path;
   const std::vector<int64_t> steps = complete_checkpoint_steps(path);
-  if (steps.empty()) return std::nullopt;
+  if (steps.empty()) {
+    fail("{} {}: not a complete checkpoint (no {}) and holds no complete step_* checkpoint", what,
+         path, kManifestFile);
+  }
   return step_dir_path(path, steps.back());
 }
 

@@ -18,7 +18,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,9 +52,10 @@ std::string step_dir_path(const std::string& dir, int64_t step);
 std::vector<int64_t> complete_checkpoint_steps(const std::string& dir);
 // Steps of step_* directories under `dir` with no manifest, ascending.
 std::vector<int64_t> incomplete_checkpoint_steps(const std::string& dir);
-// The checkpoint a user named by `path` (--resume PATH, export PATH): `path` itself when it has
-// a manifest, else the newest complete step_* directory under it; nullopt when neither.
-std::optional<std::string> named_checkpoint(const std::string& path);
+// The checkpoint a user named by `path` (`what`: "--resume", "export"): `path` itself when it
+// has a manifest, else the newest complete step_* directory under it. Throws Error naming `what`
+// and `path` when it is neither.
+std::string named_checkpoint(const std::string& path, const std::string& what);
 
 // A writing rank's record of its file (rank_RRRRR.digest.json), written atomically.
 void write_rank_digest(const std::string& step_dir, int rank, const ManifestEntry& entry);

@@ -26,14 +26,7 @@ std::string resolve_step_dir(const std::string& checkpoint) {
         "train.checkpoint_dir of a run",
         checkpoint);
   }
-  const std::optional<std::string> named = named_checkpoint(checkpoint);
-  if (!named) {
-    fail(
-        "export: {} is not a complete checkpoint (no {}) and holds no complete step_* "
-        "checkpoint",
-        checkpoint, kManifestFile);
-  }
-  return *named;
+  return named_checkpoint(checkpoint, "export");
 }
 
 DType export_dtype(const std::string& choice, const std::string& config_toml) {
