@@ -34,8 +34,8 @@ namespace shardtrain::testing {
 #ifdef SHARDTRAIN_BINARY
 // The shardtrain binary of this build, which the CLI and multi-process tests run, and the
 // committed golden model dirs (tests/golden/NAME, made by tools/make_golden.py).
-inline using testing::kBinary;
-inline using testing::kGolden;
+inline const std::string kBinary = SHARDTRAIN_BINARY;
+inline const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
 #endif
 
 // The message of the shardtrain::Error `action` throws, or "" if it throws none.
