@@ -50,7 +50,7 @@ awk '
   }
   /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / || /^ *Start +[0-9]+: / {
     flush()
-    if ($0 ~ /\*\*\*(Failed|Timeout|Exception)|Not Run/) { name = $0; n = 0 }
+    if ($0 ~ /\*\*\*(Failed|Timeout|Exception)|Not Run/ && $0 !~ /\(Disabled\)/) { name = $0; n = 0 }
     next
   }
   /^The following tests FAILED:/ || /^[0-9]+% tests passed/ { flush() }

@@ -159,7 +159,9 @@ std::vector<std::string> dashboard_expressions() {
     if (!panel.contains("targets")) continue;
     for (const auto& target : panel["targets"]) {
       std::string expr = target.at("expr").get<std::string>();
-      expr = std::regex_replace(expr, std::regex("\\$__rate_interval"), "5s");
+      // Grafana's $__rate_interval is at least four scrape intervals; 30 s keeps two samples in
+      // the window even when a loaded machine makes scrapes time out.
+      expr = std::regex_replace(expr, std::regex("\\$__rate_interval"), "30s");
       expr = std::regex_replace(expr, std::regex("\\$__interval"), "1s");
       expr = std::regex_replace(expr, std::regex("\\$(run_id|node|Hostname)"), ".*");
       out.push_back(expr);
@@ -235,11 +237,18 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
   const auto checkpointed = prometheus.by_rank("shardtrain_last_checkpoint_step");
   EXPECT_GE(checkpointed.at("0"), 4);
 
-  // The steps counter increases between two queries a second apart.
+  // The steps counter increases on both ranks (within 20 s: a loaded machine trains slowly and
+  // misses scrapes).
   const auto before = prometheus.by_rank("shardtrain_steps_total");
-  std::this_thread::sleep_for(1500ms);
-  const auto after = prometheus.by_rank("shardtrain_steps_total");
-  for (const char* rank : {"0", "1"}) EXPECT_GT(after.at(rank), before.at(rank)) << rank;
+  ASSERT_EQ(before.size(), 2u);
+  const auto deadline_moved = Clock::now() + 20s;
+  std::map<std::string, double> after;
+  do {
+    std::this_thread::sleep_for(500ms);
+    after = prometheus.by_rank("shardtrain_steps_total");
+  } while (Clock::now() < deadline_moved &&
+           !(after.size() == 2 && after["0"] > before.at("0") && after["1"] > before.at("1")));
+  for (const char* rank : {"0", "1"}) EXPECT_GT(after[rank], before.at(rank)) << rank;
 
   // promtool's linter finds nothing to say about a scrape.
   const std::string text = scrape(metrics_port);
@@ -254,8 +263,13 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
   const std::vector<std::string> expressions = dashboard_expressions();
   EXPECT_GE(expressions.size(), 14u);
   for (const std::string& expr : expressions) {
-    const nlohmann::json result = prometheus.query(expr);
-    if (expr.find("DCGM_") == std::string::npos) EXPECT_FALSE(result.empty()) << expr;
+    if (expr.find("DCGM_") != std::string::npos) {
+      prometheus.query(expr);  // must parse and run; no GPU here, so no series
+      continue;
+    }
+    EXPECT_TRUE(prometheus.wait_until(
+        expr, [](const nlohmann::json& r) { return !r.empty(); }, 15s))
+        << expr;
   }
 
   // A worker dies; the launcher restarts the group; rank 1's counters do not fall.
@@ -265,7 +279,7 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
   ASSERT_GT(steps_before_kill, 0);
   ASSERT_EQ(::kill(rank1, SIGKILL), 0);
   bool restarted = false;
-  const auto deadline = Clock::now() + 40s;
+  const auto deadline = Clock::now() + 60s;
   while (Clock::now() < deadline && !restarted) {
     const std::string now = scrape(metrics_port);
     const double steps = scraped_value(now, "shardtrain_steps_total", 1);
@@ -277,7 +291,7 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
   ASSERT_TRUE(restarted) << training.output();
   ASSERT_TRUE(prometheus.wait_until(
       "shardtrain_restarts_total",
-      [](const nlohmann::json& r) { return r.size() == 2 && r[0]["value"][1] == "1"; }, 10s));
+      [](const nlohmann::json& r) { return r.size() == 2 && r[0]["value"][1] == "1"; }, 30s));
   for (const auto& [rank, resets] : prometheus.by_rank("resets(shardtrain_steps_total[2m])")) {
     EXPECT_EQ(resets, 0) << "rank " << rank;
   }
@@ -288,7 +302,7 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
                                    "/metrics"),
             std::string::npos);
   ::kill(training.pid(), SIGTERM);
-  EXPECT_EQ(training.wait(30s), 128 + SIGTERM) << training.output();
+  EXPECT_EQ(training.wait(60s), 128 + SIGTERM) << training.output();
 }
 
 TEST(NodeMetricsService, TrainingWithoutTheLauncherServesItselfAndRunsWithoutNvml) {
