@@ -5,10 +5,14 @@
 # naming the file and key (the output-dir row trains, rc 0, and keeps NOTES.txt); run it on an
 # old build to see the defects (session 8: ef36d63 crashed with rc 134 on 7 of them, accepted
 # bos_token_id beyond the vocabulary, printed raw nlohmann text, and deleted NOTES.txt).
-# WORK_DIR is deleted and made anew (a scratch dir of this script's own).
+# WORK_DIR must not exist, or be one this script made before (it is then made anew).
 # Usage: tools/hardening/probe_cli_defects.sh BINARY SOURCE_DIR WORK_DIR
 bin=$1 src=$2 work=$3
-rm -rf "$work"; mkdir -p "$work"; cd "$work"
+if [[ -e $work && ! -f $work/.probe_cli_defects ]]; then
+  echo "probe_cli_defects: $work exists and is not a probe dir; name a new one" >&2
+  exit 2
+fi
+rm -rf "$work"; mkdir -p "$work"; touch "$work/.probe_cli_defects"; cd "$work"
 cp -r "$src/examples" ex
 base=(train --config ex/demo.toml --model.path=MODEL --steps 2 --train.device=cpu --data.cache_dir=cache --train.output_dir=out --optim.warmup_steps=0 --data.path=ex/demo-data.jsonl)
 mkmodel() {  # name, python expression editing cfg (config.json) and tok (tokenizer.json) dicts
