@@ -368,20 +368,21 @@ TEST_F(LauncherTest, MissingStoreTimesOutWithClearMessage) {
 TEST_F(LauncherTest, DuplicateNodeRankIsRefused) {
   const int port = free_port();
   const std::string flags =
-      "launch --nnodes 3 --rdzv-conf join_timeout=2 --rdzv-endpoint 127.0.0.1:" +
+      "launch --nnodes 3 --rdzv-conf join_timeout=4 --rdzv-endpoint 127.0.0.1:" +
       std::to_string(port) + " --node-rank ";
   // Nodes 0 and 1 join and wait for node 2, which never comes; a second node 1 is refused.
   auto node0 = std::async(std::launch::async, [&] { return run(flags + "0 -- /bin/sh -c true"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto node1 = std::async(std::launch::async, [&] { return run(flags + "1 -- /bin/sh -c true"); });
+  // Generous gaps: on a loaded machine a launcher takes a while to start and join.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto node1 = std::async(std::launch::async, [&] { return run(flags + "1 -- /bin/sh -c true"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const Result duplicate = run(flags + "1 -- /bin/sh -c true");
   EXPECT_EQ(duplicate.exit_code, 2) << duplicate.output;
   EXPECT_NE(duplicate.output.find("node rank 1 has already joined"), std::string::npos)
       << duplicate.output;
   const Result r0 = node0.get();
   EXPECT_EQ(r0.exit_code, 2) << r0.output;
-  EXPECT_NE(r0.output.find("only 2 of 3 nodes joined within 2 s (missing node rank 2)"),
+  EXPECT_NE(r0.output.find("only 2 of 3 nodes joined within 4 s (missing node rank 2)"),
             std::string::npos)
       << r0.output;
   EXPECT_EQ(node1.get().exit_code, 2);
