@@ -140,16 +140,20 @@ std::string Exposition::render() const {
   return out;
 }
 
-std::string escape_label_value(std::string_view value) {
+namespace {
+
+// Exposition 0.0.4 escaping: backslash and line feed always; the double quote only inside a
+// label value (HELP text keeps it as is).
+std::string escape(std::string_view text, bool quote) {
   std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
+  out.reserve(text.size());
+  for (char c : text) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (c == '"' && quote) {
+      out += "\\\"";
     } else {
       out += c;
     }
@@ -157,20 +161,11 @@ std::string escape_label_value(std::string_view value) {
   return out;
 }
 
-std::string escape_help(std::string_view help) {
-  std::string out;
-  out.reserve(help.size());
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string escape_label_value(std::string_view value) { return escape(value, true); }
+
+std::string escape_help(std::string_view help) { return escape(help, false); }
 
 std::string format_metric_value(double value) {
   if (std::isnan(value)) return "NaN";
