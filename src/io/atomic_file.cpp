@@ -28,8 +28,10 @@ void fsync_parent_dir(const std::string& path) {
 
 }  // namespace
 
-AtomicFileWriter::AtomicFileWriter(std::string path)
-    : path_(std::move(path)), temp_path_(path_ + ".tmp." + std::to_string(::getpid())) {
+AtomicFileWriter::AtomicFileWriter(std::string path, Durability durability)
+    : path_(std::move(path)),
+      temp_path_(path_ + ".tmp." + std::to_string(::getpid())),
+      durability_(durability) {
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     fail("cannot create {} ({}); HINT: check that the directory exists and is writable", temp_path_,
@@ -42,6 +44,7 @@ AtomicFileWriter::~AtomicFileWriter() { discard(); }
 AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
     : path_(std::move(other.path_)),
       temp_path_(std::move(other.temp_path_)),
+      durability_(other.durability_),
       fd_(std::exchange(other.fd_, -1)),
       bytes_written_(other.bytes_written_) {}
 
@@ -50,6 +53,7 @@ AtomicFileWriter& AtomicFileWriter::operator=(AtomicFileWriter&& other) noexcept
     discard();
     path_ = std::move(other.path_);
     temp_path_ = std::move(other.temp_path_);
+    durability_ = other.durability_;
     fd_ = std::exchange(other.fd_, -1);
     bytes_written_ = other.bytes_written_;
   }
@@ -82,7 +86,8 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
 
 void AtomicFileWriter::commit() {
   SHARDTRAIN_CHECK(fd_ >= 0, "commit of {} twice", path_);
-  if (::fsync(fd_) != 0) {
+  const bool durable = durability_ == Durability::kDurable;
+  if (durable && ::fsync(fd_) != 0) {
     fail("cannot fsync {} ({}); HINT: check free disk space and the filesystem", temp_path_,
          errno_text());
   }
@@ -98,11 +103,12 @@ void AtomicFileWriter::commit() {
     fail("cannot rename {} over {} ({}); HINT: check that {} is not a directory and is writable",
          temp_path_, path_, reason, path_);
   }
-  fsync_parent_dir(path_);
+  if (durable) fsync_parent_dir(path_);
 }
 
-void write_file_atomically(const std::string& path, std::string_view contents) {
-  AtomicFileWriter writer(path);
+void write_file_atomically(const std::string& path, std::string_view contents,
+                           Durability durability) {
+  AtomicFileWriter writer(path, durability);
   writer.write(contents.data(), contents.size());
   writer.commit();
 }

@@ -2,7 +2,9 @@
 // never a partial write, even if the process dies mid-write.
 //
 // AtomicFileWriter writes into `path + ".tmp.<pid>"`; commit() flushes, fsyncs, renames the
-// temp file over `path` and fsyncs the directory. Destroying a writer without commit() removes
+// temp file over `path` and fsyncs the directory. With Durability::kVisibleOnly (a file other
+// processes poll and that is rewritten often, e.g. a rank's metrics snapshot) it skips both
+// fsyncs: readers still never see a partial file, but a machine crash may lose the last write. Destroying a writer without commit() removes
 // the temp file and leaves any existing `path` untouched. Every failure throws Error naming the
 // path. Movable, not copyable.
 #pragma once
@@ -14,10 +16,12 @@
 
 namespace shardtrain {
 
+enum class Durability { kDurable, kVisibleOnly };
+
 class AtomicFileWriter {
  public:
   // Creates (truncates) the temp file. REQUIRES: the parent directory exists.
-  explicit AtomicFileWriter(std::string path);
+  explicit AtomicFileWriter(std::string path, Durability durability = Durability::kDurable);
   ~AtomicFileWriter();
   AtomicFileWriter(AtomicFileWriter&& other) noexcept;
   AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
@@ -38,11 +42,13 @@ class AtomicFileWriter {
 
   std::string path_;
   std::string temp_path_;
+  Durability durability_ = Durability::kDurable;
   int fd_ = -1;
   uint64_t bytes_written_ = 0;
 };
 
 // Replaces `path` with `contents` atomically.
-void write_file_atomically(const std::string& path, std::string_view contents);
+void write_file_atomically(const std::string& path, std::string_view contents,
+                           Durability durability = Durability::kDurable);
 
 }  // namespace shardtrain

@@ -374,6 +374,12 @@ TEST(AtomicFileTest, CommitReplacesAndAbandonLeavesOldFile) {
 
   const std::string bad = dir.file("no/such/dir/file");
   expect_error([&] { write_file_atomically(bad, "x"); }, {bad, "HINT"});
+
+  // Visible-only (no fsync): still a whole replacement, no temp file left, errors as before.
+  write_file_atomically(path, "polled", Durability::kVisibleOnly);
+  EXPECT_EQ(read_bytes(path), "polled");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+  expect_error([&] { write_file_atomically(bad, "x", Durability::kVisibleOnly); }, {bad, "HINT"});
 }
 
 TEST(MappedFileTest, MapsContentsAndEmptyFiles) {

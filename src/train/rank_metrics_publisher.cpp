@@ -92,7 +92,9 @@ void RankMetricsPublisher::publish(const StepReport& r) {
     json = snapshot_to_json(s).dump();
   }
   try {
-    write_file_atomically(file_, json);
+    // The agent polls this file; it needs whole contents, not durability (no fsync on the
+    // training thread every 250 ms).
+    write_file_atomically(file_, json, Durability::kVisibleOnly);
   } catch (const Error& error) {
     // The agent removed its directory (it is ending the run): metrics are not worth a failure.
     log::warn("metrics: cannot publish this rank's metrics ({}); stopping", error.what());
