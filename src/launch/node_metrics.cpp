@@ -6,11 +6,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/read_file.h"
 
 namespace shardtrain::launch {
 namespace {
@@ -83,12 +82,10 @@ std::vector<RankSnapshot> NodeMetrics::read_ranks() {
   std::vector<RankSnapshot> ranks;
   for (int local = 0; local < local_ranks_; ++local) {
     const std::string path = fmt::format("{}/local-{}.json", dir_, local);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) continue;
-    std::stringstream text;
-    text << in.rdbuf();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) continue;  // that rank has not finished a step yet
     try {
-      RankSnapshot s = snapshot_from_json(nlohmann::json::parse(text.str()), path);
+      RankSnapshot s = snapshot_from_json(nlohmann::json::parse(read_file(path)), path);
       set_counters(s, continuity_.continued(std::to_string(local), s.instance, counters_of(s)));
       ranks.push_back(std::move(s));
     } catch (const std::exception& e) {
