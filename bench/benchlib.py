@@ -20,6 +20,9 @@ Subcommands:
                                         --metrics file (its "tokens" are summed over ranks);
                                         steps 1 and 2 are warm-up, not timed
   torch-tps LOG                         tokens/s per GPU from bench/pytorch_fsdp2.py's JSON line
+  loss-diff METRICS_A METRICS_B         the largest relative difference of the per-step losses of
+                                        two shardtrain runs of the same job (e.g. two kernels);
+                                        exits 1 when the step counts differ
   peak-mib MEM_CSV GPUS                 largest memory.used (MiB) of GPUs 0..GPUS-1 in an
                                         `nvidia-smi --query-gpu=index,memory.used` sample log
   plan-total PLAN_OUTPUT STRATEGY       the per-rank "total" (MiB) of STRATEGY in the output of
@@ -86,6 +89,16 @@ def ours_comm_wait_ms(metrics_path):
         records = [json.loads(line) for line in f if line.strip()]
     waits = [r["comm_wait_s"] for r in records[2:] if "comm_wait_s" in r]
     return 1e3 * sum(waits) / len(waits) if waits else None
+
+
+def loss_difference(metrics_a, metrics_b):
+    def losses(path):
+        with open(path) as f:
+            return [json.loads(line)["loss"] for line in f if line.strip()]
+    a, b = losses(metrics_a), losses(metrics_b)
+    if len(a) != len(b) or not a:
+        sys.exit(f"loss-diff: {metrics_a} has {len(a)} steps, {metrics_b} {len(b)}")
+    return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b))
 
 
 def torch_tokens_per_s(log_path):
@@ -246,6 +259,8 @@ def main(argv):
         write_tokens(*args)
     elif command == "ours-tps" and len(args) == 2:
         print(ours_tokens_per_s(*args))
+    elif command == "loss-diff" and len(args) == 2:
+        print(f"{loss_difference(*args):.3g}")
     elif command == "torch-tps" and len(args) == 1:
         print(torch_tokens_per_s(*args))
     elif command == "peak-mib" and len(args) == 2:

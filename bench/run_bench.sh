@@ -13,6 +13,10 @@
 #              step per unit in backward (--fsdp.compute_copy=on_demand
 #              --optim.update_in_backward=true --train.max_grad_norm=0; PyTorch's baseline never
 #              clips either, so both do the same work). Without +lean, fsdp.compute_copy = auto.
+#   +ws        ours with the warp-specialised attention forward (SHARDTRAIN_TEST_ATTENTION_KERNEL=
+#              wgmma-ws: TMA producer, ping-pong consumers; not yet the default)
+# Runs that differ only in ours' settings (e.g. qwen2.5-1.5b and qwen2.5-1.5b+ws) share one
+# PyTorch measurement of this call.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
 # prediction for ours (`shardtrain plan`, same flags) and measured / plan, and the ratios.
 # BENCH_PROFILE=1 adds, per run, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
@@ -34,6 +38,7 @@ source "$root/bench/sample_peak.sh"  # sample_peak_mib LOG COMMAND...: the peak 
 gpu_memory=h200  # what `plan` resolves fsdp.compute_copy = auto against: this GPU's total
 [[ -z $dry ]] && gpu_memory="$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)MiB"
 printf '%-28s %-14s %12s %7s %9s\n' run engine tokens/s MFU peakGiB >"$out/table.txt"
+declare -A torch_tps torch_peak  # PyTorch's figures of this call by shape, seq, micro-batch, flags
 for run in "${runs[@]}"; do
   spec=${run%%+*} mods=${run#"$spec"}
   shape=${spec%%@*} seq=${BENCH_SEQ:-4096} mb=${BENCH_MICRO_BATCH:-2}
@@ -44,14 +49,15 @@ for run in "${runs[@]}"; do
   fi
   [[ $seq =~ ^[0-9]+$ && $mb =~ ^[0-9]+$ ]] || { echo "run '$run': bad @SEQxMB" >&2; exit 2; }
   [[ -d $root/bench/shapes/$shape ]] || { echo "run '$run': no bench/shapes/$shape" >&2; exit 2; }
-  ours_args=() torch_args=()
+  ours_args=() torch_args=() ours_env=()
   for mod in ${mods//+/ }; do
     case $mod in
       ckpt) ours_args+=(--train.activation_checkpointing=full) torch_args+=(--checkpointing) ;;
       sel) ours_args+=(--train.activation_checkpointing=selective) torch_args+=(--checkpointing) ;;
       lean) ours_args+=(--fsdp.compute_copy=on_demand --optim.update_in_backward=true
         --train.max_grad_norm=0) ;;
-      *) echo "run '$run': unknown +$mod (ckpt, sel, lean)" >&2; exit 2 ;;
+      ws) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws) ;;
+      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, ws)" >&2; exit 2 ;;
     esac
   done
   config=$root/bench/shapes/$shape/config.json
@@ -63,18 +69,26 @@ for run in "${runs[@]}"; do
   "$bin" plan "${job[@]}" --world-size 1 --gpu-memory "$gpu_memory" >"$out/$run-plan.txt"
   plan=$(python3 "$lib" plan-total "$out/$run-plan.txt" full_shard)
   rm -f "$out/$run-metrics.jsonl"  # --metrics appends
-  ours_mib=$(sample_peak_mib "$out/$run-shardtrain.log" "$bin" train "${job[@]}" \
-    --train.steps="$steps" --metrics "$out/$run-metrics.jsonl")
+  ours_mib=$(sample_peak_mib "$out/$run-shardtrain.log" env "${ours_env[@]}" "$bin" train \
+    "${job[@]}" --train.steps="$steps" --metrics "$out/$run-metrics.jsonl")
   ours=1
   [[ -z $dry ]] && ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1)
   if [[ -n ${BENCH_PROFILE:-} && -z $dry ]]; then
-    SHARDTRAIN_PROFILE_OPS=1 "$bin" train "${job[@]}" --train.steps=3 >"$out/$run-profile.log" 2>&1 || true
+    env "${ours_env[@]}" SHARDTRAIN_PROFILE_OPS=1 "$bin" train "${job[@]}" --train.steps=3 \
+      >"$out/$run-profile.log" 2>&1 || true
     sed -n '/op profile/,$p' "$out/$run-profile.log" >"$out/$run-profile.txt"
   fi
   torch=(python3 "$root/bench/pytorch_fsdp2.py" "$config" "$seq" "$mb" "$steps" "${torch_args[@]}")
-  torch_mib=$(PYTHONUNBUFFERED=1 sample_peak_mib "$out/$run-pytorch.log" "${torch[@]}" --compile)
-  theirs=1
-  [[ -z $dry ]] && theirs=$(python3 "$lib" torch-tps "$out/$run-pytorch.log")
+  torch_key="$shape $seq $mb ${torch_args[*]}"
+  if [[ -n ${torch_tps[$torch_key]:-} ]]; then
+    theirs=${torch_tps[$torch_key]} torch_mib=${torch_peak[$torch_key]}
+    echo "$run: PyTorch's figures of this call reused ($torch_key)" >"$out/$run-pytorch.log"
+  else
+    torch_mib=$(PYTHONUNBUFFERED=1 sample_peak_mib "$out/$run-pytorch.log" "${torch[@]}" --compile)
+    theirs=1
+    [[ -z $dry ]] && theirs=$(python3 "$lib" torch-tps "$out/$run-pytorch.log")
+    torch_tps[$torch_key]=$theirs torch_peak[$torch_key]=$torch_mib
+  fi
   eager=()
   if [[ -n ${BENCH_EAGER:-} ]]; then
     eager_mib=$(sample_peak_mib "$out/$run-pytorch-eager.log" "${torch[@]}")

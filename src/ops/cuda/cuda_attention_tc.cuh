@@ -189,6 +189,13 @@ __device__ __forceinline__ unsigned char* align_shared_1024(unsigned char* raw) 
 void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD,
                              float scale, const AttentionShape& shape, bf16* out_BTHD,
                              float* lse_BHT, cudaStream_t stream);
+// The warp-specialised forward (cuda_attention_ws_forward.cu: TMA producer, ping-pong consumers),
+// launched when the table picks AttentionKernel::kWgmmaWs. False (nothing launched) when the TMA
+// descriptors cannot be made (no driver entry point, a misaligned tensor): the caller runs
+// wgmma_attention_forward instead.
+bool ws_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
+                          const AttentionShape& shape, bf16* out_BTHD, float* lse_BHT,
+                          cudaStream_t stream);
 // The backward kernel over `blocks` 128-key blocks; delta, the zeroed accumulators and the
 // GQA slicing as flash_attention_backward prepares them for 128-key tiles.
 void wgmma_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,

@@ -203,7 +203,13 @@ void flash_attention_forward(const AttentionConfig& config, const void* q_BTHD, 
                              const void* v_BTKD, float scale, const AttentionShape& shape,
                              void* out_BTHD, float* lse_BHT, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
-  if (config.kernel == AttentionKernel::kWgmma) {
+  if (config.kernel == AttentionKernel::kWgmmaWs &&
+      ws_attention_forward(static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
+                           static_cast<const bf16*>(v_BTKD), scale, shape,
+                           static_cast<bf16*>(out_BTHD), lse_BHT, stream)) {
+    return;
+  }
+  if (config.kernel == AttentionKernel::kWgmma || config.kernel == AttentionKernel::kWgmmaWs) {
     wgmma_attention_forward(static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
                             static_cast<const bf16*>(v_BTKD), scale, shape,
                             static_cast<bf16*>(out_BTHD), lse_BHT, stream);

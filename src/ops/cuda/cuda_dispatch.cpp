@@ -81,7 +81,9 @@ struct AttentionRow {
 };
 
 constexpr int kAnyCc = 1000;
-constexpr std::array<AttentionRow, 9> kAttentionRows{{
+constexpr std::array<AttentionRow, 11> kAttentionRows{{
+    {90, 90, 128, true, AttentionKernel::kWgmmaWs, 12, 0},  // forward only, under the hook
+    {90, 90, 64, true, AttentionKernel::kWgmmaWs, 12, 0},
     {90, 90, 128, true, AttentionKernel::kWgmma, 8, 2},
     {90, 90, 64, true, AttentionKernel::kWgmma, 8, 2},
     {80, kAnyCc, 128, true, AttentionKernel::kMmaSync, 8, 2},
@@ -98,6 +100,8 @@ size_t row_shared_bytes(const AttentionRow& row, int head_dim, bool backward) {
     case AttentionKernel::kWgmma:
       return backward ? wgmma_backward_shared_bytes(head_dim)
                       : wgmma_forward_shared_bytes(head_dim);
+    case AttentionKernel::kWgmmaWs:
+      return wgmma_ws_forward_shared_bytes(head_dim);
     case AttentionKernel::kMmaSync:
       return backward ? mma_backward_shared_bytes(head_dim, row.warps, row.stages)
                       : mma_forward_shared_bytes(head_dim, row.warps);
@@ -111,6 +115,9 @@ size_t row_shared_bytes(const AttentionRow& row, int head_dim, bool backward) {
 // The test hooks of the attention kernels (SHARDTRAIN_TEST_ATTENTION_*): mma.sync instead of
 // wgmma, and 4-warp blocks instead of 8.
 bool row_allowed_by_hooks(const AttentionRow& row, bool backward) {
+  if (row.kernel == AttentionKernel::kWgmmaWs &&
+      (backward || !env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws")))
+    return false;
   if (row.kernel == AttentionKernel::kWgmma &&
       env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma"))
     return false;
@@ -128,7 +135,9 @@ AttentionConfig attention_config(DType dtype, const AttentionShape& shape,
     if (cc < row.min_cc || cc > row.max_cc) continue;
     if (row.head_dim != 0 && row.head_dim != shape.head_dim) continue;
     if (row.bf16_only && dtype != DType::kBF16) continue;
-    if (row.kernel == AttentionKernel::kWgmma && !wgmma_compiled) continue;
+    if ((row.kernel == AttentionKernel::kWgmma || row.kernel == AttentionKernel::kWgmmaWs) &&
+        !wgmma_compiled)
+      continue;
     if (!backward && row.stages == 1) continue;  // the forward has no 1-stage variant
     if (!row_allowed_by_hooks(row, backward)) continue;
     const size_t bytes = row_shared_bytes(row, shape.head_dim, backward);
@@ -213,6 +222,8 @@ const char* attention_kernel_name(AttentionKernel kernel) {
       return "mma.sync";
     case AttentionKernel::kWgmma:
       return "wgmma";
+    case AttentionKernel::kWgmmaWs:
+      return "wgmma-ws";
   }
   return "?";
 }

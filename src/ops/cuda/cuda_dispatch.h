@@ -3,6 +3,9 @@
 //
 //   op                 | variant (first row that applies wins)            | where
 //   -------------------+--------------------------------------------------+------------------------
+//   attention fwd      | wgmma, warp-specialised (TMA producer, ping-pong) | cc 9.0, 90a, only
+//   under
+//                      |   D 64 / 128, bf16 (cuda_attention_ws_forward.cu)| the hook (not yet run)
 //   attention fwd/bwd  | wgmma (Hopper warpgroup MMA), D 64 / 128, bf16   | cc 9.0, build with 90a
 //                      | mma.sync + cp.async, 8 warps, 2 stages           | cc >= 8.0, if it fits
 //                      | mma.sync, 4 warps, 2 stages                      | cc >= 8.0, if it fits
@@ -28,7 +31,9 @@
 // GPUs run, under their shared-memory limits, on the GPU that is present (which must offer at
 // least as much). Only tests call it (ops/test_device_limits.h reads the environment variable
 // SHARDTRAIN_TEST_DEVICE_LIMITS for them). The older attention test hooks
-// (SHARDTRAIN_TEST_ATTENTION_KERNEL=mma, _FORWARD_WARPS=4, _BACKWARD_WARPS=4) are read here.
+// (SHARDTRAIN_TEST_ATTENTION_KERNEL=mma, _FORWARD_WARPS=4, _BACKWARD_WARPS=4) are read here, and
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws picks the warp-specialised forward (the backward
+// stays wgmma) until it has been measured and made the default.
 //
 // Plain C++17 (no CUDA device code): included by the launchers (.cu) and by cuda_layers.cpp.
 #pragma once
@@ -71,7 +76,7 @@ void require_shared_fits(size_t bytes, const DeviceLimits& limits, const char* k
 
 // ---- attention ----
 
-enum class AttentionKernel { kSimt, kMmaSync, kWgmma };
+enum class AttentionKernel { kSimt, kMmaSync, kWgmma, kWgmmaWs };
 const char* attention_kernel_name(AttentionKernel kernel);
 
 struct AttentionConfig {
@@ -116,6 +121,11 @@ constexpr size_t kWgmmaAlignSlack = 1024;
 constexpr size_t wgmma_forward_shared_bytes(int head_dim) {
   const size_t keys = head_dim == 64 ? 64 : 128;
   return 2 * (128 + 4 * keys) * head_dim + kWgmmaAlignSlack;
+}
+// Q + 2 (D = 128) or 3 (D = 64) stages of 128-key K and V tiles + 1 + 4 * stages mbarriers.
+constexpr size_t wgmma_ws_forward_shared_bytes(int head_dim) {
+  const size_t stages = head_dim == 64 ? 3 : 2;
+  return 2 * (128 + 2 * stages * 128) * head_dim + 8 * (1 + 4 * stages) + kWgmmaAlignSlack;
 }
 constexpr size_t wgmma_backward_shared_bytes(int head_dim) {
   return 2 * (2 * 128 * head_dim + 4 * 64 * head_dim + 128 * 64) + 4 * 4 * 64 + kWgmmaAlignSlack;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -53,6 +54,35 @@ TEST(CudaDispatch, WgmmaOnlyOnHopperBuildsThatHaveIt) {
                 AttentionKernel::kMmaSync)
           << kind;
     }
+  }
+}
+
+// The warp-specialised forward only under its hook, only forward, only where wgmma is.
+TEST(CudaDispatch, WarpSpecialisedForwardOnlyUnderItsHook) {
+  for (const int d : {64, 128}) {
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
+    const AttentionConfig forward =
+        attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
+    const AttentionConfig backward =
+        attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
+    const AttentionConfig uncompiled =
+        attention_forward_config(DType::kBF16, shape(d), preset("h100"), false);
+    const AttentionConfig ampere =
+        attention_forward_config(DType::kBF16, shape(d), preset("a100"), true);
+    const AttentionConfig f32 =
+        attention_forward_config(DType::kF32, shape(d), preset("h100"), true);
+    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+    EXPECT_EQ(forward.kernel, AttentionKernel::kWgmmaWs) << d;
+    EXPECT_EQ(forward.shared_bytes, wgmma_ws_forward_shared_bytes(d)) << d;
+    EXPECT_LE(forward.shared_bytes, preset("h100").shared_per_block_optin) << d;
+    EXPECT_EQ(backward.kernel, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(uncompiled.kernel, AttentionKernel::kMmaSync) << d;
+    EXPECT_EQ(ampere.kernel, AttentionKernel::kMmaSync) << d;
+    EXPECT_EQ(f32.kernel, AttentionKernel::kSimt) << d;
+    EXPECT_STREQ(attention_kernel_name(forward.kernel), "wgmma-ws");
+    // Without the hook the default stays the wgmma kernel.
+    EXPECT_EQ(attention_forward_config(DType::kBF16, shape(d), preset("h100"), true).kernel,
+              AttentionKernel::kWgmma);
   }
 }
 

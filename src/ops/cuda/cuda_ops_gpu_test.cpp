@@ -594,7 +594,10 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
 }
 
 // The forward kernels: on an H200 the wgmma kernel (cuda_attention_wgmma_forward.cu) by
-// default; the mma.sync kernel under SHARDTRAIN_TEST_ATTENTION_KERNEL=mma with 128-row query
+// default, the warp-specialised TMA kernel (cuda_attention_ws_forward.cu) under
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws (WgmmaWsForwardIsPickedOnHopper says whether it ran:
+// elsewhere the hook falls through to the default); the mma.sync kernel under
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=mma with 128-row query
 // tiles of 8 warps, or 64-row tiles of 4 warps under SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4.
 // All must give the reference output and lse. T = 1, 77, 100, 300, 1000: ragged last tiles of
 // every size; 129 and 192: a last 128-row tile whose upper warps (warpgroup) hold only padding
@@ -614,8 +617,9 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
     Pair &out = in.out, &lse = in.lse;
-    for (const Kernel kernel : {Kernel{"default", nullptr, "8"}, Kernel{"mma 8 warps", "mma", "8"},
-                                Kernel{"mma 4 warps", "mma", "4"}}) {
+    for (const Kernel kernel :
+         {Kernel{"default", nullptr, "8"}, Kernel{"wgmma-ws", "wgmma-ws", "8"},
+          Kernel{"mma 8 warps", "mma", "8"}, Kernel{"mma 4 warps", "mma", "4"}}) {
       if (kernel.kernel_hook != nullptr) {
         ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", kernel.kernel_hook, 1);
       }
@@ -629,6 +633,24 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
       EXPECT_LE(error(lse), 1e-5) << "forward kernel " << kernel.name;
     }
   }
+}
+
+// Under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws a Hopper GPU with a 90a build runs the
+// warp-specialised forward (so ForwardForEveryKernel checked it) and keeps the wgmma backward.
+TEST_F(CudaAttentionKernelTest, WgmmaWsForwardIsPickedOnHopper) {
+  const cuda_kernels::AttentionShape s{1, 1000, 4, 2, 128};
+  if (cuda_kernels::device_limits().compute_capability() != 90 ||
+      !cuda_kernels::wgmma_kernels_compiled()) {
+    GTEST_SKIP() << "not a Hopper GPU with a 90a build: no warp-specialised kernel here";
+  }
+  ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
+  const cuda_kernels::AttentionKernel forward =
+      cuda_kernels::attention_forward_config(DType::kBF16, s).kernel;
+  const cuda_kernels::AttentionKernel backward =
+      cuda_kernels::attention_backward_config(DType::kBF16, s).kernel;
+  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+  EXPECT_EQ(forward, cuda_kernels::AttentionKernel::kWgmmaWs);
+  EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmma);
 }
 
 // The kernel configurations of every GPU kind of the reference deployments, run here under
@@ -704,9 +726,10 @@ TEST_F(CudaOpsTest, CrossEntropy) {
 // Timing of attention at the benchmark shape (Qwen2.5-1.5B, T=4096, micro-batch 2) and at
 // Llama-3.2-1B's (32 heads, 8 kv heads, head dim 64), run with the gpu tests because attention
 // dominates the step; also appended to $OUT/attention-timing.txt when OUT is set (the device
-// session's output folder). The forward is timed with the default kernel (wgmma on an H200) and
-// both mma.sync block shapes, the backward with both block shapes (8 warps, the default, and 4).
-// Checks only that outputs are finite.
+// session's output folder). The forward is timed with the default kernel (wgmma on an H200), the
+// warp-specialised one (the default where it does not apply) and both mma.sync block shapes, the
+// backward with both block shapes (8 warps, the default, and 4). Checks only that outputs are
+// finite.
 TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
   for (const AttentionCase c :
        {AttentionCase{2, 4096, 12, 2, 128}, AttentionCase{2, 4096, 32, 8, 64}}) {
@@ -724,8 +747,9 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
     const double flops = 4.0 * B * H * T * T * D / 2;  // causal
     // warps "wgmma": the default kernel (wgmma on an H200); "8", "4": the mma.sync kernel.
     const auto time_forward = [&](const std::string& warps) {
-      const bool mma = warps != "wgmma";
+      const bool mma = warps != "wgmma" && warps != "wgmma-ws";
       if (mma) ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
+      if (warps == "wgmma-ws") ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
       ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", mma ? warps.c_str() : "8", 1);
       const double ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); }, 10);
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
@@ -745,6 +769,7 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
     // The defaults last: out and lse of the default forward feed the backward.
     const double forward4_ms = time_forward("4");
     const double forward8_ms = time_forward("8");
+    const double forward_ws_ms = time_forward("wgmma-ws");
     const double forward_ms = time_forward("wgmma");
     const double backward4_ms = time_backward("4");
     const double backward8_ms = time_backward("8");
@@ -752,16 +777,17 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
     char line[512];
     std::snprintf(line, sizeof(line),
                   "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s) "
-                  "default, mma.sync %.3f ms (%.1f TFLOP/s) 8 warps, %.3f ms (%.1f TFLOP/s) 4 "
-                  "warps; backward (TFLOP/s at 2.5x forward flops) %.3f ms (%.1f TFLOP/s) "
+                  "default, wgmma-ws %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
+                  "warps, %.3f ms (%.1f TFLOP/s) 4 warps; backward (TFLOP/s at 2.5x forward flops) "
+                  "%.3f ms (%.1f TFLOP/s) "
                   "default, mma.sync %.3f ms (%.1f TFLOP/s) 8 warps, %.3f ms (%.1f TFLOP/s) 4 "
                   "warps\n",
                   static_cast<long>(B), static_cast<long>(T), static_cast<long>(H),
                   static_cast<long>(K), static_cast<long>(D), forward_ms, flops / forward_ms * 1e-9,
-                  forward8_ms, flops / forward8_ms * 1e-9, forward4_ms, flops / forward4_ms * 1e-9,
-                  backward_ms, 2.5 * flops / backward_ms * 1e-9, backward8_ms,
-                  2.5 * flops / backward8_ms * 1e-9, backward4_ms,
-                  2.5 * flops / backward4_ms * 1e-9);
+                  forward_ws_ms, flops / forward_ws_ms * 1e-9, forward8_ms,
+                  flops / forward8_ms * 1e-9, forward4_ms, flops / forward4_ms * 1e-9, backward_ms,
+                  2.5 * flops / backward_ms * 1e-9, backward8_ms, 2.5 * flops / backward8_ms * 1e-9,
+                  backward4_ms, 2.5 * flops / backward4_ms * 1e-9);
     std::printf("%s", line);
     if (const char* out_dir = std::getenv("OUT")) {
       if (FILE* file = std::fopen((std::string(out_dir) + "/attention-timing.txt").c_str(), "a")) {

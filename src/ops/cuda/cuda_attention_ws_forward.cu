@@ -1,0 +1,293 @@
+// Causal grouped-query flash attention forward, warp-specialised (FlashAttention-3's structure;
+// sm_90a, bf16, head dims 64 and 128). Same contract and results as wgmma_forward_kernel
+// (cuda_attention_wgmma_forward.cu), which it replaces where the dispatch table picks it.
+//   block = (128-row query tile, head, batch), heaviest tiles first, of three warpgroups:
+//   warpgroup 0 is the producer: one thread issues TMA copies (cuda_tma.cuh) of the Q tile and of
+//   every 128-key K and V tile into a ring of kWsStages<D> stages, each stage guarded by a "full"
+//   mbarrier (bytes delivered) and an "empty" one (the 256 consumer threads done reading); it
+//   keeps 24 registers a thread (setmaxnreg) so that the consumers get 240.
+//   Warpgroups 1 and 2 are the consumers, 64 query rows each, with the wgmma kernel's loop:
+//   tile j's S = Q K^T issued together with tile j-1's O += P V, the online softmax of tile j
+//   while that P V runs. Ping-pong: named barriers order the two consumers' issue of their
+//   products, so one warpgroup's softmax runs while the other's products use the tensor cores.
+// Why: the wgmma kernel's block barrier per tile and cp.async issue by every thread left the
+// forward latency-bound (Nsight Compute: 0.57 eligible warps per scheduler, tensor pipe 34% busy
+// at the Qwen shape, ops/cuda/NOTES.md); here the loads leave the consumers' instruction stream.
+// STATUS: compiled (ptxas figures in NOTES.md); picked only under the hook
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws until measured on a GPU.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/cuda_attention_tc.cuh"
+#include "ops/cuda/cuda_tma.cuh"
+
+namespace shardtrain::cuda_kernels::flash {
+namespace {
+
+constexpr int kWsQueryRows = 128;  // two consumer warpgroups of 64 rows
+constexpr int kWsKeys = 128;       // keys of a K/V tile
+constexpr int kWsThreads = 384;    // producer + two consumers
+// Used only in the sm_90a body of the kernel.
+[[maybe_unused]] constexpr int kWsConsumerThreads = 256;
+[[maybe_unused]] constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+template <int D>
+constexpr int kWsStages = D == 64 ? 3 : 2;
+// Named barrier ids of the ping-pong (one per consumer; 0 is __syncthreads).
+[[maybe_unused]] constexpr int kIssueBarrier = 1;
+
+template <int D>
+constexpr size_t ws_forward_shared_bytes() {
+  // Q + stages of K and V, then the mbarriers (q_full, and k_full, v_full, k_empty, v_empty per
+  // stage), 8 bytes each.
+  return sizeof(bf16) * (kWsQueryRows + 2 * kWsStages<D> * kWsKeys) * D +
+         8 * (1 + 4 * kWsStages<D>)+kSharedAlignSlack;
+}
+static_assert(ws_forward_shared_bytes<128>() ==
+                      ::shardtrain::cuda_kernels::wgmma_ws_forward_shared_bytes(128) &&
+                  ws_forward_shared_bytes<64>() ==
+                      ::shardtrain::cuda_kernels::wgmma_ws_forward_shared_bytes(64),
+              "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
+
+struct WsMaps {
+  CUtensorMap q, k, v;
+};
+
+// REQUIRES: blockDim.x == kWsThreads; dynamic shared memory ws_forward_shared_bytes<D>(); a 1-D
+// grid of (query tiles of 128) x heads x batch blocks; maps from tensor_map_of_heads with boxes
+// of 128 rows (Q) and kWsKeys rows (K, V).
+template <int D>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    ws_forward_kernel(const __grid_constant__ WsMaps maps, float scale, AttentionShape shape,
+                      bf16* out_BTHD, float* lse_BHT) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  constexpr int kStages = kWsStages<D>;
+  constexpr uint32_t kQTileBytes = kWsQueryRows * D * sizeof(bf16);
+  constexpr uint32_t kKvTileBytes = kWsKeys * D * sizeof(bf16);
+  constexpr uint32_t kBlockBytes = kWsKeys * wgmma::kSwizzleBytes;  // one column block of a tile
+  const int seq = shape.seq;
+  const int heads_and_batches = shape.heads * shape.batch;
+  const int q_tiles = gridDim.x / heads_and_batches;
+  const int q_tile = q_tiles - 1 - static_cast<int>(blockIdx.x) / heads_and_batches;
+  const int h = blockIdx.x % shape.heads, b = blockIdx.x / shape.heads % shape.batch;
+  const int kv_head = h / (shape.heads / shape.kv_heads);
+  const int first_query = q_tile * kWsQueryRows;
+  const int last_kv_tile = (min(first_query + kWsQueryRows, seq) - 1) / kWsKeys;
+
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* base = align_shared_1024(shared_raw);
+  const uint32_t q_address = shared_address(base);
+  const uint32_t k_address = q_address + kQTileBytes;
+  const uint32_t v_address = k_address + kStages * kKvTileBytes;
+  const uint32_t barriers = v_address + kStages * kKvTileBytes;
+  const uint32_t q_full = barriers;
+  const auto k_full = [&](int stage) { return barriers + 8 * (1 + stage); };
+  const auto v_full = [&](int stage) { return barriers + 8 * (1 + kStages + stage); };
+  const auto k_empty = [&](int stage) { return barriers + 8 * (1 + 2 * kStages + stage); };
+  const auto v_empty = [&](int stage) { return barriers + 8 * (1 + 3 * kStages + stage); };
+
+  if (threadIdx.x == 0) {
+    tma::mbarrier_init(q_full, 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      tma::mbarrier_init(k_full(stage), 1);
+      tma::mbarrier_init(v_full(stage), 1);
+      tma::mbarrier_init(k_empty(stage), kWsConsumerThreads);
+      tma::mbarrier_init(v_empty(stage), kWsConsumerThreads);
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    tma::release_registers<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      tma::prefetch_map(&maps.q);
+      tma::prefetch_map(&maps.k);
+      tma::prefetch_map(&maps.v);
+      tma::arrive_expect_tx(q_full, kQTileBytes);
+      for (int block = 0; block < D / wgmma::kBlockColumns; ++block) {
+        tma::load_4d(q_address + block * kWsQueryRows * wgmma::kSwizzleBytes, &maps.q,
+                     block * wgmma::kBlockColumns, h, first_query, b, q_full);
+      }
+      for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
+        const int stage = kv_tile % kStages;
+        const uint32_t free_parity = ((kv_tile / kStages) & 1) ^ 1;  // first pass: at once
+        const int first_key = kv_tile * kWsKeys;
+        tma::wait(k_empty(stage), free_parity);
+        tma::arrive_expect_tx(k_full(stage), kKvTileBytes);
+        for (int block = 0; block < D / wgmma::kBlockColumns; ++block) {
+          tma::load_4d(k_address + stage * kKvTileBytes + block * kBlockBytes, &maps.k,
+                       block * wgmma::kBlockColumns, kv_head, first_key, b, k_full(stage));
+        }
+        tma::wait(v_empty(stage), free_parity);
+        tma::arrive_expect_tx(v_full(stage), kKvTileBytes);
+        for (int block = 0; block < D / wgmma::kBlockColumns; ++block) {
+          tma::load_4d(v_address + stage * kKvTileBytes + block * kBlockBytes, &maps.v,
+                       block * wgmma::kBlockColumns, kv_head, first_key, b, v_full(stage));
+        }
+      }
+    }
+    return;
+  }
+  tma::claim_registers<kConsumerRegisters>();
+
+  const int consumer = warpgroup - 1;  // 0 or 1: query rows 64 * consumer ..
+  const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int group_first_query = first_query + consumer * 64;
+  const int own_barrier = kIssueBarrier + consumer, other_barrier = kIssueBarrier + 1 - consumer;
+
+  const float scale_log2 = scale * kLog2e;
+  float s[kWsKeys / 2];         // scores of 64 rows x the tile's keys (accumulator layout), then P
+  float o[D / 2];               // output of 64 rows x D
+  uint32_t p[kWsKeys / 16][4];  // P of the previous tile as A fragments, one per 16 keys
+#pragma unroll
+  for (int i = 0; i < kWsKeys / 2; ++i) s[i] = 0;
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0, 0};  // rows g and g + 8 (log2)
+
+  const auto issue_pv = [&](int stage) {
+#pragma unroll
+    for (int kc = 0; kc < kWsKeys / 16; ++kc) {
+      wgmma::mma_rs<D, 1>(o, p[kc], wgmma::mn_major(v_address + stage * kKvTileBytes, kWsKeys, kc),
+                          1);
+    }
+    wgmma::commit();
+  };
+
+  tma::wait(q_full, 0);
+  if (consumer == 1) tma::named_arrive(kIssueBarrier, kWsConsumerThreads);  // consumer 0 first
+
+  for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
+    const int stage = kv_tile % kStages;
+    const int previous = (kv_tile + kStages - 1) % kStages;
+    tma::wait(k_full(stage), (kv_tile / kStages) & 1);
+    if (kv_tile > 0) tma::wait(v_full(previous), ((kv_tile - 1) / kStages) & 1);
+    const int key_offset = kv_tile * kWsKeys - group_first_query;  // from this warpgroup's row 0
+    const uint32_t k_tile = k_address + stage * kKvTileBytes;
+
+    tma::named_sync(own_barrier, kWsConsumerThreads);  // the other consumer has issued its turn
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      wgmma::mma_ss<kWsKeys, 0, 0>(s, wgmma::k_major(q_address, kWsQueryRows, consumer * 64, kk),
+                                   wgmma::k_major(k_tile, kWsKeys, 0, kk), kk > 0);
+    }
+    wgmma::commit();
+    if (kv_tile > 0) issue_pv(previous);
+    if (kv_tile > 0) {
+      wgmma::wait<1>();  // S done; P V may still run
+    } else {
+      wgmma::wait<0>();
+    }
+    wgmma::fence_registers(s);
+    // The other consumer's turn to issue (an arrive between the issue and the wait above would
+    // make ptxas serialise the products: C7514).
+    tma::named_arrive(other_barrier, kWsConsumerThreads);
+    tma::arrive(k_empty(stage));  // this thread's reads of K_j are done
+
+    // Max of the raw scores (the scale is positive), masked where a key follows its row.
+    const bool straddles = key_offset + kWsKeys - 1 > warp * 16;  // some key after some row
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kWsKeys / 2; ++i) {
+      const int e = i % 4;
+      const int row = warp * 16 + g + (e / 2) * 8, key = key_offset + (i / 4) * 8 + 2 * t + e % 2;
+      if (straddles && key > row) s[i] = -INFINITY;
+      tile_max[e / 2] = fmaxf(tile_max[e / 2], s[i]);
+    }
+    float correction[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      // Key 0 of tile 0 is visible to every row, so the running max is finite from then on.
+      const float new_max = fmaxf(row_max[r], tile_max[r] * scale_log2);
+      correction[r] = fast_exp2(row_max[r] - new_max);
+      row_max[r] = new_max;
+      row_sum[r] *= correction[r];
+    }
+#pragma unroll
+    for (int i = 0; i < kWsKeys / 2; ++i) {
+      const int r = (i % 4) / 2;
+      s[i] = fast_exp2(fmaf(s[i], scale_log2, -row_max[r]));
+      row_sum[r] += s[i];
+    }
+    wgmma::wait<0>();  // the previous tile's P V: o and p are free
+    wgmma::fence_registers(o);
+    if (kv_tile > 0) tma::arrive(v_empty(previous));
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
+#pragma unroll
+    for (int i = 0; i < kWsKeys / 2; i += 2) {
+      // s[i], s[i + 1]: keys 8j + 2t, +1 of row g + 8r, j = i / 4, r = (i % 4) / 2; A fragment
+      // j / 2 (16 keys), register (j % 2) * 2 + r
+      p[i / 8][((i / 4) % 2) * 2 + (i % 4) / 2] = pack_bf16(s[i], s[i + 1]);
+    }
+  }
+  // The last tile's P V, in turn like the others.
+  const int last_stage = last_kv_tile % kStages;
+  tma::wait(v_full(last_stage), (last_kv_tile / kStages) & 1);
+  tma::named_sync(own_barrier, kWsConsumerThreads);
+  wgmma::fence();
+  issue_pv(last_stage);
+  wgmma::wait<0>();
+  wgmma::fence_registers(o);
+  tma::named_arrive(other_barrier, kWsConsumerThreads);
+  // Consumer 1's last arrival on consumer 0's barrier (it arrived once before its first turn).
+  if (consumer == 0) tma::named_sync(own_barrier, kWsConsumerThreads);
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    const int query = group_first_query + warp * 16 + g + r * 8;
+    if (query >= seq) continue;
+    const float inverse_sum = 1.0f / row_sum[r];
+    bf16* out_row = out_BTHD + (b * int64_t{seq} + query) * shape.heads * D + int64_t{h} * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out_row + j * 8 + 2 * t) =
+          __floats2bfloat162_rn(o[4 * j + 2 * r] * inverse_sum, o[4 * j + 2 * r + 1] * inverse_sum);
+    }
+    if (t == 0) {
+      lse_BHT[(int64_t{b} * shape.heads + h) * seq + query] =
+          (row_max[r] + log2f(row_sum[r])) * kLn2;
+    }
+  }
+#else
+  __trap();  // not built for sm_90a: the dispatch table (cuda_dispatch.h) picks this kernel only
+             // where it was
+#endif
+}
+
+}  // namespace
+
+bool ws_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
+                          const AttentionShape& shape, bf16* out_BTHD, float* lse_BHT,
+                          cudaStream_t stream) {
+  WsMaps maps;
+  if (!tma::tensor_map_of_heads(maps.q, q_BTHD, shape.batch, shape.seq, shape.heads, shape.head_dim,
+                                kWsQueryRows) ||
+      !tma::tensor_map_of_heads(maps.k, k_BTKD, shape.batch, shape.seq, shape.kv_heads,
+                                shape.head_dim, kWsKeys) ||
+      !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads,
+                                shape.head_dim, kWsKeys)) {
+    return false;
+  }
+  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
+    constexpr int D = decltype(head_dim)::value;
+    auto kernel = ws_forward_kernel<D>;
+    constexpr size_t bytes = ws_forward_shared_bytes<D>();
+    allow_shared(kernel, bytes, "ws_forward_kernel");
+    const int64_t q_tiles = (shape.seq + kWsQueryRows - 1) / kWsQueryRows;
+    const auto grid = static_cast<unsigned>(q_tiles * shape.heads * shape.batch);
+    kernel<<<grid, kWsThreads, bytes, stream>>>(maps, scale, shape, out_BTHD, lse_BHT);
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+  });
+  return true;
+}
+
+}  // namespace shardtrain::cuda_kernels::flash

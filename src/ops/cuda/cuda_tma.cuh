@@ -1,0 +1,125 @@
+// Hopper (sm_90a) asynchronous-copy pieces for warp-specialised kernels: the tensor memory
+// accelerator (TMA: cp.async.bulk.tensor into 128-byte-swizzled shared tiles, the layout
+// cuda_wgmma.cuh describes), shared-memory mbarriers with transaction counts, named barriers
+// between warpgroups, and the per-warpgroup register budget (setmaxnreg). Internal to ops/cuda
+// (.cu files only).
+//
+// Device side: every wrapper compiles to nothing unless the file is built for sm_90a
+// (SHARDTRAIN_WGMMA_COMPILED, cuda_wgmma.cuh); kernels that use them are only picked by the
+// dispatch table (cuda_dispatch.h) on compute capability 9.0 in a build with 90a.
+// Host side: tensor_map_of_heads builds the TMA descriptor of a [B, T, heads, D] bf16 tensor
+// through the driver's cuTensorMapEncodeTiled (found at run time with
+// cudaGetDriverEntryPointByVersion: no link against libcuda).
+//
+// mbarrier protocol used by the kernels (PTX ISA "mbarrier"): a barrier starts in phase 0;
+// wait(bar, parity) returns once the phase of that parity has completed, so a fresh barrier
+// passes wait(bar, 1) at once (how a producer's first pass over its empty stages proceeds).
+// A "full" barrier of a stage has one arrival (the producer's arrive_expect_tx) plus the bytes
+// the TMA copies deliver; an "empty" barrier counts the consumer threads that release the stage.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and its enums (types only)
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/cuda/cuda_wgmma.cuh"
+
+namespace shardtrain::cuda_kernels::tma {
+
+// ---- mbarriers (shared::cta, 8 bytes each, 8-byte aligned) ----
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+#endif
+}
+// Makes the initialised barriers visible to the async proxy (TMA) and the other threads; follow
+// with a block barrier.
+__device__ __forceinline__ void fence_barrier_init() {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+// One arrival that also announces `bytes` the phase must receive before it completes.
+__device__ __forceinline__ void arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void arrive(uint32_t bar) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Spins until the phase of `parity` (0 or 1) has completed.
+__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "TRY:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra TRY;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// ---- TMA ----
+
+// Rows of a 4-D tensor map box into shared memory at `dst` (1024-byte aligned for the 128-byte
+// swizzle), completing `bytes` on barrier `bar`. Coordinates innermost first.
+__device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                        int c2, int c3, uint32_t bar) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
+}
+
+// ---- named barriers (ids 1..15; 0 is __syncthreads) and register budgets ----
+
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Every thread of the warpgroup executes these (".sync.aligned"); kRegisters a multiple of 8 in
+// [24, 256].
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+
+// ---- host ----
+
+// The TMA descriptor of a row-major [batch, seq, heads, head_dim] bf16 tensor whose box is
+// `rows` consecutive tokens x 64 columns of one head (128 bytes a row, 128-byte swizzle): a
+// kernel loads a head's D columns of tokens [t, t + rows) as D / 64 boxes at column 0, 64, ...
+// into the column blocks of a swizzled tile (cuda_wgmma.cuh). Tokens at or past `seq` read as
+// zeros. False (and `map` untouched) when the driver has no TMA or rejects the shape (e.g. a base
+// address that is not 16-byte aligned): the caller falls back to a kernel without TMA.
+bool tensor_map_of_heads(CUtensorMap& map, const void* base, int batch, int seq, int heads,
+                         int head_dim, int rows);
+
+}  // namespace shardtrain::cuda_kernels::tma
