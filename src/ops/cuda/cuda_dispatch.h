@@ -3,9 +3,8 @@
 //
 //   op                 | variant (first row that applies wins)            | where
 //   -------------------+--------------------------------------------------+------------------------
-//   attention fwd      | wgmma, warp-specialised (TMA producer, ping-pong) | cc 9.0, 90a, only
-//   under
-//                      |   D 64 / 128, bf16 (cuda_attention_ws_forward.cu)| the hook (not yet run)
+//   attention fwd      | wgmma warp-specialised: TMA producer, ping-pong, | cc 9.0, 90a; only
+//                      |   D 64 / 128, bf16 (cuda_attention_ws_forward.cu)| under its hook
 //   attention fwd/bwd  | wgmma (Hopper warpgroup MMA), D 64 / 128, bf16   | cc 9.0, build with 90a
 //                      | mma.sync + cp.async, 8 warps, 2 stages           | cc >= 8.0, if it fits
 //                      | mma.sync, 4 warps, 2 stages                      | cc >= 8.0, if it fits
