@@ -353,8 +353,9 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
   const int64_t kv_count = int64_t{shape.batch} * shape.seq * shape.kv_heads * shape.head_dim;
   float* dk_accum_BTKD = dq_accum_BTHD + dq_count;
   float* dv_accum_BTKD = dk_accum_BTKD + kv_count;
-  // The wgmma kernel works on 128-key tiles, as the 8-warp mma.sync kernel does.
-  const bool wgmma = config.kernel == AttentionKernel::kWgmma;
+  // The wgmma kernels work on 128-key tiles, as the 8-warp mma.sync kernel does.
+  const bool ws = config.kernel == AttentionKernel::kWgmmaWs;
+  const bool wgmma = config.kernel == AttentionKernel::kWgmma || ws;
   const int warps = wgmma ? kDefaultBackwardWarps : config.warps;
   const int key_rows = warps * 16;
   const int key_tiles = (shape.seq + key_rows - 1) / key_rows;
@@ -391,7 +392,17 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
           split ? dv_accum_BTKD : nullptr);
       SHARDTRAIN_CUDA_CHECK_LAUNCH();
     };
-    if (wgmma) {
+    const auto launch_ws = [&] {
+      return ws_attention_backward(
+          static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
+          static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
+          scale, shape, heads_per_block, blocks, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
+          static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
+          split ? dv_accum_BTKD : nullptr, stream);
+    };
+    if (ws && launch_ws()) {
+      // the warp-specialised kernel ran
+    } else if (wgmma) {
       wgmma_attention_backward(static_cast<const bf16*>(dout_BTHD),
                                static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
                                static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT, scale, shape,

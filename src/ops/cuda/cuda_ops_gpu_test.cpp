@@ -482,12 +482,16 @@ class CudaAttentionKernelTest : public CudaOpsTest {
       return false;
     }
   }
-  // The GPU backward of kernel `warps` ("default": wgmma on an H200; "8" or "4": the mma.sync
-  // kernel with that many warps a block) and `heads_per_block` (empty: the launcher's choice)
-  // into poisoned outputs, against the CPU gradients. The SIMT kernels ignore the hooks.
+  // The GPU backward of kernel `warps` ("default": wgmma on an H200; "wgmma-ws": the
+  // warp-specialised kernel where it applies (head dim 64 on an H200), else the default; "8" or
+  // "4": the mma.sync kernel with that many warps a block) and `heads_per_block` (empty: the
+  // launcher's choice) into poisoned outputs, against the CPU gradients. The SIMT kernels ignore
+  // the hooks.
   void expect_backward(Inputs& in, const std::string& warps,
                        const std::string& heads_per_block = "") {
-    if (warps != "default") {
+    if (warps == "wgmma-ws") {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
+    } else if (warps != "default") {
       ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
       ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps.c_str(), 1);
     }
@@ -528,7 +532,7 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
   EXPECT_LE(error(lse), 1e-5);
   // The flash backward kernels (wgmma on an H200, the default; mma.sync with 8 warps and 128-key
   // tiles or 4 warps and 64-key tiles); the SIMT kernels ignore the hooks and simply run thrice.
-  for (const char* warps : {"default", "8", "4"}) expect_backward(in, warps);
+  for (const char* warps : {"default", "wgmma-ws", "8", "4"}) expect_backward(in, warps);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -558,7 +562,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryGroupSlicing) {
        {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
-    for (const char* warps : {"default", "8", "4"}) {
+    for (const char* warps : {"default", "wgmma-ws", "8", "4"}) {
       for (const char* heads_per_block : {"6", "3", "2", "1"}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -585,7 +589,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
     const std::string whole_group = std::to_string(c.heads / c.kv_heads);
-    for (const char* warps : {"default", "8", "4"}) {
+    for (const char* warps : {"default", "wgmma-ws", "8", "4"}) {
       for (const std::string& heads_per_block : {whole_group, std::string("1")}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -636,7 +640,8 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
 }
 
 // Under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws a Hopper GPU with a 90a build runs the
-// warp-specialised forward (so ForwardForEveryKernel checked it) and keeps the wgmma backward.
+// warp-specialised forward (so ForwardForEveryKernel checked it) and, at head dim 64, the
+// warp-specialised backward (BackwardForEveryKernel, ...GroupSlicing); the wgmma backward at 128.
 TEST_F(CudaAttentionKernelTest, WgmmaWsForwardIsPickedOnHopper) {
   const cuda_kernels::AttentionShape s{1, 1000, 4, 2, 128};
   if (cuda_kernels::device_limits().compute_capability() != 90 ||
@@ -649,8 +654,14 @@ TEST_F(CudaAttentionKernelTest, WgmmaWsForwardIsPickedOnHopper) {
   const cuda_kernels::AttentionKernel backward =
       cuda_kernels::attention_backward_config(DType::kBF16, s).kernel;
   ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+  const cuda_kernels::AttentionShape s64{1, 1000, 4, 2, 64};
+  ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
+  const cuda_kernels::AttentionKernel backward64 =
+      cuda_kernels::attention_backward_config(DType::kBF16, s64).kernel;
+  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
   EXPECT_EQ(forward, cuda_kernels::AttentionKernel::kWgmmaWs);
   EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmma);
+  EXPECT_EQ(backward64, cuda_kernels::AttentionKernel::kWgmmaWs);
 }
 
 // The kernel configurations of every GPU kind of the reference deployments, run here under
@@ -757,8 +768,9 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
       return ms;
     };
     const auto time_backward = [&](const std::string& warps) {
-      const bool mma = warps != "wgmma";
+      const bool mma = warps != "wgmma" && warps != "wgmma-ws";
       if (mma) ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
+      if (warps == "wgmma-ws") ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
       ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", mma ? warps.c_str() : "8", 1);
       const double ms = time_ms(
           [&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); }, 10);
@@ -773,21 +785,23 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
     const double forward_ms = time_forward("wgmma");
     const double backward4_ms = time_backward("4");
     const double backward8_ms = time_backward("8");
+    const double backward_ws_ms = time_backward("wgmma-ws");
     const double backward_ms = time_backward("wgmma");
-    char line[512];
-    std::snprintf(line, sizeof(line),
-                  "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s) "
-                  "default, wgmma-ws %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
-                  "warps, %.3f ms (%.1f TFLOP/s) 4 warps; backward (TFLOP/s at 2.5x forward flops) "
-                  "%.3f ms (%.1f TFLOP/s) "
-                  "default, mma.sync %.3f ms (%.1f TFLOP/s) 8 warps, %.3f ms (%.1f TFLOP/s) 4 "
-                  "warps\n",
-                  static_cast<long>(B), static_cast<long>(T), static_cast<long>(H),
-                  static_cast<long>(K), static_cast<long>(D), forward_ms, flops / forward_ms * 1e-9,
-                  forward_ws_ms, flops / forward_ws_ms * 1e-9, forward8_ms,
-                  flops / forward8_ms * 1e-9, forward4_ms, flops / forward4_ms * 1e-9, backward_ms,
-                  2.5 * flops / backward_ms * 1e-9, backward8_ms, 2.5 * flops / backward8_ms * 1e-9,
-                  backward4_ms, 2.5 * flops / backward4_ms * 1e-9);
+    char line[768];
+    std::snprintf(
+        line, sizeof(line),
+        "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s) "
+        "default, wgmma-ws %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
+        "warps, %.3f ms (%.1f TFLOP/s) 4 warps; backward (TFLOP/s at 2.5x forward flops) "
+        "%.3f ms (%.1f TFLOP/s) "
+        "default, wgmma-ws %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
+        "warps, %.3f ms (%.1f TFLOP/s) 4 warps\n",
+        static_cast<long>(B), static_cast<long>(T), static_cast<long>(H), static_cast<long>(K),
+        static_cast<long>(D), forward_ms, flops / forward_ms * 1e-9, forward_ws_ms,
+        flops / forward_ws_ms * 1e-9, forward8_ms, flops / forward8_ms * 1e-9, forward4_ms,
+        flops / forward4_ms * 1e-9, backward_ms, 2.5 * flops / backward_ms * 1e-9, backward_ws_ms,
+        2.5 * flops / backward_ws_ms * 1e-9, backward8_ms, 2.5 * flops / backward8_ms * 1e-9,
+        backward4_ms, 2.5 * flops / backward4_ms * 1e-9);
     std::printf("%s", line);
     if (const char* out_dir = std::getenv("OUT")) {
       if (FILE* file = std::fopen((std::string(out_dir) + "/attention-timing.txt").c_str(), "a")) {
