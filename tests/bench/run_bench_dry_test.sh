@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench/run_bench.sh without a GPU (BENCH_DRY=1: every command written to its log, nothing run):
+# run specs parse into the right flags for both engines, +ws sets the warp-specialised attention
+# hook for ours only, runs that differ only in ours' settings share one PyTorch measurement of
+# the call, a bad spec exits 2 naming it; and benchlib.py loss-diff compares two metrics files.
+# Usage: run_bench_dry_test.sh SHARDTRAIN_BIN SOURCE_DIR
+set -euo pipefail
+bin=$1 src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/out" qwen2.5-1.5b qwen2.5-1.5b+ws \
+  qwen2.5-1.5b+ckpt >"$work/stdout" 2>&1 || { cat "$work/stdout"; fail "dry run exited $?"; }
+out=$work/out
+grep -q -- "SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws" "$out/qwen2.5-1.5b+ws-shardtrain.log" ||
+  fail "+ws: the hook is not in ours' command"
+if grep -q "SHARDTRAIN_TEST_ATTENTION_KERNEL" "$out/qwen2.5-1.5b-shardtrain.log"; then
+  fail "the plain run sets the hook"
+fi
+grep -q -- "pytorch_fsdp2.py .* --compile" "$out/qwen2.5-1.5b-pytorch.log" ||
+  fail "the first run does not measure compiled PyTorch"
+grep -q "reused" "$out/qwen2.5-1.5b+ws-pytorch.log" || fail "+ws measured PyTorch again"
+grep -q -- "--checkpointing" "$out/qwen2.5-1.5b+ckpt-pytorch.log" ||
+  fail "+ckpt: PyTorch runs without checkpointing (or its measurement was wrongly reused)"
+grep -q -- "--train.activation_checkpointing=full" "$out/qwen2.5-1.5b+ckpt-shardtrain.log" ||
+  fail "+ckpt: ours runs without checkpointing"
+[[ $(grep -c " ratio " "$out/table.txt") == 3 ]] || { cat "$out/table.txt"; fail "not 3 ratio rows"; }
+
+rc=0
+BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" qwen2.5-1.5b+bogus \
+  >"$work/bad.txt" 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "a bad modifier exited $rc, not 2"
+grep -q "run 'qwen2.5-1.5b+bogus': unknown +bogus" "$work/bad.txt" || fail "the message: $(cat "$work/bad.txt")"
+
+printf '{"loss":2.0}\n{"loss":1.5}\n' >"$work/a.jsonl"
+printf '{"loss":2.002}\n{"loss":1.5}\n' >"$work/b.jsonl"
+[[ $(python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/b.jsonl") == 0.001 ]] ||
+  fail "loss-diff"
+printf '{"loss":2.0}\n' >"$work/c.jsonl"
+if python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/c.jsonl" 2>/dev/null; then
+  fail "loss-diff accepted runs of different lengths"
+fi
+echo "run_bench dry run: specs, +ws hook, shared PyTorch measurement, bad spec, loss-diff: ok"
