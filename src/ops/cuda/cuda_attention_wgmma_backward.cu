@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "ops/cuda/cuda_attention_tc.cuh"
+#include "ops/cuda/cuda_attention_wgmma_steps.cuh"
 
 namespace shardtrain::cuda_kernels::flash {
 namespace {
@@ -36,17 +37,6 @@ constexpr size_t wgmma_backward_shared_bytes() {
 static_assert(wgmma_backward_shared_bytes<128>() ==
                   ::shardtrain::cuda_kernels::wgmma_backward_shared_bytes(128),
               "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
-
-#if SHARDTRAIN_WGMMA_COMPILED
-// P^T or dS^T (64 keys x 64 queries, accumulator layout) as the four A fragments of a product
-// over the queries.
-__device__ __forceinline__ void a_fragments_of(const float (&x)[32], uint32_t (&a)[4][4]) {
-#pragma unroll
-  for (int i = 0; i < 32; i += 2) {
-    a[i / 8][((i / 4) % 2) * 2 + (i % 4) / 2] = pack_bf16(x[i], x[i + 1]);
-  }
-}
-#endif
 
 // REQUIRES: blockDim.x == kBwdThreads; dynamic shared memory wgmma_backward_shared_bytes<D>();
 // grid and accumulators as flash_attention_backward sets them up for 128-key tiles.
@@ -151,64 +141,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     // This warpgroup's first key counted from the tile's first query; from 64 on, every key
     // follows every query: nothing to add, and dQ leaves these keys out (below).
     const int key_offset = first_key + warpgroup * 64 - first_query;
-    if (key_offset < kBwdQueries) {
-      // Overlapped: P is computed while dP^T runs, dS while dV += P^T dO runs.
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wgmma::mma_ss<kBwdQueries, 0, 0>(s, wgmma::k_major(k_address, kBwdKeys, warpgroup * 64, kk),
-                                         wgmma::k_major(q_tile, kBwdQueries, 0, kk), kk > 0);
-      }
-      wgmma::commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        wgmma::mma_ss<kBwdQueries, 0, 0>(dp,
-                                         wgmma::k_major(v_address, kBwdKeys, warpgroup * 64, kk),
-                                         wgmma::k_major(dout_tile, kBwdQueries, 0, kk), kk > 0);
-      }
-      wgmma::commit();
-      wgmma::wait<1>();  // S^T
-      wgmma::fence_registers(s);
-
-      const bool straddles = key_offset + 63 > 0;  // some key after some query: mask
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int e = i % 4;
-        const int key = key_offset + warp * 16 + g + (e / 2) * 8;
-        const int query = (i / 4) * 8 + 2 * t + e % 2;
-        float p = fast_exp2(fmaf(s[i], scale_log2, -lse_tile[query] * kLog2e));
-        if (straddles && key > query) p = 0;
-        s[i] = p;
-      }
-      uint32_t p_frag[4][4], ds_frag[4][4];
-      a_fragments_of(s, p_frag);
-      wgmma::fence();
-#pragma unroll
-      for (int kc = 0; kc < kBwdQueries / 16; ++kc) {
-        wgmma::mma_rs<D, 1>(dv, p_frag[kc], wgmma::mn_major(dout_tile, kBwdQueries, kc), 1);
-      }
-      wgmma::commit();
-      wgmma::wait<1>();  // dP^T
-      wgmma::fence_registers(dp);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int query = (i / 4) * 8 + 2 * t + i % 2;
-        dp[i] = s[i] * (dp[i] - delta_tile[query]);
-      }
-      store_dst(dp);
-      a_fragments_of(dp, ds_frag);
-      wgmma::fence();
-#pragma unroll
-      for (int kc = 0; kc < kBwdQueries / 16; ++kc) {
-        wgmma::mma_rs<D, 1>(dk, ds_frag[kc], wgmma::mn_major(q_tile, kBwdQueries, kc), 1);
-      }
-      wgmma::commit();
-    } else {
-      // Every key after every query: dS^T = 0 (dQ multiplies all 128 keys).
-#pragma unroll
-      for (int i = 0; i < 32; ++i) dp[i] = 0;
-      store_dst(dp);
-    }
+    wgmma_steps::backward_step<D, kBwdKeys>(
+        {k_address, v_address, q_tile, dout_tile, lse_tile, delta_tile}, warpgroup * 64, key_offset,
+        warp, g, t, scale_log2, s, dp, dk, dv, store_dst);
     wgmma::fence_shared_for_async_proxy();  // dS^T stores visible to the dQ wgmma
     __syncthreads();                        // both halves of dS^T written
 
@@ -218,29 +153,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     if (dq_here) {
       float dq[32];
       const int column_block = D == 128 ? warpgroup : 0;
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBwdKeys / 16; ++kk) {
-        wgmma::mma_ss<64, 1, 1>(dq, wgmma::mn_major(dst_address, kBwdKeys, kk),
-                                wgmma::mn_major(k_address, kBwdKeys, kk, column_block), kk > 0);
-      }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_registers(dq);
-      wgmma::fence_registers(dk);
-      wgmma::fence_registers(dv);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int query = first_query + warp * 16 + g + 8 * r;
-        if (query >= seq) continue;
-        float* dq_row = dq_accum_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D +
-                        column_block * 64;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          cuda_detail::atomic_add_float2(dq_row + 8 * j + 2 * t,
-                                         make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
-        }
-      }
+      wgmma_steps::dq_product<kBwdKeys, D>(dq, dst_address, k_address, column_block, dk, dv);
+      wgmma_steps::add_dq_rows<D>(dq, first_query, warp, g, t, shape, b, h, column_block,
+                                  dq_accum_BTHD);
     } else {
       wgmma::wait<0>();  // this step's dK, dV products
       wgmma::fence_registers(dk);
@@ -248,27 +163,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     }
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = first_key + warpgroup * 64 + warp * 16 + g + r * 8;
-    if (key >= seq) continue;
-    const int64_t row_offset = kv_offset + int64_t{key} * kv_token;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int col = j * 8 + 2 * t;
-      const float dk0 = dk[4 * j + 2 * r], dk1 = dk[4 * j + 2 * r + 1];
-      const float dv0 = dv[4 * j + 2 * r], dv1 = dv[4 * j + 2 * r + 1];
-      if (dk_accum_BTKD != nullptr) {  // shared key tile: unscaled sums, converted afterwards
-        cuda_detail::atomic_add_float2(dk_accum_BTKD + row_offset + col, make_float2(dk0, dk1));
-        cuda_detail::atomic_add_float2(dv_accum_BTKD + row_offset + col, make_float2(dv0, dv1));
-        continue;
-      }
-      *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
-          __floats2bfloat162_rn(dk0 * scale, dk1 * scale);
-      *reinterpret_cast<__nv_bfloat162*>(dv_BTKD + row_offset + col) =
-          __floats2bfloat162_rn(dv0, dv1);
-    }
-  }
+  wgmma_steps::store_dkdv<D>(dk, dv, first_key + warpgroup * 64, warp, g, t, seq, kv_offset,
+                             kv_token, scale, dk_BTKD, dv_BTKD, dk_accum_BTKD, dv_accum_BTKD);
 #else
   __trap();  // not built for sm_90a: the dispatch table (cuda_dispatch.h) picks wgmma only where it
              // was

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "ops/cuda/cuda_attention_tc.cuh"
+#include "ops/cuda/cuda_attention_wgmma_steps.cuh"
 
 namespace shardtrain::cuda_kernels::flash {
 namespace {
@@ -139,43 +140,12 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
     }
     wgmma::fence_registers(s);
 
-    // Max of the raw scores (the scale is positive), masked where a key follows its row.
-    const bool straddles = key_offset + kWgKeys<D> - 1 > warp * 16;  // some key after some row
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < kWgKeys<D> / 2; ++i) {
-      const int e = i % 4;
-      const int row = warp * 16 + g + (e / 2) * 8, key = key_offset + (i / 4) * 8 + 2 * t + e % 2;
-      if (straddles && key > row) s[i] = -INFINITY;
-      tile_max[e / 2] = fmaxf(tile_max[e / 2], s[i]);
-    }
     float correction[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      // Key 0 of tile 0 is visible to every row, so the running max is finite from then on.
-      const float new_max = fmaxf(row_max[r], tile_max[r] * scale_log2);
-      correction[r] = fast_exp2(row_max[r] - new_max);
-      row_max[r] = new_max;
-      row_sum[r] *= correction[r];
-    }
-#pragma unroll
-    for (int i = 0; i < kWgKeys<D> / 2; ++i) {
-      const int r = (i % 4) / 2;
-      s[i] = fast_exp2(fmaf(s[i], scale_log2, -row_max[r]));
-      row_sum[r] += s[i];
-    }
+    wgmma_steps::softmax_tile<kWgKeys<D>>(s, key_offset, warp, g, t, scale_log2, row_max, row_sum,
+                                          correction);
     wgmma::wait<0>();  // the previous tile's P V: o and p are free
     wgmma::fence_registers(o);
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] *= correction[(i % 4) / 2];
-#pragma unroll
-    for (int i = 0; i < kWgKeys<D> / 2; i += 2) {
-      // s[i], s[i + 1]: keys 8j + 2t, +1 of row g + 8r, j = i / 4, r = (i % 4) / 2; A fragment
-      // j / 2 (16 keys), register (j % 2) * 2 + r
-      p[i / 8][((i / 4) % 2) * 2 + (i % 4) / 2] = pack_bf16(s[i], s[i + 1]);
-    }
+    wgmma_steps::rescale_and_pack<kWgKeys<D>, D>(o, s, correction, p);
   }
   // The last tile's P V.
   cp_async_wait_all();
@@ -186,24 +156,8 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
   wgmma::wait<0>();
   wgmma::fence_registers(o);
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    const int query = group_first_query + warp * 16 + g + r * 8;
-    if (query >= seq) continue;
-    const float inverse_sum = 1.0f / row_sum[r];
-    bf16* out_row = out_BTHD + (b * int64_t{seq} + query) * q_token + int64_t{h} * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(out_row + j * 8 + 2 * t) =
-          __floats2bfloat162_rn(o[4 * j + 2 * r] * inverse_sum, o[4 * j + 2 * r + 1] * inverse_sum);
-    }
-    if (t == 0) {
-      lse_BHT[(int64_t{b} * shape.heads + h) * seq + query] =
-          (row_max[r] + log2f(row_sum[r])) * kLn2;
-    }
-  }
+  wgmma_steps::store_forward_rows<D>(o, row_max, row_sum, group_first_query, warp, g, t, shape, b,
+                                     h, out_BTHD, lse_BHT);
 #else
   __trap();  // not built for sm_90a: the dispatch table (cuda_dispatch.h) picks wgmma only where it
              // was
