@@ -196,9 +196,9 @@ void wgmma_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16*
 bool ws_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
                           const AttentionShape& shape, bf16* out_BTHD, float* lse_BHT,
                           cudaStream_t stream);
-// The warp-specialised backward at head dim 64 (cuda_attention_ws_backward.cu), with the wgmma
-// backward's arguments; false (nothing launched) for another head dim or when the TMA
-// descriptors cannot be made: the caller runs wgmma_attention_backward instead.
+// The warp-specialised backward (cuda_attention_ws_backward.cu), with the wgmma backward's
+// arguments; false (nothing launched) when the TMA descriptors cannot be made: the caller runs
+// wgmma_attention_backward instead.
 bool ws_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                            const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
                            float scale, const AttentionShape& shape, int heads_per_block,

@@ -1,5 +1,6 @@
-// Causal grouped-query flash attention backward, warp-specialised (sm_90a, bf16, head dim 64: the
-// Llama shapes, where the backward is 39% of a seq-16384 step, bench/RESULTS.md). Same contract,
+// Causal grouped-query flash attention backward, warp-specialised (sm_90a, bf16, head dims 64 and
+// 128; at 64, the Llama shapes, the backward is 39% of a seq-16384 step, bench/RESULTS.md). Same
+// contract,
 // grid, GQA slicing, scratch and results as wgmma_backward_kernel
 // (cuda_attention_wgmma_backward.cu), whose per-step math it keeps; what changes is who loads:
 //   block = (128-key tile, kv head, batch[, slice of the GQA group]) of three warpgroups.
@@ -10,11 +11,12 @@
 //   32 lanes' arrivals and the TMA bytes; its "empty" one the 256 consumer threads done with it.
 //   Warpgroups 1 and 2 are the consumers, 64 keys each, with the wgmma kernel's step: S^T, dP^T,
 //   P, dV += P^T dO, dS, dK += dS^T Q, dS^T to shared memory, then dQ of the tile over the
-//   block's 128 keys (the consumers take turns) added with fp32 atomics. dS^T is double-buffered
+//   block's 128 keys (at D = 128 each consumer takes 64 of the columns, at 64 they take turns)
+//   added with fp32 atomics. dS^T is double-buffered
 //   and a named barrier of the 256 consumer threads replaces the wgmma kernel's two block
 //   barriers per step: nothing waits for loads issued in the consumers' own instruction stream.
-// Head dim 128 keeps the wgmma kernel: its consumers need ~254 registers, more than a
-// warp-specialised block can give them (240).
+// Registers: producer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's threads use
+// 254 at D = 128; without the loads' address arithmetic the consumers fit 240 (ptxas: no spills).
 // STATUS: compiled (ptxas figures in NOTES.md); picked only under the hook
 // SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws until measured on a GPU.
 #include <cuda_bf16.h>
@@ -28,41 +30,43 @@
 namespace shardtrain::cuda_kernels::flash {
 namespace {
 
-constexpr int kD = 64;
 constexpr int kWsKeys = 128;    // keys of a block: two consumer warpgroups of 64
 constexpr int kWsQueries = 64;  // rows of a query tile
 constexpr int kWsStages = 3;
 constexpr int kWsThreads = 384;
 // Used only in the sm_90a body of the kernel.
 [[maybe_unused]] constexpr int kWsConsumerThreads = 256;
-[[maybe_unused]] constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+[[maybe_unused]] constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 [[maybe_unused]] constexpr int kDsReadyBarrier = 1;  // named barrier: both halves of dS^T stored
 
+template <int D>
 constexpr size_t ws_backward_shared_bytes() {
   // K, V; stages of Q, dO; two dS^T buffers; stages of lse and delta; mbarriers (kv_full, and
   // full and empty per stage).
   return sizeof(bf16) *
-             (2 * kWsKeys * kD + 2 * kWsStages * kWsQueries * kD + 2 * kWsKeys * kWsQueries) +
+             (2 * kWsKeys * D + 2 * kWsStages * kWsQueries * D + 2 * kWsKeys * kWsQueries) +
          sizeof(float) * 2 * kWsStages * kWsQueries + 8 * (1 + 2 * kWsStages) + kSharedAlignSlack;
 }
-static_assert(ws_backward_shared_bytes() ==
-                  ::shardtrain::cuda_kernels::wgmma_ws_backward_shared_bytes(64),
+static_assert(ws_backward_shared_bytes<64>() ==
+                      ::shardtrain::cuda_kernels::wgmma_ws_backward_shared_bytes(64) &&
+                  ws_backward_shared_bytes<128>() ==
+                      ::shardtrain::cuda_kernels::wgmma_ws_backward_shared_bytes(128),
               "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
 struct WsBackwardMaps {
   CUtensorMap q, dout, k, v;
 };
 
-// REQUIRES: blockDim.x == kWsThreads; dynamic shared memory ws_backward_shared_bytes(); grid and
+// REQUIRES: blockDim.x == kWsThreads; dynamic shared memory ws_backward_shared_bytes<D>(); grid and
 // accumulators as flash_attention_backward sets them up for 128-key tiles; maps from
 // tensor_map_of_heads with boxes of kWsQueries rows (Q, dO) and kWsKeys rows (K, V).
+template <int D>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_backward_kernel(const __grid_constant__ WsBackwardMaps maps, const float* lse_BHT,
                        const float* delta_BHT, float scale, AttentionShape shape,
                        int heads_per_block, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
                        float* dk_accum_BTKD, float* dv_accum_BTKD) {
 #if SHARDTRAIN_WGMMA_COMPILED
-  constexpr int D = kD;
   constexpr uint32_t kKeyTileBytes = kWsKeys * D * sizeof(bf16);
   constexpr uint32_t kQueryTileBytes = kWsQueries * D * sizeof(bf16);
   constexpr uint32_t kDsBytes = kWsKeys * kWsQueries * sizeof(bf16);
@@ -109,8 +113,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       tma::prefetch_map(&maps.q);
       tma::prefetch_map(&maps.dout);
       tma::arrive_expect_tx(kv_full, 2 * kKeyTileBytes);
-      tma::load_4d(k_address, &maps.k, 0, kv_head, first_key, b, kv_full);
-      tma::load_4d(v_address, &maps.v, 0, kv_head, first_key, b, kv_full);
+      for (int block = 0; block < D / wgmma::kBlockColumns; ++block) {
+        const uint32_t offset = block * kWsKeys * wgmma::kSwizzleBytes;
+        const int column = block * wgmma::kBlockColumns;
+        tma::load_4d(k_address + offset, &maps.k, column, kv_head, first_key, b, kv_full);
+        tma::load_4d(v_address + offset, &maps.v, column, kv_head, first_key, b, kv_full);
+      }
     }
     for (int step = 0; step < steps; ++step) {
       const int stage = step % kWsStages;
@@ -129,10 +137,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       if (lane == 0) {
         tma::arrive_expect_tx(full(stage), 2 * kQueryTileBytes);
-        tma::load_4d(q_address + stage * kQueryTileBytes, &maps.q, 0, h, first_query, b,
-                     full(stage));
-        tma::load_4d(dout_address + stage * kQueryTileBytes, &maps.dout, 0, h, first_query, b,
-                     full(stage));
+        for (int block = 0; block < D / wgmma::kBlockColumns; ++block) {
+          const uint32_t offset =
+              stage * kQueryTileBytes + block * kWsQueries * wgmma::kSwizzleBytes;
+          const int column = block * wgmma::kBlockColumns;
+          tma::load_4d(q_address + offset, &maps.q, column, h, first_query, b, full(stage));
+          tma::load_4d(dout_address + offset, &maps.dout, column, h, first_query, b, full(stage));
+        }
       }
       tma::arrive(full(stage));  // this lane's lse / delta stores (release)
     }
@@ -188,13 +199,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // before (its dQ product included) before arriving here.
     tma::named_sync(kDsReadyBarrier, kWsConsumerThreads);
 
-    // dQ (64 queries x 64 columns) += dS K over the block's 128 keys; the consumers alternate.
-    if (consumer == (step & 1)) {
+    // dQ (64 queries x 64 columns) += dS K over the block's 128 keys: at D = 128 consumer c takes
+    // column block c, at D = 64 the consumers alternate.
+    if (D == 128 || consumer == (step & 1)) {
       float dq[32];
-      wgmma_steps::dq_product<kWsKeys, D>(dq, dst_address + buffer * kDsBytes, k_address, 0, dk,
-                                          dv);
+      const int column_block = D == 128 ? consumer : 0;
+      wgmma_steps::dq_product<kWsKeys, D>(dq, dst_address + buffer * kDsBytes, k_address,
+                                          column_block, dk, dv);
       tma::arrive(empty(stage));  // Q, dO, lse, delta of this step read
-      wgmma_steps::add_dq_rows<D>(dq, first_query, warp, g, t, shape, b, h, 0, dq_accum_BTHD);
+      wgmma_steps::add_dq_rows<D>(dq, first_query, warp, g, t, shape, b, h, column_block,
+                                  dq_accum_BTHD);
     } else {
       wgmma::wait<0>();  // this step's dK, dV products
       wgmma::fence_registers(dk);
@@ -218,25 +232,27 @@ bool ws_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16
                            float scale, const AttentionShape& shape, int heads_per_block,
                            unsigned blocks, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
                            float* dk_accum_BTKD, float* dv_accum_BTKD, cudaStream_t stream) {
-  if (shape.head_dim != kD) return false;
   WsBackwardMaps maps;
-  if (!tma::tensor_map_of_heads(maps.q, q_BTHD, shape.batch, shape.seq, shape.heads, kD,
+  if (!tma::tensor_map_of_heads(maps.q, q_BTHD, shape.batch, shape.seq, shape.heads, shape.head_dim,
                                 kWsQueries) ||
-      !tma::tensor_map_of_heads(maps.dout, dout_BTHD, shape.batch, shape.seq, shape.heads, kD,
-                                kWsQueries) ||
-      !tma::tensor_map_of_heads(maps.k, k_BTKD, shape.batch, shape.seq, shape.kv_heads, kD,
-                                kWsKeys) ||
-      !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads, kD,
-                                kWsKeys)) {
+      !tma::tensor_map_of_heads(maps.dout, dout_BTHD, shape.batch, shape.seq, shape.heads,
+                                shape.head_dim, kWsQueries) ||
+      !tma::tensor_map_of_heads(maps.k, k_BTKD, shape.batch, shape.seq, shape.kv_heads,
+                                shape.head_dim, kWsKeys) ||
+      !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads,
+                                shape.head_dim, kWsKeys)) {
     return false;
   }
-  auto kernel = ws_backward_kernel;
-  constexpr size_t bytes = ws_backward_shared_bytes();
-  allow_shared(kernel, bytes, "ws_backward_kernel");
-  kernel<<<blocks, kWsThreads, bytes, stream>>>(maps, lse_BHT, delta_BHT, scale, shape,
-                                                heads_per_block, dq_accum_BTHD, dk_BTKD, dv_BTKD,
-                                                dk_accum_BTKD, dv_accum_BTKD);
-  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
+    constexpr int D = decltype(head_dim)::value;
+    auto kernel = ws_backward_kernel<D>;
+    constexpr size_t bytes = ws_backward_shared_bytes<D>();
+    allow_shared(kernel, bytes, "ws_backward_kernel");
+    kernel<<<blocks, kWsThreads, bytes, stream>>>(maps, lse_BHT, delta_BHT, scale, shape,
+                                                  heads_per_block, dq_accum_BTHD, dk_BTKD, dv_BTKD,
+                                                  dk_accum_BTKD, dv_accum_BTKD);
+    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+  });
   return true;
 }
 

@@ -82,8 +82,8 @@ struct AttentionRow {
 
 constexpr int kAnyCc = 1000;
 constexpr std::array<AttentionRow, 11> kAttentionRows{{
-    {90, 90, 128, true, AttentionKernel::kWgmmaWs, 12, 0},  // forward only; under the hook
-    {90, 90, 64, true, AttentionKernel::kWgmmaWs, 12, 0},   // forward and backward; the hook
+    {90, 90, 128, true, AttentionKernel::kWgmmaWs, 12, 0},  // only under the hook
+    {90, 90, 64, true, AttentionKernel::kWgmmaWs, 12, 0},
     {90, 90, 128, true, AttentionKernel::kWgmma, 8, 2},
     {90, 90, 64, true, AttentionKernel::kWgmma, 8, 2},
     {80, kAnyCc, 128, true, AttentionKernel::kMmaSync, 8, 2},
@@ -117,8 +117,7 @@ size_t row_shared_bytes(const AttentionRow& row, int head_dim, bool backward) {
 // wgmma, and 4-warp blocks instead of 8.
 bool row_allowed_by_hooks(const AttentionRow& row, bool backward) {
   if (row.kernel == AttentionKernel::kWgmmaWs &&
-      ((backward && row.head_dim != 64) ||
-       !env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws")))
+      !env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws"))
     return false;
   if (row.kernel == AttentionKernel::kWgmma &&
       env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma"))

@@ -5,7 +5,7 @@
 //   -------------------+--------------------------------------------------+------------------------
 //   attention fwd      | wgmma warp-specialised: TMA producer, ping-pong, | cc 9.0, 90a; only
 //                      |   D 64 / 128, bf16 (cuda_attention_ws_forward.cu)| under its hook
-//   attention bwd      | wgmma warp-specialised: TMA producer, D 64, bf16 | cc 9.0, 90a; only
+//   attention bwd      | wgmma warp-specialised: TMA producer, D 64 / 128 | cc 9.0, 90a; only
 //                      |   (cuda_attention_ws_backward.cu)                | under its hook
 //   attention fwd/bwd  | wgmma (Hopper warpgroup MMA), D 64 / 128, bf16   | cc 9.0, build with 90a
 //                      | mma.sync + cp.async, 8 warps, 2 stages           | cc >= 8.0, if it fits
@@ -33,9 +33,8 @@
 // least as much). Only tests call it (ops/test_device_limits.h reads the environment variable
 // SHARDTRAIN_TEST_DEVICE_LIMITS for them). The older attention test hooks
 // (SHARDTRAIN_TEST_ATTENTION_KERNEL=mma, _FORWARD_WARPS=4, _BACKWARD_WARPS=4) are read here, and
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws picks the warp-specialised kernels (forward at head
-// dims 64 and 128, backward at 64; wgmma elsewhere) until they have been measured and made the
-// default.
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws picks the warp-specialised kernels (forward and
+// backward, head dims 64 and 128) until they have been measured and made the default.
 //
 // Plain C++17 (no CUDA device code): included by the launchers (.cu) and by cuda_layers.cpp.
 #pragma once
@@ -130,10 +129,10 @@ constexpr size_t wgmma_ws_forward_shared_bytes(int head_dim) {
   return 2 * (128 + 2 * stages * 128) * head_dim + 8 * (1 + 4 * stages) + kWgmmaAlignSlack;
 }
 // K, V, 3 stages of 64-row Q and dO tiles, two dS^T buffers, 3 stages of lse and delta, 7
-// mbarriers (head dim 64 only).
+// mbarriers.
 constexpr size_t wgmma_ws_backward_shared_bytes(int head_dim) {
-  return 2 * (2 * 128 * head_dim + 2 * 3 * 64 * head_dim + 2 * 128 * 64) + 4 * 2 * 3 * 64 +
-         8 * 7 + kWgmmaAlignSlack;
+  return 2 * (2 * 128 * head_dim + 2 * 3 * 64 * head_dim + 2 * 128 * 64) + 4 * 2 * 3 * 64 + 8 * 7 +
+         kWgmmaAlignSlack;
 }
 constexpr size_t wgmma_backward_shared_bytes(int head_dim) {
   return 2 * (2 * 128 * head_dim + 4 * 64 * head_dim + 128 * 64) + 4 * 4 * 64 + kWgmmaAlignSlack;

@@ -57,8 +57,7 @@ TEST(CudaDispatch, WgmmaOnlyOnHopperBuildsThatHaveIt) {
   }
 }
 
-// The warp-specialised kernels only under their hook, only where wgmma is; the backward only at
-// head dim 64.
+// The warp-specialised kernels only under their hook, only where wgmma is.
 TEST(CudaDispatch, WarpSpecialisedKernelsOnlyUnderTheirHook) {
   for (const int d : {64, 128}) {
     ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
@@ -76,9 +75,8 @@ TEST(CudaDispatch, WarpSpecialisedKernelsOnlyUnderTheirHook) {
     EXPECT_EQ(forward.kernel, AttentionKernel::kWgmmaWs) << d;
     EXPECT_EQ(forward.shared_bytes, wgmma_ws_forward_shared_bytes(d)) << d;
     EXPECT_LE(forward.shared_bytes, preset("h100").shared_per_block_optin) << d;
-    EXPECT_EQ(backward.kernel, d == 64 ? AttentionKernel::kWgmmaWs : AttentionKernel::kWgmma) << d;
-    EXPECT_EQ(backward.shared_bytes,
-              d == 64 ? wgmma_ws_backward_shared_bytes(64) : wgmma_backward_shared_bytes(128));
+    EXPECT_EQ(backward.kernel, AttentionKernel::kWgmmaWs) << d;
+    EXPECT_EQ(backward.shared_bytes, wgmma_ws_backward_shared_bytes(d)) << d;
     EXPECT_LE(backward.shared_bytes, preset("h100").shared_per_block_optin) << d;
     EXPECT_EQ(uncompiled.kernel, AttentionKernel::kMmaSync) << d;
     EXPECT_EQ(ampere.kernel, AttentionKernel::kMmaSync) << d;

@@ -483,7 +483,7 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     }
   }
   // The GPU backward of kernel `warps` ("default": wgmma on an H200; "wgmma-ws": the
-  // warp-specialised kernel where it applies (head dim 64 on an H200), else the default; "8" or
+  // warp-specialised kernel where it applies (an H200 with a 90a build), else the default; "8" or
   // "4": the mma.sync kernel with that many warps a block) and `heads_per_block` (empty: the
   // launcher's choice) into poisoned outputs, against the CPU gradients. The SIMT kernels ignore
   // the hooks.
@@ -640,8 +640,8 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
 }
 
 // Under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws a Hopper GPU with a 90a build runs the
-// warp-specialised forward (so ForwardForEveryKernel checked it) and, at head dim 64, the
-// warp-specialised backward (BackwardForEveryKernel, ...GroupSlicing); the wgmma backward at 128.
+// warp-specialised forward (so ForwardForEveryKernel checked it) and backward
+// (BackwardForEveryKernel, ...GroupSlicing, CudaAttentionTest), at both head dims.
 TEST_F(CudaAttentionKernelTest, WgmmaWsForwardIsPickedOnHopper) {
   const cuda_kernels::AttentionShape s{1, 1000, 4, 2, 128};
   if (cuda_kernels::device_limits().compute_capability() != 90 ||
@@ -660,7 +660,7 @@ TEST_F(CudaAttentionKernelTest, WgmmaWsForwardIsPickedOnHopper) {
       cuda_kernels::attention_backward_config(DType::kBF16, s64).kernel;
   ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
   EXPECT_EQ(forward, cuda_kernels::AttentionKernel::kWgmmaWs);
-  EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmma);
+  EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmmaWs);
   EXPECT_EQ(backward64, cuda_kernels::AttentionKernel::kWgmmaWs);
 }
 
