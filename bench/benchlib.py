@@ -208,7 +208,9 @@ def scaling_table(runs_path):
         key = (r["run"], r["engine"], r["strategy"])
         if key not in base or r["gpus"] < base[key]["gpus"]:
             base[key] = r
-    torch = {(r["run"], r["strategy"], r["gpus"]): r for r in ok if r["engine"] == "pytorch"}
+    def baseline(engine):
+        return {(r["run"], r["strategy"], r["gpus"]): r for r in ok if r["engine"] == engine}
+    compiled, eager = baseline("pytorch-compiled"), baseline("pytorch")
 
     def num(value, fmt):
         return "-" if value is None else format(value, fmt)
@@ -216,16 +218,17 @@ def scaling_table(runs_path):
     lines = [
         "per GPU: tokens/s, MFU (790 TFLOP/s), peak nvidia-smi memory.used (largest GPU);",
         "planGiB = `shardtrain plan` per-rank total; eff = tokens/s per GPU / the same at the "
-        "fewest GPUs (@N when not 1); vs torch = shardtrain / PyTorch FSDP2 tokens/s; "
+        "fewest GPUs (@N when not 1); vs comp / vs eager = shardtrain / PyTorch FSDP2 tokens/s, "
+        "compiled (per-layer torch.compile: the baseline that counts) / eager; "
         "wait ms = exposed communication per step (rank 0's compute stream waiting for FSDP's "
         "collectives)",
-        f"{'shape':<18} {'engine':<10} {'strategy':<13} {'gpus':>4} {'tok/s/gpu':>10} "
-        f"{'MFU':>6} {'peakGiB':>8} {'planGiB':>8} {'meas/plan':>9} {'eff':>9} {'vs torch':>8} "
-        f"{'wait ms':>8}  status",
+        f"{'shape':<18} {'engine':<16} {'strategy':<13} {'gpus':>4} {'tok/s/gpu':>10} "
+        f"{'MFU':>6} {'peakGiB':>8} {'planGiB':>8} {'meas/plan':>9} {'eff':>9} {'vs comp':>8} "
+        f"{'vs eager':>8} {'wait ms':>8}  status",
     ]
-    order = {"shardtrain": 0, "pytorch": 1}
+    order = {"shardtrain": 0, "pytorch-compiled": 1, "pytorch": 2}
     for r in sorted(runs, key=lambda r: (r["run"], r["strategy"], r["gpus"],
-                                         order.get(r["engine"], 2))):
+                                         order.get(r["engine"], 3))):
         tps = r["tokens_per_s_gpu"]
         peak, plan = r["peak_mib"], r["plan_mib"]
         ratio = peak / plan if peak and plan else None
@@ -234,15 +237,17 @@ def scaling_table(runs_path):
         if tps is not None and b is not None:
             eff = f"{tps / b['tokens_per_s_gpu']:.3f}" + ("" if b["gpus"] == 1 else f"@{b['gpus']}")
         mfu = "-" if r["mfu"] is None else f"{r['mfu']:.1f}%"
-        vs = None
-        t = torch.get((r["run"], r["strategy"], r["gpus"]))
-        if r["engine"] == "shardtrain" and tps is not None and t is not None:
-            vs = tps / t["tokens_per_s_gpu"]
+        def versus(runs_of):
+            t = runs_of.get((r["run"], r["strategy"], r["gpus"]))
+            if r["engine"] == "shardtrain" and tps is not None and t is not None:
+                return tps / t["tokens_per_s_gpu"]
+            return None
         lines.append(
-            f"{r['run']:<18} {r['engine']:<10} {r['strategy']:<13} {r['gpus']:>4} "
+            f"{r['run']:<18} {r['engine']:<16} {r['strategy']:<13} {r['gpus']:>4} "
             f"{num(tps, '10.0f'):>10} {mfu:>6} "
             f"{num(peak and peak / 1024, '8.1f'):>8} {num(plan and plan / 1024, '8.1f'):>8} "
-            f"{num(ratio, '9.3f'):>9} {eff:>9} {num(vs, '8.3f'):>8} "
+            f"{num(ratio, '9.3f'):>9} {eff:>9} {num(versus(compiled), '8.3f'):>8} "
+            f"{num(versus(eager), '8.3f'):>8} "
             f"{num(r.get('comm_wait_ms'), '8.1f'):>8}  {r['status']}")
     return "\n".join(lines)
 

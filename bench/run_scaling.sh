@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Multi-GPU scaling on one GPU machine (issue 6): shardtrain and PyTorch FSDP2 on 1, 2, 4, 8 GPUs,
+# Multi-GPU scaling on one GPU machine (issue 6): shardtrain and PyTorch FSDP2 (compiled and eager,
+# issue 22) on 1, 2, 4, 8 GPUs,
 # FULL_SHARD and SHARD_GRAD_OP, same shapes and settings as bench/run_bench.sh (random init,
 # random tokens, bf16, AdamW), micro-batch per GPU fixed (the global batch grows with the GPUs).
 #
 # Usage: bench/run_scaling.sh SHARDTRAIN_BIN OUT_DIR [--gpus "1 2 4 8"] [--shape "qwen2.5-1.5b"]
-#          [--strategies "full_shard shard_grad_op"] [--engines "shardtrain pytorch"]
+#          [--strategies "full_shard shard_grad_op"]
+#          [--engines "shardtrain pytorch-compiled pytorch"]
 #          [--seq 4096] [--micro-batch 2] [--steps 8] [--timeout 300] [--config bench/bench.toml]
 #   --gpus        world sizes to run; those above the GPUs `nvidia-smi -L` lists are skipped
 #   --shape       shapes (bench/shapes/NAME, or a dir holding a config.json); NAME+ckpt runs with
 #                 full activation checkpointing (e.g. llama2-7b+ckpt --micro-batch 1)
+#   --engines     shardtrain; pytorch-compiled: bench/pytorch_fsdp2.py --compile (per-layer
+#                 torch.compile, the baseline that counts); pytorch: the same, eager
 #   --timeout     seconds per run (then SIGTERM, SIGKILL 30 s later): one hang cannot eat the
 #                 device budget; a failed or timed-out run is reported and the others go on
 #   --config      the job TOML (default bench/bench.toml)
@@ -17,7 +21,7 @@
 # shardtrain: `shardtrain launch --standalone --nproc-per-node N -- train ... --fsdp.strategy=S`;
 # tokens/s per GPU from rank 0's --metrics (its tokens are summed over ranks; steps 1-2 untimed,
 # as in run_bench.sh). PyTorch: `torchrun --standalone --nproc-per-node N bench/pytorch_fsdp2.py
-# ... --strategy S` (SHARD_GRAD_OP = fully_shard(reshard_after_forward=False)); rank 0's
+# ... --strategy S [--compile]` (SHARD_GRAD_OP = fully_shard(reshard_after_forward=False)); rank 0's
 # tokens/s (3 untimed warm-up steps). Peak memory: the largest nvidia-smi memory.used of GPUs
 # 0..N-1, sampled every 250 ms. Prediction: the per-rank total of `shardtrain plan --world-size
 # N` for the strategy. MFU and FLOPs/token: bench/benchlib.py (the formula of bench/RESULTS.md).
@@ -33,7 +37,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 export SHARDTRAIN_MEASURE_COMM_WAIT=1
 lib=$root/bench/benchlib.py
 gpu_list="1 2 4 8" shapes="qwen2.5-1.5b" strategies="full_shard shard_grad_op"
-engines="shardtrain pytorch" config=$root/bench/bench.toml run_timeout=300
+engines="shardtrain pytorch-compiled pytorch" config=$root/bench/bench.toml run_timeout=300
 seq=${BENCH_SEQ:-4096} mb=${BENCH_MICRO_BATCH:-2} steps=${BENCH_STEPS:-8}
 while (($#)); do
   (($# >= 2)) || usage
@@ -56,8 +60,8 @@ for s in $strategies; do
     { echo "run_scaling.sh: --strategies: $s is not full_shard or shard_grad_op" >&2; exit 2; }
 done
 for e in $engines; do
-  [[ $e == shardtrain || $e == pytorch ]] ||
-    { echo "run_scaling.sh: --engines: $e is not shardtrain or pytorch" >&2; exit 2; }
+  [[ $e == shardtrain || $e == pytorch || $e == pytorch-compiled ]] ||
+    { echo "run_scaling.sh: --engines: $e is not shardtrain, pytorch-compiled or pytorch" >&2; exit 2; }
 done
 for v in "$seq" "$mb" "$steps" "$run_timeout" $gpu_list; do
   [[ $v =~ ^[1-9][0-9]*$ ]] || { echo "run_scaling.sh: '$v' is not a positive integer" >&2; exit 2; }
@@ -172,10 +176,12 @@ for run in $shapes; do
             gpus="$n" status="$status" flops="$flops" metrics="$out/$label.metrics.jsonl" \
             mem="$out/$label.mem.csv" plan="$plan"
         else
+          compile=()
+          [[ $engine == pytorch-compiled ]] && compile=(--compile)
           run_one "$label" "${torchrun[@]}" --standalone --nproc-per-node "$n" \
             "$root/bench/pytorch_fsdp2.py" "$model_json" "$seq" "$mb" "$steps" \
-            --strategy "$strategy" "${torch_ckpt[@]}"
-          python3 "$lib" record "$runs" run="$name" engine=pytorch strategy="$strategy" \
+            --strategy "$strategy" "${torch_ckpt[@]}" "${compile[@]}"
+          python3 "$lib" record "$runs" run="$name" engine="$engine" strategy="$strategy" \
             gpus="$n" status="$status" flops="$flops" log="$out/$label.log" \
             mem="$out/$label.mem.csv"
         fi

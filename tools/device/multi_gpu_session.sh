@@ -69,7 +69,7 @@ if ((left > 60)); then
   timeout -k 30 "$left" bench/run_scaling.sh "$bin" "$out/scaling" \
     --gpus "${SCALING_GPUS:-1 2 4 8}" --shape "${SCALING_SHAPES:-qwen2.5-1.5b}" \
     --strategies "${SCALING_STRATEGIES:-full_shard shard_grad_op}" \
-    --engines "${SCALING_ENGINES:-shardtrain pytorch}" --steps "${SCALING_STEPS:-6}" \
+    --engines "${SCALING_ENGINES:-shardtrain pytorch-compiled pytorch}" --steps "${SCALING_STEPS:-6}" \
     --micro-batch "${SCALING_MICRO_BATCH:-2}" --seq "${SCALING_SEQ:-4096}" \
     --timeout "${SCALING_RUN_TIMEOUT_S:-150}" --config "${SCALING_CONFIG:-bench/bench.toml}" \
     >"$out/scaling.log" 2>&1
