@@ -2,7 +2,7 @@
 # Training throughput on the GPU machine: shardtrain and compiled PyTorch FSDP2 (per-layer
 # torch.compile, use_cache=False, flash/cuDNN SDPA, fused AdamW: bench/pytorch_fsdp2.py
 # --compile) in the same call, same shapes (bench/shapes/*), random init, random tokens, bf16,
-# AdamW, one GPU. BENCH_EAGER=1 also runs eager PyTorch (its own rows and ratio).
+# AdamW, one GPU; eager PyTorch FSDP2 too (its own rows and ratio) unless BENCH_EAGER=0.
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [RUN ...]   (default: qwen2.5-1.5b llama3.2-1b)
 # RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean]:
 #   @SEQ[xMB]  sequence length and micro-batch of this run (default BENCH_SEQ or 4096 and
@@ -38,7 +38,8 @@ source "$root/bench/sample_peak.sh"  # sample_peak_mib LOG COMMAND...: the peak 
 gpu_memory=h200  # what `plan` resolves fsdp.compute_copy = auto against: this GPU's total
 [[ -z $dry ]] && gpu_memory="$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)MiB"
 printf '%-28s %-14s %12s %7s %9s\n' run engine tokens/s MFU peakGiB >"$out/table.txt"
-declare -A torch_tps torch_peak  # PyTorch's figures of this call by shape, seq, micro-batch, flags
+declare -A torch_tps torch_peak eager_tps_of eager_peak_of  # PyTorch's figures of this call by
+# shape, seq, micro-batch and flags (compiled; eager)
 for run in "${runs[@]}"; do
   spec=${run%%+*} mods=${run#"$spec"}
   shape=${spec%%@*} seq=${BENCH_SEQ:-4096} mb=${BENCH_MICRO_BATCH:-2}
@@ -90,10 +91,17 @@ for run in "${runs[@]}"; do
     torch_tps[$torch_key]=$theirs torch_peak[$torch_key]=$torch_mib
   fi
   eager=()
-  if [[ -n ${BENCH_EAGER:-} ]]; then
-    eager_mib=$(sample_peak_mib "$out/$run-pytorch-eager.log" "${torch[@]}")
-    eager_tps=1
-    [[ -z $dry ]] && eager_tps=$(python3 "$lib" torch-tps "$out/$run-pytorch-eager.log")
+  if [[ ${BENCH_EAGER:-1} != 0 ]]; then
+    if [[ -n ${eager_tps_of[$torch_key]:-} ]]; then
+      eager_tps=${eager_tps_of[$torch_key]} eager_mib=${eager_peak_of[$torch_key]}
+      echo "$run: eager PyTorch's figures of this call reused ($torch_key)" \
+        >"$out/$run-pytorch-eager.log"
+    else
+      eager_mib=$(sample_peak_mib "$out/$run-pytorch-eager.log" "${torch[@]}")
+      eager_tps=1
+      [[ -z $dry ]] && eager_tps=$(python3 "$lib" torch-tps "$out/$run-pytorch-eager.log")
+      eager_tps_of[$torch_key]=$eager_tps eager_peak_of[$torch_key]=$eager_mib
+    fi
     eager=("$eager_tps" "$eager_mib")
   fi
   python3 "$lib" bench-rows "$run" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" "$plan" \

@@ -25,7 +25,15 @@ grep -q -- "--checkpointing" "$out/qwen2.5-1.5b+ckpt-pytorch.log" ||
   fail "+ckpt: PyTorch runs without checkpointing (or its measurement was wrongly reused)"
 grep -q -- "--train.activation_checkpointing=full" "$out/qwen2.5-1.5b+ckpt-shardtrain.log" ||
   fail "+ckpt: ours runs without checkpointing"
-[[ $(grep -c " ratio " "$out/table.txt") == 3 ]] || { cat "$out/table.txt"; fail "not 3 ratio rows"; }
+[[ $(grep -cE ' ratio +[0-9-]' "$out/table.txt") == 3 ]] || { cat "$out/table.txt"; fail "not 3 ratio rows"; }
+# Eager PyTorch by default (measured once per shape and flags too); BENCH_EAGER=0 leaves it out.
+[[ $(grep -c " ratio eager " "$out/table.txt") == 3 ]] || fail "not 3 eager ratio rows"
+grep -q -- "pytorch_fsdp2.py" "$out/qwen2.5-1.5b-pytorch-eager.log" && ! grep -q -- "--compile" \
+  "$out/qwen2.5-1.5b-pytorch-eager.log" || fail "the eager run is not eager PyTorch"
+grep -q "reused" "$out/qwen2.5-1.5b+ws-pytorch-eager.log" || fail "+ws measured eager PyTorch again"
+BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/noeager" qwen2.5-1.5b \
+  >/dev/null 2>&1 || fail "BENCH_EAGER=0 dry run"
+if grep -q "eager" "$work/noeager/table.txt"; then fail "BENCH_EAGER=0 still ran eager"; fi
 
 rc=0
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" qwen2.5-1.5b+bogus \
@@ -41,4 +49,4 @@ printf '{"loss":2.0}\n' >"$work/c.jsonl"
 if python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/c.jsonl" 2>/dev/null; then
   fail "loss-diff accepted runs of different lengths"
 fi
-echo "run_bench dry run: specs, +ws hook, shared PyTorch measurement, bad spec, loss-diff: ok"
+echo "run_bench dry run: specs, +ws hook, shared PyTorch measurements, eager by default, bad spec, loss-diff: ok"
