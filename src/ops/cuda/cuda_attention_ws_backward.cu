@@ -241,8 +241,10 @@ bool ws_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16
                                 shape.head_dim, kWsKeys) ||
       !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads,
                                 shape.head_dim, kWsKeys)) {
+    count_warp_specialised_fallback(tma::kNoTensorMaps);
     return false;
   }
+  count_warp_specialised_launch(/*backward=*/true);
   dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
     auto kernel = ws_backward_kernel<D>;

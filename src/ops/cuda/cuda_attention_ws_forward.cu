@@ -229,8 +229,10 @@ bool ws_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_
                                 shape.head_dim, kWsKeys) ||
       !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads,
                                 shape.head_dim, kWsKeys)) {
+    count_warp_specialised_fallback(tma::kNoTensorMaps);
     return false;
   }
+  count_warp_specialised_launch(/*backward=*/false);
   dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
     auto kernel = ws_forward_kernel<D>;

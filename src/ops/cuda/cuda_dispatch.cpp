@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace shardtrain::cuda_kernels {
@@ -205,6 +207,24 @@ void require_shared_fits(size_t bytes, const DeviceLimits& limits, const char* k
                __FILE__, __LINE__, kernel, bytes, limits.name.c_str(),
                limits.shared_per_block_optin);
   std::abort();
+}
+
+namespace {
+std::atomic<int64_t> ws_forward_launches{0}, ws_backward_launches{0}, ws_fallbacks{0};
+}  // namespace
+
+void count_warp_specialised_launch(bool backward) {
+  (backward ? ws_backward_launches : ws_forward_launches).fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_warp_specialised_fallback(const char* why) {
+  if (ws_fallbacks.fetch_add(1, std::memory_order_relaxed) == 0) {
+    log::warn("attention: the warp-specialised kernel falls back to the wgmma kernel: {}", why);
+  }
+}
+
+WarpSpecialisedLaunches warp_specialised_launches() {
+  return {ws_forward_launches.load(), ws_backward_launches.load(), ws_fallbacks.load()};
 }
 
 bool wgmma_kernels_compiled() {

@@ -100,6 +100,16 @@ AttentionConfig attention_forward_config(DType dtype, const AttentionShape& shap
 AttentionConfig attention_backward_config(DType dtype, const AttentionShape& shape);
 bool wgmma_kernels_compiled();
 
+// Launches of the warp-specialised attention kernels (cuda_attention_ws_*.cu count each one) and
+// their fallbacks to the wgmma kernels when the TMA descriptors cannot be made (the first one is
+// logged as a warning, naming the reason). Thread-safe; tests read them to know which kernel ran.
+struct WarpSpecialisedLaunches {
+  int64_t forward = 0, backward = 0, fallbacks = 0;
+};
+void count_warp_specialised_launch(bool backward);
+void count_warp_specialised_fallback(const char* why);
+WarpSpecialisedLaunches warp_specialised_launches();
+
 // Query heads of the GQA group per flash-backward block of `warps` warps over `key_tiles` key
 // tiles: the slice whose launch finishes first on device_limits().sm_count SMs by a
 // list-scheduling model (cuda_dispatch.cpp says how it was checked), cached per shape; the test

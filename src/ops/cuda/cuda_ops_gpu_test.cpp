@@ -468,6 +468,15 @@ class CudaAttentionKernelTest : public CudaOpsTest {
                              in.scale, in.dq.cpu, in.dk.cpu, in.dv.cpu);
     return in;
   }
+  // The warp-specialised kernels exist here (a Hopper GPU and a 90a build) and the shape takes
+  // them (bf16, head dim 64 or 128): under the wgmma-ws hook they must then really launch (a
+  // silent fallback to the wgmma kernel would test the wrong kernel).
+  static bool warp_specialised_applies(const Inputs& in) {
+    const int64_t d = in.q.gpu.dim(3);
+    return cuda_kernels::device_limits().compute_capability() == 90 &&
+           cuda_kernels::wgmma_kernels_compiled() && in.q.gpu.dtype() == DType::kBF16 &&
+           (d == 64 || d == 128);
+  }
   // False when the dispatch table has no backward kernel for these inputs on this device's
   // limits (attention_backward_config throws the user's Error).
   static bool backward_fits(const Inputs& in) {
@@ -501,6 +510,7 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     poison(in.dq.gpu);
     poison(in.dk.gpu);
     poison(in.dv.gpu);
+    const int64_t ws_before = cuda_kernels::warp_specialised_launches().backward;
     if (!backward_fits(in)) {  // e.g. the SIMT backward at D = 96 under an L4's 99 KB
       EXPECT_THROW(gpu_->attention_backward(in.dout.gpu, in.q.gpu, in.k.gpu, in.v.gpu, in.out.gpu,
                                             in.lse.gpu, in.scale, in.dq.gpu, in.dk.gpu, in.dv.gpu),
@@ -515,6 +525,10 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
     if (!backward_fits(in)) return;
+    if (warps == "wgmma-ws" && warp_specialised_applies(in)) {
+      EXPECT_EQ(cuda_kernels::warp_specialised_launches().backward, ws_before + 1)
+          << "the warp-specialised backward did not run";
+    }
     Pair &dq = in.dq, &dk = in.dk, &dv = in.dv;
     EXPECT_BF16_CLOSE(dq) << "warps " << warps << ", heads per block " << heads_per_block;
     EXPECT_BF16_CLOSE(dk) << "warps " << warps << ", heads per block " << heads_per_block;
@@ -599,7 +613,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
 
 // The forward kernels: on an H200 the wgmma kernel (cuda_attention_wgmma_forward.cu) by
 // default, the warp-specialised TMA kernel (cuda_attention_ws_forward.cu) under
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws (WgmmaWsForwardIsPickedOnHopper says whether it ran:
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws (on an H200 the launch is counted: it must have run;
 // elsewhere the hook falls through to the default); the mma.sync kernel under
 // SHARDTRAIN_TEST_ATTENTION_KERNEL=mma with 128-row query
 // tiles of 8 warps, or 64-row tiles of 4 warps under SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4.
@@ -630,9 +644,14 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
       ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", kernel.warps, 1);
       poison(out.gpu);
       poison(lse.gpu);
+      const int64_t ws_before = cuda_kernels::warp_specialised_launches().forward;
       gpu_->attention_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.scale, out.gpu, lse.gpu);
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
+      if (std::string(kernel.name) == "wgmma-ws" && warp_specialised_applies(in)) {
+        EXPECT_EQ(cuda_kernels::warp_specialised_launches().forward, ws_before + 1)
+            << "the warp-specialised forward did not run";
+      }
       EXPECT_BF16_CLOSE(out) << "forward kernel " << kernel.name;
       EXPECT_LE(error(lse), 1e-5) << "forward kernel " << kernel.name;
     }
@@ -642,7 +661,7 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
 // Under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws a Hopper GPU with a 90a build runs the
 // warp-specialised forward (so ForwardForEveryKernel checked it) and backward
 // (BackwardForEveryKernel, ...GroupSlicing, CudaAttentionTest), at both head dims.
-TEST_F(CudaAttentionKernelTest, WgmmaWsForwardIsPickedOnHopper) {
+TEST_F(CudaAttentionKernelTest, WgmmaWsKernelsArePickedOnHopper) {
   const cuda_kernels::AttentionShape s{1, 1000, 4, 2, 128};
   if (cuda_kernels::device_limits().compute_capability() != 90 ||
       !cuda_kernels::wgmma_kernels_compiled()) {
@@ -662,6 +681,8 @@ TEST_F(CudaAttentionKernelTest, WgmmaWsForwardIsPickedOnHopper) {
   EXPECT_EQ(forward, cuda_kernels::AttentionKernel::kWgmmaWs);
   EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmmaWs);
   EXPECT_EQ(backward64, cuda_kernels::AttentionKernel::kWgmmaWs);
+  // The gpu tests before this one ran them without a fallback (the TMA descriptors were made).
+  EXPECT_EQ(cuda_kernels::warp_specialised_launches().fallbacks, 0);
 }
 
 // The kernel configurations of every GPU kind of the reference deployments, run here under

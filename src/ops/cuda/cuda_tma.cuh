@@ -121,5 +121,9 @@ __device__ __forceinline__ void claim_registers() {
 // address that is not 16-byte aligned): the caller falls back to a kernel without TMA.
 bool tensor_map_of_heads(CUtensorMap& map, const void* base, int batch, int seq, int heads,
                          int head_dim, int rows);
+// What a kernel's launcher says when tensor_map_of_heads refused (cuda_dispatch.h logs it once).
+inline constexpr const char* kNoTensorMaps =
+    "no TMA descriptor (the driver has no cuTensorMapEncodeTiled, or a tensor is not 16-byte "
+    "aligned)";
 
 }  // namespace shardtrain::cuda_kernels::tma
