@@ -5,7 +5,8 @@
 # Both modes first build (sm_90a, build-gpu; kept between calls on a warm machine) the dispatch
 # and cuda-op gpu tests and shardtrain.
 #   check: the attention gpu tests (every forward and backward kernel, the hook's pick), each
-#          binary under a timeout so that a deadlocked pipeline costs 90 s, not the call;
+#          binary under a timeout so that a deadlocked pipeline costs 90 s, not the call (then a
+#          build with -DSHARDTRAIN_DEBUG_PIPELINES=ON names the mbarrier wait that never ended);
 #          compute-sanitizer memcheck, racecheck (shared memory) and synccheck (barriers), 100 s
 #          each at most, on the forward and backward kernel tests; kernel timings at the
 #          benchmark shapes (DISABLED_AttentionThroughputBenchShape: default wgmma, wgmma-ws,
@@ -49,6 +50,15 @@ if [[ $mode == check ]] && room 100 "attention tests"; then
   done >"$out/attention-tests.log"
   grep -E "^rc |^\[  (PASSED|FAILED|SKIPPED) " "$out/attention-tests.log" | head -12
   grep -E "Failure|Expected|which is|forward kernel|error" "$out/attention-tests.log" | head -16
+  # A hang (rc 124): the diagnostic build says which mbarrier wait never completed.
+  if grep -q "^rc 124" "$out/attention-tests.log" && room 150 "pipeline diagnosis"; then
+    SHARDTRAIN_CMAKE_ARGS=-DSHARDTRAIN_DEBUG_PIPELINES=ON SHARDTRAIN_CUDA_ARCH=90a \
+      tools/device/build_on_device.sh build-gpu-debug cuda_ops_gpu_test \
+      >"$out/build-debug.log" 2>&1 &&
+      SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws timeout 60 build-gpu-debug/cuda_ops_gpu_test \
+        --gtest_filter="$attention" >"$out/attention-debug.log" 2>&1
+    grep -m5 "mbarrier wait never completed" "$out/attention-debug.log"
+  fi
 fi
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [[ $mode == check && -n $sanitizer ]] && room 320 "compute-sanitizer"; then

@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "ops/cuda/cuda_wgmma.cuh"
 
@@ -54,17 +55,40 @@ __device__ __forceinline__ void arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
-// Spins until the phase of `parity` (0 or 1) has completed.
-__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
+// One try: true once the phase of `parity` (0 or 1) has completed (the hardware may suspend the
+// thread a while first).
+__device__ __forceinline__ bool try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 1;
 #if SHARDTRAIN_WGMMA_COMPILED
   asm volatile(
-      "{\n.reg .pred done;\n"
-      "TRY:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra TRY;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
       : "memory");
+#endif
+  return done != 0;
+}
+// Spins until the phase of `parity` has completed. Built with SHARDTRAIN_DEBUG_PIPELINES=1 (a
+// diagnostic build: the printf costs the consumers registers and serialises their wgmma), a phase
+// that never completes (a pipeline bug: a count or parity off by one) is reported after ~2^26
+// tries (seconds) with the barrier's shared address, the parity, block and thread, and the thread
+// traps, so the launch fails with that line instead of hanging the job.
+__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
+#if SHARDTRAIN_DEBUG_PIPELINES
+  for (uint32_t tries = 1; !try_wait(bar, parity); ++tries) {
+    if (tries == (1u << 26)) {
+      printf("mbarrier wait never completed: barrier at shared 0x%x, parity %u, block %u, "
+             "thread %u\n",
+             bar, parity, blockIdx.x, threadIdx.x);
+      __trap();
+    }
+  }
+#else
+  while (!try_wait(bar, parity)) {
+  }
 #endif
 }
 
