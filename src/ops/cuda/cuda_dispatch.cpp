@@ -115,8 +115,9 @@ size_t row_shared_bytes(const AttentionRow& row, int head_dim, bool backward) {
   return 0;
 }
 
-// The test hooks of the attention kernels (SHARDTRAIN_TEST_ATTENTION_*): mma.sync instead of
-// wgmma, and 4-warp blocks instead of 8.
+// The test hooks of the attention kernels (SHARDTRAIN_TEST_ATTENTION_*): the warp-specialised
+// kernels only with KERNEL=wgmma-ws, mma.sync instead of wgmma with KERNEL=mma, and 4-warp blocks
+// instead of 8.
 bool row_allowed_by_hooks(const AttentionRow& row, bool backward) {
   if (row.kernel == AttentionKernel::kWgmmaWs &&
       !env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws"))
