@@ -13,9 +13,9 @@
 #              step per unit in backward (--fsdp.compute_copy=on_demand
 #              --optim.update_in_backward=true --train.max_grad_norm=0; PyTorch's baseline never
 #              clips either, so both do the same work). Without +lean, fsdp.compute_copy = auto.
-#   +ws        ours with the warp-specialised attention forward (SHARDTRAIN_TEST_ATTENTION_KERNEL=
-#              wgmma-ws: TMA producer, ping-pong consumers; not yet the default)
-# Runs that differ only in ours' settings (e.g. qwen2.5-1.5b and qwen2.5-1.5b+ws) share one
+#   +wgmma     ours with the cp.async wgmma attention kernels instead of the warp-specialised ones
+#              (SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma; the default before session 9)
+# Runs that differ only in ours' settings (e.g. qwen2.5-1.5b and qwen2.5-1.5b+wgmma) share one
 # PyTorch measurement of this call.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
 # prediction for ours (`shardtrain plan`, same flags) and measured / plan, and the ratios.
@@ -57,8 +57,8 @@ for run in "${runs[@]}"; do
       sel) ours_args+=(--train.activation_checkpointing=selective) torch_args+=(--checkpointing) ;;
       lean) ours_args+=(--fsdp.compute_copy=on_demand --optim.update_in_backward=true
         --train.max_grad_norm=0) ;;
-      ws) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws) ;;
-      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, ws)" >&2; exit 2 ;;
+      wgmma) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma) ;;
+      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma)" >&2; exit 2 ;;
     esac
   done
   config=$root/bench/shapes/$shape/config.json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/run_bench.sh without a GPU (BENCH_DRY=1: every command written to its log, nothing run):
-# run specs parse into the right flags for both engines, +ws sets the warp-specialised attention
+# run specs parse into the right flags for both engines, +wgmma sets the cp.async-wgmma attention
 # hook for ours only, runs that differ only in ours' settings share one PyTorch measurement of
 # the call, a bad spec exits 2 naming it; and benchlib.py loss-diff compares two metrics files.
 # Usage: run_bench_dry_test.sh SHARDTRAIN_BIN SOURCE_DIR
@@ -10,17 +10,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/out" qwen2.5-1.5b qwen2.5-1.5b+ws \
+BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/out" qwen2.5-1.5b qwen2.5-1.5b+wgmma \
   qwen2.5-1.5b+ckpt >"$work/stdout" 2>&1 || { cat "$work/stdout"; fail "dry run exited $?"; }
 out=$work/out
-grep -q -- "SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws" "$out/qwen2.5-1.5b+ws-shardtrain.log" ||
-  fail "+ws: the hook is not in ours' command"
+grep -q -- "SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma" "$out/qwen2.5-1.5b+wgmma-shardtrain.log" ||
+  fail "+wgmma: the hook is not in ours' command"
 if grep -q "SHARDTRAIN_TEST_ATTENTION_KERNEL" "$out/qwen2.5-1.5b-shardtrain.log"; then
   fail "the plain run sets the hook"
 fi
 grep -q -- "pytorch_fsdp2.py .* --compile" "$out/qwen2.5-1.5b-pytorch.log" ||
   fail "the first run does not measure compiled PyTorch"
-grep -q "reused" "$out/qwen2.5-1.5b+ws-pytorch.log" || fail "+ws measured PyTorch again"
+grep -q "reused" "$out/qwen2.5-1.5b+wgmma-pytorch.log" || fail "+wgmma measured PyTorch again"
 grep -q -- "--checkpointing" "$out/qwen2.5-1.5b+ckpt-pytorch.log" ||
   fail "+ckpt: PyTorch runs without checkpointing (or its measurement was wrongly reused)"
 grep -q -- "--train.activation_checkpointing=full" "$out/qwen2.5-1.5b+ckpt-shardtrain.log" ||
@@ -30,7 +30,7 @@ grep -q -- "--train.activation_checkpointing=full" "$out/qwen2.5-1.5b+ckpt-shard
 [[ $(grep -c " ratio eager " "$out/table.txt") == 3 ]] || fail "not 3 eager ratio rows"
 grep -q -- "pytorch_fsdp2.py" "$out/qwen2.5-1.5b-pytorch-eager.log" && ! grep -q -- "--compile" \
   "$out/qwen2.5-1.5b-pytorch-eager.log" || fail "the eager run is not eager PyTorch"
-grep -q "reused" "$out/qwen2.5-1.5b+ws-pytorch-eager.log" || fail "+ws measured eager PyTorch again"
+grep -q "reused" "$out/qwen2.5-1.5b+wgmma-pytorch-eager.log" || fail "+wgmma measured eager PyTorch again"
 BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/noeager" qwen2.5-1.5b \
   >/dev/null 2>&1 || fail "BENCH_EAGER=0 dry run"
 if grep -q "eager" "$work/noeager/table.txt"; then fail "BENCH_EAGER=0 still ran eager"; fi
@@ -49,4 +49,4 @@ printf '{"loss":2.0}\n' >"$work/c.jsonl"
 if python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/c.jsonl" 2>/dev/null; then
   fail "loss-diff accepted runs of different lengths"
 fi
-echo "run_bench dry run: specs, +ws hook, shared PyTorch measurements, eager by default, bad spec, loss-diff: ok"
+echo "run_bench dry run: specs, +wgmma hook, shared PyTorch measurements, eager by default, bad spec, loss-diff: ok"

@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
-# GPU-machine calls (through the device tool, carrying .devkit) that check and measure the
-# warp-specialised attention kernels (src/ops/cuda/cuda_attention_ws_{forward,backward}.cu,
-# picked under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws) before they may become the default.
-# Both modes first build (sm_90a, build-gpu; kept between calls on a warm machine) the dispatch
-# and cuda-op gpu tests and shardtrain.
-#   check: the attention gpu tests (every forward and backward kernel, the hook's pick), each
-#          binary under a timeout so that a deadlocked pipeline costs 90 s, not the call (then a
-#          build with -DSHARDTRAIN_DEBUG_PIPELINES=ON names the mbarrier wait that never ended);
-#          compute-sanitizer memcheck, racecheck (shared memory) and synccheck (barriers), 100 s
-#          each at most, on the forward and backward kernel tests; kernel timings at the
-#          benchmark shapes (DISABLED_AttentionThroughputBenchShape: default wgmma, wgmma-ws,
-#          mma.sync side by side).
-#   bench: bench/run_bench.sh for each RUN with and without +ws (one compiled-PyTorch
-#          measurement per shape, reused by both rows of the call) while the time guard
-#          (WS_BUDGET_S, default 570 s) allows; the two runs of a shape train the same job, so
-#          their per-step losses are compared too (the model-level check: the tiny models of
-#          train_parity_gpu_test have head dims 16 and 48, which take the SIMT kernels).
+# GPU-machine calls (through the device tool, carrying .devkit) for the warp-specialised attention
+# kernels (src/ops/cuda/cuda_attention_ws_{forward,backward}.cu, the Hopper default since session
+# 9; SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma runs the cp.async wgmma kernels they replaced).
+# Both modes first build (sm_90a, build-gpu; kept between calls on a warm machine) shardtrain and
+# the gpu tests.
+#   check: every gpu test binary (the attention kernel tests cover every forward and backward
+#          kernel; each binary under a timeout so that a deadlocked pipeline costs 150 s, not the
+#          call, and then a build with -DSHARDTRAIN_DEBUG_PIPELINES=ON names the mbarrier wait
+#          that never ended); with WS_SANITIZER=1 compute-sanitizer memcheck, racecheck and
+#          synccheck on the attention kernel tests; kernel timings at the benchmark shapes
+#          (DISABLED_AttentionThroughputBenchShape: default, cp.async wgmma, mma.sync).
+#   bench: bench/run_bench.sh for each RUN and RUN+wgmma (one compiled-PyTorch measurement per
+#          shape, reused by both rows of the call; eager PyTorch unless BENCH_EAGER=0) while the
+#          time guard (WS_BUDGET_S, default 570 s) allows; the two runs of a shape train the same
+#          job, so their per-step losses are compared too (the model-level check of the kernels:
+#          train_parity_gpu_test's tiny models have head dims 16 and 48, which take SIMT kernels).
 # Prints a short summary per stage; logs under $OUT (one archive).
 # Usage: tools/device/ws_forward_session.sh check
 #        tools/device/ws_forward_session.sh bench [RUN ...]  (default: qwen2.5-1.5b llama3.2-1b@16384x1)
@@ -36,32 +35,37 @@ elapsed() { echo $(($(date +%s) - start)); }
 room() { (($(elapsed) + $1 < budget)) || { echo "$2: skipped (call at $(elapsed) s)"; return 1; }; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 git log -1 --format='commit %h %s' 2>/dev/null || true
-tests=(cuda_dispatch_test cuda_ops_gpu_test)
+tests=(cuda_dispatch_test cuda_ops_gpu_test train_parity_gpu_test fsdp_host_staged_gpu_test
+  nccl_comm_gpu_test memory_levers_gpu_test)
 SHARDTRAIN_CUDA_ARCH=90a tools/device/build_on_device.sh build-gpu shardtrain "${tests[@]}" \
   >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "build: $(elapsed) s"
 
-attention='*Attention*:*WgmmaWs*:CudaDispatch.*'
-if [[ $mode == check ]] && room 100 "attention tests"; then
-  for t in cuda_dispatch_test cuda_ops_gpu_test; do
+attention='*Attention*:*WarpSpecialised*:CudaDispatch.*'
+if [[ $mode == check ]] && room 100 "gpu tests"; then
+  for t in "${tests[@]}"; do
     echo "== $t"
-    timeout 90 "build-gpu/$t" --gtest_filter="$attention" 2>&1
+    OPENBLAS_NUM_THREADS=8 timeout 150 "build-gpu/$t" 2>&1
     echo "rc $?"
-  done >"$out/attention-tests.log"
-  grep -E "^rc |^\[  (PASSED|FAILED|SKIPPED) " "$out/attention-tests.log" | head -12
-  grep -E "Failure|Expected|which is|forward kernel|error" "$out/attention-tests.log" | head -16
+  done >"$out/gpu-tests.log"
+  passed=$(grep -h "^\[  PASSED  \]" "$out/gpu-tests.log" | awk '{s += $4} END {print s + 0}')
+  failed=$(grep -c "^\[  FAILED  \] [A-Za-z]" "$out/gpu-tests.log")
+  echo "gpu tests: $passed passed, $failed failed ($(elapsed) s); rc: $(grep '^rc ' "$out/gpu-tests.log" | tr '\n' ' ')"
+  grep "^\[  FAILED  \] [A-Za-z]" "$out/gpu-tests.log" | head -8
+  grep -E "Failure|which is|did not run|error" "$out/gpu-tests.log" | head -12
+  echo "parity: $(grep -o 'largest relative difference [0-9.e-]*' "$out/gpu-tests.log" | awk '{print $4}' | tr '\n' ' ')"
   # A hang (rc 124): the diagnostic build says which mbarrier wait never completed.
-  if grep -q "^rc 124" "$out/attention-tests.log" && room 150 "pipeline diagnosis"; then
+  if grep -q "^rc 124" "$out/gpu-tests.log" && room 150 "pipeline diagnosis"; then
     SHARDTRAIN_CMAKE_ARGS=-DSHARDTRAIN_DEBUG_PIPELINES=ON SHARDTRAIN_CUDA_ARCH=90a \
       tools/device/build_on_device.sh build-gpu-debug cuda_ops_gpu_test \
       >"$out/build-debug.log" 2>&1 &&
-      SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws timeout 60 build-gpu-debug/cuda_ops_gpu_test \
+      timeout 60 build-gpu-debug/cuda_ops_gpu_test \
         --gtest_filter="$attention" >"$out/attention-debug.log" 2>&1
     grep -m5 "mbarrier wait never completed" "$out/attention-debug.log"
   fi
 fi
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [[ $mode == check && -n $sanitizer ]] && room 320 "compute-sanitizer"; then
+if [[ $mode == check && -n $sanitizer && -n ${WS_SANITIZER:-} ]] && room 320 "compute-sanitizer"; then
   for tool in memcheck racecheck synccheck; do
     timeout 100 "$sanitizer" --tool "$tool" build-gpu/cuda_ops_gpu_test \
       --gtest_filter='*ForwardForEveryKernel*:*BackwardForEveryKernel*' >"$out/sanitizer-$tool.log" 2>&1
@@ -74,17 +78,15 @@ if [[ $mode == check ]] && room 40 "kernel timings"; then
     --gtest_filter='*AttentionThroughputBenchShape*' 2>&1 | grep "^attention" | tee "$out/timing.txt"
 fi
 bench_runs=()
-for run in "${runs[@]}"; do bench_runs+=("$run" "$run+ws"); done
+for run in "${runs[@]}"; do bench_runs+=("$run" "$run+wgmma"); done
 if [[ $mode == bench ]] && room 200 "bench"; then
-  # Eager PyTorch left out (BENCH_EAGER=0): four runs of ours and two compiled PyTorch runs
-  # already fill most of a 10-minute call.
-  BENCH_EAGER=0 timeout $((budget - $(elapsed))) bench/run_bench.sh build-gpu/shardtrain "$out/bench" \
+  timeout $((budget - $(elapsed))) bench/run_bench.sh build-gpu/shardtrain "$out/bench" \
     "${bench_runs[@]}" >"$out/bench.txt" 2>&1
   echo "bench (rc $?, $(elapsed) s):"
   cat "$out/bench/table.txt"
   for run in "${runs[@]}"; do
-    a=$out/bench/$run-metrics.jsonl b=$out/bench/$run+ws-metrics.jsonl
-    [[ -f $a && -f $b ]] && echo "$run: largest relative loss difference default vs +ws:" \
+    a=$out/bench/$run-metrics.jsonl b=$out/bench/$run+wgmma-metrics.jsonl
+    [[ -f $a && -f $b ]] && echo "$run: largest relative loss difference warp-specialised vs cp.async wgmma:" \
       "$(python3 bench/benchlib.py loss-diff "$a" "$b")"
   done
 fi

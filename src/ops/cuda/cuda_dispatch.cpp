@@ -84,7 +84,7 @@ struct AttentionRow {
 
 constexpr int kAnyCc = 1000;
 constexpr std::array<AttentionRow, 11> kAttentionRows{{
-    {90, 90, 128, true, AttentionKernel::kWgmmaWs, 12, 0},  // only under the hook
+    {90, 90, 128, true, AttentionKernel::kWgmmaWs, 12, 0},
     {90, 90, 64, true, AttentionKernel::kWgmmaWs, 12, 0},
     {90, 90, 128, true, AttentionKernel::kWgmma, 8, 2},
     {90, 90, 64, true, AttentionKernel::kWgmma, 8, 2},
@@ -115,12 +115,13 @@ size_t row_shared_bytes(const AttentionRow& row, int head_dim, bool backward) {
   return 0;
 }
 
-// The test hooks of the attention kernels (SHARDTRAIN_TEST_ATTENTION_*): the warp-specialised
-// kernels only with KERNEL=wgmma-ws, mma.sync instead of wgmma with KERNEL=mma, and 4-warp blocks
-// instead of 8.
+// The test hooks of the attention kernels (SHARDTRAIN_TEST_ATTENTION_*): KERNEL=wgmma runs the
+// cp.async wgmma kernels instead of the warp-specialised ones, KERNEL=mma the mma.sync kernels
+// instead of either, and _WARPS=4 4-warp mma.sync blocks instead of 8.
 bool row_allowed_by_hooks(const AttentionRow& row, bool backward) {
   if (row.kernel == AttentionKernel::kWgmmaWs &&
-      !env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws"))
+      (env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma") ||
+       env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma")))
     return false;
   if (row.kernel == AttentionKernel::kWgmma &&
       env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma"))

@@ -37,9 +37,9 @@ TEST(CudaDispatch, WgmmaOnlyOnHopperBuildsThatHaveIt) {
   for (const int d : {64, 128}) {
     const AttentionConfig hopper = attention_forward_config(DType::kBF16, shape(d), preset("h100"),
                                                             /*wgmma_compiled=*/true);
-    EXPECT_EQ(hopper.kernel, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(hopper.kernel, AttentionKernel::kWgmmaWs) << d;
     EXPECT_EQ(attention_backward_config(DType::kBF16, shape(d), preset("h100"), true).kernel,
-              AttentionKernel::kWgmma);
+              AttentionKernel::kWgmmaWs);
     // An sm_80-only build on an H100 (PTX JIT): the mma.sync kernels, 8 warps.
     const AttentionConfig jit = attention_forward_config(DType::kBF16, shape(d), preset("h100"),
                                                          /*wgmma_compiled=*/false);
@@ -57,36 +57,36 @@ TEST(CudaDispatch, WgmmaOnlyOnHopperBuildsThatHaveIt) {
   }
 }
 
-// The warp-specialised kernels only under their hook, only where wgmma is.
-TEST(CudaDispatch, WarpSpecialisedKernelsOnlyUnderTheirHook) {
+// On Hopper the warp-specialised kernels by default; the hook KERNEL=wgmma runs the cp.async wgmma
+// kernels instead, KERNEL=mma the mma.sync ones; never where wgmma is not.
+TEST(CudaDispatch, WarpSpecialisedKernelsAreTheHopperDefault) {
   for (const int d : {64, 128}) {
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
     const AttentionConfig forward =
         attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
     const AttentionConfig backward =
         attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
-    const AttentionConfig uncompiled =
-        attention_forward_config(DType::kBF16, shape(d), preset("h100"), false);
-    const AttentionConfig ampere =
-        attention_forward_config(DType::kBF16, shape(d), preset("a100"), true);
-    const AttentionConfig f32 =
-        attention_forward_config(DType::kF32, shape(d), preset("h100"), true);
-    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
     EXPECT_EQ(forward.kernel, AttentionKernel::kWgmmaWs) << d;
     EXPECT_EQ(forward.shared_bytes, wgmma_ws_forward_shared_bytes(d)) << d;
     EXPECT_LE(forward.shared_bytes, preset("h100").shared_per_block_optin) << d;
     EXPECT_EQ(backward.kernel, AttentionKernel::kWgmmaWs) << d;
     EXPECT_EQ(backward.shared_bytes, wgmma_ws_backward_shared_bytes(d)) << d;
     EXPECT_LE(backward.shared_bytes, preset("h100").shared_per_block_optin) << d;
-    EXPECT_EQ(uncompiled.kernel, AttentionKernel::kMmaSync) << d;
-    EXPECT_EQ(ampere.kernel, AttentionKernel::kMmaSync) << d;
-    EXPECT_EQ(f32.kernel, AttentionKernel::kSimt) << d;
     EXPECT_STREQ(attention_kernel_name(forward.kernel), "wgmma-ws");
-    // Without the hook the default stays the wgmma kernel.
-    EXPECT_EQ(attention_forward_config(DType::kBF16, shape(d), preset("h100"), true).kernel,
-              AttentionKernel::kWgmma);
-    EXPECT_EQ(attention_backward_config(DType::kBF16, shape(d), preset("h100"), true).kernel,
-              AttentionKernel::kWgmma);
+    EXPECT_EQ(attention_forward_config(DType::kF32, shape(d), preset("h100"), true).kernel,
+              AttentionKernel::kSimt);
+
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma", 1);
+    const AttentionConfig cp_async_forward =
+        attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
+    const AttentionConfig cp_async_backward =
+        attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
+    const AttentionConfig mma =
+        attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
+    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+    EXPECT_EQ(cp_async_forward.kernel, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(cp_async_backward.kernel, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(mma.kernel, AttentionKernel::kMmaSync) << d;
   }
 }
 

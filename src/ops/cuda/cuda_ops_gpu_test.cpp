@@ -469,8 +469,8 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     return in;
   }
   // The warp-specialised kernels exist here (a Hopper GPU and a 90a build) and the shape takes
-  // them (bf16, head dim 64 or 128): under the wgmma-ws hook they must then really launch (a
-  // silent fallback to the wgmma kernel would test the wrong kernel).
+  // them (bf16, head dim 64 or 128): by default they must then really launch (a silent fallback
+  // to the cp.async wgmma kernel would test the wrong kernel).
   static bool warp_specialised_applies(const Inputs& in) {
     const int64_t d = in.q.gpu.dim(3);
     return cuda_kernels::device_limits().compute_capability() == 90 &&
@@ -491,15 +491,15 @@ class CudaAttentionKernelTest : public CudaOpsTest {
       return false;
     }
   }
-  // The GPU backward of kernel `warps` ("default": wgmma on an H200; "wgmma-ws": the
-  // warp-specialised kernel where it applies (an H200 with a 90a build), else the default; "8" or
-  // "4": the mma.sync kernel with that many warps a block) and `heads_per_block` (empty: the
-  // launcher's choice) into poisoned outputs, against the CPU gradients. The SIMT kernels ignore
-  // the hooks.
+  // The GPU backward of kernel `warps` ("default": the warp-specialised wgmma kernel on an H200;
+  // "wgmma": the cp.async wgmma kernel (SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma), the default
+  // where it does not apply; "8" or "4": the mma.sync kernel with that many warps a block) and
+  // `heads_per_block` (empty: the launcher's choice) into poisoned outputs, against the CPU
+  // gradients. The SIMT kernels ignore the hooks.
   void expect_backward(Inputs& in, const std::string& warps,
                        const std::string& heads_per_block = "") {
-    if (warps == "wgmma-ws") {
-      ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
+    if (warps == "wgmma") {
+      ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma", 1);
     } else if (warps != "default") {
       ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
       ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", warps.c_str(), 1);
@@ -525,7 +525,7 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS");
     ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
     if (!backward_fits(in)) return;
-    if (warps == "wgmma-ws" && warp_specialised_applies(in)) {
+    if (warps == "default" && warp_specialised_applies(in)) {
       EXPECT_EQ(cuda_kernels::warp_specialised_launches().backward, ws_before + 1)
           << "the warp-specialised backward did not run";
     }
@@ -546,7 +546,7 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
   EXPECT_LE(error(lse), 1e-5);
   // The flash backward kernels (wgmma on an H200, the default; mma.sync with 8 warps and 128-key
   // tiles or 4 warps and 64-key tiles); the SIMT kernels ignore the hooks and simply run thrice.
-  for (const char* warps : {"default", "wgmma-ws", "8", "4"}) expect_backward(in, warps);
+  for (const char* warps : {"default", "wgmma", "8", "4"}) expect_backward(in, warps);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -576,7 +576,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryGroupSlicing) {
        {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
-    for (const char* warps : {"default", "wgmma-ws", "8", "4"}) {
+    for (const char* warps : {"default", "wgmma", "8", "4"}) {
       for (const char* heads_per_block : {"6", "3", "2", "1"}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -603,7 +603,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
     SCOPED_TRACE(testing::PrintToString(c));
     Inputs in = prepare(c);
     const std::string whole_group = std::to_string(c.heads / c.kv_heads);
-    for (const char* warps : {"default", "wgmma-ws", "8", "4"}) {
+    for (const char* warps : {"default", "wgmma", "8", "4"}) {
       for (const std::string& heads_per_block : {whole_group, std::string("1")}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -611,10 +611,10 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
   }
 }
 
-// The forward kernels: on an H200 the wgmma kernel (cuda_attention_wgmma_forward.cu) by
-// default, the warp-specialised TMA kernel (cuda_attention_ws_forward.cu) under
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws (on an H200 the launch is counted: it must have run;
-// elsewhere the hook falls through to the default); the mma.sync kernel under
+// The forward kernels: on an H200 the warp-specialised TMA kernel (cuda_attention_ws_forward.cu)
+// by default (the launch is counted: it must have run), the cp.async wgmma kernel
+// (cuda_attention_wgmma_forward.cu) under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma; the mma.sync
+// kernel under
 // SHARDTRAIN_TEST_ATTENTION_KERNEL=mma with 128-row query
 // tiles of 8 warps, or 64-row tiles of 4 warps under SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4.
 // All must give the reference output and lse. T = 1, 77, 100, 300, 1000: ragged last tiles of
@@ -636,7 +636,7 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
     Inputs in = prepare(c);
     Pair &out = in.out, &lse = in.lse;
     for (const Kernel kernel :
-         {Kernel{"default", nullptr, "8"}, Kernel{"wgmma-ws", "wgmma-ws", "8"},
+         {Kernel{"default", nullptr, "8"}, Kernel{"wgmma", "wgmma", "8"},
           Kernel{"mma 8 warps", "mma", "8"}, Kernel{"mma 4 warps", "mma", "4"}}) {
       if (kernel.kernel_hook != nullptr) {
         ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", kernel.kernel_hook, 1);
@@ -648,7 +648,7 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
       gpu_->attention_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.scale, out.gpu, lse.gpu);
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
-      if (std::string(kernel.name) == "wgmma-ws" && warp_specialised_applies(in)) {
+      if (std::string(kernel.name) == "default" && warp_specialised_applies(in)) {
         EXPECT_EQ(cuda_kernels::warp_specialised_launches().forward, ws_before + 1)
             << "the warp-specialised forward did not run";
       }
@@ -658,30 +658,30 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
   }
 }
 
-// Under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws a Hopper GPU with a 90a build runs the
-// warp-specialised forward (so ForwardForEveryKernel checked it) and backward
-// (BackwardForEveryKernel, ...GroupSlicing, CudaAttentionTest), at both head dims.
-TEST_F(CudaAttentionKernelTest, WgmmaWsKernelsArePickedOnHopper) {
-  const cuda_kernels::AttentionShape s{1, 1000, 4, 2, 128};
+// A Hopper GPU with a 90a build runs the warp-specialised kernels by default (so the forward and
+// backward kernel tests above checked them, at both head dims) and the cp.async wgmma kernels
+// under SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma; no launch fell back (the TMA descriptors were
+// made).
+TEST_F(CudaAttentionKernelTest, WarpSpecialisedKernelsAreTheHopperDefault) {
   if (cuda_kernels::device_limits().compute_capability() != 90 ||
       !cuda_kernels::wgmma_kernels_compiled()) {
     GTEST_SKIP() << "not a Hopper GPU with a 90a build: no warp-specialised kernel here";
   }
-  ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
-  const cuda_kernels::AttentionKernel forward =
-      cuda_kernels::attention_forward_config(DType::kBF16, s).kernel;
-  const cuda_kernels::AttentionKernel backward =
-      cuda_kernels::attention_backward_config(DType::kBF16, s).kernel;
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
-  const cuda_kernels::AttentionShape s64{1, 1000, 4, 2, 64};
-  ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
-  const cuda_kernels::AttentionKernel backward64 =
-      cuda_kernels::attention_backward_config(DType::kBF16, s64).kernel;
-  ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
-  EXPECT_EQ(forward, cuda_kernels::AttentionKernel::kWgmmaWs);
-  EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmmaWs);
-  EXPECT_EQ(backward64, cuda_kernels::AttentionKernel::kWgmmaWs);
-  // The gpu tests before this one ran them without a fallback (the TMA descriptors were made).
+  for (const int d : {64, 128}) {
+    const cuda_kernels::AttentionShape s{1, 1000, 4, 2, d};
+    EXPECT_EQ(cuda_kernels::attention_forward_config(DType::kBF16, s).kernel,
+              cuda_kernels::AttentionKernel::kWgmmaWs);
+    EXPECT_EQ(cuda_kernels::attention_backward_config(DType::kBF16, s).kernel,
+              cuda_kernels::AttentionKernel::kWgmmaWs);
+    ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma", 1);
+    const cuda_kernels::AttentionKernel forward =
+        cuda_kernels::attention_forward_config(DType::kBF16, s).kernel;
+    const cuda_kernels::AttentionKernel backward =
+        cuda_kernels::attention_backward_config(DType::kBF16, s).kernel;
+    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+    EXPECT_EQ(forward, cuda_kernels::AttentionKernel::kWgmma);
+    EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmma);
+  }
   EXPECT_EQ(cuda_kernels::warp_specialised_launches().fallbacks, 0);
 }
 
@@ -758,10 +758,9 @@ TEST_F(CudaOpsTest, CrossEntropy) {
 // Timing of attention at the benchmark shape (Qwen2.5-1.5B, T=4096, micro-batch 2) and at
 // Llama-3.2-1B's (32 heads, 8 kv heads, head dim 64), run with the gpu tests because attention
 // dominates the step; also appended to $OUT/attention-timing.txt when OUT is set (the device
-// session's output folder). The forward is timed with the default kernel (wgmma on an H200), the
-// warp-specialised one (the default where it does not apply) and both mma.sync block shapes, the
-// backward with both block shapes (8 warps, the default, and 4). Checks only that outputs are
-// finite.
+// session's output folder). Forward and backward are timed with the default kernel
+// (warp-specialised wgmma on an H200), the cp.async wgmma kernel and both mma.sync block shapes
+// (8 and 4 warps). Checks only that outputs are finite.
 TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
   for (const AttentionCase c :
        {AttentionCase{2, 4096, 12, 2, 128}, AttentionCase{2, 4096, 32, 8, 64}}) {
@@ -777,11 +776,12 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
     Tensor dv = device(kv_shape, DType::kBF16);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const double flops = 4.0 * B * H * T * T * D / 2;  // causal
-    // warps "wgmma": the default kernel (wgmma on an H200); "8", "4": the mma.sync kernel.
+    // warps "default": the default kernel (warp-specialised wgmma on an H200); "wgmma": the
+    // cp.async wgmma kernel; "8", "4": the mma.sync kernel.
     const auto time_forward = [&](const std::string& warps) {
-      const bool mma = warps != "wgmma" && warps != "wgmma-ws";
+      const bool mma = warps != "wgmma" && warps != "default";
       if (mma) ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
-      if (warps == "wgmma-ws") ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
+      if (warps == "wgmma") ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma", 1);
       ::setenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", mma ? warps.c_str() : "8", 1);
       const double ms = time_ms([&] { gpu_->attention_forward(q, k, v, scale, out, lse); }, 10);
       ::unsetenv("SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS");
@@ -789,9 +789,9 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
       return ms;
     };
     const auto time_backward = [&](const std::string& warps) {
-      const bool mma = warps != "wgmma" && warps != "wgmma-ws";
+      const bool mma = warps != "wgmma" && warps != "default";
       if (mma) ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
-      if (warps == "wgmma-ws") ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-ws", 1);
+      if (warps == "wgmma") ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma", 1);
       ::setenv("SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", mma ? warps.c_str() : "8", 1);
       const double ms = time_ms(
           [&] { gpu_->attention_backward(dout, q, k, v, out, lse, scale, dq, dk, dv); }, 10);
@@ -802,26 +802,26 @@ TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
     // The defaults last: out and lse of the default forward feed the backward.
     const double forward4_ms = time_forward("4");
     const double forward8_ms = time_forward("8");
-    const double forward_ws_ms = time_forward("wgmma-ws");
-    const double forward_ms = time_forward("wgmma");
+    const double forward_cp_ms = time_forward("wgmma");
+    const double forward_ms = time_forward("default");
     const double backward4_ms = time_backward("4");
     const double backward8_ms = time_backward("8");
-    const double backward_ws_ms = time_backward("wgmma-ws");
-    const double backward_ms = time_backward("wgmma");
+    const double backward_cp_ms = time_backward("wgmma");
+    const double backward_ms = time_backward("default");
     char line[768];
     std::snprintf(
         line, sizeof(line),
         "attention B=%ld T=%ld H=%ld K=%ld D=%ld bf16: forward %.3f ms (%.1f TFLOP/s) "
-        "default, wgmma-ws %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
+        "default, cp.async wgmma %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
         "warps, %.3f ms (%.1f TFLOP/s) 4 warps; backward (TFLOP/s at 2.5x forward flops) "
         "%.3f ms (%.1f TFLOP/s) "
-        "default, wgmma-ws %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
+        "default, cp.async wgmma %.3f ms (%.1f TFLOP/s), mma.sync %.3f ms (%.1f TFLOP/s) 8 "
         "warps, %.3f ms (%.1f TFLOP/s) 4 warps\n",
         static_cast<long>(B), static_cast<long>(T), static_cast<long>(H), static_cast<long>(K),
-        static_cast<long>(D), forward_ms, flops / forward_ms * 1e-9, forward_ws_ms,
-        flops / forward_ws_ms * 1e-9, forward8_ms, flops / forward8_ms * 1e-9, forward4_ms,
-        flops / forward4_ms * 1e-9, backward_ms, 2.5 * flops / backward_ms * 1e-9, backward_ws_ms,
-        2.5 * flops / backward_ws_ms * 1e-9, backward8_ms, 2.5 * flops / backward8_ms * 1e-9,
+        static_cast<long>(D), forward_ms, flops / forward_ms * 1e-9, forward_cp_ms,
+        flops / forward_cp_ms * 1e-9, forward8_ms, flops / forward8_ms * 1e-9, forward4_ms,
+        flops / forward4_ms * 1e-9, backward_ms, 2.5 * flops / backward_ms * 1e-9, backward_cp_ms,
+        2.5 * flops / backward_cp_ms * 1e-9, backward8_ms, 2.5 * flops / backward8_ms * 1e-9,
         backward4_ms, 2.5 * flops / backward4_ms * 1e-9);
     std::printf("%s", line);
     if (const char* out_dir = std::getenv("OUT")) {
