@@ -17,8 +17,8 @@
 //   barriers per step: nothing waits for loads issued in the consumers' own instruction stream.
 // Registers: producer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's threads use
 // 254 at D = 128; without the loads' address arithmetic the consumers fit 240 (ptxas: no spills).
-// STATUS: compiled (ptxas figures in NOTES.md); picked only under the hook
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws until measured on a GPU.
+// The Hopper default since session 9 (measured: ops/cuda/NOTES.md, bench/RESULTS.md);
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma runs the cp.async wgmma kernel instead.
 #include <cuda_bf16.h>
 
 #include <cstdint>

@@ -3,11 +3,11 @@
 //
 //   op                 | variant (first row that applies wins)            | where
 //   -------------------+--------------------------------------------------+------------------------
-//   attention fwd      | wgmma warp-specialised: TMA producer, ping-pong, | cc 9.0, 90a; only
-//                      |   D 64 / 128, bf16 (cuda_attention_ws_forward.cu)| under its hook
-//   attention bwd      | wgmma warp-specialised: TMA producer, D 64 / 128 | cc 9.0, 90a; only
-//                      |   (cuda_attention_ws_backward.cu)                | under its hook
-//   attention fwd/bwd  | wgmma (Hopper warpgroup MMA), D 64 / 128, bf16   | cc 9.0, build with 90a
+//   attention fwd/bwd  | wgmma, warp-specialised (TMA producer warp,      | cc 9.0, build with 90a
+//                      |   mbarrier rings; ping-pong consumers forward),  |
+//                      |   D 64 / 128, bf16 (cuda_attention_ws_*.cu)      |
+//                      | wgmma + cp.async (cuda_attention_wgmma_*.cu)     | cc 9.0, 90a, when no TMA
+//                      |                                                  | descriptor (or the hook)
 //                      | mma.sync + cp.async, 8 warps, 2 stages           | cc >= 8.0, if it fits
 //                      | mma.sync, 4 warps, 2 stages                      | cc >= 8.0, if it fits
 //                      | mma.sync, 4 warps, 1 stage (backward only)       | cc >= 8.0 (sm_86/89
@@ -33,8 +33,8 @@
 // least as much). Only tests call it (ops/test_device_limits.h reads the environment variable
 // SHARDTRAIN_TEST_DEVICE_LIMITS for them). The older attention test hooks
 // (SHARDTRAIN_TEST_ATTENTION_KERNEL=mma, _FORWARD_WARPS=4, _BACKWARD_WARPS=4) are read here, and
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-ws picks the warp-specialised kernels (forward and
-// backward, head dims 64 and 128) until they have been measured and made the default.
+// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma runs the cp.async wgmma kernels instead of the
+// warp-specialised ones (the default before session 9; bench/run_bench.sh RUN+wgmma).
 //
 // Plain C++17 (no CUDA device code): included by the launchers (.cu) and by cuda_layers.cpp.
 #pragma once
