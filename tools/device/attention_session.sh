@@ -16,8 +16,8 @@
 #          job, so their per-step losses are compared too (the model-level check of the kernels:
 #          train_parity_gpu_test's tiny models have head dims 16 and 48, which take SIMT kernels).
 # Prints a short summary per stage; logs under $OUT (one archive).
-# Usage: tools/device/ws_forward_session.sh check
-#        tools/device/ws_forward_session.sh bench [RUN ...]  (default: qwen2.5-1.5b llama3.2-1b@16384x1)
+# Usage: tools/device/attention_session.sh check
+#        tools/device/attention_session.sh bench [RUN ...]  (default: qwen2.5-1.5b llama3.2-1b@16384x1)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/out}
