@@ -1,6 +1,7 @@
 // Causal grouped-query flash attention forward, warp-specialised (FlashAttention-3's structure;
-// sm_90a, bf16, head dims 64 and 128). Same contract and results as wgmma_forward_kernel
-// (cuda_attention_wgmma_forward.cu), which it replaces where the dispatch table picks it.
+// sm_90a, bf16, head dims 64 and 128). Same contract as wgmma_forward_kernel
+// (cuda_attention_wgmma_forward.cu), which it replaces where the dispatch table picks it; the same
+// results bit for bit at D = 128, within 1 bf16 ulp at D = 64 (128-key tiles there, not 64).
 //   block = (128-row query tile, head, batch), heaviest tiles first, of three warpgroups:
 //   warpgroup 0 is the producer: one thread issues TMA copies (cuda_tma.cuh) of the Q tile and of
 //   every 128-key K and V tile into a ring of kWsStages<D> stages, each stage guarded by a "full"
