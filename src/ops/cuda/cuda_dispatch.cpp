@@ -221,7 +221,11 @@ void count_warp_specialised_launch(bool backward) {
 
 void count_warp_specialised_fallback(const char* why) {
   if (ws_fallbacks.fetch_add(1, std::memory_order_relaxed) == 0) {
-    log::warn("attention: the warp-specialised kernel falls back to the wgmma kernel: {}", why);
+    log::warn(
+        "attention: the warp-specialised kernel falls back to the cp.async wgmma kernel ({}): the "
+        "results are the same, attention is slower; HINT: TMA needs an NVIDIA driver of CUDA 12 "
+        "(525) or newer",
+        why);
   }
 }
 
