@@ -72,7 +72,7 @@ TEST_F(PrepareTest, OutputIsIdenticalWithOneOrFourThreads) {
   four.out_path = (dir_ / "four.bin").string();
   const PrepareReport report = prepare_dataset(one);
   prepare_dataset(four);
-  EXPECT_EQ(testing::read_text(one.out_path), testing::read_text(four.out_path));
+  EXPECT_EQ(testing::read_existing(one.out_path), testing::read_existing(four.out_path));
   EXPECT_EQ(report.format, "chat");
   // The tiny tokenizer_config.json's own (ChatML) chat_template renders the chats.
   EXPECT_EQ(report.chat_template.rfind("the model's own, from ", 0), 0u) << report.chat_template;
@@ -169,7 +169,7 @@ TEST_F(PrepareTest, ModelTemplateAndBuiltInChatmlGiveTheSameTokensAndMasks) {
   builtin.out_path = (dir_ / "builtin.bin").string();
   prepare_dataset(own);
   prepare_dataset(builtin);
-  EXPECT_EQ(testing::read_text(own.out_path), testing::read_text(builtin.out_path));
+  EXPECT_EQ(testing::read_existing(own.out_path), testing::read_existing(builtin.out_path));
 }
 
 TEST_F(PrepareTest, WholeDatasetProblems) {

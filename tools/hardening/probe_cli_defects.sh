@@ -33,7 +33,8 @@ run() {  # label, model dir, extra args...
 run "seq_len 1e12" ex/demo-model --data.seq_len=1000000000000
 mkmodel m_h40 "cfg['hidden_size']=2**40"; run "hidden_size 2^40" m_h40
 mkmodel m_h62 "cfg['hidden_size']=2**62"; run "hidden_size 2^62" m_h62
-mkmodel m_layers "cfg['num_hidden_layers']=10**9"; ulimit -v 8000000; run "num_hidden_layers 1e9" m_layers; ulimit -v unlimited 2>/dev/null
+# The 8 GB address-space cap only for this probe (a subshell: `ulimit -v` cannot be raised again).
+mkmodel m_layers "cfg['num_hidden_layers']=10**9"; (ulimit -v 8000000; run "num_hidden_layers 1e9" m_layers)
 mkmodel m_drop "tok['model']['dropout']='high'"; run "tokenizer dropout type" m_drop
 mkmodel m_vocab "tok['model']['vocab']['zz_big']=2**31-1"; run "vocab id 2^31-1" m_vocab
 mkmodel m_vocab9 "tok['model']['vocab']['zz_big']=10**9"; run "vocab id 1e9" m_vocab9

@@ -75,6 +75,20 @@ inline std::string read_text(const std::string& path) {
   return text.str();
 }
 
+// The bytes of a file the test expects to exist, for comparing two outputs: a missing or
+// unreadable file is a test failure and reads as "<missing PATH>", so two files that were never
+// written cannot compare equal (read_text would give "" for both).
+inline std::string read_existing(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ADD_FAILURE() << "expected a file at " << path;
+    return "<missing " + path + ">";
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // Runs `command` through /bin/sh with stderr folded into stdout.
 inline CommandResult run_command(const std::string& command) {
   CommandResult result;

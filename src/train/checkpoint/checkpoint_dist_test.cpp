@@ -54,6 +54,7 @@ struct Metrics {
   std::vector<double> losses;
 };
 
+using testing::read_existing;
 using testing::read_text;
 
 Metrics read_metrics(const std::string& path) {
@@ -160,8 +161,8 @@ class CheckpointDistTest : public ::testing::Test {
     for (size_t s = 0; s < a.losses.size(); ++s) {
       EXPECT_EQ(a.losses[s], b.losses[s]) << got << " step " << s + 1;
     }
-    EXPECT_EQ(read_text(out(want) + "/model.safetensors"),
-              read_text(out(got) + "/model.safetensors"))
+    EXPECT_EQ(read_existing(out(want) + "/model.safetensors"),
+              read_existing(out(got) + "/model.safetensors"))
         << got << ": final parameters differ";
   }
 
@@ -274,8 +275,8 @@ TEST_F(CheckpointDistTest, SigtermSavesAndStopsThenResumeMatches) {
   const Metrics a = metrics("sigterm_full"), b = metrics("sigterm");
   EXPECT_EQ(b.steps, one_to(600));
   EXPECT_EQ(a.losses, b.losses);
-  EXPECT_EQ(read_text(out("sigterm_full") + "/model.safetensors"),
-            read_text(out("sigterm") + "/model.safetensors"));
+  EXPECT_EQ(read_existing(out("sigterm_full") + "/model.safetensors"),
+            read_existing(out("sigterm") + "/model.safetensors"));
 }
 
 TEST_F(CheckpointDistTest, AutoResumeFallsBackPastACorruptCheckpoint) {
@@ -308,7 +309,8 @@ TEST_F(CheckpointDistTest, ReshardedLoadIsExact) {
     const std::string hf = dir_ + "/" + name + "/hf";
     r = run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_EQ(read_text(hf + "/model.safetensors"), read_text(out(name) + "/model.safetensors"))
+    EXPECT_EQ(read_existing(hf + "/model.safetensors"),
+              read_existing(out(name) + "/model.safetensors"))
         << name;
   }
 }
@@ -345,9 +347,11 @@ TEST_F(CheckpointDistTest, ExportEqualsTheTrainersFinalSave) {
         run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
     ASSERT_EQ(e.exit_code, 0) << e.output;
     EXPECT_NE(e.output.find("step 20"), std::string::npos) << e.output;
-    EXPECT_EQ(read_text(hf + "/model.safetensors"), read_text(out(name) + "/model.safetensors"))
+    EXPECT_EQ(read_existing(hf + "/model.safetensors"),
+              read_existing(out(name) + "/model.safetensors"))
         << model;
-    EXPECT_EQ(read_text(hf + "/config.json"), read_text(out(name) + "/config.json")) << model;
+    EXPECT_EQ(read_existing(hf + "/config.json"), read_existing(out(name) + "/config.json"))
+        << model;
   }
   // A tiny shard limit: several files plus an index, with the same tensors.
   const std::string name = "export_llama_gqa", sharded = dir_ + "/" + name + "/hf_sharded";
@@ -433,9 +437,9 @@ TEST_F(CheckpointDistTest, AsyncCheckpointFilesEqualSynchronousOnes) {
   EXPECT_GT(completed_after(r.output, 5), 5) << r.output;
   for (const std::string step_dir : {"/step_00000005", "/step_00000010"}) {
     for (const std::string file : {"/rank_00000.safetensors", "/rank_00001.safetensors"}) {
-      const std::string sync_bytes = read_text(ckpt("sync") + step_dir + file);
+      const std::string sync_bytes = read_existing(ckpt("sync") + step_dir + file);
       EXPECT_GT(sync_bytes.size(), 1000u) << step_dir << file;
-      EXPECT_EQ(read_text(ckpt("async") + step_dir + file), sync_bytes) << step_dir << file;
+      EXPECT_EQ(read_existing(ckpt("async") + step_dir + file), sync_bytes) << step_dir << file;
     }
     const nlohmann::json a =
         nlohmann::json::parse(read_text(ckpt("sync") + step_dir + "/manifest.json"));
@@ -473,7 +477,8 @@ TEST_F(CheckpointDistTest, AsyncWriteDoesNotStallTheStepLoop) {
   const std::string hf = dir_ + "/" + name + "/hf";
   r = run_command(kBinary + " export " + ckpt(name) + " --out " + hf + " --dtype fp32");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(read_text(hf + "/model.safetensors"), read_text(out(name) + "/model.safetensors"));
+  EXPECT_EQ(read_existing(hf + "/model.safetensors"),
+            read_existing(out(name) + "/model.safetensors"));
 
   // With a bound (train.checkpoint_max_lag_steps = 2), steps 11 and 12 overlap the write, then
   // step 12 waits for the rest: the checkpoint is complete before step 13.
