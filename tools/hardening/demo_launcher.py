@@ -35,6 +35,10 @@ def demo_launcher(binary, source):
         yield port[0], p.pid, lines
     finally:
         p.terminate()
-        p.wait(timeout=60)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a launcher that ignores SIGTERM: kill it, still clean up
+            p.kill()
+            p.wait()
         reader.join(timeout=10)
         shutil.rmtree(workdir, ignore_errors=True)
