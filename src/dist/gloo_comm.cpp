@@ -57,6 +57,7 @@ std::shared_ptr<gloo::transport::Device> make_device(const GlooCommOptions& opti
     attr.hostname = "127.0.0.1";
   } else {
     attr.hostname = host_name();
+    require_host_resolves(attr.hostname);
   }
   return gloo::transport::tcp::CreateDevice(attr);
 }
