@@ -7,7 +7,8 @@ For each tiny random model it writes tests/golden/<name>/:
                                    logits (F32 [B,T,V]), loss (F32 [1]) and grad.<param name>
                                    (F32) for every trainable parameter, all computed in fp32
                                    with eager attention.
-Usage: python3 tools/make_golden.py [OUT_DIR]   (default tests/golden)
+Usage: python3 tools/make_golden.py [OUT_DIR [NAME ...]]   (default tests/golden, every model;
+names pick some of them, so committed fixtures of the others stay byte for byte as they are)
 """
 import os
 import sys
@@ -37,12 +38,43 @@ def tiny_models():
     yield "mistral", transformers.MistralConfig(
         **common, num_attention_heads=4, num_key_value_heads=1, tie_word_embeddings=False,
         rope_theta=10000.0, sliding_window=None)
+    # A window shorter than the sequence: query i sees keys i-5..i (the windowed mask spec).
+    yield "mistral_window", transformers.MistralConfig(
+        **common, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+        rope_theta=10000.0, sliding_window=6)
+    # Per-head q/k RMSNorm before rope, head_dim (32) unlike hidden/heads (16), tied, no biases.
+    yield "qwen3", transformers.Qwen3Config(
+        **common, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        tie_word_embeddings=True, rope_theta=1000000.0, attention_bias=False,
+        use_sliding_window=False)
+    yield "gemma3_text", gemma3_text_config(common)
+
+
+def gemma3_text_config(common):
+    """1 + weight norms, pre/post norms, GeGLU, embedding scale, q/k norms, query_pre_attn_scalar
+    unlike head_dim, a sliding layer (window 6 < SEQ) then a global one with their own rope bases,
+    final logit softcapping."""
+    kwargs = dict(common, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                  query_pre_attn_scalar=24, sliding_window=6,
+                  layer_types=["sliding_attention", "full_attention"],
+                  final_logit_softcapping=30.0, attn_logit_softcapping=None,
+                  tie_word_embeddings=True)
+    try:
+        return transformers.Gemma3TextConfig(**kwargs, rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    except (TypeError, ValueError, KeyError):
+        return transformers.Gemma3TextConfig(**kwargs, rope_theta=1000000.0,
+                                             rope_local_base_freq=10000.0)
 
 
 def randomize(model, generator):
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if name.endswith("norm.weight") and "gemma" in model.config.model_type:
+                # Gemma scales by 1 + weight: weights near 0 give norms near 1.
+                param.copy_(0.1 * torch.randn(param.shape, generator=generator))
+            elif name.endswith("norm.weight"):
                 param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=generator))
             elif name.endswith(".bias"):
                 param.copy_(0.1 * torch.randn(param.shape, generator=generator))
@@ -85,8 +117,10 @@ def main():
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden")
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    wanted = set(sys.argv[2:])
     for name, config in tiny_models():
-        make(name, config, out_dir)
+        if not wanted or name in wanted:
+            make(name, config, out_dir)
 
 
 if __name__ == "__main__":
