@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "data/hf_chat_template.h"
 #include "data/tokenizer_files.h"
@@ -28,6 +29,7 @@ struct RenderArgs {
 
 ChatRenderInput parse_line(const std::string& line, size_t line_number, bool generation_prompt) {
   nlohmann::ordered_json record;
+  check_json_nesting(line, fmt::format("stdin:{}", line_number));
   try {
     record = nlohmann::ordered_json::parse(line);
   } catch (const nlohmann::json::exception& error) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/json_message.h"
 #include "data/tokenizer/tokenizer.h"
@@ -28,6 +29,7 @@ void run_tokenize(const TokenizeArgs& args) {
   std::string out;
   for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
     nlohmann::json record;
+    check_json_nesting(line, fmt::format("stdin:{}", line_number));
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& error) {

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/toml_nesting.h"
 
 namespace shardtrain {
 namespace {
@@ -120,19 +121,44 @@ std::string choices_text(const std::vector<std::string>& choices) {
   return out;
 }
 
+// Config files are small text; anything larger, or anything but a regular file (/dev/zero, a
+// FIFO that nobody writes, a directory), is refused before a byte is read.
+constexpr std::uintmax_t kMaxConfigBytes = std::uintmax_t{4} << 20;
+
 std::string read_file_or_fail(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    fail("config {}: cannot open file ({}); check the path", path,
+         ec ? ec.message() : std::string("No such file or directory"));
+  }
+  if (std::filesystem::is_directory(status)) {
     fail("config {}: is a directory; pass the path of a .toml file", path);
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    fail("config {}: not a regular file (a device, FIFO or socket); pass the path of a .toml file",
+         path);
+  }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxConfigBytes) {
+    fail("config {}: {} bytes, over the {} MiB a config file may have; is this the right file?",
+         path, size, kMaxConfigBytes >> 20);
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     fail("config {}: cannot open file ({}); check the path", path, std::strerror(errno));
   }
-  std::ostringstream contents;
-  contents << in.rdbuf();
+  // Read at most one byte past the limit: a file that grows (or reports size 0, as /proc does)
+  // is still bounded.
+  std::string contents(kMaxConfigBytes + 1, '\0');
+  in.read(contents.data(), static_cast<std::streamsize>(contents.size()));
   if (in.bad()) fail("config {}: read failed ({})", path, std::strerror(errno));
-  return contents.str();
+  contents.resize(static_cast<size_t>(in.gcount()));
+  if (contents.size() > kMaxConfigBytes) {
+    fail("config {}: over the {} MiB a config file may have; is this the right file?", path,
+         kMaxConfigBytes >> 20);
+  }
+  return contents;
 }
 
 }  // namespace
@@ -300,6 +326,8 @@ void ConfigSchema::load_toml_file(const std::string& path) {
 }
 
 void ConfigSchema::load_toml_text(const std::string& contents, const std::string& path) {
+  // toml++ frees nested tables recursively: refuse deep key paths before it builds them.
+  if (const auto problem = toml_nesting_problem(contents)) fail("config {}: {}", path, *problem);
   toml::table root;
   try {
     root = toml::parse(contents, path);
@@ -382,6 +410,9 @@ void ConfigSchema::apply_override(const std::string& assignment) {
                           raw.back() == raw.front();
       if (quoted) {
         // Quoted values follow TOML string rules (escapes in "...", none in '...').
+        if (toml_nesting_problem("value = " + raw)) {
+          fail("config override '{}': malformed quoted string", assignment);
+        }
         try {
           parsed = toml::parse("value = " + raw)["value"].value_or(std::string());
         } catch (const toml::parse_error& error) {

@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/json_message.h"
 #include "data/jsonl_lines.h"
@@ -60,6 +61,7 @@ JsonlDataset::JsonlDataset(const std::string& path, int64_t seq_len, int64_t pad
 void JsonlDataset::parse_line(const std::string& line, size_t line_number) {
   const std::string where = fmt::format("{}:{}", path_, line_number);
   nlohmann::json record;
+  check_json_nesting(line, where);
   try {
     record = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& error) {

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/json_message.h"
 #include "data/formats.h"
@@ -34,7 +35,8 @@ constexpr size_t kSkippedSamples = 5;
 // The hint after a bad line: when the line is an example of another format (chat data read as
 // text, say), the fix is the format, not skipping (which would drop every line).
 std::string bad_line_hint(std::string_view line, ExampleFormat format) {
-  const json record = json::parse(line, nullptr, false);
+  const json record =
+      json_nesting_problem(line) ? json() : json::parse(line, nullptr, false);
   if (!record.is_discarded()) {
     if (const auto detected = detect_format(record); detected && *detected != format) {
       return fmt::format(
@@ -76,6 +78,10 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
     }
     repaired = tokenizer::utf8_lossy(line);
     line = repaired;
+  }
+  if (auto deep = json_nesting_problem(line)) {
+    problem = *deep + "; flatten the nested arrays/objects";
+    return std::nullopt;
   }
   try {
     return json::parse(line);

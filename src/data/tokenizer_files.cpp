@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/json_message.h"
 
@@ -115,6 +116,7 @@ void read_config_files(const fs::path& dir, TokenizerFiles& files) {
   std::ostringstream text;
   text << in.rdbuf();
   nlohmann::json config;
+  check_json_nesting(text.str(), files.config_json);
   try {
     config = nlohmann::json::parse(text.str());
   } catch (const nlohmann::json::exception& error) {

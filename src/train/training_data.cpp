@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/data_sources.h"
@@ -20,6 +21,7 @@ bool first_line_has_input_ids(const std::string& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
     if (is_blank_line(line)) continue;
+    if (json_nesting_problem(line)) return false;  // the chat/text reader reports it
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
     return record.is_object() && record.contains("input_ids");
   }

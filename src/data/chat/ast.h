@@ -42,6 +42,7 @@ struct Expr {
   std::vector<ExprPtr> children;
   std::vector<std::pair<std::string, ExprPtr>> keywords;
   std::vector<std::string> compare_ops;  // "==" "!=" "<" ">" "<=" ">=" "in" "not in"
+  int height = 1;  // 1 + the tallest child; the parser refuses trees past kMaxExprHeight
 };
 
 struct Stmt;

@@ -77,8 +77,10 @@ Value attribute_path(const Value& item, const Value& path, const RenderLimits& l
     const size_t dot = text.find('.', start);
     const std::string part = text.substr(start, dot == std::string::npos ? dot : dot - start);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    current =
-        get_item(current, digits ? Value::integer(std::stoll(part)) : Value::string(part), limits);
+    current = get_item(
+        current,
+        digits ? Value::integer(decimal_index(part, "attribute path")) : Value::string(part),
+        limits);
     if (dot == std::string::npos) return current;
     start = dot + 1;
   }
@@ -162,10 +164,18 @@ Value filter_indent(const Value& operand, const CallArgs& args, const RenderLimi
   Params p("indent", args, {"width", "first", "blank"});
   const Value width = p.get(0);
   std::string unit = width.is_string() ? width.as_string() : std::string(4, ' ');
-  if (width.is_int())
-    unit = std::string(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), ' ');
+  if (width.is_int()) {
+    // Checked before the indent string exists: indent(10**12) must not allocate first.
+    const auto columns = static_cast<uint64_t>(std::max<int64_t>(0, width.as_int()));
+    check_string_size(columns > limits.max_output_bytes ? SIZE_MAX : columns, limits);
+    unit = std::string(static_cast<size_t>(columns), ' ');
+  }
   const std::vector<std::string> lines = python_splitlines(operand.python_str() + "\n");
-  check_string_size(operand.python_str().size() + lines.size() * (unit.size() + 1), limits);
+  const size_t line_cost = unit.size() + 1;
+  check_string_size(lines.size() > limits.max_output_bytes / line_cost
+                        ? SIZE_MAX
+                        : operand.python_str().size() + lines.size() * line_cost,
+                    limits);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) {

@@ -111,7 +111,7 @@ std::string python_format(const std::string& text, const CallArgs& args,
       if (field.empty()) {
         value = arg_or_undefined(args, next_auto++);
       } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-        value = arg_or_undefined(args, std::stoul(field));
+        value = arg_or_undefined(args, static_cast<size_t>(decimal_index(field, "str.format")));
       } else if (const Value* keyword = args.keyword_arg(field)) {
         value = *keyword;
       }

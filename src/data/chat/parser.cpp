@@ -102,6 +102,25 @@ class Parser {
     return node;
   }
 
+  // Sets node.height from its children; Error past kMaxExprHeight, while the tree is still
+  // short enough to free.
+  ExprPtr bounded(ExprPtr node) {
+    int tallest = 0;
+    for (const ExprPtr& child : node->children) {
+      if (child) tallest = std::max(tallest, child->height);
+    }
+    for (const auto& keyword : node->keywords) {
+      if (keyword.second) tallest = std::max(tallest, keyword.second->height);
+    }
+    node->height = tallest + 1;
+    if (node->height > kMaxExprHeight) {
+      error(current(), fmt::format("expression nested deeper than {} levels (a chain of that "
+                                   "many operators, filters or calls)",
+                                   kMaxExprHeight));
+    }
+    return node;
+  }
+
   // ---- statements ----
 
   // Parses statements into `body` until a block tag whose keyword is in `ends`; returns that
@@ -314,7 +333,7 @@ class Parser {
     auto tuple = node_at<Expr>(start);
     tuple->kind = Expr::Kind::kTuple;
     tuple->children = std::move(items);
-    return tuple;
+    return bounded(std::move(tuple));
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
@@ -330,7 +349,7 @@ class Parser {
       cond->children.push_back(std::move(expr));
       cond->children.push_back(std::move(test));
       cond->children.push_back(std::move(otherwise));
-      expr = std::move(cond);
+      expr = bounded(std::move(cond));
     }
     return expr;
   }
@@ -341,7 +360,7 @@ class Parser {
     node->name = std::move(op);
     node->children.push_back(std::move(left));
     node->children.push_back(std::move(right));
-    return node;
+    return bounded(std::move(node));
   }
 
   ExprPtr parse_or() {
@@ -369,7 +388,7 @@ class Parser {
       node->kind = Expr::Kind::kUnary;
       node->name = "not";
       node->children.push_back(parse_not());
-      return node;
+      return bounded(std::move(node));
     }
     return parse_compare();
   }
@@ -396,7 +415,7 @@ class Parser {
       node->children.push_back(parse_math1());
     }
     if (node->compare_ops.empty()) return std::move(node->children[0]);
-    return node;
+    return bounded(std::move(node));
   }
 
   ExprPtr parse_math1() {
@@ -443,12 +462,20 @@ class Parser {
       node->kind = Expr::Kind::kUnary;
       node->name = advance().value;
       node->children.push_back(parse_unary(false));
+      node = bounded(std::move(node));
     } else {
       node = parse_primary();
     }
     node = parse_postfix(std::move(node));
     if (with_filter) node = parse_filter_expr(std::move(node));
     return node;
+  }
+
+  int64_t integer_literal(const Token& token) const {
+    errno = 0;
+    const long long value = std::strtoll(token.value.c_str(), nullptr, 10);
+    if (errno == ERANGE) error(token, "integer literal " + token.value + " is too large");
+    return value;
   }
 
   ExprPtr constant(const Token& at, Value value) {
@@ -477,13 +504,9 @@ class Parser {
         while (current().kind == TokenKind::kString) text += advance().value;
         return constant(token, Value::string(std::move(text)));
       }
-      case TokenKind::kInteger: {
+      case TokenKind::kInteger:
         advance();
-        errno = 0;
-        const long long value = std::strtoll(token.value.c_str(), nullptr, 10);
-        if (errno == ERANGE) error(token, "integer literal " + token.value + " is too large");
-        return constant(token, Value::integer(value));
-      }
+        return constant(token, Value::integer(integer_literal(token)));
       case TokenKind::kFloat:
         advance();
         return constant(token, Value::floating(std::strtod(token.value.c_str(), nullptr)));
@@ -516,7 +539,7 @@ class Parser {
       if (skip_operator("]")) break;
       node->children.push_back(parse_expression(true));
     }
-    return node;
+    return bounded(std::move(node));
   }
 
   ExprPtr parse_dict() {
@@ -529,7 +552,7 @@ class Parser {
       expect_operator(":");
       node->children.push_back(parse_expression(true));
     }
-    return node;
+    return bounded(std::move(node));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
@@ -568,14 +591,14 @@ class Parser {
         auto node = node_at<Expr>(at);
         node->kind = Expr::Kind::kGetItem;
         node->children.push_back(std::move(target));
-        node->children.push_back(constant(attr, Value::integer(std::stoll(attr.value))));
-        return node;
+        node->children.push_back(constant(attr, Value::integer(integer_literal(attr))));
+        return bounded(std::move(node));
       }
       auto node = node_at<Expr>(at);
       node->kind = Expr::Kind::kGetAttr;
       node->name = expect_name();
       node->children.push_back(std::move(target));
-      return node;
+      return bounded(std::move(node));
     }
     // "[" index or slice "]"
     auto node = node_at<Expr>(at);
@@ -586,7 +609,7 @@ class Parser {
       node->kind = Expr::Kind::kGetItem;
       node->children.push_back(std::move(start));
       expect_operator("]");
-      return node;
+      return bounded(std::move(node));
     }
     node->kind = Expr::Kind::kSlice;
     ExprPtr stop;
@@ -597,7 +620,7 @@ class Parser {
     node->children.push_back(std::move(start));
     node->children.push_back(std::move(stop));
     node->children.push_back(std::move(step));
-    return node;
+    return bounded(std::move(node));
   }
 
   // "(" args ")" into node->children[first..] and node->keywords.
@@ -632,7 +655,7 @@ class Parser {
     node->kind = Expr::Kind::kCall;
     node->children.push_back(std::move(callee));
     parse_arguments(*node);
-    return node;
+    return bounded(std::move(node));
   }
 
   ExprPtr parse_filter(ExprPtr operand) {
@@ -645,7 +668,7 @@ class Parser {
     }
     node->children.push_back(std::move(operand));
     if (is_operator("(")) parse_arguments(*node);
-    return node;
+    return bounded(std::move(node));
   }
 
   ExprPtr parse_test(ExprPtr operand) {
@@ -656,7 +679,7 @@ class Parser {
     node->children.push_back(std::move(operand));
     if (is_operator("(")) {
       parse_arguments(*node);
-      return node;
+      return bounded(std::move(node));
     }
     const Token& next = current();
     const bool starts_primary = next.kind == TokenKind::kName || next.kind == TokenKind::kString ||
@@ -668,7 +691,7 @@ class Parser {
       if (is_name("is")) error(next, "\"is\" cannot follow a test name");
       node->children.push_back(parse_postfix(parse_primary()));
     }
-    return node;
+    return bounded(std::move(node));
   }
 
   std::vector<Token> tokens_;

@@ -8,8 +8,10 @@
 // (loopcontrols), generation (transformers' assistant-span extension), raw.
 // Anything else (include, import, extends, block, call, with, do, ...) is refused:
 // Error "line L, column C: ... not supported in chat templates" so a template never renders
-// differently from Jinja2 silently. Nesting deeper than kMaxNesting is refused too (a
-// hostile template cannot exhaust the stack).
+// differently from Jinja2 silently. Nesting deeper than kMaxNesting is refused too, and so is an
+// expression tree taller than kMaxExprHeight (a chain of 100,000 filters or `+` is parsed by a
+// loop, but the tree it builds would be walked and freed recursively): a hostile template
+// cannot exhaust the stack.
 #pragma once
 
 #include <string>
@@ -19,6 +21,7 @@
 namespace shardtrain::chat {
 
 inline constexpr int kMaxNesting = 200;
+inline constexpr int kMaxExprHeight = 400;
 
 TemplateAst parse_template(const std::string& source);
 

@@ -11,6 +11,10 @@
 namespace shardtrain::chat {
 namespace {
 
+// Nested evaluations (expression levels plus macro calls) per render: a few hundred bytes of
+// stack each, far below the 8 MiB main-thread stack even with the statement recursion.
+constexpr int kMaxEvalDepth = 2000;
+
 // An Error that already carries its template line/column.
 class LocatedError : public Error {
  public:
@@ -152,6 +156,12 @@ class Renderer {
       fail("cannot assign attribute '{}' on '{}', which is not a namespace", stmt.attribute,
            stmt.targets[0]);
     }
+    // A namespace holding a namespace could hold itself: a cycle that printing would follow
+    // forever and reference counting would never free.
+    if (value.depth() >= kNamespaceDepth) {
+      fail("cannot assign a namespace (or a value nested deeper than {} levels) to '{}.{}'",
+           kNamespaceDepth - 1, stmt.targets[0], stmt.attribute);
+    }
     target.namespace_attributes().set(stmt.attribute, std::move(value));
   }
 
@@ -284,6 +294,16 @@ class Renderer {
   // ---- expressions ----
 
   Value eval(const Expr& expr, Scope& scope) {
+    // The parser bounds one expression's height; macros calling macros multiply it, so the
+    // evaluator bounds the sum over the whole render (the thread's stack is fixed).
+    if (eval_depth_ >= kMaxEvalDepth) {
+      fail("expressions and macro calls nested deeper than {} levels in total", kMaxEvalDepth);
+    }
+    ++eval_depth_;
+    struct EvalDepth {
+      int& depth;
+      ~EvalDepth() { --depth; }
+    } eval_depth{eval_depth_};
     return located(expr, [&] {
       Value value = eval_node(expr, scope);
       if (value.is_string()) check_string_size(value.as_string().size(), limits_);
@@ -410,6 +430,7 @@ class Renderer {
   std::string* out_ = nullptr;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  int eval_depth_ = 0;
 };
 
 }  // namespace

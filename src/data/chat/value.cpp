@@ -1,5 +1,6 @@
 #include "data/chat/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -37,9 +38,25 @@ const Value* CallArgs::keyword_arg(const std::string& name) const {
   return nullptr;
 }
 
+int64_t decimal_index(const std::string& digits, const char* what) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (error != std::errc() || end != digits.data() + digits.size() || value < 0) {
+    fail("{}: index {} is out of range", what,
+         digits.size() > 40 ? digits.substr(0, 40) + "..." : digits);
+  }
+  return value;
+}
+
+const std::shared_ptr<const std::string>& Value::empty_string() {
+  static const auto* empty =
+      new std::shared_ptr<const std::string>(std::make_shared<const std::string>());
+  return *empty;
+}
+
 Value Value::undefined(std::string name) {
   Value v;
-  v.string_ = std::move(name);
+  v.string_ = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 
@@ -74,12 +91,27 @@ Value Value::floating(double value) {
 Value Value::string(std::string value) {
   Value v;
   v.kind_ = Kind::kString;
-  v.string_ = std::move(value);
+  v.string_ = std::make_shared<const std::string>(std::move(value));
   return v;
 }
 
+namespace {
+// 1 + the deepest of `items`; Error past kMaxValueDepth, before the value exists.
+template <typename Items, typename GetValue>
+int nested_depth(const Items& items, GetValue get_value) {
+  int deepest = 0;
+  for (const auto& item : items) deepest = std::max(deepest, get_value(item).depth());
+  if (deepest + 1 > kMaxValueDepth) {
+    fail("a list or dict nested deeper than {} levels (flatten the data or the template)",
+         kMaxValueDepth);
+  }
+  return deepest + 1;
+}
+}  // namespace
+
 Value Value::list(std::vector<Value> items, bool is_tuple) {
   Value v;
+  v.depth_ = nested_depth(items, [](const Value& item) -> const Value& { return item; });
   v.kind_ = Kind::kList;
   v.list_ = std::make_shared<const ValueList>(ValueList{std::move(items), is_tuple});
   return v;
@@ -87,14 +119,23 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
 
 Value Value::dict(ValueDict dict) {
   Value v;
+  v.depth_ =
+      nested_depth(dict.entries, [](const auto& entry) -> const Value& { return entry.second; });
   v.kind_ = Kind::kDict;
   v.dict_ = std::make_shared<ValueDict>(std::move(dict));
   return v;
 }
 
 Value Value::make_namespace(ValueDict attributes) {
+  for (const auto& entry : attributes.entries) {
+    if (entry.second.depth() >= kNamespaceDepth) {
+      fail("namespace attribute \"{}\" holds a namespace or a value nested deeper than {} levels",
+           entry.first, kNamespaceDepth - 1);
+    }
+  }
   Value v = dict(std::move(attributes));
   v.kind_ = Kind::kNamespace;
+  v.depth_ = kNamespaceDepth;
   return v;
 }
 
@@ -105,7 +146,11 @@ Value Value::callable(std::string name, NativeFunction function) {
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& json) {
+Value Value::from_json(const nlohmann::ordered_json& json, int depth) {
+  if (depth >= kMaxValueDepth && (json.is_array() || json.is_object())) {
+    fail("JSON nested deeper than {} levels (a message or key holds arrays/objects that deep)",
+         kMaxValueDepth);
+  }
   switch (json.type()) {
     case nlohmann::ordered_json::value_t::null:
       return none();
@@ -125,12 +170,12 @@ Value Value::from_json(const nlohmann::ordered_json& json) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(json.size());
-      for (const auto& item : json) items.push_back(from_json(item));
+      for (const auto& item : json) items.push_back(from_json(item, depth + 1));
       return list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       ValueDict dict_value;
-      for (const auto& [key, item] : json.items()) dict_value.set(key, from_json(item));
+      for (const auto& [key, item] : json.items()) dict_value.set(key, from_json(item, depth + 1));
       return dict(std::move(dict_value));
     }
     default:
@@ -155,7 +200,7 @@ bool Value::truthy() const {
     case Kind::kFloat:
       return double_ != 0.0;
     case Kind::kString:
-      return !string_.empty();
+      return !string_->empty();
     case Kind::kList:
       return !list_->items.empty();
     case Kind::kDict:
@@ -262,7 +307,7 @@ std::string repr_string(const std::string& text) {
 std::string Value::python_repr() const {
   switch (kind_) {
     case Kind::kString:
-      return repr_string(string_);
+      return repr_string(*string_);
     case Kind::kList: {
       const bool tuple = list_->is_tuple;
       std::string out = tuple ? "(" : "[";
@@ -300,7 +345,7 @@ std::string Value::python_str() const {
     case Kind::kFloat:
       return python_float_repr(double_);
     case Kind::kString:
-      return string_;
+      return *string_;
     case Kind::kList:
     case Kind::kDict:
       return python_repr();

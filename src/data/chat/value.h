@@ -7,11 +7,17 @@
 // tuples: same value, printed with parentheses), dict (insertion-ordered, string keys, like the
 // JSON objects the messages come from), namespace (the one mutable kind: `{% set ns.x = 1 %}`)
 // and callable (macros, bound methods and globals such as range or raise_exception).
-// Lists and dicts are shared and immutable once built, so copying a Value is cheap.
+// Strings, lists and dicts are shared and immutable once built, so copying a Value is cheap (a
+// list of 1,000 copies of a 16 MiB string holds one string, not 16 GB).
 //
 // Conversions: from_json() maps JSON to values (integers stay int, other numbers float);
 // python_str() is str(x) (what `{{ x }}` prints), python_repr() is repr(x). Equality and ordering
 // follow Python (1 == 1.0 == True; ordering of numbers, strings and lists only; others throw).
+//
+// Nesting is bounded: a list or dict nested deeper than kMaxValueDepth (from JSON or built by a
+// template in a loop) is an Error, so printing, comparing or freeing a value never recurses
+// without bound. A namespace counts as kNamespaceDepth levels and may not hold a value that
+// contains a namespace, so a namespace can never contain itself.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,9 @@
 namespace shardtrain::chat {
 
 class Value;
+
+inline constexpr int kMaxValueDepth = 200;
+inline constexpr int kNamespaceDepth = kMaxValueDepth / 2;
 
 struct ValueList {
   std::vector<Value> items;
@@ -77,7 +86,8 @@ class Value {
   static Value dict(ValueDict dict);
   static Value make_namespace(ValueDict attributes);
   static Value callable(std::string name, NativeFunction function);
-  static Value from_json(const nlohmann::ordered_json& json);
+  // Throws Error when `json` nests deeper than kMaxValueDepth (checked before recursing).
+  static Value from_json(const nlohmann::ordered_json& json, int depth = 0);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -97,12 +107,15 @@ class Value {
   bool as_bool() const { return bool_; }
   int64_t as_int() const { return int_; }  // REQUIRES: is_int() or is_bool()
   double as_double() const;                // REQUIRES: is_number()
-  const std::string& as_string() const { return string_; }
+  const std::string& as_string() const { return *string_; }
   const ValueList& as_list() const { return *list_; }
   const ValueDict& as_dict() const { return *dict_; }  // dicts and namespaces
   ValueDict& namespace_attributes() const { return *dict_; }
   const Callable& as_callable() const { return *callable_; }
-  const std::string& undefined_name() const { return string_; }
+  const std::string& undefined_name() const { return *string_; }
+
+  // 0 for scalars, 1 + the deepest item for lists and dicts, kNamespaceDepth for namespaces.
+  int depth() const { return depth_; }
 
   bool truthy() const;
   std::string python_str() const;
@@ -111,10 +124,13 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  int depth_ = 0;
   bool bool_ = false;
   int64_t int_ = 0;
   double double_ = 0.0;
-  std::string string_;  // string value, or the name of an undefined variable
+  // The string value, or the name of an undefined variable.
+  std::shared_ptr<const std::string> string_ = empty_string();
+  static const std::shared_ptr<const std::string>& empty_string();
   std::shared_ptr<const ValueList> list_;
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<const Callable> callable_;
@@ -128,6 +144,10 @@ int compare_values(const Value& a, const Value& b);
 // Python's repr(float): the shortest string that reads back to the same double ("1.0", "0.1",
 // "1e+16", "inf", "nan").
 std::string python_float_repr(double value);
+
+// Decimal digits (an index written in a template: "a.12", "{3}") as an int; Error naming
+// `what` when they do not fit in 64 bits.
+int64_t decimal_index(const std::string& digits, const char* what);
 
 // Python's str.isspace() for one code point.
 bool is_python_space(char32_t code_point);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "core/error.h"
 #include "core/json_message.h"
 #include "data/tokenizer/added_tokens.h"
@@ -39,6 +40,9 @@ Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
 
 Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& source_name) {
   nlohmann::json root;
+  // The normalizer, pre-tokenizer, decoder and post-processor parsers recurse into Sequence
+  // steps: bounding the document's nesting bounds them all.
+  check_json_nesting(json_text, source_name);
   try {
     root = nlohmann::json::parse(json_text);
   } catch (const nlohmann::json::parse_error& error) {
