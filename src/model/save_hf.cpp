@@ -1,5 +1,9 @@
 #include "model/save_hf.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -79,19 +83,20 @@ void refuse_unsafe_output_dir(const fs::path& target,
   }
 }
 
-// Writes config.json, the extra files, the weights and (when split) the index into `out`, each
-// file atomically. Returns the names of the weight files written.
-std::set<std::string> write_hf_files(const fs::path& out, const ModelConfig& config,
-                                     const ParamLayout& layout, const UnitValues& unit_values,
-                                     DType dtype, const SaveHfOptions& options) {
+// The files one save writes, in the order they are moved into the output dir: weights and
+// index first, config.json last (a reader that finds the new config.json finds the new weights).
+struct SavedFiles {
+  std::set<std::string> weights;      // weight files and index
+  std::vector<std::string> in_order;  // every file written
+};
+
+// Writes the weights, (when split) the index, the extra files and config.json into `out` (the
+// staging dir).
+SavedFiles write_hf_files(const fs::path& out, const ModelConfig& config, const ParamLayout& layout,
+                          const UnitValues& unit_values, DType dtype,
+                          const SaveHfOptions& options) {
   ModelConfig saved = config;
   saved.torch_dtype = dtype == DType::kBF16 ? "bfloat16" : "float32";
-  for (const std::string& extra : options.extra_files) {
-    write_file_atomically((out / fs::path(extra).filename()).string(), read_file(extra));
-  }
-  for (const auto& [name, contents] : options.extra_contents) {
-    write_file_atomically((out / name).string(), contents);
-  }
   std::set<std::string> written;
 
   const std::vector<std::vector<SafetensorsTensorSpec>> files =
@@ -139,9 +144,64 @@ std::set<std::string> write_hf_files(const fs::path& out, const ModelConfig& con
     write_file_atomically((out / "model.safetensors.index.json").string(), index.dump(2) + "\n");
     written.insert("model.safetensors.index.json");
   }
-  // Last: a reader that finds the new config.json finds the new weights.
+  SavedFiles files_out{written, {}};
+  for (const std::string& name : written) {
+    if (name != "model.safetensors.index.json") files_out.in_order.push_back(name);
+  }
+  if (written.count("model.safetensors.index.json")) {
+    files_out.in_order.push_back("model.safetensors.index.json");
+  }
+  const auto add_extra = [&](const std::string& name, const std::string& contents) {
+    write_file_atomically((out / name).string(), contents);
+    // extra_contents may replace an extra file of the same name: written once, moved once.
+    if (std::find(files_out.in_order.begin(), files_out.in_order.end(), name) ==
+        files_out.in_order.end()) {
+      files_out.in_order.push_back(name);
+    }
+  };
+  for (const std::string& extra : options.extra_files) {
+    add_extra(fs::path(extra).filename().string(), read_file(extra));
+  }
+  for (const auto& [name, contents] : options.extra_contents) add_extra(name, contents);
   write_file_atomically((out / "config.json").string(), write_hf_config_json(saved));
-  return written;
+  files_out.in_order.push_back("config.json");
+  return files_out;
+}
+
+constexpr const char* kStagingPrefix = ".shardtrain-save.";
+
+// Staging dirs of a save that was killed before it finished: nothing else writes them (the
+// output dir is locked by its run, train/checkpoint/dir_lock.h), so they are removed.
+void remove_leftover_staging(const fs::path& out) {
+  std::error_code ec;
+  std::vector<fs::path> leftovers;
+  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind(kStagingPrefix, 0) == 0) {
+      leftovers.push_back(it->path());
+    }
+  }
+  for (const fs::path& path : leftovers) fs::remove_all(path, ec);
+}
+
+// Moves each staged file over its old version (rename: atomic per file, no new data blocks, so
+// a full disk cannot stop it half-way as it stops a write), then makes the renames durable.
+void move_into_place(const fs::path& staging, const fs::path& out,
+                     const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    std::error_code ec;
+    fs::rename(staging / name, out / name, ec);
+    if (ec) {
+      fail(
+          "cannot move the saved {} into {}: {}; HINT: the files before it are already "
+          "replaced; save again",
+          name, out.string(), ec.message());
+    }
+  }
+  const int dir_fd = ::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
 }
 
 // Removes weight files of an earlier save (another shard count) that this save did not write,
@@ -158,35 +218,18 @@ void remove_stale_weight_files(const fs::path& out, const std::set<std::string>&
   for (const fs::path& path : stale) fs::remove(path, ec);
 }
 
-// After a failed save into a dir this save created: removes the files it may have written
-// (weights, index, config.json, the extra files) and then the dir if it is empty, so a failed
-// export leaves nothing behind. Any other file (someone else's) keeps the dir.
-void remove_files_of_failed_save(const fs::path& out, const SaveHfOptions& options) {
-  std::set<std::string> ours = {"config.json"};
-  for (const std::string& extra : options.extra_files) {
-    ours.insert(fs::path(extra).filename().string());
-  }
-  for (const auto& extra : options.extra_contents) ours.insert(extra.first);
-  std::error_code ec;
-  std::vector<fs::path> written;
-  for (fs::directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (it->is_regular_file(ec) && (is_weight_file_name(name) || ours.count(name) > 0)) {
-      written.push_back(it->path());
-    }
-  }
-  for (const fs::path& path : written) fs::remove(path, ec);
-  fs::remove(out, ec);  // only when empty
-}
-
 }  // namespace
 
 std::vector<std::string> tokenizer_files_in(const std::string& model_dir) {
   // What transformers looks for next to the weights.
-  static constexpr const char* kNames[] = {"tokenizer.json",    "tokenizer_config.json",
-                                           "special_tokens_map.json", "tokenizer.model",
-                                           "vocab.json",        "merges.txt",
-                                           "added_tokens.json", "generation_config.json",
+  static constexpr const char* kNames[] = {"tokenizer.json",
+                                           "tokenizer_config.json",
+                                           "special_tokens_map.json",
+                                           "tokenizer.model",
+                                           "vocab.json",
+                                           "merges.txt",
+                                           "added_tokens.json",
+                                           "generation_config.json",
                                            "chat_template.jinja"};
   std::vector<std::string> found;
   std::error_code ec;
@@ -214,14 +257,28 @@ void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,
          target.string(), ec.message());
   }
   refuse_unsafe_output_dir(target, options.protected_dirs);
-  std::set<std::string> written;
+  // Every new file is written in a staging dir first; only when all are complete do they
+  // replace the old ones. A failure before that (full disk, a bad shard, a file-size limit)
+  // removes the staging dir and leaves the old model exactly as it was.
+  remove_leftover_staging(target);
+  const fs::path staging = target / (kStagingPrefix + std::to_string(::getpid()));
+  SavedFiles files;
   try {
-    written = write_hf_files(target, config, layout, unit_values, dtype, options);
+    fs::create_directory(staging);
+    files = write_hf_files(staging, config, layout, unit_values, dtype, options);
+  } catch (const fs::filesystem_error& error) {
+    fs::remove_all(staging, ec);
+    if (created) fs::remove(target, ec);  // only when empty
+    fail("cannot save to {}: {}; HINT: check the output dir and its permissions", target.string(),
+         error.code().message());
   } catch (...) {
-    if (created) remove_files_of_failed_save(target, options);
+    fs::remove_all(staging, ec);
+    if (created) fs::remove(target, ec);
     throw;
   }
-  remove_stale_weight_files(target, written);
+  move_into_place(staging, target, files.in_order);
+  fs::remove_all(staging, ec);
+  remove_stale_weight_files(target, files.weights);
 }
 
 }  // namespace shardtrain

@@ -37,12 +37,15 @@ std::vector<std::string> tokenizer_files_in(const std::string& model_dir);
 // Writes OUT_DIR/config.json and the weights (see SaveHfOptions) with every parameter in `dtype`
 // (bf16 or f32), streaming one tensor at a time; unit_values is called once per unit, in order.
 // Only the files this writes are touched: config.json, the weight files and index, the extra
-// files. Each is replaced atomically (a reader sees the old or the new file, never a partial
-// one); config.json is written last. Weight files of an earlier save that this one did not
-// write (model.safetensors, model-0000K-of-0000N.safetensors, the index) are then removed, so
-// old and new weights never mix; every other file in OUT_DIR is left as it was. When the save
-// fails (unit_values throws, a write fails) in an OUT_DIR it created, the files it wrote and
-// the dir are removed again.
+// files. The save is whole or nothing: every new file is first written completely into a
+// staging dir inside OUT_DIR (OUT_DIR/.shardtrain-save.PID); only then are they moved over the
+// old ones (weights first, config.json last). When writing fails (unit_values throws, a full
+// disk, a file-size limit) the staging dir is removed and the old files are all still there,
+// unchanged: old weights never sit beside a new tokenizer. Weight files of an earlier save that
+// this one did not write (model.safetensors, model-0000K-of-0000N.safetensors, the index) are
+// removed after the move, so old and new weights never mix; every other file in OUT_DIR is left
+// as it was. A dir this save created is removed again when the save fails. A staging dir left
+// by a killed save is removed by the next save (the caller holds OUT_DIR's lock).
 // Throws Error when OUT_DIR is a file, is one of options.protected_dirs, or holds sharded
 // training checkpoints (step_*/manifest.json), before anything is written.
 void save_hf_checkpoint(const std::string& out_dir, const ModelConfig& config,

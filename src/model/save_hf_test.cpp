@@ -4,8 +4,11 @@
 #include "model/save_hf.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -181,6 +184,90 @@ TEST_F(SaveHfTest, AFailedSaveLeavesNoNewDirBehindAndKeepsOtherFiles) {
   failing_save(existing);
   EXPECT_TRUE(fs::exists(existing + "/notes.txt"));
   EXPECT_FALSE(fs::exists(existing + "/config.json")) << "config.json is written last";
+}
+
+std::string contents_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A save over an older model that fails half-way keeps the old model whole: before, the new
+// tokenizer files were already in place when the weights failed, so the old weights sat beside
+// the new tokenizer.
+TEST_F(SaveHfTest, AFailedSaveOverAnOldModelLeavesItWhole) {
+  const ModelConfig config = tiny_config();
+  const ParamLayout layout = make_param_layout(config);
+  const auto old_values = random_units(layout);
+  auto new_values = old_values;
+  for (auto& unit : new_values)
+    for (float& v : unit) v += 1.0f;
+  const std::string out = (dir_ / "model").string();
+  const auto save = [&](const std::string& tokenizer, const UnitValues& values) {
+    std::ofstream(dir_ / "tokenizer.json") << tokenizer;
+    SaveHfOptions options;
+    options.max_shard_bytes = 4096;
+    options.extra_files = {(dir_ / "tokenizer.json").string()};
+    options.extra_contents = {{"chat_template.jinja", tokenizer + " template"}};
+    save_hf_checkpoint(out, config, layout, values, DType::kF32, options);
+  };
+  save("old", [&](int u) { return old_values[u].data(); });
+  const auto last_unit_fails = [&](int u) -> const float* {
+    if (u + 1 == static_cast<int>(layout.units.size())) fail("rank_00001.safetensors is truncated");
+    return new_values[u].data();
+  };
+  EXPECT_THROW(save("new", last_unit_fails), Error);
+  EXPECT_EQ(contents_of(out + "/tokenizer.json"), "old");
+  EXPECT_EQ(contents_of(out + "/chat_template.jinja"), "old template");
+  EXPECT_EQ(load(out, layout), old_values);
+  for (const auto& entry : fs::directory_iterator(out)) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".shardtrain-save", 0), std::string::npos)
+        << "a temporary is left: " << entry.path();
+  }
+  save("new", [&](int u) { return new_values[u].data(); });
+  EXPECT_EQ(contents_of(out + "/tokenizer.json"), "new");
+  EXPECT_EQ(load(out, layout), new_values);
+}
+
+// A write that really fails (RLIMIT_FSIZE: the process may not write files over 8 KiB, as on a
+// nearly full disk the weights are the file that does not fit): one Error, the old model whole.
+TEST_F(SaveHfTest, AWriteFailureKeepsTheOldModelAndRemovesTheTemporaries) {
+  const ModelConfig config = tiny_config();
+  const ParamLayout layout = make_param_layout(config);
+  const auto old_values = random_units(layout);
+  const std::string out = (dir_ / "model").string();
+  std::ofstream(dir_ / "tokenizer.json") << "old";
+  SaveHfOptions options;
+  options.extra_files = {(dir_ / "tokenizer.json").string()};
+  save_hf_checkpoint(
+      out, config, layout, [&](int u) { return old_values[u].data(); }, DType::kF32, options);
+  ASSERT_GT(fs::file_size(out + "/model.safetensors"), 8192u);
+
+  std::ofstream(dir_ / "tokenizer.json") << "new";
+  auto new_values = old_values;
+  new_values[0][0] += 1.0f;
+  rlimit saved_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved_limit), 0);
+  const auto saved_handler = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of death
+  rlimit small = saved_limit;
+  small.rlim_cur = 8192;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    save_hf_checkpoint(
+        out, config, layout, [&](int u) { return new_values[u].data(); }, DType::kF32, options);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved_limit);
+  std::signal(SIGXFSZ, saved_handler);
+  EXPECT_NE(error.find("model.safetensors"), std::string::npos) << error;
+  EXPECT_EQ(contents_of(out + "/tokenizer.json"), "old");
+  EXPECT_EQ(load(out, layout), old_values);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(out)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json"}));
 }
 
 TEST_F(SaveHfTest, RefusesTheInputDirAndCheckpointDirs) {
