@@ -9,7 +9,9 @@ packages=(
   python3
   python3-torch  # a real PyTorch for the torchrun drop-in tests (launch/torchrun_compat_dist_test)
   etcd-server  # etcd v3 for the etcd rendezvous tests (dist/etcd_store_service_test starts its own)
-  libssl-dev  # TLS to etcd (dist/etcd_http.cpp); the etcd TLS test makes its certificates with openssl
+  libssl-dev  # etcd's TLS files checked (dist/etcd_http.cpp), sha256 of Hub downloads (io/hub/)
+  libcurl4-openssl-dev  # HTTP(S) client of the Hub and etcd clients (io/http/http_client.cpp)
+  libxxhash-dev  # checkpoint checksums (train/checkpoint/checkpoint_checksum.cpp)
   openssl
   clang libclang-rt-dev  # libFuzzer + sanitizers for the fuzz targets (tests/fuzz, CMake SHARDTRAIN_FUZZ)
   prometheus  # Prometheus + promtool for the /metrics tests (launch/node_metrics_service_test)

@@ -196,8 +196,8 @@ EtcdStore::ServerStatus EtcdStore::server_status(Duration timeout) {
   status.round_trip = std::chrono::duration_cast<std::chrono::milliseconds>(received - sent);
   status.local_midpoint = sent + (received - sent) / 2;
   std::tm parsed{};
-  if (!response->date.empty() &&
-      ::strptime(response->date.c_str(), "%a, %d %b %Y %H:%M:%S", &parsed) != nullptr) {
+  const std::string date = response->header("date");
+  if (!date.empty() && ::strptime(date.c_str(), "%a, %d %b %Y %H:%M:%S", &parsed) != nullptr) {
     status.server_date = std::chrono::system_clock::from_time_t(::timegm(&parsed));
   }
   return status;

@@ -1,8 +1,8 @@
 // EtcdStore: a Store over etcd v3's JSON gateway (HTTP POST to /v3/kv/* and /v3/lease/* on the
 // client port, e.g. 127.0.0.1:2379; etcd 3.4+, Debian `etcd-server`). Keys and values travel
-// base64-encoded in JSON; the HTTP client is a few lines over a socket (one connection per
-// request, "Connection: close", dist/etcd_http.h), optionally over TLS (OpenSSL) with client
-// certificates, and etcd's user/password authentication can be used (Options).
+// base64-encoded in JSON; each request is one POST through the shared libcurl client
+// (dist/etcd_http.h), optionally over TLS with client certificates, and etcd's user/password
+// authentication can be used (Options).
 //
 // Every key is prefixed by `scope` (e.g. "/shardtrain/<run id>/"), so runs never share keys.
 //   set         = put

@@ -33,6 +33,10 @@ cp -L /usr/include/httplib.h /usr/include/zlib.h /usr/include/zconf.h "$kit/incl
 cp -rL /usr/include/openssl /usr/include/brotli "$kit/include/"
 cp -rL /usr/include/$arch/openssl "$kit/include/$arch/"
 copy_libs 'libcpp-httplib.so*'
+# libcurl (io/http: the Hub and etcd clients) and xxHash (checkpoint checksums).
+cp -rL /usr/include/$arch/curl "$kit/include/"
+cp -L /usr/include/xxhash.h "$kit/include/"
+copy_libs 'libcurl.so*' 'libxxhash.so*'
 cp -L /usr/lib/$arch/openblas-pthread/libopenblas.so.0 "$kit/lib/$arch/libopenblas.so.0"
 ln -sf libopenblas.so.0 "$kit/lib/$arch/libopenblas.so"
 cp -a /usr/lib/libgloo.so* "$kit/lib/"

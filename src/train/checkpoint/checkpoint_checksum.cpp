@@ -1,89 +1,14 @@
 #include "train/checkpoint/checkpoint_checksum.h"
 
 #include <fmt/format.h>
-
-#include <cstring>
+#include <xxhash.h>
 
 #include "io/mapped_file.h"
 
 namespace shardtrain {
-namespace {
-
-constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL;
-constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kPrime3 = 0x165667B19E3779F9ULL;
-constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ULL;
-constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ULL;
-
-uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-
-// Little-endian loads (x86 and arm64 are little-endian; memcpy keeps them alignment-safe).
-uint64_t load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-uint32_t load32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-uint64_t round(uint64_t acc, uint64_t input) {
-  acc += input * kPrime2;
-  acc = rotl(acc, 31);
-  return acc * kPrime1;
-}
-
-uint64_t merge_round(uint64_t acc, uint64_t value) {
-  acc ^= round(0, value);
-  return acc * kPrime1 + kPrime4;
-}
-
-}  // namespace
 
 uint64_t xxhash64(const void* data, size_t bytes, uint64_t seed) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  const uint8_t* const end = p + bytes;
-  uint64_t h;
-  if (bytes >= 32) {
-    uint64_t v1 = seed + kPrime1 + kPrime2, v2 = seed + kPrime2, v3 = seed, v4 = seed - kPrime1;
-    const uint8_t* const last_stripe = end - 32;
-    do {
-      v1 = round(v1, load64(p));
-      v2 = round(v2, load64(p + 8));
-      v3 = round(v3, load64(p + 16));
-      v4 = round(v4, load64(p + 24));
-      p += 32;
-    } while (p <= last_stripe);
-    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
-    h = merge_round(h, v1);
-    h = merge_round(h, v2);
-    h = merge_round(h, v3);
-    h = merge_round(h, v4);
-  } else {
-    h = seed + kPrime5;
-  }
-  h += static_cast<uint64_t>(bytes);
-  for (; p + 8 <= end; p += 8) {
-    h ^= round(0, load64(p));
-    h = rotl(h, 27) * kPrime1 + kPrime4;
-  }
-  if (p + 4 <= end) {
-    h ^= static_cast<uint64_t>(load32(p)) * kPrime1;
-    h = rotl(h, 23) * kPrime2 + kPrime3;
-    p += 4;
-  }
-  for (; p < end; ++p) {
-    h ^= static_cast<uint64_t>(*p) * kPrime5;
-    h = rotl(h, 11) * kPrime1;
-  }
-  h ^= h >> 33;
-  h *= kPrime2;
-  h ^= h >> 29;
-  h *= kPrime3;
-  h ^= h >> 32;
-  return h;
+  return XXH64(data, bytes, seed);
 }
 
 FileDigest file_xxhash64(const std::string& path) {

@@ -1,6 +1,7 @@
-// Checksums of checkpoint files: XXH64 (xxHash, 64-bit; the reference algorithm by Yann Collet,
-// written out here so checkpoints need no new dependency). Fast enough (several GB/s) to hash a
-// rank's shard file right after writing it and again before loading it.
+// Checksums of checkpoint files: XXH64 (xxHash, 64-bit) from libxxhash (Debian libxxhash-dev),
+// the reference implementation, so manifests written by earlier builds (which carried their own
+// copy of the algorithm) still verify. Fast enough (several GB/s) to hash a rank's shard file
+// right after writing it and again before loading it.
 //
 // Guarantees: xxhash64(data, n, seed) equals the reference XXH64 for every input (tests check
 // published vectors); file_xxhash64 hashes the whole file through a memory map and throws Error
