@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/file_store.h"
-#include "dist/fsdp_groups.h"
+#include "dist/single_rank_comm.h"
 #include "dist/gloo_comm.h"
 #include "dist/host_staged_comm.h"
 #include "dist/nccl_comm.h"

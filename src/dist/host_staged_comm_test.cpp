@@ -220,7 +220,7 @@ TEST(HostStagedComm, SplitReturnsStagedSubGroups) {
   run_ranks(4, [](Rank& rank) {
     EXPECT_EQ(rank.comm.backend_name(), "gloo (host-staged)");
     const int me = rank.comm.rank();
-    // Shard groups {0,1}, {2,3}; replicate groups {0,2}, {1,3} (FsdpGroups' mesh).
+    // Shard groups {0,1}, {2,3}; replicate groups {0,2}, {1,3} (the Mesh's groups, dist/mesh.h).
     std::unique_ptr<Comm> shard = rank.comm.split(me / 2, me);
     std::unique_ptr<Comm> replicate = rank.comm.split(me % 2, me);
     EXPECT_EQ(shard->backend_name(), "gloo (host-staged)");

@@ -2,9 +2,18 @@
 // costs. Pure arithmetic on the ParamLayout and the shard group size, identical on every rank
 // (DESIGN.md "Flat units": a unit's flat numel is padded up to a multiple of
 // shard_group_size x kParamAlignElems; rank r of the shard group owns [r*S, (r+1)*S)).
+//
+// Frozen parameters (ParamSpec::trainable = false) come first in a unit: the frozen region is
+// unit elements [0, F), the trainable region [F, numel). Each region is padded and sharded on its
+// own: a frozen shard is held only in the compute dtype (no fp32 master, no moments, no
+// gradient); a trainable shard has all of them. The gathered unit is the frozen region's gather
+// followed, from element F on, by the trainable region's (the second gather overwrites the first
+// one's padding), so the model sees the layout's offsets. A unit without frozen parameters
+// (F = 0) is one trainable region, sharded as before.
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -15,21 +24,36 @@
 namespace shardtrain {
 
 struct UnitShard {
-  int64_t padded_numel = 0;  // multiple of group_size * kParamAlignElems
+  // Frozen region, unit elements [0, frozen_numel): compute-dtype shards only.
+  int64_t frozen_numel = 0;         // where the first trainable parameter starts (0: none frozen)
+  int64_t frozen_padded_numel = 0;  // multiple of group_size * kParamAlignElems
+  int64_t frozen_shard_numel = 0;   // frozen_padded_numel / group_size
+  // Trainable region, unit elements [frozen_numel, numel): fp32 master, moments, gradient.
+  int64_t padded_numel = 0;  // trainable elements, padded to group_size * kParamAlignElems
   int64_t shard_numel = 0;   // padded_numel / group_size
+  // Elements of the gathered unit: the trainable region lands at frozen_numel.
+  int64_t gathered_numel() const {
+    return std::max(frozen_padded_numel, frozen_numel + padded_numel);
+  }
 };
 
 struct ShardPlan {
   int group_size = 1;
   std::vector<UnitShard> units;  // parallel to ParamLayout::units
 
+  // Where group rank `group_rank`'s shard of the unit's trainable region starts, in elements of
+  // that region (add frozen_numel for unit elements).
   int64_t shard_begin(int unit, int group_rank) const {
     return units[unit].shard_numel * group_rank;
   }
-  int64_t total_shard_numel() const;
-  int64_t max_padded_numel() const;
+  int64_t total_shard_numel() const;         // trainable, all units
+  int64_t total_frozen_shard_numel() const;  // frozen, all units
+  int64_t max_padded_numel() const;          // trainable region
+  bool has_frozen() const { return total_frozen_shard_numel() > 0; }
 };
 
+// Aborts with file:line (a layout bug, not a user mistake) when a unit's frozen parameters do not
+// all come before its trainable ones.
 ShardPlan make_shard_plan(const ParamLayout& layout, int group_size);
 
 // Where a shard group of one (G = 1: one rank, or NO_SHARD) keeps the compute-dtype (bf16)
@@ -39,7 +63,8 @@ enum class ComputeCopy {
   kKeep,      // a persistent copy of every unit (compute dtype bytes per parameter), written by
               // the optimizer step as it updates the master
   kOnDemand,  // no persistent copy: acquiring a unit casts its fp32 master into a pooled buffer
-              // (root + one block at a time); two casts per unit and step (forward, backward)
+              // (root + one block at a time); two casts per unit and step (forward, backward).
+              // Not with frozen parameters (their shard is the copy): kKeep is used then.
 };
 
 // What changes the FSDP layout besides the plan and the strategy.
@@ -52,11 +77,14 @@ struct FsdpMemoryOptions {
   bool update_in_backward = false;
 };
 
-// Bytes one rank holds for FSDP state. The formulas (also in docs/fsdp.md):
+// Bytes one rank holds for FSDP state. The formulas (also in docs/fsdp.md), with S_u and
+// padded_u the trainable region's shard and padded numel, Z_u the frozen region's shard and
+// gathered_u the gathered unit (UnitShard::gathered_numel):
 //   master = 4 * sum_u S_u; moments = 2 * master; grad_shard = master
+//   frozen_shard = act_bytes * sum_u Z_u (2 bytes per element in bf16; no master, moments, grad)
 //   B = min(2, blocks): the block in use and the one prefetched (or being reduced)
-//   gathered_peak = act_bytes * (padded root + B * padded largest block)  (FULL/HYBRID_SHARD)
-//                 = act_bytes * sum_u padded_u                            (SHARD_GRAD_OP)
+//   gathered_peak = act_bytes * (gathered root + B * gathered largest block)  (FULL/HYBRID_SHARD)
+//                 = act_bytes * sum_u gathered_u                            (SHARD_GRAD_OP)
 //                 = 0 when G = 1 (the shard is the whole unit: no gather), except
 //                 = act_bytes * (padded root + padded largest block) with ComputeCopy::kOnDemand
 //   full_grad_peak = 4 * (padded root + B * padded largest block) per-micro-batch reduction
@@ -70,9 +98,10 @@ struct FsdpMemoryOptions {
 struct FsdpMemory {
   size_t master_bytes = 0, moment_bytes = 0, grad_shard_bytes = 0;
   size_t gathered_peak_bytes = 0, full_grad_peak_bytes = 0, compute_shard_bytes = 0;
+  size_t frozen_shard_bytes = 0;
   size_t total() const {
     return master_bytes + moment_bytes + grad_shard_bytes + gathered_peak_bytes +
-           full_grad_peak_bytes + compute_shard_bytes;
+           full_grad_peak_bytes + compute_shard_bytes + frozen_shard_bytes;
   }
 };
 

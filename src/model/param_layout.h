@@ -25,6 +25,9 @@ struct ParamSpec {
   Shape shape;         // e.g. [out_features, in_features]
   int64_t offset = 0;  // in elements, within the unit
   bool decay = true;   // AdamW weight decay applies (false for norms and biases)
+  // false: frozen (fsdp/shard_plan.h: no fp32 master, no moments, no gradient). A unit's frozen
+  // parameters come first: they fill [0, first trainable offset).
+  bool trainable = true;
   int64_t numel() const { return shape.numel(); }
 };
 

@@ -7,6 +7,8 @@
 // prefetch. Unit indices follow ParamLayout: kRootUnit = root, block_unit(l) = block l.
 #pragma once
 
+#include <cstdint>
+
 #include "core/tensor.h"
 
 namespace shardtrain {
@@ -19,6 +21,10 @@ namespace shardtrain {
 struct GradBuffer {
   Tensor flat;
   bool accumulate = true;
+  // The unit element `flat` starts at. Parameters before it are frozen (ParamSpec::trainable
+  // false, fsdp/shard_plan.h): no gradient is kept for them, so backward writes none and needs
+  // no weight-gradient GEMM for them. 0 when the unit has no frozen parameters.
+  int64_t offset = 0;
 };
 
 class UnitAccess {

@@ -59,15 +59,14 @@ std::string config_toml(const TrainConfig& config) {
 std::string memory_json(const FsdpMemory& m) {
   return fmt::format(
       "{{\"master_bytes\":{},\"moment_bytes\":{},\"grad_shard_bytes\":{},"
-      "\"gathered_peak_bytes\":{},\"full_grad_peak_bytes\":{},\"compute_shard_bytes\":{}}}",
+      "\"gathered_peak_bytes\":{},\"full_grad_peak_bytes\":{},\"compute_shard_bytes\":{},"
+      "\"frozen_shard_bytes\":{}}}",
       m.master_bytes, m.moment_bytes, m.grad_shard_bytes, m.gathered_peak_bytes,
-      m.full_grad_peak_bytes, m.compute_shard_bytes);
+      m.full_grad_peak_bytes, m.compute_shard_bytes, m.frozen_shard_bytes);
 }
 
 int64_t total_bytes(const FsdpMemory& m) {
-  return static_cast<int64_t>(m.master_bytes + m.moment_bytes + m.grad_shard_bytes +
-                              m.compute_shard_bytes + m.gathered_peak_bytes +
-                              m.full_grad_peak_bytes);
+  return static_cast<int64_t>(m.total());
 }
 
 // The training data, checked against the model's vocabulary and the number of ranks.
@@ -191,8 +190,8 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
   model_.reserve(config_.train.micro_batch, config_.data.seq_len);
   // Blocking backends (Gloo) get their exposed communication time measured around each call.
   world_.comm = with_heartbeat(with_blocking_comm_time(std::move(world_.comm)), *heartbeat_);
-  groups_ = std::make_unique<FsdpGroups>(*world_.comm, group_size_);
-  units_ = std::make_unique<FsdpUnits>(ops_, model_.layout(), *groups_, fsdp_options());
+  mesh_ = std::make_unique<Mesh>(*world_.comm, group_size_, ops_);
+  units_ = std::make_unique<FsdpUnits>(ops_, model_.layout(), *mesh_, fsdp_options());
   const bool is_rank0 = env_.rank == 0;
   resumed_ = resume_training(config_.train.resume, config_.train.checkpoint_dir, *units_, ops_,
                              model_.layout());
@@ -279,8 +278,9 @@ EvalReport Trainer::evaluate(int64_t step) {
     local_targets += batch.target_count;
   }
   units_->release_gathered_params();
-  const std::vector<double> sums = units_->sum_over_ranks(
-      {local_loss, static_cast<double>(local_targets), static_cast<double>(local_sequences)});
+  const std::vector<double> sums = mesh_->sum(
+      {local_loss, static_cast<double>(local_targets), static_cast<double>(local_sequences)},
+      "eval totals (loss, targets, sequences)");
   EvalReport report;
   report.step = step;
   report.targets = static_cast<int64_t>(std::llround(sums[1]));
@@ -378,7 +378,7 @@ TrainOutcome Trainer::run() {
   log::info("fsdp rank {}/{}: memory measured {}", env_.rank, env_.world,
             memory_json(units_->memory()));
   if (!stopped_early) export_final();
-  units_->barrier();
+  mesh_->barrier();
   return outcome_;
 }
 
@@ -491,7 +491,7 @@ void Trainer::export_final() {
   std::vector<float> host;
   const auto gather = [&](int u) {
     host.assign(layout.units[u].numel, 0.0f);
-    units_->gather_master_to_host(u, host.data());
+    units_->gather_unit_to_host(u, host.data());
     return host.data();
   };
   if (env_.rank == 0) {

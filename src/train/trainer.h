@@ -21,7 +21,8 @@
 //                      train/rank_metrics_publisher.h)
 // and ends with export_final(): the Hugging Face checkpoint in train.output_dir. The Trainer
 // issues no communication itself: every collective is FSDP's (the step's totals, the gradient
-// norm) or the checkpoint saver's, and all ranks make the same calls in the same order.
+// norm), the checkpoint saver's, or the Mesh's (dist/mesh.h: evaluation sums, the final
+// barrier), and all ranks make the same calls in the same order.
 // Throws Error for any user mistake (config, paths, data, checkpoint) and when training
 // diverges (a non-finite loss or gradient norm).
 #pragma once
@@ -36,7 +37,7 @@
 #include "data/dataset.h"
 #include "data/step_batcher.h"
 #include "dist/dist_env.h"
-#include "dist/fsdp_groups.h"
+#include "dist/mesh.h"
 #include "dist/worker_env.h"
 #include "fsdp/fsdp_units.h"
 #include "model/llama_model.h"
@@ -123,7 +124,7 @@ class Trainer {
   // Declared before the world: the heartbeat outlives the Comm that reports to it.
   const std::unique_ptr<Heartbeat> heartbeat_;
   DistWorld world_;
-  std::unique_ptr<FsdpGroups> groups_;
+  std::unique_ptr<Mesh> mesh_;  // the groups and the collectives the trainer may call
   std::unique_ptr<FsdpUnits> units_;
   ResumeResult resumed_;
   // Declared after the units it copies from: its writer thread ends first.

@@ -82,7 +82,7 @@ std::string agree(FsdpUnits& units, const std::function<void()>& action) {
   } catch (const Error& error) {
     message = error.what();
   }
-  const double failures = units.sum_over_ranks(message.empty() ? 0.0 : 1.0);
+  const int failures = units.mesh().count(!message.empty(), "checkpoint agreement");
   if (failures > 0 && message.empty()) {
     message = fmt::format("{} of {} ranks failed (see their logs)", failures, units.world_size());
   }

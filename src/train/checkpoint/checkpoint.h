@@ -154,7 +154,7 @@ struct ResumeResult {
   std::string config_toml;  // the resolved config of the run that saved it
   int world_size = 1;       // the world size that saved it
 };
-// Collective over all ranks (they agree on success through FsdpUnits::sum_over_ranks, so either
+// Collective over all ranks (they agree on success through the Mesh (dist/mesh.h), so either
 // every rank resumes from the same checkpoint or every rank throws). Throws Error for a missing
 // path, a damaged checkpoint (explicit path, or every candidate damaged under auto) or a layout
 // mismatch.

@@ -137,7 +137,8 @@ bool CheckpointSaver::poll_once(bool stop_signal) {
   const std::string error = writer_->error();
   std::vector<double> mine = {stop_signal ? 1.0 : 0.0, idle ? 1.0 : 0.0, error.empty() ? 0.0 : 1.0,
                               idle ? static_cast<double>(written_.bytes) : 0.0};
-  const std::vector<double> sums = units_.world_size() > 1 ? units_.sum_over_ranks(mine) : mine;
+  const std::vector<double> sums =
+      units_.world_size() > 1 ? units_.mesh().sum(mine, "checkpoint poll") : mine;
   const double world = units_.world_size();
   if (sums[2] > 0) fail_pending(sums[2], error);
   if (pending_ && sums[1] == world) {

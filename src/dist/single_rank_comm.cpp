@@ -1,4 +1,4 @@
-#include "dist/fsdp_groups.h"
+#include "dist/single_rank_comm.h"
 
 #include <cstring>
 
@@ -31,25 +31,5 @@ class SingleRankComm final : public Comm {
 }  // namespace
 
 std::unique_ptr<Comm> make_single_rank_comm() { return std::make_unique<SingleRankComm>(); }
-
-FsdpGroups::FsdpGroups(Comm& world, int group_size) : world_(world) {
-  SHARDTRAIN_CHECK(group_size >= 1 && world.size() % group_size == 0, "group {} world {}",
-                   group_size, world.size());
-  if (group_size == world.size()) {
-    shard_ = &world;
-    owned_replicate_ = make_single_rank_comm();
-    replicate_ = owned_replicate_.get();
-  } else if (group_size == 1) {
-    owned_shard_ = make_single_rank_comm();
-    shard_ = owned_shard_.get();
-    replicate_ = &world;
-  } else {
-    const int rank = world.rank();
-    owned_shard_ = world.split(rank / group_size, rank);
-    owned_replicate_ = world.split(rank % group_size, rank);
-    shard_ = owned_shard_.get();
-    replicate_ = owned_replicate_.get();
-  }
-}
 
 }  // namespace shardtrain

@@ -1,0 +1,190 @@
+#include "fsdp/grad_reducer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace shardtrain {
+
+GradReducer::GradReducer(Ops& ops, const ParamLayout& layout, const ShardPlan& plan,
+                         UnitShards& shards, Mesh& mesh, bool reduce_on_last_micro_batch,
+                         bool update_in_backward)
+    : ops_(ops),
+      layout_(layout),
+      plan_(plan),
+      shards_(shards),
+      mesh_(mesh),
+      reduce_on_last_micro_batch_(reduce_on_last_micro_batch),
+      update_in_backward_(update_in_backward),
+      pool_(ops),
+      state_(plan.units.size()),
+      norm_scratch_(ops, sizeof(float)) {
+  if (update_in_backward_) backward_norm_ = DeviceBuffer(ops, sizeof(float));
+  if (sharded()) {
+    int64_t largest_shard = 0;
+    for (const UnitShard& unit : plan_.units) {
+      largest_shard = std::max(largest_shard, unit.shard_numel);
+    }
+    for (DeviceBuffer& buffer : reduced_) {
+      buffer = DeviceBuffer(ops, static_cast<size_t>(largest_shard) * sizeof(float));
+    }
+  }
+}
+
+size_t GradReducer::peak_bytes() const {
+  return pool_.peak_bytes() + reduced_[0].bytes() + reduced_[1].bytes();
+}
+
+Tensor GradReducer::full_grad(int unit) const {
+  return pool_.view(state_[unit].full_grad_slot, DType::kF32, plan_.units[unit].padded_numel);
+}
+
+void GradReducer::take_full_grad(int unit) {
+  const UnitShard& shard = plan_.units[unit];
+  const int64_t trainable = layout_.units[unit].numel - shard.frozen_numel;
+  state_[unit].full_grad_slot = pool_.take(static_cast<size_t>(shard.padded_numel) * sizeof(float));
+  const Tensor full = full_grad(unit);
+  if (shard.padded_numel > trainable) ops_.fill_zero(full.rows(trainable, shard.padded_numel));
+}
+
+void GradReducer::begin_step() {
+  if (update_in_backward_) {
+    backward_update_ = BackwardUpdate{};
+    ops_.fill_zero(backward_norm_.view(DType::kF32, {1}));
+  }
+  for (int u = 0; u < static_cast<int>(state_.size()); ++u) {
+    if (!sharded()) {
+      state_[u].grads_stale = true;  // the next backward overwrites the shard
+    } else if (!grad_shards_zero_) {
+      ops_.fill_zero(shards_.grad_shard(u));  // reductions add into it
+    }
+    if (state_[u].full_grad_slot >= 0) {
+      pool_.free(state_[u].full_grad_slot);
+      state_[u].full_grad_slot = -1;
+    }
+  }
+  SHARDTRAIN_CHECK(pending_.empty(), "begin_step with {} reductions in flight", pending_.size());
+  grad_shards_zero_ = sharded();
+}
+
+GradBuffer GradReducer::acquire(int unit) {
+  UnitState& state = state_[unit];
+  grad_shards_zero_ = false;  // backward writes the shard (directly, or by a reduction)
+  const int64_t frozen = plan_.units[unit].frozen_numel;
+  const int64_t trainable = layout_.units[unit].numel - frozen;
+  if (update_in_backward_) {
+    // A fresh pooled buffer, overwritten by backward; its padding zeroed (update_unit_in_backward).
+    SHARDTRAIN_CHECK(state.full_grad_slot < 0, "unit {} acquired its grads twice", unit);
+    take_full_grad(unit);
+    return {full_grad(unit).rows(0, trainable), false, frozen};
+  }
+  if (!sharded()) {
+    // The first backward of a step overwrites the shard (begin_step left it stale).
+    const bool accumulate = !state.grads_stale;
+    state.grads_stale = false;
+    return {shards_.grad_shard(unit).rows(0, trainable), accumulate, frozen};
+  }
+  bool accumulate = true;
+  if (state.full_grad_slot < 0) {
+    // A fresh buffer: backward overwrites the unit's elements; only the padding after them,
+    // which backward never writes but the reduce-scatter reads, is zeroed.
+    take_full_grad(unit);
+    accumulate = false;
+  }
+  return {full_grad(unit).rows(0, trainable), accumulate, frozen};
+}
+
+void GradReducer::ready(int unit) {
+  UnitState& state = state_[unit];
+  if (update_in_backward_) {
+    update_unit_in_backward(unit);
+    return;
+  }
+  const Tensor shard = shards_.grad_shard(unit);
+  const std::string context = fmt::format("unit {} ({})", unit, layout_.units[unit].name);
+  if (sharded()) {
+    if (!reduce_on_last_micro_batch_ || last_micro_batch_) {
+      // At most one reduction is pending here (see the end of this function): its output
+      // buffer is busy, the other one is free.
+      SHARDTRAIN_CHECK(pending_.size() <= 1, "{} reductions in flight", pending_.size());
+      const int slot = !pending_.empty() && pending_.back().reduced_slot == 0 ? 1 : 0;
+      const Tensor reduced = reduced_[slot].view(DType::kF32, {shard.numel()});
+      mesh_.shard().set_context(context + " gradient reduce-scatter");
+      PendingReduction p;
+      p.unit = unit;
+      p.work = mesh_.shard().start_reduce_scatter(reduced, full_grad(unit), ReduceOp::kSum);
+      p.reduced_slot = slot;
+      p.full_grad_slot = state.full_grad_slot;
+      state.full_grad_slot = -1;  // owned by the pending reduction until it completes
+      pending_.push_back(p);
+    }
+  } else if (last_micro_batch_ && mesh_.replicate_size() > 1) {
+    mesh_.replicate().set_context(context + " gradient all-reduce");
+    PendingReduction p;
+    p.unit = unit;
+    p.replicate = true;
+    p.work = mesh_.replicate().start_all_reduce(shard, ReduceOp::kSum);
+    pending_.push_back(p);
+  }
+  // Keep one reduction in flight behind the next unit's backward; the root comes last.
+  while (pending_.size() > (unit == kRootUnit ? 0u : 1u)) complete_oldest_reduction();
+}
+
+void GradReducer::complete_oldest_reduction() {
+  SHARDTRAIN_CHECK(!pending_.empty(), "no reduction in flight");
+  const PendingReduction p = pending_.front();
+  pending_.pop_front();
+  reduction_comm(p).finish(p.work);
+  if (p.reduced_slot < 0) return;  // in-place all-reduce: nothing more to do
+  const Tensor shard = shards_.grad_shard(p.unit);
+  ops_.add(shard, shard, reduced_[p.reduced_slot].view(DType::kF32, {shard.numel()}));
+  pool_.free(p.full_grad_slot);
+  if (last_micro_batch_ && mesh_.replicate_size() > 1) {
+    // HYBRID_SHARD: then sum the shard over the replicas (on the compute stream).
+    mesh_.replicate().set_context(
+        fmt::format("unit {} ({}) gradient all-reduce", p.unit, layout_.units[p.unit].name));
+    mesh_.replicate().all_reduce(shard, ReduceOp::kSum);
+  }
+}
+
+double GradReducer::global_square_sum() {
+  // One rank: the units' terms were summed in backward (in backward's unit order).
+  if (update_in_backward_) return ops_.read_scalar(backward_norm_.view(DType::kF32, {1}));
+  const Tensor sum_1 = norm_scratch_.view(DType::kF32, {1});
+  ops_.fill_zero(sum_1);
+  for (int u = 0; u < static_cast<int>(state_.size()); ++u) {
+    if (plan_.units[u].shard_numel > 0) ops_.sum_squares(shards_.grad_shard(u), sum_1);
+  }
+  // Through the host as fp32, as the per-rank sum has always been reduced.
+  const float local_sum = ops_.read_scalar(sum_1);
+  ops_.copy_from_host(sum_1, &local_sum);
+  mesh_.shard().set_context("gradient norm");
+  mesh_.shard().all_reduce(sum_1, ReduceOp::kSum);
+  return ops_.read_scalar(sum_1);
+}
+
+void GradReducer::set_update_in_backward(ShardOptimizer& optimizer, double lr, int64_t step) {
+  SHARDTRAIN_CHECK(update_in_backward_, "set_update_in_backward without the option");
+  backward_update_ = BackwardUpdate{&optimizer, lr, step, 0};
+}
+
+void GradReducer::update_unit_in_backward(int unit) {
+  SHARDTRAIN_CHECK(backward_update_.optimizer != nullptr, "no update set for this step");
+  UnitState& state = state_[unit];
+  const Tensor grad = full_grad(unit);
+  // The padding of the buffer is zero (acquire), as a grad shard's is: the same norm terms and
+  // the same update (the masters there stay zero).
+  ops_.sum_squares(grad, backward_norm_.view(DType::kF32, {1}));
+  UnitBuffers view = shards_.optimizer_view()[unit];
+  view.grad = grad;
+  backward_update_.optimizer->step({view}, backward_update_.lr, backward_update_.step, 1.0f,
+                                   GradsAfterStep::kKeep);
+  pool_.free(state.full_grad_slot);
+  state.full_grad_slot = -1;
+  ++backward_update_.units_done;
+}
+
+}  // namespace shardtrain

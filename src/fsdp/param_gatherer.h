@@ -1,0 +1,81 @@
+// ParamGatherer: the gathered-parameter side of FSDP: a pool of gathered-unit buffers, the
+// all-gathers that fill them, and the prefetch that overlaps them with compute.
+//
+//  - acquire(u) returns unit u whole (numel elements, compute dtype). G > 1: all-gathered over
+//    the shard group into a pool buffer: the frozen region's shards into [0, frozen padded),
+//    then the trainable region's into [frozen_numel, ...) (fsdp/shard_plan.h); one collective
+//    when a unit has only one region. G = 1: the unit's own storage (no copy), or with
+//    ComputeCopy::kOnDemand its master cast into a pool buffer.
+//  - Prefetch, from the model's fixed unit order (model/unit_access.h): in forward (from
+//    acquire(kRootUnit)) acquiring unit u starts the gather of u + 1; in backward
+//    begin_backward(u) starts the gather of u - 1 (the root, before the head, starts the last
+//    block's). Gathers are Comm::start_* collectives: on NCCL they run on the comm's stream,
+//    ordered against compute by events (no host waits); on Gloo they block.
+//  - release(u): FULL_SHARD / HYBRID_SHARD free the buffer after forward and after backward;
+//    SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it after
+//    backward. Buffers built on demand (G = 1) are always freed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "fsdp/buffer_pool.h"
+#include "fsdp/fsdp_strategy.h"
+#include "fsdp/shard_plan.h"
+#include "fsdp/unit_shards.h"
+#include "model/param_layout.h"
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+class ParamGatherer {
+ public:
+  // Everything passed must outlive this object. shard: the shard group's Comm.
+  ParamGatherer(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, UnitShards& shards,
+                Comm& shard, FsdpStrategy strategy);
+  ParamGatherer(const ParamGatherer&) = delete;
+  ParamGatherer& operator=(const ParamGatherer&) = delete;
+
+  // The whole unit (numel, compute dtype), valid until release(unit).
+  Tensor acquire(int unit);
+  void release(int unit);
+  // Backward of `unit` starts: prefetches the unit backward needs next (G > 1).
+  void begin_backward(int unit);
+  // Backward of `unit` is done: release(unit) frees its buffer whatever the strategy.
+  void end_backward(int unit) { state_[unit].in_backward = false; }
+  // Frees every gathered buffer (after forward-only passes: SHARD_GRAD_OP keeps forward's
+  // gathers for a backward that will not come). Local.
+  void release_all();
+  size_t peak_bytes() const { return pool_.peak_bytes(); }
+
+ private:
+  struct UnitState {
+    int slot = -1;                  // pool slot holding the gathered unit, -1 = none
+    CommWork gathers[2];            // frozen region, trainable region (until finished)
+    bool gather_in_flight = false;  // started (prefetch) and not yet finished
+    bool in_backward = false;       // begin_backward was called since the last end_backward
+  };
+  bool sharded() const { return plan_.group_size > 1; }
+  // Starts the all-gathers of `unit` into a pool buffer unless it is gathered or in flight.
+  void start_gather(int unit);
+  void finish_gather(int unit);
+  void free_buffer(int unit);
+  // G = 1, on demand: the unit's compute copy, cast from its master into a pool buffer.
+  Tensor acquire_on_demand_copy(int unit);
+  // "unit 3 (layers.2) <phase>": what a collective is for, in communication errors.
+  std::string unit_context(int unit, const char* phase) const;
+
+  Ops& ops_;
+  const ParamLayout& layout_;
+  const ShardPlan& plan_;
+  UnitShards& shards_;
+  Comm& shard_;
+  const FsdpStrategy strategy_;
+  const DType act_;
+  BufferPool pool_;
+  std::vector<UnitState> state_;
+  bool forward_phase_ = true;  // set by acquire(kRootUnit), cleared by begin_backward
+};
+
+}  // namespace shardtrain
