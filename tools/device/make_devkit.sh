@@ -40,6 +40,9 @@ copy_libs 'libcurl.so*' 'libxxhash.so*'
 cp -L /usr/lib/$arch/openblas-pthread/libopenblas.so.0 "$kit/lib/$arch/libopenblas.so.0"
 ln -sf libopenblas.so.0 "$kit/lib/$arch/libopenblas.so"
 cp -a /usr/lib/libgloo.so* "$kit/lib/"
+# yaml-cpp (launch/k8s: the manifests' emitter).
+cp -rL /usr/include/yaml-cpp "$kit/include/"
+copy_libs 'libyaml-cpp.so*'
 
 # Whatever those libraries load in turn (gloo: hiredis, ibverbs, libnl), except the C/C++ runtime.
 for lib in "$kit"/lib/$arch/*.so.* "$kit"/lib/*.so.*; do
@@ -51,7 +54,7 @@ for lib in "$kit"/lib/$arch/*.so.* "$kit"/lib/*.so.*; do
   done
 done
 
-for pkg in fmt tomlplusplus GTest; do cp -r "/usr/lib/$arch/cmake/$pkg" "$kit/lib/$arch/cmake/"; done
+for pkg in fmt tomlplusplus GTest yaml-cpp; do cp -r "/usr/lib/$arch/cmake/$pkg" "$kit/lib/$arch/cmake/"; done
 for pkg in CLI11 nlohmann_json Gloo; do cp -r "/usr/share/cmake/$pkg" "$kit/share/cmake/"; done
 # Gloo's exported targets name /usr/lib absolutely; make them relative to the package.
 sed -i 's#"/usr/lib/libgloo#"${_IMPORT_PREFIX}/lib/libgloo#g' "$kit/share/cmake/Gloo/"GlooTargets-*.cmake
