@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "data/jsonl_dataset.h"
 #include "data/token_file.h"
 
@@ -13,7 +14,7 @@ namespace {
 // A token file cut into non-overlapping seq_len windows; the tail shorter than seq_len is unused.
 class TokenWindowDataset : public SequenceDataset {
  public:
-  TokenWindowDataset(const std::string& path, int64_t seq_len)
+  TokenWindowDataset(const std::string& path, int64_t seq_len, PackingMode packing)
       : file_(path), seq_len_(static_cast<size_t>(seq_len)) {
     if (file_.size() < seq_len_) {
       fail(
@@ -24,6 +25,17 @@ class TokenWindowDataset : public SequenceDataset {
     windows_ = file_.size() / seq_len_;
     const auto used = file_.tokens().first(windows_ * seq_len_);
     max_token_id_ = *std::max_element(used.begin(), used.end());
+    if (packing == PackingMode::kConcatenate) return;
+    if (!file_.has_documents()) {
+      log::info(
+          "token file {}: version {} records no document boundaries, so data.packing = {} reads "
+          "it as concatenate (a sequence is one causal stream); regenerate it with shardtrain "
+          "prepare to mask per document",
+          path, file_.version(), packing_mode_name(packing));
+      return;
+    }
+    if (packing == PackingMode::kNone) require_one_document_per_window();
+    documents_ = packing == PackingMode::kDocuments;
   }
 
   size_t size() const override { return windows_; }
@@ -44,6 +56,14 @@ class TokenWindowDataset : public SequenceDataset {
       example.input_ids.push_back(id);
       example.labels.push_back(mask.empty() || mask[begin + t] != 0 ? id : kIgnoreIndex);
     }
+    if (documents_) {
+      // Starts strictly inside the window; the window's first token begins a document anyway.
+      const auto starts = file_.document_starts();
+      for (auto it = std::upper_bound(starts.begin(), starts.end(), begin);
+           it != starts.end() && *it < begin + seq_len_; ++it) {
+        example.document_starts.push_back(static_cast<int32_t>(*it - begin));
+      }
+    }
     return example;
   }
 
@@ -52,10 +72,26 @@ class TokenWindowDataset : public SequenceDataset {
   }
 
  private:
+  // data.packing = none: no document may begin inside a window.
+  void require_one_document_per_window() const {
+    const size_t used = windows_ * seq_len_;
+    for (const uint64_t start : file_.document_starts()) {
+      if (start >= used) break;
+      if (start % seq_len_ == 0) continue;
+      const size_t window = start / seq_len_;
+      fail(
+          "token file {}: sequence {} (tokens [{}, {})) holds more than one document (one begins "
+          "at token {}) but data.packing = none wants one per sequence; set data.packing = "
+          "documents, or prepare the file with --packing none at --seq-len {}",
+          file_.path(), window, window * seq_len_, (window + 1) * seq_len_, start, seq_len_);
+    }
+  }
+
   TokenFile file_;
   size_t seq_len_;
   size_t windows_ = 0;
   int64_t max_token_id_ = 0;
+  bool documents_ = false;  // examples carry the file's document starts
 };
 
 bool has_extension(const std::string& path, std::initializer_list<const char*> extensions) {
@@ -81,7 +117,8 @@ std::string resolve_data_format(const std::string& path, const std::string& form
 }
 
 std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, const std::string& format,
-                                              int64_t seq_len, int64_t pad_id) {
+                                              int64_t seq_len, int64_t pad_id,
+                                              PackingMode packing) {
   if (seq_len < 2) fail("data {}: data.seq_len must be >= 2, got {}", path, seq_len);
   if (pad_id < 0) fail("data {}: data.pad_id must be >= 0, got {}", path, pad_id);
   std::error_code ec;
@@ -89,7 +126,7 @@ std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, const std
     fail("data {}: no such file; check data.path", path);
   }
   if (resolve_data_format(path, format) == "tokens") {
-    return std::make_unique<TokenWindowDataset>(path, seq_len);
+    return std::make_unique<TokenWindowDataset>(path, seq_len, packing);
   }
   return std::make_unique<JsonlDataset>(path, seq_len, pad_id);
 }

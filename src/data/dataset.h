@@ -8,9 +8,15 @@
 // .jsonl/.json -> jsonl):
 //   - token file (data/token_file.h): the token stream is cut into non-overlapping windows of
 //     seq_len tokens; the remainder is dropped; fewer than seq_len tokens is an error. labels =
-//     the token where the loss mask is 1 (or the file has no mask), else -100.
+//     the token where the loss mask is 1 (or the file has no mask), else -100. `packing`
+//     (data/packing_mode.h) reads the file's document table: documents = each window's
+//     documents become the example's document_starts (a window's first token always begins
+//     one); none = a window holding more than one document is an Error naming the file and
+//     the window; concatenate = the table is ignored. A file without a table (versions 1 and 2)
+//     is read as concatenate, with a one-line notice when documents or none was asked for.
 //   - JSONL (data/jsonl_dataset.h): one sequence per line; shorter ones are padded with pad_id
-//     (labels -100), longer ones truncated to seq_len and counted in truncated_count().
+//     (labels -100), longer ones truncated to seq_len and counted in truncated_count(). Each
+//     line is one document whatever `packing` says.
 // Every open error throws shardtrain::Error naming the file (and line for JSONL).
 #pragma once
 
@@ -21,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "data/packing_mode.h"
+
 namespace shardtrain {
 
 constexpr int32_t kIgnoreIndex = -100;  // Hugging Face's ignore_index for labels
@@ -28,6 +36,9 @@ constexpr int32_t kIgnoreIndex = -100;  // Hugging Face's ignore_index for label
 struct Example {
   std::vector<int32_t> input_ids;  // (seq_len)
   std::vector<int32_t> labels;     // (seq_len); kIgnoreIndex = no loss
+  // Where the 2nd, 3rd, ... document of the sequence begins (data.packing = documents):
+  // increasing positions in (0, seq_len). Empty = the sequence is one document.
+  std::vector<int32_t> document_starts;
 };
 
 class SequenceDataset {
@@ -53,7 +64,8 @@ std::string resolve_data_format(const std::string& path, const std::string& form
 
 // Opens `path` as a dataset of seq_len-token examples. REQUIRES: seq_len >= 2, pad_id >= 0.
 std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, const std::string& format,
-                                              int64_t seq_len, int64_t pad_id);
+                                              int64_t seq_len, int64_t pad_id,
+                                              PackingMode packing = PackingMode::kConcatenate);
 
 // Throws Error naming the file (and line for JSONL), the offending id and vocab_size if any
 // input id or label is >= vocab_size (pad_id included, reported as the data.pad_id key).

@@ -18,10 +18,15 @@ struct Piece {
 
 class SequenceBuilder {
  public:
-  explicit SequenceBuilder(int64_t seq_len) : seq_len_(static_cast<size_t>(seq_len)) {}
+  SequenceBuilder(int64_t seq_len, bool one_per_sequence)
+      : seq_len_(static_cast<size_t>(seq_len)), one_per_sequence_(one_per_sequence) {}
 
-  // Places `piece` (length <= seq_len) by best fit.
+  // Places `piece` (length <= seq_len) by best fit, or alone in a new sequence.
   void place(const Piece& piece) {
+    if (one_per_sequence_) {
+      sequences_.push_back({piece});
+      return;
+    }
     auto it = free_room_.lower_bound(piece.length);
     size_t sequence;
     size_t room;
@@ -42,6 +47,7 @@ class SequenceBuilder {
 
  private:
   size_t seq_len_;
+  bool one_per_sequence_;
   std::vector<std::vector<Piece>> sequences_;
   // free room -> sequence; a multimap keeps insertion order among equal keys, so lower_bound
   // finds the earliest-opened of the tightest sequences.
@@ -57,24 +63,24 @@ OverlongPolicy parse_overlong_policy(const std::string& name) {
   fail("unknown over-long policy \"{}\"; choose split, truncate or drop", name);
 }
 
+size_t packed_length(const TokenizedDocument& document, int32_t eos_id) {
+  const bool ends_with_eos = !document.ids.empty() && document.ids.back() == eos_id;
+  return document.ids.size() + (ends_with_eos ? 0 : 1);
+}
+
 PackedTokens pack_documents(const std::vector<TokenizedDocument>& documents,
                             const PackingOptions& options) {
   SHARDTRAIN_CHECK(options.seq_len >= 2, "seq_len {}", options.seq_len);
   const size_t seq_len = static_cast<size_t>(options.seq_len);
   PackedTokens out;
   PackingStats& stats = out.stats;
-  // Length of each document with its separator.
-  const auto full_length = [&](const TokenizedDocument& document) {
-    const bool ends_with_eos = !document.ids.empty() && document.ids.back() == options.eos_id;
-    return document.ids.size() + (ends_with_eos ? 0 : 1);
-  };
 
-  SequenceBuilder builder(options.seq_len);
+  SequenceBuilder builder(options.seq_len, options.one_per_sequence);
   for (const size_t d : shuffled_indices(documents.size(), options.seed)) {
     const TokenizedDocument& document = documents[d];
     if (document.ids.empty()) continue;
     ++stats.documents;
-    const size_t length = full_length(document);
+    const size_t length = packed_length(document, options.eos_id);
     if (length <= seq_len) {
       builder.place({d, 0, length});
       continue;
@@ -102,6 +108,7 @@ PackedTokens pack_documents(const std::vector<TokenizedDocument>& documents,
   for (const std::vector<Piece>& sequence : builder.sequences()) {
     const size_t sequence_start = out.tokens.size();
     for (const Piece& piece : sequence) {
+      out.document_starts.push_back(out.tokens.size());
       const TokenizedDocument& document = documents[piece.document];
       for (size_t i = piece.begin; i < piece.begin + piece.length; ++i) {
         const bool separator = i == document.ids.size();

@@ -14,11 +14,15 @@
 //        drop:     left out.
 //   4. Documents (and remainders) are placed whole by best fit: into the open sequence with the
 //      least free room that still fits them, the earliest-opened one among equals; a new
-//      sequence is opened when none fits. No document crosses a sequence boundary.
+//      sequence is opened when none fits. No document crosses a sequence boundary. With
+//      one_per_sequence (data.packing = none) every document or piece opens a sequence of its
+//      own instead.
 //   5. Sequences are written in the order they were opened; each one's free room is filled with
 //      pad_id tokens with mask 0.
 // The first token of every document and remainder piece gets mask 0: within the sequence it
-// follows another document, from which it cannot be predicted.
+// follows another document, from which it cannot be predicted. document_starts records the
+// token index where each document or piece begins (the token file's document table); the
+// padding after the last one of a sequence belongs to it.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +44,7 @@ struct PackingOptions {
   int32_t pad_id = 0;
   OverlongPolicy overlong = OverlongPolicy::kSplit;
   uint64_t seed = 0;
+  bool one_per_sequence = false;  // data.packing = none: no two documents share a sequence
 };
 
 struct PackingStats {
@@ -54,10 +59,15 @@ struct PackingStats {
 };
 
 struct PackedTokens {
-  std::vector<uint32_t> tokens;  // (sequences * seq_len)
-  std::vector<uint8_t> mask;     // (sequences * seq_len)
+  std::vector<uint32_t> tokens;           // (sequences * seq_len)
+  std::vector<uint8_t> mask;              // (sequences * seq_len)
+  std::vector<uint64_t> document_starts;  // increasing, from 0: where each piece begins
   PackingStats stats;
 };
+
+// The tokens `document` takes in a sequence: its ids plus the EOS separator unless it ends with
+// one.
+size_t packed_length(const TokenizedDocument& document, int32_t eos_id);
 
 PackedTokens pack_documents(const std::vector<TokenizedDocument>& documents,
                             const PackingOptions& options);

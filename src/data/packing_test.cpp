@@ -121,6 +121,42 @@ TEST(Packing, SameSeedSameOutputOtherSeedOtherOrder) {
   EXPECT_EQ(first.stats.content_tokens + first.stats.padding_tokens, first.tokens.size());
 }
 
+TEST(Packing, RecordsWhereEveryDocumentAndPieceBegins) {
+  // Lengths with separators 5 and 3 share one sequence of 8.
+  const PackedTokens two = pack_documents({document({1, 2, 3, 4}), document({5, 6})}, options(8));
+  ASSERT_EQ(two.document_starts.size(), 2u);
+  EXPECT_EQ(two.document_starts[0], 0u);
+  const uint64_t second = two.document_starts[1];
+  EXPECT_TRUE(second == 3 || second == 5) << second;  // whichever the shuffle placed first
+  EXPECT_EQ(two.mask[second], 0) << "a document's first token is never a target";
+  // Split pieces are documents of their own: 11 tokens at seq_len 4 -> starts 0, 4, 8.
+  const PackedTokens split = pack_documents({document(iota_ids(1, 10))}, options(4));
+  EXPECT_EQ(split.document_starts, (std::vector<uint64_t>{0, 4, 8}));
+  // Every sequence begins a document, so the windows of the token file never start mid-piece.
+  const PackedTokens four = pack_documents(
+      {document({1, 2, 3}), document({4, 5, 6}), document({7, 8, 9}), document({10, 11, 12})},
+      options(8));
+  EXPECT_EQ(four.document_starts, (std::vector<uint64_t>{0, 4, 8, 12}));
+}
+
+TEST(Packing, OnePerSequencePadsEachDocumentAlone) {
+  PackingOptions none = options(8);
+  none.one_per_sequence = true;
+  const PackedTokens packed = pack_documents({document({1, 2, 3, 4}), document({5, 6})}, none);
+  EXPECT_EQ(packed.stats.sequences, 2u) << "best fit would have put both in one";
+  EXPECT_EQ(packed.document_starts, (std::vector<uint64_t>{0, 8}));
+  EXPECT_EQ(packed.stats.padding_tokens, 8u);
+  // Each sequence: one document, its separator, then padding with mask 0.
+  for (size_t start : {0u, 8u}) {
+    const std::vector<uint32_t> sequence(packed.tokens.begin() + start,
+                                         packed.tokens.begin() + start + 8);
+    EXPECT_EQ(std::count(sequence.begin(), sequence.end(), static_cast<uint32_t>(kEos)), 1);
+    EXPECT_EQ(sequence.back(), static_cast<uint32_t>(kPad));
+  }
+  EXPECT_EQ(packed_length(document({1, 2, 3}), kEos), 4u);
+  EXPECT_EQ(packed_length(document({1, kEos}), kEos), 2u);
+}
+
 TEST(Packing, PolicyNames) {
   EXPECT_EQ(parse_overlong_policy("split"), OverlongPolicy::kSplit);
   EXPECT_EQ(parse_overlong_policy("drop"), OverlongPolicy::kDrop);

@@ -13,12 +13,13 @@
 #include <string_view>
 #include <thread>
 
-#include "core/json_depth.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_message.h"
 #include "data/formats.h"
 #include "data/hf_chat_template.h"
 #include "data/jsonl_lines.h"
+#include "data/packing_mode.h"
 #include "data/token_file.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/utf8.h"
@@ -35,8 +36,7 @@ constexpr size_t kSkippedSamples = 5;
 // The hint after a bad line: when the line is an example of another format (chat data read as
 // text, say), the fix is the format, not skipping (which would drop every line).
 std::string bad_line_hint(std::string_view line, ExampleFormat format) {
-  const json record =
-      json_nesting_problem(line) ? json() : json::parse(line, nullptr, false);
+  const json record = json_nesting_problem(line) ? json() : json::parse(line, nullptr, false);
   if (!record.is_discarded()) {
     if (const auto detected = detect_format(record); detected && *detected != format) {
       return fmt::format(
@@ -231,6 +231,7 @@ void validate_prepare_options(const PrepareOptions& options) {
     parse_chat_template(options.chat_template);
   }
   parse_overlong_policy(options.overlong);
+  parse_packing_mode(options.packing, "--packing (data.packing)");
   if (options.on_bad_line != "fail" && options.on_bad_line != "skip") {
     fail("unknown on-bad-line policy \"{}\"; choose fail or skip", options.on_bad_line);
   }
@@ -278,12 +279,14 @@ std::optional<HfChatTemplate> choose_chat_template(const PrepareOptions& options
   return std::nullopt;
 }
 
-// The documents of the good lines, in file order; counts blank and skipped lines in `report`.
-// Fails at the first bad line unless on_bad_line is skip, and when no document is left.
+// The documents of the good lines, in file order, and their 1-based line numbers; counts blank
+// and skipped lines in `report`. Fails at the first bad line unless on_bad_line is skip, and
+// when no document is left.
 std::vector<TokenizedDocument> collect_documents(std::vector<LineResult>& results,
                                                  const std::vector<std::string_view>& lines,
                                                  const PrepareOptions& options,
-                                                 ExampleFormat format, PrepareReport& report) {
+                                                 ExampleFormat format, PrepareReport& report,
+                                                 std::vector<size_t>& document_lines) {
   std::vector<TokenizedDocument> documents;
   documents.reserve(results.size());
   for (size_t i = 0; i < results.size(); ++i) {
@@ -302,6 +305,7 @@ std::vector<TokenizedDocument> collect_documents(std::vector<LineResult>& result
     } else {
       ++report.examples;
       documents.push_back(std::move(result.document));
+      document_lines.push_back(i + 1);
     }
   }
   if (documents.empty()) {
@@ -311,7 +315,29 @@ std::vector<TokenizedDocument> collect_documents(std::vector<LineResult>& result
   return documents;
 }
 
-// Packs the documents into seq_len sequences and writes the token file (which records seq_len).
+// packing none keeps one document per sequence, so under overlong split (which would cut a
+// document over several sequences) a longer document is the user's to resolve.
+void require_documents_fit(const std::vector<TokenizedDocument>& documents,
+                           const std::vector<size_t>& document_lines, const PrepareOptions& options,
+                           int32_t eos_id) {
+  if (parse_packing_mode(options.packing, "--packing (data.packing)") != PackingMode::kNone ||
+      parse_overlong_policy(options.overlong) != OverlongPolicy::kSplit) {
+    return;
+  }
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const size_t length = packed_length(documents[d], eos_id);
+    if (length <= static_cast<size_t>(options.seq_len)) continue;
+    fail(
+        "{}:{}: the example is {} tokens (with its separator), longer than seq_len {}, and "
+        "packing none puts one example per sequence; raise seq_len (--seq-len, data.seq_len), "
+        "cut or drop such examples (--overlong truncate|drop, data.overlong) or pack them "
+        "(--packing documents, data.packing)",
+        options.data_path, document_lines[d], length, options.seq_len);
+  }
+}
+
+// Packs the documents into seq_len sequences and writes the token file (which records seq_len
+// and where every document begins).
 void pack_and_write(const std::vector<TokenizedDocument>& documents, const PrepareOptions& options,
                     PrepareReport& report) {
   PackingOptions packing;
@@ -320,6 +346,8 @@ void pack_and_write(const std::vector<TokenizedDocument>& documents, const Prepa
   packing.pad_id = report.pad_id;
   packing.overlong = parse_overlong_policy(options.overlong);
   packing.seed = options.seed;
+  packing.one_per_sequence =
+      parse_packing_mode(options.packing, "--packing (data.packing)") == PackingMode::kNone;
   const PackedTokens packed = pack_documents(documents, packing);
   report.packing = packed.stats;
   if (packed.stats.sequences == 0) {
@@ -333,7 +361,7 @@ void pack_and_write(const std::vector<TokenizedDocument>& documents, const Prepa
          options.data_path);
   }
   write_token_file(options.out_path, packed.tokens, packed.mask,
-                   static_cast<uint64_t>(options.seq_len));
+                   static_cast<uint64_t>(options.seq_len), packed.document_starts);
 }
 
 }  // namespace
@@ -347,6 +375,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   report.data_path = options.data_path;
   report.out_path = options.out_path;
   report.seq_len = options.seq_len;
+  report.packing_mode = options.packing;
   report.eos_id = resolve_eos(options, files, tokenizer);
   report.pad_id = report.eos_id;
   if (files.pad_token)
@@ -375,8 +404,10 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   PhaseProgress progress("prepare " + options.data_path, lines.size(), "lines");
   std::vector<LineResult> results = process_lines(
       lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count, progress);
+  std::vector<size_t> document_lines;
   const std::vector<TokenizedDocument> documents =
-      collect_documents(results, lines, options, settings.format, report);
+      collect_documents(results, lines, options, settings.format, report, document_lines);
+  require_documents_fit(documents, document_lines, options, report.eos_id);
   pack_and_write(documents, options, report);
   return report;
 }
@@ -386,15 +417,15 @@ std::string format_report(const PrepareReport& report) {
   const uint64_t total = stats.sequences * static_cast<uint64_t>(report.seq_len);
   std::string out = fmt::format(
       "prepared {} -> {}\n"
-      "  format {}{}, seq_len {}, eos id {}, pad id {}\n"
+      "  format {}{}, seq_len {}, packing {}, eos id {}, pad id {}\n"
       "  lines {} (blank {}), examples {}, skipped lines {}\n"
       "  tokens {} (trained {}), sequences {}, split {}, truncated {}, dropped {}, "
       "padding {} ({:.2f}%)\n",
       report.data_path, report.out_path, report.format,
       report.chat_template.empty() ? "" : " (template " + report.chat_template + ")",
-      report.seq_len, report.eos_id, report.pad_id, report.lines, report.blank_lines,
-      report.examples, report.skipped_lines, total, stats.trained_tokens, stats.sequences,
-      stats.split_documents, stats.truncated_documents, stats.dropped_documents,
+      report.seq_len, report.packing_mode, report.eos_id, report.pad_id, report.lines,
+      report.blank_lines, report.examples, report.skipped_lines, total, stats.trained_tokens,
+      stats.sequences, stats.split_documents, stats.truncated_documents, stats.dropped_documents,
       stats.padding_tokens, total == 0 ? 0.0 : 100.0 * stats.padding_tokens / total);
   for (const std::string& sample : report.skipped_samples) out += "  skipped " + sample + "\n";
   return out;

@@ -39,7 +39,10 @@ struct PrepareOptions {
   // auto: the model's own chat template when the tokenizer has one, else the built-in family
   // template; model: the model's own (an Error without one); chatml | llama2 | llama3: built-in.
   std::string chat_template = "auto";
-  std::string overlong = "split";     // split | truncate | drop
+  std::string overlong = "split";  // split | truncate | drop
+  // documents | concatenate: best-fit packing (the token file records the documents either
+  // way); none: one document per sequence, and a longer one is an Error under overlong split.
+  std::string packing = "documents";
   std::string on_bad_line = "fail";   // fail | skip
   std::string invalid_utf8 = "fail";  // fail | replace
   bool train_on_prompt = false;
@@ -50,6 +53,8 @@ struct PrepareOptions {
 };
 
 // Throws Error naming the option for an unknown choice or seq_len < 2 / threads < 0.
+// Under packing none with overlong split, a document longer than seq_len is an Error naming
+// FILE:LINE (split pieces would be sequences of one document each, not what none promises).
 void validate_prepare_options(const PrepareOptions& options);
 
 struct PrepareReport {
@@ -57,6 +62,7 @@ struct PrepareReport {
   std::string out_path;
   std::string format;         // resolved format name
   std::string chat_template;  // which template rendered the chats; "" unless format is chat
+  std::string packing_mode;   // documents | concatenate | none
   int64_t seq_len = 0;
   int32_t eos_id = 0;
   int32_t pad_id = 0;

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/packing_mode.h"
 #include "data/token_file.h"
 #include "data/tokenizer_files.h"
 #include "io/atomic_file.h"
@@ -21,7 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kCacheLayoutVersion = "shardtrain-prepare-cache-v1";
+// v2: token files record their documents (version 3), so v1 files are prepared again.
+constexpr const char* kCacheLayoutVersion = "shardtrain-prepare-cache-v2";
 
 class Fnv1a {
  public:
@@ -82,6 +84,14 @@ bool is_valid_token_file(const std::string& path) {
   }
 }
 
+// documents and concatenate write the same file (they differ only in how it is read), so they
+// share a cache entry; none packs differently.
+std::string packing_layout(const std::string& packing) {
+  return parse_packing_mode(packing, "--packing (data.packing)") == PackingMode::kNone
+             ? "one-per-sequence"
+             : "best-fit";
+}
+
 }  // namespace
 
 std::string prepare_cache_key(const PrepareOptions& options) {
@@ -108,7 +118,7 @@ std::string prepare_cache_key(const PrepareOptions& options) {
        {std::to_string(options.seq_len), options.format, options.chat_template, options.overlong,
         options.on_bad_line, options.invalid_utf8, std::string(options.train_on_prompt ? "1" : "0"),
         std::string(options.train_on_eos ? "eos1" : "eos0"), std::to_string(options.seed),
-        options.eos_token}) {
+        options.eos_token, packing_layout(options.packing)}) {
     hash.add(setting);
   }
   return fmt::format("{:016x}", hash.value());

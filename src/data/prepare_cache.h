@@ -4,7 +4,8 @@
 //   - the dataset: absolute path, size in bytes and modification time (nanoseconds),
 //   - the tokenizer: the contents of tokenizer.json and of tokenizer_config.json (if present),
 //   - every setting that changes the output: seq_len, format, chat_template, overlong,
-//     on_bad_line, invalid_utf8, train_on_prompt, seed, eos_token (not threads, not out_path),
+//     on_bad_line, invalid_utf8, train_on_prompt, seed, eos_token, and whether packing is none
+//     (documents and concatenate write the same file) (not threads, not out_path),
 //   - the cache layout version.
 // A present cache file that opens as a valid token file is reused without reading the dataset.
 // Otherwise the dataset is prepared into it: the token file is written atomically (temp file +

@@ -230,6 +230,78 @@ TEST_F(PrepareTest, CacheReusesTheFileAndKeysOnSettingsAndData) {
   EXPECT_EQ(TokenFile(damaged).size(), 16u);
 }
 
+TEST_F(PrepareTest, PackedFileRecordsWhereEachExampleBegins) {
+  // 4 + 6 + 3 tokens with separators share one sequence of 16.
+  const PrepareOptions opts = options(
+      write("text.jsonl", "{\"text\": \"abc\"}\n{\"text\": \"defgh\"}\n{\"text\": \"ij\"}\n"));
+  EXPECT_EQ(prepare_dataset(opts).packing_mode, "documents");
+  const TokenFile file(opts.out_path);
+  EXPECT_EQ(file.version(), kTokenFileVersionDocuments);
+  ASSERT_EQ(file.document_starts().size(), 3u);
+  EXPECT_EQ(file.document_starts()[0], 0u);
+  for (const uint64_t start : file.document_starts()) {
+    EXPECT_EQ(file.loss_mask()[start], 0) << "first token of the example at " << start;
+  }
+  const auto documents = open_dataset(opts.out_path, "tokens", 16, 0, PackingMode::kDocuments);
+  ASSERT_EQ(documents->size(), 1u);
+  EXPECT_EQ(documents->get(0).document_starts.size(), 2u);
+  const auto stream = open_dataset(opts.out_path, "tokens", 16, 0, PackingMode::kConcatenate);
+  EXPECT_TRUE(stream->get(0).document_starts.empty());
+}
+
+TEST_F(PrepareTest, PackingNonePutsOneExampleInEachSequence) {
+  PrepareOptions opts = options(
+      write("text.jsonl", "{\"text\": \"abc\"}\n{\"text\": \"defgh\"}\n{\"text\": \"ij\"}\n"));
+  opts.packing = "none";
+  const PrepareReport report = prepare_dataset(opts);
+  EXPECT_EQ(report.packing.sequences, 3u);
+  EXPECT_EQ(report.packing.padding_tokens, 3u * 16 - 13);
+  EXPECT_NE(format_report(report).find("packing none"), std::string::npos);
+  const TokenFile file(opts.out_path);
+  EXPECT_EQ(std::vector<uint64_t>(file.document_starts().begin(), file.document_starts().end()),
+            (std::vector<uint64_t>{0, 16, 32}));
+  EXPECT_EQ(open_dataset(opts.out_path, "tokens", 16, 0, PackingMode::kNone)->size(), 3u);
+}
+
+TEST_F(PrepareTest, PackingNoneWithALongExampleNamesTheLine) {
+  const std::string data =
+      write("long.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"" + std::string(40, 'a') + "\"}\n");
+  PrepareOptions opts = options(data);
+  opts.packing = "none";
+  const std::string message = error_of(opts);
+  EXPECT_EQ(message.rfind(data + ":2: the example is 41 tokens (with its separator), longer than "
+                                 "seq_len 16",
+                          0),
+            0u)
+      << message;
+  EXPECT_NE(message.find("--overlong truncate|drop"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(opts.out_path)) << "nothing written";
+  opts.overlong = "truncate";
+  EXPECT_EQ(prepare_dataset(opts).packing.sequences, 2u);
+  opts.overlong = "drop";
+  EXPECT_EQ(prepare_dataset(opts).packing.sequences, 1u);
+}
+
+TEST_F(PrepareTest, UnknownPackingModeNamesTheOption) {
+  PrepareOptions opts = options(write("t.jsonl", "{\"text\": \"a\"}\n"));
+  opts.packing = "document";
+  const std::string message = error_of(opts);
+  EXPECT_NE(message.find("--packing (data.packing) = \"document\" is not a packing mode; choose "
+                         "documents, concatenate or none"),
+            std::string::npos)
+      << message;
+}
+
+TEST_F(PrepareTest, CacheKeySharesDocumentsAndConcatenateButNotNone) {
+  PrepareOptions documents = options(write("cache.jsonl", "{\"text\": \"abc\"}\n"));
+  PrepareOptions concatenate = documents;
+  concatenate.packing = "concatenate";
+  PrepareOptions none = documents;
+  none.packing = "none";
+  EXPECT_EQ(prepare_cache_key(documents), prepare_cache_key(concatenate));
+  EXPECT_NE(prepare_cache_key(documents), prepare_cache_key(none));
+}
+
 TEST(SamplerState, SaveAndRestoreResumesExactly) {
   ShuffleSampler sampler(10, 42, 1, 2);
   for (int i = 0; i < 7; ++i) sampler.next();

@@ -18,7 +18,7 @@ class CountingDataset final : public SequenceDataset {
   size_t size() const override { return size_; }
   Example get(size_t i) const override {
     const int32_t id = static_cast<int32_t>(i);
-    Example example{{id, id, id, id}, {id, id, id, id}};
+    Example example{{id, id, id, id}, {id, id, id, id}, {}};
     if (i % 2 == 1) example.labels[1] = kIgnoreIndex;
     return example;
   }

@@ -26,7 +26,7 @@ struct Header {
   uint32_t version;
   uint32_t flags;
   uint64_t n_tokens;
-  uint64_t reserved;  // version 1: 0; version 2: the sequence length the tokens were packed at
+  uint64_t reserved;  // version 1: 0; versions 2, 3: the sequence length the tokens were packed at
 };
 static_assert(sizeof(Header) == kTokenFileHeaderBytes);
 
@@ -89,11 +89,12 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                     "\"SHTOKENS\"); convert the data with tools/ or set data.format",
                     path, printable(header.magic, sizeof(header.magic))));
   }
-  if (header.version != kTokenFileVersion && header.version != kTokenFileVersionPacked) {
+  if (header.version != kTokenFileVersion && header.version != kTokenFileVersionPacked &&
+      header.version != kTokenFileVersionDocuments) {
     reject(
-        fmt::format("token file {}: unsupported version {} (this build reads versions {} and "
+        fmt::format("token file {}: unsupported version {} (this build reads versions {} to "
                     "{}); regenerate the file",
-                    path, header.version, kTokenFileVersion, kTokenFileVersionPacked));
+                    path, header.version, kTokenFileVersion, kTokenFileVersionDocuments));
   }
   if ((header.flags & ~kTokenFileHasLossMask) != 0) {
     reject(
@@ -120,19 +121,77 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                     "header is corrupt",
                     path, header.n_tokens));
   }
-  const uint64_t expected = kTokenFileHeaderBytes + bytes_per_token * header.n_tokens;
-  if (expected != actual) {
+  const uint64_t data_end = kTokenFileHeaderBytes + bytes_per_token * header.n_tokens;
+  const bool has_table = header.version == kTokenFileVersionDocuments;
+  // Version 3 needs at least the table's count after the data; its exact size is checked with
+  // the table.
+  const uint64_t expected = data_end + (has_table ? 8 : 0);
+  if (has_table ? actual < expected : expected != actual) {
     reject(
         fmt::format("token file {}: size is {} bytes but the header (n_tokens = {}, loss mask: "
-                    "{}) requires {} bytes; the file is {}: regenerate it",
-                    path, actual, header.n_tokens, has_mask ? "yes" : "no", expected,
+                    "{}{}) requires {}{} bytes; the file is {}: regenerate it",
+                    path, actual, header.n_tokens, has_mask ? "yes" : "no",
+                    has_table ? ", document table" : "", has_table ? "at least " : "", expected,
                     actual < expected ? "truncated" : "corrupt (extra bytes)"));
   }
   n_tokens_ = header.n_tokens;
-  packed_seq_len_ = header.version == kTokenFileVersionPacked ? header.reserved : 0;
+  version_ = header.version;
+  packed_seq_len_ = header.version == kTokenFileVersion ? 0 : header.reserved;
   const auto* base = static_cast<const uint8_t*>(mapping);
   tokens_ = reinterpret_cast<const uint32_t*>(base + kTokenFileHeaderBytes);
   if (has_mask) loss_mask_ = base + kTokenFileHeaderBytes + 4 * n_tokens_;
+  if (has_table) {
+    try {
+      read_document_table(data_end);
+    } catch (const Error&) {
+      unmap();
+      throw;
+    }
+  }
+}
+
+void TokenFile::read_document_table(uint64_t table_offset) {
+  const auto* base = static_cast<const uint8_t*>(mapping_);
+  uint64_t count = 0;
+  std::memcpy(&count, base + table_offset, sizeof(count));
+  const uint64_t room = (mapping_bytes_ - table_offset - sizeof(count)) / sizeof(uint64_t);
+  const std::string hint = "regenerate the file with shardtrain prepare";
+  if (count == 0) fail("token file {}: the document table is empty; {}", path_, hint);
+  if (count > n_tokens_) {
+    fail("token file {}: the document table claims {} documents for {} tokens; {}", path_, count,
+         n_tokens_, hint);
+  }
+  // count <= n_tokens_, so the product cannot overflow.
+  const uint64_t expected = table_offset + sizeof(count) + count * sizeof(uint64_t);
+  if (count > room || expected != mapping_bytes_) {
+    fail(
+        "token file {}: size is {} bytes but the header and the document table ({} documents) "
+        "require {} bytes; the file is {}: {}",
+        path_, mapping_bytes_, count, expected,
+        mapping_bytes_ < expected ? "truncated" : "corrupt (extra bytes)", hint);
+  }
+  document_starts_.resize(count);
+  // The table is not 8-byte aligned in the mapping (it follows 5n bytes), so it is copied.
+  std::memcpy(document_starts_.data(), base + table_offset + sizeof(count),
+              count * sizeof(uint64_t));
+  if (document_starts_[0] != 0) {
+    fail(
+        "token file {}: document table entry 0 is {}; the first document must start at token 0; {}",
+        path_, document_starts_[0], hint);
+  }
+  for (uint64_t i = 1; i < count; ++i) {
+    const uint64_t start = document_starts_[i];
+    if (start >= n_tokens_) {
+      fail("token file {}: document table entry {} is {}, past the end of the {} tokens; {}", path_,
+           i, start, n_tokens_, hint);
+    }
+    if (start <= document_starts_[i - 1]) {
+      fail(
+          "token file {}: document table entry {} is {}, not greater than entry {} ({}); the "
+          "starts must increase; {}",
+          path_, i, start, i - 1, document_starts_[i - 1], hint);
+    }
+  }
 }
 
 TokenFile::~TokenFile() { unmap(); }
@@ -149,6 +208,8 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
     loss_mask_ = std::exchange(other.loss_mask_, nullptr);
     n_tokens_ = std::exchange(other.n_tokens_, 0);
     packed_seq_len_ = std::exchange(other.packed_seq_len_, 0);
+    version_ = std::exchange(other.version_, 0);
+    document_starts_ = std::exchange(other.document_starts_, {});
   }
   return *this;
 }
@@ -161,16 +222,27 @@ void TokenFile::unmap() {
   loss_mask_ = nullptr;
   n_tokens_ = 0;
   packed_seq_len_ = 0;
+  version_ = 0;
+  document_starts_.clear();
 }
 
 void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
-                      std::span<const uint8_t> loss_mask, uint64_t packed_seq_len) {
+                      std::span<const uint8_t> loss_mask, uint64_t packed_seq_len,
+                      std::span<const uint64_t> document_starts) {
   SHARDTRAIN_CHECK(!tokens.empty(), "a token file needs at least one token");
   SHARDTRAIN_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(),
                    "loss mask has {} entries for {} tokens", loss_mask.size(), tokens.size());
+  for (size_t i = 0; i < document_starts.size(); ++i) {
+    SHARDTRAIN_CHECK(
+        i == 0 ? document_starts[0] == 0
+               : document_starts[i] > document_starts[i - 1] && document_starts[i] < tokens.size(),
+        "document start {} is {}", i, document_starts[i]);
+  }
   Header header{};
   std::memcpy(header.magic, kTokenFileMagic, sizeof(header.magic));
-  header.version = packed_seq_len > 0 ? kTokenFileVersionPacked : kTokenFileVersion;
+  header.version = !document_starts.empty() ? kTokenFileVersionDocuments
+                   : packed_seq_len > 0     ? kTokenFileVersionPacked
+                                            : kTokenFileVersion;
   header.flags = loss_mask.empty() ? 0 : kTokenFileHasLossMask;
   header.n_tokens = tokens.size();
   header.reserved = packed_seq_len;
@@ -182,6 +254,11 @@ void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
     std::vector<uint8_t> normalized(loss_mask.begin(), loss_mask.end());
     for (uint8_t& flag : normalized) flag = flag != 0 ? 1 : 0;
     out.write(normalized.data(), normalized.size());
+  }
+  if (!document_starts.empty()) {
+    const uint64_t count = document_starts.size();
+    out.write(&count, sizeof(count));
+    out.write(document_starts.data(), document_starts.size_bytes());
   }
   out.commit();
 }

@@ -111,9 +111,9 @@ TEST_F(TokenFileTest, WrongVersionFlagsReserved) {
   write_token_file(path("v.bin"), std::vector<uint32_t>{1});
   const std::string good = testing::read_text(path("v.bin"));
   std::string bytes = good;
-  bytes[8] = 3;
+  bytes[8] = 4;
   write_bytes(path("v.bin"), bytes);
-  EXPECT_NE(error_of([&] { TokenFile f(path("v.bin")); }).find("unsupported version 3"),
+  EXPECT_NE(error_of([&] { TokenFile f(path("v.bin")); }).find("unsupported version 4"),
             std::string::npos);
   bytes = good;
   bytes[12] = 4;
