@@ -1,6 +1,6 @@
 // End-to-end tests of the shardtrain binary: the stable interfaces (train, eval, --help,
-// --print-config, --metrics) and every bad input of issue 2, each of which must end in one
-// error line naming the file or key and exit code 2.
+// --print-config, --metrics) and every bad input a user can give them, each of which must end in
+// one error line naming the file or key and exit code 2.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -297,8 +297,14 @@ TEST_F(CliTest, PlanGpuMemoryVerdicts) {
   EXPECT_EQ(roomy.exit_code, 0) << roomy.output;
   EXPECT_NE(roomy.output.find("fit on 140.40 GiB per GPU (h200"), std::string::npos)
       << roomy.output;
-  // A tiny model fits anywhere: no change needed, NO_SHARD without checkpointing.
-  EXPECT_NE(roomy.output.find("smallest setting that fits: --fsdp.strategy=NO_SHARD "
+  // A tiny model fits anywhere: the least memory is FULL_SHARD with full checkpointing, the
+  // fastest NO_SHARD without checkpointing.
+  EXPECT_NE(roomy.output.find("smallest setting that fits: --fsdp.strategy=FULL_SHARD "
+                              "--train.activation_checkpointing=full"),
+            std::string::npos)
+      << roomy.output;
+  EXPECT_NE(roomy.output.find("fastest setting that fits (least recomputation and "
+                              "communication): --fsdp.strategy=NO_SHARD "
                               "--train.activation_checkpointing=none"),
             std::string::npos)
       << roomy.output;

@@ -6,7 +6,7 @@
 
 namespace shardtrain::cli {
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, const WorkerHooks& hooks) {
   CLI::App app{
       "shardtrain: fully sharded fine-tuning of Llama-family models (Llama 2/3, "
       "Qwen2/2.5, Mistral)"};
@@ -14,7 +14,7 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
   int exit_code = 0;
-  add_train_command(app, exit_code);
+  add_train_command(app, exit_code, hooks);
   add_eval_command(app, exit_code);
   add_launch_command(app, exit_code);
   add_plan_command(app, exit_code);

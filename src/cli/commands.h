@@ -9,14 +9,17 @@
 #include <utility>
 #include <vector>
 
+#include "train/step_hooks.h"
+
 namespace shardtrain::cli {
 
 // Parses argv and runs the chosen subcommand; returns the process exit code
-// (0 ok, 2 usage or user error). Throws shardtrain::Error for user mistakes.
-int run(int argc, char** argv);
+// (0 ok, 2 usage or user error). Throws shardtrain::Error for user mistakes. `hooks` reach
+// `train` workers (train/step_hooks.h): the shipped binary passes none.
+int run(int argc, char** argv, const WorkerHooks& hooks = {});
 
 // Each adds its subcommand to `app`; the callback runs the command and stores its exit code.
-void add_train_command(CLI::App& app, int& exit_code);
+void add_train_command(CLI::App& app, int& exit_code, const WorkerHooks& hooks);
 void add_eval_command(CLI::App& app, int& exit_code);
 void add_launch_command(CLI::App& app, int& exit_code);
 void add_plan_command(CLI::App& app, int& exit_code);

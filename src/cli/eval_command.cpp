@@ -1,6 +1,7 @@
 // `shardtrain eval --model DIR --data PATH`: mean next-token cross-entropy of a checkpoint on a
 // dataset, over every predicted position (the labels the data gives: input_ids unless masked),
-// as transformers computes it with labels. Last line: {"loss": L, "tokens": N, "ppl": P}.
+// as transformers computes it with labels (the loop is the trainer's, train/evaluator.h).
+// Last line: {"loss": L, "tokens": N, "ppl": P}.
 // The data is anything `train` reads (train/training_data.h): a token file, JSONL with
 // input_ids, or raw examples (text, prompt/completion, alpaca, chat), tokenized with the model's
 // tokenizer (or --tokenizer) and packed at --seq-len into the prepare cache. --seq-len defaults
@@ -16,10 +17,11 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "data/batch.h"
 #include "data/dataset.h"
+#include "data/formats.h"
 #include "data/token_file.h"
 #include "model/llama_model.h"
+#include "train/evaluator.h"
 #include "train/inference_model.h"
 #include "train/training_data.h"
 
@@ -65,30 +67,19 @@ void run_eval(const EvalArgs& args) {
   LocalUnits& units = *loaded.units;
 
   DeviceBuffer loss_buffer(*ops, sizeof(float));
-  const Tensor loss_sum = loss_buffer.view(DType::kF32, {1});
-  double total_loss = 0;
-  int64_t total_targets = 0;
   size_t sequences = dataset->size();
   if (args.max_sequences > 0)
     sequences = std::min(sequences, static_cast<size_t>(args.max_sequences));
-  for (size_t begin = 0; begin < sequences; begin += static_cast<size_t>(args.batch)) {
-    std::vector<Example> examples;
-    for (size_t i = begin; i < std::min(sequences, begin + args.batch); ++i)
-      examples.push_back(dataset->get(i));
-    const Batch batch = make_batch(examples);
-    model.set_batch(batch);
-    ops->fill_zero(loss_sum);
-    model.forward(units, loss_sum, nullptr);
-    total_loss += ops->read_scalar(loss_sum);
-    total_targets += batch.target_count;
-  }
-  if (total_targets == 0) {
+  const EvalTotals totals =
+      evaluate_share(model, units, *ops, *dataset, {sequences, static_cast<size_t>(args.batch)},
+                     loss_buffer.view(DType::kF32, {1}));
+  if (totals.targets == 0) {
     fail("data {} has no predicted positions (every label is ignored); HINT: check the labels",
          args.data_path);
   }
-  const double loss = total_loss / static_cast<double>(total_targets);
+  const double loss = eval_report(totals, 0, 0).loss;
   const nlohmann::json result = {
-      {"loss", loss}, {"tokens", total_targets}, {"ppl", std::exp(loss)}};
+      {"loss", loss}, {"tokens", totals.targets}, {"ppl", std::exp(loss)}};
   std::printf("%s\n", result.dump().c_str());
 }
 
@@ -104,17 +95,17 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "(text, prompt/completion, alpaca, chat JSONL)")
       ->required();
   cmd->add_option("--format", args->format, "data format (as data.format)")
-      ->check(CLI::IsMember({"auto", "tokens", "jsonl", "examples"}));
+      ->check(CLI::IsMember(data_format_choices()));
   cmd->add_option("--seq-len", args->seq_len,
                   "sequence length (default: what the token file was packed at, else "
                   "min(max_position_embeddings, 2048))");
   cmd->add_option("--tokenizer", args->tokenizer,
                   "raw examples: tokenizer.json or its dir (default: --model)");
   cmd->add_option("--example-format", args->example_format, "raw examples: as data.example_format")
-      ->check(CLI::IsMember({"auto", "text", "prompt_completion", "alpaca", "chat"}));
+      ->check(CLI::IsMember(example_format_choices()));
   cmd->add_option("--chat-template", args->chat_template,
                   "raw chat examples: as data.chat_template")
-      ->check(CLI::IsMember({"auto", "model", "chatml", "llama2", "llama3"}));
+      ->check(CLI::IsMember(chat_template_choices()));
   cmd->add_option("--cache-dir", args->cache_dir,
                   "raw examples: where prepared token files are cached (default "
                   "~/.cache/shardtrain/data)");

@@ -1,18 +1,15 @@
 // `shardtrain generate --model DIR --prompt TEXT`: continue a prompt with a trained model, so a
 // user can look at what they trained. Greedy by default (--temperature 0); with a temperature,
-// top-p (nucleus) sampling from a seeded generator. No KV cache: each new token re-runs the
-// prefix, which is fine for inspection-sized outputs.
+// top-p (nucleus) sampling from a seeded generator (model/token_sampler.h). No KV cache: each new
+// token re-runs the prefix, which is fine for inspection-sized outputs.
 // --chat: the prompt is a user message (after an optional --system message), rendered with the
 // model dir's chat template (chat_template.jinja or tokenizer_config.json's chat_template: the
 // template the model was trained with, which export writes there) and a generation prompt;
 // generation stops at EOS or an end-of-turn token, and only the reply is printed. A dir
 // without a chat template is an error naming it.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <memory>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,6 +20,7 @@
 #include "data/hf_chat_template.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer_files.h"
+#include "model/token_sampler.h"
 #include "train/inference_model.h"
 
 namespace shardtrain::cli {
@@ -35,35 +33,6 @@ struct GenerateArgs {
   double temperature = 0.0, top_p = 0.9;
   int64_t seed = 0;
 };
-
-// Index of the next token: argmax when temperature is 0, else a draw from the smallest set of
-// most likely tokens whose probability reaches top_p.
-int32_t pick_token(const std::vector<float>& logits, const GenerateArgs& args,
-                   std::mt19937_64& rng) {
-  if (args.temperature <= 0) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  const float top = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> probs(logits.size());
-  double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    probs[i] = std::exp((logits[i] - top) / args.temperature);
-    total += probs[i];
-  }
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
-  double kept = 0;
-  size_t count = 0;
-  while (count < order.size() && (count == 0 || kept / total < args.top_p))
-    kept += probs[order[count++]];
-  double draw = std::uniform_real_distribution<double>(0.0, kept)(rng);
-  for (size_t i = 0; i < count; ++i) {
-    draw -= probs[order[i]];
-    if (draw <= 0) return order[i];
-  }
-  return order[count - 1];
-}
 
 // The conversation [system?, user: prompt] rendered with the model's chat template, ready for
 // the assistant's reply.
@@ -131,7 +100,9 @@ void run_generate(const GenerateArgs& args) {
   const std::vector<int32_t> stops = stop_ids(args, files, tokenizer, config);
 
   model.reserve(1, max_len);
-  std::mt19937_64 rng(static_cast<uint64_t>(args.seed));
+  TokenSampler sampler({.temperature = args.temperature,
+                        .top_p = args.top_p,
+                        .seed = static_cast<uint64_t>(args.seed)});
   std::vector<float> logits(config.vocab_size);
   const size_t prompt_length = ids.size();
   while (static_cast<int64_t>(ids.size()) < max_len) {
@@ -140,7 +111,7 @@ void run_generate(const GenerateArgs& args) {
     example.labels.assign(ids.size(), -100);
     model.set_batch(make_batch({example}));
     model.forward_last_logits(*loaded.units, logits.data());
-    const int32_t next = pick_token(logits, args, rng);
+    const int32_t next = sampler.next(logits);
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
     ids.push_back(next);
   }

@@ -4,6 +4,9 @@
 // activation_bytes_for, the same arithmetic the model reserves with). With --gpu-memory SIZE|GPU
 // (no GPU needed; implies --device cuda) also a fits / does not fit verdict per strategy and
 // activation-checkpointing mode and the smallest setting that fits (train/memory_fit.h).
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -39,6 +42,81 @@ std::string mib(size_t bytes) {
   return text;
 }
 
+std::string setting_text(const MemoryVerdict& v) {
+  return std::string("--fsdp.strategy=") + fsdp_strategy_name(v.setting.strategy) +
+         " --train.activation_checkpointing=" +
+         choice_name(checkpointing_names(), v.setting.checkpointing);
+}
+
+// Across nodes: HYBRID_SHARD keeps the parameter all-gathers and gradient reduce-scatters inside
+// a node and sends only an all-reduce of the gradient shard between nodes. Per step and node,
+// about 8 bytes per parameter cross the node boundary with FULL_SHARD (bf16 all-gather in
+// forward and backward, fp32 reduce-scatter), 8 / ranks-per-node with HYBRID_SHARD: with one
+// EFA (g6, g6e, g5) or plain TCP between nodes, that is the step time.
+void print_hybrid_advice(const MemoryJob& job, const std::vector<MemoryVerdict>& verdicts) {
+  if (job.world <= job.local_world) return;
+  const MemoryVerdict* hybrid = nullptr;
+  for (const MemoryVerdict& v : verdicts) {
+    if (v.setting.strategy == FsdpStrategy::kHybridShard && v.possible && v.fits &&
+        (hybrid == nullptr || v.needed_bytes < hybrid->needed_bytes)) {
+      hybrid = &v;
+    }
+  }
+  const double params = static_cast<double>(make_param_layout(job.model).parameter_count());
+  const double full_gb = 8.0 * params / 1e9, hybrid_gb = full_gb / std::max(1, job.local_world);
+  if (hybrid == nullptr) {
+    std::printf(
+        "across %d nodes: HYBRID_SHARD (shard within a node of %d, replicate across nodes) does "
+        "not fit; FULL_SHARD moves about %.1f GB between nodes per step and node: on nodes "
+        "joined by one EFA or TCP, expect the step to wait on the network\n",
+        job.world / job.local_world, job.local_world, full_gb);
+    return;
+  }
+  std::printf(
+      "across %d nodes: HYBRID_SHARD fits with %s (%s): between nodes it sends only the "
+      "gradient all-reduce, about %.1f GB per step and node against %.1f GB for FULL_SHARD; "
+      "prefer it where nodes are joined by one EFA or TCP (g6, g6e, g5), keep FULL_SHARD where "
+      "memory is short or the fabric is fast (p4d, p5)\n",
+      job.world / job.local_world, setting_text(*hybrid).c_str(),
+      gib_text(hybrid->needed_bytes).c_str(), hybrid_gb, full_gb);
+}
+
+// Nothing fits even at micro_batch 1: whether the sharded state alone is too large (then a
+// shorter sequence cannot help: only more GPUs), and how many nodes make FULL_SHARD + full
+// checkpointing fit.
+void print_nothing_fits(MemoryJob job, size_t capacity) {
+  job.micro_batch = 1;
+  const MemorySetting leanest{FsdpStrategy::kFullShard, ActivationCheckpointing::kFull};
+  const size_t state = plan_fsdp_memory(job, leanest).total();
+  const size_t activations = plan_bytes(job, leanest) - state;
+  const int nodes = job.world / job.local_world;
+  int fitting_nodes = 0;
+  MemoryJob more = job;
+  for (int n = nodes + 1; n <= 4096 && fitting_nodes == 0; ++n) {
+    more.world = n * job.local_world;
+    if (device_bytes_needed(plan_bytes(more, leanest)) <= capacity) fitting_nodes = n;
+  }
+  const std::string more_gpus =
+      fitting_nodes > 0 ? fmt::format("FULL_SHARD + full checkpointing fits from {} GPUs ({} "
+                                      "nodes of {})",
+                                      fitting_nodes * job.local_world, fitting_nodes,
+                                      job.local_world)
+                        : std::string("no node count up to 4096 makes it fit");
+  if (device_bytes_needed(state) > capacity) {
+    std::printf(
+        "nothing fits, even at micro_batch 1 with FULL_SHARD and full checkpointing: the "
+        "sharded state alone needs %s per rank on %d GPUs (activations add %s), so a shorter "
+        "data.seq_len cannot help; HINT: %s\n",
+        gib_text(device_bytes_needed(state)).c_str(), job.world, gib_text(activations).c_str(),
+        more_gpus.c_str());
+    return;
+  }
+  std::printf(
+      "nothing fits, even at micro_batch 1 with FULL_SHARD and full checkpointing: activations "
+      "are %s of it; HINT: lower data.seq_len (now %lld), or use more GPUs: %s\n",
+      gib_text(activations).c_str(), static_cast<long long>(job.seq_len), more_gpus.c_str());
+}
+
 // One line per strategy, one column per checkpointing mode: "fits" or "no", and the bytes the
 // GPU must offer; then the smallest setting that fits, or the largest micro-batch with one.
 void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
@@ -66,11 +144,14 @@ void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
     std::printf("%-14s %6d%s\n", fsdp_strategy_name(strategy), group, line.c_str());
   }
   if (const MemoryVerdict* fit = smallest_fitting(verdicts)) {
-    std::printf(
-        "smallest setting that fits: --fsdp.strategy=%s "
-        "--train.activation_checkpointing=%s (%s of %s)\n",
-        fsdp_strategy_name(fit->setting.strategy), fit->setting.checkpointing.c_str(),
-        gib_text(fit->needed_bytes).c_str(), gib_text(capacity).c_str());
+    std::printf("smallest setting that fits: %s (%s of %s)\n", setting_text(*fit).c_str(),
+                gib_text(fit->needed_bytes).c_str(), gib_text(capacity).c_str());
+    const MemoryVerdict* fastest = fastest_fitting(verdicts);
+    if (fastest != fit) {
+      std::printf("fastest setting that fits (least recomputation and communication): %s (%s)\n",
+                  setting_text(*fastest).c_str(), gib_text(fastest->needed_bytes).c_str());
+    }
+    print_hybrid_advice(job, verdicts);
     return;
   }
   const int64_t configured = job.micro_batch;
@@ -79,31 +160,28 @@ void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
     if (const MemoryVerdict* fit = smallest_fitting(smaller)) {
       std::printf(
           "nothing fits at micro_batch %lld; smallest setting that fits: "
-          "--train.micro_batch=%lld --fsdp.strategy=%s "
-          "--train.activation_checkpointing=%s (%s)\n",
+          "--train.micro_batch=%lld %s (%s)\n",
           static_cast<long long>(configured), static_cast<long long>(job.micro_batch),
-          fsdp_strategy_name(fit->setting.strategy), fit->setting.checkpointing.c_str(),
-          gib_text(fit->needed_bytes).c_str());
+          setting_text(*fit).c_str(), gib_text(fit->needed_bytes).c_str());
       return;
     }
   }
-  std::printf(
-      "nothing fits, even at micro_batch 1 with FULL_SHARD and full checkpointing; "
-      "HINT: lower data.seq_len or use more GPUs\n");
+  print_nothing_fits(job, capacity);
 }
 
 // The per-rank bytes by category for every strategy (rows), then what the activations hold.
-void print_plan_table(const MemoryJob& job, const std::string& checkpointing) {
+void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointing) {
   const LlamaModel::ActivationBytes acts = LlamaModel::activation_breakdown_for(
-      job.model, job.micro_batch, job.seq_len, job.activation_dtype,
-      LlamaModel::checkpointing_from_name(checkpointing));
+      job.model, job.micro_batch, job.seq_len, job.activation_dtype, checkpointing);
   std::printf(
       "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s, fsdp.compute_copy = %s, "
       "optim.update_in_backward = %s; activations for micro_batch %lld x seq_len %lld, "
       "activation_checkpointing = %s):\n",
-      job.reduce_on_last_micro_batch ? "true" : "false", job.compute_copy.c_str(),
+      job.reduce_on_last_micro_batch ? "true" : "false",
+      choice_name(compute_copy_names(), job.compute_copy).c_str(),
       job.update_in_backward ? "true" : "false", static_cast<long long>(job.micro_batch),
-      static_cast<long long>(job.seq_len), checkpointing.c_str());
+      static_cast<long long>(job.seq_len),
+      choice_name(checkpointing_names(), checkpointing).c_str());
   std::printf("%-14s %5s %13s %13s %13s %13s %13s %13s %13s %13s\n", "strategy", "group",
               "fp32 master", "compute copy", "moments", "grad shard", "full grads", "gathered",
               "activations", "total");
@@ -188,7 +266,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--gpu-memory", args->gpu_memory,
                   "per-GPU memory to check the job against: a size (24GiB, 80GB) or a GPU "
-                  "(l4, a10g, a100-40gb, a100-80gb, h100, h200); implies --device cuda");
+                  "(l4, a10g, l40s, a100-40gb, a100-80gb, h100, h200); implies --device cuda");
   cmd->add_option("--device", args->device, "compute device to plan for (default train.device)")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   cmd->allow_extras();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "data/formats.h"
 #include "data/prepare.h"
 
 namespace shardtrain::cli {
@@ -35,13 +36,13 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
                   "tokens per packed sequence; must equal the training data.seq_len")
       ->capture_default_str();
   cmd->add_option("--format", options->format, "example format of the lines")
-      ->check(CLI::IsMember({"auto", "text", "prompt_completion", "alpaca", "chat"}))
+      ->check(CLI::IsMember(example_format_choices()))
       ->capture_default_str();
   cmd->add_option("--chat-template", options->chat_template,
                   "chat template for chat lines: auto = the model's own (tokenizer_config.json's "
                   "chat_template) when present, else the built-in one of its family; model; "
                   "chatml; llama2; llama3")
-      ->check(CLI::IsMember({"auto", "model", "chatml", "llama2", "llama3"}))
+      ->check(CLI::IsMember(chat_template_choices()))
       ->capture_default_str();
   cmd->add_option("--overlong", options->overlong,
                   "examples longer than seq_len: split into pieces, truncate, or drop")

@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "dist/dist_env.h"
 #include "launch/launcher.h"
-#include "train/test_hang_hook.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -46,7 +45,7 @@ void resolve_config(const TrainArgs& args, const std::vector<std::string>& overr
 }
 
 int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
-              const WorkerEnv& worker) {
+              const WorkerEnv& worker, const WorkerHooks& hooks) {
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
@@ -59,9 +58,11 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
   TrainRunOptions options;
   options.worker = worker;
   std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, options.worker, &options.compute);
-  const std::unique_ptr<StepHooks> test_hooks = hang_hook_from_test_env(worker.rank);
+  const std::unique_ptr<StepHooks> step_hooks =
+      hooks.step_hooks ? hooks.step_hooks(worker.rank) : nullptr;
   options.metrics_path = args.metrics_path;
-  options.hooks = test_hooks.get();
+  options.hooks = step_hooks.get();
+  options.checkpoint_write_delay = hooks.checkpoint_write_delay;
   const TrainOutcome outcome = run_training(config, *ops, options);
   if (!outcome.losses.empty()) {
     std::printf("first loss %.4f, last loss %.4f over %zu steps (%.0f tokens/s)\n",
@@ -73,7 +74,7 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
 
 }  // namespace
 
-void add_train_command(CLI::App& app, int& exit_code) {
+void add_train_command(CLI::App& app, int& exit_code, const WorkerHooks& hooks) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd =
       app.add_subcommand("train",
@@ -106,7 +107,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "--nproc-per-node N -- train ...)")
       ->check(CLI::PositiveNumber);
   cmd->allow_extras();
-  cmd->callback([cmd, args, &exit_code] {
+  cmd->callback([cmd, args, &exit_code, hooks] {
     const WorkerEnv worker = read_worker_env();
     if (args->nproc_per_node > 1 && !worker.launched) {
       // The launcher serves the node's metrics: it needs the [metrics] settings of the job.
@@ -120,7 +121,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
                                                config.metrics.endpoint_options());
       return;
     }
-    exit_code = run_train(*args, cmd->remaining(), worker);
+    exit_code = run_train(*args, cmd->remaining(), worker, hooks);
   });
 }
 

@@ -198,6 +198,16 @@ void ConfigSchema::add_choice(const std::string& key, std::string* target,
   add_entry(key, target, std::move(doc), std::move(choices));
 }
 
+void ConfigSchema::add_bound_choice(const std::string& key, std::vector<std::string> choices,
+                                    std::function<std::string()> get,
+                                    std::function<void(const std::string&)> set,
+                                    std::string doc) {
+  bound_names_.push_back(get());
+  add_choice(key, &bound_names_.back(), std::move(choices), std::move(doc));
+  entries_.back().get = std::move(get);
+  entries_.back().set = std::move(set);
+}
+
 void ConfigSchema::add_entry(const std::string& key, Target target, std::string doc,
                              std::vector<std::string> choices) {
   const size_t dot = key.rfind('.');
@@ -212,7 +222,7 @@ void ConfigSchema::add_entry(const std::string& key, Target target, std::string 
   SHARDTRAIN_CHECK(std::visit([](auto* p) { return p != nullptr; }, target), "key {}", key);
   SHARDTRAIN_CHECK(doc.find('\n') == std::string::npos, "doc of {} must be one line", key);
   entries_.push_back(Entry{key, key.substr(0, dot), key.substr(dot + 1), target, std::move(doc),
-                           std::move(choices)});
+                           std::move(choices), nullptr, nullptr});
 }
 
 const ConfigSchema::Entry* ConfigSchema::find(const std::string& key) const {
@@ -272,6 +282,7 @@ void ConfigSchema::write(const PendingValue& pending) {
         *target = std::get<T>(pending.value);
       },
       pending.entry->target);
+  if (pending.entry->set) pending.entry->set(std::get<std::string>(pending.value));
 }
 
 namespace {
@@ -450,7 +461,7 @@ std::string ConfigSchema::to_toml() const {
                choices_text(entry.choices) + ")";
       }
       if (!entry.doc.empty() || !entry.choices.empty()) out += "\n";
-      const std::string value = std::visit(
+      const std::string value = entry.get ? quote(entry.get()) : std::visit(
           [](auto* target) -> std::string {
             using T = std::remove_pointer_t<decltype(target)>;
             if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", *target);

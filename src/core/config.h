@@ -27,7 +27,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -47,6 +50,25 @@ class ConfigSchema {
   // A string restricted to `choices`. REQUIRES: *target is one of them.
   void add_choice(const std::string& key, std::string* target, std::vector<std::string> choices,
                   std::string doc);
+  // An enum whose values users type as the names of `names` (in the order errors and to_toml
+  // list them): parsed once, when the file or override is applied. REQUIRES: *target is one
+  // of the values.
+  template <typename Enum>
+  void add_enum(const std::string& key, Enum* target,
+                const std::vector<std::pair<std::string, Enum>>& names, std::string doc) {
+    std::vector<std::string> choices;
+    for (const auto& entry : names) choices.push_back(entry.first);
+    const auto name_of = [target, names]() -> std::string {
+      for (const auto& [name, value] : names)
+        if (value == *target) return name;
+      return "";
+    };
+    const auto set = [target, names](const std::string& chosen) {
+      for (const auto& [name, value] : names)
+        if (name == chosen) *target = value;
+    };
+    add_bound_choice(key, std::move(choices), name_of, set, std::move(doc));
+  }
 
   // Applies every value set in the TOML file at `path`; keys it does not set keep their values.
   void load_toml_file(const std::string& path);
@@ -73,6 +95,10 @@ class ConfigSchema {
     Target target;
     std::string doc;
     std::vector<std::string> choices;  // empty unless registered with add_choice
+    // add_enum: the bound field's current name, and the write of a checked name to it (target
+    // then points into bound_names_).
+    std::function<std::string()> get;
+    std::function<void(const std::string&)> set;
   };
   // A parsed value waiting to be written; same alternative as the entry's target.
   using Value = std::variant<int64_t, double, bool, std::string>;
@@ -83,6 +109,9 @@ class ConfigSchema {
 
   void add_entry(const std::string& key, Target target, std::string doc,
                  std::vector<std::string> choices);
+  void add_bound_choice(const std::string& key, std::vector<std::string> choices,
+                        std::function<std::string()> get,
+                        std::function<void(const std::string&)> set, std::string doc);
   const Entry* find(const std::string& key) const;
   bool is_section(const std::string& section) const;
   // " did you mean 'x'?" for the registered key/section nearest to `name`, or "".
@@ -90,6 +119,7 @@ class ConfigSchema {
   static void write(const PendingValue& pending);
 
   std::vector<Entry> entries_;
+  std::deque<std::string> bound_names_;  // add_enum's parsed names (stable addresses)
 };
 
 // Levenshtein distance between two strings (used for "did you mean" suggestions).

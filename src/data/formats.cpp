@@ -161,26 +161,53 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
          instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
 }
 
+const std::vector<std::pair<std::string, ExampleFormat>>& example_format_names() {
+  static const std::vector<std::pair<std::string, ExampleFormat>> names = {
+      {"text", ExampleFormat::kText},
+      {"prompt_completion", ExampleFormat::kPromptCompletion},
+      {"alpaca", ExampleFormat::kAlpaca},
+      {"chat", ExampleFormat::kChat}};
+  return names;
+}
+
 ExampleFormat parse_example_format(const std::string& name) {
-  if (name == "text") return ExampleFormat::kText;
-  if (name == "prompt_completion") return ExampleFormat::kPromptCompletion;
-  if (name == "alpaca") return ExampleFormat::kAlpaca;
-  if (name == "chat") return ExampleFormat::kChat;
-  fail("unknown data format \"{}\"; choose auto, text, prompt_completion, alpaca or chat", name);
+  std::string listed;
+  for (const auto& [known, format] : example_format_names()) {
+    if (known == name) return format;
+    listed += (listed.empty() ? "" : ", ") + known;
+  }
+  fail("unknown data format \"{}\"; choose auto, {}", name, listed);
 }
 
 const char* example_format_name(ExampleFormat format) {
-  switch (format) {
-    case ExampleFormat::kText:
-      return "text";
-    case ExampleFormat::kPromptCompletion:
-      return "prompt_completion";
-    case ExampleFormat::kAlpaca:
-      return "alpaca";
-    case ExampleFormat::kChat:
-      return "chat";
-  }
+  for (const auto& [name, known] : example_format_names())
+    if (known == format) return name.c_str();
   return "?";
+}
+
+const std::vector<std::string>& data_format_choices() {
+  static const std::vector<std::string> choices = {"auto", "tokens", "jsonl", "examples"};
+  return choices;
+}
+
+const std::vector<std::string>& example_format_choices() {
+  static const std::vector<std::string> choices = [] {
+    std::vector<std::string> out = {"auto"};
+    for (const auto& entry : example_format_names()) out.push_back(entry.first);
+    return out;
+  }();
+  return choices;
+}
+
+const std::vector<std::string>& chat_template_choices() {
+  static const std::vector<std::string> choices = [] {
+    std::vector<std::string> out = {"auto", "model"};
+    for (const ChatTemplate t :
+         {ChatTemplate::kChatml, ChatTemplate::kLlama2, ChatTemplate::kLlama3})
+      out.push_back(chat_template_name(t));
+    return out;
+  }();
+  return choices;
 }
 
 std::optional<ExampleFormat> detect_format(const json& record) {

@@ -30,7 +30,7 @@
 #include "dist/nccl_comm.h"
 #include "ops/backend.h"
 #include "ops/device_buffer.h"
-#include "ops/test_device_limits.h"
+#include "ops/testing/test_device_limits.h"
 
 namespace shardtrain {
 namespace {

@@ -27,7 +27,7 @@
 #include "fsdp/testing/fsdp_test_job.h"
 #include "io/hf_checkpoint.h"
 #include "ops/backend.h"
-#include "ops/test_device_limits.h"
+#include "ops/testing/test_device_limits.h"
 
 namespace shardtrain {
 namespace {

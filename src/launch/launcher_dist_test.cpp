@@ -397,7 +397,7 @@ TEST_F(LauncherTest, TrainShortcutRunsOneWorkerPerProcess) {
     rank1 += line.rfind("[rank 1] ", 0) == 0;
   }
   EXPECT_GT(rank0, 3u) << r.output;
-  // Two workers ran; shardtrain workers show local rank 0 only by default (issue 18).
+  // Two workers ran; shardtrain workers show local rank 0 only by default (as torchrun's --local-ranks-filter 0).
   EXPECT_NE(r.output.find("starting ranks 0..1 of 2"), std::string::npos) << r.output;
   EXPECT_EQ(rank1, 0u) << r.output;
 }

@@ -1,8 +1,9 @@
-// `shardtrain launch` as a drop-in for torchrun (issue 18): real PyTorch DDP workers over Gloo
-// (tests/pytorch/ddp_job.py, Debian's python3-torch), torchrun's command line and flags, the
-// worker environment PyTorch expects, error files, exit code 2, SIGINT, the process-level
-// watchdog, rank-0-only console output of shardtrain workers, and the save-aware stop grace
-// (issue 15.4). Tests needing PyTorch skip with a message where it is not installed.
+// `shardtrain launch` as a drop-in for torchrun (docs/launcher.md): real PyTorch DDP workers
+// over Gloo (tests/pytorch/ddp_job.py, Debian's python3-torch), torchrun's command line and
+// flags, the worker environment PyTorch expects, error files, exit code 2, SIGINT, the
+// process-level watchdog, rank-0-only console output of shardtrain workers, and the save-aware
+// stop grace (a worker saving a checkpoint gets its time). Tests needing PyTorch skip with a
+// message where it is not installed.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -285,7 +286,8 @@ TEST_F(TorchrunCompatTest, SigtermWaitsForACheckpointBeingSaved) {
   const std::string config = shardtrain::testing::write_tiny_training_job(dir_.string());
   const std::string ckpt = (dir_ / "ckpt").string();
   const std::string metrics = (dir_ / "metrics.jsonl").string();
-  BackgroundLauncher agent("env SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=1500 " + kBinary +
+  BackgroundLauncher agent("env SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=1500 " +
+                               shardtrain::testing::kTestWorker +
                                " launch --standalone --nproc-per-node 2 --stop-grace 0.5 -- train "
                                "--config " +
                                config + " --checkpoint-dir " + ckpt +

@@ -1,6 +1,6 @@
 // Parity with Hugging Face transformers: tiny random models made by tools/make_golden.py
 // (fixtures in tests/golden/), run through LlamaModel on the fp32 CPU backend.
-// Bands (issue 2): logits max relative error <= 1e-4, loss <= 1e-5 relative, every parameter
+// Bands: logits max relative error <= 1e-4, loss <= 1e-5 relative, every parameter
 // gradient <= 1e-3 relative. "Relative" is max|ours - theirs| / max|theirs| over the tensor.
 #include <gtest/gtest.h>
 

@@ -37,6 +37,20 @@ std::optional<GpuMemoryInfo> current_gpu_memory() {
 #endif
 }
 
+void set_test_kernel_overrides(const KernelOverrides& overrides) {
+  for (const int warps : {overrides.attention_forward_warps, overrides.attention_backward_warps}) {
+    if (warps != 0 && warps != 4 && warps != 8)
+      fail("attention warps override {} is not 4 or 8; HINT: use 4, 8, or leave it unset", warps);
+  }
+  if (overrides.attention_backward_heads_per_block < 0) {
+    fail("attention heads-per-block override {} is negative; HINT: use a divisor of the GQA group",
+         overrides.attention_backward_heads_per_block);
+  }
+#if defined(SHARDTRAIN_WITH_CUDA)
+  cuda_kernels::set_kernel_overrides(overrides);
+#endif
+}
+
 void set_test_cuda_device_limits(const std::string& preset) {
   if (!preset.empty() && preset != "a100" && preset != "a10g" && preset != "l4" &&
       preset != "h100") {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "ops/kernel_overrides.h"
 #include "ops/ops.h"
 
 namespace shardtrain {
@@ -39,10 +40,14 @@ struct GpuMemoryInfo {
   size_t free_bytes = 0, total_bytes = 0;
 };
 std::optional<GpuMemoryInfo> current_gpu_memory();
-// Test support (ops/test_device_limits.h): makes the CUDA kernel dispatcher
+// Test support (ops/testing/test_device_limits.h): makes the CUDA kernel dispatcher
 // (ops/cuda/cuda_dispatch.h) see the limits of GPU kind `preset` ("a100", "a10g", "l4", "h100")
 // instead of the present GPU's, so that GPU's kernel configurations run here; "" restores the
 // present GPU. Throws Error for an unknown kind. No effect without a CUDA build or a GPU.
 void set_test_cuda_device_limits(const std::string& preset);
+// Test support: the attention kernels the CUDA dispatcher must pick (ops/kernel_overrides.h;
+// {} = its own choice). Throws Error for a warp count other than 0, 4 or 8 or a negative head
+// slice. No effect without a CUDA build.
+void set_test_kernel_overrides(const KernelOverrides& overrides);
 
 }  // namespace shardtrain

@@ -1,4 +1,4 @@
-// "Export then load in transformers gives equal logits" (issue 7), checked against the committed
+// "Export then load in transformers gives equal logits", checked against the committed
 // transformers fixtures in tests/golden/ (tools/make_golden.py), so it runs without transformers:
 //  1. `shardtrain launch --standalone --nproc-per-node 2 -- train` from a golden model dir for one
 //     step whose learning rate is 0 (linear decay to min_lr 0 over one step, no warmup; AdamW's

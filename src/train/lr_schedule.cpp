@@ -22,12 +22,16 @@ double learning_rate(const OptimConfig& optim, int64_t step, int64_t total_steps
                               : std::clamp(static_cast<double>(step - optim.warmup_steps) /
                                                static_cast<double>(decay_steps),
                                            0.0, 1.0);
-  if (optim.schedule == "cosine") {
-    return optim.min_lr +
-           0.5 * (optim.lr - optim.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+  switch (optim.schedule) {
+    case LrScheduleKind::kCosine:
+      return optim.min_lr +
+             0.5 * (optim.lr - optim.min_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+    case LrScheduleKind::kLinear:
+      return optim.lr - (optim.lr - optim.min_lr) * progress;
+    case LrScheduleKind::kConstant:
+      return optim.lr;
   }
-  if (optim.schedule == "linear") return optim.lr - (optim.lr - optim.min_lr) * progress;
-  SHARDTRAIN_CHECK(optim.schedule == "constant", "unknown schedule '{}'", optim.schedule);
+  SHARDTRAIN_CHECK(false, "unknown schedule {}", static_cast<int>(optim.schedule));
   return optim.lr;
 }
 

@@ -19,7 +19,9 @@
 namespace shardtrain {
 namespace {
 
-constexpr std::array<const char*, 3> kCheckpointingOrder = {"none", "selective", "full"};
+constexpr std::array<ActivationCheckpointing, 3> kCheckpointingOrder = {
+    ActivationCheckpointing::kNone, ActivationCheckpointing::kSelective,
+    ActivationCheckpointing::kFull};
 constexpr std::array<FsdpStrategy, 4> kStrategyOrder = {
     FsdpStrategy::kNoShard, FsdpStrategy::kShardGradOp, FsdpStrategy::kHybridShard,
     FsdpStrategy::kFullShard};
@@ -31,8 +33,9 @@ struct GpuMemory {
   const char* name;
   size_t mib;
 };
-constexpr std::array<GpuMemory, 6> kGpus{{{"l4", 23034},
+constexpr std::array<GpuMemory, 7> kGpus{{{"l4", 23034},
                                           {"a10g", 23028},
+                                          {"l40s", 46068},
                                           {"a100-40gb", 40960},
                                           {"a100-80gb", 81920},
                                           {"h100", 81559},
@@ -46,7 +49,8 @@ std::string lower(std::string_view text) {
 
 std::string setting_flags(const MemorySetting& s) {
   return fmt::format("--fsdp.strategy={} --train.activation_checkpointing={}",
-                     fsdp_strategy_name(s.strategy), s.checkpointing);
+                     fsdp_strategy_name(s.strategy),
+                     choice_name(checkpointing_names(), s.checkpointing));
 }
 
 }  // namespace
@@ -60,9 +64,8 @@ size_t device_bytes_needed(size_t plan) { return plan + plan / 20 + kDeviceReser
 namespace {
 
 size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
-  return LlamaModel::activation_bytes_for(
-      job.model, job.micro_batch, job.seq_len, job.activation_dtype,
-      LlamaModel::checkpointing_from_name(setting.checkpointing));
+  return LlamaModel::activation_bytes_for(job.model, job.micro_batch, job.seq_len,
+                                          job.activation_dtype, setting.checkpointing);
 }
 
 FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, ComputeCopy copy) {
@@ -81,9 +84,8 @@ FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, 
 ComputeCopy resolve_compute_copy(const MemoryJob& job, const MemorySetting& setting) {
   const int group =
       shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
-  if (group > 1 || job.compute_copy == "keep") return ComputeCopy::kKeep;
-  if (job.compute_copy == "on_demand") return ComputeCopy::kOnDemand;
-  SHARDTRAIN_CHECK(job.compute_copy == "auto", "fsdp.compute_copy '{}'", job.compute_copy);
+  if (group > 1 || job.compute_copy == ComputeCopyChoice::kKeep) return ComputeCopy::kKeep;
+  if (job.compute_copy == ComputeCopyChoice::kOnDemand) return ComputeCopy::kOnDemand;
   if (job.capacity_bytes == 0) return ComputeCopy::kKeep;
   const size_t with_copy =
       fsdp_memory_with(job, setting, ComputeCopy::kKeep).total() + activation_bytes(job, setting);
@@ -103,7 +105,7 @@ std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& given, size_t capaci
   MemoryJob job = given;
   if (job.capacity_bytes == 0) job.capacity_bytes = capacity;
   std::vector<MemoryVerdict> verdicts;
-  for (const char* checkpointing : kCheckpointingOrder) {
+  for (const ActivationCheckpointing checkpointing : kCheckpointingOrder) {
     for (const FsdpStrategy strategy : kStrategyOrder) {
       MemoryVerdict v;
       v.setting = {strategy, checkpointing};
@@ -124,22 +126,39 @@ std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& given, size_t capaci
   return verdicts;
 }
 
-const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts) {
-  // HYBRID_SHARD with the FULL_SHARD group (one node) is FULL_SHARD: name the latter.
-  const auto same_as_full_shard = [&](const MemoryVerdict& v) {
-    if (v.setting.strategy != FsdpStrategy::kHybridShard) return false;
-    for (const MemoryVerdict& w : verdicts) {
-      if (w.setting.strategy == FsdpStrategy::kFullShard &&
-          w.setting.checkpointing == v.setting.checkpointing && w.group == v.group) {
-        return true;
-      }
+namespace {
+
+// HYBRID_SHARD with the FULL_SHARD group (one node) is FULL_SHARD: name the latter.
+bool same_as_full_shard(const std::vector<MemoryVerdict>& verdicts, const MemoryVerdict& v) {
+  if (v.setting.strategy != FsdpStrategy::kHybridShard) return false;
+  for (const MemoryVerdict& w : verdicts) {
+    if (w.setting.strategy == FsdpStrategy::kFullShard &&
+        w.setting.checkpointing == v.setting.checkpointing && w.group == v.group) {
+      return true;
     }
-    return false;
-  };
+  }
+  return false;
+}
+
+bool usable(const std::vector<MemoryVerdict>& verdicts, const MemoryVerdict& v) {
+  return v.possible && v.fits && !same_as_full_shard(verdicts, v);
+}
+
+}  // namespace
+
+const MemoryVerdict* fastest_fitting(const std::vector<MemoryVerdict>& verdicts) {
   for (const MemoryVerdict& v : verdicts) {
-    if (v.possible && v.fits && !same_as_full_shard(v)) return &v;
+    if (usable(verdicts, v)) return &v;
   }
   return nullptr;
+}
+
+const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts) {
+  const MemoryVerdict* best = nullptr;
+  for (const MemoryVerdict& v : verdicts) {
+    if (usable(verdicts, v) && (best == nullptr || v.needed_bytes < best->needed_bytes)) best = &v;
+  }
+  return best;
 }
 
 size_t parse_gpu_memory(const std::string& text) {
@@ -170,7 +189,7 @@ size_t parse_gpu_memory(const std::string& text) {
   if (!parsed || scale == 0 || !(value > 0) || value * scale > 1e15) {
     fail(
         "--gpu-memory '{}' is neither a size nor a GPU name; HINT: give e.g. 24GiB, 80GB or one of "
-        "l4, a10g, a100-40gb, a100-80gb, h100, h200",
+        "l4, a10g, l40s, a100-40gb, a100-80gb, h100, h200",
         text);
   }
   return static_cast<size_t>(value * scale);
@@ -183,7 +202,7 @@ void require_job_fits_device(const MemoryJob& job, const MemorySetting& configur
   const size_t needed = device_bytes_needed(plan_bytes(job, configured));
   if (needed <= per_rank) return;
   const std::vector<MemoryVerdict> verdicts = memory_verdicts(job, per_rank);
-  const MemoryVerdict* fit = smallest_fitting(verdicts);
+  const MemoryVerdict* fit = fastest_fitting(verdicts);
   const std::string share =
       ranks_per_gpu > 1 ? fmt::format(" ({} ranks share it)", ranks_per_gpu) : std::string();
   if (fit != nullptr) {
@@ -191,16 +210,17 @@ void require_job_fits_device(const MemoryJob& job, const MemorySetting& configur
         "this job needs {} per rank with fsdp.strategy = {} and train.activation_checkpointing = "
         "{} (plan + 5% + {} reserve), but {} has {} free{}; HINT: {} fits ({}); see `shardtrain "
         "plan --gpu-memory`",
-        gib_text(needed), fsdp_strategy_name(configured.strategy), configured.checkpointing,
-        gib_text(kDeviceReserveBytes), gpu, gib_text(free_bytes), share,
-        setting_flags(fit->setting), gib_text(fit->needed_bytes));
+        gib_text(needed), fsdp_strategy_name(configured.strategy),
+        choice_name(checkpointing_names(), configured.checkpointing), gib_text(kDeviceReserveBytes),
+        gpu, gib_text(free_bytes), share, setting_flags(fit->setting), gib_text(fit->needed_bytes));
   }
   fail(
       "this job needs {} per rank with fsdp.strategy = {} and train.activation_checkpointing = {}, "
       "but {} has {} free{}, and no strategy or checkpointing mode fits; HINT: lower "
       "train.micro_batch (now {}) or data.seq_len (now {}), or use more GPUs",
-      gib_text(needed), fsdp_strategy_name(configured.strategy), configured.checkpointing, gpu,
-      gib_text(free_bytes), share, job.micro_batch, job.seq_len);
+      gib_text(needed), fsdp_strategy_name(configured.strategy),
+      choice_name(checkpointing_names(), configured.checkpointing), gpu, gib_text(free_bytes),
+      share, job.micro_batch, job.seq_len);
 }
 
 namespace {
@@ -230,16 +250,15 @@ MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, in
 
 ComputeCopy compute_copy_for_training(const TrainConfig& config, const ModelConfig& model,
                                       int world, int local_world, Device device) {
-  if (config.fsdp.compute_copy == "keep") return ComputeCopy::kKeep;
-  if (config.fsdp.compute_copy == "on_demand") return ComputeCopy::kOnDemand;
+  if (config.fsdp.compute_copy == ComputeCopyChoice::kKeep) return ComputeCopy::kKeep;
+  if (config.fsdp.compute_copy == ComputeCopyChoice::kOnDemand) return ComputeCopy::kOnDemand;
   const std::optional<GpuMemoryInfo> gpu =
       device == Device::kCuda ? current_gpu_memory() : std::nullopt;
   if (!gpu) return ComputeCopy::kKeep;
   const size_t capacity =
       gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu(local_world)));
   const MemoryJob job = memory_job_for(config, model, world, local_world, capacity);
-  return resolve_compute_copy(
-      job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing});
+  return resolve_compute_copy(job, {config.fsdp.strategy, config.train.activation_checkpointing});
 }
 
 void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model, int world,
@@ -251,9 +270,8 @@ void check_training_fits_gpu(const TrainConfig& config, const ModelConfig& model
   const MemoryJob job =
       memory_job_for(config, model, world, local_world,
                      gpu->total_bytes / static_cast<size_t>(std::max(1, ranks_per_gpu)));
-  require_job_fits_device(
-      job, {parse_fsdp_strategy(config.fsdp.strategy), config.train.activation_checkpointing},
-      gpu->free_bytes, ranks_per_gpu, gpu->name);
+  require_job_fits_device(job, {config.fsdp.strategy, config.train.activation_checkpointing},
+                          gpu->free_bytes, ranks_per_gpu, gpu->name);
 }
 
 }  // namespace shardtrain

@@ -7,9 +7,10 @@
 // A setting fits when plan bytes + 5% + kDeviceReserveBytes <= the GPU's memory: the reserve
 // stands for what the plan does not count (CUDA context, cuBLASLt workspace, NCCL buffers,
 // allocator rounding; on one H200 nvidia-smi's peak was the plan + 0.8 GiB, bench/RESULTS.md).
-// "Smallest setting" = the first that fits in this order (least speed given up first):
+// "Fastest setting" = the first that fits in this order (least speed given up first):
 // activation_checkpointing none, selective, full; within each, fsdp.strategy NO_SHARD,
 // SHARD_GRAD_OP, HYBRID_SHARD (unless its group is FULL_SHARD's: one node), FULL_SHARD.
+// "Smallest setting" = the one that fits with the least memory.
 //
 // fsdp.compute_copy (G = 1 only, fsdp/shard_plan.h ComputeCopy): keep | on_demand | auto. auto
 // keeps the persistent bf16 copy (faster: no casts in forward and backward) unless the job with
@@ -41,14 +42,14 @@ struct MemoryJob {
   int64_t micro_batch = 1, seq_len = 1;
   bool reduce_on_last_micro_batch = false;
   DType activation_dtype = DType::kBF16;
-  std::string compute_copy = "auto";  // fsdp.compute_copy
+  ComputeCopyChoice compute_copy = ComputeCopyChoice::kAuto;  // fsdp.compute_copy
   bool update_in_backward = false;    // optim.update_in_backward
   size_t capacity_bytes = 0;          // the GPU memory auto compares with; 0 = unknown (keep)
 };
 
 struct MemorySetting {
   FsdpStrategy strategy = FsdpStrategy::kFullShard;
-  std::string checkpointing = "none";  // train.activation_checkpointing
+  ActivationCheckpointing checkpointing = ActivationCheckpointing::kNone;  // train.activation_*
 };
 
 struct MemoryVerdict {
@@ -73,11 +74,14 @@ size_t plan_bytes(const MemoryJob& job, const MemorySetting& setting);
 // Every strategy x checkpointing mode, in the preference order above, against `capacity`
 // (which auto compute copies are resolved against too).
 std::vector<MemoryVerdict> memory_verdicts(const MemoryJob& job, size_t capacity);
-// The first fitting verdict in preference order; null when none fits.
+// The fitting verdict that needs the least memory (ties: the earlier in preference order); null
+// when none fits. HYBRID_SHARD whose group is FULL_SHARD's (one node) is named FULL_SHARD.
 const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts);
+// The first fitting verdict in preference order (the least speed given up); null when none fits.
+const MemoryVerdict* fastest_fitting(const std::vector<MemoryVerdict>& verdicts);
 
 // `--gpu-memory`: a size ("24GiB", "80GB", "23034MiB", "0.5TiB"; GB/MB are powers of 10, GiB/MiB
-// of 2) or a GPU name (l4, a10g, a100-40gb, a100-80gb, h100, h200: their usable memory as
+// of 2) or a GPU name (l4, a10g, l40s, a100-40gb, a100-80gb, h100, h200: their usable memory as
 // nvidia-smi reports it). Throws Error naming --gpu-memory for anything else.
 size_t parse_gpu_memory(const std::string& text);
 

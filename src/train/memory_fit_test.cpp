@@ -1,6 +1,6 @@
 // Memory verdicts per GPU (train/memory_fit.h) on real model shapes (bench/shapes/*/config.json):
 // the plan's bytes match the measured H200 peak it was checked against, the verdict order and
-// the smallest fitting setting follow the documented preference, and bad sizes are errors.
+// the fastest fitting setting follow the documented preference, and bad sizes are errors.
 #include "train/memory_fit.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +35,7 @@ TEST(MemoryFit, ParsesSizesAndGpuNames) {
   }
 }
 
-// bench/RESULTS.md session 5 (2026-11-30): nvidia-smi's peak for Qwen2.5-1.5B (seq 4096,
+// bench/RESULTS.md, 2026-11-30: nvidia-smi's peak for Qwen2.5-1.5B (seq 4096,
 // micro-batch 2, one H200) was 43.8 GiB, 29.3 GiB with full checkpointing. The plan stays just
 // under the peak (it leaves out the CUDA context and workspaces), and what a verdict asks of the
 // GPU (plan + 5% + the reserve) covers it.
@@ -53,22 +53,22 @@ TEST(MemoryFit, NeededBytesCoverTheMeasuredH200Peak) {
             (size_t{20} << 30) + (size_t{1} << 30) + kDeviceReserveBytes);
 }
 
-TEST(MemoryFit, SmallestSettingFollowsThePreferenceOrder) {
+TEST(MemoryFit, FastestSettingFollowsThePreferenceOrder) {
   // Qwen2.5-1.5B, seq 4096, micro-batch 1 on 8 ranks of 4 per node against an L4.
   const MemoryJob job{shape("qwen2.5-1.5b"), 8, 4, 0, 1, 4096, false, DType::kBF16};
   const std::vector<MemoryVerdict> verdicts = memory_verdicts(job, parse_gpu_memory("l4"));
   ASSERT_EQ(verdicts.size(), 12u);
-  EXPECT_EQ(verdicts.front().setting.checkpointing, "none");
+  EXPECT_EQ(verdicts.front().setting.checkpointing, ActivationCheckpointing::kNone);
   EXPECT_EQ(verdicts.front().setting.strategy, FsdpStrategy::kNoShard);
-  EXPECT_EQ(verdicts.back().setting.checkpointing, "full");
+  EXPECT_EQ(verdicts.back().setting.checkpointing, ActivationCheckpointing::kFull);
   EXPECT_EQ(verdicts.back().setting.strategy, FsdpStrategy::kFullShard);
-  const MemoryVerdict* fit = smallest_fitting(verdicts);
+  const MemoryVerdict* fit = fastest_fitting(verdicts);
   ASSERT_NE(fit, nullptr);
   // Nothing before it fits; it fits; more sharding or checkpointing never needs more memory.
   for (const MemoryVerdict& v : verdicts) {
     if (&v == fit) break;
     EXPECT_FALSE(v.fits) << fsdp_strategy_name(v.setting.strategy) << " "
-                         << v.setting.checkpointing;
+                         << choice_name(checkpointing_names(), v.setting.checkpointing);
   }
   EXPECT_TRUE(fit->fits);
   EXPECT_LE(fit->needed_bytes, parse_gpu_memory("l4"));
@@ -83,9 +83,11 @@ TEST(MemoryFit, SmallestSettingFollowsThePreferenceOrder) {
 TEST(MemoryFit, TheTrainerNamesTheSettingThatFits) {
   const MemoryJob job{shape("qwen2.5-1.5b"), 1, 1, 0, 2, 4096, false, DType::kBF16};
   const size_t free = size_t{40} << 30;  // 42 GiB plan without checkpointing does not fit
-  EXPECT_NO_THROW(require_job_fits_device(job, {FsdpStrategy::kFullShard, "full"}, free, 1, "GPU"));
+  EXPECT_NO_THROW(require_job_fits_device(
+      job, {FsdpStrategy::kFullShard, ActivationCheckpointing::kFull}, free, 1, "GPU"));
   const std::string message = testing::error_of([&] {
-    require_job_fits_device(job, {FsdpStrategy::kFullShard, "none"}, free, 1, "NVIDIA L40S");
+    require_job_fits_device(job, {FsdpStrategy::kFullShard, ActivationCheckpointing::kNone}, free,
+                            1, "NVIDIA L40S");
   });
   EXPECT_NE(message.find("NVIDIA L40S has 40.00 GiB free"), std::string::npos) << message;
   EXPECT_NE(message.find("HINT: --fsdp.strategy=NO_SHARD --train.activation_checkpointing="
@@ -95,7 +97,8 @@ TEST(MemoryFit, TheTrainerNamesTheSettingThatFits) {
   EXPECT_EQ(message.find('\n'), std::string::npos);
   // Shared by 4 ranks, 40 GiB is 10 GiB each: nothing fits at micro-batch 2.
   const std::string shared = testing::error_of([&] {
-    require_job_fits_device(job, {FsdpStrategy::kFullShard, "full"}, free, 4, "GPU 0");
+    require_job_fits_device(job, {FsdpStrategy::kFullShard, ActivationCheckpointing::kFull}, free,
+                            4, "GPU 0");
   });
   EXPECT_NE(shared.find("4 ranks share it"), std::string::npos) << shared;
   EXPECT_NE(shared.find("lower train.micro_batch (now 2)"), std::string::npos) << shared;
@@ -111,9 +114,9 @@ TEST(MemoryFit, Llama2SevenBOnOneGpuByCategory) {
   const size_t P = root + L * block;
   ASSERT_EQ(P, 6738415616u);
   MemoryJob job{shape("llama2-7b"), 1, 1, 0, 1, N, false, DType::kBF16};
-  const MemorySetting full{FsdpStrategy::kFullShard, "full"};
+  const MemorySetting full{FsdpStrategy::kFullShard, ActivationCheckpointing::kFull};
 
-  job.compute_copy = "keep";
+  job.compute_copy = ComputeCopyChoice::kKeep;
   FsdpMemory m = plan_fsdp_memory(job, full);
   EXPECT_EQ(m.master_bytes, 4 * P);
   EXPECT_EQ(m.moment_bytes, 8 * P);
@@ -132,7 +135,8 @@ TEST(MemoryFit, Llama2SevenBOnOneGpuByCategory) {
   EXPECT_GT(keep_total / kGiB, 0.95 * 116.4);  // within 5% of the measured peak
   EXPECT_LT(keep_total / kGiB, 116.4);
 
-  job.compute_copy = "on_demand";  // the root and one block in bf16 instead of the whole copy
+  job.compute_copy =
+      ComputeCopyChoice::kOnDemand;  // the root and one block in bf16 instead of the whole copy
   m = plan_fsdp_memory(job, full);
   EXPECT_EQ(m.compute_shard_bytes, 0u);
   EXPECT_EQ(m.gathered_peak_bytes, 2 * (root + block));
@@ -148,17 +152,18 @@ TEST(MemoryFit, Llama2SevenBOnOneGpuByCategory) {
 
   // auto: on demand for 7B on an H200 (the copy would take it past 3/4), kept for Qwen2.5-1.5B
   // there, kept when the GPU is unknown, and always kept when the shard group is larger.
-  job.compute_copy = "auto";
+  job.compute_copy = ComputeCopyChoice::kAuto;
   job.update_in_backward = false;
   job.capacity_bytes = parse_gpu_memory("h200");
   EXPECT_EQ(resolve_compute_copy(job, full), ComputeCopy::kOnDemand);
   MemoryJob qwen{shape("qwen2.5-1.5b"), 1, 1, 0, 2, 4096, false, DType::kBF16};
   qwen.capacity_bytes = parse_gpu_memory("h200");
-  EXPECT_EQ(resolve_compute_copy(qwen, {FsdpStrategy::kFullShard, "none"}), ComputeCopy::kKeep);
+  EXPECT_EQ(resolve_compute_copy(qwen, {FsdpStrategy::kFullShard, ActivationCheckpointing::kNone}),
+            ComputeCopy::kKeep);
   job.capacity_bytes = 0;
   EXPECT_EQ(resolve_compute_copy(job, full), ComputeCopy::kKeep);
   MemoryJob eight{shape("llama2-7b"), 8, 8, 0, 1, N, false, DType::kBF16};
-  eight.compute_copy = "on_demand";
+  eight.compute_copy = ComputeCopyChoice::kOnDemand;
   eight.capacity_bytes = parse_gpu_memory("l4");
   EXPECT_EQ(resolve_compute_copy(eight, full), ComputeCopy::kKeep);
   EXPECT_EQ(plan_fsdp_memory(eight, full).compute_shard_bytes, 2 * P / 8);

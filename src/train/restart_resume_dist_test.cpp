@@ -3,7 +3,7 @@
 //  - restart and resume: SIGKILL one worker of a 4-rank run mid-run; the launcher restarts the
 //    group, the workers resume from the newest complete checkpoint, and the run ends with
 //    final weights byte-equal to an uninterrupted run and steps 1..20 in the metrics once each;
-//  - hangs: a rank that stops (test hook SHARDTRAIN_TEST_HANG_AT_STEP, train/trainer.cpp, or
+//  - hangs: a rank that stops (SHARDTRAIN_TEST_HANG_AT_STEP of the test worker, or
 //    SIGSTOP) is named with its step and phase by the watchdog within --watchdog-timeout, the
 //    group is stopped instead of waiting out the Gloo timeout, watchdog restarts count against
 //    --max-restarts, and no process is left behind.
@@ -35,6 +35,7 @@ using testing::CommandResult;
 using testing::run_command;
 
 using testing::kBinary;
+using testing::kTestWorker;
 
 using testing::read_existing;
 using testing::read_text;
@@ -99,11 +100,13 @@ class RestartResumeDistTest : public ::testing::Test {
 
   // The 4-rank launch of run `name` (metrics in name/metrics.jsonl, final save in name/out);
   // `launch_flags` go to the launcher, `train_flags` to the workers.
+  // `binary`: kTestWorker where the test sets a SHARDTRAIN_TEST_* hook.
   static std::string command(const std::string& name, const std::string& launch_flags,
-                             const std::string& train_flags) {
+                             const std::string& train_flags,
+                             const std::string& binary = kBinary) {
     const std::string run_dir = dir_ + "/" + name;
     fs::create_directories(run_dir);
-    return kBinary + " launch --standalone --nproc-per-node 4 " + launch_flags +
+    return binary + " launch --standalone --nproc-per-node 4 " + launch_flags +
            " -- train --config " + dir_ + "/llama_gqa.toml --metrics " + run_dir +
            "/metrics.jsonl --train.output_dir=" + run_dir + "/out " + train_flags;
   }
@@ -190,7 +193,7 @@ TEST_F(RestartResumeDistTest, WatchdogNamesTheHungRankAndStopsTheGroup) {
   const auto start = Clock::now();
   const CommandResult r =
       run_command("SHARDTRAIN_TEST_HANG_AT_STEP=3 SHARDTRAIN_TEST_HANG_RANK=2 " +
-                  command("hang", "--max-restarts 0 --watchdog-timeout 3", ""));
+                  command("hang", "--max-restarts 0 --watchdog-timeout 3", "", kTestWorker));
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_LT(seconds, 15.0) << r.output;
@@ -208,7 +211,8 @@ TEST_F(RestartResumeDistTest, WatchdogRestartsCountAgainstMaxRestarts) {
   const std::string token = dir_ + "/hang_restart/";
   const CommandResult r = run_command(
       "SHARDTRAIN_TEST_HANG_AT_STEP=2 SHARDTRAIN_TEST_HANG_RANK=1 " +
-      command("hang_restart", "--max-restarts 1 --watchdog-timeout 2 --stop-grace 1", ""));
+      command("hang_restart", "--max-restarts 1 --watchdog-timeout 2 --stop-grace 1", "",
+              kTestWorker));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("rank 1 made no progress for 2 s at step 2, waiting in compute at step "
                           "start; restarting the worker group (restart 1 of 1)"),

@@ -58,7 +58,8 @@ std::vector<std::string> resume_changes(const SavedRun& saved, const TrainConfig
   }
   note_change(changes, "global batch (sequences per step)", saved_batch,
               now.global_batch_for(world));
-  note_change(changes, "optim.schedule", before->optim.schedule, now.optim.schedule);
+  note_change(changes, "optim.schedule", choice_name(lr_schedule_names(), before->optim.schedule),
+              choice_name(lr_schedule_names(), now.optim.schedule));
   note_change(changes, "optim.lr", before->optim.lr, now.optim.lr);
   note_change(changes, "optim.min_lr", before->optim.min_lr, now.optim.min_lr);
   note_change(changes, "optim.warmup_steps", before->optim.warmup_steps, now.optim.warmup_steps);

@@ -51,7 +51,7 @@ TEST(ResumeChanges, NamesEachChangedSetting) {
   TrainConfig now = saved;
   now.train.steps = 200;
   now.optim.lr = 1e-4;
-  now.optim.schedule = "linear";
+  now.optim.schedule = LrScheduleKind::kLinear;
   const std::vector<std::string> changes =
       resume_changes({toml_of(saved), 1, 100}, now, /*world=*/2, 200);
   ASSERT_EQ(changes.size(), 4u);

@@ -5,18 +5,63 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/formats.h"
 
 namespace shardtrain {
+
+const ChoiceNames<ModelInit>& model_init_names() {
+  static const ChoiceNames<ModelInit> names = {{"pretrained", ModelInit::kPretrained},
+                                               {"random", ModelInit::kRandom}};
+  return names;
+}
+
+const ChoiceNames<DType>& model_dtype_names() {
+  static const ChoiceNames<DType> names = {{"bf16", DType::kBF16}, {"fp32", DType::kF32}};
+  return names;
+}
+
+const ChoiceNames<ActivationCheckpointing>& checkpointing_names() {
+  static const ChoiceNames<ActivationCheckpointing> names = {
+      {"none", ActivationCheckpointing::kNone},
+      {"full", ActivationCheckpointing::kFull},
+      {"selective", ActivationCheckpointing::kSelective}};
+  return names;
+}
+
+const ChoiceNames<LrScheduleKind>& lr_schedule_names() {
+  static const ChoiceNames<LrScheduleKind> names = {{"cosine", LrScheduleKind::kCosine},
+                                                    {"linear", LrScheduleKind::kLinear},
+                                                    {"constant", LrScheduleKind::kConstant}};
+  return names;
+}
+
+const ChoiceNames<FsdpStrategy>& fsdp_strategy_names() {
+  static const ChoiceNames<FsdpStrategy> names = [] {
+    ChoiceNames<FsdpStrategy> out;
+    for (const FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
+                                        FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard})
+      out.emplace_back(fsdp_strategy_name(strategy), strategy);
+    return out;
+  }();
+  return names;
+}
+
+const ChoiceNames<ComputeCopyChoice>& compute_copy_names() {
+  static const ChoiceNames<ComputeCopyChoice> names = {{"auto", ComputeCopyChoice::kAuto},
+                                                       {"keep", ComputeCopyChoice::kKeep},
+                                                       {"on_demand", ComputeCopyChoice::kOnDemand}};
+  return names;
+}
 
 namespace {
 
 void register_model_keys(ConfigSchema& schema, ModelSourceConfig& model) {
   schema.add("model.path", &model.path,
              "Hugging Face checkpoint dir, or a dir with only config.json when init = \"random\"");
-  schema.add_choice("model.init", &model.init, {"pretrained", "random"},
-                    "load the checkpoint's weights, or initialise randomly from its config.json");
-  schema.add_choice("model.dtype", &model.dtype, {"bf16", "fp32"},
-                    "dtype of the weights in saved checkpoints");
+  schema.add_enum("model.init", &model.init, model_init_names(),
+                  "load the checkpoint's weights, or initialise randomly from its config.json");
+  schema.add_enum("model.dtype", &model.dtype, model_dtype_names(),
+                  "dtype of the weights in saved checkpoints");
 }
 
 void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
@@ -29,7 +74,7 @@ void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add("data.eval_path", &data.eval_path,
              "held-out data (any format data.path takes) evaluated every train.eval_every steps "
              "and after the last; \"\" = none");
-  schema.add_choice("data.format", &data.format, {"auto", "tokens", "jsonl", "examples"},
+  schema.add_choice("data.format", &data.format, data_format_choices(),
                     "tokens = token file; jsonl = input_ids per line; examples = raw text/"
                     "prompt-completion/alpaca/chat JSONL (tokenized into a cache); auto = detect");
   schema.add("data.seq_len", &data.seq_len, "tokens per training sequence");
@@ -39,11 +84,9 @@ void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
 void register_data_example_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add("data.tokenizer", &data.tokenizer,
              "raw examples: tokenizer.json or its directory (\"\" = model.path)");
-  schema.add_choice("data.example_format", &data.example_format,
-                    {"auto", "text", "prompt_completion", "alpaca", "chat"},
+  schema.add_choice("data.example_format", &data.example_format, example_format_choices(),
                     "raw examples: record format (auto = from the first line's keys)");
-  schema.add_choice("data.chat_template", &data.chat_template,
-                    {"auto", "model", "chatml", "llama2", "llama3"},
+  schema.add_choice("data.chat_template", &data.chat_template, chat_template_choices(),
                     "raw examples: chat template (auto = the model's own chat_template when "
                     "tokenizer_config.json has one, else the family's built-in one)");
   schema.add_choice("data.overlong", &data.overlong, {"split", "truncate", "drop"},
@@ -80,11 +123,11 @@ void register_train_loop_keys(ConfigSchema& schema, TrainLoopConfig& train) {
              "where to save the trained model; empty = don't save");
   schema.add("train.max_grad_norm", &train.max_grad_norm,
              "clip the global gradient norm to this; 0 disables clipping");
-  schema.add_choice("train.activation_checkpointing", &train.activation_checkpointing,
-                    {"none", "full", "selective"},
-                    "full = keep only each block's input and recompute the block in backward "
-                    "(less activation memory, one extra block forward); selective = also keep "
-                    "the attention output, so the recompute skips attention");
+  schema.add_enum("train.activation_checkpointing", &train.activation_checkpointing,
+                  checkpointing_names(),
+                  "full = keep only each block's input and recompute the block in backward "
+                  "(less activation memory, one extra block forward); selective = also keep "
+                  "the attention output, so the recompute skips attention");
   schema.add("train.global_batch", &train.global_batch,
              "sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x "
              "ranks; when set, grad_accum is derived from it");
@@ -112,18 +155,17 @@ void register_checkpoint_keys(ConfigSchema& schema, TrainLoopConfig& train) {
 }
 
 void register_parallel_keys(ConfigSchema& schema, FsdpConfig& fsdp, DistConfig& dist) {
-  schema.add_choice("fsdp.strategy", &fsdp.strategy,
-                    {"FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD"},
-                    "how parameters, grads and optimizer state are sharded (docs/fsdp.md)");
+  schema.add_enum("fsdp.strategy", &fsdp.strategy, fsdp_strategy_names(),
+                  "how parameters, grads and optimizer state are sharded (docs/fsdp.md)");
   schema.add("fsdp.shard_group_size", &fsdp.shard_group_size,
              "HYBRID_SHARD: ranks that shard one replica; 0 = ranks per node (LOCAL_WORLD_SIZE)");
   schema.add("fsdp.reduce_on_last_micro_batch", &fsdp.reduce_on_last_micro_batch,
              "keep full unreduced grads across micro-batches and reduce once (one full fp32 grad "
              "buffer per unit)");
-  schema.add_choice("fsdp.compute_copy", &fsdp.compute_copy, {"auto", "keep", "on_demand"},
-                    "shard group of one: keep a bf16 copy of the parameters, or cast each unit "
-                    "from fp32 when it is used (on_demand: 2 bytes/parameter less, same values); "
-                    "auto = on_demand when the job would use over 3/4 of the GPU");
+  schema.add_enum("fsdp.compute_copy", &fsdp.compute_copy, compute_copy_names(),
+                  "shard group of one: keep a bf16 copy of the parameters, or cast each unit "
+                  "from fp32 when it is used (on_demand: 2 bytes/parameter less, same values); "
+                  "auto = on_demand when the job would use over 3/4 of the GPU");
 
   schema.add_choice(
       "dist.backend", &dist.backend, {"auto", "nccl", "gloo"},
@@ -136,8 +178,8 @@ void register_optim_keys(ConfigSchema& schema, OptimConfig& optim) {
   schema.add("optim.min_lr", &optim.min_lr, "learning rate at the end of the decay");
   schema.add("optim.warmup_steps", &optim.warmup_steps,
              "steps of linear warmup from 0 to lr (clamped to the run's length, with a warning)");
-  schema.add_choice("optim.schedule", &optim.schedule, {"cosine", "linear", "constant"},
-                    "learning rate decay after warmup");
+  schema.add_enum("optim.schedule", &optim.schedule, lr_schedule_names(),
+                  "learning rate decay after warmup");
   schema.add("optim.weight_decay", &optim.weight_decay, "AdamW decoupled weight decay");
   schema.add("optim.beta1", &optim.beta1, "AdamW first-moment decay");
   schema.add("optim.beta2", &optim.beta2, "AdamW second-moment decay");

@@ -20,21 +20,52 @@
 // and the object must not move while the schema is in use.
 // validate() throws shardtrain::Error naming the offending key (and the related key for
 // cross-field checks) and the allowed range.
+// Choices are enums, parsed once when the file or override is applied (ConfigSchema::add_enum):
+// a value outside the choices is one line naming the key and listing them. Their names are
+// written once, in the *_names() tables below, which the schema and every message use.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/config.h"
+#include "core/dtype.h"
+#include "fsdp/fsdp_strategy.h"
+#include "model/llama_model.h"
 #include "train/metrics_config.h"
 
 namespace shardtrain {
 
+enum class ModelInit { kPretrained, kRandom };
+// fsdp.compute_copy: kAuto resolves against the GPU's memory (train/memory_fit.h) to the
+// fsdp/shard_plan.h ComputeCopy the units are built with.
+enum class ComputeCopyChoice { kAuto, kKeep, kOnDemand };
+enum class LrScheduleKind { kCosine, kLinear, kConstant };
+using ActivationCheckpointing = LlamaModel::Checkpointing;
+
+template <typename Enum>
+using ChoiceNames = std::vector<std::pair<std::string, Enum>>;
+const ChoiceNames<ModelInit>& model_init_names();                   // pretrained, random
+const ChoiceNames<DType>& model_dtype_names();                      // bf16, fp32
+const ChoiceNames<ActivationCheckpointing>& checkpointing_names();  // none, full, selective
+const ChoiceNames<LrScheduleKind>& lr_schedule_names();             // cosine, linear, constant
+const ChoiceNames<FsdpStrategy>& fsdp_strategy_names();             // FULL_SHARD, ...
+const ChoiceNames<ComputeCopyChoice>& compute_copy_names();         // auto, keep, on_demand
+// The name of `value` in `names` (what the user typed, for messages).
+template <typename Enum>
+std::string choice_name(const ChoiceNames<Enum>& names, Enum value) {
+  for (const auto& [name, entry] : names)
+    if (entry == value) return name;
+  return "?";
+}
+
 struct ModelSourceConfig {
   std::string path;  // HF checkpoint dir, or a dir with only config.json for random init
-  std::string init = "pretrained";  // "pretrained" | "random"
-  std::string dtype = "fp32";       // dtype of saved checkpoints: "bf16" | "fp32"
+  ModelInit init = ModelInit::kPretrained;
+  DType dtype = DType::kF32;  // dtype of saved checkpoints: bf16 | fp32
 };
 
 struct DataConfig {
@@ -82,10 +113,10 @@ struct TrainLoopConfig {
   int64_t log_every = 1;
   std::string output_dir;      // "" = don't save
   double max_grad_norm = 1.0;  // 0 disables clipping
-  // "none" | "full" | "selective": full recomputes each block in backward from its saved input;
+  // none | full | selective: full recomputes each block in backward from its saved input;
   // selective also keeps the attention output, so the recompute skips attention
   // (model/llama_model.h LlamaModel::Checkpointing).
-  std::string activation_checkpointing = "none";
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).
   int64_t global_batch = 0;
@@ -107,7 +138,7 @@ struct OptimConfig {
   double lr = 3e-4;
   double min_lr = 0.0;
   int64_t warmup_steps = 0;
-  std::string schedule = "cosine";  // "cosine" | "linear" | "constant"
+  LrScheduleKind schedule = LrScheduleKind::kCosine;
   double weight_decay = 0.0;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -121,15 +152,14 @@ struct OptimConfig {
 };
 
 struct FsdpConfig {
-  std::string strategy =
-      "FULL_SHARD";              // "FULL_SHARD" | "SHARD_GRAD_OP" | "HYBRID_SHARD" | "NO_SHARD"
+  FsdpStrategy strategy = FsdpStrategy::kFullShard;
   int64_t shard_group_size = 0;  // HYBRID_SHARD's shard group; 0 = LOCAL_WORLD_SIZE
   bool reduce_on_last_micro_batch = false;
   // Shard group of one (one rank, NO_SHARD): "keep" a persistent bf16 copy of the parameters,
   // build it "on_demand" per unit from the fp32 master (2 bytes per parameter less, two casts
   // per unit and step, the same values), or "auto": on_demand when the job with the copy needs
   // more than 3/4 of the GPU's memory (train/memory_fit.h).
-  std::string compute_copy = "auto";
+  ComputeCopyChoice compute_copy = ComputeCopyChoice::kAuto;
 };
 
 struct DistConfig {

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/testing/test_support.h"
@@ -44,8 +47,8 @@ path = "data/demo.bin"
 
 TEST_F(TrainConfigTest, DefaultsMatchTheDocumentedValues) {
   load(kMinimal);
-  EXPECT_EQ(config_.model.init, "pretrained");
-  EXPECT_EQ(config_.model.dtype, "fp32");
+  EXPECT_EQ(config_.model.init, ModelInit::kPretrained);
+  EXPECT_EQ(config_.model.dtype, DType::kF32);
   EXPECT_EQ(config_.data.format, "auto");
   EXPECT_EQ(config_.data.seq_len, 512);
   EXPECT_EQ(config_.data.pad_id, 0);
@@ -65,7 +68,7 @@ TEST_F(TrainConfigTest, DefaultsMatchTheDocumentedValues) {
   EXPECT_DOUBLE_EQ(config_.optim.lr, 3e-4);
   EXPECT_DOUBLE_EQ(config_.optim.min_lr, 0.0);
   EXPECT_EQ(config_.optim.warmup_steps, 0);
-  EXPECT_EQ(config_.optim.schedule, "cosine");
+  EXPECT_EQ(config_.optim.schedule, LrScheduleKind::kCosine);
   EXPECT_DOUBLE_EQ(config_.optim.weight_decay, 0.0);
   EXPECT_DOUBLE_EQ(config_.optim.beta1, 0.9);
   EXPECT_DOUBLE_EQ(config_.optim.beta2, 0.95);
@@ -105,15 +108,15 @@ beta2 = 0.99
 eps = 1e-6
 decay_norms_and_biases = true
 )");
-  EXPECT_EQ(config_.model.init, "random");
-  EXPECT_EQ(config_.model.dtype, "bf16");
+  EXPECT_EQ(config_.model.init, ModelInit::kRandom);
+  EXPECT_EQ(config_.model.dtype, DType::kBF16);
   EXPECT_EQ(config_.data.seq_len, 64);
   EXPECT_EQ(config_.data.pad_id, 2);
   EXPECT_EQ(config_.train.grad_accum, 2);
   EXPECT_EQ(config_.train.device, "cpu");
   EXPECT_DOUBLE_EQ(config_.train.max_grad_norm, 0.0);
   EXPECT_DOUBLE_EQ(config_.optim.min_lr, 1e-4);
-  EXPECT_EQ(config_.optim.schedule, "linear");
+  EXPECT_EQ(config_.optim.schedule, LrScheduleKind::kLinear);
   EXPECT_TRUE(config_.optim.decay_norms_and_biases);
   EXPECT_NO_THROW(config_.validate());
 }
@@ -138,7 +141,7 @@ TEST_F(TrainConfigTest, PrintedConfigLoadsBack) {
   schema.load_toml_file(path_);
   EXPECT_EQ(again.model.path, "models/tiny");
   EXPECT_EQ(again.optim.lr, 0.002);
-  EXPECT_EQ(again.optim.schedule, "constant");
+  EXPECT_EQ(again.optim.schedule, LrScheduleKind::kConstant);
   EXPECT_EQ(schema.to_toml(), text);
 }
 
@@ -151,6 +154,58 @@ TEST_F(TrainConfigTest, ChoiceKeysRejectOtherValues) {
             std::string::npos);
   EXPECT_NE(error_of([&] { schema_.apply_override("data.format=csv"); }).find("\"jsonl\""),
             std::string::npos);
+}
+
+// Every choice key is an enum parsed when the value is applied: each name maps to its value,
+// a value outside the choices is one line naming the key and every valid value, and the enum
+// is left as it was.
+TEST_F(TrainConfigTest, ChoiceKeysAreParsedOnceIntoEnums) {
+  schema_.apply_override("fsdp.strategy=HYBRID_SHARD");
+  schema_.apply_override("fsdp.compute_copy=on_demand");
+  schema_.apply_override("train.activation_checkpointing=selective");
+  schema_.apply_override("model.init=random");
+  schema_.apply_override("model.dtype=bf16");
+  schema_.apply_override("optim.schedule=linear");
+  EXPECT_EQ(config_.fsdp.strategy, FsdpStrategy::kHybridShard);
+  EXPECT_EQ(config_.fsdp.compute_copy, ComputeCopyChoice::kOnDemand);
+  EXPECT_EQ(config_.train.activation_checkpointing, ActivationCheckpointing::kSelective);
+  EXPECT_EQ(config_.model.init, ModelInit::kRandom);
+  EXPECT_EQ(config_.model.dtype, DType::kBF16);
+  EXPECT_EQ(config_.optim.schedule, LrScheduleKind::kLinear);
+  // The printed config names each value as typed.
+  const std::string toml = schema_.to_toml();
+  for (const char* line : {"strategy = \"HYBRID_SHARD\"", "compute_copy = \"on_demand\"",
+                           "activation_checkpointing = \"selective\"", "init = \"random\"",
+                           "dtype = \"bf16\"", "schedule = \"linear\""}) {
+    EXPECT_NE(toml.find(line), std::string::npos) << line << "\n" << toml;
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"fsdp.strategy=ZERO3",
+       "'fsdp.strategy' must be one of \"FULL_SHARD\", \"SHARD_GRAD_OP\", \"HYBRID_SHARD\", "
+       "\"NO_SHARD\""},
+      {"fsdp.compute_copy=never",
+       "'fsdp.compute_copy' must be one of \"auto\", \"keep\", "
+       "\"on_demand\""},
+      {"train.activation_checkpointing=partial",
+       "'train.activation_checkpointing' must be one of \"none\", \"full\", \"selective\""},
+      {"model.init=zeros", "'model.init' must be one of \"pretrained\", \"random\""},
+      {"model.dtype=fp16", "'model.dtype' must be one of \"bf16\", \"fp32\""},
+      {"optim.schedule=step",
+       "'optim.schedule' must be one of \"cosine\", \"linear\", "
+       "\"constant\""},
+  };
+  for (const auto& [assignment, fragment] : bad) {
+    const std::string message = error_of([&] { schema_.apply_override(assignment); });
+    EXPECT_NE(message.find(fragment), std::string::npos) << assignment << ": " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  EXPECT_EQ(config_.fsdp.strategy, FsdpStrategy::kHybridShard);  // unchanged by the failures
+  EXPECT_EQ(config_.optim.schedule, LrScheduleKind::kLinear);
+  // The same from a file.
+  const std::string message =
+      error_of([&] { load(std::string(kMinimal) + "[fsdp]\nstrategy = \"ZERO3\"\n"); });
+  EXPECT_NE(message.find("fsdp.strategy"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"NO_SHARD\""), std::string::npos) << message;
 }
 
 struct InvalidCase {
@@ -269,7 +324,7 @@ TEST(GlobalBatch, DerivesGradAccumOrRefusesTheWorldSize) {
   }
   config.train.grad_accum = 4;
   EXPECT_THROW(config.grad_accum_for(4), Error);  // conflicts: 16 / (2 x 4) = 2
-  EXPECT_EQ(config.grad_accum_for(2), 4);          // agrees
+  EXPECT_EQ(config.grad_accum_for(2), 4);         // agrees
 }
 
 TEST(DemoConfig, ExampleTomlLoadsAndValidates) {
@@ -277,7 +332,7 @@ TEST(DemoConfig, ExampleTomlLoadsAndValidates) {
   ConfigSchema schema;
   config.register_config(schema);
   schema.load_toml_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/examples/demo.toml");
-  EXPECT_EQ(config.model.init, "random");
+  EXPECT_EQ(config.model.init, ModelInit::kRandom);
   EXPECT_NO_THROW(config.validate());
 }
 

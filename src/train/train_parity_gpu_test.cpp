@@ -14,7 +14,7 @@
 
 #include "core/config.h"
 #include "ops/backend.h"
-#include "ops/test_device_limits.h"
+#include "ops/testing/test_device_limits.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 

@@ -15,6 +15,7 @@
 #include "train/blocking_comm_time.h"
 #include "train/checkpoint/checkpoint_signal.h"
 #include "train/checkpoint/export_tokenizer.h"
+#include "train/evaluator.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/optimizer.h"
@@ -167,7 +168,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       options_(options),
       env_(options.worker),
       metrics_publisher_(config_.metrics, env_),
-      strategy_(parse_fsdp_strategy(config_.fsdp.strategy)),
+      strategy_(config_.fsdp.strategy),
       group_size_(shard_group_size_for(strategy_, env_.world, env_.local_world,
                                        static_cast<int>(config_.fsdp.shard_group_size))),
       // Every rank reads its own data: the data-parallel size is the world size.
@@ -185,8 +186,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       batcher_(*dataset_, static_cast<uint64_t>(config_.train.seed),
                {config_.train.micro_batch, grad_accum_, env_.world, env_.rank}),
       loss_buffer_(ops_, sizeof(float)) {
-  model_.set_activation_checkpointing(
-      LlamaModel::checkpointing_from_name(config_.train.activation_checkpointing));
+  model_.set_activation_checkpointing(config_.train.activation_checkpointing);
   model_.reserve(config_.train.micro_batch, config_.data.seq_len);
   // Blocking backends (Gloo) get their exposed communication time measured around each call.
   world_.comm = with_heartbeat(with_blocking_comm_time(std::move(world_.comm)), *heartbeat_);
@@ -198,7 +198,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
   if (resumed_.resumed) {
     if (is_rank0)
       log::info("resumed from checkpoint {} (step {})", resumed_.step_dir, resumed_.progress.step);
-  } else if (config_.model.init == "pretrained") {
+  } else if (config_.model.init == ModelInit::kPretrained) {
     // Each rank reads only its own part.
     units_->load_pretrained(HfCheckpoint::open(config_.model.path));
   } else {
@@ -209,11 +209,12 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
     checkpoints_.emplace(
         CheckpointSaverOptions{config_.train.checkpoint_dir, config_.train.keep_checkpoints,
                                config_.train.checkpoint_async,
-                               config_.train.checkpoint_max_lag_steps},
+                               config_.train.checkpoint_max_lag_steps,
+                               options_.checkpoint_write_delay},
         *units_, ops_, model_.layout(),
-        CheckpointRunInfo{config_.fsdp.strategy, config_toml(with_absolute_paths(config_)),
-                          absolute_path(config_.model.path),
-                          absolute_path(config_json_of(config_.model.path))});
+        CheckpointRunInfo{
+            fsdp_strategy_name(config_.fsdp.strategy), config_toml(with_absolute_paths(config_)),
+            absolute_path(config_.model.path), absolute_path(config_json_of(config_.model.path))});
   }
   log_setup();
   if (resumed_.resumed) {
@@ -248,46 +249,18 @@ bool Trainer::eval_due(int64_t step) const {
 
 EvalReport Trainer::evaluate(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
-  const SequenceDataset& data = *eval_dataset_;
-  const size_t world = static_cast<size_t>(env_.world);
-  const size_t rank = static_cast<size_t>(env_.rank);
-  const size_t micro_batch = static_cast<size_t>(config_.train.micro_batch);
-  // Every rank runs the same number of forward passes (their gathers are collective); a rank
-  // whose share ran out forwards a sequence with every label ignored.
-  const size_t per_rank = (data.size() + world - 1) / world;
-  const size_t passes = (per_rank + micro_batch - 1) / micro_batch;
-  const Tensor loss_sum = loss_buffer_.view(DType::kF32, {1});
-  double local_loss = 0;
-  int64_t local_targets = 0, local_sequences = 0;
-  for (size_t pass = 0; pass < passes; ++pass) {
-    std::vector<Example> examples;
-    for (size_t k = 0; k < micro_batch; ++k) {
-      const size_t index = (pass * micro_batch + k) * world + rank;
-      if (index < data.size()) examples.push_back(data.get(index));
-    }
-    local_sequences += static_cast<int64_t>(examples.size());
-    if (examples.empty()) {
-      examples.push_back(data.get(0));
-      examples.back().labels.assign(examples.back().labels.size(), kIgnoreIndex);
-    }
-    const Batch batch = make_batch(examples);
-    model_.set_batch(batch);
-    ops_.fill_zero(loss_sum);
-    model_.forward(*units_, loss_sum, nullptr);
-    local_loss += ops_.read_scalar(loss_sum);
-    local_targets += batch.target_count;
-  }
+  const EvalTotals local =
+      evaluate_share(model_, *units_, ops_, *eval_dataset_,
+                     {eval_dataset_->size(), static_cast<size_t>(config_.train.micro_batch),
+                      env_.rank, env_.world},
+                     loss_buffer_.view(DType::kF32, {1}));
   units_->release_gathered_params();
   const std::vector<double> sums = mesh_->sum(
-      {local_loss, static_cast<double>(local_targets), static_cast<double>(local_sequences)},
+      {local.loss_sum, static_cast<double>(local.targets), static_cast<double>(local.sequences)},
       "eval totals (loss, targets, sequences)");
-  EvalReport report;
-  report.step = step;
-  report.targets = static_cast<int64_t>(std::llround(sums[1]));
-  report.sequences = static_cast<int64_t>(std::llround(sums[2]));
-  report.loss = report.targets > 0 ? sums[0] / static_cast<double>(report.targets) : 0;
-  report.perplexity = std::exp(report.loss);
-  report.eval_time_s = seconds_since(start);
+  const EvalReport report = eval_report({sums[0], static_cast<int64_t>(std::llround(sums[1])),
+                                         static_cast<int64_t>(std::llround(sums[2]))},
+                                        step, seconds_since(start));
   if (report.targets == 0 && env_.rank == 0) {
     log::warn("data.eval_path {}: no predicted positions (every label is ignored)",
               config_.data.eval_path);

@@ -66,6 +66,8 @@ struct TrainRunOptions {
   std::string metrics_path;    // "" = no metrics file
   bool quiet = false;          // no per-step console lines
   StepHooks* hooks = nullptr;  // optional (tests); must outlive the Trainer
+  // Tests only (train/step_hooks.h WorkerHooks): sleep before each checkpoint file.
+  std::chrono::milliseconds checkpoint_write_delay{0};
   WorkerEnv worker;  // the launcher's contract, parsed once by the caller (one process: {})
   CudaComputeStream compute;  // the CUDA stream of `ops`'s backend, for NCCL (ops/backend.h)
 };

@@ -37,6 +37,11 @@ namespace shardtrain::testing {
 inline const std::string kBinary = SHARDTRAIN_BINARY;
 inline const std::string kGolden = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/";
 #endif
+#ifdef SHARDTRAIN_TEST_WORKER
+// The same program with the test hooks its SHARDTRAIN_TEST_* variables ask for
+// (cli/testing/test_worker_hooks.h), for the tests that need a worker to hang or write slowly.
+inline const std::string kTestWorker = SHARDTRAIN_TEST_WORKER;
+#endif
 
 // The message of the shardtrain::Error `action` throws, or "" if it throws none.
 inline std::string error_of(const std::function<void()>& action) {

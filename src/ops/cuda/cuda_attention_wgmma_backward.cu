@@ -2,7 +2,7 @@
 // head dims 64 and 128). Same contract, grid, scratch and results as the mma.sync kernel of
 // cuda_attention_tc_backward.cu (whose launcher computes delta, zeroes the fp32 accumulators,
 // picks the GQA slicing and converts dQ afterwards); that kernel remains the path on other GPUs
-// and under the test hook SHARDTRAIN_TEST_ATTENTION_KERNEL=mma.
+// and when tests force it (ops/kernel_overrides.h kMma).
 //   block = (128-key tile, kv head, batch[, slice of the GQA group]) of two warpgroups, each
 //   owning 64 keys; it loops over the group's query heads and the 64-row query tiles holding a
 //   query at or after its first key (Q, dO, lse, delta two stages deep, cp.async, 128-byte

@@ -1,7 +1,7 @@
 // Causal grouped-query flash attention forward with Hopper warpgroup MMAs (wgmma, sm_90a; bf16,
 // head dims 64 and 128). Same contract and results as the mma.sync kernel of
-// cuda_attention_tc_forward.cu, which remains the path on other GPUs and under the test hook
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=mma.
+// cuda_attention_tc_forward.cu, which remains the path on other GPUs and when tests force it
+// (ops/kernel_overrides.h kMma).
 //   block = (128-row query tile, head, batch) of two warpgroups, each owning 64 query rows;
 //   heaviest query tiles first. K/V tiles of 128 keys (64 at D = 64) stream through shared memory
 //   (cp.async, two stages, 128-byte swizzled so wgmma reads them through descriptors,

@@ -17,8 +17,8 @@
 //   barriers per step: nothing waits for loads issued in the consumers' own instruction stream.
 // Registers: producer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's threads use
 // 254 at D = 128; without the loads' address arithmetic the consumers fit 240 (ptxas: no spills).
-// The Hopper default since session 9 (measured: ops/cuda/NOTES.md, bench/RESULTS.md);
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma runs the cp.async wgmma kernel instead.
+// The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/NOTES.md,
+// bench/RESULTS.md); tests force that one with ops/kernel_overrides.h kWgmma.
 #include <cuda_bf16.h>
 
 #include <cstdint>

@@ -14,8 +14,8 @@
 // Why: the wgmma kernel's block barrier per tile and cp.async issue by every thread left the
 // forward latency-bound (Nsight Compute: 0.57 eligible warps per scheduler, tensor pipe 34% busy
 // at the Qwen shape, ops/cuda/NOTES.md); here the loads leave the consumers' instruction stream.
-// The Hopper default since session 9 (measured: ops/cuda/NOTES.md, bench/RESULTS.md);
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma runs the cp.async wgmma kernel instead.
+// The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/NOTES.md,
+// bench/RESULTS.md); tests force that one with ops/kernel_overrides.h kWgmma.
 #include <cuda_bf16.h>
 
 #include <cstdint>

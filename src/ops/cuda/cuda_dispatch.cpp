@@ -6,8 +6,6 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -65,9 +63,13 @@ int current_device() {
   return device;
 }
 
-bool env_equals(const char* variable, const char* value) {
-  const char* set = std::getenv(variable);
-  return set != nullptr && std::strcmp(set, value) == 0;
+std::mutex& overrides_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+KernelOverrides& overrides_storage() {
+  static KernelOverrides overrides;
+  return overrides;
 }
 
 // ---- the attention table ----
@@ -115,21 +117,15 @@ size_t row_shared_bytes(const AttentionRow& row, int head_dim, bool backward) {
   return 0;
 }
 
-// The test hooks of the attention kernels (SHARDTRAIN_TEST_ATTENTION_*): KERNEL=wgmma runs the
-// cp.async wgmma kernels instead of the warp-specialised ones, KERNEL=mma the mma.sync kernels
-// instead of either, and _WARPS=4 4-warp mma.sync blocks instead of 8.
-bool row_allowed_by_hooks(const AttentionRow& row, bool backward) {
-  if (row.kernel == AttentionKernel::kWgmmaWs &&
-      (env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma") ||
-       env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma")))
-    return false;
-  if (row.kernel == AttentionKernel::kWgmma &&
-      env_equals("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma"))
-    return false;
-  const char* warps_hook = backward ? "SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS"
-                                    : "SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS";
-  if (row.kernel == AttentionKernel::kMmaSync && env_equals(warps_hook, "4") && row.warps != 4)
-    return false;
+// The rows tests force (ops/kernel_overrides.h): kWgmma skips the warp-specialised rows, kMma
+// both wgmma kinds, and 4 warps the 8-warp mma.sync rows.
+bool row_allowed_by_overrides(const AttentionRow& row, bool backward) {
+  const KernelOverrides forced = kernel_overrides();
+  using Forced = KernelOverrides::Attention;
+  if (row.kernel == AttentionKernel::kWgmmaWs && forced.attention != Forced::kDefault) return false;
+  if (row.kernel == AttentionKernel::kWgmma && forced.attention == Forced::kMma) return false;
+  const int warps = backward ? forced.attention_backward_warps : forced.attention_forward_warps;
+  if (row.kernel == AttentionKernel::kMmaSync && warps == 4 && row.warps != 4) return false;
   return true;
 }
 
@@ -144,7 +140,7 @@ AttentionConfig attention_config(DType dtype, const AttentionShape& shape,
         !wgmma_compiled)
       continue;
     if (!backward && row.stages == 1) continue;  // the forward has no 1-stage variant
-    if (!row_allowed_by_hooks(row, backward)) continue;
+    if (!row_allowed_by_overrides(row, backward)) continue;
     const size_t bytes = row_shared_bytes(row, shape.head_dim, backward);
     if (bytes > limits.shared_per_block_optin) continue;
     return AttentionConfig{row.kernel, row.warps, row.stages, bytes};
@@ -190,6 +186,16 @@ void set_device_limits_override(const std::optional<DeviceLimits>& limits) {
   }
   std::lock_guard<std::mutex> lock(limits_mutex());
   limits_override() = limits;
+}
+
+void set_kernel_overrides(const KernelOverrides& overrides) {
+  std::lock_guard<std::mutex> lock(overrides_mutex());
+  overrides_storage() = overrides;
+}
+
+KernelOverrides kernel_overrides() {
+  std::lock_guard<std::mutex> lock(overrides_mutex());
+  return overrides_storage();
 }
 
 std::optional<DeviceLimits> device_limits_preset(std::string_view name) {
@@ -282,12 +288,11 @@ AttentionConfig attention_backward_config(DType dtype, const AttentionShape& sha
 int attention_backward_heads_per_block(const AttentionShape& s, int key_tiles, int warps) {
   const int sms = device_limits().sm_count;
   const int group = s.heads / s.kv_heads;
-  // Test hook: force a slice size (must divide the group), so tests reach every path on
-  // small shapes.
-  if (const char* forced = std::getenv("SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK")) {
-    const int heads = std::atoi(forced);
-    if (heads > 0 && group % heads == 0) return heads;
-  }
+  // A slice size tests force (when it divides the group), so they reach every path on small
+  // shapes.
+  if (const int heads = kernel_overrides().attention_backward_heads_per_block;
+      heads > 0 && group % heads == 0)
+    return heads;
   // The model runs once per shape (per thread: ranks may be threads of one process).
   thread_local std::map<std::array<int, 7>, int> chosen;
   const std::array<int, 7> key{s.batch, s.seq, s.heads, s.kv_heads, key_tiles, warps, sms};
@@ -349,7 +354,8 @@ RmsnormKernel choose_rmsnorm_forward(DType act_dtype, int64_t channels, bool ali
 }
 
 RmsnormKernel choose_rmsnorm_backward(DType act_dtype, int64_t channels, bool aligned) {
-  // A warp-per-row backward measured slower (ops/cuda/NOTES.md, session 5): blocks only.
+  // A warp-per-row backward measured slower (ops/cuda/NOTES.md, "scheduling and memory-bound ops"):
+  // blocks only.
   const bool vector = act_dtype == DType::kBF16 && channels % 8 == 0 && aligned;
   if (vector && channels <= kRmsnormVectorMaxChannels) return RmsnormKernel::kBlockPerRowVector;
   return RmsnormKernel::kBlockPerRowScalar;

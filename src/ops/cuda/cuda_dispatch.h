@@ -30,11 +30,11 @@
 // Test support: set_device_limits_override makes device_limits() report another GPU's limits
 // (device_limits_preset: "a100", "l4", "a10g", "h100"), so the kernel configurations of those
 // GPUs run, under their shared-memory limits, on the GPU that is present (which must offer at
-// least as much). Only tests call it (ops/test_device_limits.h reads the environment variable
-// SHARDTRAIN_TEST_DEVICE_LIMITS for them). The older attention test hooks
-// (SHARDTRAIN_TEST_ATTENTION_KERNEL=mma, _FORWARD_WARPS=4, _BACKWARD_WARPS=4) are read here, and
-// SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma runs the cp.async wgmma kernels instead of the
-// warp-specialised ones (the default before session 9; bench/run_bench.sh RUN+wgmma).
+// least as much). set_kernel_overrides (ops/kernel_overrides.h) forces a row of the attention
+// table: the cp.async wgmma kernels instead of the warp-specialised ones (the Hopper default
+// they replaced; bench/run_bench.sh RUN+wgmma measures them), the mma.sync kernels, 4-warp
+// blocks, a backward head slice. Only tests set either (gtest binaries directly, the test
+// worker binary from its SHARDTRAIN_TEST_* variables); the product never reads them.
 //
 // Plain C++17 (no CUDA device code): included by the launchers (.cu) and by cuda_layers.cpp.
 #pragma once
@@ -46,6 +46,7 @@
 #include <string_view>
 
 #include "core/dtype.h"
+#include "ops/kernel_overrides.h"
 #include "ops/cuda/cuda_kernels.h"
 
 namespace shardtrain::cuda_kernels {
@@ -68,6 +69,9 @@ void require_supported_device(const DeviceLimits& limits, int device_index);
 // Test support: replace what device_limits() returns (nullopt restores the real device). The
 // override's shared memory must not exceed the real device's (checked; Error otherwise).
 void set_device_limits_override(const std::optional<DeviceLimits>& limits);
+// Test support: the attention rows tests force (ops/kernel_overrides.h); thread-safe.
+void set_kernel_overrides(const KernelOverrides& overrides);
+KernelOverrides kernel_overrides();
 // Datasheet limits of a GPU kind: "a100" (sm_80, 108 SMs, 163 KB, 40 MB L2), "a10g" (sm_86,
 // 80 SMs, 99 KB, 6 MB), "l4" (sm_89, 58 SMs, 99 KB, 48 MB), "h100" (sm_90, 132 SMs, 227 KB,
 // 50 MB); nullopt for any other name.
@@ -112,8 +116,8 @@ WarpSpecialisedLaunches warp_specialised_launches();
 
 // Query heads of the GQA group per flash-backward block of `warps` warps over `key_tiles` key
 // tiles: the slice whose launch finishes first on device_limits().sm_count SMs by a
-// list-scheduling model (cuda_dispatch.cpp says how it was checked), cached per shape; the test
-// hook SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK forces one (when it divides the group).
+// list-scheduling model (cuda_dispatch.cpp says how it was checked), cached per shape;
+// KernelOverrides::attention_backward_heads_per_block forces one (when it divides the group).
 int attention_backward_heads_per_block(const AttentionShape& shape, int key_tiles, int warps);
 
 // Shared memory of each attention kernel, as the kernels carve it (bytes). kTile = 64.

@@ -57,8 +57,8 @@ TEST(CudaDispatch, WgmmaOnlyOnHopperBuildsThatHaveIt) {
   }
 }
 
-// On Hopper the warp-specialised kernels by default; the hook KERNEL=wgmma runs the cp.async wgmma
-// kernels instead, KERNEL=mma the mma.sync ones; never where wgmma is not.
+// On Hopper the warp-specialised kernels by default; the override kWgmma runs the cp.async wgmma
+// kernels instead, kMma the mma.sync ones; never where wgmma is not.
 TEST(CudaDispatch, WarpSpecialisedKernelsAreTheHopperDefault) {
   for (const int d : {64, 128}) {
     const AttentionConfig forward =
@@ -75,15 +75,18 @@ TEST(CudaDispatch, WarpSpecialisedKernelsAreTheHopperDefault) {
     EXPECT_EQ(attention_forward_config(DType::kF32, shape(d), preset("h100"), true).kernel,
               AttentionKernel::kSimt);
 
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma", 1);
+    KernelOverrides forced;
+    forced.attention = KernelOverrides::Attention::kWgmma;
+    set_kernel_overrides(forced);
     const AttentionConfig cp_async_forward =
         attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
     const AttentionConfig cp_async_backward =
         attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
-    ::setenv("SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma", 1);
+    forced.attention = KernelOverrides::Attention::kMma;
+    set_kernel_overrides(forced);
     const AttentionConfig mma =
         attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
-    ::unsetenv("SHARDTRAIN_TEST_ATTENTION_KERNEL");
+    set_kernel_overrides({});
     EXPECT_EQ(cp_async_forward.kernel, AttentionKernel::kWgmma) << d;
     EXPECT_EQ(cp_async_backward.kernel, AttentionKernel::kWgmma) << d;
     EXPECT_EQ(mma.kernel, AttentionKernel::kMmaSync) << d;

@@ -48,6 +48,7 @@ using testing::CommandResult;
 using testing::run_command;
 
 using testing::kBinary;
+using testing::kTestWorker;
 
 struct Metrics {
   std::vector<int64_t> steps;
@@ -111,12 +112,14 @@ class CheckpointDistTest : public ::testing::Test {
 
   // `shardtrain train` of run `name` on `world` processes (the launcher for world > 1), with
   // its metrics at name/metrics.jsonl and its final save in name/out.
+  // `binary`: kTestWorker where the test sets a SHARDTRAIN_TEST_* hook.
   static CommandResult train(const std::string& name, int world, const std::string& args,
-                             const std::string& model = "llama_gqa") {
+                             const std::string& model = "llama_gqa",
+                             const std::string& binary = kBinary) {
     const std::string run_dir = dir_ + "/" + name;
     fs::create_directories(run_dir);
-    const std::string launcher = world == 1 ? kBinary
-                                            : kBinary + " launch --standalone --nproc-per-node " +
+    const std::string launcher = world == 1 ? binary
+                                            : binary + " launch --standalone --nproc-per-node " +
                                                   std::to_string(world) + " --";
     return run_command(launcher + " train --config " + dir_ + "/" + model + ".toml --metrics " +
                        run_dir + "/metrics.jsonl --train.output_dir=" + run_dir + "/out " + args);
@@ -431,7 +434,7 @@ TEST_F(CheckpointDistTest, AsyncCheckpointFilesEqualSynchronousOnes) {
   EXPECT_EQ(completed_after(r.output, 5), 5) << r.output;
   {
     const ScopedEnv slow("SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "100");
-    r = train("async", 2, "--checkpoint-dir " + ckpt("async") + flags);
+    r = train("async", 2, "--checkpoint-dir " + ckpt("async") + flags, "llama_gqa", kTestWorker);
   }
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_GT(completed_after(r.output, 5), 5) << r.output;
@@ -457,7 +460,8 @@ TEST_F(CheckpointDistTest, AsyncWriteDoesNotStallTheStepLoop) {
   const std::string name = "slow_disk";
   CommandResult r = train(name, 2,
                           "--checkpoint-dir " + ckpt(name) +
-                              " --checkpoint-every 10 --train.checkpoint_max_lag_steps=0");
+                              " --checkpoint-every 10 --train.checkpoint_max_lag_steps=0",
+                          "llama_gqa", kTestWorker);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string path = dir_ + "/" + name + "/metrics.jsonl";
   const nlohmann::json at10 = metrics_record(path, 10), at11 = metrics_record(path, 11);

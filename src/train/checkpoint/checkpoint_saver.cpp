@@ -1,7 +1,6 @@
 #include "train/checkpoint/checkpoint_saver.h"
 
 #include <condition_variable>
-#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -18,11 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::chrono::milliseconds test_delay_per_file() {
-  const char* text = std::getenv("SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS");
-  return std::chrono::milliseconds(text != nullptr ? std::atoll(text) : 0);
 }
 
 }  // namespace
@@ -103,7 +97,6 @@ CheckpointSaver::CheckpointSaver(CheckpointSaverOptions options, FsdpUnits& unit
       ops_(ops),
       layout_(layout),
       info_(std::move(info)),
-      test_delay_per_file_(test_delay_per_file()),
       writer_(std::make_unique<Writer>()) {
   const std::vector<int64_t> complete = complete_checkpoint_steps(options_.dir);
   if (!complete.empty()) newest_complete_ = step_dir_path(options_.dir, complete.back());
@@ -184,7 +177,7 @@ CheckpointStall CheckpointSaver::save(const TrainProgress& progress) {
   writer_->submit([this] {
     const Clock::time_point write_start = Clock::now();
     written_ = {};
-    written_ = write_checkpoint_files(snapshot_, test_delay_per_file_);
+    written_ = write_checkpoint_files(snapshot_, options_.write_delay_per_file);
     write_s_ = seconds_since(write_start);
   });
   if (!options_.async) {

@@ -42,8 +42,8 @@
 // With async = false, save() returns only when its checkpoint is complete (the step loop waits
 // for the write; the files are the same).
 //
-// Test hook: SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=N makes the writer sleep N ms before
-// each file (a slow disk), for src/train/checkpoint/checkpoint_dist_test.cpp.
+// options.write_delay_per_file makes the writer sleep before each file (a slow disk): only the
+// test worker sets it (train/step_hooks.h WorkerHooks), for the checkpoint and SIGTERM tests.
 //
 // REQUIRES: every rank calls poll / save / finish at the same steps (they are collective).
 #pragma once
@@ -67,6 +67,7 @@ struct CheckpointSaverOptions {
   int64_t keep = 3;           // train.keep_checkpoints
   bool async = true;          // train.checkpoint_async
   int64_t max_lag_steps = 0;  // train.checkpoint_max_lag_steps (0 = no bound)
+  std::chrono::milliseconds write_delay_per_file{0};  // tests: a slow disk (header comment)
 };
 
 // What poll() found.
@@ -128,7 +129,6 @@ class CheckpointSaver {
   Ops& ops_;
   const ParamLayout& layout_;
   CheckpointRunInfo info_;
-  std::chrono::milliseconds test_delay_per_file_{0};
   int64_t current_step_ = 0;     // the step of the last poll or save
   std::string newest_complete_;  // the newest checkpoint this run completed ("" = none yet)
   CheckpointSnapshot snapshot_;  // host staging buffers, reused across checkpoints

@@ -56,7 +56,11 @@ inline LeverRun train_memory_levers(const std::string& device, const std::string
   config.optim.lr = 3e-3;
   config.optim.warmup_steps = 2;
   config.optim.weight_decay = 0.01;
-  config.fsdp.compute_copy = compute_copy;
+  {
+    ConfigSchema schema;  // the name parsed as a config file's would be
+    config.register_config(schema);
+    schema.apply_override("fsdp.compute_copy=" + compute_copy);
+  }
   config.optim.update_in_backward = update_in_backward;
   TrainRunOptions options;
   options.quiet = true;

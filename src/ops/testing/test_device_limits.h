@@ -4,7 +4,7 @@
 // (compute capability, opt-in shared memory per block, SM count, L2) for the whole test binary
 // (set_test_cuda_device_limits, ops/backend.h). So `SHARDTRAIN_TEST_DEVICE_LIMITS=l4 ctest -L gpu`
 // runs, on an H200, every kernel configuration an L4 would get, under an L4's shared-memory limit.
-// This is the only place that reads the variable; production code never does.
+// Test code reads the variable (here and in the test worker, cli/testing/); the product never.
 #pragma once
 
 #include <gtest/gtest.h>
