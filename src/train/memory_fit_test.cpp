@@ -41,13 +41,15 @@ TEST(MemoryFit, ParsesSizesAndGpuNames) {
 // GPU (plan + 5% + the reserve) covers it.
 TEST(MemoryFit, NeededBytesCoverTheMeasuredH200Peak) {
   const MemoryJob job{shape("qwen2.5-1.5b"), 1, 1, 0, 2, 4096, false, DType::kBF16};
-  for (const auto& [mode, measured_gib] : {std::pair<const char*, double>{"none", 43.8},
-                                           std::pair<const char*, double>{"full", 29.3}}) {
+  for (const auto& [mode, measured_gib] :
+       {std::pair<ActivationCheckpointing, double>{ActivationCheckpointing::kNone, 43.8},
+        std::pair<ActivationCheckpointing, double>{ActivationCheckpointing::kFull, 29.3}}) {
+    const std::string name = choice_name(checkpointing_names(), mode);
     const size_t plan = plan_bytes(job, {FsdpStrategy::kFullShard, mode});
-    EXPECT_LT(plan / kGiB, measured_gib) << mode;
-    EXPECT_GT(plan / kGiB, 0.95 * measured_gib) << mode;
-    EXPECT_GT(device_bytes_needed(plan) / kGiB, measured_gib) << mode;
-    EXPECT_LT(device_bytes_needed(plan) / kGiB, 1.1 * measured_gib) << mode;
+    EXPECT_LT(plan / kGiB, measured_gib) << name;
+    EXPECT_GT(plan / kGiB, 0.95 * measured_gib) << name;
+    EXPECT_GT(device_bytes_needed(plan) / kGiB, measured_gib) << name;
+    EXPECT_LT(device_bytes_needed(plan) / kGiB, 1.1 * measured_gib) << name;
   }
   EXPECT_EQ(device_bytes_needed(size_t{20} << 30),
             (size_t{20} << 30) + (size_t{1} << 30) + kDeviceReserveBytes);
