@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/family_table.h"
 
 namespace shardtrain {
 namespace {
@@ -181,11 +182,12 @@ ModelConfig read_hf_config(const std::string& path) {
         path);
   }
   c.model_type = top.string("model_type", "");
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
+  const ModelFamily* family = find_model_family(c.model_type);
+  if (family == nullptr) {
     fail(
-        "{}: model_type '{}' is not supported (supported: llama, qwen2, mistral); HINT: use a "
-        "checkpoint of a supported architecture",
-        path, c.model_type);
+        "{}: model_type '{}' is not supported (supported: {}); HINT: use a checkpoint of a "
+        "supported architecture",
+        path, c.model_type, supported_model_types());
   }
   const std::string hidden_act = top.string("hidden_act", "silu");
   if (hidden_act != "silu") {
@@ -201,28 +203,29 @@ ModelConfig read_hf_config(const std::string& path) {
   c.num_key_value_heads = top.integer("num_key_value_heads", c.num_attention_heads);
   const bool divisible = c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0;
   // 0 when it cannot be derived: validate() then names the offending keys.
-  c.head_dim = top.integer("head_dim", divisible ? c.hidden_size / c.num_attention_heads : 0);
-  const int64_t default_positions = c.model_type == "llama"   ? 2048
-                                    : c.model_type == "qwen2" ? 32768
-                                                              : 131072;
-  c.max_position_embeddings = top.integer("max_position_embeddings", default_positions);
+  const int64_t derived_head_dim = divisible ? c.hidden_size / c.num_attention_heads : 0;
+  c.head_dim = top.integer(
+      "head_dim", family->default_head_dim > 0 ? family->default_head_dim : derived_head_dim);
+  c.max_position_embeddings = top.integer("max_position_embeddings", family->default_max_positions);
   c.rms_norm_eps = top.number("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = top.boolean("tie_word_embeddings", false);
 
-  if (c.model_type == "llama") {
-    c.attention_bias = top.boolean("attention_bias", false);
-    c.mlp_bias = top.boolean("mlp_bias", false);
-  } else if (c.model_type == "qwen2") {
-    c.attention_bias = true;  // Qwen2 q/k/v projections always have biases
-    if (top.boolean("use_sliding_window", false) &&
-        top.integer("max_window_layers", 28) < c.num_hidden_layers) {
-      fail(
-          "{}: key 'use_sliding_window' = true is not supported for qwen2; HINT: set it to false "
-          "(published Qwen2/2.5 checkpoints do)",
-          path);
-    }
-  } else {  // mistral
+  using Bias = ModelFamily::Bias;
+  using Window = ModelFamily::Window;
+  c.attention_bias =
+      family->attention_bias == Bias::kAlways ||
+      (family->attention_bias == Bias::kConfigKey && top.boolean("attention_bias", false));
+  if (family->mlp_bias_key) c.mlp_bias = top.boolean("mlp_bias", false);
+  if (family->sliding_window == Window::kConfigKey) {
     c.sliding_window = top.integer("sliding_window", 0);
+  }
+  if (family->sliding_window == Window::kRefusedIfUsed &&
+      top.boolean("use_sliding_window", false) &&
+      top.integer("max_window_layers", 28) < c.num_hidden_layers) {
+    fail(
+        "{}: key 'use_sliding_window' = true is not supported for {}; HINT: set it to false "
+        "(published Qwen checkpoints do)",
+        path, c.model_type);
   }
 
   c.rope = read_rope(path, top);
@@ -238,12 +241,11 @@ ModelConfig read_hf_config(const std::string& path) {
 
 std::string write_hf_config_json(const ModelConfig& c) {
   using Ordered = nlohmann::ordered_json;
-  const char* architecture = c.model_type == "qwen2"     ? "Qwen2ForCausalLM"
-                             : c.model_type == "mistral" ? "MistralForCausalLM"
-                                                         : "LlamaForCausalLM";
+  const ModelFamily& family = model_family(c);
+  using Window = ModelFamily::Window;
   const auto optional_id = [](int64_t id) { return id < 0 ? Ordered(nullptr) : Ordered(id); };
   Ordered j;
-  j["architectures"] = {architecture};
+  j["architectures"] = {family.hf_architecture};
   j["model_type"] = c.model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
@@ -257,16 +259,16 @@ std::string write_hf_config_json(const ModelConfig& c) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["initializer_range"] = 0.02;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (c.model_type == "llama") {
+  if (family.attention_bias == ModelFamily::Bias::kConfigKey) {
     j["attention_bias"] = c.attention_bias;
-    j["mlp_bias"] = c.mlp_bias;
   }
-  if (c.model_type == "qwen2") {
+  if (family.mlp_bias_key) j["mlp_bias"] = c.mlp_bias;
+  if (family.sliding_window == Window::kRefusedIfUsed) {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = c.num_hidden_layers;
   }
-  if (c.model_type == "mistral") {
+  if (family.sliding_window == Window::kConfigKey) {
     j["sliding_window"] = c.sliding_window > 0 ? Ordered(c.sliding_window) : Ordered(nullptr);
   }
   j["attention_dropout"] = 0.0;

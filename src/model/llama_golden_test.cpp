@@ -1,5 +1,7 @@
 // Parity with Hugging Face transformers: tiny random models made by tools/make_golden.py
-// (fixtures in tests/golden/), run through LlamaModel on the fp32 CPU backend.
+// (fixtures in tests/golden/), run through LlamaModel on the fp32 CPU backend. mistral_window
+// has a sliding window (6) shorter than the sequence (16): the windowed attention mask;
+// qwen3 has per-head q/k norms and a head_dim unlike hidden / heads.
 // Bands: logits max relative error <= 1e-4, loss <= 1e-5 relative, every parameter
 // gradient <= 1e-3 relative. "Relative" is max|ours - theirs| / max|theirs| over the tensor.
 #include <gtest/gtest.h>
@@ -81,7 +83,7 @@ TEST_P(GoldenParity, LogitsLossAndGradientsMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, GoldenParity,
                          ::testing::Values("llama_gqa", "qwen2_tied_bias", "llama3_rope",
-                                           "mistral"));
+                                           "mistral", "mistral_window", "qwen3"));
 
 }  // namespace
 }  // namespace shardtrain

@@ -1,9 +1,12 @@
-// LlamaModel: the Llama-family decoder (llama, qwen2, mistral) with a hand-written backward.
+// LlamaModel: the decoder-only model of every supported family (model/family_table.h: llama,
+// qwen2, mistral, qwen3), as layers (model/layers/: embedding, per block a DecoderBlock made by
+// the family's recipe, the lm head + loss), each a forward/backward pair.
 //
-// The model owns its activation memory and the rope tables, and computes through `Ops` only,
-// so the same code runs on the CPU reference backend and on CUDA. Parameters and gradients
-// come from a UnitAccess (model/unit_access.h), unit by unit, so FSDP can gather and reduce
-// around each unit without the model knowing.
+// The model owns its activation memory (declared once, by the layers: model/layers/
+// activation_plan.h) and the rope tables, and computes through `Ops` only, so the same code runs
+// on the CPU reference backend and on CUDA. Parameters and gradients come from a UnitAccess
+// (model/unit_access.h), unit by unit, so FSDP can gather and reduce around each unit without
+// the model knowing.
 //
 // Usage: reserve(B, T) once for the largest micro-batch, then per micro-batch
 // set_batch(batch) and forward_backward(...) (training) or forward(...) (eval, logits).
@@ -15,6 +18,11 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "model/family_table.h"
+#include "model/layers/activation_plan.h"
+#include "model/layers/decoder_block.h"
+#include "model/layers/layer_dims.h"
+#include "model/layers/lm_head.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "model/unit_access.h"
@@ -59,7 +67,8 @@ class LlamaModel {
   void set_head_chunk_logits(int64_t max_logits) { head_chunk_logits_ = max_logits; }
 
   // Allocates activations for micro-batches up to (batch, seq_len). Throws Error if seq_len
-  // exceeds max_position_embeddings or a mistral sliding window.
+  // exceeds max_position_embeddings. A sliding window shorter than seq_len is a windowed
+  // attention mask (the CPU backend runs it; CUDA refuses it with an Error at the first step).
   void reserve(int64_t batch, int64_t seq_len);
   // Activation memory reserve() takes for this shape: a pure function, so `shardtrain plan`
   // can report it before anything runs.
@@ -67,13 +76,7 @@ class LlamaModel {
                                      DType activation_dtype, Checkpointing checkpointing,
                                      int64_t head_chunk_logits = kDefaultHeadChunkLogits);
   // The same bytes by what they hold (their sum is activation_bytes_for).
-  struct ActivationBytes {
-    size_t block_sets = 0;   // every block's saved activations (one shared set if checkpointed)
-    size_t checkpoints = 0;  // what checkpointing keeps per block (inputs; selective: + attn)
-    size_t head_logits = 0;  // one lm-head chunk of logits (rows x vocab)
-    size_t scratch = 0;      // backward's gradient buffers, the final norm, the rest
-    size_t total() const { return block_sets + checkpoints + head_logits + scratch; }
-  };
+  using ActivationBytes = shardtrain::ActivationBytes;
   static ActivationBytes activation_breakdown_for(
       const ModelConfig& config, int64_t batch, int64_t seq_len, DType activation_dtype,
       Checkpointing checkpointing, int64_t head_chunk_logits = kDefaultHeadChunkLogits);
@@ -81,6 +84,9 @@ class LlamaModel {
   size_t activation_bytes() const { return arena_.capacity(); }
 
   // Copies a micro-batch to the device. REQUIRES: batch shape fits reserve(); ids < vocab.
+  // Packed documents (batch.document_start_BT, several in one sequence) become every block's
+  // document mask (ops/attention_mask.h); CUDA refuses them with an Error at the first
+  // attention until its kernels read the mask.
   void set_batch(const Batch& batch);
 
   // Forward and backward of the current batch. Parameter gradients accumulate into the
@@ -96,62 +102,61 @@ class LlamaModel {
   void forward_last_logits(UnitAccess& units, float* logits_host_BV);
 
  private:
-  struct BlockActivations {
-    Tensor x_in_NC;                 // block input (residual stream)
-    Tensor ln1_NC, rstd1_N;         // input_layernorm output and its 1/rms
-    Tensor q_NHD, k_NKD, v_NKD;     // projections, q and k after rope
-    Tensor attn_NHD, lse_BHT;       // attention output, log-sum-exp
-    Tensor h_NC;                    // residual after attention
-    Tensor ln2_NC, rstd2_N;         // post_attention_layernorm output
-    Tensor gate_NF, up_NF, act_NF;  // MLP
+  // Everything reserve() takes, declared by the layers (declare() also counts it).
+  struct Activations {
+    // Per block: all of it, or with checkpointing only what is kept (the input; selective:
+    // also the attention output and lse).
+    std::vector<BlockActivations> blocks;
+    BlockActivations recompute;  // checkpointing: the one recomputed block
+    BlockScratch block_scratch;
+    HeadScratch head;
+    Tensor dresid_NC;  // d(residual stream), block to block in backward
+    Tensor out_NC;     // output of the last block
+    Tensor ids_N, targets_N, positions_N;
+    Tensor document_start_N;  // i32; read only when the batch has several documents a sequence
   };
-  struct Scratch {
-    Tensor dresid_NC, dln_NC, dattn_NHD, dq_NHD, dk_NKD, dv_NKD, dgate_NF, dup_NF, dact_NF;
-    Tensor qkv_NX;  // packed q/k/v projection output (forward) and its gradient (backward)
-    Tensor xf_NC, rstdf_N, dxf_NC, logits_chunk;  // final norm + head
-    Tensor out_NC;                                // output of the last block
-  };
+  static Activations declare(ActivationPlan& plan, const ModelConfig& config, int64_t batch,
+                             int64_t seq_len, Checkpointing checkpointing, int64_t chunk_rows);
 
-  // Views of a block's activations shaped for the current batch (<= the reserved one).
-  BlockActivations sized_for_batch(const BlockActivations& a) const;
-  void embed_forward(const RootWeights& root, Tensor out_NC);
-  // Forward of one block; with reuse_attention (selective recompute), a.attn_NHD and
-  // a.lse_BHT already hold the attention output and the attention is not run.
-  void block_forward(const BlockWeights& w, BlockActivations& a, Tensor out_NC,
-                     bool reuse_attention = false);
-  // Backward of one block into g: every gradient is added to (accumulate) or overwritten.
-  void block_backward(const BlockWeights& w, const BlockWeights& g, bool accumulate,
-                      BlockActivations& a, Tensor dresid_NC);
-  // Final norm, lm head and loss over token chunks; with grads, writes d(last block output)
-  // into scratch_.dresid_NC and adds to (accumulate_grads) or overwrites the head gradients.
-  void head(const RootWeights& root, const RootWeights* root_grads, bool accumulate_grads,
-            float grad_scale, Tensor loss_sum_1, float* logits_host_NV);
+  LayerDims dims() const { return LayerDims::of(config_, batch_, seq_); }
+  float norm_eps() const { return static_cast<float>(config_.rms_norm_eps); }
+  DecoderBlock block(int64_t layer) const {
+    return DecoderBlock(dims(), recipes_[layer], norm_eps());
+  }
+  BlockInputs block_inputs(int64_t layer) const;
+  LmHead lm_head() const { return LmHead(dims(), chunk_rows_, norm_eps()); }
+  void build_rope_tables(int64_t seq_len);
+  // Backward of every block, last to first; dresid_NC holds d(last block's output) and ends
+  // holding d(embedding output).
+  void backward_blocks(UnitAccess& units);
   Tensor block_output(int64_t layer);
   // Embedding and every block for the current batch; returns the (still acquired) root
   // weights, which the caller releases after the head.
   RootWeights forward_blocks(UnitAccess& units);
-  void copy_logits_to_host(Tensor logits, float* host);
-  // Where block `layer` keeps its activations: its own set, or (checkpointing) the shared
-  // recompute set pointed at the block's saved input.
-  BlockActivations& block_storage(int64_t layer);
+  // Where block `layer` keeps its activations (sized for the batch): its own set, or
+  // (checkpointing) the shared recompute set pointed at the block's saved input.
+  BlockActivations block_storage(int64_t layer);
 
   ModelConfig config_;
   ParamLayout layout_;
   Ops& ops_;
   int64_t reserved_batch_ = 0, reserved_seq_ = 0;
   int64_t batch_ = 0, seq_ = 0;
+  bool batch_has_documents_ = false;  // the current batch packs several documents a sequence
   int64_t chunk_rows_ = 0;
   int64_t head_chunk_logits_ = kDefaultHeadChunkLogits;
   Arena arena_;
   Checkpointing checkpointing_ = Checkpointing::kNone;
-  // Per block: everything; with checkpointing only x_in_NC (kFull) or x_in_NC, attn_NHD and
-  // lse_BHT (kSelective).
-  std::vector<BlockActivations> acts_;
-  BlockActivations recompute_;  // checkpointing: the one recomputed block
-  Scratch scratch_;
-  Tensor ids_N_, targets_N_, positions_N_;
-  DeviceBuffer rope_cos_, rope_sin_;
-  Tensor rope_cos_PR_, rope_sin_PR_;
+  std::vector<BlockRecipe> recipes_;  // per block, from the family table
+  Activations acts_;
+  // One pair of rope tables per distinct rope config of the blocks; rope_of_block_[l] indexes it.
+  struct RopeTableBuffers {
+    RopeConfig rope;
+    DeviceBuffer cos, sin;
+    RopeTablesView view;
+  };
+  std::vector<RopeTableBuffers> rope_tables_;
+  std::vector<int> rope_of_block_;
 };
 
 }  // namespace shardtrain

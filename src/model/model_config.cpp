@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include "core/error.h"
+#include "model/family_table.h"
 
 namespace shardtrain {
 namespace {
@@ -27,17 +28,20 @@ int64_t ModelConfig::parameter_count() const {
   const int64_t attention = hidden_size * q_dim + 2 * hidden_size * kv_dim + q_dim * hidden_size +
                             (attention_bias ? q_dim + 2 * kv_dim : 0);
   const int64_t mlp = 3 * hidden_size * intermediate_size;
-  const int64_t norms = 2 * hidden_size;
+  const ModelFamily* family = find_model_family(model_type);
+  const bool qk_norm = family != nullptr && family->qk_norm;
+  const int64_t norms = 2 * hidden_size + (qk_norm ? 2 * head_dim : 0);
   const int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
   return embeddings + hidden_size + num_hidden_layers * (attention + mlp + norms);
 }
 
 void ModelConfig::validate(const std::string& source) const {
-  if (model_type != "llama" && model_type != "qwen2" && model_type != "mistral") {
+  const ModelFamily* family = find_model_family(model_type);
+  if (family == nullptr) {
     fail(
-        "{}: model_type '{}' is not supported (supported: llama, qwen2, mistral); HINT: use a "
-        "checkpoint of a supported architecture",
-        source, model_type);
+        "{}: model_type '{}' is not supported (supported: {}); HINT: use a checkpoint of a "
+        "supported architecture",
+        source, model_type, supported_model_types());
   }
   require_in_range(source, "vocab_size", vocab_size, kMaxVocabSize);
   require_in_range(source, "hidden_size", hidden_size, kMaxHiddenSize);
@@ -74,19 +78,19 @@ void ModelConfig::validate(const std::string& source) const {
         "can be trained",
         source);
   }
-  if (model_type == "qwen2" && !attention_bias) {
-    fail("{}: qwen2 models always have q/k/v biases but 'attention_bias' is false; {}", source,
-         kFixHint);
+  if (family->attention_bias == ModelFamily::Bias::kAlways && !attention_bias) {
+    fail("{}: {} models always have q/k/v biases but 'attention_bias' is false; {}", source,
+         model_type, kFixHint);
   }
-  if (model_type == "mistral" && attention_bias) {
-    fail("{}: key 'attention_bias' = true is not supported for mistral; {}", source, kFixHint);
+  if (family->attention_bias == ModelFamily::Bias::kNever && attention_bias) {
+    fail("{}: key 'attention_bias' = true is not supported for {}; {}", source, model_type,
+         kFixHint);
   }
   if (sliding_window < 0) {
     fail("{}: key 'sliding_window' must be >= 0, got {}; {}", source, sliding_window, kFixHint);
   }
-  if (sliding_window > 0 && model_type != "mistral") {
-    fail("{}: key 'sliding_window' is only supported for mistral, not {}; {}", source, model_type,
-         kFixHint);
+  if (sliding_window > 0 && family->sliding_window != ModelFamily::Window::kConfigKey) {
+    fail("{}: key 'sliding_window' is not supported for {}; {}", source, model_type, kFixHint);
   }
   if (!(rope.theta > 0.0)) {
     fail("{}: key 'rope_theta' must be positive, got {}; {}", source, rope.theta, kFixHint);

@@ -1,5 +1,5 @@
-// ModelConfig: the architecture of a Llama-family decoder (llama, qwen2, mistral), as read
-// from a Hugging Face config.json (model/hf_config.h) or built by hand for random init.
+// ModelConfig: the architecture of a decoder of a supported family (model/family_table.h), as
+// read from a Hugging Face config.json (model/hf_config.h) or built by hand for random init.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ inline constexpr int64_t kMaxHeadDim = 4096;
 inline constexpr int64_t kMaxPositions = int64_t{1} << 25;
 
 struct ModelConfig {
-  std::string model_type = "llama";  // "llama" | "qwen2" | "mistral"
+  std::string model_type = "llama";  // a model_type of model/family_table.h
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -44,7 +44,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (always true for qwen2)
   bool mlp_bias = false;        // Llama's optional mlp bias; rejected as unsupported if true
-  int64_t sliding_window = 0;   // mistral; 0 = none. Sequences longer than it are rejected.
+  int64_t sliding_window = 0;   // mistral; 0 = none. Longer sequences: a windowed mask.
   RopeConfig rope;
   int64_t bos_token_id = -1;  // -1: not set
   int64_t eos_token_id = -1;  // the first one when config.json lists several

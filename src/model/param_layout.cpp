@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "model/family_table.h"
+
 namespace shardtrain {
 namespace {
 
-int64_t align_up(int64_t n) { return (n + kParamAlignElems - 1) / kParamAlignElems * kParamAlignElems; }
+int64_t align_up(int64_t n) {
+  return (n + kParamAlignElems - 1) / kParamAlignElems * kParamAlignElems;
+}
 
 // Appends a parameter at the unit's end. The next one starts at the following aligned offset,
 // or right after this one when `packed_with_next` (q/k/v: one matrix for one GEMM).
@@ -51,7 +55,8 @@ ParamLayout make_param_layout(const ModelConfig& c) {
   root.name = "root";
   add_param(root, "model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, true);
   add_param(root, "model.norm.weight", {c.hidden_size}, false);
-  if (!c.tie_word_embeddings) add_param(root, "lm_head.weight", {c.vocab_size, c.hidden_size}, true);
+  if (!c.tie_word_embeddings)
+    add_param(root, "lm_head.weight", {c.vocab_size, c.hidden_size}, true);
   layout.units.push_back(std::move(root));
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -68,6 +73,10 @@ ParamLayout make_param_layout(const ModelConfig& c) {
       add_param(block, p + "self_attn.v_proj.bias", {kv_dim}, false);
     }
     add_param(block, p + "self_attn.o_proj.weight", {c.hidden_size, q_dim}, true);
+    if (block_recipe(c, l).qk_norm) {  // per-head norms: one weight of head_dim each
+      add_param(block, p + "self_attn.q_norm.weight", {c.head_dim}, false);
+      add_param(block, p + "self_attn.k_norm.weight", {c.head_dim}, false);
+    }
     add_param(block, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, true);
     add_param(block, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, true);
     add_param(block, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, true);

@@ -34,27 +34,34 @@ Tensor packed_view(std::initializer_list<Tensor> parts) {
                 first.shape().rank() == 2 ? Shape{rows, width} : Shape{rows}, first.device());
 }
 
+// The view of `name` when the layout has it, else undefined (optional biases and norms).
+Tensor optional_view(const UnitLayout& unit, Tensor flat, const std::string& name) {
+  return unit.find(name) >= 0 ? param_view(unit, flat, name) : Tensor();
+}
+
 }  // namespace
 
-BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer, bool has_bias) {
+BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);
+  const std::string attn = p + "self_attn.";
   BlockWeights w;
-  w.q_proj = param_view(unit, flat, p + "self_attn.q_proj.weight");
-  w.k_proj = param_view(unit, flat, p + "self_attn.k_proj.weight");
-  w.v_proj = param_view(unit, flat, p + "self_attn.v_proj.weight");
-  if (has_bias) {
-    w.q_bias = param_view(unit, flat, p + "self_attn.q_proj.bias");
-    w.k_bias = param_view(unit, flat, p + "self_attn.k_proj.bias");
-    w.v_bias = param_view(unit, flat, p + "self_attn.v_proj.bias");
+  const Tensor q = param_view(unit, flat, attn + "q_proj.weight");
+  const Tensor k = param_view(unit, flat, attn + "k_proj.weight");
+  const Tensor v = param_view(unit, flat, attn + "v_proj.weight");
+  w.attention.qkv.weight_OI = packed_view({q, k, v});
+  const Tensor q_bias = optional_view(unit, flat, attn + "q_proj.bias");
+  if (q_bias.defined()) {
+    w.attention.qkv.bias_O = packed_view({q_bias, param_view(unit, flat, attn + "k_proj.bias"),
+                                          param_view(unit, flat, attn + "v_proj.bias")});
   }
-  w.qkv_proj = packed_view({w.q_proj, w.k_proj, w.v_proj});
-  if (has_bias) w.qkv_bias = packed_view({w.q_bias, w.k_bias, w.v_bias});
-  w.o_proj = param_view(unit, flat, p + "self_attn.o_proj.weight");
-  w.gate_proj = param_view(unit, flat, p + "mlp.gate_proj.weight");
-  w.up_proj = param_view(unit, flat, p + "mlp.up_proj.weight");
-  w.down_proj = param_view(unit, flat, p + "mlp.down_proj.weight");
-  w.input_norm = param_view(unit, flat, p + "input_layernorm.weight");
-  w.post_attention_norm = param_view(unit, flat, p + "post_attention_layernorm.weight");
+  w.attention.o.weight_OI = param_view(unit, flat, attn + "o_proj.weight");
+  w.attention.q_norm_D = optional_view(unit, flat, attn + "q_norm.weight");
+  w.attention.k_norm_D = optional_view(unit, flat, attn + "k_norm.weight");
+  w.mlp.gate.weight_OI = param_view(unit, flat, p + "mlp.gate_proj.weight");
+  w.mlp.up.weight_OI = param_view(unit, flat, p + "mlp.up_proj.weight");
+  w.mlp.down.weight_OI = param_view(unit, flat, p + "mlp.down_proj.weight");
+  w.input_norm_C = param_view(unit, flat, p + "input_layernorm.weight");
+  w.post_attention_norm_C = param_view(unit, flat, p + "post_attention_layernorm.weight");
   return w;
 }
 

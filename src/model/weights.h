@@ -1,22 +1,30 @@
-// Typed views of one unit's parameters (or gradients: same layout) inside its flat buffer.
+// Typed views of one unit's parameters (or gradients: same layout) inside its flat buffer, as
+// the layers take them (model/layers/).
 #pragma once
 
 #include "core/tensor.h"
+#include "model/layers/linear.h"
 #include "model/param_layout.h"
 
 namespace shardtrain {
 
+struct AttentionWeights {
+  // q, k and v as one Linear ((H+2K)*D, C), bias ((H+2K)*D) or undefined: the layout packs the
+  // three projections back to back, so one GEMM computes them.
+  Linear qkv;
+  Linear o;                   // (C, H*D)
+  Tensor q_norm_D, k_norm_D;  // per-head RMSNorm weights (qwen3), or undefined
+};
+
+struct MlpWeights {
+  Linear gate, up;  // (F, C)
+  Linear down;      // (C, F)
+};
+
 struct BlockWeights {
-  Tensor q_proj, q_bias;        // (H*D, C), (H*D) or undefined
-  Tensor k_proj, k_bias;        // (K*D, C), (K*D) or undefined
-  Tensor v_proj, v_bias;        // (K*D, C), (K*D) or undefined
-  // The three projections as one matrix ((H+2K)*D, C) and bias ((H+2K)*D, or undefined): the
-  // same memory as q/k/v above (the layout packs them back to back).
-  Tensor qkv_proj, qkv_bias;
-  Tensor o_proj;                // (C, H*D)
-  Tensor gate_proj, up_proj;    // (F, C)
-  Tensor down_proj;             // (C, F)
-  Tensor input_norm, post_attention_norm;  // (C)
+  Tensor input_norm_C, post_attention_norm_C;
+  AttentionWeights attention;
+  MlpWeights mlp;
 };
 
 struct RootWeights {
@@ -27,7 +35,8 @@ struct RootWeights {
 
 // View of the parameter `name` (a layout entry) inside `flat` (1-D, the unit's buffer).
 Tensor param_view(const UnitLayout& unit, Tensor flat, const std::string& name);
-BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer, bool has_bias);
+// Block `layer`'s views; biases and q/k norms where the layout has them.
+BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer);
 RootWeights root_weights(const UnitLayout& unit, Tensor flat, bool tied);
 
 }  // namespace shardtrain

@@ -17,13 +17,13 @@
 #pragma once
 
 #include <atomic>
-
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"
 #include "ops/adamw_coefficients.h"
+#include "ops/attention_mask.h"
 
 namespace shardtrain {
 
@@ -112,7 +112,8 @@ class Ops {
                                        Tensor out_NO) = 0;
   // dx_NI = dout_NO @ weight_OI (overwritten, or accumulated when accumulate_dx; skipped when
   // dx_NI is undefined); dweight_OI += dout_NO^T @ x_NI and dbias_O += sum_n dout_NO (if
-  // defined) when accumulate_dweight, else both overwritten (= instead of +=).
+  // defined) when accumulate_dweight, else both overwritten (= instead of +=). An undefined
+  // dweight_OI means the weight is frozen: no weight-gradient GEMM and no bias gradient run.
   virtual void linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                                bool accumulate_dweight) = 0;
@@ -122,8 +123,8 @@ class Ops {
   // Copies them to q_NHD, k_NKD and v_NKD, rotating every head of q and k (HF rotate-half
   // convention): for token n at position p = positions_N[n] and pair index i < D/2,
   //   (x[i], x[i+D/2]) <- (x[i] cos - x[i+D/2] sin, x[i+D/2] cos + x[i] sin),
-  // with cos/sin = cos_PR/sin_PR[p][i] (R = D/2; fp32 tables built by model/rope). The
-  // backends' rope_forward / rope_backward (not in this interface) are that rotation alone.
+  // with cos/sin = cos_PR/sin_PR[p][i] (R = D/2; fp32 tables built by model/rope). Position 0
+  // is the identity (cos 1, sin 0), so all-zero positions split without rotating.
   virtual void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                               Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) = 0;
   // The transpose: each row of dqkv_NX (overwritten) becomes (dq rotated by -angle, dk rotated
@@ -131,15 +132,26 @@ class Ops {
   virtual void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
                                       Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                       Tensor dqkv_NX) = 0;
+  // The rotation alone, in place, for blocks that transform q and k between the split and the
+  // rotation (per-head q/k norms); backward rotates the gradient by -angle.
+  virtual void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
+  virtual void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
 
-  // ---- causal grouped-query attention: query head h reads kv head h / (H / K) ----
-  // out_BTHD = softmax(q k^T * scale + causal mask) v; lse_BHT = log-sum-exp per row (fp32).
-  virtual void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
-                                 Tensor out_BTHD, Tensor lse_BHT) = 0;
+  // ---- grouped-query attention under a mask: query head h reads kv head h / (H / K) ----
+  // out_BTHD = softmax(q k^T * scale + mask) v; lse_BHT = log-sum-exp per row (fp32). The mask
+  // (ops/attention_mask.h) is causal unless given; a backend that cannot run a mask throws
+  // Error saying so.
+  void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
+                         Tensor lse_BHT, const AttentionMask& mask = {}) {
+    masked_attention_forward(q_BTHD, k_BTKD, v_BTKD, scale, mask, out_BTHD, lse_BHT);
+  }
   // dq, dk, dv overwritten.
-  virtual void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
-                                  Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
-                                  Tensor dk_BTKD, Tensor dv_BTKD) = 0;
+  void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                          Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
+                          Tensor dk_BTKD, Tensor dv_BTKD, const AttentionMask& mask = {}) {
+    masked_attention_backward(dout_BTHD, q_BTHD, k_BTKD, v_BTKD, out_BTHD, lse_BHT, scale, mask,
+                              dq_BTHD, dk_BTKD, dv_BTKD);
+  }
 
   // ---- SwiGLU: out = silu(gate) * up ----
   virtual void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) = 0;
@@ -166,6 +178,16 @@ class Ops {
   virtual void sum_squares(Tensor x, Tensor out_1) = 0;
   // Reads one fp32 scalar to the host; synchronises.
   virtual float read_scalar(Tensor x_1) = 0;
+
+ protected:
+  // What attention_forward / attention_backward run (the causal default lives in one place).
+  virtual void masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                        const AttentionMask& mask, Tensor out_BTHD,
+                                        Tensor lse_BHT) = 0;
+  virtual void masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
+                                         Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT,
+                                         float scale, const AttentionMask& mask, Tensor dq_BTHD,
+                                         Tensor dk_BTKD, Tensor dv_BTKD) = 0;
 
  private:
   std::atomic<size_t> buffer_bytes_{0}, buffer_peak_bytes_{0};

@@ -222,7 +222,7 @@ void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
     inner_->linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
                             accumulate_dweight);
   });
-  record_gemm(true, x_NI, weight_OI, dx_NI.defined() ? 2 : 1);
+  record_gemm(true, x_NI, weight_OI, (dx_NI.defined() ? 1 : 0) + (dweight_OI.defined() ? 1 : 0));
 }
 void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                  Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
@@ -236,17 +236,28 @@ void ProfiledOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv
     inner_->pack_qkv_rope_backward(dq_NHD, dk_NKD, dv_NKD, positions_N, cos_PR, sin_PR, dqkv_NX);
   });
 }
-void ProfiledOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
-                                    Tensor out_BTHD, Tensor lse_BHT) {
-  timed(__func__, OpClass::kAttention,
-        [&] { inner_->attention_forward(q_BTHD, k_BTKD, v_BTKD, scale, out_BTHD, lse_BHT); });
+void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
 }
-void ProfiledOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
-                                     Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
-                                     Tensor dk_BTKD, Tensor dv_BTKD) {
-  timed(__func__, OpClass::kAttention, [&] {
+void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
+}
+// Named by the public method, as the profile's tables always were.
+void ProfiledOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                           const AttentionMask& mask, Tensor out_BTHD,
+                                           Tensor lse_BHT) {
+  timed("attention_forward", OpClass::kAttention,
+        [&] { inner_->attention_forward(q_BTHD, k_BTKD, v_BTKD, scale, out_BTHD, lse_BHT, mask); });
+}
+void ProfiledOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
+                                            Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT,
+                                            float scale, const AttentionMask& mask, Tensor dq_BTHD,
+                                            Tensor dk_BTKD, Tensor dv_BTKD) {
+  timed("attention_backward", OpClass::kAttention, [&] {
     inner_->attention_backward(dout_BTHD, q_BTHD, k_BTKD, v_BTKD, out_BTHD, lse_BHT, scale, dq_BTHD,
-                               dk_BTKD, dv_BTKD);
+                               dk_BTKD, dv_BTKD, mask);
   });
 }
 void ProfiledOps::swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {

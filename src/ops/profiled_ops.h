@@ -89,11 +89,8 @@ class ProfiledOps final : public Ops {
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
                               Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
-  void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
-                         Tensor lse_BHT) override;
-  void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
-                          Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
-                          Tensor dk_BTKD, Tensor dv_BTKD) override;
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
@@ -102,6 +99,15 @@ class ProfiledOps final : public Ops {
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
+
+ protected:
+  void masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                const AttentionMask& mask, Tensor out_BTHD,
+                                Tensor lse_BHT) override;
+  void masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                                 Tensor out_BTHD, Tensor lse_BHT, float scale,
+                                 const AttentionMask& mask, Tensor dq_BTHD, Tensor dk_BTKD,
+                                 Tensor dv_BTKD) override;
 
  private:
   // Completed steps 2..N so far: the tables' divisor; 0 before a second step.

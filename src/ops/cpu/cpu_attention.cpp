@@ -1,7 +1,9 @@
-// CpuOps causal grouped-query attention. Per (batch, query head) the T x T score block is built
-// with one sgemm (q and k are read in place through their row strides), softmaxed with max
-// subtraction under the causal mask, and multiplied into v. Backward recomputes the
-// probabilities from the saved log-sum-exp instead of storing them.
+// CpuOps grouped-query attention under an AttentionMask (causal, optionally a sliding window
+// and packed documents). Per (batch, query head) the T x T score block is built with one sgemm
+// (q and k are read in place through their row strides), softmaxed with max subtraction over
+// the keys the mask leaves (row i: keys mask.first_key(i, document start of i)..i), and
+// multiplied into v. Backward recomputes the probabilities from the saved log-sum-exp instead of
+// storing them.
 #include <cblas.h>
 
 #include <cmath>
@@ -41,6 +43,21 @@ struct AttentionDims {
   }
 };
 
+// The document start of each query of sequence b (T values), or nullptr without documents.
+const int32_t* document_starts(const AttentionMask& mask, const AttentionDims& dims, int64_t b) {
+  if (!mask.has_documents()) return nullptr;
+  SHARDTRAIN_CHECK(mask.document_start_BT.dtype() == DType::kI32 &&
+                       mask.document_start_BT.numel() == dims.batch * dims.seq,
+                   "attention document starts {} for B {} T {}",
+                   mask.document_start_BT.shape().to_string(), dims.batch, dims.seq);
+  return mask.document_start_BT.i32() + b * dims.seq;
+}
+
+// The first key query i attends to: the window's and its document's bound.
+int64_t first_key(const AttentionMask& mask, const int32_t* document_start_T, int64_t i) {
+  return document_start_T != nullptr ? mask.first_key(i, document_start_T[i]) : mask.first_key(i);
+}
+
 // scores_TT = q_h k_h^T * scale for one (batch, head).
 void compute_scores(const AttentionDims& dims, const float* q, const float* k, float scale,
                     float* scores_TT) {
@@ -50,8 +67,9 @@ void compute_scores(const AttentionDims& dims, const float* q, const float* k, f
 
 }  // namespace
 
-void CpuOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
-                               Tensor out_BTHD, Tensor lse_BHT) {
+void CpuOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                      const AttentionMask& mask, Tensor out_BTHD,
+                                      Tensor lse_BHT) {
   const AttentionDims dims(q_BTHD, k_BTKD, v_BTKD);
   SHARDTRAIN_CHECK(
       out_BTHD.shape() == q_BTHD.shape() && lse_BHT.numel() == dims.batch * dims.heads * dims.seq,
@@ -62,6 +80,7 @@ void CpuOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, floa
   std::vector<float> probs_TT(static_cast<size_t>(seq * seq));
   float* lse = lse_BHT.f32();
   for (int64_t b = 0; b < dims.batch; ++b) {
+    const int32_t* document_start_T = document_starts(mask, dims, b);
     for (int64_t h = 0; h < dims.heads; ++h) {
       const float* q = q_BTHD.f32() + dims.q_offset(b, h);
       const float* k = k_BTKD.f32() + dims.kv_offset(b, h);
@@ -70,15 +89,17 @@ void CpuOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, floa
       compute_scores(dims, q, k, scale, probs_TT.data());
       for (int64_t i = 0; i < seq; ++i) {
         float* row = probs_TT.data() + i * seq;
-        float row_max = row[0];
-        for (int64_t j = 1; j <= i; ++j) row_max = row[j] > row_max ? row[j] : row_max;
+        const int64_t first = first_key(mask, document_start_T, i);
+        float row_max = row[first];
+        for (int64_t j = first + 1; j <= i; ++j) row_max = row[j] > row_max ? row[j] : row_max;
         double exp_sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           row[j] = std::exp(row[j] - row_max);
           exp_sum += row[j];
         }
         const float inverse_sum = static_cast<float>(1.0 / exp_sum);
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inverse_sum;
+        for (int64_t j = first; j <= i; ++j) row[j] *= inverse_sum;
+        for (int64_t j = 0; j < first; ++j) row[j] = 0;    // outside the window or document
         for (int64_t j = i + 1; j < seq; ++j) row[j] = 0;  // causal mask
         lse_T[i] = static_cast<float>(row_max + std::log(exp_sum));
       }
@@ -93,9 +114,10 @@ void CpuOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, floa
 // With P = softmax(S), S = q k^T * scale:
 //   dP = dO v^T;  dS = P * (dP - rowsum(dO * O));  dq = dS k * scale;
 //   dk += dS^T q * scale;  dv += P^T dO  (dk, dv summed over the query heads of a kv head).
-void CpuOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
-                                Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
-                                Tensor dk_BTKD, Tensor dv_BTKD) {
+void CpuOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
+                                       Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT, float scale,
+                                       const AttentionMask& mask, Tensor dq_BTHD, Tensor dk_BTKD,
+                                       Tensor dv_BTKD) {
   const AttentionDims dims(q_BTHD, k_BTKD, v_BTKD);
   SHARDTRAIN_CHECK(out_BTHD.shape() == q_BTHD.shape() && dout_BTHD.shape() == q_BTHD.shape() &&
                        dq_BTHD.shape() == q_BTHD.shape() && dk_BTKD.shape() == k_BTKD.shape() &&
@@ -114,6 +136,7 @@ void CpuOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, 
   std::vector<float> dprobs_TT(static_cast<size_t>(seq * seq));
   const float* lse = lse_BHT.f32();
   for (int64_t b = 0; b < dims.batch; ++b) {
+    const int32_t* document_start_T = document_starts(mask, dims, b);
     for (int64_t h = 0; h < dims.heads; ++h) {
       const int64_t q_offset = dims.q_offset(b, h);
       const int64_t kv_offset = dims.kv_offset(b, h);
@@ -132,12 +155,19 @@ void CpuOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, 
         // rowsum(dO * O) = sum_j P_ij dP_ij, taken from the same dP values it is subtracted
         // from (not from O, which BLAS rounds differently): a query that sees one key gets a
         // softmax gradient of exactly zero, whatever OpenBLAS kernel the CPU selects.
+        const int64_t first = first_key(mask, document_start_T, i);
         float out_dot = 0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first; j <= i; ++j) {
           probs_row[j] = std::exp(probs_row[j] - lse_T[i]);
           out_dot += probs_row[j] * dscores_row[j];
         }
-        for (int64_t j = 0; j <= i; ++j) dscores_row[j] = probs_row[j] * (dscores_row[j] - out_dot);
+        for (int64_t j = first; j <= i; ++j) {
+          dscores_row[j] = probs_row[j] * (dscores_row[j] - out_dot);
+        }
+        for (int64_t j = 0; j < first; ++j) {  // outside the window or the document
+          probs_row[j] = 0;
+          dscores_row[j] = 0;
+        }
         for (int64_t j = i + 1; j < seq; ++j) {
           probs_row[j] = 0;
           dscores_row[j] = 0;

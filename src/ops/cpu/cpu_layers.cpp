@@ -163,8 +163,10 @@ void CpuOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tens
                              Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                              bool accumulate_dweight) {
   const auto [rows, in_features, out_features] = linear_sizes(x_NI, weight_OI, dout_NO);
-  require_same_numel(weight_OI, dweight_OI, "linear dweight");
-  if (!accumulate_dweight) {  // then add into zeros: the BLAS call and the sums stay as they are
+  const bool frozen = !dweight_OI.defined();  // no weight gradient wanted
+  if (!frozen) require_same_numel(weight_OI, dweight_OI, "linear dweight");
+  // Overwrite = add into zeros: the BLAS call and the sums stay as they are.
+  if (!accumulate_dweight && !frozen) {
     fill_zero(dweight_OI);
     if (dbias_O.defined()) fill_zero(dbias_O);
   }
@@ -177,6 +179,7 @@ void CpuOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tens
                 dout, out_features, weight_OI.f32(), in_features, accumulate_dx ? 1.0f : 0.0f,
                 dx_NI.f32(), in_features);
   }
+  if (frozen) return;
   // dweight_OI += dout_NO^T @ x_NI
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_features, in_features, rows, 1.0f, dout,
               out_features, x_NI.f32(), in_features, 1.0f, dweight_OI.f32(), in_features);

@@ -52,16 +52,11 @@ class CpuOps final : public Ops {
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
                               Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
-
-  // ---- attention (cpu_attention.cpp) ----
-  void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
-                         Tensor lse_BHT) override;
-  void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
-                          Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
-                          Tensor dk_BTKD, Tensor dv_BTKD) override;
 
   // ---- loss (cpu_cross_entropy.cpp) ----
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
@@ -75,12 +70,18 @@ class CpuOps final : public Ops {
 
   // ---- pieces outside the Ops interface: the references tests compare against ----
   void scale(Tensor x, float factor);  // x *= factor
-  // The rotary embedding alone (Ops::split_qkv_rope's rotation), in place; backward rotates
-  // the gradient by -angle.
-  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
-  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
   // AdamW on one contiguous range (all fp32, same n); adamw_multi applies it per segment.
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step);
+
+ protected:
+  // ---- attention (cpu_attention.cpp): causal, with an optional sliding window ----
+  void masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                const AttentionMask& mask, Tensor out_BTHD,
+                                Tensor lse_BHT) override;
+  void masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                                 Tensor out_BTHD, Tensor lse_BHT, float scale,
+                                 const AttentionMask& mask, Tensor dq_BTHD, Tensor dk_BTKD,
+                                 Tensor dv_BTKD) override;
 };
 
 std::unique_ptr<Ops> make_cpu_ops();

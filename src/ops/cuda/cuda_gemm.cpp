@@ -318,8 +318,9 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
   const int64_t in_features = row_width(x_NI);
   const int64_t rows = in_features == 0 ? 0 : x_NI.numel() / in_features;
   const int64_t out_features = weight_OI.dim(0);
+  const bool frozen = !dweight_OI.defined();  // no weight gradient wanted
   SHARDTRAIN_CHECK(weight_OI.numel() == out_features * in_features &&
-                       dweight_OI.numel() == out_features * in_features &&
+                       (frozen || dweight_OI.numel() == out_features * in_features) &&
                        dout_NO.numel() == rows * out_features,
                    "linear backward: x {}, weight {}, dweight {}, dout {}",
                    x_NI.shape().to_string(), weight_OI.shape().to_string(),
@@ -327,14 +328,14 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
   require_gemm_input(dout_NO, "linear dout");
   require_gemm_input(x_NI, "linear x");
   require_gemm_input(weight_OI, "linear weight");
-  require_gemm_input(dweight_OI, "linear dweight");
+  if (!frozen) require_gemm_input(dweight_OI, "linear dweight");
   SHARDTRAIN_CHECK(dout_NO.dtype() == weight_OI.dtype() && dout_NO.dtype() == x_NI.dtype(),
                    "linear backward: dout {}, x {}, weight {} must share a dtype",
                    dtype_name(dout_NO.dtype()), dtype_name(x_NI.dtype()),
                    dtype_name(weight_OI.dtype()));
   if (rows == 0 || out_features == 0 || in_features == 0) {
     if (dx_NI.defined() && !accumulate_dx) fill_zero(dx_NI);
-    if (!accumulate_dweight) {
+    if (!accumulate_dweight && !frozen) {
       fill_zero(dweight_OI);
       if (dbias_O.defined()) fill_zero(dbias_O);
     }
@@ -348,6 +349,7 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
                        {weight_OI, in_features, dout_NO, out_features, dx_NI, in_features},
                        accumulate_dx ? 1.0f : 0.0f));
   }
+  if (frozen) return;
   // beta 0: the fp32 gradient is not read
   gemm_->run(gemm_of(false, true, in_features, out_features, rows,
                      {x_NI, in_features, dout_NO, out_features, dweight_OI, in_features},

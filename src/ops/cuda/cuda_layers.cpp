@@ -255,8 +255,29 @@ void CudaOps::swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tens
 
 // ---- attention ----
 
-void CudaOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
-                                Tensor out_BTHD, Tensor lse_BHT) {
+namespace {
+
+void require_causal_only(const AttentionMask& mask) {
+  if (mask.is_causal_only()) return;
+  if (mask.has_documents()) {
+    fail(
+        "document-masked attention (data.packing = documents with several documents in one "
+        "sequence) is not implemented on CUDA yet; HINT: set data.packing = none (one document "
+        "per sequence) or concatenate (documents attend across boundaries), or train on CPU "
+        "(train.device = cpu)");
+  }
+  fail(
+      "sliding-window attention (window {}) is not implemented on CUDA yet; HINT: lower "
+      "data.seq_len to at most the model's sliding_window, or train on CPU (train.device = cpu)",
+      mask.window);
+}
+
+}  // namespace
+
+void CudaOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                       const AttentionMask& mask, Tensor out_BTHD,
+                                       Tensor lse_BHT) {
+  require_causal_only(mask);
   const cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
   SHARDTRAIN_CHECK(
       out_BTHD.shape() == q_BTHD.shape() && lse_BHT.numel() == int64_t{s.batch} * s.heads * s.seq,
@@ -275,9 +296,11 @@ void CudaOps::attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, flo
                                   scale, s, out_BTHD.data(), lse_BHT.f32(), stream_);
 }
 
-void CudaOps::attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
-                                 Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
-                                 Tensor dk_BTKD, Tensor dv_BTKD) {
+void CudaOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
+                                        Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT,
+                                        float scale, const AttentionMask& mask, Tensor dq_BTHD,
+                                        Tensor dk_BTKD, Tensor dv_BTKD) {
+  require_causal_only(mask);
   const cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
   SHARDTRAIN_CHECK(out_BTHD.shape() == q_BTHD.shape() && dout_BTHD.shape() == q_BTHD.shape() &&
                        dq_BTHD.shape() == q_BTHD.shape() && dk_BTKD.shape() == k_BTKD.shape() &&

@@ -68,14 +68,11 @@ class CudaOps final : public Ops {
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
                               Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
+  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
-  void attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale, Tensor out_BTHD,
-                         Tensor lse_BHT) override;
-  void attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
-                          Tensor out_BTHD, Tensor lse_BHT, float scale, Tensor dq_BTHD,
-                          Tensor dk_BTKD, Tensor dv_BTKD) override;
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
 
@@ -95,11 +92,18 @@ class CudaOps final : public Ops {
 
   // ---- outside the Ops interface: compared with CpuOps's references by the GPU tests ----
   void scale(Tensor x, float factor);  // x *= factor (cuda_ops.cpp)
-  // The rotary embedding alone, in place (cuda_layers.cpp).
-  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
-  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR);
   // AdamW on one contiguous range, one launch (cuda_ops.cpp).
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step);
+
+ protected:
+  // Causal only: a sliding window is refused with an Error until the kernels implement it.
+  void masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
+                                const AttentionMask& mask, Tensor out_BTHD,
+                                Tensor lse_BHT) override;
+  void masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD,
+                                 Tensor out_BTHD, Tensor lse_BHT, float scale,
+                                 const AttentionMask& mask, Tensor dq_BTHD, Tensor dk_BTKD,
+                                 Tensor dv_BTKD) override;
 
  private:
   // fp32 scratch of at least `count` floats, valid until the next call (ops run in stream

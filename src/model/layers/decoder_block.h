@@ -1,0 +1,71 @@
+// DecoderBlock: one transformer block, as its recipe (model/family_table.h BlockRecipe) says:
+//   h   = x + attention(input_norm(x))
+//   out = h + mlp(post_attention_norm(h))
+// BlockActivations is what a block saves for backward (with activation checkpointing only its
+// input, plus the attention output under selective recompute, and one shared set is recomputed);
+// BlockScratch is backward's scratch, shared by every block.
+#pragma once
+
+#include "model/family_table.h"
+#include "model/layers/activation_plan.h"
+#include "model/layers/attention.h"
+#include "model/layers/layer_dims.h"
+#include "model/layers/mlp.h"
+#include "model/layers/rms_norm.h"
+#include "model/weights.h"
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+struct BlockActivations {
+  Tensor x_in_NC;         // block input (residual stream)
+  RmsNormSaved norm1;     // input_layernorm output and 1/rms
+  AttentionSaved attention;
+  Tensor h_NC;            // residual after attention
+  RmsNormSaved norm2;     // post_attention_layernorm output and 1/rms
+  MlpSaved mlp;
+
+  static BlockActivations declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
+                                  bool qk_norm);
+  BlockActivations sized(const LayerDims& d) const;
+};
+
+struct BlockScratch {
+  Tensor dln_NC;  // d(a norm's output): the MLP's and the attention's input gradient
+  AttentionScratch attention;
+  MlpScratch mlp;
+
+  static BlockScratch declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm);
+  BlockScratch sized(const LayerDims& d) const;
+};
+
+// Per micro-batch inputs every block reads.
+struct BlockInputs {
+  Tensor positions_N;   // rope position of each token (restarting per packed document)
+  RopeTablesView rope;  // this block's rope tables
+  // i32: where each token's document begins in its sequence; undefined = one document per
+  // sequence (data/batch.h document_start_BT).
+  Tensor document_start_N;
+};
+
+class DecoderBlock {
+ public:
+  // d: the current micro-batch's sizes.
+  DecoderBlock(const LayerDims& d, const BlockRecipe& recipe, float norm_eps);
+
+  // a and s sized for d. With reuse_attention (selective recompute), a.attention's attn_NHD and
+  // lse_BHT already hold the attention output.
+  void forward(Ops& ops, const BlockWeights& w, const BlockInputs& in, const BlockActivations& a,
+               const BlockScratch& s, Tensor out_NC, bool reuse_attention = false) const;
+  // dresid_NC holds d(out) and becomes d(x). Gradients are added to (accumulate) or overwritten.
+  void backward(Ops& ops, const BlockWeights& w, const BlockWeights& grad, bool accumulate,
+                const BlockInputs& in, const BlockActivations& a, const BlockScratch& s,
+                Tensor dresid_NC) const;
+
+ private:
+  RmsNorm norm_;
+  Attention attention_;
+  Mlp mlp_;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,44 @@
+// LayerDims: the sizes a layer's tensors are made of, for one micro-batch shape (B, T) of one
+// model; fit(): a tensor reserved for the largest micro-batch viewed at the current one.
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "model/model_config.h"
+
+namespace shardtrain {
+
+struct LayerDims {
+  int64_t batch = 0, seq = 0;  // B, T
+  int64_t hidden = 0;          // C
+  int64_t intermediate = 0;    // F
+  int64_t heads = 0;           // H
+  int64_t kv_heads = 0;        // K
+  int64_t head_dim = 0;        // D
+  int64_t vocab = 0;           // V
+
+  static LayerDims of(const ModelConfig& c, int64_t batch, int64_t seq) {
+    return LayerDims{batch,
+                     seq,
+                     c.hidden_size,
+                     c.intermediate_size,
+                     c.num_attention_heads,
+                     c.num_key_value_heads,
+                     c.head_dim,
+                     c.vocab_size};
+  }
+  int64_t tokens() const { return batch * seq; }            // N
+  int64_t q_width() const { return heads * head_dim; }      // H*D
+  int64_t kv_width() const { return kv_heads * head_dim; }  // K*D
+};
+
+// The first shape.numel() elements of `t`, viewed with `shape`.
+inline Tensor fit(const Tensor& t, Shape shape) {
+  SHARDTRAIN_CHECK(shape.numel() <= t.numel(), "{} does not fit {}", shape.to_string(),
+                   t.shape().to_string());
+  return Tensor(t.data(), t.dtype(), shape, t.device());
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,36 @@
+// Linear: the one type every weight matmul of the model goes through (attention and MLP
+// projections, the lm head), so what attaches to a weight matmul (LoRA adapters, FP8 scaling)
+// attaches here.
+//
+//   forward:          out_NO = x_NI @ weight_OI^T (+ bias_O)
+//   forward_residual: out_NO = x_NI @ weight_OI^T + residual_NO (the add in the GEMM epilogue)
+//   backward:         dx_NI = dout_NO @ weight_OI (skipped when dx_NI is undefined);
+//                     grad.weight_OI (+ grad.bias_O) = or += dout_NO^T @ x_NI
+// A packed q/k/v projection is one Linear over the three weights back to back
+// (model/weights.h BlockWeights::qkv_proj).
+//
+// Saved activations: none of its own. Backward reads the input x_NI, which the layer that
+// produced it saved (a norm's output, the attention output, the SwiGLU product).
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace shardtrain {
+
+struct Linear {
+  Tensor weight_OI;     // (O, I)
+  Tensor bias_O;        // (O) or undefined
+  bool frozen = false;  // a weight that is not trained: backward runs no weight-gradient GEMM
+
+  void forward(Ops& ops, Tensor x_NI, Tensor out_NO) const;
+  // REQUIRES: no bias (the fused epilogue adds the residual only). out_NO may alias residual_NO.
+  void forward_residual(Ops& ops, Tensor x_NI, Tensor residual_NO, Tensor out_NO) const;
+  // `grad` holds the gradient views of weight_OI and bias_O (unused when frozen); they are
+  // overwritten, or added to when accumulate_grad (UnitAccess GradBuffer::accumulate). dx_NI is
+  // overwritten, or added to when accumulate_dx.
+  void backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor dout_NO, Tensor x_NI,
+                Tensor dx_NI, bool accumulate_dx) const;
+};
+
+}  // namespace shardtrain

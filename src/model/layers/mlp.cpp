@@ -1,0 +1,45 @@
+#include "model/layers/mlp.h"
+
+namespace shardtrain {
+
+MlpSaved MlpSaved::declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d) {
+  const int64_t N = d.tokens(), F = d.intermediate;
+  return MlpSaved{plan.take(use, {N, F}), plan.take(use, {N, F}), plan.take(use, {N, F})};
+}
+
+MlpSaved MlpSaved::sized(const LayerDims& d) const {
+  const Shape NF{d.tokens(), d.intermediate};
+  return MlpSaved{fit(gate_NF, NF), fit(up_NF, NF), fit(act_NF, NF)};
+}
+
+MlpScratch MlpScratch::declare(ActivationPlan& plan, const LayerDims& d) {
+  const int64_t N = d.tokens(), F = d.intermediate;
+  const ActivationUse use = ActivationUse::kScratch;
+  return MlpScratch{plan.take(use, {N, F}), plan.take(use, {N, F}), plan.take(use, {N, F})};
+}
+
+MlpScratch MlpScratch::sized(const LayerDims& d) const {
+  const Shape NF{d.tokens(), d.intermediate};
+  return MlpScratch{fit(dgate_NF, NF), fit(dup_NF, NF), fit(dact_NF, NF)};
+}
+
+void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC,
+                  const MlpSaved& saved, Tensor out_NC) const {
+  w.gate.forward(ops, x_NC, saved.gate_NF);
+  w.up.forward(ops, x_NC, saved.up_NF);
+  ops.swiglu_forward(saved.gate_NF, saved.up_NF, saved.act_NF);
+  w.down.forward_residual(ops, saved.act_NF, residual_NC, out_NC);  // out = residual + down(act)
+}
+
+void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool accumulate,
+                   Tensor dout_NC, Tensor x_NC, const MlpSaved& saved, const MlpScratch& scratch,
+                   Tensor dx_NC) const {
+  w.down.backward(ops, grad.down, accumulate, dout_NC, saved.act_NF, scratch.dact_NF, false);
+  ops.swiglu_backward(scratch.dact_NF, saved.gate_NF, saved.up_NF, scratch.dgate_NF,
+                      scratch.dup_NF);
+  // x feeds gate and up: the second adds its part of d(x) to the first's.
+  w.gate.backward(ops, grad.gate, accumulate, scratch.dgate_NF, x_NC, dx_NC, false);
+  w.up.backward(ops, grad.up, accumulate, scratch.dup_NF, x_NC, dx_NC, true);
+}
+
+}  // namespace shardtrain
