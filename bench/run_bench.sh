@@ -14,7 +14,9 @@
 #              --optim.update_in_backward=true --train.max_grad_norm=0; PyTorch's baseline never
 #              clips either, so both do the same work). Without +lean, fsdp.compute_copy = auto.
 #   +wgmma     ours with the cp.async wgmma attention kernels instead of the warp-specialised ones
-#              (SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma; the default before session 9)
+#              (the Hopper default they replaced): the test worker beside SHARDTRAIN_BIN
+#              (shardtrain_test_worker, the same program plus its test hooks) with
+#              SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma; the shipped binary reads no such variable
 # Runs that differ only in ours' settings (e.g. qwen2.5-1.5b and qwen2.5-1.5b+wgmma) share one
 # PyTorch measurement of this call.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
@@ -50,14 +52,15 @@ for run in "${runs[@]}"; do
   fi
   [[ $seq =~ ^[0-9]+$ && $mb =~ ^[0-9]+$ ]] || { echo "run '$run': bad @SEQxMB" >&2; exit 2; }
   [[ -d $root/bench/shapes/$shape ]] || { echo "run '$run': no bench/shapes/$shape" >&2; exit 2; }
-  ours_args=() torch_args=() ours_env=()
+  ours_args=() torch_args=() ours_env=() ours_bin=$bin
   for mod in ${mods//+/ }; do
     case $mod in
       ckpt) ours_args+=(--train.activation_checkpointing=full) torch_args+=(--checkpointing) ;;
       sel) ours_args+=(--train.activation_checkpointing=selective) torch_args+=(--checkpointing) ;;
       lean) ours_args+=(--fsdp.compute_copy=on_demand --optim.update_in_backward=true
         --train.max_grad_norm=0) ;;
-      wgmma) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma) ;;
+      wgmma) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma)
+        ours_bin=$(dirname "$bin")/shardtrain_test_worker ;;
       *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma)" >&2; exit 2 ;;
     esac
   done
@@ -70,12 +73,12 @@ for run in "${runs[@]}"; do
   "$bin" plan "${job[@]}" --world-size 1 --gpu-memory "$gpu_memory" >"$out/$run-plan.txt"
   plan=$(python3 "$lib" plan-total "$out/$run-plan.txt" full_shard)
   rm -f "$out/$run-metrics.jsonl"  # --metrics appends
-  ours_mib=$(sample_peak_mib "$out/$run-shardtrain.log" env "${ours_env[@]}" "$bin" train \
+  ours_mib=$(sample_peak_mib "$out/$run-shardtrain.log" env "${ours_env[@]}" "$ours_bin" train \
     "${job[@]}" --train.steps="$steps" --metrics "$out/$run-metrics.jsonl")
   ours=1
   [[ -z $dry ]] && ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1)
   if [[ -n ${BENCH_PROFILE:-} && -z $dry ]]; then
-    env "${ours_env[@]}" SHARDTRAIN_PROFILE_OPS=1 "$bin" train "${job[@]}" --train.steps=3 \
+    env "${ours_env[@]}" SHARDTRAIN_PROFILE_OPS=1 "$ours_bin" train "${job[@]}" --train.steps=3 \
       >"$out/$run-profile.log" 2>&1 || true
     sed -n '/op profile/,$p' "$out/$run-profile.log" >"$out/$run-profile.txt"
   fi

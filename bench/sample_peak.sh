@@ -1,4 +1,4 @@
-# Sourced by bench/run_bench.sh and tools/device/perf_session.sh.
+# Sourced by bench/run_bench.sh.
 # sample_peak_mib LOG COMMAND...: runs COMMAND (stdout and stderr to LOG) while nvidia-smi samples
 # memory.used every 250 ms into LOG.mem; prints the largest sample (MiB; empty when none came)
 # and returns COMMAND's exit status (after printing the end of LOG to stderr when it failed).

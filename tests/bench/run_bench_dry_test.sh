@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run_bench.sh without a GPU (BENCH_DRY=1: every command written to its log, nothing run):
-# run specs parse into the right flags for both engines, +wgmma sets the cp.async-wgmma attention
-# hook for ours only, runs that differ only in ours' settings share one PyTorch measurement of
+# run specs parse into the right flags for both engines, +wgmma runs ours as the test worker with
+# the cp.async-wgmma attention hook (the shipped binary reads no test variable), runs that differ only in ours' settings share one PyTorch measurement of
 # the call, a bad spec exits 2 naming it; and benchlib.py loss-diff compares two metrics files.
 # Usage: run_bench_dry_test.sh SHARDTRAIN_BIN SOURCE_DIR
 set -euo pipefail
@@ -13,8 +13,12 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/out" qwen2.5-1.5b qwen2.5-1.5b+wgmma \
   qwen2.5-1.5b+ckpt >"$work/stdout" 2>&1 || { cat "$work/stdout"; fail "dry run exited $?"; }
 out=$work/out
-grep -q -- "SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma" "$out/qwen2.5-1.5b+wgmma-shardtrain.log" ||
-  fail "+wgmma: the hook is not in ours' command"
+grep -q -- "SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma .*/shardtrain_test_worker train" \
+  "$out/qwen2.5-1.5b+wgmma-shardtrain.log" ||
+  fail "+wgmma: ours' command does not run the test worker with the hook"
+if grep -q "shardtrain_test_worker" "$out/qwen2.5-1.5b-shardtrain.log"; then
+  fail "the plain run uses the test worker"
+fi
 if grep -q "SHARDTRAIN_TEST_ATTENTION_KERNEL" "$out/qwen2.5-1.5b-shardtrain.log"; then
   fail "the plain run sets the hook"
 fi

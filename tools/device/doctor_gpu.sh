@@ -15,9 +15,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-gpu}
 binary=$build/shardtrain
 [[ -x $binary ]] || { echo "no $binary; HINT: run tools/device/build_on_device.sh first" >&2; exit 2; }
-kit=$root/.devkit/usr
-export LD_LIBRARY_PATH=$kit/lib/x86_64-linux-gnu:$kit/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
+source "$root/tools/device/common.sh"  # .devkit libraries, NCCL_NVLS_ENABLE=0
 logs=${OUT:-$(mktemp -d /tmp/shardtrain_doctor_XXXXXX)}
 mkdir -p "$logs"
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)

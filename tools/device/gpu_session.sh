@@ -1,34 +1,29 @@
 #!/usr/bin/env bash
-# One batched GPU-machine session: build with CUDA (carried .devkit), run the gpu-labelled tests,
-# the demo on the GPU, and the throughput benchmark against PyTorch FSDP2. Logs go to $OUT.
-# Usage (through the device tool, carrying .devkit): tools/device/gpu_session.sh [bench shapes...]
-set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-/tmp/out}
-export NCCL_NVLS_ENABLE=0
-export LD_LIBRARY_PATH=$root/.devkit/usr/lib/x86_64-linux-gnu:$root/.devkit/usr/lib:${LD_LIBRARY_PATH:-}
-cd "$root"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-start=$(date +%s)
-tools/device/build_on_device.sh build-gpu >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - start )) s"
-(cd build-gpu && ctest -L gpu --output-on-failure >"$out/gpu-tests.log" 2>&1; tail -3 "$out/gpu-tests.log")
-grep -E "largest relative|PASSED|FAILED|Skipped" "$out/gpu-tests.log" | head -20
-build-gpu/train_parity_gpu_test 2>&1 | grep -E "largest relative difference"
-# Kernel timing at the benchmark shape (a measurement, not a test: disabled in ctest) and the
-# demo on the GPU; SKIP_TIMING=1 leaves both out (a benchmark-only session).
-if [[ -z ${SKIP_TIMING:-} ]]; then
-build-gpu/cuda_ops_gpu_test --gtest_also_run_disabled_tests \
-  --gtest_filter='*AttentionThroughputBenchShape*:*DISABLED_Throughput*:*AdamWMultiThroughput*' >"$out/kernel-timing.log" 2>&1
-cat "$out/attention-timing.txt" 2>/dev/null
-grep -E "rmsnorm|linear|cross|adamw" "$out/kernel-timing.log" | head -10
-timeout 120 build-gpu/shardtrain train --config examples/demo.toml --train.device=cuda \
-  --train.output_dir="" --metrics "$out/demo-gpu.jsonl" >"$out/demo-gpu.log" 2>&1
-tail -2 "$out/demo-gpu.log"
+# The GPU-machine session that checks a tree end to end (through the device tool, carrying
+# .devkit): one build ($BUILD_DIR, default build-gpu; SHARDTRAIN_CUDA_ARCH, default 90a), every
+# gpu test (tools/device/gpu_tests.sh), then bench/run_bench.sh: ours against compiled (and
+# eager) PyTorch FSDP2 in the same call, with a per-op profile of ours (BENCH_PROFILE=1). Each
+# stage after the build is skipped once the call passes its budget (BUDGET_S, default 560 s).
+# Logs under $OUT: build-*.log, gpu-tests-*.log, bench/ (table.txt, per-run logs and profiles),
+# bench-table.txt.
+#   SKIP_TESTS=1 / SKIP_BENCH=1 leave a stage out; GPU_TESTS_LIMITS, GPU_TESTS_TIMING,
+#   GPU_TESTS_SANITIZER are passed to gpu_tests.sh; BENCH_* to run_bench.sh.
+# Usage: tools/device/gpu_session.sh [bench RUN ...]   (run_bench.sh's RUN syntax; default its own)
+source "$(dirname "$0")/common.sh"
+gpu_info
+mapfile -t tests < <(gpu_test_names)
+build_gpu "${tests[@]}" || exit 1
+echo "build: $(elapsed) s"
+status=0
+if [[ -z ${SKIP_TESTS:-} ]] && room 90 "gpu tests"; then
+  tools/device/gpu_tests.sh || status=1
 fi
-if (($# > 0)) || [[ -z ${SKIP_BENCH:-} ]]; then
-  BENCH_PROFILE=1 timeout "${BENCH_TIMEOUT_S:-420}" bench/run_bench.sh "$root/build-gpu/shardtrain" "$out/bench" "$@" 2>&1 | tail -8
-  cp "$out/bench/table.txt" "$out/bench-table.txt" 2>/dev/null
-  for f in "$out"/bench/*-profile.txt; do [[ -f $f ]] && { echo "== $f"; cat "$f"; }; done
+if [[ -z ${SKIP_BENCH:-} ]] && room 120 "bench"; then
+  BENCH_PROFILE=${BENCH_PROFILE:-1} timeout $((budget - $(elapsed))) \
+    bench/run_bench.sh "$root/$build/shardtrain" "$out/bench" "$@" >"$out/bench.log" 2>&1
+  echo "bench (rc $?, $(elapsed) s):"
+  cp "$out/bench/table.txt" "$out/bench-table.txt" 2>/dev/null && cat "$out/bench-table.txt"
+  tail -3 "$out/bench.log"
 fi
-echo "session: $(( $(date +%s) - start )) s"
+echo "session: $(elapsed) s"
+exit "$status"

@@ -7,6 +7,7 @@
 set -euo pipefail
 bin=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/tools/device/common.sh"  # .devkit libraries, NCCL_NVLS_ENABLE=0
 work=$(mktemp -d)
 mkdir -p "$work/qwen2"
 python3 - "$root/examples/demo-model/config.json" "$work/qwen2/config.json" <<'PY'

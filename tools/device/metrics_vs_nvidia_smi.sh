@@ -7,18 +7,15 @@
 #   nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw,temperature.gpu,clocks.sm
 # and prints both side by side (GPU 0), the largest relative differences and the families
 # seen; stops the training (SIGTERM); then checks that --metrics.gpu=false leaves the DCGM
-# families out although NVML is there. At most 12 lines of output (final_session.sh shows the
+# families out although NVML is there. At most 12 lines of output (a session shows the
 # last 14); every training it started is stopped on exit, a timeout's SIGTERM included.
 # Usage: here, once: tools/device/make_devkit.sh (packs cpp-httplib and its headers too); then
 # through the device tool, carrying .devkit: tools/device/metrics_vs_nvidia_smi.sh [shape]
 # Logs (build, the trainings, the scrapes) under $OUT.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out=${OUT:-/tmp/out}
+source "$(dirname "$0")/common.sh"  # .devkit libraries, NCCL_NVLS_ENABLE=0, $out, cd root
 shape=${1:-qwen2.5-1.5b}
-export NCCL_NVLS_ENABLE=0 SHARDTRAIN_MEASURE_COMM_WAIT=1
-export LD_LIBRARY_PATH=$root/.devkit/usr/lib/x86_64-linux-gnu:$root/.devkit/usr/lib:${LD_LIBRARY_PATH:-}
-cd "$root"
+export SHARDTRAIN_MEASURE_COMM_WAIT=1
 pids=()
 stop_trainings() { for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done; }
 trap stop_trainings EXIT

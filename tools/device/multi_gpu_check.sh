@@ -14,9 +14,7 @@ build=${1:-$root/build-gpu}
 steps=${2:-20}
 binary=$build/shardtrain
 [[ -x $binary ]] || { echo "no $binary; HINT: run tools/device/build_on_device.sh first" >&2; exit 2; }
-kit=$root/.devkit/usr
-export LD_LIBRARY_PATH=$kit/lib/x86_64-linux-gnu:$kit/lib:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0
+source "$root/tools/device/common.sh"  # .devkit libraries, NCCL_NVLS_ENABLE=0
 export SHARDTRAIN_COMM_TIMEOUT_S=${SHARDTRAIN_COMM_TIMEOUT_S:-120}
 work=$(mktemp -d /tmp/shardtrain_multi_gpu_XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -2,11 +2,9 @@
 # Issue 18 on the GPU machine: tests/pytorch/ddp_job.py with NCCL (PyTorch 2.x there) under
 # `shardtrain launch --standalone`, one worker per GPU (1 GPU: nproc 1; 2 if there are more),
 # then the same under torchrun for comparison. Prints each run's result lines; logs under $OUT.
-# Run through the device tool, carrying .devkit (as tools/device/probe.sh): bash tools/device/torchrun_nccl.sh
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-root=$PWD
-export LD_LIBRARY_PATH=$root/.devkit/usr/lib/x86_64-linux-gnu:$root/.devkit/usr/lib:${LD_LIBRARY_PATH:-}
+# Run through the device tool, carrying .devkit : bash tools/device/torchrun_nccl.sh
+source "$(dirname "$0")/common.sh"  # .devkit libraries, NCCL_NVLS_ENABLE=0, $OUT
+OUT=$out
 s=$(date +%s)
 SHARDTRAIN_CUDA=OFF tools/device/build_on_device.sh build-cpu shardtrain > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build (CPU-only: the launcher needs no CUDA; the workers are PyTorch) $(( $(date +%s) - s )) s"
