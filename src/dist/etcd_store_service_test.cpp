@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/testing/test_support.h"
 #include "dist/etcd_store.h"
-#include "dist/etcd_store_test_server.h"
+#include "dist/testing/etcd_store_test_server.h"
 
 namespace shardtrain {
 namespace {

@@ -24,7 +24,7 @@
 #include "core/testing/test_support.h"
 #include "dist/etcd_http.h"
 #include "dist/etcd_store.h"
-#include "dist/etcd_store_test_server.h"
+#include "dist/testing/etcd_store_test_server.h"
 
 namespace shardtrain {
 namespace {

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "dist/tcp_store.h"
-#include "launch/launch_test_support.h"
+#include "launch/testing/launch_test_support.h"
 
 namespace shardtrain {
 namespace {

@@ -14,8 +14,8 @@
 #include <regex>
 #include <string>
 
-#include "dist/etcd_store_test_server.h"
-#include "launch/launch_test_support.h"
+#include "dist/testing/etcd_store_test_server.h"
+#include "launch/testing/launch_test_support.h"
 
 namespace shardtrain {
 namespace {

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "core/testing/test_support.h"
-#include "dist/etcd_store_test_server.h"
-#include "launch/launch_test_support.h"
+#include "dist/testing/etcd_store_test_server.h"
+#include "launch/testing/launch_test_support.h"
 
 namespace shardtrain::testing {
 namespace {

@@ -13,7 +13,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "dist/etcd_store_test_server.h"
+#include "dist/testing/etcd_store_test_server.h"
 #include "io/atomic_file.h"
 
 namespace shardtrain::launch {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dist/tcp_store.h"
-#include "launch/launch_test_support.h"
+#include "launch/testing/launch_test_support.h"
 
 namespace {
 

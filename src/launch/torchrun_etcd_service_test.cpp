@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <string>
 
-#include "dist/etcd_store_test_server.h"
-#include "launch/launch_test_support.h"
+#include "dist/testing/etcd_store_test_server.h"
+#include "launch/testing/launch_test_support.h"
 
 namespace shardtrain {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "launch/doctor/checkpoint_need.h"
-#include "launch/doctor/doctor_test_support.h"
+#include "launch/doctor/testing/doctor_test_support.h"
 #include "launch/doctor/gpu_checks.h"
 #include "launch/doctor/host_checks.h"
 #include "launch/doctor/network_checks.h"

@@ -7,7 +7,7 @@
 
 #include <thread>
 
-#include "dist/etcd_store_test_server.h"
+#include "dist/testing/etcd_store_test_server.h"
 #include "launch/doctor/rendezvous_checks.h"
 
 namespace shardtrain::doctor {

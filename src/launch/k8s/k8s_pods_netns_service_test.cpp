@@ -15,9 +15,9 @@
 #include <map>
 #include <optional>
 
-#include "dist/etcd_store_test_server.h"
+#include "dist/testing/etcd_store_test_server.h"
 #include "launch/k8s/manifests.h"
-#include "launch/launch_test_support.h"
+#include "launch/testing/launch_test_support.h"
 
 namespace shardtrain::launch::k8s {
 namespace {
