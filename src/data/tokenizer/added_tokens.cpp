@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "data/tokenizer/normalizer.h"
@@ -99,32 +100,35 @@ AddedTokens AddedTokens::from_json(const nlohmann::json& list, const Normalizer*
     if (normalizer != nullptr) normalizer->normalize(pattern);
     if (!pattern.empty()) added.add_to_set(added.normalized_set_, std::move(pattern), i);
   }
+  finish_set(added.raw_set_);
+  finish_set(added.normalized_set_);
   return added;
 }
 
 void AddedTokens::add_to_set(MatchSet& set, std::string pattern, size_t token_index) {
   const auto first_byte = static_cast<uint8_t>(pattern[0]);
-  set.patterns.push_back(std::move(pattern));
-  set.token_index.push_back(token_index);
-  std::vector<size_t>& bucket = set.by_first_byte[first_byte];
-  bucket.push_back(set.patterns.size() - 1);
-  // Longest first; among equal lengths the earlier token wins (as the Aho-Corasick build does).
-  std::stable_sort(bucket.begin(), bucket.end(), [&set](size_t a, size_t b) {
-    return set.patterns[a].size() > set.patterns[b].size();
-  });
+  set.lengths_by_first_byte[first_byte].push_back(pattern.size());
+  // Among equal patterns the earlier token wins (as the Aho-Corasick build does): no overwrite.
+  set.token_by_pattern.emplace(std::move(pattern), token_index);
+}
+
+void AddedTokens::finish_set(MatchSet& set) {
+  for (std::vector<size_t>& lengths : set.lengths_by_first_byte) {
+    std::sort(lengths.begin(), lengths.end(), std::greater<>());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  }
 }
 
 bool AddedTokens::find_next(const MatchSet& set, std::string_view text, size_t from, size_t& start,
                             size_t& length, size_t& token_index) const {
   for (size_t pos = from; pos < text.size(); ++pos) {
-    const std::vector<size_t>& bucket = set.by_first_byte[static_cast<uint8_t>(text[pos])];
-    for (size_t pattern_index : bucket) {
-      const std::string& pattern = set.patterns[pattern_index];
-      if (pattern.size() <= text.size() - pos &&
-          std::memcmp(text.data() + pos, pattern.data(), pattern.size()) == 0) {
+    for (const size_t candidate : set.lengths_by_first_byte[static_cast<uint8_t>(text[pos])]) {
+      if (candidate > text.size() - pos) continue;
+      const auto found = set.token_by_pattern.find(text.substr(pos, candidate));
+      if (found != set.token_by_pattern.end()) {
         start = pos;
-        length = pattern.size();
-        token_index = set.token_index[pattern_index];
+        length = candidate;
+        token_index = found->second;
         return true;
       }
     }

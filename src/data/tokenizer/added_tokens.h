@@ -58,14 +58,18 @@ class AddedTokens {
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:
-  // One searchable set of tokens, bucketed by first byte; each bucket sorted longest first.
+  // One searchable set of tokens: each pattern by content (the earliest token for a content),
+  // and per first byte the distinct pattern lengths, longest first. Finding the longest match
+  // at a position costs one hash lookup per distinct length, not one comparison per token, and
+  // building the set is linear (250,000 added tokens with one first byte load in well under a
+  // second; sorting a bucket per insertion was quadratic).
   struct MatchSet {
-    std::vector<std::string> patterns;
-    std::vector<size_t> token_index;                     // into tokens_, parallel to patterns
-    std::array<std::vector<size_t>, 256> by_first_byte;  // indices into patterns
-    bool empty() const { return patterns.empty(); }
+    std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> token_by_pattern;
+    std::array<std::vector<size_t>, 256> lengths_by_first_byte;
+    bool empty() const { return token_by_pattern.empty(); }
   };
-  void add_to_set(MatchSet& set, std::string pattern, size_t token_index);
+  static void add_to_set(MatchSet& set, std::string pattern, size_t token_index);
+  static void finish_set(MatchSet& set);
   // Leftmost-longest match starting at or after `from`; false when none.
   bool find_next(const MatchSet& set, std::string_view text, size_t from, size_t& start,
                  size_t& length, size_t& token_index) const;

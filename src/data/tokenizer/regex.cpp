@@ -3,6 +3,8 @@
 
 #include <pcre2.h>
 
+#include <chrono>
+
 #include "core/error.h"
 #include "data/tokenizer/utf8.h"
 
@@ -11,6 +13,12 @@ namespace {
 
 // Oniguruma's \s for Unicode subjects, as class members.
 constexpr std::string_view kSpaceClassMembers = "\\t\\n\\x{0B}\\f\\r\\x{85}\\p{Zs}\\p{Zl}\\p{Zp}";
+
+// The time one find_all may take: real tokenizer patterns split 50+ MB/s, so even a 10x slower
+// machine stays far inside it.
+constexpr std::chrono::milliseconds kRegexBaseBudget{2000};
+constexpr std::chrono::milliseconds kRegexBudgetPerMiB{1000};
+constexpr int kBudgetExceeded = -1000000;  // not a PCRE2 code
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
@@ -63,6 +71,8 @@ std::string translate_oniguruma_pattern(std::string_view pattern) {
 
 struct Regex::Compiled {
   pcre2_code* code = nullptr;
+  std::string context;  // file and location, for errors
+  std::string pattern;
   ~Compiled() { pcre2_code_free(code); }
 };
 
@@ -80,6 +90,8 @@ Regex::Regex(std::string_view pattern, const std::string& context)
   }
   // JIT is an optimisation only: where it is unavailable, pcre2_match interprets.
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);
+  compiled_->context = context;
+  compiled_->pattern = std::string(pattern.substr(0, 80));
 }
 
 Regex::~Regex() = default;
@@ -98,10 +110,19 @@ void Regex::find_all(std::string_view text, std::vector<MatchSpan>& matches) con
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t offset = 0;
   int status = 0;
+  // PCRE2's match limit bounds one call, not the sum: a pattern whose every match looks ahead
+  // over the rest of the text (a(?=.*Z)) makes each call short and their total quadratic. The
+  // whole split gets a time budget instead, with room for the slowest real pattern by far.
+  const auto started = std::chrono::steady_clock::now();
+  const auto budget = kRegexBaseBudget + kRegexBudgetPerMiB * (text.size() >> 20);
   while (offset <= text.size()) {
     status =
         pcre2_match(compiled_->code, subject, text.size(), offset, 0, match_data, match_context);
     if (status < 0) break;
+    if (std::chrono::steady_clock::now() - started > budget) {
+      status = kBudgetExceeded;
+      break;
+    }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match_data);
     const size_t start = ovector[0], end = ovector[1];
     matches.push_back({start, end});
@@ -116,6 +137,14 @@ void Regex::find_all(std::string_view text, std::vector<MatchSpan>& matches) con
   pcre2_match_context_free(match_context);
   pcre2_jit_stack_free(jit_stack);
   pcre2_match_data_free(match_data);
+  if (status == kBudgetExceeded) {
+    fail(
+        "{}: the pre-tokenizer regex '{}' needs more than {} s on a {}-byte text (a pattern that "
+        "looks ahead over the whole text is quadratic); HINT: fix the pattern in tokenizer.json "
+        "or split the text into smaller documents",
+        compiled_->context, compiled_->pattern,
+        std::chrono::duration_cast<std::chrono::seconds>(budget).count(), text.size());
+  }
   if (status < 0 && status != PCRE2_ERROR_NOMATCH) {
     fail(
         "tokenizer regex failed on a {}-byte text (PCRE2: {}); split the text into smaller "

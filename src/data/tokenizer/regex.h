@@ -36,7 +36,9 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
 
   // Replaces `matches` with the leftmost non-overlapping matches in `text`, in order. An empty
-  // match is reported and the search resumes one character later.
+  // match is reported and the search resumes one character later. Throws Error naming the
+  // pattern when the whole search takes more than 2 s + 1 s per MiB of text (a total work
+  // budget: PCRE2's own limits bound one match attempt, not their sum).
   void find_all(std::string_view text, std::vector<MatchSpan>& matches) const;
 
  private:
