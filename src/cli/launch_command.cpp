@@ -69,8 +69,12 @@ void add_worker_options(CLI::App* cmd, launch::LaunchFlags& flags) {
   add_optional_string(
       cmd, "--stop-grace,--stop_grace", flags.stop_grace,
       "seconds between SIGTERM and SIGKILL when stopping workers; a worker that reports it "
-      "is saving a checkpoint gets max(30, 2 x its last save time) [PET_STOP_GRACE, default "
-      "5]");
+      "is saving a checkpoint gets max(30, 2 x its last save time), up to --max-stop-grace "
+      "[PET_STOP_GRACE, default 5]");
+  add_optional_string(
+      cmd, "--max-stop-grace,--max_stop_grace", flags.max_stop_grace,
+      "the most seconds a saving worker is waited for after SIGTERM, whatever its heartbeat "
+      "says [PET_MAX_STOP_GRACE, default 600]");
   add_optional_string(
       cmd, "--watchdog-timeout,--watchdog_timeout", flags.watchdog_timeout,
       "seconds without progress (shardtrain workers: heartbeats; other workers: a stopped "

@@ -201,7 +201,7 @@ void stop_workers(const GenerationContext& c, WorkerGroup& group, int sig) {
   }
   SaveAwareGrace grace(c.endpoints.store.host, c.endpoints.store.port, c.endpoints.store_secret,
                        store_keys::worker_attempt(c.run_id, c.gen.attempt), ranks,
-                       c.config.stop_grace);
+                       c.config.stop_grace, c.config.max_stop_grace);
   if (c.config.shardtrain_worker) {
     group.stop(c.config.stop_grace, sig, [&] { return grace(); });
   } else {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -258,6 +259,14 @@ void resolve_settings(const LaunchFlags& flags, const EnvLookup& env, LaunchConf
   if (auto s = pick(flags.stop_grace, "--stop-grace", env, "PET_STOP_GRACE")) {
     config.stop_grace = std::chrono::milliseconds(static_cast<int64_t>(parse_seconds(*s) * 1000));
   }
+  if (auto s = pick(flags.max_stop_grace, "--max-stop-grace", env, "PET_MAX_STOP_GRACE")) {
+    config.max_stop_grace = to_millis(parse_seconds(*s));
+    if (config.max_stop_grace < config.stop_grace) {
+      fail("{} '{}' is below --stop-grace ({} s); HINT: the maximum must be at least the grace",
+           s->source, s->value, config.stop_grace.count() / 1000.0);
+    }
+  }
+  config.max_stop_grace = std::max(config.max_stop_grace, config.stop_grace);
   if (auto s = pick(flags.watchdog_timeout, "--watchdog-timeout", env, "PET_WATCHDOG_TIMEOUT")) {
     config.watchdog_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(parse_seconds(*s) * 1000));

@@ -30,6 +30,7 @@ struct LaunchFlags {
   std::optional<std::string> master_addr;         // --master-addr              PET_MASTER_ADDR
   std::optional<std::string> master_port;         // --master-port              PET_MASTER_PORT
   std::optional<std::string> stop_grace;          // --stop-grace SECONDS       PET_STOP_GRACE
+  std::optional<std::string> max_stop_grace;      // --max-stop-grace SECONDS   PET_MAX_STOP_GRACE
   std::optional<std::string> watchdog_timeout;    // --watchdog-timeout SECONDS PET_WATCHDOG_TIMEOUT
   bool standalone = false;                        // --standalone               PET_STANDALONE
   std::optional<std::string> tee;                 // --tee 0-3 | LOCAL:0-3,...  PET_TEE
@@ -87,6 +88,8 @@ struct LaunchConfig {
   std::string etcd_user, etcd_password;
   int max_restarts = 0;
   std::chrono::milliseconds stop_grace{5000};
+  // The most a saving worker's grace may grow to, whatever its heartbeat says (stop_grace.h).
+  std::chrono::milliseconds max_stop_grace{600000};
   // --rdzv-conf keys, torchrun's names and defaults:
   std::chrono::milliseconds join_timeout{600000};      // join_timeout: wait for min_nodes
   std::chrono::milliseconds last_call_timeout{30000};  // last_call_timeout: wait for more

@@ -4,8 +4,9 @@
 // that got SIGTERM saves a checkpoint and publishes the phase "saving" in its heartbeat
 // (dist/heartbeat_record.h) with the duration of its last checkpoint write; then the grace is
 // the larger of 30 s (torchelastic's default) and twice that duration (and never less than
-// --stop-grace), so a slow disk does not get the checkpoint killed half-written. The agent
-// logs once what it waits for.
+// --stop-grace), so a slow disk does not get the checkpoint killed half-written. Whatever a
+// record says (a forged or corrupt heartbeat can claim any duration), the grace never exceeds
+// --max-stop-grace (default 600 s). The agent logs once what it waits for.
 #pragma once
 
 #include <chrono>
@@ -21,8 +22,10 @@ namespace shardtrain::launch {
 
 inline constexpr std::chrono::milliseconds kSavingGraceFloor{30000};
 
-// The grace for workers whose latest records are `records` (nullopt: none published).
+// The grace for workers whose latest records are `records` (nullopt: none published), in
+// [stop_grace, max(stop_grace, max_grace)].
 std::chrono::milliseconds grace_for(std::chrono::milliseconds stop_grace,
+                                    std::chrono::milliseconds max_grace,
                                     const std::vector<std::optional<HeartbeatRecord>>& records);
 
 // Reads the heartbeats of `ranks` under `prefix` from the workers' store at host:port (its
@@ -31,7 +34,8 @@ std::chrono::milliseconds grace_for(std::chrono::milliseconds stop_grace,
 class SaveAwareGrace {
  public:
   SaveAwareGrace(std::string host, int port, std::string secret, std::string prefix,
-                 std::vector<int> ranks, std::chrono::milliseconds stop_grace);
+                 std::vector<int> ranks, std::chrono::milliseconds stop_grace,
+                 std::chrono::milliseconds max_grace);
   ~SaveAwareGrace();
   std::chrono::milliseconds operator()();
 
@@ -42,6 +46,7 @@ class SaveAwareGrace {
   std::string prefix_;
   std::vector<int> ranks_;
   std::chrono::milliseconds stop_grace_;
+  std::chrono::milliseconds max_grace_;
   std::unique_ptr<Store> store_;
   bool unreachable_ = false;
   bool logged_ = false;
