@@ -1,4 +1,5 @@
 // `shardtrain train`: runs a training job from a TOML config plus overrides.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -69,7 +70,9 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
                 outcome.losses.front(), outcome.losses.back(), outcome.losses.size(),
                 outcome.tokens_per_s);
   }
-  return 0;
+  // Ctrl-C ends the run in order (checkpoint saved when configured) with the shell's code for
+  // SIGINT, so scripts still see that it was interrupted.
+  return outcome.stop_signal == SIGINT ? 128 + SIGINT : 0;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "obs/progress.h"
 #include "train/blocking_comm_time.h"
 #include "train/checkpoint/checkpoint_signal.h"
+#include "train/checkpoint/dir_lock.h"
 #include "train/checkpoint/export_tokenizer.h"
 #include "train/evaluator.h"
 #include "train/lr_schedule.h"
@@ -191,6 +192,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
   // Blocking backends (Gloo) get their exposed communication time measured around each call.
   world_.comm = with_heartbeat(with_blocking_comm_time(std::move(world_.comm)), *heartbeat_);
   mesh_ = std::make_unique<Mesh>(*world_.comm, group_size_, ops_);
+  lock_run_dirs_or_fail();
   units_ = std::make_unique<FsdpUnits>(ops_, model_.layout(), *mesh_, fsdp_options());
   const bool is_rank0 = env_.rank == 0;
   resumed_ = resume_training(config_.train.resume, config_.train.checkpoint_dir, *units_, ops_,
@@ -203,6 +205,11 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
     units_->load_pretrained(HfCheckpoint::open(config_.model.path));
   } else {
     units_->init_random(static_cast<uint64_t>(config_.train.seed), 0.02);
+  }
+  if (config_.train.checkpoint_dir.empty() && env_.world == 1) {
+    // Ctrl-C still stops after the step (no checkpoint to save); with several ranks and no
+    // checkpoint poll to agree on it, SIGINT keeps its default action.
+    install_interrupt_handler();
   }
   if (!config_.train.checkpoint_dir.empty()) {
     install_stop_signal_handler();
@@ -229,6 +236,23 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::lock_run_dirs_or_fail() {
+  // One run per checkpoint dir and output dir, refused before anything is read or written there
+  // (two runs would interleave their files). Rank 0 holds the locks; every rank learns whether
+  // it got them.
+  std::string error;
+  if (env_.rank == 0) {
+    try {
+      run_locks_ = lock_run_dirs(config_.train.checkpoint_dir, config_.train.output_dir);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  if (mesh_->any(!error.empty(), "run dir locks")) {
+    throw Error(error.empty() ? "rank 0 could not lock the run's dirs (see its error)" : error);
+  }
+}
 
 void Trainer::warn_about_resume_changes() const {
   const std::vector<std::string> changes =
@@ -330,19 +354,24 @@ TrainOutcome Trainer::run() {
   bool stopped_early = false;
   for (int64_t step = resumed_.progress.step + 1; step <= steps; ++step) {
     StepReport report = train_step(step);
-    const Stop stop = maybe_checkpoint(report);
+    Stop stop = maybe_checkpoint(report);
+    if (stop == Stop::kNone && !checkpoints_ && stop_signal_received()) stop = Stop::kSignal;
     if (eval_due(step)) {
       report.eval = evaluate(step);
       eval_seconds_ += report.eval->eval_time_s;  // not training time
     }
     log_step(report);
     if (stop != Stop::kNone && step < steps) {
-      checkpoints_->finish();  // a stop's checkpoint is complete on disk before the process ends
+      // A stop's checkpoint is complete on disk before the process ends.
+      if (checkpoints_) checkpoints_->finish();
       heartbeat_->end_saving();
       if (env_.rank == 0) {
-        log::info("stopped after step {} ({}); resume with --resume auto", step,
-                  stop == Stop::kSignal ? "SIGTERM" : "train.stop_at_step");
+        log::info("stopped after step {} ({}); {}", step,
+                  stop == Stop::kSignal ? stop_signal_name() : "train.stop_at_step",
+                  checkpoints_ ? "resume with --resume auto"
+                               : "no checkpoint saved (train.checkpoint_dir is not set)");
       }
+      if (stop == Stop::kSignal) outcome_.stop_signal = stop_signal_number();
       stopped_early = true;
       break;
     }

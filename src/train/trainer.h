@@ -48,6 +48,7 @@
 #include "ops/ops.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_saver.h"
+#include "train/checkpoint/dir_lock.h"
 #include "train/heartbeat.h"
 #include "train/optimizer.h"
 #include "train/rank_metrics_publisher.h"
@@ -60,6 +61,7 @@ namespace shardtrain {
 struct TrainOutcome {
   std::vector<double> losses;  // one per optimizer step of this run segment
   double tokens_per_s = 0;     // over the whole run
+  int stop_signal = 0;         // SIGTERM or SIGINT when one stopped the run before its end
 };
 
 struct TrainRunOptions {
@@ -105,6 +107,8 @@ class Trainer {
   // world size and accumulation), and the plan's bytes for the units as built.
   FsdpOptions fsdp_options() const;
   FsdpMemory planned_fsdp_memory() const;
+  // Rank 0 takes the checkpoint and output dir locks; every rank throws when it could not.
+  void lock_run_dirs_or_fail();
 
   const TrainConfig config_;
   Ops& ops_;
@@ -128,6 +132,8 @@ class Trainer {
   DistWorld world_;
   std::unique_ptr<Mesh> mesh_;  // the groups and the collectives the trainer may call
   std::unique_ptr<FsdpUnits> units_;
+  // Rank 0's checkpoint/output dir locks; before checkpoints_, so held until its writer ends.
+  std::vector<DirLock> run_locks_;
   ResumeResult resumed_;
   // Declared after the units it copies from: its writer thread ends first.
   std::optional<CheckpointSaver> checkpoints_;

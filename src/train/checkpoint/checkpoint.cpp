@@ -102,6 +102,7 @@ void snapshot_checkpoint(const std::string& dir, FsdpUnits& units, Ops& ops,
                    "replicate group 0 is world ranks [0, G)");
   s.shard_rank = units.shard_rank();
   s.group_size = units.plan().group_size;
+  s.world_size = units.world_size();
   s.shard_numel.clear();
   int64_t total = 0;
   for (int u = 0; u < units.unit_count(); ++u) {
@@ -173,7 +174,9 @@ CheckpointFilesWritten write_checkpoint_files(const CheckpointSnapshot& s,
                              {{"format", "shardtrain-shard"},
                               {"step", std::to_string(s.step)},
                               {"shard_rank", std::to_string(s.shard_rank)},
-                              {"group_size", std::to_string(s.group_size)}});
+                              {"group_size", std::to_string(s.group_size)},
+                              {"world_size", std::to_string(s.world_size)},
+                              {"units", std::to_string(s.shard_numel.size())}});
     const float* cursor = s.shard_values.data();
     for (size_t u = 0; u < s.shard_numel.size(); ++u) {
       for (const char* kind : kKinds) {
@@ -315,6 +318,36 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
   return saved;
 }
 
+namespace {
+
+// The shard file's own record of what it holds must agree with where the manifest puts it: the
+// checksums only prove the bytes are the ones saved, not that they are this rank's. Keys that
+// older checkpoints lack (world_size, units) are checked where present.
+void check_shard_header(const SafetensorsFile& file, int shard_rank,
+                        const SavedCheckpoint& checkpoint, int64_t step) {
+  const auto& metadata = file.metadata();
+  const auto expect = [&](const char* key, const std::string& want, bool required) {
+    const auto found = metadata.find(key);
+    if (found == metadata.end() && !required) return;
+    const std::string have = found == metadata.end() ? "(absent)" : found->second;
+    if (have != want) {
+      fail(
+          "checkpoint file {}: its header says {} = {}, but the checkpoint expects {} there; "
+          "HINT: the shard files were renamed, swapped or copied from another checkpoint; "
+          "restore them or resume from another checkpoint",
+          file.path(), key, have, want);
+    }
+  };
+  expect("format", "shardtrain-shard", true);
+  expect("shard_rank", std::to_string(shard_rank), true);
+  expect("group_size", std::to_string(checkpoint.group_size), true);
+  expect("step", std::to_string(step), true);
+  expect("world_size", std::to_string(checkpoint.world_size), false);
+  expect("units", std::to_string(checkpoint.units.size()), false);
+}
+
+}  // namespace
+
 struct CheckpointShardReader::OpenFiles {
   Manifest manifest;
   std::map<int, SafetensorsFile> by_shard;
@@ -345,6 +378,7 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
       it = files_->by_shard
                .emplace(k, SafetensorsFile::open((fs::path(checkpoint_.step_dir) / file).string()))
                .first;
+      check_shard_header(it->second, k, checkpoint_, files_->manifest.step);
     }
     const std::string name = tensor_name(unit, kind);
     const SafetensorsEntry* tensor = it->second.find(name);

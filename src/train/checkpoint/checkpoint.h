@@ -62,7 +62,7 @@ struct CheckpointSnapshot {
   std::string step_dir;  // DIR/step_XXXXXXXX
   // Replicas hold identical shards: only replicate group 0 writes them.
   bool writes_shard = false;
-  int shard_rank = 0, group_size = 1;
+  int shard_rank = 0, group_size = 1, world_size = 1;
   std::vector<int64_t> shard_numel;  // [unit]
   // (units, 3, shard_numel): per unit its master, exp_avg and exp_avg_sq shard, back to back.
   std::vector<float> shard_values;
@@ -123,7 +123,10 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
 
 // Reads elements [begin, begin + count) of `kind` ("master", "exp_avg", "exp_avg_sq") of unit
 // `unit` from the saved shards into dst (zeros beyond the unit's numel), verifying each shard
-// file against the manifest the first time it is used. Local; throws Error naming the file.
+// file against the manifest the first time it is used, and its header (shard rank, group and
+// world size, step, unit count) against the manifest and train_state.json: a shard file renamed
+// to another rank's name is refused, not read as that rank's. Local; throws Error naming the
+// file.
 class CheckpointShardReader {
  public:
   explicit CheckpointShardReader(const SavedCheckpoint& checkpoint);

@@ -3,7 +3,9 @@
 #include <toml++/toml.h>
 
 #include <cctype>
+#include <charconv>
 #include <filesystem>
+#include <limits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -12,6 +14,7 @@
 #include "model/save_hf.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
+#include "train/checkpoint/dir_lock.h"
 #include "train/checkpoint/export_tokenizer.h"
 
 namespace shardtrain {
@@ -68,7 +71,13 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   if (digits == 0 || scale == 0) {
     fail("{} must be a size like 5GB, 500MB or 1048576, got '{}'", what, text);
   }
-  return std::stoull(text.substr(0, digits)) * scale;
+  uint64_t count = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + digits, count);
+  if (error != std::errc() || end != text.data() + digits ||
+      count > std::numeric_limits<uint64_t>::max() / scale) {
+    fail("{} = '{}' is too large; HINT: use a size like 5GB", what, text);
+  }
+  return count * scale;
 }
 
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out_dir,
@@ -116,6 +125,12 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     reader.read(u, "master", 0, layout.units[u].numel, unit_values.data());
     return unit_values.data();
   };
+  // One writer per output dir: an export and a run (or two exports) never interleave files.
+  // A path that exists and is not a dir is left to save_hf_checkpoint's error.
+  DirLock out_lock;
+  if (!fs::exists(out_dir, ec) || fs::is_directory(out_dir, ec)) {
+    out_lock = DirLock(out_dir, "export --out");
+  }
   save_hf_checkpoint(out_dir, model_config, layout, assemble,
                      export_dtype(options.dtype, saved.config_toml), save);
   return result;
