@@ -198,9 +198,10 @@ TEST_F(SaveHfTest, AFailedSaveOverAnOldModelLeavesItWhole) {
   const ModelConfig config = tiny_config();
   const ParamLayout layout = make_param_layout(config);
   const auto old_values = random_units(layout);
-  auto new_values = old_values;
-  for (auto& unit : new_values)
-    for (float& v : unit) v += 1.0f;
+  auto new_values = old_values;  // every parameter moved; the padding stays zero
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    for (const ParamSpec& p : layout.units[u].params)
+      for (int64_t i = 0; i < p.numel(); ++i) new_values[u][p.offset + i] += 1.0f;
   const std::string out = (dir_ / "model").string();
   const auto save = [&](const std::string& tokenizer, const UnitValues& values) {
     std::ofstream(dir_ / "tokenizer.json") << tokenizer;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/chat/limits.h"
+#include "data/chat/python_strings.h"
 #include "data/chat/value.h"
 
 namespace shardtrain::chat {
@@ -25,22 +26,6 @@ namespace shardtrain::chat {
 Value get_attribute(const Value& object, const std::string& name, const RenderLimits& limits);
 
 Value get_item(const Value& object, const Value& key, const RenderLimits& limits);
-
-Value slice_value(const Value& object, const Value& start, const Value& stop, const Value& step);
-
-// Python's str.split(sep, maxsplit) (sep undefined/none = runs of whitespace) and rsplit.
-std::vector<std::string> python_split(const std::string& text, const Value& separator,
-                                      int64_t max_split, bool from_right);
-
-// Python's str.strip/lstrip/rstrip (chars undefined/none = whitespace).
-std::string python_strip(const std::string& text, const Value& chars, bool left, bool right);
-
-// Python's str.replace(old, new, count) with the result size checked before it is built.
-std::string python_replace(const std::string& text, const std::string& old_text,
-                           const std::string& new_text, int64_t count, const RenderLimits& limits);
-
-// Python's str.splitlines() (no keepends): \n, \r\n, \r, \v, \f, \x1c-\x1e, \x85, U+2028/9.
-std::vector<std::string> python_splitlines(const std::string& text);
 
 std::string python_lower(const std::string& text);
 std::string python_upper(const std::string& text);
