@@ -20,6 +20,7 @@
 #include "data/dataset.h"
 #include "data/formats.h"
 #include "data/token_file.h"
+#include "io/hub/hub_resolver.h"
 #include "model/llama_model.h"
 #include "train/evaluator.h"
 #include "train/inference_model.h"
@@ -31,6 +32,7 @@ namespace {
 struct EvalArgs {
   std::string model_dir, data_path, format = "auto", device = "auto";
   std::string tokenizer, example_format = "auto", chat_template = "auto", cache_dir;
+  std::string revision = "main";  // of --model when it is a Hub id
   int64_t seq_len = 0, batch = 4, max_sequences = 0;
 };
 
@@ -47,7 +49,9 @@ int64_t eval_seq_len(const EvalArgs& args, const DataConfig& data, const ModelCo
 }
 
 void run_eval(const EvalArgs& args) {
-  InferenceModel loaded = load_inference_model(args.model_dir, args.device);
+  const std::string model_dir =
+      resolve_hub_path({args.model_dir, args.revision, HubFiles::kModel, "eval --model"});
+  InferenceModel loaded = load_inference_model(model_dir, args.device);
   LlamaModel& model = *loaded.model;
   Ops* ops = loaded.ops.get();
   const ModelConfig& model_config = model.config();
@@ -60,7 +64,7 @@ void run_eval(const EvalArgs& args) {
   data.cache_dir = args.cache_dir;
   const int64_t seq_len = eval_seq_len(args, data, model_config);
   data.seq_len = seq_len;
-  std::unique_ptr<SequenceDataset> dataset = open_training_data(data, args.model_dir, 0);
+  std::unique_ptr<SequenceDataset> dataset = open_training_data(data, model_dir, 0);
   validate_vocab(*dataset, model_config.vocab_size, args.data_path);
   log::info("data {}: {} sequences of {} tokens", args.data_path, dataset->size(), seq_len);
   model.reserve(args.batch, seq_len);
@@ -89,7 +93,9 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   const auto [cmd, args] = add_command<EvalArgs>(
       app, exit_code, "eval",
       "Mean next-token cross-entropy of a Hugging Face checkpoint on a dataset", run_eval);
-  cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint dir")->required();
+  cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint dir, or a Hub id org/name")
+      ->required();
+  cmd->add_option("--revision", args->revision, "Hub id only: branch, tag or commit (default main)");
   cmd->add_option("--data", args->data_path,
                   "what train reads: token file (.bin), JSONL with input_ids, or raw examples "
                   "(text, prompt/completion, alpaca, chat JSONL)")

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "io/hub/hub_resolver.h"
 #include "train/checkpoint/checkpoint_export.h"
 
 namespace shardtrain::cli {
@@ -17,7 +18,8 @@ struct ExportArgs {
 void run_export(const ExportArgs& args) {
   ExportOptions options;
   options.dtype = args.dtype;
-  options.tokenizer_dir = args.tokenizer;
+  options.tokenizer_dir = resolve_hub_path(
+      {args.tokenizer, "main", HubFiles::kConfigAndTokenizer, "export --tokenizer"});
   options.max_shard_bytes = parse_byte_size(args.max_shard_size, "--max-shard-size");
   const ExportResult result = export_checkpoint(args.checkpoint, args.out_dir, options);
   std::printf("exported %s (step %lld) to %s%s\n", result.step_dir.c_str(),
@@ -42,8 +44,8 @@ void add_export_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-shard-size", args->max_shard_size,
                   "split weights into files of at most this size, with an index (default 5GB)");
   cmd->add_option("--tokenizer", args->tokenizer,
-                  "copy the tokenizer files from this dir (default: the run's data.tokenizer or "
-                  "model.path)");
+                  "copy the tokenizer files from this dir or Hub id org/name (default: the run's "
+                  "data.tokenizer or model.path)");
 }
 
 }  // namespace shardtrain::cli

@@ -20,6 +20,7 @@
 #include "data/hf_chat_template.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer_files.h"
+#include "io/hub/hub_resolver.h"
 #include "model/token_sampler.h"
 #include "train/inference_model.h"
 
@@ -28,6 +29,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model_dir, prompt, device = "auto", system;
+  std::string revision = "main";  // of --model when it is a Hub id
   bool chat = false;
   int64_t max_new_tokens = 64;
   double temperature = 0.0, top_p = 0.9;
@@ -70,7 +72,10 @@ std::vector<int32_t> stop_ids(const GenerateArgs& args, const TokenizerFiles& fi
   return stops;
 }
 
-void run_generate(const GenerateArgs& args) {
+void run_generate(const GenerateArgs& given) {
+  GenerateArgs args = given;
+  args.model_dir =
+      resolve_hub_path({given.model_dir, given.revision, HubFiles::kModel, "generate --model"});
   if (!args.system.empty() && !args.chat) fail("--system needs --chat");
   const TokenizerFiles files = locate_tokenizer(args.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(files.tokenizer_json);
@@ -127,7 +132,10 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   const auto [cmd, args] = add_command<GenerateArgs>(
       app, exit_code, "generate",
       "Continue a prompt with a Hugging Face checkpoint (greedy or top-p sampling)", run_generate);
-  cmd->add_option("--model", args->model_dir, "checkpoint dir with tokenizer.json")->required();
+  cmd->add_option("--model", args->model_dir,
+                  "checkpoint dir with tokenizer.json, or a Hub id org/name")
+      ->required();
+  cmd->add_option("--revision", args->revision, "Hub id only: branch, tag or commit (default main)");
   cmd->add_option("--prompt", args->prompt, "text to continue")->required();
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate at most")
       ->check(CLI::PositiveNumber);

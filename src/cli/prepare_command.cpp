@@ -7,11 +7,15 @@
 #include "cli/commands.h"
 #include "data/formats.h"
 #include "data/prepare.h"
+#include "io/hub/hub_resolver.h"
 
 namespace shardtrain::cli {
 namespace {
 
-void run_prepare(const PrepareOptions& options) {
+void run_prepare(const PrepareOptions& given) {
+  PrepareOptions options = given;
+  options.tokenizer_path = resolve_hub_path(
+      {given.tokenizer_path, "main", HubFiles::kConfigAndTokenizer, "prepare --tokenizer"});
   const PrepareReport report = prepare_dataset(options);
   std::fputs(format_report(report).c_str(), stdout);
 }
@@ -25,7 +29,8 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
       "pack it into fixed-length sequences in a token file for training (docs/data.md)",
       run_prepare);
   cmd->add_option("--tokenizer", options->tokenizer_path,
-                  "tokenizer.json, or a model directory containing it (and tokenizer_config.json)")
+                  "tokenizer.json, or a model directory containing it (and tokenizer_config.json), "
+                  "or a Hub id org/name")
       ->required();
   cmd->add_option("--data", options->data_path, "input JSONL, one example per line")
       ->required()

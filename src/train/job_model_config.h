@@ -9,7 +9,8 @@
 
 namespace shardtrain {
 
-// Reads model.path/config.json (model/hf_config.h). Throws Error naming model.path, after
+// Reads model.path/config.json (model/hf_config.h; a Hub id "org/name" through the Hugging Face
+// cache, io/hub/hub_resolver.h). Throws Error naming model.path, after
 // `context` (e.g. "--config job.toml: "), when that dir holds no config.json.
 ModelConfig read_job_model_config(const TrainConfig& config, const std::string& context = "");
 

@@ -57,7 +57,10 @@ namespace {
 
 void register_model_keys(ConfigSchema& schema, ModelSourceConfig& model) {
   schema.add("model.path", &model.path,
-             "Hugging Face checkpoint dir, or a dir with only config.json when init = \"random\"");
+             "Hugging Face checkpoint dir (or one with only config.json when init = \"random\"), "
+             "or a Hub id org/name: downloaded into the Hugging Face cache (HF_HUB_CACHE)");
+  schema.add("model.revision", &model.revision,
+             "Hub id only: the branch, tag or commit of the model (\"main\" = the default branch)");
   schema.add_enum("model.init", &model.init, model_init_names(),
                   "load the checkpoint's weights, or initialise randomly from its config.json");
   schema.add_enum("model.dtype", &model.dtype, model_dtype_names(),

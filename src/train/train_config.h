@@ -64,6 +64,8 @@ std::string choice_name(const ChoiceNames<Enum>& names, Enum value) {
 
 struct ModelSourceConfig {
   std::string path;  // HF checkpoint dir, or a dir with only config.json for random init
+  // When path is a Hugging Face Hub id ("org/name"): the branch, tag or commit to use.
+  std::string revision = "main";
   ModelInit init = ModelInit::kPretrained;
   DType dtype = DType::kF32;  // dtype of saved checkpoints: bf16 | fp32
 };
