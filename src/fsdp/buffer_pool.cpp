@@ -26,8 +26,7 @@ int BufferPool::take(size_t bytes) {
 }
 
 void BufferPool::free(int slot) {
-  SHARDTRAIN_CHECK(slot >= 0 && static_cast<size_t>(slot) < buffers_.size() &&
-                       in_use_[slot],
+  SHARDTRAIN_CHECK(slot >= 0 && static_cast<size_t>(slot) < buffers_.size() && in_use_[slot],
                    "pool slot {} freed twice", slot);
   in_use_[slot] = false;
   in_use_bytes_ -= taken_bytes_[slot];

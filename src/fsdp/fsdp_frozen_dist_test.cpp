@@ -53,11 +53,11 @@ ParamLayout test_layout(bool freeze) {
       {"root", {param("embed", {5, 40}, 0, !freeze), param("norm", {40}, 256, !freeze)}, 320});
   for (int l = 0; l < 2; ++l) {
     const std::string name = "layers." + std::to_string(l);
-    layout.units.push_back({name,
-                            {param(name + ".base", {130}, 0, !freeze),
-                             param(name + ".lora_a", {100}, 192, true),
-                             param(name + ".lora_b", {64}, 320, true)},
-                            384});
+    layout.units.push_back(
+        {name,
+         {param(name + ".base", {130}, 0, !freeze), param(name + ".lora_a", {100}, 192, true),
+          param(name + ".lora_b", {64}, 320, true)},
+         384});
   }
   return layout;
 }
@@ -129,8 +129,8 @@ std::vector<RankResult> train(int world, int group, FsdpStrategy strategy, bool 
       ASSERT_EQ(gathered.numel(), layout.units[u].numel);
       const float* got = static_cast<const float*>(gathered.data());
       for (int64_t e = 0; e < gathered.numel(); ++e) {
-        ASSERT_EQ(got[e], expected[u][e]) << "rank " << rank << " unit " << u << " element " << e
-                                          << " step " << step;
+        ASSERT_EQ(got[e], expected[u][e])
+            << "rank " << rank << " unit " << u << " element " << e << " step " << step;
       }
     };
     const auto write_grads = [&](int u, int64_t micro) {
@@ -140,7 +140,8 @@ std::vector<RankResult> train(int world, int group, FsdpStrategy strategy, bool 
       ASSERT_EQ(grads.flat.numel(), layout.units[u].numel - frozen) << "unit " << u;
       float* flat = static_cast<float*>(grads.flat.data());
       for (int64_t i = 0; i < grads.flat.numel(); ++i) {
-        const float g = static_cast<float>(rank + 1) * grad_weight(layout.units[u], frozen + i, micro);
+        const float g =
+            static_cast<float>(rank + 1) * grad_weight(layout.units[u], frozen + i, micro);
         flat[i] = grads.accumulate ? flat[i] + g : g;
       }
     };
@@ -183,8 +184,8 @@ std::vector<RankResult> train(int world, int group, FsdpStrategy strategy, bool 
     }
     result.final = whole_units();
     result.memory = units.memory();
-    result.planned = estimate_fsdp_memory(units.plan(), strategy, FsdpMemoryOptions{},
-                                          ops->activation_dtype());
+    result.planned =
+        estimate_fsdp_memory(units.plan(), strategy, FsdpMemoryOptions{}, ops->activation_dtype());
   });
   return results;
 }

@@ -47,8 +47,8 @@ void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {
 }
 
 StepTotals FsdpUnits::end_backward(int64_t local_tokens, double local_loss_sum) {
-  const std::vector<double> sums = mesh_.sum({static_cast<double>(local_tokens), local_loss_sum},
-                                             kStepTotals);
+  const std::vector<double> sums =
+      mesh_.sum({static_cast<double>(local_tokens), local_loss_sum}, kStepTotals);
   StepTotals totals;
   totals.tokens = sums[0];
   totals.loss_sum = sums[1];

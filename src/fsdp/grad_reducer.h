@@ -73,7 +73,7 @@ class GradReducer {
     int full_grad_slot = -1;  // its input, freed on completion
   };
   struct UnitState {
-    int full_grad_slot = -1;  // pool slot, -1 = none
+    int full_grad_slot = -1;   // pool slot, -1 = none
     bool grads_stale = false;  // G = 1: begin_step ran and no backward has written since
   };
   bool sharded() const { return plan_.group_size > 1; }

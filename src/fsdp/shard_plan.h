@@ -12,8 +12,8 @@
 // (F = 0) is one trainable region, sharded as before.
 #pragma once
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

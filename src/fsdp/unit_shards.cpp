@@ -4,8 +4,8 @@
 
 namespace shardtrain {
 
-UnitShards::UnitShards(Ops& ops, const ParamLayout& layout, const ShardPlan& plan,
-                       int shard_rank, bool keep_compute_copy, bool keep_grad_shards)
+UnitShards::UnitShards(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, int shard_rank,
+                       bool keep_compute_copy, bool keep_grad_shards)
     : ops_(ops),
       layout_(layout),
       plan_(plan),
