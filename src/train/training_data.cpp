@@ -50,7 +50,10 @@ namespace {
 std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
                                                const std::string& model_path, uint64_t seed) {
   const std::string format = resolve_training_data_format(data);
-  if (format != "examples") return open_dataset(data.path, format, data.seq_len, data.pad_id);
+  const PackingMode packing = parse_packing_mode(data.packing, "data.packing");
+  if (format != "examples") {
+    return open_dataset(data.path, format, data.seq_len, data.pad_id, packing);
+  }
 
   PrepareOptions options;
   options.tokenizer_path = data.tokenizer.empty() ? model_path : data.tokenizer;
@@ -59,6 +62,7 @@ std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
   options.format = data.example_format;
   options.chat_template = data.chat_template;
   options.overlong = data.overlong;
+  options.packing = data.packing;
   options.on_bad_line = data.on_bad_line;
   options.invalid_utf8 = data.invalid_utf8;
   options.train_on_prompt = data.train_on_prompt;
@@ -67,7 +71,7 @@ std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
   const std::string cache_dir = data.cache_dir.empty() ? default_cache_dir() : data.cache_dir;
   const std::string token_file = prepare_cached(options, cache_dir);
   log::info("data {}: prepared examples cached as {}", data.path, token_file);
-  return open_dataset(token_file, "tokens", data.seq_len, data.pad_id);
+  return open_dataset(token_file, "tokens", data.seq_len, data.pad_id, packing);
 }
 
 }  // namespace

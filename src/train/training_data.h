@@ -5,6 +5,9 @@
 //     with a loss mask, and cached (data.cache_dir) under a key of dataset, tokenizer and
 //     settings, so later runs (and every rank) reuse the same token file.
 // data.format = "auto" decides by extension and, for JSONL, by the first line's keys.
+// data.packing (data/packing_mode.h) decides how raw examples are packed (none: one per
+// sequence) and how a token file's recorded documents are read (documents: masked apart, with
+// positions restarting; concatenate: one stream).
 // Several files (a comma-separated list, globs, directories: data/data_sources.h) are each
 // opened as above and mixed by data.weights (data/mixture_dataset.h, seeded by `seed`).
 #pragma once
