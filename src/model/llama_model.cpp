@@ -127,8 +127,8 @@ void LlamaModel::build_rope_tables(int64_t seq_len) {
     t.rope = recipe.rope;
     t.cos = DeviceBuffer(ops_, tables.cos.size() * sizeof(float));
     t.sin = DeviceBuffer(ops_, tables.sin.size() * sizeof(float));
-    t.view = RopeTablesView{t.cos.view(DType::kF32, table_shape),
-                            t.sin.view(DType::kF32, table_shape)};
+    t.view =
+        RopeTablesView{t.cos.view(DType::kF32, table_shape), t.sin.view(DType::kF32, table_shape)};
     ops_.copy_from_host(t.view.cos_PR, tables.cos.data());
     ops_.copy_from_host(t.view.sin_PR, tables.sin.data());
   }
@@ -185,6 +185,8 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
 
   const RootWeights root = forward_blocks(units);
   const GradBuffer root_buffer = units.acquire_grads(kRootUnit);
+  SHARDTRAIN_CHECK(root_buffer.offset == 0,
+                   "root: frozen parameters are not wired into the layers");
   const RootWeights root_grads = root_weights(root_layout, root_buffer.flat, c.tie_word_embeddings);
   lm_head().run(ops_, root, &root_grads, root_buffer.accumulate, grad_scale,
                 fit(acts_.out_NC, {N, C}), fit(acts_.targets_N, {N}), acts_.head, loss_sum_1,
@@ -208,6 +210,10 @@ void LlamaModel::backward_blocks(UnitAccess& units) {
     const int unit = block_unit(l);
     const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l);
     const GradBuffer grads = units.acquire_grads(unit);
+    // Gradient views are laid out from the unit's first parameter: a unit with frozen
+    // parameters (GradBuffer::offset > 0) needs its Linears marked frozen first (LoRA).
+    SHARDTRAIN_CHECK(grads.offset == 0, "block {}: frozen parameters are not wired into the layers",
+                     l);
     const BlockWeights g = block_weights(layout_.units[unit], grads.flat, l);
     const BlockActivations a = block_storage(l);
     const DecoderBlock decoder = block(l);
