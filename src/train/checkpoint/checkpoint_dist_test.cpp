@@ -489,7 +489,8 @@ TEST_F(CheckpointDistTest, AsyncWriteDoesNotStallTheStepLoop) {
   const std::string bounded = "slow_disk_bounded";
   r = train(bounded, 1,
             "--checkpoint-dir " + ckpt(bounded) +
-                " --checkpoint-every 10 --train.steps=14 --train.checkpoint_max_lag_steps=2");
+                " --checkpoint-every 10 --train.steps=14 --train.checkpoint_max_lag_steps=2",
+            "llama_gqa", kTestWorker);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(completed_after(r.output, 10), 12) << r.output;
   const std::string bounded_path = dir_ + "/" + bounded + "/metrics.jsonl";
@@ -502,7 +503,8 @@ TEST_F(CheckpointDistTest, AsyncWriteDoesNotStallTheStepLoop) {
 
   // A stop (as on SIGTERM) exits only once its checkpoint is complete.
   const std::string stopped = "slow_disk_stop";
-  r = train(stopped, 1, "--checkpoint-dir " + ckpt(stopped) + " --train.stop_at_step=3");
+  r = train(stopped, 1, "--checkpoint-dir " + ckpt(stopped) + " --train.stop_at_step=3",
+            "llama_gqa", kTestWorker);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(completed_after(r.output, 3), 3) << r.output;
   EXPECT_TRUE(fs::exists(ckpt(stopped) + "/step_00000003/manifest.json"));
