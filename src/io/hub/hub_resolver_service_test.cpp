@@ -19,6 +19,7 @@
 #include "core/testing/test_support.h"
 #include "io/hub/hub_cache.h"
 #include "io/hub/hub_download.h"
+#include "io/hub/hub_progress.h"
 #include "io/hub/hub_resolver.h"
 #include "io/hub/hub_settings.h"
 #include "io/hub/testing/fake_hub.h"
@@ -304,6 +305,30 @@ TEST(HubSettingsTest, FollowsHuggingfaceHubsVariables) {
                        }),
                        "the Hugging Face token from HF_TOKEN contains spaces or control"));
   EXPECT_TRUE(contains(error_of([&] { settings({}); }), "cannot locate the Hugging Face cache"));
+}
+
+TEST(HubProgressTest, LinesHaveBytesRateAndEta) {
+  std::vector<std::string> lines;
+  double now = 100.0;
+  HubProgress progress(
+      "Org/X model.safetensors", 10u << 20, 2u << 20, 2.0,
+      [&](const std::string& line) { lines.push_back(line); }, [&] { return now; });
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "hub: Org/X model.safetensors  2.0 MiB / 10.0 MiB (20.0%) (resumed)");
+  now = 101.0;
+  progress.advance(1u << 20);  // within the interval: no line
+  EXPECT_EQ(lines.size(), 1u);
+  now = 104.0;
+  progress.advance(3u << 20);  // 4 MiB in 4 s, 4 MiB left
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1],
+            "hub: Org/X model.safetensors  6.0 MiB / 10.0 MiB (60.0%) at 1.0 MiB/s | ETA 0:00:04");
+  progress.advance(4u << 20);
+  progress.finish();
+  EXPECT_EQ(lines.back(),
+            "hub: Org/X model.safetensors  10.0 MiB / 10.0 MiB (100.0%) at 2.0 MiB/s done");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(3u << 30), "3.0 GiB");
 }
 
 TEST(HubCacheTest, IdsRevisionsAndFileNames) {
