@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
+#include "io/hub/hub_resolver.h"
 #include "model/hf_config.h"
 #include "model/model_flops.h"
 #include "model/save_hf.h"
@@ -45,9 +46,17 @@ ModelConfig model_config_that_fits(const TrainConfig& config, const WorkerEnv& e
   return model;
 }
 
-const TrainConfig& validated(const TrainConfig& config) {
+// The config checked, with model.path made a local directory: a Hub id ("org/name") becomes its
+// snapshot in the Hugging Face cache, downloaded once per node (io/hub/hub_resolver.h).
+TrainConfig validated(const TrainConfig& config) {
   config.validate();
-  return config;
+  TrainConfig resolved = config;
+  const HubFiles files = config.model.init == ModelInit::kPretrained
+                             ? HubFiles::kModel
+                             : HubFiles::kConfigAndTokenizer;
+  resolved.model.path =
+      resolve_hub_path({config.model.path, config.model.revision, files, "model.path"});
+  return resolved;
 }
 
 // The whole resolved config as TOML (recorded in checkpoints).
@@ -507,8 +516,8 @@ void Trainer::export_final() {
       save.extra_contents.emplace_back("chat_template.jinja", *tokenizer.chat_template_jinja);
     }
     save.protected_dirs = {config_.model.path, config_.train.checkpoint_dir};
-    save_hf_checkpoint(config_.train.output_dir, model_config_, layout, gather,
-                       config_.model.dtype == "bf16" ? DType::kBF16 : DType::kF32, save);
+    save_hf_checkpoint(config_.train.output_dir, model_config_, layout, gather, config_.model.dtype,
+                       save);
     log::info("saved Hugging Face checkpoint to {}", config_.train.output_dir);
   } else {
     for (int u = 0; u < units_->unit_count(); ++u) gather(u);
