@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test (ctest). GPU tests skip with a visible
+# Installs what is missing (scripts/setup.sh test: the build's packages and the tests'), builds
+# the fat binary, and runs every test (ctest). GPU tests skip with a visible
 # message where no GPU exists. Ends with ctest's summary line.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" test
 # Where nvcc exists the default build is the fat binary (sm_80, 86, 89, 90a; its CUDA part took
 # 232 CPU-seconds here against 88 for one architecture, docs/gpus.md), which fits CI's budget, so
 # CI builds what users get. SHARDTRAIN_CUDA_ARCH (e.g. 90a) narrows it for a quick local run.

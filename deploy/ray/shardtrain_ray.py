@@ -12,7 +12,14 @@ per bundle that runs `shardtrain launch --nnodes N --node-rank i ... --rdzv-endp
 <node 0>:29500` with the worker command. Each task streams its launcher's output line by line
 (prefixed `[node i] `; Ray forwards task output to the driver) and returns its exit code; the
 driver exits with the first non-zero one (0 when every node succeeded). Restarts after a
-failure are the launcher's job (--max-restarts), not Ray's.
+worker failure are the launcher's job (--max-restarts). Ray is used only to place one launcher
+per node (no Ray Train API).
+
+When a node is lost (its task dies with the pod), Ray's own task retry would rerun the task with
+the node-0 address it was built with, a stale IP once node 0's pod is replaced. So tasks are
+never retried by Ray: the driver waits for the placement group to be whole again, reads node 0's
+address anew and starts every node's launcher again (a new round, up to --max-restarts rounds).
+A node that exits 2 (a config error) ends the job at once with 2: no round repeats it.
 
 Only standard Ray APIs are used (ray.init, ray.remote, placement groups, ray.nodes). The command
 construction below is plain Python, tested without Ray (shardtrain_ray_test.py).
@@ -88,6 +95,34 @@ def combined_exit_code(codes):
     return 0
 
 
+LOST = None  # a round's code for a node whose task died with its Ray node
+
+
+def next_round(codes, round_index, max_restarts):
+    """After a round's per-node codes (LOST for a lost node): ("exit", code) or ("again", None).
+
+    Every node 0: exit 0. Any node 2 (a config error): exit 2, never retried. A lost node, with
+    rounds left: again. Otherwise the first failing node's code (the launchers already spent
+    their own restarts), or 1 when nodes were lost and no round is left."""
+    if all(code == 0 for code in codes):
+        return ("exit", 0)
+    if 2 in codes:
+        return ("exit", 2)
+    if LOST in codes:
+        if round_index < max_restarts:
+            return ("again", None)
+        known = [code for code in codes if code not in (0, LOST)]
+        return ("exit", known[0] if known else 1)
+    return ("exit", combined_exit_code(codes))
+
+
+def master_address_of(group, placement_group_table, nodes):
+    """The address of the Ray node holding bundle 0 of `group` now."""
+    node_of_bundle = placement_group_table(group)["bundles_to_node_id"]
+    addresses = {node["NodeID"]: node["NodeManagerAddress"] for node in nodes()}
+    return addresses[node_of_bundle[0]]
+
+
 def run_streaming(command, node_rank):
     """Runs `command`, printing its output line by line prefixed with the node; its exit code."""
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -105,25 +140,32 @@ def main(argv):
 
     ray.init()
     group = placement_group(bundles(args.nodes, args.gpus_per_node), strategy="STRICT_SPREAD")
-    ray.get(group.ready())
-    node_of_bundle = placement_group_table(group)["bundles_to_node_id"]
-    addresses = {node["NodeID"]: node["NodeManagerAddress"] for node in ray.nodes()}
-    master_address = addresses[node_of_bundle[0]]
-    print(f"shardtrain_ray: {args.nodes} node(s), node 0 at {master_address}", flush=True)
-
     run_node = ray.remote(run_streaming)
-    tasks = [
-        run_node.options(
-            num_cpus=1, num_gpus=args.gpus_per_node,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=rank),
-        ).remote(launch_command(args, rank, master_address), rank)
-        for rank in range(args.nodes)
-    ]
-    code = combined_exit_code(ray.get(tasks))
-    print(f"shardtrain_ray: finished with exit code {code}", flush=True)
-    return code
-
+    for round_index in range(args.max_restarts + 1):
+        ray.get(group.ready())  # after a lost node: until Ray has placed its bundle again
+        master_address = master_address_of(group, placement_group_table, ray.nodes)
+        print(f"shardtrain_ray: round {round_index}: {args.nodes} node(s), node 0 at "
+              f"{master_address}", flush=True)
+        tasks = [
+            run_node.options(
+                num_cpus=1, num_gpus=args.gpus_per_node, max_retries=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=group, placement_group_bundle_index=rank),
+            ).remote(launch_command(args, rank, master_address), rank)
+            for rank in range(args.nodes)
+        ]
+        codes = []
+        for task in tasks:
+            try:
+                codes.append(ray.get(task))
+            except ray.exceptions.RayError as error:  # the node (pod) died under the task
+                print(f"shardtrain_ray: a node was lost: {type(error).__name__}", flush=True)
+                codes.append(LOST)
+        action, code = next_round(codes, round_index, args.max_restarts)
+        if action == "exit":
+            print(f"shardtrain_ray: finished with exit code {code}", flush=True)
+            return code
+    return 1
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

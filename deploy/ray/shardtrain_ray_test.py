@@ -82,3 +82,28 @@ class LaunchCommandTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class NextRoundTest(unittest.TestCase):
+    def test_success_config_error_and_lost_nodes(self):
+        lost = shardtrain_ray.LOST
+        next_round = shardtrain_ray.next_round
+        self.assertEqual(next_round([0, 0], 0, 3), ("exit", 0))
+        self.assertEqual(next_round([0, 2], 0, 3), ("exit", 2))  # config error: never again
+        self.assertEqual(next_round([lost, 2], 0, 3), ("exit", 2))
+        self.assertEqual(next_round([lost, 1], 0, 3), ("again", None))
+        self.assertEqual(next_round([lost, 1], 3, 3), ("exit", 1))
+        self.assertEqual(next_round([lost, 0], 3, 3), ("exit", 1))
+        self.assertEqual(next_round([0, 137], 0, 3), ("exit", 137))  # launcher spent its restarts
+
+    def test_master_address_is_read_from_the_group_each_time(self):
+        table = {"bundles_to_node_id": {0: "n2", 1: "n1"}}
+        nodes = [{"NodeID": "n1", "NodeManagerAddress": "10.0.0.1"},
+                 {"NodeID": "n2", "NodeManagerAddress": "10.0.0.9"}]
+        self.assertEqual(
+            shardtrain_ray.master_address_of("g", lambda group: table, lambda: nodes),
+            "10.0.0.9")
+        table["bundles_to_node_id"][0] = "n1"  # node 0's bundle moved to a replacement node
+        self.assertEqual(
+            shardtrain_ray.master_address_of("g", lambda group: table, lambda: nodes),
+            "10.0.0.1")

@@ -97,10 +97,10 @@ void print_nothing_fits(MemoryJob job, size_t capacity) {
     if (device_bytes_needed(plan_bytes(more, leanest)) <= capacity) fitting_nodes = n;
   }
   const std::string more_gpus =
-      fitting_nodes > 0 ? fmt::format("FULL_SHARD + full checkpointing fits from {} GPUs ({} "
-                                      "nodes of {})",
-                                      fitting_nodes * job.local_world, fitting_nodes,
-                                      job.local_world)
+      fitting_nodes > 0 ? fmt::format(
+                              "FULL_SHARD + full checkpointing fits from {} GPUs ({} "
+                              "nodes of {})",
+                              fitting_nodes * job.local_world, fitting_nodes, job.local_world)
                         : std::string("no node count up to 4096 makes it fit");
   if (device_bytes_needed(state) > capacity) {
     std::printf(

@@ -26,6 +26,42 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The address other nodes are told to reach this one by: what this host's name resolves to here,
+// as a numeric address. Under JobSet and Kubeflow Trainer a pod's short host name resolves only
+// in its own /etc/hosts (others know it as host.subdomain), so a name would not reach it; the
+// address does. The name itself when it resolves to nothing but loopback (127.0.1.1 in a
+// Debian /etc/hosts) or not at all: peers may still know it by DNS.
+std::string advertised_host() {
+  const std::string name = host_name();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (name.empty() || ::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) return name;
+  std::string address = name;
+  for (const addrinfo* entry = found; entry != nullptr; entry = entry->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* raw = nullptr;
+    bool loopback = false;
+    if (entry->ai_family == AF_INET) {
+      const in_addr& a = reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr;
+      raw = &a;
+      loopback = (ntohl(a.s_addr) >> 24) == 127;
+    } else if (entry->ai_family == AF_INET6) {
+      const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr;
+      raw = &a;
+      loopback = IN6_IS_ADDR_LOOPBACK(&a) != 0 || IN6_IS_ADDR_LINKLOCAL(&a) != 0;
+    }
+    if (raw == nullptr || loopback) continue;
+    if (::inet_ntop(entry->ai_family, raw, text, sizeof(text)) != nullptr) {
+      address = text;
+      break;
+    }
+  }
+  ::freeaddrinfo(found);
+  return address;
+}
+
 bool same_address(const sockaddr* a, const sockaddr* b) {
   if (a->sa_family != b->sa_family) return false;
   if (a->sa_family == AF_INET) {
@@ -169,7 +205,7 @@ void AgentStores::start_etcd(const LaunchConfig& config, const std::string& run_
 
 AgentStores::WorkerEndpoints AgentStores::pick_worker_endpoints() {
   const bool loopback = is_loopback_host(config_.rdzv_host);
-  const std::string advertised = loopback ? "127.0.0.1" : host_name();
+  const std::string advertised = loopback ? "127.0.0.1" : advertised_host();
   if (config_.rdzv_backend == "etcd" && !worker_server_) {
     // Bound to the address other nodes reach this one by (its host name's) alone.
     worker_server_ =

@@ -31,13 +31,14 @@ except ImportError as missing:
 CRD_FILES = {
     ("kubeflow.org/v1", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
     ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer.kubeflow.org_trainjobs.yaml",
-    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"):
-        "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"):
+        "trainer.kubeflow.org_trainingruntimes.yaml",
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset.x-k8s.io_jobsets.yaml",
     ("ray.io/v1", "RayJob"): "ray.io_rayjobs.yaml",
 }
 CORE_KINDS = {("v1", "Service"), ("apps/v1", "Deployment"), ("v1", "ConfigMap"),
-              ("v1", "Secret"), ("monitoring.coreos.com/v1", "PodMonitor")}
+              ("v1", "Secret"), ("monitoring.coreos.com/v1", "PodMonitor"),
+              ("networking.k8s.io/v1", "NetworkPolicy")}
 
 BASE = ["--name", "llama-ft", "--image", "registry.example/shardtrain:0.1.0"]
 WORKER = ["--", "train", "--config", "/etc/shardtrain/job.toml"]
@@ -49,6 +50,15 @@ VARIANTS = [
      "--node-selector", "node.kubernetes.io/instance-type=g6.12xlarge",
      "--node-selector", "topology.kubernetes.io/zone=us-east-1a", "--namespace", "training",
      "--shm-size", "16Gi", "--termination-grace", "900", "--max-restarts", "0"],
+    # What a team adds: node type, EFA choice, env, resources, labels, Kueue, priority, IRSA,
+    # tolerations, Hub token, NetworkPolicy, PodMonitor label, no GPU metrics.
+    ["--nodes", "2", "--instance-type", "p5.48xlarge", "--efa-rdma", "on",
+     "--env", "NCCL_DEBUG=INFO", "--env", "ODD=[1, 2]", "--label", "team=ml",
+     "--annotation", "example.com/owner=Ana", "--queue", "team-a", "--priority-class", "high",
+     "--service-account", "shardtrain-s3", "--toleration", "dedicated=gpu:NoSchedule",
+     "--hf-token-secret", "hf:token", "--network-policy", "--metrics-port", "9400",
+     "--pod-monitor", "--monitor-label", "release=kube-prometheus-stack",
+     "--metrics-gpu", "false", "--cpu", "180", "--memory", "1800Gi"],
 ]
 ELASTIC_VARIANTS = [
     ["--nodes", "4", "--min-nodes", "2", "--gpus-per-node", "8", "--efa-per-node", "32"],
@@ -118,6 +128,39 @@ def rendered_streams(binary, examples_dir):
             yield path, file.read()
 
 
+# Worker arguments a YAML loader could misread if written raw: a flow sequence, NEL, DEL, a C1
+# control, U+2028, non-ASCII, a YAML 1.1 boolean, a number, a comment marker, quotes.
+ODD_ARGUMENTS = ["[1, 2]", "a\u0085b", "d\u007f", "\u009b", "e\u2028f", "\u00e9t\u00e9", "yes",
+                 "0x1F", "#x", "it's \"q\"", "--x=: y"]
+
+
+def odd_arguments_round_trip(binary):
+    """Errors when the rendered worker command does not load back as exactly the arguments."""
+    errors = []
+    for kind in ("pytorchjob", "jobset", "trainjob"):
+        args = [kind] + BASE + ["--nodes", "2", "--gpus-per-node", "0", "--",
+                                "/usr/bin/env"] + ODD_ARGUMENTS
+        text = render(binary, args)
+        commands = []
+        for document in yaml.safe_load_all(text):
+            stack = [document]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, dict):
+                    if isinstance(node.get("command"), list):
+                        commands.append(node["command"])
+                    stack.extend(node.values())
+                elif isinstance(node, list):
+                    stack.extend(node)
+        launched = [c for c in commands if c[:2] == ["shardtrain", "launch"]]
+        if not launched:
+            errors.append(f"{kind}: no shardtrain launch command rendered")
+        for command in launched:
+            if command[-len(ODD_ARGUMENTS):] != ODD_ARGUMENTS:
+                errors.append(f"{kind}: arguments changed: {command[-len(ODD_ARGUMENTS):]!r}")
+    return errors
+
+
 def first_container(document):
     """Some container of the document's pod templates, found by walking the tree."""
     stack = [document]
@@ -167,6 +210,7 @@ def main(argv):
             for error in validator.iter_errors(document):
                 path = "/".join(str(p) for p in error.absolute_path)
                 errors.append(f"{source}: {key[1]} at {path}: {error.message}")
+    errors += odd_arguments_round_trip(binary)
     with open(core_out, "w") as file:
         json.dump(core_objects, file)
     for (api_version, kind), count in sorted(checked.items()):

@@ -47,10 +47,14 @@ CheckResult check_memlock(const SystemView& view, const RdmaDevices& devices,
   const char* name = "memlock";
   if (!view.memlock_bytes) return pass(name, "ulimit -l unlimited");
   const std::string detail = "ulimit -l " + human_bytes(*view.memlock_bytes);
+  if (view.ipc_lock) {
+    return pass(name, detail + ", but CAP_IPC_LOCK lets EFA/InfiniBand pin memory past it");
+  }
   const std::string hint =
       "raise it to unlimited: `ulimit -l unlimited` (needs CAP_SYS_RESOURCE), "
       "/etc/security/limits.conf `* - memlock unlimited`, docker --ulimit memlock=-1; in "
-      "Kubernetes set the container runtime's default ulimits (containerd LimitMEMLOCK=infinity)";
+      "Kubernetes add the IPC_LOCK capability to the container (shardtrain k8s does with EFA) or "
+      "set the container runtime's default ulimits (containerd LimitMEMLOCK=infinity)";
   const bool rdma = !devices.efa.empty() || !devices.hcas.empty() || expect == Transport::kEfa ||
                     expect == Transport::kIb;
   if (rdma) return fail_check(name, detail + "; EFA/InfiniBand need it unlimited", hint);

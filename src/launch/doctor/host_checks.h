@@ -4,8 +4,8 @@
 //               fails (a container's default 64 MB breaks NCCL with "unhandled system error"),
 //               between warns
 //   memlock:    RLIMIT_MEMLOCK; EFA and InfiniBand register (pin) memory and need it
-//               unlimited: a limit FAILs when RDMA devices exist or `expect` is efa/ib, WARNs
-//               otherwise (fine for sockets)
+//               unlimited or CAP_IPC_LOCK: a limit without the capability FAILs when RDMA
+//               devices exist or `expect` is efa/ib, WARNs otherwise (fine for sockets)
 //   disk:       free bytes at the checkpoint dir (its nearest existing ancestor) against what
 //               the job's checkpoints need, when known (checkpoint_need_bytes), and that it is
 //               writable

@@ -1,6 +1,7 @@
 #include "launch/doctor/node_checks.h"
 
 #include "launch/doctor/checkpoint_need.h"
+#include "launch/doctor/efa_checks.h"
 #include "launch/doctor/gpu_checks.h"
 #include "launch/doctor/host_checks.h"
 #include "launch/doctor/network_checks.h"
@@ -24,6 +25,8 @@ std::vector<CheckResult> run_node_checks(const SystemView& view, const CudaBuild
   checks.push_back(check_efa_devices(network, options.expect));
   checks.push_back(check_ib_devices(network, options.expect));
   checks.push_back(check_transport(view, network, options.expect));
+  checks.push_back(
+      check_efa_config(view, network, read_efa_facts(view, network), options.expect));
 
   checks.push_back(check_shm(view, static_cast<int>(gpus.gpus.size())));
   checks.push_back(check_memlock(view, network.devices, options.expect));

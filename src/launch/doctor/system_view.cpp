@@ -4,6 +4,10 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
 extern char** environ;
 
 namespace shardtrain::doctor {
@@ -54,6 +58,21 @@ std::string SystemView::getenv(const std::string& name) const {
   return it == env.end() ? "" : it->second;
 }
 
+namespace {
+
+// Bit `capability` of CapEff in /proc/self/status (false when unreadable).
+bool effective_capability(int capability) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    const unsigned long long mask = std::strtoull(line.c_str() + 7, nullptr, 16);
+    return (mask >> capability & 1ULL) != 0;
+  }
+  return false;
+}
+
+}  // namespace
+
 SystemView make_host_view(LibraryLoader& libraries, GpuInfoSource& gpus) {
   SystemView view;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
@@ -68,6 +87,7 @@ SystemView make_host_view(LibraryLoader& libraries, GpuInfoSource& gpus) {
   if (::getrlimit(RLIMIT_MEMLOCK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     view.memlock_bytes = static_cast<uint64_t>(limit.rlim_cur);
   }
+  view.ipc_lock = effective_capability(14);  // CAP_IPC_LOCK
   return view;
 }
 

@@ -6,7 +6,10 @@
 //   - `libraries`: opens shared libraries (dlopen on a real machine, a table in tests);
 //   - `gpus`: the GPU and driver facts (gpu_info.h);
 //   - `filesystem_space`: size and free bytes of the filesystem holding a path (statvfs);
-//   - `memlock_bytes`: RLIMIT_MEMLOCK (nullopt = unlimited).
+//   - `memlock_bytes`: RLIMIT_MEMLOCK (nullopt = unlimited);
+//   - `ipc_lock`: CAP_IPC_LOCK in the effective set (the kernel then lets the process pin
+//     memory past RLIMIT_MEMLOCK, which is what Kubernetes' `capabilities: add: [IPC_LOCK]`
+//     gives an EFA pod).
 // make_host_view() fills it from this process's machine.
 #pragma once
 
@@ -51,6 +54,7 @@ struct SystemView {
   // nullopt when the path (taken as is: callers pass at(...)) does not exist or cannot be read.
   std::function<std::optional<FilesystemSpace>(const std::filesystem::path&)> filesystem_space;
   std::optional<uint64_t> memlock_bytes;
+  bool ipc_lock = false;
 
   // `absolute` ("/sys/class/infiniband") under root.
   std::filesystem::path at(const std::string& absolute) const;

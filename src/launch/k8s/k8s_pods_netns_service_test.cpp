@@ -7,7 +7,12 @@
 // the kubelet give it, and nothing else. The demo trains to the end across the 2 pods; then
 // the same job again with one pod's processes SIGKILLed mid-run and its container started
 // again, as restartPolicy OnFailure does: the run ends with the uninterrupted run's final loss
-// and bit-identical weights. Skips visibly without root, iproute2, unshare or etcd.
+// and bit-identical weights. Then the host naming of JobSet and Kubeflow Trainer (TrainJob):
+// there a pod's short host name (<job>-node-0-1) resolves only in its own /etc/hosts, other pods
+// know it as <host>.<subdomain> through cluster DNS; each pod gets exactly that view, and the
+// rendered JobSet (etcd rendezvous) and TrainJob (static, PET_MASTER_ADDR = node 0's
+// host.subdomain) must still train, so node 0 must advertise an address the others resolve.
+// Skips visibly without root, iproute2, unshare or etcd.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -120,10 +125,10 @@ std::map<std::string, std::string> operator_env(const Json& job) {
 }
 
 // The container's own env as the kubelet resolves it (literal values, the pod's name and
-// namespace, Secrets from `secrets`).
-std::map<std::string, std::string> container_env(
-    const Json& container, const std::string& pod,
-    const std::map<std::string, std::string>& secrets) {
+// namespace, its Job completion index, Secrets from `secrets`).
+std::map<std::string, std::string> container_env(const Json& container, const std::string& pod,
+                                                 const std::map<std::string, std::string>& secrets,
+                                                 int completion_index = 0) {
   std::map<std::string, std::string> env;
   for (const Json& entry : container["env"]) {
     const std::string name = entry["name"];
@@ -131,7 +136,10 @@ std::map<std::string, std::string> container_env(
       env[name] = entry["value"];
     } else if (entry["valueFrom"].contains("fieldRef")) {
       const std::string field = entry["valueFrom"]["fieldRef"]["fieldPath"];
-      env[name] = field == "metadata.name" ? pod : "default";
+      env[name] = field == "metadata.name" ? pod
+                  : field.find("job-completion-index") != std::string::npos
+                      ? std::to_string(completion_index)
+                      : "default";
     } else {
       const Json& ref = entry["valueFrom"]["secretKeyRef"];
       env[name] = secrets.at(ref["name"].get<std::string>() + "/" + ref["key"].get<std::string>());
@@ -235,6 +243,67 @@ class K8sPodsNetnsTest : public ::testing::Test {
     return network_->in_pod("worker-" + std::to_string(index), pod, inner);
   }
 
+  // The demo's worker command for a short run of `name` (3 steps, no checkpoints).
+  std::vector<std::string> short_run(const std::string& name) {
+    return {"train",
+            "--config",
+            std::string(SHARDTRAIN_SOURCE_DIR) + "/examples/demo.toml",
+            "--steps",
+            "3",
+            "--train.device=cpu",
+            "--train.micro_batch=2",
+            "--data.cache_dir=" + dir_ + "/data-cache",
+            "--train.output_dir=" + dir_ + "/" + name + "/out"};
+  }
+
+  // Pods `<name>-node-0-<i>` (subdomain <name>) at 10.213.0.<first + i>, each seeing its own
+  // short name only in its own /etc/hosts (as the kubelet writes it) and the others, the etcd
+  // Service and node 0 as cluster DNS answers for host.subdomain names.
+  void add_named_pods(const std::string& name, int first) {
+    std::string dns = "10.213.0.2 " + name + "-etcd\n";
+    for (int i = 0; i < 2; ++i) {
+      const std::string host = name + "-node-0-" + std::to_string(i);
+      dns += "10.213.0." + std::to_string(first + i) + " " + host + "." + name + " " + host + "." +
+             name + ".default.svc.cluster.local\n";
+    }
+    for (int i = 0; i < 2; ++i) {
+      const std::string host = name + "-node-0-" + std::to_string(i);
+      const std::string address = "10.213.0." + std::to_string(first + i);
+      ASSERT_TRUE(network_->add_pod(name + "-" + std::to_string(i), address,
+                                    "127.0.0.1 localhost\n" + address + " " + host + "." + name +
+                                        ".default.svc.cluster.local " + host + "\n" + dns));
+    }
+  }
+
+  // Pod `index` of `name` running `container`'s `command` with `extra` (the operator's) env.
+  std::string named_pod_command(const std::string& name, int index, const Json& container,
+                                const Json& command,
+                                const std::map<std::string, std::string>& extra) {
+    const std::string host = name + "-node-0-" + std::to_string(index);
+    std::map<std::string, std::string> env = container_env(
+        container, host, {{name + "-store-secret/token", "pod-test-secret-0123456789"}}, index);
+    for (const auto& [key, value] : extra) env[key] = value;
+    std::string inner = "cd " + quoted(SHARDTRAIN_SOURCE_DIR) +
+                        " && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+    for (const auto& [key, value] : env) inner += " " + quoted(key + "=" + value);
+    for (const Json& word : command) {
+      inner += " " + (word == "shardtrain" ? std::string(SHARDTRAIN_BINARY)
+                                           : quoted(word.get<std::string>()));
+    }
+    return network_->in_pod(name + "-" + std::to_string(index), host, inner);
+  }
+
+  // Runs both pods to the end; both must exit 0 after 3 steps.
+  void expect_both_train(const std::string& name, const std::string& pod0,
+                         const std::string& pod1) {
+    BackgroundLauncher first(pod0, dir_ + "/" + name + "-0.log");
+    BackgroundLauncher second(pod1, dir_ + "/" + name + "-1.log");
+    ASSERT_EQ(first.wait(180s), 0) << first.output() << second.output();
+    ASSERT_EQ(second.wait(30s), 0) << second.output();
+    const std::string out = first.output() + second.output();
+    EXPECT_NE(out.find("first loss"), std::string::npos) << out;
+  }
+
   std::string dir_;
   std::optional<PodNetwork> network_;
   std::optional<BackgroundLauncher> etcd_;
@@ -273,6 +342,56 @@ TEST_F(K8sPodsNetnsTest, DemoTrainsAcrossTwoPodsAndSurvivesAPodKill) {
   const std::string full_model = testing::read_text(dir_ + "/demo-full/out/model.safetensors");
   ASSERT_FALSE(full_model.empty());
   EXPECT_EQ(full_model, testing::read_text(dir_ + "/demo-kill/out/model.safetensors"));
+  etcd_.reset();
+  network_.reset();
+  fs::remove_all(dir_);
+}
+
+TEST_F(K8sPodsNetnsTest, JobSetAndTrainJobPodsReachNodeZeroByTheirHostNaming) {
+  ManifestFlags flags;
+  flags.image = "registry.example/shardtrain:test";
+  flags.nodes = "2";
+  flags.gpus_per_node = "0";
+  flags.max_restarts = "0";
+  flags.termination_grace = "60";
+
+  // JobSet, etcd rendezvous: the pod template sets every PET_* itself.
+  flags.kind = "jobset";
+  flags.name = "names-js";
+  flags.rdzv = "etcd";
+  flags.worker_command = short_run("names-js");
+  add_named_pods("names-js", 20);
+  const Json jobset = render_manifests(resolve_manifest_options(flags))[2];
+  ASSERT_EQ(jobset["kind"], "JobSet");
+  const Json& js_container =
+      jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0];
+  expect_both_train("names-js",
+                    named_pod_command("names-js", 0, js_container, js_container["command"], {}),
+                    named_pod_command("names-js", 1, js_container, js_container["command"], {}));
+
+  // TrainJob, static rendezvous: the torch plugin of Kubeflow Trainer v2 sets PET_* with node
+  // 0 as <job>-node-0-0.<job> (pkg/runtime/framework/plugins/torch).
+  flags.kind = "trainjob";
+  flags.name = "names-tj";
+  flags.rdzv = "static";
+  flags.worker_command = short_run("names-tj");
+  add_named_pods("names-tj", 30);
+  const std::vector<Json> docs = render_manifests(resolve_manifest_options(flags));
+  ASSERT_EQ(docs[1]["kind"], "TrainJob");
+  const Json& runtime_pod = docs[0]["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]
+                                ["spec"]["template"]["spec"];
+  const Json& command = docs[1]["spec"]["trainer"]["command"];
+  const auto trainer_env = [](int rank) {
+    return std::map<std::string, std::string>{{"PET_NNODES", "2"},
+                                              {"PET_NPROC_PER_NODE", "1"},
+                                              {"PET_NODE_RANK", std::to_string(rank)},
+                                              {"PET_MASTER_ADDR", "names-tj-node-0-0.names-tj"},
+                                              {"PET_MASTER_PORT", "29500"}};
+  };
+  expect_both_train(
+      "names-tj",
+      named_pod_command("names-tj", 0, runtime_pod["containers"][0], command, trainer_env(0)),
+      named_pod_command("names-tj", 1, runtime_pod["containers"][0], command, trainer_env(1)));
   etcd_.reset();
   network_.reset();
   fs::remove_all(dir_);

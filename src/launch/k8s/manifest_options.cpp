@@ -1,9 +1,11 @@
 #include "launch/k8s/manifest_options.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <regex>
 
 #include "core/error.h"
+#include "launch/k8s/text_checks.h"
 
 namespace shardtrain::launch::k8s {
 namespace {
@@ -21,14 +23,16 @@ int parse_int_in(const std::string& text, const char* flag, int min_value, int m
   int v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || v < min_value || v > max_value) {
-    fail("{} '{}': expected an integer from {} to {}", flag, text, min_value, max_value);
+    fail("{} {}: expected an integer from {} to {}", flag, quote_for_error(text), min_value,
+         max_value);
   }
   return v;
 }
 
 void check_form(const std::string& text, const std::regex& form, const char* flag,
                 const char* expected) {
-  if (!std::regex_match(text, form)) fail("{} '{}': expected {}", flag, text, expected);
+  if (!std::regex_match(text, form))
+    fail("{} {}: expected {}", flag, quote_for_error(text), expected);
 }
 
 ManifestKind parse_kind(const std::string& kind) {
@@ -37,7 +41,7 @@ ManifestKind parse_kind(const std::string& kind) {
   if (kind == "jobset") return ManifestKind::kJobSet;
   if (kind == "rayjob") return ManifestKind::kRayJob;
   if (kind.empty()) fail("shardtrain k8s needs a KIND: pytorchjob, trainjob, jobset or rayjob");
-  fail("unknown KIND '{}': expected pytorchjob, trainjob, jobset or rayjob", kind);
+  fail("unknown KIND {}: expected pytorchjob, trainjob, jobset or rayjob", quote_for_error(kind));
 }
 
 // Object names get suffixes (-etcd, -master-0, -node-0-0.<name>), so they stay well under the
@@ -67,9 +71,17 @@ void parse_identity(const ManifestFlags& flags, ManifestOptions& options) {
 
 void parse_sizes(const ManifestFlags& flags, ManifestOptions& options) {
   options.nodes = parse_int_in(required(flags.nodes, "--nodes", "--nodes 2"), "--nodes", 1, 10000);
-  options.gpus_per_node = parse_int_in(
-      required(flags.gpus_per_node, "--gpus-per-node", "--gpus-per-node 8 (0 for a CPU job)"),
-      "--gpus-per-node", 0, 64);
+  // --instance-type gives the GPUs and EFA interfaces of its nodes unless the flags say more.
+  const InstanceType* instance =
+      flags.instance_type ? find_instance_type(*flags.instance_type) : nullptr;
+  if (instance != nullptr && !flags.gpus_per_node) {
+    options.gpus_per_node = instance->gpus;
+  } else {
+    options.gpus_per_node = parse_int_in(
+        required(flags.gpus_per_node, "--gpus-per-node", "--gpus-per-node 8 (0 for a CPU job)"),
+        "--gpus-per-node", 0, 64);
+  }
+  if (instance != nullptr && !flags.efa_per_node) options.efa_per_node = instance->efa;
   if (flags.efa_per_node) {
     options.efa_per_node = parse_int_in(*flags.efa_per_node, "--efa-per-node", 0, 64);
     if (options.efa_per_node > 0 && options.gpus_per_node == 0) {
@@ -101,9 +113,9 @@ void parse_rendezvous(const ManifestFlags& flags, ManifestOptions& options) {
   if (flags.rdzv) {
     if (*flags.rdzv != "etcd" && *flags.rdzv != "static") {
       fail(
-          "--rdzv '{}': expected etcd (an etcd Deployment is rendered with the job) or static "
+          "--rdzv {}: expected etcd (an etcd Deployment is rendered with the job) or static "
           "(node 0's launcher hosts the store)",
-          *flags.rdzv);
+          quote_for_error(*flags.rdzv));
     }
     options.etcd = *flags.rdzv == "etcd";
   }
@@ -136,16 +148,15 @@ void parse_pod_extras(const ManifestFlags& flags, ManifestOptions& options) {
   if (flags.shm_size) {
     options.shm_size = *flags.shm_size;
     check_form(options.shm_size, quantity, "--shm-size", "a Kubernetes quantity, e.g. 64Gi");
+    // NCCL and Gloo put their shared-memory transport in /dev/shm: an empty one fails the first
+    // collective, not the rendering.
+    if (!(std::strtod(options.shm_size.c_str(), nullptr) > 0)) {
+      fail("--shm-size {}: /dev/shm must be larger than 0 (NCCL and Gloo need it), e.g. 64Gi",
+           quote_for_error(options.shm_size));
+    }
   }
-  static const std::regex selector(
-      R"(^(([a-z0-9]([-a-z0-9.]*[a-z0-9])?)/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?=)"
-      R"(([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$)");
   for (const std::string& item : flags.node_selectors) {
-    check_form(item, selector, "--node-selector",
-               "KEY=VALUE with a label key and value, e.g. "
-               "node.kubernetes.io/instance-type=p5.48xlarge");
-    const auto eq = item.find('=');
-    options.node_selector.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    options.node_selector.push_back(parse_label_pair(item, "--node-selector"));
   }
   if (flags.pvc) {
     static const std::regex pvc_form(
@@ -153,9 +164,9 @@ void parse_pod_extras(const ManifestFlags& flags, ManifestOptions& options) {
     std::smatch m;
     if (!std::regex_match(*flags.pvc, m, pvc_form) || m[3].str() == "/") {
       fail(
-          "--pvc '{}': expected CLAIM:/mount/path, an existing PersistentVolumeClaim and an "
+          "--pvc {}: expected CLAIM:/mount/path, an existing PersistentVolumeClaim and an "
           "absolute path other than /, e.g. ckpt-llama:/checkpoints",
-          *flags.pvc);
+          quote_for_error(*flags.pvc));
     }
     options.checkpoint = CheckpointVolume{m[1].str(), m[3].str()};
   }
@@ -169,20 +180,24 @@ void parse_worker_command(const ManifestFlags& flags, ManifestOptions& options) 
         "nothing to run: give the worker command after --, e.g. shardtrain k8s pytorchjob ... "
         "-- train --config /etc/shardtrain/job.toml");
   }
+  for (const std::string& word : command) {
+    if (!is_valid_utf8(word)) {
+      fail("worker command: the argument {} is not valid UTF-8; pass UTF-8 text",
+           quote_for_error(word));
+    }
+    if (word.find('\n') != std::string::npos || word.find('\0') != std::string::npos) {
+      fail("worker command: the argument {} holds a newline or NUL; pass it in a config file",
+           quote_for_error(word));
+    }
+  }
   const std::string& first = command.front();
-  bool launchable = first.front() == '/';
+  bool launchable = !first.empty() && first.front() == '/';
   for (const char* subcommand : kLaunchableSubcommands) launchable |= first == subcommand;
   if (!launchable) {
     fail(
-        "worker command '{}': shardtrain launch runs a shardtrain subcommand (train, eval, "
+        "worker command {}: shardtrain launch runs a shardtrain subcommand (train, eval, "
         "bench, doctor) or an absolute path to an executable, e.g. -- train --config job.toml",
-        first);
-  }
-  for (const std::string& word : command) {
-    if (word.find('\n') != std::string::npos || word.find('\0') != std::string::npos) {
-      fail("worker command: the word '{}' holds a newline or NUL; pass it in a config file",
-           word.substr(0, word.find('\n')));
-    }
+        quote_for_error(first));
   }
   options.worker_command = std::move(command);
 }
@@ -198,6 +213,7 @@ ManifestOptions resolve_manifest_options(const ManifestFlags& flags) {
   parse_rendezvous(flags, options);
   parse_pod_extras(flags, options);
   parse_worker_command(flags, options);
+  resolve_team_options(flags, options);
   return options;
 }
 

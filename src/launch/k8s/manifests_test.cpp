@@ -64,16 +64,33 @@ TEST(ManifestsTest, StaticPyTorchJobHasOneMasterAndTheRestWorkers) {
   EXPECT_EQ(container["command"],
             words({"shardtrain", "launch", "--rdzv-id", "llama-ft", "--max-restarts", "3",
                    "--stop-grace", "270", "--", "train", "--config", "/etc/job.toml"}));
-  const Json amounts = {{"nvidia.com/gpu", 8}, {"vpc.amazonaws.com/efa", 32}};
-  EXPECT_EQ(container["resources"], (Json{{"requests", amounts}, {"limits", amounts}}));
-  EXPECT_EQ(env_entry(container, "FI_PROVIDER")["value"], "efa");
-  EXPECT_EQ(env_entry(container, "FI_EFA_USE_DEVICE_RDMA")["value"], "1");
+  // Devices and huge pages: requests = limits; memory request = limit; cpu a request only.
+  EXPECT_EQ(container["resources"], (Json{{"requests",
+                                           {{"cpu", "48"},
+                                            {"memory", "384Gi"},
+                                            {"nvidia.com/gpu", 8},
+                                            {"vpc.amazonaws.com/efa", 32},
+                                            {"hugepages-2Mi", "5120Mi"}}},
+                                          {"limits",
+                                           {{"memory", "384Gi"},
+                                            {"nvidia.com/gpu", 8},
+                                            {"vpc.amazonaws.com/efa", 32},
+                                            {"hugepages-2Mi", "5120Mi"}}}}));
+  // AWS's guidance with libfabric >= 1.18 / aws-ofi-nccl >= 1.7: neither is set by default.
+  EXPECT_TRUE(env_entry(container, "FI_PROVIDER").is_null());
+  EXPECT_TRUE(env_entry(container, "FI_EFA_USE_DEVICE_RDMA").is_null());
   EXPECT_EQ(env_entry(container, "NCCL_SOCKET_IFNAME")["value"], "eth0");
+  // A config error (exit 2) fails the job instead of restarting the pod.
+  EXPECT_EQ(replicas["Worker"]["restartPolicy"], "ExitCode");
+  EXPECT_EQ(pod["restartPolicy"], "Never");
   EXPECT_EQ(env_entry(container, "SHARDTRAIN_STORE_SECRET")["valueFrom"]["secretKeyRef"],
             (Json{{"name", "llama-ft-store-secret"}, {"key", "token"}, {"optional", false}}));
   EXPECT_EQ(pod["terminationGracePeriodSeconds"], 300);
   EXPECT_EQ(pod["initContainers"][0]["command"],
             words({"shardtrain", "doctor", "--expect-transport", "efa"}));
+  // The doctor judges the trainer's environment with the trainer's capabilities.
+  EXPECT_EQ(pod["initContainers"][0]["env"], container["env"]);
+  EXPECT_EQ(pod["initContainers"][0]["securityContext"]["capabilities"]["add"][0], "IPC_LOCK");
   EXPECT_EQ(pod["volumes"][0],
             (Json{{"name", "dshm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "64Gi"}}}}));
   EXPECT_EQ(container["volumeMounts"][0]["mountPath"], "/dev/shm");
@@ -114,9 +131,11 @@ TEST(ManifestsTest, TrainJobReferencesTheRuntimeItRenders) {
   ASSERT_EQ(docs.size(), 4u);
   const Json& runtime = docs[2];
   const Json& trainjob = docs[3];
-  EXPECT_EQ(runtime["kind"], "ClusterTrainingRuntime");
-  EXPECT_FALSE(runtime["metadata"].contains("namespace"));  // cluster-scoped
+  // Namespaced: no cluster RBAC, no collision across namespaces.
+  EXPECT_EQ(runtime["kind"], "TrainingRuntime");
+  EXPECT_EQ(runtime["metadata"]["namespace"], "default");
   EXPECT_EQ(trainjob["spec"]["runtimeRef"]["name"], runtime["metadata"]["name"]);
+  EXPECT_EQ(trainjob["spec"]["runtimeRef"]["kind"], "TrainingRuntime");
   const Json& replicated = runtime["spec"]["template"]["spec"]["replicatedJobs"][0];
   EXPECT_EQ(replicated["name"], "node");
   EXPECT_EQ(
@@ -142,7 +161,17 @@ TEST(ManifestsTest, JobSetSetsThePetVariablesAndAServiceForNodeZero) {
   EXPECT_EQ(job["completionMode"], "Indexed");
   EXPECT_EQ(job["parallelism"], 2);
   const Json& container = job["template"]["spec"]["containers"][0];
-  EXPECT_FALSE(container.contains("resources"));  // a CPU job
+  EXPECT_EQ(
+      container["resources"],  // a CPU job: requests, no devices
+      (Json{{"requests", {{"cpu", "2"}, {"memory", "8Gi"}}}, {"limits", {{"memory", "8Gi"}}}}));
+  // Exit 2 fails the Job through its podFailurePolicy, and the JobSet through the rule.
+  EXPECT_EQ(job["podFailurePolicy"]["rules"][0],
+            (Json{{"action", "FailJob"},
+                  {"onExitCodes", {{"operator", "In"}, {"values", Json::array({2})}}}}));
+  EXPECT_EQ(job["template"]["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(docs[0]["spec"]["failurePolicy"]["rules"][0]["onJobFailureReasons"][0],
+            "PodFailurePolicy");
+  EXPECT_EQ(docs[0]["spec"]["failurePolicy"]["rules"][0]["action"], "FailJobSet");
   EXPECT_TRUE(env_entry(container, "NCCL_SOCKET_IFNAME").is_null());
   EXPECT_EQ(env_entry(container, "PET_NODE_RANK")["valueFrom"]["fieldRef"]["fieldPath"],
             "metadata.annotations['batch.kubernetes.io/job-completion-index']");
@@ -228,6 +257,8 @@ TEST(ManifestsTest, BadInputNamesTheFlag) {
   };
   EXPECT_EQ(error_with([](ManifestFlags& f) { f.nodes = "0"; }),
             "--nodes '0': expected an integer from 1 to 10000");
+  EXPECT_EQ(error_with([](ManifestFlags& f) { f.shm_size = "0"; }),
+            "--shm-size '0': /dev/shm must be larger than 0 (NCCL and Gloo need it), e.g. 64Gi");
   EXPECT_EQ(error_with([](ManifestFlags& f) { f.gpus_per_node.reset(); }),
             "--gpus-per-node is required, e.g. --gpus-per-node 8 (0 for a CPU job)");
   EXPECT_EQ(error_with([](ManifestFlags& f) { f.kind = "mpijob"; }),

@@ -28,14 +28,19 @@ constexpr const char* kStoreSecretKey = "token";
 
 std::string store_secret_name(const ManifestOptions& options);  // <name>-store-secret
 std::string etcd_service_name(const ManifestOptions& options);  // <name>-etcd
+std::string config_map_name(const ManifestOptions& options);    // <name>-config
 
-// {name, namespace (unless cluster-scoped), labels}; labels name the app and the job.
+// {name, namespace (unless cluster-scoped), labels, annotations}; labels name the app and the
+// job, plus --label; annotations are --annotation.
 Json object_metadata(const ManifestOptions& options, const std::string& name,
                      bool namespaced = true);
 Json job_labels(const ManifestOptions& options);
+// The job object's metadata: object_metadata plus the Kueue queue label.
+Json job_metadata(const ManifestOptions& options);
 
-// The worker command; for `train`, `--checkpoint-dir <mount>/checkpoints` is added when a
-// checkpoint volume is given, unless the command names its own.
+// The worker command; with --config-file, `--config /etc/shardtrain/job.toml` follows the
+// subcommand; for `train`, `--checkpoint-dir <mount>/checkpoints` is added when a checkpoint
+// volume is given, unless the command names its own.
 std::vector<std::string> worker_command(const ManifestOptions& options);
 
 // ["shardtrain", "launch", <launch_flags>, "--metrics-port", P (with a metrics port: the
@@ -52,7 +57,8 @@ Json env_field(const std::string& name, const std::string& field_path);
 Json training_container(const ManifestOptions& options, const std::string& container_name,
                         const Json& command, const Json& ports, const Json& extra_env);
 
-// GPU and EFA requests = limits; an empty object for a CPU job.
+// cpu and memory requests (memory limit = request), GPU, EFA and hugepages-2Mi requests =
+// limits.
 Json gpu_resources(const ManifestOptions& options);
 
 // The pod spec around `container`, with the doctor init container, volumes and scheduling.
@@ -62,5 +68,8 @@ Json training_pod_spec(const ManifestOptions& options, Json container,
 // Pod template metadata: the job's labels (plus `extra_labels`) and, with a metrics port, the
 // prometheus.io scrape annotations.
 Json pod_metadata(const ManifestOptions& options, const Json& extra_labels = Json::object());
+
+// Kubernetes tolerations of --toleration / --head-toleration.
+Json tolerations_json(const std::vector<Toleration>& tolerations);
 
 }  // namespace shardtrain::launch::k8s

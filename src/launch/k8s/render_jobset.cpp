@@ -1,7 +1,9 @@
 // jobset.x-k8s.io/v1alpha2 JobSet, for clusters without Kubeflow: one indexed Job of N pods.
 // No operator sets PET_* here, so the pod template sets them itself: PET_NODE_RANK from the
 // pod's Job completion index, PET_MASTER_ADDR the headless Service that selects node 0 (static
-// rendezvous: node 0's launcher hosts the store), or PET_RDZV_* for etcd.
+// rendezvous: node 0's launcher hosts the store), or PET_RDZV_* for etcd. A pod that exits 2 (a
+// config error) fails its Job through the Job's podFailurePolicy and the JobSet at once through
+// the failure-policy rule on that reason; evictions and preemptions do not count as failures.
 #include "launch/k8s/manifests.h"
 
 namespace shardtrain::launch::k8s {
@@ -55,21 +57,21 @@ std::vector<Json> render_jobset(const ManifestOptions& options) {
       Json::array({Json{{"name", "store"}, {"containerPort", kStorePort}, {"protocol", "TCP"}}});
   Json container = training_container(options, "node", launch_command(options, {}), ports,
                                       rendezvous_env(options));
-  const Json job_spec = {
-      {"parallelism", options.nodes},
-      {"completions", options.nodes},
-      {"completionMode", "Indexed"},
-      {"backoffLimit", options.max_restarts},
-      {"template",
-       {{"metadata", pod_metadata(options)},
-        {"spec", training_pod_spec(options, std::move(container), "OnFailure")}}}};
+  const Json job_spec = {{"parallelism", options.nodes},
+                         {"completions", options.nodes},
+                         {"completionMode", "Indexed"},
+                         {"backoffLimit", options.max_restarts},
+                         {"podFailurePolicy", pod_failure_policy()},
+                         {"template",
+                          {{"metadata", pod_metadata(options)},
+                           {"spec", training_pod_spec(options, std::move(container), "Never")}}}};
   Json jobset = {
       {"apiVersion", "jobset.x-k8s.io/v1alpha2"},
       {"kind", "JobSet"},
-      {"metadata", object_metadata(options, options.name)},
+      {"metadata", job_metadata(options)},
       {"spec",
        {{"network", {{"enableDNSHostnames", true}, {"publishNotReadyAddresses", true}}},
-        {"failurePolicy", {{"maxRestarts", options.max_restarts}}},
+        {"failurePolicy", jobset_failure_policy(options)},
         {"replicatedJobs",
          Json::array(
              {Json{{"name", "node"}, {"replicas", 1}, {"template", {{"spec", job_spec}}}}})}}}};

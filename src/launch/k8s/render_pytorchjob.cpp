@@ -3,6 +3,9 @@
 // PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR/PORT. With etcd: Workers only and an
 // elasticPolicy, from which the operator sets PET_RDZV_BACKEND/ENDPOINT/ID, PET_NNODES=MIN:MAX,
 // PET_MAX_RESTARTS and PET_NPROC_PER_NODE. The container command is the same in both.
+// restartPolicy ExitCode: the operator restarts a pod only for exit codes 128-255 (signals,
+// OOM kills, node loss) and fails the job on 1-127, so a config error (exit 2, which the
+// launcher itself never restarts) ends the job at once instead of looping to backoffLimit.
 #include "launch/k8s/manifests.h"
 
 namespace shardtrain::launch::k8s {
@@ -14,10 +17,10 @@ Json replica_spec(const ManifestOptions& options, int replicas, const Json& comm
       {Json{{"name", "pytorchjob-port"}, {"containerPort", kStorePort}, {"protocol", "TCP"}}});
   Json container = training_container(options, "pytorch", command, ports, Json::array());
   return {{"replicas", replicas},
-          {"restartPolicy", "OnFailure"},
+          {"restartPolicy", "ExitCode"},
           {"template",
            {{"metadata", pod_metadata(options)},
-            {"spec", training_pod_spec(options, std::move(container), "OnFailure")}}}};
+            {"spec", training_pod_spec(options, std::move(container), "Never")}}}};
 }
 
 }  // namespace
@@ -46,7 +49,7 @@ Json render_pytorchjob(const ManifestOptions& options) {
   spec["pytorchReplicaSpecs"] = replicas;
   return {{"apiVersion", "kubeflow.org/v1"},
           {"kind", "PyTorchJob"},
-          {"metadata", object_metadata(options, options.name)},
+          {"metadata", job_metadata(options)},
           {"spec", spec}};
 }
 

@@ -59,10 +59,16 @@ Json head_group(const ManifestOptions& options) {
                                            Json{{"name", "client"}, {"containerPort", 10001}}})},
                     {"resources", {{"requests", amounts}, {"limits", amounts}}}};
   Json spec = {{"containers", Json::array({container})}};
-  if (!options.node_selector.empty()) {
+  // The head is a CPU pod: it gets its own placement (--head-node-selector, --head-toleration),
+  // never the GPU workers' (a CPU head on a tainted GPU group would stay Pending).
+  if (!options.head_node_selector.empty()) {
     spec["nodeSelector"] = Json::object();
-    for (const auto& [key, value] : options.node_selector) spec["nodeSelector"][key] = value;
+    for (const auto& [key, value] : options.head_node_selector) spec["nodeSelector"][key] = value;
   }
+  if (!options.head_tolerations.empty()) {
+    spec["tolerations"] = tolerations_json(options.head_tolerations);
+  }
+  if (!options.service_account.empty()) spec["serviceAccountName"] = options.service_account;
   return {{"rayStartParams", {{"dashboard-host", "0.0.0.0"}, {"num-cpus", "0"}}},
           {"template",
            {{"metadata",
@@ -91,7 +97,7 @@ Json worker_group(const ManifestOptions& options) {
 Json render_rayjob(const ManifestOptions& options) {
   return {{"apiVersion", "ray.io/v1"},
           {"kind", "RayJob"},
-          {"metadata", object_metadata(options, options.name)},
+          {"metadata", job_metadata(options)},
           {"spec",
            {{"entrypoint", entrypoint(options)},
             {"submissionMode", "K8sJobMode"},

@@ -1,8 +1,9 @@
-// trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2.3) and the
-// ClusterTrainingRuntime it references. The runtime's torch policy makes the operator set
-// PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the pod's Job completion index) and
-// PET_MASTER_ADDR/PORT (<job>-node-0-0.<job>:29500); Trainer v2 has no elastic policy, so
-// the etcd rendezvous is given as launcher flags, which win over PET_*.
+// trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2.3) and the namespaced
+// TrainingRuntime it references (one per job, in the job's namespace: no cluster RBAC, no
+// collision between namespaces; deleting the namespace's job objects takes it along). The runtime's
+// torch policy makes the operator set PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the pod's Job
+// completion index) and PET_MASTER_ADDR/PORT (<job>-node-0-0.<job>:29500); Trainer v2 has no
+// elastic policy, so the etcd rendezvous is given as launcher flags, which win over PET_*.
 #include "launch/k8s/manifests.h"
 
 namespace shardtrain::launch::k8s {
@@ -18,19 +19,20 @@ Json training_runtime(const ManifestOptions& options) {
       {"metadata", {{"labels", {{"trainer.kubeflow.org/trainjob-ancestor-step", "trainer"}}}}},
       {"spec",
        {{"backoffLimit", options.max_restarts},
+        {"podFailurePolicy", pod_failure_policy()},
         {"template",
          {{"metadata", pod_metadata(options)},
-          {"spec", training_pod_spec(options, std::move(container), "OnFailure")}}}}}};
-  Json metadata = object_metadata(options, runtime_name(options), /*namespaced=*/false);
+          {"spec", training_pod_spec(options, std::move(container), "Never")}}}}}};
+  Json metadata = object_metadata(options, runtime_name(options));
   metadata["labels"]["trainer.kubeflow.org/framework"] = "torch";
   return {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
-          {"kind", "ClusterTrainingRuntime"},
+          {"kind", "TrainingRuntime"},
           {"metadata", metadata},
           {"spec",
            {{"mlPolicy", {{"numNodes", options.nodes}, {"torch", Json::object()}}},
             {"template",
              {{"spec",
-               {{"failurePolicy", {{"maxRestarts", options.max_restarts}}},
+               {{"failurePolicy", jobset_failure_policy(options)},
                 {"replicatedJobs",
                  Json::array({Json{{"name", "node"}, {"template", job_template}}})}}}}}}}};
 }
@@ -49,12 +51,12 @@ std::vector<Json> render_trainjob(const ManifestOptions& options) {
   if (!resources.empty()) trainer["resourcesPerNode"] = resources;
   Json trainjob = {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
                    {"kind", "TrainJob"},
-                   {"metadata", object_metadata(options, options.name)},
+                   {"metadata", job_metadata(options)},
                    {"spec",
                     {{"runtimeRef",
                       {{"name", runtime_name(options)},
                        {"apiGroup", "trainer.kubeflow.org"},
-                       {"kind", "ClusterTrainingRuntime"}}},
+                       {"kind", "TrainingRuntime"}}},
                      {"trainer", trainer}}}};
   return {training_runtime(options), trainjob};
 }

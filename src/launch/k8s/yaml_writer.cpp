@@ -1,8 +1,13 @@
 #include "launch/k8s/yaml_writer.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <array>
 #include <cctype>
 #include <string_view>
+
+#include "core/error.h"
+#include "launch/k8s/text_checks.h"
 
 namespace shardtrain::launch::k8s {
 namespace {
@@ -26,66 +31,56 @@ bool is_plain_char(char c) {
          c == '/' || c == '=' || c == '+' || c == ':' || c == '@' || c == ' ';
 }
 
-std::string scalar(const Json& value) {
-  if (value.is_string()) {
-    const std::string& text = value.get_ref<const std::string&>();
-    return plain_scalar_is_safe(text) ? text : value.dump(-1, ' ', false);
+void emit_string(YAML::Emitter& out, const std::string& text) {
+  if (!is_valid_utf8(text)) {
+    fail("the manifest text {} is not valid UTF-8; pass UTF-8 text", quote_for_error(text));
   }
-  if (value.is_null()) return "null";
-  return value.dump();  // numbers and booleans: JSON and YAML spell them alike
-}
-
-bool is_inline(const Json& value) { return !value.is_structured() || value.empty(); }
-
-std::string inline_value(const Json& value) {
-  if (value.is_object()) return "{}";
-  if (value.is_array()) return "[]";
-  return scalar(value);
-}
-
-void write_node(const Json& node, int indent, std::string& out);
-
-// A map's entries, each on a line of its own at `indent`; the first line's indentation is
-// already written when `first_line_started` (a list item's "- ").
-void write_map(const Json& map, int indent, bool first_line_started, std::string& out) {
-  bool first = true;
-  for (const auto& [key, value] : map.items()) {
-    if (!(first && first_line_started)) out.append(indent, ' ');
-    first = false;
-    out += scalar(Json(key));
-    out += ':';
-    if (is_inline(value)) {
-      out += ' ' + inline_value(value) + '\n';
-    } else if (value.is_object()) {
-      out += '\n';
-      write_map(value, indent + 2, false, out);
-    } else {
-      out += '\n';
-      write_node(value, indent, out);  // a list under a key sits at the key's indentation
-    }
-  }
-}
-
-void write_list(const Json& list, int indent, std::string& out) {
-  for (const Json& item : list) {
-    out.append(indent, ' ');
-    if (is_inline(item)) {
-      out += "- " + inline_value(item) + '\n';
-    } else if (item.is_object()) {
-      out += "- ";
-      write_map(item, indent + 2, true, out);
-    } else {
-      out += "-\n";
-      write_list(item, indent + 2, out);
-    }
-  }
-}
-
-void write_node(const Json& node, int indent, std::string& out) {
-  if (node.is_object()) {
-    write_map(node, indent, false, out);
+  // yaml-cpp's own plain/quoted choice writes `yes`, `123` and U+0085 raw, so the choice is
+  // ours; its double-quoted writer (with EscapeNonAscii) gets every escape right.
+  if (plain_scalar_is_safe(text)) {
+    out << text;
   } else {
-    write_list(node, indent, out);
+    out << YAML::DoubleQuoted << text;
+  }
+}
+
+void emit_node(YAML::Emitter& out, const Json& node) {
+  switch (node.type()) {
+    case Json::value_t::object:
+      if (node.empty()) out << YAML::Flow;
+      out << YAML::BeginMap;
+      for (const auto& [key, value] : node.items()) {
+        out << YAML::Key;
+        emit_string(out, key);
+        out << YAML::Value;
+        emit_node(out, value);
+      }
+      out << YAML::EndMap;
+      break;
+    case Json::value_t::array:
+      if (node.empty()) out << YAML::Flow;
+      out << YAML::BeginSeq;
+      for (const Json& item : node) emit_node(out, item);
+      out << YAML::EndSeq;
+      break;
+    case Json::value_t::string:
+      emit_string(out, node.get_ref<const std::string&>());
+      break;
+    case Json::value_t::boolean:
+      out << node.get<bool>();
+      break;
+    case Json::value_t::number_integer:
+      out << node.get<int64_t>();
+      break;
+    case Json::value_t::number_unsigned:
+      out << node.get<uint64_t>();
+      break;
+    case Json::value_t::number_float:
+      out << node.get<double>();
+      break;
+    default:
+      out << YAML::Null;
+      break;
   }
 }
 
@@ -113,10 +108,14 @@ bool plain_scalar_is_safe(const std::string& text) {
 }
 
 std::string to_yaml(const nlohmann::ordered_json& document) {
-  if (is_inline(document)) return inline_value(document) + '\n';
-  std::string out;
-  write_node(document, 0, out);
-  return out;
+  YAML::Emitter out;
+  out.SetOutputCharset(YAML::EscapeNonAscii);
+  out.SetNullFormat(YAML::LowerNull);
+  out.SetBoolFormat(YAML::TrueFalseBool);
+  out.SetIndent(2);
+  emit_node(out, document);
+  SHARDTRAIN_CHECK(out.good(), "yaml-cpp emitter: {}", out.GetLastError());
+  return std::string(out.c_str()) + "\n";
 }
 
 std::string to_yaml_stream(const std::vector<nlohmann::ordered_json>& documents) {
