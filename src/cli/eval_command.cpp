@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "data/dataset.h"
 #include "data/formats.h"
+#include "data/packing_mode.h"
 #include "data/token_file.h"
 #include "io/hub/hub_resolver.h"
 #include "model/llama_model.h"
@@ -32,6 +33,7 @@ namespace {
 struct EvalArgs {
   std::string model_dir, data_path, format = "auto", device = "auto";
   std::string tokenizer, example_format = "auto", chat_template = "auto", cache_dir;
+  std::string packing = "auto";
   std::string revision = "main";  // of --model when it is a Hub id
   int64_t seq_len = 0, batch = 4, max_sequences = 0;
 };
@@ -62,6 +64,8 @@ void run_eval(const EvalArgs& args) {
   data.example_format = args.example_format;
   data.chat_template = args.chat_template;
   data.cache_dir = args.cache_dir;
+  data.packing = args.packing;
+  data = with_packing_for_device(data, ops->device());
   const int64_t seq_len = eval_seq_len(args, data, model_config);
   data.seq_len = seq_len;
   std::unique_ptr<SequenceDataset> dataset = open_training_data(data, model_dir, 0);
@@ -105,6 +109,10 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--seq-len", args->seq_len,
                   "sequence length (default: what the token file was packed at, else "
                   "min(max_position_embeddings, 2048))");
+  cmd->add_option("--packing", args->packing,
+                  "as data.packing: auto (documents on CPU, concatenate on CUDA), documents "
+                  "(each packed document alone), concatenate, none")
+      ->check(CLI::IsMember(packing_choices_with_auto()));
   cmd->add_option("--tokenizer", args->tokenizer,
                   "raw examples: tokenizer.json or its dir (default: --model)");
   cmd->add_option("--example-format", args->example_format, "raw examples: as data.example_format")

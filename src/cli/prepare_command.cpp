@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "data/formats.h"
+#include "data/packing_mode.h"
 #include "data/prepare.h"
 #include "io/hub/hub_resolver.h"
 
@@ -52,6 +53,12 @@ void add_prepare_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--overlong", options->overlong,
                   "examples longer than seq_len: split into pieces, truncate, or drop")
       ->check(CLI::IsMember({"split", "truncate", "drop"}))
+      ->capture_default_str();
+  cmd->add_option("--packing", options->packing,
+                  "documents: packed examples attend only to themselves (the file records where "
+                  "each begins); concatenate: the same file, read as one stream; none: one "
+                  "example per sequence, padded")
+      ->check(CLI::IsMember(packing_mode_choices()))
       ->capture_default_str();
   cmd->add_option("--on-bad-line", options->on_bad_line,
                   "a line that is not a valid example: fail, or skip it and count it")

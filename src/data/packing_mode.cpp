@@ -25,4 +25,10 @@ const char* packing_mode_name(PackingMode mode) {
 
 std::vector<std::string> packing_mode_choices() { return {"documents", "concatenate", "none"}; }
 
+std::vector<std::string> packing_choices_with_auto() {
+  std::vector<std::string> choices{"auto"};
+  for (const std::string& mode : packing_mode_choices()) choices.push_back(mode);
+  return choices;
+}
+
 }  // namespace shardtrain

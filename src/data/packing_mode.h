@@ -21,5 +21,8 @@ enum class PackingMode { kDocuments, kConcatenate, kNone };
 PackingMode parse_packing_mode(const std::string& name, const std::string& key);
 const char* packing_mode_name(PackingMode mode);
 std::vector<std::string> packing_mode_choices();
+// The values the data.packing key and `eval --packing` accept: "auto" (made a mode per backend
+// by train/training_data.h's with_packing_for_device) and the modes above.
+std::vector<std::string> packing_choices_with_auto();
 
 }  // namespace shardtrain

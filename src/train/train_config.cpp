@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "data/formats.h"
+#include "data/packing_mode.h"
 
 namespace shardtrain {
 
@@ -82,6 +83,11 @@ void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
                     "prompt-completion/alpaca/chat JSONL (tokenized into a cache); auto = detect");
   schema.add("data.seq_len", &data.seq_len, "tokens per training sequence");
   schema.add("data.pad_id", &data.pad_id, "token id used to pad short JSONL sequences");
+  schema.add_choice("data.packing", &data.packing, packing_choices_with_auto(),
+                    "documents = packed documents attend only to themselves, positions restart "
+                    "per document; concatenate = one causal stream per sequence; none = one "
+                    "document per sequence, padded; auto = documents where the attention "
+                    "kernels mask documents (CPU), concatenate on CUDA");
 }
 
 void register_data_example_keys(ConfigSchema& schema, DataConfig& data) {

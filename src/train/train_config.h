@@ -86,6 +86,12 @@ struct DataConfig {
   std::string format = "auto";
   int64_t seq_len = 512;
   int64_t pad_id = 0;
+  // auto | documents | concatenate | none (data/packing_mode.h): whether packed documents attend
+  // only to themselves with positions restarting (documents), form one causal stream
+  // (concatenate), or get a sequence each (none). Raw examples and token files that record
+  // documents. auto = documents where the backend masks documents (CPU), else concatenate
+  // (train/training_data.h: with_packing_for_device).
+  std::string packing = "auto";
   // Raw examples only (data/training_data.h):
   std::string tokenizer;                // tokenizer.json or its dir; "" = model.path
   std::string example_format = "auto";  // auto | text | prompt_completion | alpaca | chat

@@ -76,8 +76,22 @@ std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
 
 }  // namespace
 
-std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
+DataConfig with_packing_for_device(const DataConfig& data, Device device) {
+  if (data.packing != "auto") return data;
+  DataConfig resolved = data;
+  resolved.packing = device == Device::kCpu ? "documents" : "concatenate";
+  if (device != Device::kCpu) {
+    log::info(
+        "data.packing = auto: concatenate on {} (its attention kernels do not mask packed "
+        "documents apart yet; data.packing = none gives each example its own sequence)",
+        device_name(device));
+  }
+  return resolved;
+}
+
+std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& configured,
                                                     const std::string& model_path, uint64_t seed) {
+  const DataConfig data = with_packing_for_device(configured, Device::kCpu);
   if (!names_several_files(data.path)) {
     if (!data.weights.empty()) parse_source_weights(data.weights, 1);  // still checked
     return open_one_file(data, model_path, seed);

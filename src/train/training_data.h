@@ -14,16 +14,26 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "core/tensor.h"
 #include "data/dataset.h"
 #include "train/train_config.h"
 
 namespace shardtrain {
 
+// `data` with data.packing = "auto" made a mode: documents where the backend's attention masks
+// documents (the CPU reference), concatenate on CUDA, whose kernels do not read document
+// boundaries yet (a one-line notice says so; an explicit `documents` is refused there with a
+// hint). Any other value is returned unchanged.
+DataConfig with_packing_for_device(const DataConfig& data, Device device);
+
 // "tokens", "jsonl" or "examples" for the configured data. Throws Error if the file is missing.
 std::string resolve_training_data_format(const DataConfig& data);
 
 // REQUIRES: data validated (TrainConfig::validate). Throws Error for any data problem.
+// data.packing = "auto" reads as `documents` here: callers that know their backend resolve it
+// first (with_packing_for_device).
 std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
                                                     const std::string& model_path, uint64_t seed);
 

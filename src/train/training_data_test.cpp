@@ -35,11 +35,11 @@ class TrainingDataTest : public testing::TempDirTest {
   }
 };
 
-TEST_F(TrainingDataTest, PackingKeyDefaultsToDocumentsAndRejectsMisspellings) {
+TEST_F(TrainingDataTest, PackingKeyDefaultsToAutoAndRejectsMisspellings) {
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
-  EXPECT_EQ(config.data.packing, "documents");
+  EXPECT_EQ(config.data.packing, "auto");
   const std::string file = write("c.toml", "[data]\npacking = \"document\"\n");
   const std::string message = error_of([&] { schema.load_toml_file(file); });
   EXPECT_NE(message.find("data.packing"), std::string::npos) << message;
@@ -47,6 +47,17 @@ TEST_F(TrainingDataTest, PackingKeyDefaultsToDocumentsAndRejectsMisspellings) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   schema.load_toml_file(write("ok.toml", "[data]\npacking = \"none\"\n"));
   EXPECT_EQ(config.data.packing, "none");
+}
+
+TEST_F(TrainingDataTest, AutoPackingIsDocumentsOnCpuAndConcatenateOnCuda) {
+  DataConfig data;
+  EXPECT_EQ(data.packing, "auto");
+  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, "documents");
+  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "concatenate");
+  data.packing = "documents";  // an explicit choice is kept (CUDA refuses it with a hint)
+  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "documents");
+  data.packing = "none";
+  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, "none");
 }
 
 TEST_F(TrainingDataTest, RawExamplesArePackedWithTheirDocuments) {
