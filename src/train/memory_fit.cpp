@@ -154,6 +154,7 @@ const MemoryVerdict* fastest_fitting(const std::vector<MemoryVerdict>& verdicts)
 }
 
 const MemoryVerdict* smallest_fitting(const std::vector<MemoryVerdict>& verdicts) {
+  // Verdicts come fastest first, so on equal bytes the faster setting stays.
   const MemoryVerdict* best = nullptr;
   for (const MemoryVerdict& v : verdicts) {
     if (usable(verdicts, v) && (best == nullptr || v.needed_bytes < best->needed_bytes)) best = &v;
