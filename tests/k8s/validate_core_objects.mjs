@@ -1,6 +1,6 @@
 // Validates the core objects `shardtrain k8s` renders (written by validate_manifests.py) with
 // the Kubernetes API schemas of the npm packages kubernetes-models (Service, Deployment,
-// ConfigMap, Secret) and @kubernetes-models/prometheus-operator (PodMonitor).
+// ConfigMap, Secret, NetworkPolicy) and @kubernetes-models/prometheus-operator (PodMonitor).
 //   node validate_core_objects.mjs NODE_MODULES_DIR CORE_OBJECTS.json
 // Exits 0 when every object is valid, else prints each error and exits 1.
 import { readFileSync } from "node:fs";
@@ -11,6 +11,7 @@ const [modules, objectsPath] = process.argv.slice(2);
 const load = async (file) => import(pathToFileURL(join(modules, file)).href);
 const core = await load("kubernetes-models/v1/index.js");
 const apps = await load("kubernetes-models/apps/v1/index.js");
+const networking = await load("kubernetes-models/networking.k8s.io/v1/index.js");
 const monitoring = await load(
   "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/index.js");
 const models = {
@@ -18,6 +19,7 @@ const models = {
   "v1/ConfigMap": core.ConfigMap,
   "v1/Secret": core.Secret,
   "apps/v1/Deployment": apps.Deployment,
+  "networking.k8s.io/v1/NetworkPolicy": networking.NetworkPolicy,
   "monitoring.coreos.com/v1/PodMonitor": monitoring.PodMonitor,
 };
 
