@@ -8,6 +8,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -41,112 +42,116 @@ std::string printable(const char* bytes, size_t count) {
   return out;
 }
 
-}  // namespace
-
-TokenFile::TokenFile(const std::string& path) : path_(path) {
+// The whole file mapped read-only. Throws Error naming `path` when it cannot be opened, is not a
+// regular file, or is shorter than a header.
+std::pair<void*, size_t> map_token_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("token file {}: cannot open ({}); check data.path", path, std::strerror(errno));
   struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    fail("token file {}: cannot stat ({})", path, std::strerror(saved));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    fail("token file {}: not a regular file; data.path must name a token file", path);
-  }
+  const int stat_errno = ::fstat(fd, &info) != 0 ? errno : 0;
   const size_t actual = static_cast<size_t>(info.st_size);
-  if (actual == 0) {
-    ::close(fd);
-    fail("token file {}: the file is empty (no header, no tokens); regenerate it", path);
+  std::string problem;
+  if (stat_errno != 0) {
+    problem = fmt::format("cannot stat ({})", std::strerror(stat_errno));
+  } else if (!S_ISREG(info.st_mode)) {
+    problem = "not a regular file; data.path must name a token file";
+  } else if (actual == 0) {
+    problem = "the file is empty (no header, no tokens); regenerate it";
+  } else if (actual < kTokenFileHeaderBytes) {
+    problem = fmt::format(
+        "{} bytes is smaller than the {}-byte header; the file is truncated or not a token file",
+        actual, kTokenFileHeaderBytes);
   }
-  if (actual < kTokenFileHeaderBytes) {
+  if (!problem.empty()) {
     ::close(fd);
-    fail(
-        "token file {}: {} bytes is smaller than the {}-byte header; the file is truncated or "
-        "not a token file",
-        path, actual, kTokenFileHeaderBytes);
+    fail("token file {}: {}", path, problem);
   }
   void* mapping = ::mmap(nullptr, actual, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
   ::close(fd);
   if (mapping == MAP_FAILED)
     fail("token file {}: mmap failed ({})", path, std::strerror(map_errno));
-  mapping_ = mapping;
-  mapping_bytes_ = actual;
+  return {mapping, actual};
+}
 
-  // From here on the destructor will not run if we throw, so unmap before failing.
-  auto reject = [&](const std::string& message) {
-    unmap();
-    throw Error(message);
-  };
-  Header header;
-  std::memcpy(&header, mapping, sizeof(header));
+// Where the parts of a token file of `actual` bytes lie, from its header. Throws Error naming
+// `path` when the header is not one this build reads or disagrees with the file size.
+struct TokenFileLayout {
+  bool has_mask = false, has_table = false;
+  uint64_t data_end = 0;  // offset of the document table (version 3) or the file's end
+};
+TokenFileLayout checked_layout(const std::string& path, const Header& header, size_t actual) {
   if (std::memcmp(header.magic, kTokenFileMagic, sizeof(kTokenFileMagic)) != 0) {
-    reject(
-        fmt::format("token file {}: not a shardtrain token file (magic \"{}\", expected "
-                    "\"SHTOKENS\"); convert the data with tools/ or set data.format",
-                    path, printable(header.magic, sizeof(header.magic))));
+    fail(
+        "token file {}: not a shardtrain token file (magic \"{}\", expected \"SHTOKENS\"); "
+        "convert the data with tools/ or set data.format",
+        path, printable(header.magic, sizeof(header.magic)));
   }
   if (header.version != kTokenFileVersion && header.version != kTokenFileVersionPacked &&
       header.version != kTokenFileVersionDocuments) {
-    reject(
-        fmt::format("token file {}: unsupported version {} (this build reads versions {} to "
-                    "{}); regenerate the file",
-                    path, header.version, kTokenFileVersion, kTokenFileVersionDocuments));
+    fail(
+        "token file {}: unsupported version {} (this build reads versions {} to {}); "
+        "regenerate the file",
+        path, header.version, kTokenFileVersion, kTokenFileVersionDocuments);
   }
   if ((header.flags & ~kTokenFileHasLossMask) != 0) {
-    reject(
-        fmt::format("token file {}: unknown flags 0x{:x} in the header; the file is corrupt "
-                    "or from a newer writer",
-                    path, header.flags));
+    fail(
+        "token file {}: unknown flags 0x{:x} in the header; the file is corrupt or from a "
+        "newer writer",
+        path, header.flags);
   }
   if (header.version == kTokenFileVersion && header.reserved != 0) {
-    reject(
-        fmt::format("token file {}: reserved header field is {} (must be 0); the file is "
-                    "corrupt",
-                    path, header.reserved));
+    fail("token file {}: reserved header field is {} (must be 0); the file is corrupt", path,
+         header.reserved);
   }
   if (header.n_tokens == 0) {
-    reject(
-        fmt::format("token file {}: contains no tokens; regenerate it from non-empty data", path));
+    fail("token file {}: contains no tokens; regenerate it from non-empty data", path);
   }
-  const bool has_mask = (header.flags & kTokenFileHasLossMask) != 0;
-  const uint64_t bytes_per_token = has_mask ? 5 : 4;
+  TokenFileLayout layout;
+  layout.has_mask = (header.flags & kTokenFileHasLossMask) != 0;
+  layout.has_table = header.version == kTokenFileVersionDocuments;
+  const uint64_t bytes_per_token = layout.has_mask ? 5 : 4;
   constexpr uint64_t kMaxTokens = (UINT64_MAX - kTokenFileHeaderBytes) / 5;
   if (header.n_tokens > kMaxTokens) {
-    reject(
-        fmt::format("token file {}: header claims {} tokens, which cannot fit in any file; the "
-                    "header is corrupt",
-                    path, header.n_tokens));
+    fail(
+        "token file {}: header claims {} tokens, which cannot fit in any file; the header is "
+        "corrupt",
+        path, header.n_tokens);
   }
-  const uint64_t data_end = kTokenFileHeaderBytes + bytes_per_token * header.n_tokens;
-  const bool has_table = header.version == kTokenFileVersionDocuments;
+  layout.data_end = kTokenFileHeaderBytes + bytes_per_token * header.n_tokens;
   // Version 3 needs at least the table's count after the data; its exact size is checked with
   // the table.
-  const uint64_t expected = data_end + (has_table ? 8 : 0);
-  if (has_table ? actual < expected : expected != actual) {
-    reject(
-        fmt::format("token file {}: size is {} bytes but the header (n_tokens = {}, loss mask: "
-                    "{}{}) requires {}{} bytes; the file is {}: regenerate it",
-                    path, actual, header.n_tokens, has_mask ? "yes" : "no",
-                    has_table ? ", document table" : "", has_table ? "at least " : "", expected,
-                    actual < expected ? "truncated" : "corrupt (extra bytes)"));
+  const uint64_t expected = layout.data_end + (layout.has_table ? 8 : 0);
+  if (layout.has_table ? actual < expected : expected != actual) {
+    fail(
+        "token file {}: size is {} bytes but the header (n_tokens = {}, loss mask: {}{}) "
+        "requires {}{} bytes; the file is {}: regenerate it",
+        path, actual, header.n_tokens, layout.has_mask ? "yes" : "no",
+        layout.has_table ? ", document table" : "", layout.has_table ? "at least " : "", expected,
+        actual < expected ? "truncated" : "corrupt (extra bytes)");
   }
-  n_tokens_ = header.n_tokens;
-  version_ = header.version;
-  packed_seq_len_ = header.version == kTokenFileVersion ? 0 : header.reserved;
-  const auto* base = static_cast<const uint8_t*>(mapping);
-  tokens_ = reinterpret_cast<const uint32_t*>(base + kTokenFileHeaderBytes);
-  if (has_mask) loss_mask_ = base + kTokenFileHeaderBytes + 4 * n_tokens_;
-  if (has_table) {
-    try {
-      read_document_table(data_end);
-    } catch (const Error&) {
-      unmap();
-      throw;
-    }
+  return layout;
+}
+
+}  // namespace
+
+TokenFile::TokenFile(const std::string& path) : path_(path) {
+  std::tie(mapping_, mapping_bytes_) = map_token_file(path);
+  // The destructor does not run when the constructor throws: unmap before passing it on.
+  try {
+    Header header;
+    std::memcpy(&header, mapping_, sizeof(header));
+    const TokenFileLayout layout = checked_layout(path, header, mapping_bytes_);
+    n_tokens_ = header.n_tokens;
+    version_ = header.version;
+    packed_seq_len_ = header.version == kTokenFileVersion ? 0 : header.reserved;
+    const auto* base = static_cast<const uint8_t*>(mapping_);
+    tokens_ = reinterpret_cast<const uint32_t*>(base + kTokenFileHeaderBytes);
+    if (layout.has_mask) loss_mask_ = base + kTokenFileHeaderBytes + 4 * n_tokens_;
+    if (layout.has_table) read_document_table(layout.data_end);
+  } catch (const Error&) {
+    unmap();
+    throw;
   }
 }
 

@@ -143,24 +143,127 @@ MetricsServer::~MetricsServer() {
   ::close(listen_fd_);
 }
 
+namespace {
+
+// What a connection's turn of the loop leaves it as.
+enum class Turn { kKeep, kClose };
+
+using ReadBuffer = std::array<char, 4096>;
+
+// The response to send on `c` instead of serving it (a refused request, a failed render).
+void refuse(Connection& c, int status, const std::string& reason, bool head_only) {
+  c.response = response_text(status, "text/plain; charset=utf-8", reason + "\n", head_only);
+  c.refused = true;
+  c.sent = 0;
+  c.deadline = Clock::now() + MetricsServer::kResponseTimeout;
+}
+
+// After a refusal: reads and drops what the client still sends, up to kDrainBytes.
+Turn drain(Connection& c, ReadBuffer& chunk) {
+  const ssize_t got = ::recv(c.fd, chunk.data(), chunk.size(), 0);
+  if (got < 0 && (errno == EAGAIN || errno == EINTR)) return Turn::kKeep;
+  c.drained += got > 0 ? static_cast<size_t>(got) : 0;
+  return got <= 0 || c.drained >= kDrainBytes ? Turn::kClose : Turn::kKeep;
+}
+
+// Reads more of the request; once it is complete or refused, `c.response` holds the answer.
+Turn read_request(Connection& c, ReadBuffer& chunk, const std::function<std::string()>& render) {
+  const ssize_t got = ::recv(c.fd, chunk.data(), chunk.size(), 0);
+  if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) return Turn::kClose;
+  if (got < 0) return Turn::kKeep;
+  // Keep no more than the parser looks at: a flood of bytes is cut, never stored.
+  const size_t room =
+      kMaxRequestHeadBytes + 4 - std::min(c.request.size(), kMaxRequestHeadBytes + 4);
+  c.request.append(chunk.data(), std::min(static_cast<size_t>(got), room));
+  const HttpRequestVerdict verdict = parse_http_request(c.request);
+  if (verdict.kind == HttpRequestVerdict::Kind::kRefused) {
+    refuse(c, verdict.status, verdict.reason, false);
+  } else if (verdict.kind == HttpRequestVerdict::Kind::kComplete) {
+    try {
+      c.response = response_text(200, kExpositionContentType, render(), verdict.head_only);
+      c.sent = 0;
+      c.deadline = Clock::now() + MetricsServer::kResponseTimeout;
+    } catch (const std::exception& error) {
+      refuse(c, 503, std::string("metrics unavailable: ") + error.what(), false);
+    }
+  }
+  if (c.responding()) {
+    c.request.clear();
+    c.request.shrink_to_fit();
+  }
+  return Turn::kKeep;
+}
+
+// Sends more of the response; when it is all sent, closes (served) or starts draining (refused).
+Turn send_response(Connection& c) {
+  const ssize_t put =
+      ::send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
+  if (put < 0 && (errno == EAGAIN || errno == EINTR)) return Turn::kKeep;
+  if (put <= 0) return Turn::kClose;
+  c.sent += static_cast<size_t>(put);
+  if (c.sent < c.response.size()) return Turn::kKeep;
+  ::shutdown(c.fd, SHUT_WR);
+  if (!c.refused) return Turn::kClose;
+  c.draining = true;
+  c.response.clear();
+  c.response.shrink_to_fit();
+  c.deadline = Clock::now() + kDrainTimeout;
+  return Turn::kKeep;
+}
+
+// One turn of connection `c` whose poll reported `events`.
+Turn serve_turn(Connection& c, short events, Clock::time_point now, ReadBuffer& chunk,
+                const std::function<std::string()>& render) {
+  if (now >= c.deadline) return Turn::kClose;  // a slow client: the endpoint does not wait
+  if (events == 0) return Turn::kKeep;
+  if (c.draining) return drain(c, chunk);
+  if (!c.responding()) {
+    if (read_request(c, chunk, render) == Turn::kClose) return Turn::kClose;
+    if (!c.responding()) return Turn::kKeep;
+  }
+  return send_response(c);
+}
+
+void close_at(std::vector<Connection>& connections, size_t i) {
+  ::close(connections[i].fd);
+  connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+// Accepts every pending connection, replacing the longest-waiting incomplete request when all
+// slots are taken (a connection being answered is never replaced: then the new one is closed).
+void accept_pending(int listen_fd, std::vector<Connection>& connections) {
+  while (true) {
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN: none left; EMFILE and the like: try again next round
+    if (static_cast<int>(connections.size()) >= MetricsServer::kMaxConnections) {
+      size_t oldest = connections.size();
+      for (size_t i = 0; i < connections.size(); ++i) {
+        if (connections[i].responding()) continue;
+        if (oldest == connections.size() || connections[i].accepted < connections[oldest].accepted)
+          oldest = i;
+      }
+      if (oldest == connections.size()) {
+        ::close(fd);
+        continue;
+      }
+      close_at(connections, oldest);
+    }
+    Connection c;
+    c.fd = fd;
+    c.accepted = Clock::now();
+    c.deadline = c.accepted + MetricsServer::kRequestTimeout;
+    connections.push_back(std::move(c));
+  }
+}
+
+}  // namespace
+
 void MetricsServer::serve() {
   std::vector<Connection> connections;
   connections.reserve(kMaxConnections);
   std::vector<pollfd> polled;
   polled.reserve(kMaxConnections + 2);
-  std::array<char, 4096> chunk{};
-
-  const auto close_at = [&](size_t i) {
-    ::close(connections[i].fd);
-    connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(i));
-  };
-  const auto respond = [&](Connection& c, int status, const std::string& reason, bool head_only) {
-    c.response = response_text(status, "text/plain; charset=utf-8", reason + "\n", head_only);
-    c.refused = true;
-    c.sent = 0;
-    c.deadline = Clock::now() + kResponseTimeout;
-  };
-
+  ReadBuffer chunk{};
   while (true) {
     polled.clear();
     polled.push_back({wake_fd_[0], POLLIN, 0});
@@ -180,101 +283,14 @@ void MetricsServer::serve() {
       break;
     }
     if (polled[0].revents != 0) break;  // the destructor's wake-up
-
-    // Work on the existing connections first (polled[2 + i] is connections[i]).
+    // The existing connections first (polled[2 + i] is connections[i]), then new ones.
     const auto now = Clock::now();
     for (size_t i = connections.size(); i-- > 0;) {
-      Connection& c = connections[i];
-      const short events = polled[2 + i].revents;
-      if (now >= c.deadline) {
-        close_at(i);  // a slow client: the endpoint does not wait for it
-        continue;
-      }
-      if (events == 0) continue;
-      if (c.draining) {
-        const ssize_t got = ::recv(c.fd, chunk.data(), chunk.size(), 0);
-        if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-        c.drained += got > 0 ? static_cast<size_t>(got) : 0;
-        if (got <= 0 || c.drained >= kDrainBytes) close_at(i);
-        continue;
-      }
-      if (!c.responding()) {
-        const ssize_t got = ::recv(c.fd, chunk.data(), chunk.size(), 0);
-        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-          close_at(i);
-          continue;
-        }
-        if (got < 0) continue;
-        // Keep no more than the parser looks at: a flood of bytes is cut, never stored.
-        const size_t room =
-            kMaxRequestHeadBytes + 4 - std::min(c.request.size(), kMaxRequestHeadBytes + 4);
-        c.request.append(chunk.data(), std::min(static_cast<size_t>(got), room));
-        const HttpRequestVerdict verdict = parse_http_request(c.request);
-        if (verdict.kind == HttpRequestVerdict::Kind::kRefused) {
-          respond(c, verdict.status, verdict.reason, false);
-        } else if (verdict.kind == HttpRequestVerdict::Kind::kComplete) {
-          std::string body;
-          try {
-            body = render_();
-          } catch (const std::exception& error) {
-            respond(c, 503, std::string("metrics unavailable: ") + error.what(), false);
-            continue;
-          }
-          c.response = response_text(200, kExpositionContentType, body, verdict.head_only);
-          c.sent = 0;
-          c.deadline = Clock::now() + kResponseTimeout;
-        }
-        if (!c.responding()) continue;
-        c.request.clear();
-        c.request.shrink_to_fit();
-      }
-      const ssize_t put =
-          ::send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
-      if (put < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (put <= 0) {
-        close_at(i);
-        continue;
-      }
-      c.sent += static_cast<size_t>(put);
-      if (c.sent == c.response.size()) {
-        ::shutdown(c.fd, SHUT_WR);
-        if (!c.refused) {
-          close_at(i);
-          continue;
-        }
-        c.draining = true;
-        c.response.clear();
-        c.response.shrink_to_fit();
-        c.deadline = Clock::now() + kDrainTimeout;
+      if (serve_turn(connections[i], polled[2 + i].revents, now, chunk, render_) == Turn::kClose) {
+        close_at(connections, i);
       }
     }
-
-    // Then accept every pending connection, replacing the longest-waiting incomplete request
-    // when all slots are taken.
-    if (polled[1].revents == 0) continue;
-    while (true) {
-      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) break;  // EAGAIN: none left; EMFILE and the like: try again next round
-      if (static_cast<int>(connections.size()) >= kMaxConnections) {
-        size_t oldest = connections.size();
-        for (size_t i = 0; i < connections.size(); ++i) {
-          if (connections[i].responding()) continue;
-          if (oldest == connections.size() ||
-              connections[i].accepted < connections[oldest].accepted)
-            oldest = i;
-        }
-        if (oldest == connections.size()) {  // every slot is being answered: this one waits
-          ::close(fd);
-          continue;
-        }
-        close_at(oldest);
-      }
-      Connection c;
-      c.fd = fd;
-      c.accepted = Clock::now();
-      c.deadline = c.accepted + kRequestTimeout;
-      connections.push_back(std::move(c));
-    }
+    if (polled[1].revents != 0) accept_pending(listen_fd_, connections);
   }
   for (const Connection& c : connections) ::close(c.fd);
 }
