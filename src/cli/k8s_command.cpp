@@ -15,12 +15,18 @@
 #include "cli/optional_option.h"
 #include "core/error.h"
 #include "launch/k8s/manifests.h"
-#include "launch/launcher.h"
 #include "launch/k8s/text_checks.h"
 #include "launch/k8s/yaml_writer.h"
+#include "launch/launcher.h"
 
 namespace shardtrain::cli {
 namespace {
+
+// A repeatable option: each occurrence adds one value (never the words after it).
+void add_repeatable(CLI::App* cmd, const std::string& name, std::vector<std::string>& values,
+                    const std::string& help) {
+  cmd->add_option(name, values, help)->allow_extra_args(false);
+}
 
 // The flags a team adds around the job (launch/k8s/manifest_team_options.cpp).
 void add_team_options(CLI::App* cmd, launch::k8s::ManifestFlags& flags) {
@@ -30,8 +36,7 @@ void add_team_options(CLI::App* cmd, launch::k8s::ManifestFlags& flags) {
   add_optional_string(cmd, "--efa-rdma", flags.efa_rdma,
                       "auto (nothing set: libfabric and aws-ofi-nccl >= 1.7 detect GPUDirect "
                       "RDMA), on (FI_EFA_USE_DEVICE_RDMA=1, p4d/p5 only) or off [default auto]");
-  cmd->add_option("--env", flags.env, "NAME=VALUE in the training containers (repeatable)")
-      ->allow_extra_args(false);
+  add_repeatable(cmd, "--env", flags.env, "NAME=VALUE in the training containers (repeatable)");
   add_optional_string(cmd, "--cpu", flags.cpu,
                       "cpu request per pod [default: 7/8 of --instance-type's, else 6 per GPU]");
   add_optional_string(cmd, "--memory", flags.memory,
@@ -39,26 +44,21 @@ void add_team_options(CLI::App* cmd, launch::k8s::ManifestFlags& flags) {
                       "48Gi per GPU]");
   add_optional_string(cmd, "--hugepages-2mi", flags.hugepages,
                       "hugepages-2Mi per pod (0 = none) [default 5120Mi with EFA]");
-  cmd->add_option("--monitor-label", flags.monitor_labels,
-                  "KEY=VALUE label of the PodMonitor, e.g. release=kube-prometheus-stack "
-                  "(repeatable)")
-      ->allow_extra_args(false);
+  add_repeatable(cmd, "--monitor-label", flags.monitor_labels,
+                 "KEY=VALUE label of the PodMonitor, e.g. release=kube-prometheus-stack "
+                 "(repeatable)");
   add_optional_string(cmd, "--metrics-gpu", flags.metrics_gpu,
                       "true/false: GPU metrics on /metrics (false where dcgm-exporter runs)");
-  cmd->add_option("--head-node-selector", flags.head_node_selectors,
-                  "rayjob: KEY=VALUE node label the Ray head requires (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--toleration", flags.tolerations,
-                  "KEY[=VALUE][:EFFECT] toleration of the training pods (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--head-toleration", flags.head_tolerations,
-                  "rayjob: KEY[=VALUE][:EFFECT] toleration of the Ray head (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--label", flags.labels, "KEY=VALUE label of every object and pod (repeatable)")
-      ->allow_extra_args(false);
-  cmd->add_option("--annotation", flags.annotations,
-                  "KEY=VALUE annotation of every object and pod (repeatable)")
-      ->allow_extra_args(false);
+  add_repeatable(cmd, "--head-node-selector", flags.head_node_selectors,
+                 "rayjob: KEY=VALUE node label the Ray head requires (repeatable)");
+  add_repeatable(cmd, "--toleration", flags.tolerations,
+                 "KEY[=VALUE][:EFFECT] toleration of the training pods (repeatable)");
+  add_repeatable(cmd, "--head-toleration", flags.head_tolerations,
+                 "rayjob: KEY[=VALUE][:EFFECT] toleration of the Ray head (repeatable)");
+  add_repeatable(cmd, "--label", flags.labels,
+                 "KEY=VALUE label of every object and pod (repeatable)");
+  add_repeatable(cmd, "--annotation", flags.annotations,
+                 "KEY=VALUE annotation of every object and pod (repeatable)");
   add_optional_string(cmd, "--queue", flags.queue, "Kueue LocalQueue (kueue.x-k8s.io/queue-name)");
   add_optional_string(cmd, "--priority-class", flags.priority_class,
                       "PriorityClass of the training pods");
@@ -125,9 +125,8 @@ void add_k8s_command(CLI::App& app, int& exit_code) {
                 "also render a Prometheus Operator PodMonitor (needs --metrics-port)");
   add_optional_string(cmd, "--shm-size", flags->shm_size,
                       "size of the memory-backed /dev/shm [default 64Gi]");
-  cmd->add_option("--node-selector", flags->node_selectors,
-                  "KEY=VALUE node label the pods require (repeatable)")
-      ->allow_extra_args(false);
+  add_repeatable(cmd, "--node-selector", flags->node_selectors,
+                 "KEY=VALUE node label the pods require (repeatable)");
   add_optional_string(
       cmd, "--pvc", flags->pvc,
       "CLAIM:/path: mount this PersistentVolumeClaim; train checkpoints to /path/checkpoints "
