@@ -12,12 +12,7 @@ set -euo pipefail
 trap 'echo "deb_install_test.sh: line $LINENO failed (exit $?): $BASH_COMMAND"' ERR
 build_dir=$(realpath "$1")
 work=$build_dir/deb-test
-skip() { echo "SKIP: $*"; exit 77; }
-[[ $(id -u) -eq 0 ]] || skip "needs root (debootstrap, chroot)"
-command -v debootstrap >/dev/null || skip "debootstrap not installed (scripts/setup.sh installs it)"
-suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-[[ -n $suite ]] || skip "cannot tell this machine's Debian release from /etc/os-release"
-mirror=${SHARDTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+source "$(dirname "$0")/pristine_root.sh"
 mkdir -p "$work/apt-archives"
 
 # 1. The package.
@@ -27,20 +22,7 @@ deb=$(ls "$build_dir"/package/shardtrain_*_amd64.deb)
 echo "built $(basename "$deb")"
 dpkg-deb --field "$deb" Depends
 
-# 2. A clean root: the cached pristine tarball, made once by debootstrap.
-tarball=$work/root-$suite.tar
-if [[ ! -f $tarball ]]; then
-  scratch=$work/debootstrap-scratch
-  rm -rf "$scratch"
-  echo "debootstrap $suite from $mirror (once; cached as $tarball)"
-  if ! debootstrap --variant=minbase "$suite" "$scratch" "$mirror" > "$work/debootstrap.log" 2>&1; then
-    tail -5 "$work/debootstrap.log"
-    rm -rf "$scratch"
-    skip "debootstrap could not build a $suite root from $mirror (see $work/debootstrap.log)"
-  fi
-  tar -C "$scratch" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
-  rm -rf "$scratch"
-fi
+# 2. A clean root: $tarball (pristine_root.sh).
 root=$work/root
 # The exit trap never changes the test's verdict: each step's failure is reported, not fatal.
 cleanup() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # deploy/Dockerfile's RUN steps, as far as they run without Docker and without NVIDIA's
-# repository: in a clean minbase root of this machine's Debian release (the root
-# tests/k8s/deb_install_test.sh builds with debootstrap, cached at BUILD_DIR/deb-test/
-# root-<suite>.tar and shared with it), each stage's `apt-get install` package list (as
+# repository: in a clean minbase root of this machine's Debian release (tests/k8s/pristine_root.sh:
+# made once with debootstrap, cached at BUILD_DIR/deb-test/root-<suite>.tar and shared with
+# deb_install_test.sh), each stage's `apt-get install` package list (as
 # tests/k8s/dockerfile_lint.py reads it) must resolve: apt-get install --simulate, so every
 # package name exists and its dependencies are satisfiable. The NCCL pins (NVIDIA's repository)
 # and the download steps (EFA installer, aws-ofi-nccl, Ray from PyPI) are reported as skipped
@@ -15,27 +15,8 @@ build_dir=$(realpath "$1")
 source_dir=$(realpath "$2")
 work=$build_dir/deb-test
 dockerfile=$source_dir/deploy/Dockerfile
-skip() { echo "SKIP: $*"; exit 77; }
-[[ $(id -u) -eq 0 ]] || skip "needs root (debootstrap, chroot)"
-command -v debootstrap >/dev/null || skip "debootstrap not installed (scripts/setup.sh test installs it)"
-suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
-[[ -n $suite ]] || skip "cannot tell this machine's Debian release from /etc/os-release"
-mirror=${SHARDTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-mkdir -p "$work"
+source "$(dirname "$0")/pristine_root.sh"
 
-tarball=$work/root-$suite.tar
-if [[ ! -f $tarball ]]; then
-  scratch=$work/debootstrap-scratch
-  rm -rf "$scratch"
-  echo "debootstrap $suite from $mirror (once; cached as $tarball)"
-  if ! debootstrap --variant=minbase "$suite" "$scratch" "$mirror" > "$work/debootstrap.log" 2>&1; then
-    tail -5 "$work/debootstrap.log"
-    rm -rf "$scratch"
-    skip "debootstrap could not build a $suite root from $mirror (see $work/debootstrap.log)"
-  fi
-  tar -C "$scratch" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
-  rm -rf "$scratch"
-fi
 root=$work/docker-root
 trap 'rm -rf "$root"' EXIT
 rm -rf "$root" && mkdir -p "$root"
