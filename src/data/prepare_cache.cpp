@@ -15,6 +15,8 @@
 #include "data/token_file.h"
 #include "data/tokenizer_files.h"
 #include "io/atomic_file.h"
+#include "io/file_lock.h"
+#include "io/file_lock.h"
 #include "io/read_file.h"
 
 namespace shardtrain {
@@ -43,33 +45,6 @@ class Fnv1a {
 
  private:
   uint64_t hash_ = 0xcbf29ce484222325ull;
-};
-
-// Holds an exclusive flock on a lock file for its lifetime.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) {
-      fail(
-          "data cache {}: cannot create the lock file ({}); check that the cache directory is "
-          "writable",
-          path, std::strerror(errno));
-    }
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        const int saved = errno;
-        ::close(fd_);
-        fail("data cache {}: cannot lock ({})", path, std::strerror(saved));
-      }
-    }
-  }
-  ~FileLock() { ::close(fd_); }  // closing releases the lock
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
 };
 
 bool is_valid_token_file(const std::string& path) {
@@ -137,7 +112,8 @@ std::string prepare_cached(const PrepareOptions& options, const std::string& cac
     log::info("data: reusing {} (prepared from {})", path, options.data_path);
     return path;
   }
-  FileLock lock((fs::path(cache_dir) / (key + ".lock")).string());
+  const FileLock lock((fs::path(cache_dir) / (key + ".lock")).string(),
+                      "check that the data cache directory (data.cache_dir) is writable");
   if (is_valid_token_file(path)) {  // another process prepared it while we waited
     log::info("data: reusing {} (prepared from {})", path, options.data_path);
     return path;

@@ -20,6 +20,10 @@
 
 namespace shardtrain {
 
+// What to do when a file in the cache cannot be written (a lock, a blob, a snapshot link).
+inline constexpr const char* kHubLockHint =
+    "make the Hugging Face cache writable or set HF_HUB_CACHE to a writable directory";
+
 // True when `text` has the shape of a Hub model id "org/name" (exactly one '/', allowed
 // characters, not starting with '.', '/' or '~'). Says nothing about whether it exists.
 bool looks_like_hub_id(const std::string& text);

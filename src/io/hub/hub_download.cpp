@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "io/hub/hub_lock.h"
+#include "io/file_lock.h"
 #include "io/hub/hub_progress.h"
 
 namespace shardtrain {
@@ -186,8 +186,8 @@ void download_blob(const HubTarget& target, const HubCacheRepo& repo, const HubB
   const std::string incomplete = blob_path + ".incomplete";
   std::error_code ec;
   fs::create_directories(fs::path(blob_path).parent_path(), ec);
-  const HubFileLock lock((fs::path(repo.locks_dir()) / (blob.etag + ".lock")).string(),
-                         "another process is downloading " + blob.file + "; waiting");
+  const FileLock lock((fs::path(repo.locks_dir()) / (blob.etag + ".lock")).string(), kHubLockHint,
+                      "hub: another process is downloading " + blob.file + "; waiting");
   if (fs::exists(blob_path, ec)) return;  // it finished while we waited
 
   const int fd = ::open(incomplete.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);

@@ -8,10 +8,10 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/file_lock.h"
 #include "io/hub/hub_api.h"
 #include "io/hub/hub_cache.h"
 #include "io/hub/hub_download.h"
-#include "io/hub/hub_lock.h"
 #include "io/read_file.h"
 
 namespace shardtrain {
@@ -188,8 +188,9 @@ std::string resolve_hub_path(const HubRequest& request, const HubSettings& setti
         request.context, request.path_or_id, settings.cache_dir, request.revision);
   }
   // One process per node talks to the Hub; the others wait here and then find it cached.
-  const HubFileLock lock((fs::path(repo.locks_dir()) / "shardtrain-resolve.lock").string(),
-                         "another process is fetching " + request.path_or_id + "; waiting");
+  const FileLock lock((fs::path(repo.locks_dir()) / "shardtrain-resolve.lock").string(),
+                      kHubLockHint,
+                      "hub: another process is fetching " + request.path_or_id + "; waiting");
   if (std::optional<std::string> cached = complete_snapshot(repo, request)) return *cached;
   return download_snapshot(request, settings, repo);
 }

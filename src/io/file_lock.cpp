@@ -1,4 +1,4 @@
-#include "io/hub/hub_lock.h"
+#include "io/file_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -13,18 +13,16 @@
 
 namespace shardtrain {
 
-HubFileLock::HubFileLock(const std::string& path, const std::string& waiting_note) {
+FileLock::FileLock(const std::string& path, const std::string& hint,
+                   const std::string& waiting_note) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
-  if (fd_ < 0) {
-    fail(
-        "cannot create the lock file {} ({}); HINT: make the Hugging Face cache writable or set "
-        "HF_HUB_CACHE to a writable directory",
-        path, std::strerror(errno));
-  }
+  if (fd_ < 0)
+    fail("cannot create the lock file {} ({}); HINT: {}", path, std::strerror(errno), hint);
   if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
-  std::fprintf(stderr, "hub: %s (lock %s)\n", waiting_note.c_str(), path.c_str());
+  if (!waiting_note.empty())
+    std::fprintf(stderr, "%s (lock %s)\n", waiting_note.c_str(), path.c_str());
   while (::flock(fd_, LOCK_EX) != 0) {
     if (errno != EINTR) {
       const int saved = errno;
@@ -34,7 +32,7 @@ HubFileLock::HubFileLock(const std::string& path, const std::string& waiting_not
   }
 }
 
-HubFileLock::~HubFileLock() {
+FileLock::~FileLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the flock
 }
 
