@@ -22,7 +22,7 @@
 #include "data/packing_mode.h"
 #include "data/token_file.h"
 #include "io/hub/hub_resolver.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "train/evaluator.h"
 #include "train/inference_model.h"
 #include "train/training_data.h"
@@ -54,7 +54,7 @@ void run_eval(const EvalArgs& args) {
   const std::string model_dir =
       resolve_hub_path({args.model_dir, args.revision, HubFiles::kModel, "eval --model"});
   InferenceModel loaded = load_inference_model(model_dir, args.device);
-  LlamaModel& model = *loaded.model;
+  DecoderModel& model = *loaded.model;
   Ops* ops = loaded.ops.get();
   const ModelConfig& model_config = model.config();
   DataConfig data;

@@ -80,7 +80,7 @@ void run_generate(const GenerateArgs& given) {
   const TokenizerFiles files = locate_tokenizer(args.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(files.tokenizer_json);
   InferenceModel loaded = load_inference_model(args.model_dir, args.device);
-  LlamaModel& model = *loaded.model;
+  DecoderModel& model = *loaded.model;
   const ModelConfig& config = model.config();
 
   // A chat template writes its own BOS.

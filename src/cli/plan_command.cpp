@@ -1,6 +1,6 @@
 // `shardtrain plan --config FILE --world-size N`: the per-rank FSDP memory of the job for each
 // sharding strategy, computed from config.json alone before anything runs (fsdp/shard_plan.h
-// has the formulas), plus the activation memory of one micro-batch (LlamaModel::
+// has the formulas), plus the activation memory of one micro-batch (DecoderModel::
 // activation_bytes_for, the same arithmetic the model reserves with). With --gpu-memory SIZE|GPU
 // (no GPU needed; implies --device cuda) also a fits / does not fit verdict per strategy and
 // activation-checkpointing mode and the smallest setting that fits (train/memory_fit.h).
@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "fsdp/fsdp_strategy.h"
 #include "fsdp/shard_plan.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
 #include "train/job_model_config.h"
@@ -171,7 +171,7 @@ void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
 
 // The per-rank bytes by category for every strategy (rows), then what the activations hold.
 void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointing) {
-  const LlamaModel::ActivationBytes acts = LlamaModel::activation_breakdown_for(
+  const DecoderModel::ActivationBytes acts = DecoderModel::activation_breakdown_for(
       job.model, job.micro_batch, job.seq_len, job.activation_dtype, checkpointing);
   std::printf(
       "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s, fsdp.compute_copy = %s, "

@@ -10,7 +10,7 @@
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "testing/golden_fixture.h"
 
 namespace shardtrain {
@@ -22,7 +22,7 @@ struct Outcome {
   size_t activation_bytes = 0;
 };
 
-using Checkpointing = LlamaModel::Checkpointing;
+using Checkpointing = DecoderModel::Checkpointing;
 
 Outcome run(const std::string& model, Checkpointing checkpointing) {
   const std::string dir = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/" + model;
@@ -36,7 +36,7 @@ Outcome run(const std::string& model, Checkpointing checkpointing) {
     }
   }
   const Batch batch = make_batch(examples);
-  testing::GoldenModel golden(config, checkpoint, batch, true, [&](LlamaModel& m) {
+  testing::GoldenModel golden(config, checkpoint, batch, true, [&](DecoderModel& m) {
     m.set_activation_checkpointing(checkpointing);
   });
   // Two micro-batches, so recomputation must not disturb gradient accumulation either.
@@ -47,7 +47,7 @@ Outcome run(const std::string& model, Checkpointing checkpointing) {
   outcome.activation_bytes = golden.model.activation_bytes();
   // `shardtrain plan` reports this figure before anything runs: it must be what reserve took.
   EXPECT_EQ(outcome.activation_bytes,
-            LlamaModel::activation_bytes_for(config, 3, 24, DType::kF32, checkpointing));
+            DecoderModel::activation_bytes_for(config, 3, 24, DType::kF32, checkpointing));
   return outcome;
 }
 

@@ -14,14 +14,14 @@
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "model/unit_access.h"
 #include "testing/golden_fixture.h"
 
 namespace shardtrain {
 namespace {
 
-using Checkpointing = LlamaModel::Checkpointing;
+using Checkpointing = DecoderModel::Checkpointing;
 
 // LocalUnits whose gradient buffers are stale at the start of a step: the first backward of
 // each unit is told to overwrite, later ones to add.
@@ -70,7 +70,7 @@ TEST_P(GradOverwrite, NanFilledBuffersGetTheAccumulatedGradients) {
   const HfCheckpoint checkpoint = HfCheckpoint::open(dir);
   const ModelConfig config = read_hf_config(checkpoint.config_json_path());
   const Batch batch = test_batch();
-  const auto configure = [&](LlamaModel& m) {
+  const auto configure = [&](DecoderModel& m) {
     m.set_activation_checkpointing(GetParam().checkpointing);
     m.set_head_chunk_logits(7 * config.vocab_size);  // several head chunks: only the first
                                                      // may overwrite

@@ -1,5 +1,5 @@
 // Parity with Hugging Face transformers: tiny random models made by tools/make_golden.py
-// (fixtures in tests/golden/), run through LlamaModel on the fp32 CPU backend. mistral_window
+// (fixtures in tests/golden/), run through DecoderModel on the fp32 CPU backend. mistral_window
 // has a sliding window (6) shorter than the sequence (16): the windowed attention mask;
 // qwen3 has per-head q/k norms and a head_dim unlike hidden / heads.
 // Bands: logits max relative error <= 1e-4, loss <= 1e-5 relative, every parameter
@@ -33,7 +33,7 @@ TEST_P(GoldenParity, LogitsLossAndGradientsMatchTransformers) {
   const Batch batch = testing::golden_batch(expected);
   GoldenModel golden(config, checkpoint, batch, /*with_grads=*/true);
   Ops& ops = *golden.ops;
-  LlamaModel& model = golden.model;
+  DecoderModel& model = golden.model;
   LocalUnits& units = golden.units;
 
   // Logits and loss from the forward pass.

@@ -1,4 +1,4 @@
-// The lm head and loss run over token chunks (LlamaModel::set_head_chunk_logits). Splitting the
+// The lm head and loss run over token chunks (DecoderModel::set_head_chunk_logits). Splitting the
 // tokens into several chunks, even and uneven, must give the loss, the gradients and the eval
 // logits of a single chunk (up to fp32 summation order, which the CPU GEMM's blocking varies),
 // with less activation memory.
@@ -12,7 +12,7 @@
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "testing/golden_fixture.h"
 
 namespace shardtrain {
@@ -39,7 +39,7 @@ Outcome run(const std::string& model, int64_t head_chunk_logits) {
     }
   }
   const Batch batch = make_batch(examples);
-  testing::GoldenModel golden(config, checkpoint, batch, true, [&](LlamaModel& m) {
+  testing::GoldenModel golden(config, checkpoint, batch, true, [&](DecoderModel& m) {
     m.set_head_chunk_logits(head_chunk_logits);
   });
   const testing::GoldenModel::Gradients step = golden.gradients(batch);
@@ -49,8 +49,8 @@ Outcome run(const std::string& model, int64_t head_chunk_logits) {
   outcome.logits = golden.forward(batch).logits;
   outcome.activation_bytes = golden.model.activation_bytes();
   EXPECT_EQ(outcome.activation_bytes,
-            LlamaModel::activation_bytes_for(config, kBatch, kSeq, DType::kF32,
-                                             LlamaModel::Checkpointing::kNone,
+            DecoderModel::activation_bytes_for(config, kBatch, kSeq, DType::kF32,
+                                             DecoderModel::Checkpointing::kNone,
                                              head_chunk_logits));
   return outcome;
 }
@@ -73,7 +73,7 @@ float max_abs(const std::vector<float>& a) {
 class HeadChunks : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HeadChunks, SeveralChunksEqualOneChunk) {
-  const Outcome whole = run(GetParam(), LlamaModel::kDefaultHeadChunkLogits);
+  const Outcome whole = run(GetParam(), DecoderModel::kDefaultHeadChunkLogits);
   const int64_t vocab = static_cast<int64_t>(whole.logits.size()) / (kBatch * kSeq);
   // 7 rows per chunk: 72 tokens make 11 chunks (10 of 7 rows, one of 2, none aligned to a
   // sequence); 1 row per chunk is the smallest split.

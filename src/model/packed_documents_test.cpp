@@ -16,7 +16,7 @@
 #include "data/batch.h"
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "testing/golden_fixture.h"
 
 namespace shardtrain {
@@ -78,7 +78,7 @@ Result run(testing::GoldenModel& golden, const std::vector<Batch>& batches, floa
 
 struct Case {
   std::string model;
-  LlamaModel::Checkpointing checkpointing;
+  DecoderModel::Checkpointing checkpointing;
 };
 
 class PackedDocuments : public ::testing::TestWithParam<Case> {};
@@ -109,8 +109,8 @@ TEST_P(PackedDocuments, LossAndGradientsEqualTheDocumentsAlone) {
   ASSERT_EQ(packed.target_count, document_targets) << "each document's first token is no target";
   const float scale = 1.0f / static_cast<float>(packed.target_count);
 
-  const LlamaModel::Checkpointing checkpointing = GetParam().checkpointing;
-  testing::GoldenModel golden(config, checkpoint, packed, true, [&](LlamaModel& model) {
+  const DecoderModel::Checkpointing checkpointing = GetParam().checkpointing;
+  testing::GoldenModel golden(config, checkpoint, packed, true, [&](DecoderModel& model) {
     model.set_activation_checkpointing(checkpointing);
   });
   const Result want = run(golden, alone, scale);
@@ -148,13 +148,13 @@ TEST_P(PackedDocuments, LossAndGradientsEqualTheDocumentsAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, PackedDocuments,
-                         ::testing::Values(Case{"llama_gqa", LlamaModel::Checkpointing::kNone},
-                                           Case{"qwen3", LlamaModel::Checkpointing::kNone},
-                                           Case{"mistral_window", LlamaModel::Checkpointing::kNone},
-                                           Case{"llama_gqa", LlamaModel::Checkpointing::kFull}),
+                         ::testing::Values(Case{"llama_gqa", DecoderModel::Checkpointing::kNone},
+                                           Case{"qwen3", DecoderModel::Checkpointing::kNone},
+                                           Case{"mistral_window", DecoderModel::Checkpointing::kNone},
+                                           Case{"llama_gqa", DecoderModel::Checkpointing::kFull}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.model +
-                                  (info.param.checkpointing == LlamaModel::Checkpointing::kFull
+                                  (info.param.checkpointing == DecoderModel::Checkpointing::kFull
                                        ? "_full_checkpointing"
                                        : "");
                          });

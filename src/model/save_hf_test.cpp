@@ -18,7 +18,7 @@
 #include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/init_weights.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "ops/cpu/cpu_ops.h"
 #include "testing/golden_fixture.h"  // LocalUnits: whole-model units for one process
 
@@ -59,7 +59,7 @@ std::vector<std::vector<float>> random_units(const ParamLayout& layout) {
 std::vector<float> logits_of(const ModelConfig& config,
                              const std::vector<std::vector<float>>& values) {
   std::unique_ptr<Ops> ops = make_cpu_ops();
-  LlamaModel model(config, *ops);
+  DecoderModel model(config, *ops);
   LocalUnits units(*ops, model.layout(), false);
   for (int u = 0; u < model.unit_count(); ++u) units.upload_master(u, values[u].data());
   Example example;

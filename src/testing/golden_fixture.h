@@ -18,7 +18,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "model/init_weights.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/device_buffer.h"
 #include "train/local_units.h"
@@ -61,14 +61,14 @@ inline Batch golden_batch(const SafetensorsFile& expected) {
   return make_batch(examples);
 }
 
-// A checkpoint loaded into LlamaModel on the fp32 CPU backend, with `batch` set. `configure`
+// A checkpoint loaded into DecoderModel on the fp32 CPU backend, with `batch` set. `configure`
 // (optional) sets model options that must precede reserve() (checkpointing, head chunks).
 struct GoldenModel {
   std::unique_ptr<Ops> ops = make_cpu_ops();
-  LlamaModel model;
+  DecoderModel model;
   LocalUnits units;
   GoldenModel(const ModelConfig& config, const HfCheckpoint& checkpoint, const Batch& batch,
-              bool with_grads, const std::function<void(LlamaModel&)>& configure = {})
+              bool with_grads, const std::function<void(DecoderModel&)>& configure = {})
       : model(config, *ops), units(*ops, model.layout(), with_grads) {
     for (int u = 0; u < model.unit_count(); ++u) {
       std::vector<float> values(model.layout().units[u].numel);

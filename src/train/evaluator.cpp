@@ -8,7 +8,7 @@
 
 namespace shardtrain {
 
-EvalTotals evaluate_share(LlamaModel& model, UnitAccess& units, Ops& ops,
+EvalTotals evaluate_share(DecoderModel& model, UnitAccess& units, Ops& ops,
                           const SequenceDataset& data, const EvalShare& share,
                           Tensor loss_scratch_1) {
   SHARDTRAIN_CHECK(share.micro_batch > 0 && share.world > 0 && share.rank >= 0 &&

@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "data/dataset.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "model/unit_access.h"
 #include "obs/eval_report.h"
 #include "ops/ops.h"
@@ -38,7 +38,7 @@ struct EvalShare {
 // Runs this rank's forward passes (header comment); `loss_scratch_1` (f32 [1] on the device of
 // `ops`) holds each pass's loss. REQUIRES: model.reserve() covers share.micro_batch sequences of
 // the data's length; count <= data.size(); data non-empty when count > 0.
-EvalTotals evaluate_share(LlamaModel& model, UnitAccess& units, Ops& ops,
+EvalTotals evaluate_share(DecoderModel& model, UnitAccess& units, Ops& ops,
                           const SequenceDataset& data, const EvalShare& share,
                           Tensor loss_scratch_1);
 

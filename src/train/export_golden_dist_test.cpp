@@ -7,7 +7,7 @@
 //  2. `shardtrain export CKPT --out DIR --dtype fp32`;
 //  3. (a) every tensor of DIR/model.safetensors equals the golden model.safetensors bit for bit
 //     (same names, dtypes, shapes and bytes; a tied model has no lm_head.weight), and config.json
-//     describes the same model; (b) LlamaModel's forward on DIR gives transformers' logits and
+//     describes the same model; (b) DecoderModel's forward on DIR gives transformers' logits and
 //     loss (the bands of llama_golden_test: 1e-4 / 1e-5 relative).
 #include <gtest/gtest.h>
 #include <unistd.h>

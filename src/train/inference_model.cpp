@@ -14,7 +14,7 @@ InferenceModel load_inference_model(const std::string& model_dir, const std::str
   const ModelConfig config = read_hf_config(checkpoint.config_json_path());
   InferenceModel result;
   result.ops = make_ops(device);
-  result.model = std::make_unique<LlamaModel>(config, *result.ops);
+  result.model = std::make_unique<DecoderModel>(config, *result.ops);
   result.units = std::make_unique<LocalUnits>(*result.ops, result.model->layout(),
                                               /*with_optimizer_state=*/false);
   std::vector<float> values;

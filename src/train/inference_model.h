@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "ops/ops.h"
 #include "train/local_units.h"
 
@@ -13,7 +13,7 @@ namespace shardtrain {
 
 struct InferenceModel {
   std::unique_ptr<Ops> ops;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<DecoderModel> model;
   std::unique_ptr<LocalUnits> units;
 };
 

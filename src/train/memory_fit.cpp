@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "fsdp/shard_plan.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
 
@@ -64,7 +64,7 @@ size_t device_bytes_needed(size_t plan) { return plan + plan / 20 + kDeviceReser
 namespace {
 
 size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
-  return LlamaModel::activation_bytes_for(job.model, job.micro_batch, job.seq_len,
+  return DecoderModel::activation_bytes_for(job.model, job.micro_batch, job.seq_len,
                                           job.activation_dtype, setting.checkpointing);
 }
 

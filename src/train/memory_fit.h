@@ -1,5 +1,5 @@
 // Does a job fit a GPU? The per-rank memory of every FSDP strategy x activation-checkpointing
-// mode (fsdp/shard_plan.h estimate_fsdp_memory + LlamaModel::activation_bytes_for, the same
+// mode (fsdp/shard_plan.h estimate_fsdp_memory + DecoderModel::activation_bytes_for, the same
 // arithmetic the run allocates with), compared with a GPU's memory, and the smallest change of
 // setting that fits. Used by `shardtrain plan --gpu-memory` (no GPU needed) and by the trainer,
 // which compares the configured setting with the device's free memory before allocating.

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/testing/test_support.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 
 namespace shardtrain {
 namespace {
@@ -126,12 +126,12 @@ TEST(MemoryFit, Llama2SevenBOnOneGpuByCategory) {
   EXPECT_EQ(m.compute_shard_bytes, 2 * P);  // the 12.55 GiB persistent copy
   EXPECT_EQ(m.gathered_peak_bytes, 0u);
   EXPECT_EQ(m.full_grad_peak_bytes, 0u);
-  const LlamaModel::ActivationBytes acts = LlamaModel::activation_breakdown_for(
-      job.model, 1, N, DType::kBF16, LlamaModel::Checkpointing::kFull);
+  const DecoderModel::ActivationBytes acts = DecoderModel::activation_breakdown_for(
+      job.model, 1, N, DType::kBF16, DecoderModel::Checkpointing::kFull);
   EXPECT_EQ(acts.checkpoints, L * (N * C * 2 + Arena::kAlignment));  // each block's bf16 input
   EXPECT_EQ(acts.head_logits, static_cast<size_t>(N * V * 2));       // one chunk of 4096 rows
-  EXPECT_EQ(acts.total(), LlamaModel::activation_bytes_for(job.model, 1, N, DType::kBF16,
-                                                           LlamaModel::Checkpointing::kFull));
+  EXPECT_EQ(acts.total(), DecoderModel::activation_bytes_for(job.model, 1, N, DType::kBF16,
+                                                           DecoderModel::Checkpointing::kFull));
   const size_t keep_total = plan_bytes(job, full);
   EXPECT_EQ(keep_total, 18 * P + acts.total());
   EXPECT_GT(keep_total / kGiB, 0.95 * 116.4);  // within 5% of the measured peak

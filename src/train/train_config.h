@@ -34,7 +34,7 @@
 #include "core/config.h"
 #include "core/dtype.h"
 #include "fsdp/fsdp_strategy.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "train/metrics_config.h"
 
 namespace shardtrain {
@@ -44,7 +44,7 @@ enum class ModelInit { kPretrained, kRandom };
 // fsdp/shard_plan.h ComputeCopy the units are built with.
 enum class ComputeCopyChoice { kAuto, kKeep, kOnDemand };
 enum class LrScheduleKind { kCosine, kLinear, kConstant };
-using ActivationCheckpointing = LlamaModel::Checkpointing;
+using ActivationCheckpointing = DecoderModel::Checkpointing;
 
 template <typename Enum>
 using ChoiceNames = std::vector<std::pair<std::string, Enum>>;
@@ -123,7 +123,7 @@ struct TrainLoopConfig {
   double max_grad_norm = 1.0;  // 0 disables clipping
   // none | full | selective: full recomputes each block in backward from its saved input;
   // selective also keeps the attention output, so the recompute skips attention
-  // (model/llama_model.h LlamaModel::Checkpointing).
+  // (model/decoder_model.h DecoderModel::Checkpointing).
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).

@@ -40,7 +40,7 @@
 #include "dist/mesh.h"
 #include "dist/worker_env.h"
 #include "fsdp/fsdp_units.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "obs/metrics_log.h"
 #include "obs/step_report.h"
 #include "ops/backend.h"
@@ -123,7 +123,7 @@ class Trainer {
   // MFU: training FLOPs per token (model/model_flops.h) over the device's peak; 0 = no MFU.
   const double flops_per_token_;
   const double peak_flops_;
-  LlamaModel model_;
+  DecoderModel model_;
   const std::unique_ptr<SequenceDataset> dataset_;
   const std::unique_ptr<SequenceDataset> eval_dataset_;  // null without data.eval_path
   const RunLength run_length_;  // steps (train.steps or train.epochs) and the LR schedule

@@ -2,8 +2,8 @@
 //
 // Every layer declares what it saves for backward and the scratch it needs by calling take()
 // for each tensor, in a function that depends only on the config and the micro-batch shape.
-// LlamaModel::reserve() runs those declarations against its arena (the tensors it computes
-// with); LlamaModel::activation_bytes_for (`shardtrain plan`, train/memory_fit) runs the same
+// DecoderModel::reserve() runs those declarations against its arena (the tensors it computes
+// with); DecoderModel::activation_bytes_for (`shardtrain plan`, train/memory_fit) runs the same
 // declarations on a counting plan. So memory is counted once, by the code that uses it.
 //
 // Counting: each tensor costs its bytes plus the arena's alignment (the most padding a take can

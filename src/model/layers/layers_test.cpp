@@ -7,7 +7,7 @@
 
 #include "core/host_buffer.h"
 #include "model/layers/linear.h"
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 #include "ops/cpu/cpu_ops.h"
 
 namespace shardtrain {
@@ -61,20 +61,20 @@ ModelConfig tiny(const char* model_type) {
 }
 
 TEST(ActivationPlanTest, ReservedBytesAreTheDeclaredOnesWithQkNormTensorsCountedOnce) {
-  using Checkpointing = LlamaModel::Checkpointing;
+  using Checkpointing = DecoderModel::Checkpointing;
   const int64_t B = 2, T = 24, N = B * T, L = 3, H = 4, K = 2, D = 32;
   for (Checkpointing mode : {Checkpointing::kNone, Checkpointing::kFull}) {
     for (const char* family : {"llama", "qwen3"}) {
       CpuOps ops;
-      LlamaModel model(tiny(family), ops);
+      DecoderModel model(tiny(family), ops);
       model.set_activation_checkpointing(mode);
       model.reserve(B, T);
       EXPECT_EQ(model.activation_bytes(),
-                LlamaModel::activation_bytes_for(tiny(family), B, T, DType::kF32, mode))
+                DecoderModel::activation_bytes_for(tiny(family), B, T, DType::kF32, mode))
           << family;
     }
-    const auto llama = LlamaModel::activation_breakdown_for(tiny("llama"), B, T, DType::kF32, mode);
-    const auto qwen3 = LlamaModel::activation_breakdown_for(tiny("qwen3"), B, T, DType::kF32, mode);
+    const auto llama = DecoderModel::activation_breakdown_for(tiny("llama"), B, T, DType::kF32, mode);
+    const auto qwen3 = DecoderModel::activation_breakdown_for(tiny("qwen3"), B, T, DType::kF32, mode);
     // Per stored block: q and k before their norms, and 1/rms per head; each tensor padded once.
     const size_t pad = Arena::kAlignment;
     const size_t per_block = (N * H * D + N * K * D) * 4 + (N * H + N * K) * 4 + 4 * pad;

@@ -5,7 +5,7 @@
 
 namespace shardtrain {
 
-// A chunk holds at most max_logits (by default LlamaModel::kDefaultHeadChunkLogits), so peak
+// A chunk holds at most max_logits (by default DecoderModel::kDefaultHeadChunkLogits), so peak
 // memory does not grow with tokens x vocab; chunks are as large as that allows because each one
 // re-reads and re-writes the whole fp32 lm-head gradient (vocab x hidden) in its weight-gradient
 // GEMM: with ~200-row chunks that traffic, not the FLOPs, bounded the head.

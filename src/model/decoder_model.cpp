@@ -1,4 +1,4 @@
-#include "model/llama_model.h"
+#include "model/decoder_model.h"
 
 #include <algorithm>
 
@@ -24,21 +24,21 @@ bool any_qk_norm(const ModelConfig& c) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& config, Ops& ops)
+DecoderModel::DecoderModel(const ModelConfig& config, Ops& ops)
     : config_(config), layout_(make_param_layout(config)), ops_(ops) {
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     recipes_.push_back(block_recipe(config, l));
   }
 }
 
-LlamaModel::Checkpointing LlamaModel::checkpointing_from_name(const std::string& name) {
+DecoderModel::Checkpointing DecoderModel::checkpointing_from_name(const std::string& name) {
   if (name == "full") return Checkpointing::kFull;
   if (name == "selective") return Checkpointing::kSelective;
   SHARDTRAIN_CHECK(name == "none", "activation checkpointing mode '{}'", name);
   return Checkpointing::kNone;
 }
 
-LlamaModel::Activations LlamaModel::declare(ActivationPlan& plan, const ModelConfig& c,
+DecoderModel::Activations DecoderModel::declare(ActivationPlan& plan, const ModelConfig& c,
                                             int64_t batch, int64_t seq_len,
                                             Checkpointing checkpointing, int64_t chunk_rows) {
   const LayerDims d = LayerDims::of(c, batch, seq_len);
@@ -75,13 +75,13 @@ LlamaModel::Activations LlamaModel::declare(ActivationPlan& plan, const ModelCon
   return a;
 }
 
-size_t LlamaModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
+size_t DecoderModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
                                         DType act, Checkpointing checkpointing,
                                         int64_t head_chunk_logits) {
   return activation_breakdown_for(c, batch, seq_len, act, checkpointing, head_chunk_logits).total();
 }
 
-LlamaModel::ActivationBytes LlamaModel::activation_breakdown_for(const ModelConfig& c,
+DecoderModel::ActivationBytes DecoderModel::activation_breakdown_for(const ModelConfig& c,
                                                                  int64_t batch, int64_t seq_len,
                                                                  DType act,
                                                                  Checkpointing checkpointing,
@@ -92,7 +92,7 @@ LlamaModel::ActivationBytes LlamaModel::activation_breakdown_for(const ModelConf
   return plan.bytes();
 }
 
-void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
+void DecoderModel::reserve(int64_t batch, int64_t seq_len) {
   const ModelConfig& c = config_;
   if (seq_len > c.max_position_embeddings) {
     fail(
@@ -113,7 +113,7 @@ void LlamaModel::reserve(int64_t batch, int64_t seq_len) {
   build_rope_tables(seq_len);
 }
 
-void LlamaModel::build_rope_tables(int64_t seq_len) {
+void DecoderModel::build_rope_tables(int64_t seq_len) {
   rope_tables_.clear();
   rope_of_block_.clear();
   for (const BlockRecipe& recipe : recipes_) {
@@ -134,7 +134,7 @@ void LlamaModel::build_rope_tables(int64_t seq_len) {
   }
 }
 
-void LlamaModel::set_batch(const Batch& batch) {
+void DecoderModel::set_batch(const Batch& batch) {
   SHARDTRAIN_CHECK(batch.batch_size <= reserved_batch_ && batch.seq_len <= reserved_seq_,
                    "batch ({}, {}) exceeds reserved ({}, {})", batch.batch_size, batch.seq_len,
                    reserved_batch_, reserved_seq_);
@@ -154,13 +154,13 @@ void LlamaModel::set_batch(const Batch& batch) {
   }
 }
 
-BlockInputs LlamaModel::block_inputs(int64_t layer) const {
+BlockInputs DecoderModel::block_inputs(int64_t layer) const {
   return BlockInputs{
       fit(acts_.positions_N, {batch_ * seq_}), rope_tables_[rope_of_block_[layer]].view,
       batch_has_documents_ ? fit(acts_.document_start_N, {batch_ * seq_}) : Tensor()};
 }
 
-BlockActivations LlamaModel::block_storage(int64_t layer) {
+BlockActivations DecoderModel::block_storage(int64_t layer) {
   if (checkpointing_ == Checkpointing::kNone) return acts_.blocks[layer].sized(dims());
   BlockActivations& shared = acts_.recompute;
   shared.x_in_NC = acts_.blocks[layer].x_in_NC;
@@ -171,13 +171,13 @@ BlockActivations LlamaModel::block_storage(int64_t layer) {
   return shared.sized(dims());
 }
 
-Tensor LlamaModel::block_output(int64_t layer) {
+Tensor DecoderModel::block_output(int64_t layer) {
   const int64_t N = batch_ * seq_, C = config_.hidden_size;
   if (layer + 1 < config_.num_hidden_layers) return fit(acts_.blocks[layer + 1].x_in_NC, {N, C});
   return fit(acts_.out_NC, {N, C});
 }
 
-void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1) {
+void DecoderModel::forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1) {
   SHARDTRAIN_CHECK(batch_ > 0, "set_batch before forward_backward");
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
@@ -201,7 +201,7 @@ void LlamaModel::forward_backward(UnitAccess& units, float grad_scale, Tensor lo
   units.grads_ready(kRootUnit);
 }
 
-void LlamaModel::backward_blocks(UnitAccess& units) {
+void DecoderModel::backward_blocks(UnitAccess& units) {
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
   const Tensor dresid = fit(acts_.dresid_NC, {N, C});
@@ -230,7 +230,7 @@ void LlamaModel::backward_blocks(UnitAccess& units) {
   }
 }
 
-RootWeights LlamaModel::forward_blocks(UnitAccess& units) {
+RootWeights DecoderModel::forward_blocks(UnitAccess& units) {
   SHARDTRAIN_CHECK(batch_ > 0, "set_batch before a forward pass");
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
@@ -248,7 +248,7 @@ RootWeights LlamaModel::forward_blocks(UnitAccess& units) {
   return root;
 }
 
-void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
+void DecoderModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
   const RootWeights root = forward_blocks(units);
   const int64_t N = batch_ * seq_, C = config_.hidden_size;
   lm_head().run(ops_, root, nullptr, true, 1.0f, fit(acts_.out_NC, {N, C}),
@@ -256,7 +256,7 @@ void LlamaModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_hos
   units.release_params(kRootUnit);
 }
 
-void LlamaModel::forward_last_logits(UnitAccess& units, float* logits_host_BV) {
+void DecoderModel::forward_last_logits(UnitAccess& units, float* logits_host_BV) {
   const RootWeights root = forward_blocks(units);
   const int64_t N = batch_ * seq_, C = config_.hidden_size;
   lm_head().last_logits(ops_, root, fit(acts_.out_NC, {N, C}), acts_.head, logits_host_BV);

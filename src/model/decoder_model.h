@@ -1,4 +1,4 @@
-// LlamaModel: the decoder-only model of every supported family (model/family_table.h: llama,
+// DecoderModel: the decoder-only model of every supported family (model/family_table.h: llama,
 // qwen2, mistral, qwen3), as layers (model/layers/: embedding, per block a DecoderBlock made by
 // the family's recipe, the lm head + loss), each a forward/backward pair.
 //
@@ -32,11 +32,11 @@
 
 namespace shardtrain {
 
-class LlamaModel {
+class DecoderModel {
  public:
-  LlamaModel(const ModelConfig& config, Ops& ops);
-  LlamaModel(const LlamaModel&) = delete;
-  LlamaModel& operator=(const LlamaModel&) = delete;
+  DecoderModel(const ModelConfig& config, Ops& ops);
+  DecoderModel(const DecoderModel&) = delete;
+  DecoderModel& operator=(const DecoderModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
