@@ -110,8 +110,8 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "sequence length (default: what the token file was packed at, else "
                   "min(max_position_embeddings, 2048))");
   cmd->add_option("--packing", args->packing,
-                  "as data.packing: auto (documents on CPU, concatenate on CUDA), documents "
-                  "(each packed document alone), concatenate, none")
+                  "as data.packing: auto (documents), documents (each packed document alone), "
+                  "concatenate, none")
       ->check(CLI::IsMember(packing_choices_with_auto()));
   cmd->add_option("--tokenizer", args->tokenizer,
                   "raw examples: tokenizer.json or its dir (default: --model)");

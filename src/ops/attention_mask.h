@@ -22,6 +22,10 @@ struct AttentionMask {
   int64_t window = 0;  // 0: no window (plain causal)
   // i32 (B, T) on the backend's device; undefined = every sequence is one document.
   Tensor document_start_BT;
+  // Gemma's attn_logit_softcapping: each score (q.k * scale) becomes cap * tanh(score / cap)
+  // before the mask and the softmax; 0: none. Not a mask, but it is per layer and read by the
+  // same kernels, so it travels in the same spec; a kernel that cannot apply it refuses it.
+  float logit_softcap = 0;
 
   static AttentionMask causal() { return {}; }
   // A window that already covers every key of a sequence of seq_len masks nothing, so it is
@@ -32,6 +36,7 @@ struct AttentionMask {
     return mask;
   }
   bool has_documents() const { return document_start_BT.defined(); }
+  bool has_softcap() const { return logit_softcap > 0; }
   bool is_causal_only() const { return window <= 0 && !has_documents(); }
   // The first key query t may attend to by the window alone (its last is t).
   int64_t first_key(int64_t query) const {

@@ -86,8 +86,7 @@ void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add_choice("data.packing", &data.packing, packing_choices_with_auto(),
                     "documents = packed documents attend only to themselves, positions restart "
                     "per document; concatenate = one causal stream per sequence; none = one "
-                    "document per sequence, padded; auto = documents where the attention "
-                    "kernels mask documents (CPU), concatenate on CUDA");
+                    "document per sequence, padded; auto = documents");
 }
 
 void register_data_example_keys(ConfigSchema& schema, DataConfig& data) {

@@ -76,16 +76,10 @@ std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
 
 }  // namespace
 
-DataConfig with_packing_for_device(const DataConfig& data, Device device) {
+DataConfig with_packing_for_device(const DataConfig& data, Device /*device*/) {
   if (data.packing != "auto") return data;
   DataConfig resolved = data;
-  resolved.packing = device == Device::kCpu ? "documents" : "concatenate";
-  if (device != Device::kCpu) {
-    log::info(
-        "data.packing = auto: concatenate on {} (its attention kernels do not mask packed "
-        "documents apart yet; data.packing = none gives each example its own sequence)",
-        device_name(device));
-  }
+  resolved.packing = "documents";  // every backend's attention masks documents apart
   return resolved;
 }
 

@@ -22,10 +22,9 @@
 
 namespace shardtrain {
 
-// `data` with data.packing = "auto" made a mode: documents where the backend's attention masks
-// documents (the CPU reference), concatenate on CUDA, whose kernels do not read document
-// boundaries yet (a one-line notice says so; an explicit `documents` is refused there with a
-// hint). Any other value is returned unchanged.
+// `data` with data.packing = "auto" made a mode: documents, on every backend (the CPU reference
+// and the CUDA attention kernels both mask packed documents apart; `device` stays in the
+// signature for a backend that would not). Any other value is returned unchanged.
 DataConfig with_packing_for_device(const DataConfig& data, Device device);
 
 // "tokens", "jsonl" or "examples" for the configured data. Throws Error if the file is missing.

@@ -49,12 +49,14 @@ TEST_F(TrainingDataTest, PackingKeyDefaultsToAutoAndRejectsMisspellings) {
   EXPECT_EQ(config.data.packing, "none");
 }
 
-TEST_F(TrainingDataTest, AutoPackingIsDocumentsOnCpuAndConcatenateOnCuda) {
+TEST_F(TrainingDataTest, AutoPackingIsDocumentsOnEveryDevice) {
   DataConfig data;
   EXPECT_EQ(data.packing, "auto");
   EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, "documents");
+  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "documents");
+  data.packing = "concatenate";  // an explicit choice is kept
   EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "concatenate");
-  data.packing = "documents";  // an explicit choice is kept (CUDA refuses it with a hint)
+  data.packing = "documents";
   EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "documents");
   data.packing = "none";
   EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, "none");

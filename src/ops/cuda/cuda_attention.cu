@@ -11,11 +11,15 @@
 //   dk, dv    block = (64-key tile, kv head, batch); loops over the group's query heads and the
 //             query tiles at or after the key tile; warp owns 8 keys; no atomics, dk/dv written
 //             once (overwrite).
+// The mask (cuda_attention_mask.cuh: causal, window, documents) bounds the tile loops: a query
+// tile's key tiles start at its first row's first key, a key tile's query tiles end at the
+// last query that sees its last key; elements are masked per row inside those bounds.
 // With P = softmax(S), S = q k^T * scale, delta_i = rowsum(dO_i * O_i):
 //   dP = dO v^T; dS = P * (dP - delta); dq = dS k * scale; dk = dS^T q * scale; dv = P^T dO.
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/cuda/cuda_attention_mask.cuh"
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -103,15 +107,18 @@ __global__ void __launch_bounds__(kThreads)
   load_tile(q_tile_s, D, q_base, strides.q_token, first_query, seq, D);
 
   float row_max[kRowsPerWarp], row_sum[kRowsPerWarp], acc[kRowsPerWarp][kChunks];
+  int row_first[kRowsPerWarp];  // first key of each row (the mask)
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     row_max[r] = -INFINITY;
     row_sum[r] = 0;
+    row_first[r] = attention_mask::first_key(shape, b, first_query + warp * kRowsPerWarp + r);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) acc[r][c] = 0;
   }
 
-  for (int kv_tile = 0; kv_tile <= q_tile; ++kv_tile) {
+  const int first_kv_tile = attention_mask::first_key(shape, b, first_query) / kTile;
+  for (int kv_tile = first_kv_tile; kv_tile <= q_tile; ++kv_tile) {
     const int first_key = kv_tile * kTile;
     __syncthreads();  // previous tile fully consumed
     load_tile(k_tile_s, D + 1, k_base, strides.kv_token, first_key, seq, D);
@@ -138,7 +145,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int key = first_key + lane + 32 * half;
-        s[half] = (key <= query && key < seq) ? score[r][half] * scale : -INFINITY;
+        s[half] = (key <= query && key < seq && key >= row_first[r]) ? score[r][half] * scale
+                                                                     : -INFINITY;
       }
       const float new_max = fmaxf(row_max[r], warp_max(fmaxf(s[0], s[1])));
       float p0 = 0, p1 = 0, correction = 1;
@@ -254,17 +262,20 @@ __global__ void __launch_bounds__(kThreads)
   load_tile(dout_tile_s, D, dout_BTHD + q_offset, strides.q_token, first_query, seq, D);
 
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp], acc[kRowsPerWarp][kChunks];
+  int row_first[kRowsPerWarp];  // first key of each row (the mask)
   const int64_t stats_offset = (int64_t{b} * shape.heads + h) * seq;
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int query = first_query + warp * kRowsPerWarp + r;
+    row_first[r] = attention_mask::first_key(shape, b, query);
     row_lse[r] = query < seq ? lse_BHT[stats_offset + query] : 0.0f;
     row_delta[r] = query < seq ? delta_BHT[stats_offset + query] : 0.0f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) acc[r][c] = 0;
   }
 
-  for (int kv_tile = 0; kv_tile <= q_tile; ++kv_tile) {
+  const int first_kv_tile = attention_mask::first_key(shape, b, first_query) / kTile;
+  for (int kv_tile = first_kv_tile; kv_tile <= q_tile; ++kv_tile) {
     const int first_key = kv_tile * kTile;
     __syncthreads();
     load_tile(k_tile_s, D + 1, k_base, strides.kv_token, first_key, seq, D);
@@ -280,7 +291,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int half = 0; half < 2; ++half) {
         const int key = first_key + lane + 32 * half;
         float dscore = 0;
-        if (key <= query && query < seq) {
+        if (key <= query && query < seq && key >= row_first[r]) {
           const float prob = expf(score[r][half] * scale - row_lse[r]);
           dscore = prob * (dprob[r][half] - row_delta[r]);
         }
@@ -337,7 +348,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) dk[r][c] = dv[r][c] = 0;
   }
-  const int q_tiles = (seq + kTile - 1) / kTile;
+  int row_end[kRowsPerWarp];  // one past the last query that sees each key (the mask)
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    row_end[r] = attention_mask::query_end(shape, b, first_key + warp * kRowsPerWarp + r);
+  }
+  const int query_end = attention_mask::query_end(shape, b, first_key + kTile - 1);
+  const int q_tiles = min((seq + kTile - 1) / kTile, (query_end + kTile - 1) / kTile);
 
   for (int g = 0; g < group; ++g) {
     const int h = kv_head * group + g;
@@ -367,7 +384,7 @@ __global__ void __launch_bounds__(kThreads)
           const int row = lane + 32 * half;
           const int query = first_query + row;
           float prob = 0, dscore = 0;
-          if (key <= query && query < seq && key < seq) {
+          if (key <= query && query < seq && key < seq && query < row_end[r]) {
             prob = expf(score[r][half] * scale - lse_s[row]);
             dscore = prob * (dprob[r][half] - delta_s[row]);
           }
@@ -488,17 +505,24 @@ void attention_forward(DType dtype, const void* q_BTHD, const void* k_BTKD, cons
 }
 
 size_t attention_backward_scratch_floats(const AttentionShape& shape) {
-  return static_cast<size_t>(shape.batch) * shape.heads * shape.seq;
+  const size_t delta = static_cast<size_t>(shape.batch) * shape.heads * shape.seq;
+  return (delta + 3) / 4 * 4 + attention_mask_scratch_floats(shape);
 }
 
 void attention_backward(DType dtype, const void* dout_BTHD, const void* q_BTHD, const void* k_BTKD,
                         const void* v_BTKD, const void* out_BTHD, const float* lse_BHT, float scale,
-                        const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD, void* dv_BTKD,
-                        float* scratch, cudaStream_t stream) {
-  check_shape(shape);
-  if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
+                        const AttentionShape& call_shape, void* dq_BTHD, void* dk_BTKD,
+                        void* dv_BTKD, float* scratch, cudaStream_t stream) {
+  check_shape(call_shape);
+  if (call_shape.batch == 0 || call_shape.seq == 0 || call_shape.heads == 0) return;
+  AttentionShape shape = call_shape;
   float* delta_BHT = scratch;
   const int64_t rows = int64_t{shape.batch} * shape.seq * shape.heads;
+  if (shape.document_start_BT != nullptr) {  // dk/dv read each key's document end
+    auto* ends = reinterpret_cast<int32_t*>(scratch + (rows + 3) / 4 * 4);
+    attention_document_ends(shape.document_start_BT, shape.batch, shape.seq, ends, stream);
+    shape.document_end_BT = ends;
+  }
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T, {
     const unsigned delta_blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
     attention_delta_kernel<T><<<delta_blocks, kThreads, 0, stream>>>(

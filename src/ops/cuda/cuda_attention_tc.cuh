@@ -4,8 +4,9 @@
 // mma.sync, cp.async), the cp.async tile loaders (padded and 128-byte swizzled), the backward
 // block mapping and launch helpers. Internal to ops/cuda (.cu files only).
 //
-// Causal grouped-query flash attention on the tensor cores, bf16 in and out, head dims 64 and 128
-// (the SIMT kernels of cuda_attention.cu handle every other case). FlashAttention-2 structure
+// Causal grouped-query flash attention on the tensor cores, bf16 in and out, head dims 64 and 128,
+// and 256 on the mma.sync kernels (the SIMT kernels of cuda_attention.cu handle other head dims
+// up to 128). FlashAttention-2 structure
 // with warp-level `mma.sync.m16n8k16` (bf16 operands, fp32 accumulators) fed by `ldmatrix`;
 // tiles stream through shared memory with `cp.async`, two stages deep. Each warp owns 16 query
 // (forward) or key (backward) rows; the tiles streamed past them are 64 rows (K/V forward, Q/dO
@@ -237,6 +238,16 @@ inline void dispatch_head_dim(int head_dim, Fn&& fn) {
       std::fprintf(stderr, "%s:%d: flash attention wants head dim 64 or 128, got %d\n", __FILE__,
                    __LINE__, head_dim);
       std::abort();
+  }
+}
+
+// The same for the mma.sync kernels, which also take head dim 256 (4-warp blocks only).
+template <typename Fn>
+inline void dispatch_mma_head_dim(int head_dim, Fn&& fn) {
+  if (head_dim == 256) {
+    fn(std::integral_constant<int, 256>{});
+  } else {
+    dispatch_head_dim(head_dim, fn);
   }
 }
 

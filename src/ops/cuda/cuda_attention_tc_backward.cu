@@ -12,11 +12,16 @@
 //             memory (dS^T), is shared out over all warps (16 queries x D / 2 columns each with
 //             8) and added once per (key tile, query tile) with fp32 atomics into a scratch
 //             buffer that a last kernel scales to bf16.
+//   mask      (cuda_attention_mask.cuh) the query tiles end at the one holding the last query
+//             that sees the block's last key (a window or a document end skips every tile after
+//             it); keys are masked past their last query only in tiles reaching past some key's
+//             last query, and a warp skips the math of tiles wholly past its keys' last queries.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/cuda/cuda_attention_mask.cuh"
 #include "ops/cuda/cuda_attention_tc.cuh"
 #include "ops/cuda/cuda_dispatch.h"
 
@@ -60,7 +65,12 @@ __global__ void flash_delta_kernel(const bf16* dout_BTHD, const bf16* out_BTHD,
 // REQUIRES: blockDim.x == 32 * kBackwardWarps; dynamic shared memory backward_shared_bytes<D,
 // kBackwardWarps, kStages>(); grid as flash_attention_backward computes it; dq_accum_BTHD
 // zeroed, and dk_accum_BTKD, dv_accum_BTKD zeroed when given (null: the block owns the group).
-template <int D, int kBackwardWarps, int kStages>
+// kMasked: the shape has a window or documents (the causal instantiation leaves the mask's
+// bookkeeping out, so its registers stay as they were). kPass: what the block computes,
+// kAllGradients, or at D = 256, where dK and dV do not both fit the registers, one launch of
+// kValueGradient (dV) and one of kKeyAndQueryGradients (dK, dQ), which recompute P.
+enum BackwardPass { kAllGradients, kValueGradient, kKeyAndQueryGradients };
+template <int D, int kBackwardWarps, int kStages, bool kMasked, int kPass>
 __global__ void __launch_bounds__(kBackwardWarps * 32)
     flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                           const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
@@ -68,6 +78,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
                           float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD, float* dk_accum_BTKD,
                           float* dv_accum_BTKD) {
   static_assert(kBackwardWarps == 4 || kBackwardWarps == 8, "dQ is split over 4 or 8 warps");
+  constexpr bool kValue = kPass != kKeyAndQueryGradients;  // dV
+  constexpr bool kKey = kPass != kValueGradient;           // dK and dQ (both need dS)
   static_assert(kStages == 1 || kStages == 2, "Q/dO tiles one or two stages deep");
   constexpr int P = pitch<D>();
   constexpr int kDChunks = D / 16;
@@ -94,6 +106,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
   bf16* dscores_s = dout_s + kStages * kTile * P;     // dS^T: [kKeyRows keys][kScorePitch]
   float* lse_s = reinterpret_cast<float*>(dscores_s + kKeyRows * kScorePitch);  // [kStages][kTile]
   float* delta_s = lse_s + kStages * kTile;                                     // [kStages][kTile]
+  int* key_end_s = reinterpret_cast<int*>(delta_s + kStages * kTile);  // [kKeyRows]: the mask
 
   const int first_key = kv_tile * kKeyRows;
   const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
@@ -101,9 +114,11 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
   load_tile_async<D, kKeyRows, kBlockThreads>(v_s, v_BTKD + kv_offset, kv_token, first_key, seq);
 
   // Query tiles holding a query at or after the first key: from the one that starts there
-  // (kKeyRows is a multiple of kTile) to the last.
+  // (kKeyRows is a multiple of kTile) to the one holding the last query that sees the last key.
   const int first_q_tile = first_key / kTile;
-  const int tiles_per_head = q_tiles - first_q_tile;
+  const int query_end =
+      kMasked ? attention_mask::query_end(shape, b, first_key + kKeyRows - 1) : seq;
+  const int tiles_per_head = min(q_tiles, (query_end + kTile - 1) / kTile) - first_q_tile;
   const int steps = heads_per_block * tiles_per_head;
   // Step -> (query head, query tile); stages Q, dO, lse (log2 domain) and delta of that step
   // into `stage`.
@@ -126,12 +141,21 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
   load_step(0, 0);
   cp_async_commit();
 
+  // One past the last query that sees each key of the block, in shared memory (registers are
+  // short at D = 128), visible after the first step's barrier.
+  for (int i = threadIdx.x; kMasked && i < kKeyRows; i += kBlockThreads) {
+    key_end_s[i] = attention_mask::query_end(shape, b, first_key + i);
+  }
+
   const float scale_log2 = scale * kLog2e;
-  float dk[D / 8][4], dv[D / 8][4];
+  float dk[kKey ? D / 8 : 1][4], dv[kValue ? D / 8 : 1][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0;
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (kKey) dk[n][e] = 0;
+      if constexpr (kValue) dv[n][e] = 0;
+    }
   }
 
   for (int step = 0; step < steps; ++step) {
@@ -154,7 +178,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
     // dV, and the warp only zeroes its dS^T rows for dQ. The branch is warp-uniform and the
     // block's loads and barriers stay outside it.
     const int key_offset = first_key + warp * 16 - first_query;
-    if (key_offset >= kTile) {
+    if (key_offset >= kTile || (kMasked && first_query >= key_end_s[warp * 16 + 15])) {
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
         const int row = warp * 16 + g, col = n * 8 + 2 * t;
@@ -174,7 +198,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
         uint32_t k_frag[4], v_frag[4];
         const int a_offset = (warp * 16 + lane % 16) * P + kc * 16 + (lane / 16) * 8;
         ldmatrix_x4(k_frag, k_s + a_offset);
-        ldmatrix_x4(v_frag, v_s + a_offset);
+        if constexpr (kKey) ldmatrix_x4(v_frag, v_s + a_offset);
 #pragma unroll
         for (int np = 0; np < kTile / 16; ++np) {
           const int b_offset =
@@ -183,29 +207,39 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
           ldmatrix_x4(qb, q_tile_s + b_offset);
           mma(s[2 * np], k_frag, qb[0], qb[1]);
           mma(s[2 * np + 1], k_frag, qb[2], qb[3]);
-          ldmatrix_x4(ob, dout_tile_s + b_offset);
-          mma(dp[2 * np], v_frag, ob[0], ob[1]);
-          mma(dp[2 * np + 1], v_frag, ob[2], ob[3]);
+          if constexpr (kKey) {  // dP^T: only dS needs it
+            ldmatrix_x4(ob, dout_tile_s + b_offset);
+            mma(dp[2 * np], v_frag, ob[0], ob[1]);
+            mma(dp[2 * np + 1], v_frag, ob[2], ob[3]);
+          }
         }
       }
 
       // P^T in s, dS^T in dp (rows = keys, columns = queries). Causal mask only where some
       // key of the warp follows some query of the tile.
+      // Window / document mask where some query of the tile follows some key's last query.
       const bool straddles = key_offset + 15 > 0;
+      const bool beyond = kMasked && first_query + kTile > key_end_s[warp * 16];
+      int row_query_end[2] = {seq, seq};  // of keys g and g + 8
+      if (beyond) {
+        row_query_end[0] = key_end_s[warp * 16 + g];
+        row_query_end[1] = key_end_s[warp * 16 + g + 8];
+      }
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = key_offset + g + (e / 2) * 8, query = n * 8 + 2 * t + e % 2;
           float p = exp2f(s[n][e] * scale_log2 - lse_tile[query]);
-          if (straddles && key > query) p = 0;
+          if ((straddles && key > query) || (beyond && first_query + query >= row_query_end[e / 2]))
+            p = 0;
           s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - delta_tile[query]);
+          if constexpr (kKey) dp[n][e] = p * (dp[n][e] - delta_tile[query]);
         }
       }
       // dS^T to shared memory for dQ, which needs it transposed across warps.
 #pragma unroll
-      for (int n = 0; n < kTile / 8; ++n) {
+      for (int n = 0; n < (kKey ? kTile / 8 : 0); ++n) {
         const int row = warp * 16 + g, col = n * 8 + 2 * t;
         *reinterpret_cast<uint32_t*>(dscores_s + row * kScorePitch + col) =
             pack_bf16(dp[n][0], dp[n][1]);
@@ -224,12 +258,16 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
           const int b_offset =
               (kc * 16 + lane % 8 + ((lane / 8) % 2) * 8) * P + dpair * 16 + (lane / 16) * 8;
           uint32_t ob[4], qb[4];
-          ldmatrix_x4_trans(ob, dout_tile_s + b_offset);
-          mma(dv[2 * dpair], p_frag, ob[0], ob[1]);
-          mma(dv[2 * dpair + 1], p_frag, ob[2], ob[3]);
-          ldmatrix_x4_trans(qb, q_tile_s + b_offset);
-          mma(dk[2 * dpair], ds_frag, qb[0], qb[1]);
-          mma(dk[2 * dpair + 1], ds_frag, qb[2], qb[3]);
+          if constexpr (kValue) {
+            ldmatrix_x4_trans(ob, dout_tile_s + b_offset);
+            mma(dv[2 * dpair], p_frag, ob[0], ob[1]);
+            mma(dv[2 * dpair + 1], p_frag, ob[2], ob[3]);
+          }
+          if constexpr (kKey) {
+            ldmatrix_x4_trans(qb, q_tile_s + b_offset);
+            mma(dk[2 * dpair], ds_frag, qb[0], qb[1]);
+            mma(dk[2 * dpair + 1], ds_frag, qb[2], qb[3]);
+          }
         }
       }
     }
@@ -245,7 +283,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
     // math at T = 4096.) Row groups holding only padding queries add nothing.
     const int dq_row = (warp % 4) * 16, dq_chunk = (warp / 4) * kDqChunks;
     const int query0 = first_query + dq_row + g;
-    if (first_query + dq_row < seq) {
+    if (kKey && first_query + dq_row < seq) {
       uint32_t dsq_frag[kKeyChunks][4];
 #pragma unroll
       for (int kc = 0; kc < kKeyChunks; ++kc) {
@@ -288,16 +326,24 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
     for (int n = 0; n < D / 8; ++n) {
       const int col = n * 8 + 2 * t;
       if (dk_accum_BTKD != nullptr) {  // shared key tile: unscaled sums, converted afterwards
-        cuda_detail::atomic_add_float2(dk_accum_BTKD + row_offset + col,
-                                       make_float2(dk[n][2 * r], dk[n][2 * r + 1]));
-        cuda_detail::atomic_add_float2(dv_accum_BTKD + row_offset + col,
-                                       make_float2(dv[n][2 * r], dv[n][2 * r + 1]));
+        if constexpr (kKey) {
+          cuda_detail::atomic_add_float2(dk_accum_BTKD + row_offset + col,
+                                         make_float2(dk[n][2 * r], dk[n][2 * r + 1]));
+        }
+        if constexpr (kValue) {
+          cuda_detail::atomic_add_float2(dv_accum_BTKD + row_offset + col,
+                                         make_float2(dv[n][2 * r], dv[n][2 * r + 1]));
+        }
         continue;
       }
-      *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
-          __floats2bfloat162_rn(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
-      *reinterpret_cast<__nv_bfloat162*>(dv_BTKD + row_offset + col) =
-          __floats2bfloat162_rn(dv[n][2 * r], dv[n][2 * r + 1]);
+      if constexpr (kKey) {
+        *reinterpret_cast<__nv_bfloat162*>(dk_BTKD + row_offset + col) =
+            __floats2bfloat162_rn(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+      }
+      if constexpr (kValue) {
+        *reinterpret_cast<__nv_bfloat162*>(dv_BTKD + row_offset + col) =
+            __floats2bfloat162_rn(dv[n][2 * r], dv[n][2 * r + 1]);
+      }
     }
   }
 }
@@ -316,16 +362,17 @@ __global__ void flash_accum_convert_kernel(const float* dq_accum, float scale, i
 }
 
 // Layout as carved in the kernel: K, V (16 rows a warp) + kStages of 64-row Q and dO tiles,
-// dS^T (a row per key), kStages of lse and delta.
+// dS^T (a row per key), kStages of lse and delta, the keys' query ends.
 template <int D, int kBackwardWarps, int kStages>
 constexpr size_t backward_shared_bytes() {
   constexpr int kKeyRows = kBackwardWarps * 16;
   return sizeof(bf16) *
              ((2 * kKeyRows + 2 * kStages * kTile) * pitch<D>() + kKeyRows * kScorePitch) +
-         sizeof(float) * 2 * kStages * kTile;
+         sizeof(float) * 2 * kStages * kTile + sizeof(int) * kKeyRows;
 }
 static_assert(backward_shared_bytes<128, 8, 2>() == mma_backward_shared_bytes(128, 8, 2) &&
-                  backward_shared_bytes<64, 4, 1>() == mma_backward_shared_bytes(64, 4, 1),
+                  backward_shared_bytes<64, 4, 1>() == mma_backward_shared_bytes(64, 4, 1) &&
+                  backward_shared_bytes<256, 4, 1>() == mma_backward_shared_bytes(256, 4, 1),
               "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
 size_t delta_floats(const AttentionShape& s) {
@@ -338,21 +385,28 @@ size_t delta_floats(const AttentionShape& s) {
 size_t flash_attention_backward_scratch_floats(const AttentionShape& shape) {
   const size_t kv = static_cast<size_t>(shape.batch) * shape.seq * shape.kv_heads * shape.head_dim;
   return delta_floats(shape) +
-         static_cast<size_t>(shape.batch) * shape.seq * shape.heads * shape.head_dim + 2 * kv;
+         static_cast<size_t>(shape.batch) * shape.seq * shape.heads * shape.head_dim + 2 * kv +
+         attention_mask_scratch_floats(shape);
 }
 
 void flash_attention_backward(const AttentionConfig& config, const void* dout_BTHD,
                               const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
                               const void* out_BTHD, const float* lse_BHT, float scale,
-                              const AttentionShape& shape, void* dq_BTHD, void* dk_BTKD,
+                              const AttentionShape& call_shape, void* dq_BTHD, void* dk_BTKD,
                               void* dv_BTKD, float* scratch, cudaStream_t stream) {
-  if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
+  if (call_shape.batch == 0 || call_shape.seq == 0 || call_shape.heads == 0) return;
+  AttentionShape shape = call_shape;
   float* delta_BHT = scratch;
   float* dq_accum_BTHD = scratch + delta_floats(shape);
   const int64_t dq_count = int64_t{shape.batch} * shape.seq * shape.heads * shape.head_dim;
   const int64_t kv_count = int64_t{shape.batch} * shape.seq * shape.kv_heads * shape.head_dim;
   float* dk_accum_BTKD = dq_accum_BTHD + dq_count;
   float* dv_accum_BTKD = dk_accum_BTKD + kv_count;
+  if (shape.document_start_BT != nullptr) {  // the key-major loops read each key's document end
+    auto* ends = reinterpret_cast<int32_t*>(dv_accum_BTKD + kv_count);
+    attention_document_ends(shape.document_start_BT, shape.batch, shape.seq, ends, stream);
+    shape.document_end_BT = ends;
+  }
   // The wgmma kernels work on 128-key tiles, as the 8-warp mma.sync kernel does.
   const bool ws = config.kernel == AttentionKernel::kWgmmaWs;
   const bool wgmma = config.kernel == AttentionKernel::kWgmma || ws;
@@ -365,7 +419,8 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
   const int64_t accum_count = dq_count + (split ? 2 * kv_count : 0);
   SHARDTRAIN_CUDA_CHECK(
       cudaMemsetAsync(dq_accum_BTHD, 0, static_cast<size_t>(accum_count) * sizeof(float), stream));
-  dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
+  const bool masked = !attention_mask::causal_only(shape);
+  dispatch_mma_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
     const int64_t rows = int64_t{shape.batch} * shape.seq * shape.heads;
     constexpr int kDeltaThreads = 256;
@@ -378,19 +433,36 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
     const int slices = shape.heads / shape.kv_heads / heads_per_block;
     const unsigned blocks = static_cast<unsigned>(key_tiles) *
                             static_cast<unsigned>(shape.kv_heads * slices * shape.batch);
-    const auto launch = [&](auto warps_constant, auto stages_constant) {
+    const auto launch_pass = [&](auto warps_constant, auto stages_constant, auto pass_constant) {
       constexpr int kBackwardWarps = decltype(warps_constant)::value;
       constexpr int kStages = decltype(stages_constant)::value;
-      auto kernel = flash_backward_kernel<D, kBackwardWarps, kStages>;
-      constexpr size_t bytes = backward_shared_bytes<D, kBackwardWarps, kStages>();
-      allow_shared(kernel, bytes, "flash_backward_kernel (mma.sync)");
-      kernel<<<blocks, kBackwardWarps * 32, bytes, stream>>>(
-          static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
-          static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
-          scale, shape, heads_per_block, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
-          static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
-          split ? dv_accum_BTKD : nullptr);
-      SHARDTRAIN_CUDA_CHECK_LAUNCH();
+      constexpr int kPass = decltype(pass_constant)::value;
+      const auto run = [&](auto kernel) {
+        constexpr size_t bytes = backward_shared_bytes<D, kBackwardWarps, kStages>();
+        allow_shared(kernel, bytes, "flash_backward_kernel (mma.sync)");
+        kernel<<<blocks, kBackwardWarps * 32, bytes, stream>>>(
+            static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
+            static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT,
+            delta_BHT, scale, shape, heads_per_block, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
+            static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
+            split ? dv_accum_BTKD : nullptr);
+        SHARDTRAIN_CUDA_CHECK_LAUNCH();
+      };
+      if (masked) {
+        run(flash_backward_kernel<D, kBackwardWarps, kStages, true, kPass>);
+      } else {
+        run(flash_backward_kernel<D, kBackwardWarps, kStages, false, kPass>);
+      }
+    };
+    const auto launch = [&](auto warps_constant, auto stages_constant) {
+      if constexpr (D > 128) {  // dV, then dK and dQ: both accumulators do not fit registers
+        launch_pass(warps_constant, stages_constant,
+                    std::integral_constant<int, kValueGradient>{});
+        launch_pass(warps_constant, stages_constant,
+                    std::integral_constant<int, kKeyAndQueryGradients>{});
+      } else {
+        launch_pass(warps_constant, stages_constant, std::integral_constant<int, kAllGradients>{});
+      }
     };
     const auto launch_ws = [&] {
       return ws_attention_backward(
@@ -400,7 +472,13 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
           static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
           split ? dv_accum_BTKD : nullptr, stream);
     };
-    if (ws && launch_ws()) {
+    if constexpr (D > 128) {  // mma.sync, 4 warps: the table's only rows at D = 256
+      if (config.stages == 1) {
+        launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{});
+      } else {
+        launch(std::integral_constant<int, 4>{}, std::integral_constant<int, 2>{});
+      }
+    } else if (ws && launch_ws()) {
       // the warp-specialised kernel ran
     } else if (wgmma) {
       wgmma_attention_backward(static_cast<const bf16*>(dout_BTHD),

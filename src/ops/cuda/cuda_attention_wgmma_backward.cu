@@ -13,12 +13,15 @@
 //   and stores dS^T to shared memory; then dQ (64 queries x D) += dS K over the block's 128 keys
 //   (A = dS^T as an MN-major operand, B = K MN-major) is added with fp32 atomics into the
 //   scratch: at D = 128 each warpgroup computes 64 of the columns, at D = 64 the warpgroups take
-//   turns. A warpgroup whose keys all follow the query tile skips its math (uniformly, after the
-//   loads and the barrier) and writes zeros for its half of dS^T.
+//   turns. A warpgroup whose keys all follow the query tile, or whose keys no query of the tile
+//   sees, skips its math (uniformly, after the loads and the barrier) and writes zeros for its
+//   half of dS^T. Window and documents (cuda_attention_mask.cuh): the query tiles end at the one
+//   holding the last query that sees the block's last key.
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "ops/cuda/cuda_attention_mask.cuh"
 #include "ops/cuda/cuda_attention_tc.cuh"
 #include "ops/cuda/cuda_attention_wgmma_steps.cuh"
 
@@ -78,7 +81,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
                                                      seq);
 
   const int first_q_tile = first_key / kBwdQueries;
-  const int tiles_per_head = q_tiles - first_q_tile;
+  // To the query tile holding the last query that sees the block's last key (window, documents).
+  const int query_end = attention_mask::query_end(shape, b, first_key + kBwdKeys - 1);
+  const int tiles_per_head = min(q_tiles, (query_end + kBwdQueries - 1) / kBwdQueries) - first_q_tile;
   const int steps = heads_per_block * tiles_per_head;
   auto load_step = [&](int step, int stage) {
     const int h = first_head + step / tiles_per_head;
@@ -102,6 +107,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
   load_step(0, 0);
   cp_async_commit();
 
+  const wgmma_steps::BackwardKeyMask key_mask =
+      wgmma_steps::backward_key_mask(shape, b, first_key + warpgroup * 64, warp, g);
   const float scale_log2 = scale * kLog2e;
   float dk[D / 2], dv[D / 2];  // 64 keys x D each, accumulator layout
 #pragma unroll
@@ -143,6 +150,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1)
     const int key_offset = first_key + warpgroup * 64 - first_query;
     wgmma_steps::backward_step<D, kBwdKeys>(
         {k_address, v_address, q_tile, dout_tile, lse_tile, delta_tile}, warpgroup * 64, key_offset,
+        first_query, key_mask,
         warp, g, t, scale_log2, s, dp, dk, dv, store_dst);
     wgmma::fence_shared_for_async_proxy();  // dS^T stores visible to the dQ wgmma
     __syncthreads();                        // both halves of dS^T written

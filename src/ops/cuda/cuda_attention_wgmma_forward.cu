@@ -9,7 +9,10 @@
 //   online softmax in fp32 registers in the log2 domain, and O += P V with P straight from
 //   registers (the accumulator layout is the A-fragment layout) and V as an MN-major operand.
 //   Pipelined: tile j's S is issued with tile j-1's P V, and tile j's softmax runs while that
-//   P V executes. Only tiles that straddle a warp's rows are masked.
+//   P V executes. Only tiles that straddle a warp's rows are masked. Window and documents
+//   (cuda_attention_mask.cuh): K/V tiles start at the one holding the first key of the block's
+//   first row, and keys before a row's first key are masked only in tiles that reach below some
+//   row's first key.
 // Why: wgmma reads each shared K/V tile once per 64 query rows (mma.sync: once per 16), so the
 // shared-memory traffic no longer bounds the tensor cores (the mma.sync kernel peaks near
 // 200 TFLOP/s on an H200, see NOTES.md).
@@ -77,12 +80,18 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
   const bf16* v_base = v_BTKD + b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
   const int first_query = q_tile * kWgQueryRows;
   const int group_first_query = first_query + warpgroup * 64;
-  // Causal: K/V tiles up to the one holding the tile's last real row. Every warpgroup works on
-  // every tile: with 64-key tiles the last one may lie wholly after warpgroup 0's rows, and
-  // its mask then zeroes all of P (row maxima stay finite: key 0 precedes every row).
+  // Causal: K/V tiles up to the one holding the tile's last real row, from the one holding the
+  // first key of its first row. Every warpgroup works on every tile: with 64-key tiles the last
+  // one may lie wholly after warpgroup 0's rows, or a first one wholly before warpgroup 1's
+  // first keys, and its mask then zeroes all of P (softmax_tile keeps such rows at 0).
   const int last_kv_tile = (min(first_query + kWgQueryRows, seq) - 1) / kWgKeys<D>;
+  const int first_kv_tile = attention_mask::first_key(shape, b, first_query) / kWgKeys<D>;
+  const wgmma_steps::ForwardRowMask row_mask =
+      wgmma_steps::forward_row_mask(shape, b, group_first_query, warp, g);
   load_swizzled_tile_async<D, kWgQueryRows, kWgThreads>(q_s, q_base, q_token, first_query, seq);
-  load_swizzled_tile_async<D, kWgKeys<D>, kWgThreads>(k_s, k_base, kv_token, 0, seq);
+  load_swizzled_tile_async<D, kWgKeys<D>, kWgThreads>(k_s + (first_kv_tile & 1) * kWgKeys<D> * D,
+                                                      k_base, kv_token, first_kv_tile * kWgKeys<D>,
+                                                      seq);
   cp_async_commit();
 
   const float scale_log2 = scale * kLog2e;
@@ -108,7 +117,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
   // Pipeline: tile j's S = Q K^T is issued together with tile j - 1's O += P V, and the
   // softmax of tile j runs while P V still executes. K_j and V_(j-1) arrive in the same
   // cp.async group, so two stages of each suffice.
-  for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
+  for (int kv_tile = first_kv_tile; kv_tile <= last_kv_tile; ++kv_tile) {
     cp_async_wait_all();
     wgmma::fence_shared_for_async_proxy();
     __syncthreads();  // K_j, V_(j-1) visible to wgmma; the stages of K_(j-1), V_(j-2) are free
@@ -132,7 +141,7 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
                                       wgmma::k_major(k_tile, kWgKeys<D>, 0, kk), kk > 0);
     }
     wgmma::commit();
-    if (kv_tile > 0) {
+    if (kv_tile > first_kv_tile) {
       issue_pv((kv_tile - 1) & 1);
       wgmma::wait<1>();  // S done; P V may still run
     } else {
@@ -141,7 +150,9 @@ __global__ void __launch_bounds__(kWgThreads, kWgBlocksPerSm<D>)
     wgmma::fence_registers(s);
 
     float correction[2];
-    wgmma_steps::softmax_tile<kWgKeys<D>>(s, key_offset, warp, g, t, scale_log2, row_max, row_sum,
+    wgmma_steps::softmax_tile<kWgKeys<D>>(s, key_offset, warp, g, t, scale_log2,
+                                          row_mask.row_first,
+                                          key_offset < row_mask.greatest_first, row_max, row_sum,
                                           correction);
     wgmma::wait<0>();  // the previous tile's P V: o and p are free
     wgmma::fence_registers(o);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "ops/cuda/cuda_attention_mask.cuh"
 #include "ops/cuda/cuda_attention_tc.cuh"
 
 namespace shardtrain::cuda_kernels::flash::wgmma_steps {
@@ -21,12 +22,15 @@ namespace shardtrain::cuda_kernels::flash::wgmma_steps {
 // The online softmax of one K/V tile for 64 query rows: s holds the raw scores of kKeys keys (in),
 // P = exp2(scale_log2 * s - row max) (out, unnormalised); keys after their row are masked where
 // the tile straddles the warp's rows (key_offset: the tile's first key counted from the
-// warpgroup's first row). Updates the running max and sum (log2 domain) of rows g and g + 8 and
-// returns the factor the output accumulated so far must be scaled by.
+// warpgroup's first row), and keys before their row's first key (row_first, of rows g and g + 8,
+// counted from the same row) where `below` says some key of the tile precedes some row's first
+// key (cuda_attention_mask.cuh). Updates the running max and sum (log2 domain) of rows g and
+// g + 8 and returns the factor the output accumulated so far must be scaled by.
 template <int kKeys>
 __device__ __forceinline__ void softmax_tile(float (&s)[kKeys / 2], int key_offset, int warp, int g,
-                                             int t, float scale_log2, float (&row_max)[2],
-                                             float (&row_sum)[2], float (&correction)[2]) {
+                                             int t, float scale_log2, const int (&row_first)[2],
+                                             bool below, float (&row_max)[2], float (&row_sum)[2],
+                                             float (&correction)[2]) {
   // Max of the raw scores (the scale is positive), masked where a key follows its row.
   const bool straddles = key_offset + kKeys - 1 > warp * 16;  // some key after some row
   float tile_max[2] = {-INFINITY, -INFINITY};
@@ -34,25 +38,50 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kKeys / 2], int key_offs
   for (int i = 0; i < kKeys / 2; ++i) {
     const int e = i % 4;
     const int row = warp * 16 + g + (e / 2) * 8, key = key_offset + (i / 4) * 8 + 2 * t + e % 2;
-    if (straddles && key > row) s[i] = -INFINITY;
+    if ((straddles && key > row) || (below && key < row_first[e / 2])) s[i] = -INFINITY;
     tile_max[e / 2] = fmaxf(tile_max[e / 2], s[i]);
   }
+  float exp_base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    // Key 0 of tile 0 is visible to every row, so the running max is finite from then on.
+    // A row may have seen no key yet (its first key lies in a later tile, or its rows are
+    // padding): its max stays -inf and exp2 takes base 0, so its P and correction are 0.
     const float new_max = fmaxf(row_max[r], tile_max[r] * scale_log2);
-    correction[r] = fast_exp2(row_max[r] - new_max);
+    exp_base[r] = new_max == -INFINITY ? 0.0f : new_max;
+    correction[r] = fast_exp2(row_max[r] - exp_base[r]);
     row_max[r] = new_max;
     row_sum[r] *= correction[r];
   }
 #pragma unroll
   for (int i = 0; i < kKeys / 2; ++i) {
     const int r = (i % 4) / 2;
-    s[i] = fast_exp2(fmaf(s[i], scale_log2, -row_max[r]));
+    s[i] = fast_exp2(fmaf(s[i], scale_log2, -exp_base[r]));
     row_sum[r] += s[i];
   }
+}
+
+// The mask of a forward warpgroup's 64 rows from `group_first_query` (cuda_attention_mask.cuh):
+// the first keys of this thread's rows g and g + 8 and the greatest of the warpgroup's, counted
+// from its first row.
+struct ForwardRowMask {
+  int row_first[2];
+  int greatest_first;
+};
+__device__ __forceinline__ ForwardRowMask forward_row_mask(const AttentionShape& shape, int b,
+                                                           int group_first_query, int warp,
+                                                           int g) {
+  ForwardRowMask mask;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mask.row_first[r] =
+        attention_mask::first_key(shape, b, group_first_query + warp * 16 + g + 8 * r) -
+        group_first_query;
+  }
+  mask.greatest_first =
+      attention_mask::first_key(shape, b, group_first_query + 63) - group_first_query;
+  return mask;
 }
 
 // Once the previous P V is done: o *= correction, and P (s) rounded into the A fragments of the
@@ -120,21 +149,44 @@ struct BackwardTiles {
   const float* delta;
 };
 
+// The mask of a backward warpgroup's 64 keys from `group_first_key` (cuda_attention_mask.cuh):
+// the query ends of this thread's keys g and g + 8, and the least and greatest of the
+// warpgroup's.
+struct BackwardKeyMask {
+  int row_end[2];
+  int least_end, greatest_end;
+};
+__device__ __forceinline__ BackwardKeyMask backward_key_mask(const AttentionShape& shape, int b,
+                                                             int group_first_key, int warp,
+                                                             int g) {
+  BackwardKeyMask mask;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mask.row_end[r] =
+        attention_mask::query_end(shape, b, group_first_key + warp * 16 + g + 8 * r);
+  }
+  mask.least_end = attention_mask::query_end(shape, b, group_first_key);
+  mask.greatest_end = attention_mask::query_end(shape, b, group_first_key + 63);
+  return mask;
+}
+
 // One 64-query step of a warpgroup's 64 keys (rows key_row0.. of the K and V tiles; key_offset:
-// its first key counted from the step's first query): S^T = K Q^T and dP^T = V dO^T issued
-// together; P^T = exp2(S^T - lse) (masked) computed while dP^T runs; dV += P^T dO issued;
-// dS^T = P^T (dP^T - delta) computed while it runs and handed to store_dst (dS^T for dQ), then
-// dK += dS^T Q issued. Leaves the dV and dK products in flight (wait before reusing dk, dv, the
-// Q / dO tiles). A warpgroup whose keys all follow the queries (key_offset >= 64) only stores
-// zeros for its dS^T.
+// its first key counted from the step's first query, `first_query`): S^T = K Q^T and dP^T =
+// V dO^T issued together; P^T = exp2(S^T - lse) (masked: causal, and queries at or past their
+// key's query end) computed while dP^T runs; dV += P^T dO issued; dS^T = P^T (dP^T - delta)
+// computed while it runs and handed to store_dst (dS^T for dQ), then dK += dS^T Q issued. Leaves
+// the dV and dK products in flight (wait before reusing dk, dv, the Q / dO tiles). A warpgroup
+// whose keys all follow the queries (key_offset >= 64) or that no query of the tile sees only
+// stores zeros for its dS^T.
 template <int D, int kKeys, typename StoreDst>
 __device__ __forceinline__ void backward_step(const BackwardTiles& tiles, int key_row0,
-                                              int key_offset, int warp, int g, int t,
-                                              float scale_log2, float (&s)[32], float (&dp)[32],
-                                              float (&dk)[D / 2], float (&dv)[D / 2],
-                                              StoreDst&& store_dst) {
+                                              int key_offset, int first_query,
+                                              const BackwardKeyMask& key_mask, int warp, int g,
+                                              int t, float scale_log2, float (&s)[32],
+                                              float (&dp)[32], float (&dk)[D / 2],
+                                              float (&dv)[D / 2], StoreDst&& store_dst) {
   constexpr int kQueries = 64;
-  if (key_offset < kQueries) {
+  if (key_offset < kQueries && first_query < key_mask.greatest_end) {
     // Overlapped: P is computed while dP^T runs, dS while dV += P^T dO runs.
     wgmma::fence();
 #pragma unroll
@@ -153,13 +205,17 @@ __device__ __forceinline__ void backward_step(const BackwardTiles& tiles, int ke
     wgmma::fence_registers(s);
 
     const bool straddles = key_offset + 63 > 0;  // some key after some query: mask
+    // Some query of the tile at or past some key's query end (window, document): mask.
+    const bool beyond = first_query + kQueries > key_mask.least_end;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int e = i % 4;
       const int key = key_offset + warp * 16 + g + (e / 2) * 8;
       const int query = (i / 4) * 8 + 2 * t + e % 2;
       float p = fast_exp2(fmaf(s[i], scale_log2, -tiles.lse[query] * kLog2e));
-      if (straddles && key > query) p = 0;
+      if ((straddles && key > query) ||
+          (beyond && first_query + query >= key_mask.row_end[e / 2]))
+        p = 0;
       s[i] = p;
     }
     uint32_t p_frag[4][4], ds_frag[4][4];

@@ -12,7 +12,9 @@
 //   Warpgroups 1 and 2 are the consumers, 64 keys each, with the wgmma kernel's step: S^T, dP^T,
 //   P, dV += P^T dO, dS, dK += dS^T Q, dS^T to shared memory, then dQ of the tile over the
 //   block's 128 keys (at D = 128 each consumer takes 64 of the columns, at 64 they take turns)
-//   added with fp32 atomics. dS^T is double-buffered
+//   added with fp32 atomics. Window and documents (cuda_attention_mask.cuh): the steps end at
+//   the query tile holding the last query that sees the block's last key; a consumer skips the
+//   math of tiles none of whose queries see its keys. dS^T is double-buffered
 //   and a named barrier of the 256 consumer threads replaces the wgmma kernel's two block
 //   barriers per step: nothing waits for loads issued in the consumers' own instruction stream.
 // Registers: producer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's threads use
@@ -23,6 +25,7 @@
 
 #include <cstdint>
 
+#include "ops/cuda/cuda_attention_mask.cuh"
 #include "ops/cuda/cuda_attention_tc.cuh"
 #include "ops/cuda/cuda_attention_wgmma_steps.cuh"
 #include "ops/cuda/cuda_tma.cuh"
@@ -77,7 +80,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int first_head = block.first_head;
   const int first_key = kv_tile * kWsKeys;
   const int first_q_tile = first_key / kWsQueries;
-  const int tiles_per_head = q_tiles - first_q_tile;
+  // To the query tile holding the last query that sees the block's last key (window, documents).
+  const int query_end = attention_mask::query_end(shape, b, first_key + kWsKeys - 1);
+  const int tiles_per_head = min(q_tiles, (query_end + kWsQueries - 1) / kWsQueries) - first_q_tile;
   const int steps = heads_per_block * tiles_per_head;
 
   extern __shared__ unsigned char shared_raw[];
@@ -155,6 +160,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int64_t kv_token = int64_t{shape.kv_heads} * D;
   const int64_t kv_offset = b * int64_t{seq} * kv_token + int64_t{kv_head} * D;
+  const wgmma_steps::BackwardKeyMask key_mask =
+      wgmma_steps::backward_key_mask(shape, b, first_key + consumer * 64, warp, g);
   const float scale_log2 = scale * kLog2e;
   float dk[D / 2], dv[D / 2];  // 64 keys x D each, accumulator layout
 #pragma unroll
@@ -192,6 +199,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int key_offset = first_key + consumer * 64 - first_query;
     wgmma_steps::backward_step<D, kWsKeys>(
         {k_address, v_address, q_tile, dout_tile, lse_tile, delta_tile}, consumer * 64, key_offset,
+        first_query, key_mask,
         warp, g, t, scale_log2, s, dp, dk, dv,
         [&](const float(&values)[32]) { store_dst(values, buffer); });
     wgmma::fence_shared_for_async_proxy();  // dS^T stores visible to the dQ wgmma

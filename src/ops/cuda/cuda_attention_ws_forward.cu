@@ -11,6 +11,9 @@
 //   tile j's S = Q K^T issued together with tile j-1's O += P V, the online softmax of tile j
 //   while that P V runs. Ping-pong: named barriers order the two consumers' issue of their
 //   products, so one warpgroup's softmax runs while the other's products use the tensor cores.
+//   Window and documents (cuda_attention_mask.cuh): the K/V tiles start at the one holding the
+//   first key of the block's first row (producer and consumers count ring stages from there);
+//   keys before a row's first key are masked in the tiles that reach below some row's first key.
 // Why: the wgmma kernel's block barrier per tile and cp.async issue by every thread left the
 // forward latency-bound (Nsight Compute: 0.57 eligible warps per scheduler, tensor pipe 34% busy
 // at the Qwen shape, ops/cuda/NOTES.md); here the loads leave the consumers' instruction stream.
@@ -20,6 +23,7 @@
 
 #include <cstdint>
 
+#include "ops/cuda/cuda_attention_mask.cuh"
 #include "ops/cuda/cuda_attention_tc.cuh"
 #include "ops/cuda/cuda_attention_wgmma_steps.cuh"
 #include "ops/cuda/cuda_tma.cuh"
@@ -75,6 +79,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int kv_head = h / (shape.heads / shape.kv_heads);
   const int first_query = q_tile * kWsQueryRows;
   const int last_kv_tile = (min(first_query + kWsQueryRows, seq) - 1) / kWsKeys;
+  const int first_kv_tile = attention_mask::first_key(shape, b, first_query) / kWsKeys;
+  const int kv_tiles = last_kv_tile - first_kv_tile + 1;  // ring position j: tile first + j
 
   extern __shared__ unsigned char shared_raw[];
   unsigned char* base = align_shared_1024(shared_raw);
@@ -112,10 +118,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         tma::load_4d(q_address + block * kWsQueryRows * wgmma::kSwizzleBytes, &maps.q,
                      block * wgmma::kBlockColumns, h, first_query, b, q_full);
       }
-      for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
-        const int stage = kv_tile % kStages;
-        const uint32_t free_parity = ((kv_tile / kStages) & 1) ^ 1;  // first pass: at once
-        const int first_key = kv_tile * kWsKeys;
+      for (int j = 0; j < kv_tiles; ++j) {
+        const int stage = j % kStages;
+        const uint32_t free_parity = ((j / kStages) & 1) ^ 1;  // first pass: at once
+        const int first_key = (first_kv_tile + j) * kWsKeys;
         tma::wait(k_empty(stage), free_parity);
         tma::arrive_expect_tx(k_full(stage), kKvTileBytes);
         for (int block = 0; block < D / wgmma::kBlockColumns; ++block) {
@@ -139,6 +145,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int group_first_query = first_query + consumer * 64;
   const int own_barrier = kIssueBarrier + consumer, other_barrier = kIssueBarrier + 1 - consumer;
+  const wgmma_steps::ForwardRowMask row_mask =
+      wgmma_steps::forward_row_mask(shape, b, group_first_query, warp, g);
 
   const float scale_log2 = scale * kLog2e;
   float s[kWsKeys / 2];         // scores of 64 rows x the tile's keys (accumulator layout), then P
@@ -162,11 +170,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   tma::wait(q_full, 0);
   if (consumer == 1) tma::named_arrive(kIssueBarrier, kWsConsumerThreads);  // consumer 0 first
 
-  for (int kv_tile = 0; kv_tile <= last_kv_tile; ++kv_tile) {
-    const int stage = kv_tile % kStages;
-    const int previous = (kv_tile + kStages - 1) % kStages;
-    tma::wait(k_full(stage), (kv_tile / kStages) & 1);
-    if (kv_tile > 0) tma::wait(v_full(previous), ((kv_tile - 1) / kStages) & 1);
+  for (int j = 0; j < kv_tiles; ++j) {
+    const int kv_tile = first_kv_tile + j;
+    const int stage = j % kStages;
+    const int previous = (j + kStages - 1) % kStages;
+    tma::wait(k_full(stage), (j / kStages) & 1);
+    if (j > 0) tma::wait(v_full(previous), ((j - 1) / kStages) & 1);
     const int key_offset = kv_tile * kWsKeys - group_first_query;  // from this warpgroup's row 0
     const uint32_t k_tile = k_address + stage * kKvTileBytes;
 
@@ -178,8 +187,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                    wgmma::k_major(k_tile, kWsKeys, 0, kk), kk > 0);
     }
     wgmma::commit();
-    if (kv_tile > 0) issue_pv(previous);
-    if (kv_tile > 0) {
+    if (j > 0) issue_pv(previous);
+    if (j > 0) {
       wgmma::wait<1>();  // S done; P V may still run
     } else {
       wgmma::wait<0>();
@@ -191,16 +200,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     tma::arrive(k_empty(stage));  // this thread's reads of K_j are done
 
     float correction[2];
-    wgmma_steps::softmax_tile<kWsKeys>(s, key_offset, warp, g, t, scale_log2, row_max, row_sum,
+    wgmma_steps::softmax_tile<kWsKeys>(s, key_offset, warp, g, t, scale_log2, row_mask.row_first,
+                                       key_offset < row_mask.greatest_first, row_max, row_sum,
                                        correction);
     wgmma::wait<0>();  // the previous tile's P V: o and p are free
     wgmma::fence_registers(o);
-    if (kv_tile > 0) tma::arrive(v_empty(previous));
+    if (j > 0) tma::arrive(v_empty(previous));
     wgmma_steps::rescale_and_pack<kWsKeys, D>(o, s, correction, p);
   }
   // The last tile's P V, in turn like the others.
-  const int last_stage = last_kv_tile % kStages;
-  tma::wait(v_full(last_stage), (last_kv_tile / kStages) & 1);
+  const int last_stage = (kv_tiles - 1) % kStages;
+  tma::wait(v_full(last_stage), ((kv_tiles - 1) / kStages) & 1);
   tma::named_sync(own_barrier, kWsConsumerThreads);
   wgmma::fence();
   issue_pv(last_stage);

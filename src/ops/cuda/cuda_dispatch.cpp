@@ -78,14 +78,14 @@ KernelOverrides& overrides_storage() {
 // first row that applies and fits the device's shared memory wins.
 struct AttentionRow {
   int min_cc, max_cc;  // inclusive, major * 10 + minor
-  int head_dim;        // 0: any even head dim <= 128
+  int head_dim;        // 0: any even head dim <= kSimtMaxHeadDim
   bool bf16_only;
   AttentionKernel kernel;
   int warps, stages;
 };
 
 constexpr int kAnyCc = 1000;
-constexpr std::array<AttentionRow, 11> kAttentionRows{{
+constexpr std::array<AttentionRow, 13> kAttentionRows{{
     {90, 90, 128, true, AttentionKernel::kWgmmaWs, 12, 0},
     {90, 90, 64, true, AttentionKernel::kWgmmaWs, 12, 0},
     {90, 90, 128, true, AttentionKernel::kWgmma, 8, 2},
@@ -96,6 +96,10 @@ constexpr std::array<AttentionRow, 11> kAttentionRows{{
     {80, kAnyCc, 64, true, AttentionKernel::kMmaSync, 4, 2},
     {80, kAnyCc, 128, true, AttentionKernel::kMmaSync, 4, 1},  // backward on sm_86 / sm_89
     {80, kAnyCc, 64, true, AttentionKernel::kMmaSync, 4, 1},
+    // Head dim 256 (Gemma 3): 4 warps, 32-key K/V tiles forward; the backward in two passes (dV,
+    // then dK and dQ), Q/dO two stages deep where shared memory allows (H100), else one (A100).
+    {80, kAnyCc, 256, true, AttentionKernel::kMmaSync, 4, 2},
+    {80, kAnyCc, 256, true, AttentionKernel::kMmaSync, 4, 1},
     {0, kAnyCc, 0, false, AttentionKernel::kSimt, 0, 0},
 }};
 
@@ -135,6 +139,7 @@ AttentionConfig attention_config(DType dtype, const AttentionShape& shape,
   for (const AttentionRow& row : kAttentionRows) {
     if (cc < row.min_cc || cc > row.max_cc) continue;
     if (row.head_dim != 0 && row.head_dim != shape.head_dim) continue;
+    if (row.head_dim == 0 && shape.head_dim > kSimtMaxHeadDim) continue;
     if (row.bf16_only && dtype != DType::kBF16) continue;
     if ((row.kernel == AttentionKernel::kWgmma || row.kernel == AttentionKernel::kWgmmaWs) &&
         !wgmma_compiled)
@@ -144,6 +149,17 @@ AttentionConfig attention_config(DType dtype, const AttentionShape& shape,
     const size_t bytes = row_shared_bytes(row, shape.head_dim, backward);
     if (bytes > limits.shared_per_block_optin) continue;
     return AttentionConfig{row.kernel, row.warps, row.stages, bytes};
+  }
+  if (shape.head_dim > kSimtMaxHeadDim) {
+    throw Error(fmt::format(
+        "attention with head dim {} runs in bf16 on GPUs of compute capability 8.0 or newer with "
+        "{} KB of shared memory per block; {} (compute capability {}.{}, {} KB) with {} does not "
+        "qualify; HINT: train in bf16 (train.dtype = bf16) on an A100, H100 or H200",
+        shape.head_dim, row_shared_bytes(kAttentionRows[kAttentionRows.size() - 2],
+                                         shape.head_dim, backward) /
+                            kKiB,
+        limits.name, limits.major, limits.minor, limits.shared_per_block_optin / kKiB,
+        dtype_name(dtype)));
   }
   const size_t simt = row_shared_bytes(kAttentionRows.back(), shape.head_dim, backward);
   throw Error(fmt::format(

@@ -11,7 +11,12 @@
 //                      | mma.sync + cp.async, 8 warps, 2 stages           | cc >= 8.0, if it fits
 //                      | mma.sync, 4 warps, 2 stages                      | cc >= 8.0, if it fits
 //                      | mma.sync, 4 warps, 1 stage (backward only)       | cc >= 8.0 (sm_86/89
-//                      D128) | SIMT fp32 tiles: other head dims, f32            | any, if it fits
+//                      |   D128)                                          |
+//                      | mma.sync D 256, 4 warps, 2 or 1 stages, backward | cc >= 8.0, if it fits
+//                      |   in two passes (dV; dK and dQ)                  | (H100 2, A100 1)
+//                      | SIMT fp32 tiles: other head dims <= 128, f32     | any, if it fits
+//   every attention row reads the mask (ops/attention_mask.h: causal, window, documents;
+//   cuda_attention_mask.cuh) and skips the key / query tiles it masks whole.
 //   rmsnorm forward    | warp per row (bf16, 16-byte, C <= 2048)          | any
 //                      | block per row, 16-byte (bf16, C <= 8192)         | any
 //                      | block per row, scalar (f32, unaligned, wider)    | any
@@ -124,13 +129,16 @@ int attention_backward_heads_per_block(const AttentionShape& shape, int key_tile
 constexpr size_t kFlashTile = 64;
 constexpr size_t flash_pitch(int head_dim) { return static_cast<size_t>(head_dim) + 8; }
 constexpr size_t mma_forward_shared_bytes(int head_dim, int warps) {
-  return 2 * (warps * 16 + 4 * kFlashTile) * flash_pitch(head_dim);  // Q + 2 stages of K, V
+  // Q + 2 stages of K, V tiles of 64 keys (32 at head dim 256).
+  const size_t keys = head_dim > 128 ? kFlashTile / 2 : kFlashTile;
+  return 2 * (warps * 16 + 4 * keys) * flash_pitch(head_dim);
 }
 constexpr size_t mma_backward_shared_bytes(int head_dim, int warps, int stages) {
-  // K, V (16 rows a warp) + `stages` of Q and dO tiles, dS^T (a row per key), lse and delta.
+  // K, V (16 rows a warp) + `stages` of Q and dO tiles, dS^T (a row per key), lse and delta,
+  // each key's query end (the mask).
   return 2 * ((2 * warps * 16 + 2 * stages * kFlashTile) * flash_pitch(head_dim) +
               warps * 16 * (kFlashTile + 8)) +
-         4 * 2 * stages * kFlashTile;
+         4 * 2 * stages * kFlashTile + 4 * warps * 16;
 }
 constexpr size_t kWgmmaAlignSlack = 1024;
 constexpr size_t wgmma_forward_shared_bytes(int head_dim) {
@@ -152,6 +160,7 @@ constexpr size_t wgmma_backward_shared_bytes(int head_dim) {
   return 2 * (2 * 128 * head_dim + 4 * 64 * head_dim + 128 * 64) + 4 * 4 * 64 + kWgmmaAlignSlack;
 }
 constexpr size_t kSimtTile = 64;
+constexpr int kSimtMaxHeadDim = 128;  // the SIMT kernels' largest head dim (4 chunks of 32)
 constexpr size_t simt_forward_shared_bytes(int d) {
   return 4 * (kSimtTile * d * 2 + kSimtTile * (d + 1) + kSimtTile * kSimtTile);
 }

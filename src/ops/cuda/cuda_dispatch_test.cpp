@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -132,9 +133,9 @@ TEST(CudaDispatch, MmaTilesFitEachGpusSharedMemory) {
       }
     }
   }
-  EXPECT_EQ(mma_backward_shared_bytes(128, 8, 2), 158720u);  // ops/cuda/NOTES.md: 155 KB
+  EXPECT_EQ(mma_backward_shared_bytes(128, 8, 2), 159232u);  // ops/cuda/NOTES.md: 155.5 KB
   EXPECT_EQ(mma_forward_shared_bytes(128, 8), 104448u);      // 102 KB
-  EXPECT_EQ(mma_backward_shared_bytes(128, 4, 1), 79360u);
+  EXPECT_EQ(mma_backward_shared_bytes(128, 4, 1), 79616u);
 }
 
 TEST(CudaDispatch, OtherDtypesAndHeadDimsTakeTheSimtKernels) {
@@ -153,6 +154,39 @@ TEST(CudaDispatch, OtherDtypesAndHeadDimsTakeTheSimtKernels) {
     EXPECT_NE(message.find("head dim 96"), std::string::npos) << message;
     EXPECT_NE(message.find("L4"), std::string::npos) << message;
     EXPECT_NE(message.find("HINT"), std::string::npos) << message;
+  }
+}
+
+// Head dim 256 (Gemma 3): the 4-warp mma.sync rows on every GPU of compute capability 8.0 on
+// (no wgmma row), two Q/dO stages where shared memory allows (H100) and one on an A100; an L4
+// cannot hold the backward's 142 KB, and f32 has no kernel: one line each, naming the head dim.
+TEST(CudaDispatch, HeadDim256TakesTheMmaSyncRows) {
+  const AttentionConfig hopper = attention_backward_config(DType::kBF16, shape(256),
+                                                           preset("h100"), true);
+  EXPECT_EQ(hopper.kernel, AttentionKernel::kMmaSync);
+  EXPECT_EQ(hopper.warps, 4);
+  EXPECT_EQ(hopper.stages, 2);
+  const AttentionConfig a100 = attention_backward_config(DType::kBF16, shape(256),
+                                                         preset("a100"), false);
+  EXPECT_EQ(a100.kernel, AttentionKernel::kMmaSync);
+  EXPECT_EQ(a100.stages, 1);
+  EXPECT_LE(a100.shared_bytes, preset("a100").shared_per_block_optin);
+  for (const char* kind : {"a100", "l4", "h100"}) {
+    const AttentionConfig forward =
+        attention_forward_config(DType::kBF16, shape(256), preset(kind), true);
+    EXPECT_EQ(forward.kernel, AttentionKernel::kMmaSync) << kind;
+    EXPECT_EQ(forward.warps, 4) << kind;
+  }
+  for (const auto& [dtype, kind] : {std::pair{DType::kBF16, "l4"}, std::pair{DType::kF32, "h100"}}) {
+    try {
+      attention_backward_config(dtype, shape(256), preset(kind), true);
+      FAIL() << "expected an Error for " << kind;
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("head dim 256"), std::string::npos) << message;
+      EXPECT_NE(message.find("HINT"), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
   }
 }
 

@@ -146,9 +146,25 @@ void swiglu_backward(DType dtype, const void* dout, const void* gate, const void
                      void* dup, int64_t n, cudaStream_t stream);
 
 // ---- cuda_attention.cu ----
+// The shape of one attention call and its mask (ops/attention_mask.h), which every attention
+// kernel reads: causal, plus a sliding window of `window` keys when window > 0, plus document
+// boundaries when document_start_BT is set (device i32 (batch, seq): where each token's document
+// begins; never decreasing along a sequence). document_end_BT (one past the last token of each
+// token's document) is what the backward's key-major loops need; the backward launchers derive it
+// from the starts into their scratch (attention_document_ends), so callers leave it null.
 struct AttentionShape {
   int batch, seq, heads, kv_heads, head_dim;
+  int window = 0;
+  const int32_t* document_start_BT = nullptr;
+  const int32_t* document_end_BT = nullptr;
 };
+// ---- cuda_attention_mask.cu ----
+// end_BT[b][t] = one past the last position of t's document (the first q > t whose document
+// starts after t, or seq). REQUIRES: start_BT[b][t] <= t, never decreasing along t.
+void attention_document_ends(const int32_t* start_BT, int batch, int seq, int32_t* end_BT,
+                             cudaStream_t stream);
+// Floats of scratch the backward launchers add for document_end_BT (0 without documents).
+size_t attention_mask_scratch_floats(const AttentionShape& shape);
 // REQUIRES: head_dim even and <= 128; heads % kv_heads == 0.
 void attention_forward(DType dtype, const void* q_BTHD, const void* k_BTKD, const void* v_BTKD,
                        float scale, const AttentionShape& shape, void* out_BTHD, float* lse_BHT,

@@ -49,8 +49,9 @@ cuda_kernels::AttentionShape attention_shape(const Tensor& q_BTHD, const Tensor&
                        s.heads % s.kv_heads == 0,
                    "attention: q {}, k {}, v {}", q_BTHD.shape().to_string(),
                    k_BTKD.shape().to_string(), v_BTKD.shape().to_string());
-  SHARDTRAIN_CHECK(s.head_dim % 2 == 0 && s.head_dim <= 128,
-                   "CUDA attention supports even head dims up to 128, got {}", s.head_dim);
+  SHARDTRAIN_CHECK(s.head_dim % 2 == 0 && (s.head_dim <= 128 || s.head_dim == 256),
+                   "CUDA attention supports even head dims up to 128, and 256, got {}",
+                   s.head_dim);
   require_float(q_BTHD, "attention q");
   SHARDTRAIN_CHECK(k_BTKD.dtype() == q_BTHD.dtype() && v_BTKD.dtype() == q_BTHD.dtype(),
                    "attention q, k, v must share a dtype");
@@ -257,19 +258,24 @@ void CudaOps::swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tens
 
 namespace {
 
-void require_causal_only(const AttentionMask& mask) {
-  if (mask.is_causal_only()) return;
-  if (mask.has_documents()) {
+// The mask into the kernels' shape (cuda_kernels.h): a window covering the whole sequence masks
+// nothing (the plain causal kernels' bounds); document starts are an i32 (B, T) CUDA tensor.
+// Logit soft-capping (Gemma 2's attn_logit_softcapping; Gemma 3 has none) is not in the kernels.
+void apply_mask(const AttentionMask& mask, cuda_kernels::AttentionShape& s) {
+  if (mask.has_softcap()) {
     fail(
-        "document-masked attention (data.packing = documents with several documents in one "
-        "sequence) is not implemented on CUDA yet; HINT: set data.packing = none (one document "
-        "per sequence) or concatenate (documents attend across boundaries), or train on CPU "
-        "(train.device = cpu)");
+        "attention logit soft-capping (attn_logit_softcapping {}) is not implemented in the CUDA "
+        "attention kernels; HINT: train this model on CPU (train.device = cpu)",
+        mask.logit_softcap);
   }
-  fail(
-      "sliding-window attention (window {}) is not implemented on CUDA yet; HINT: lower "
-      "data.seq_len to at most the model's sliding_window, or train on CPU (train.device = cpu)",
-      mask.window);
+  s.window = mask.window > 0 && mask.window < s.seq ? static_cast<int>(mask.window) : 0;
+  if (!mask.has_documents()) return;
+  const Tensor& starts = mask.document_start_BT;
+  require_dtype(starts, DType::kI32, "attention document starts");
+  SHARDTRAIN_CHECK(starts.numel() == int64_t{s.batch} * s.seq,
+                   "attention document starts {} for batch {} x seq {}",
+                   starts.shape().to_string(), s.batch, s.seq);
+  s.document_start_BT = starts.i32();
 }
 
 }  // namespace
@@ -277,8 +283,8 @@ void require_causal_only(const AttentionMask& mask) {
 void CudaOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
                                        const AttentionMask& mask, Tensor out_BTHD,
                                        Tensor lse_BHT) {
-  require_causal_only(mask);
-  const cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
+  cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
+  apply_mask(mask, s);
   SHARDTRAIN_CHECK(
       out_BTHD.shape() == q_BTHD.shape() && lse_BHT.numel() == int64_t{s.batch} * s.heads * s.seq,
       "attention out {} lse {} for q {}", out_BTHD.shape().to_string(), lse_BHT.shape().to_string(),
@@ -300,8 +306,8 @@ void CudaOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor 
                                         Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT,
                                         float scale, const AttentionMask& mask, Tensor dq_BTHD,
                                         Tensor dk_BTKD, Tensor dv_BTKD) {
-  require_causal_only(mask);
-  const cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
+  cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
+  apply_mask(mask, s);
   SHARDTRAIN_CHECK(out_BTHD.shape() == q_BTHD.shape() && dout_BTHD.shape() == q_BTHD.shape() &&
                        dq_BTHD.shape() == q_BTHD.shape() && dk_BTKD.shape() == k_BTKD.shape() &&
                        dv_BTKD.shape() == v_BTKD.shape() &&

@@ -96,7 +96,8 @@ class CudaOps final : public Ops {
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step);
 
  protected:
-  // Causal only: a sliding window is refused with an Error until the kernels implement it.
+  // Every mask of ops/attention_mask.h (causal, window, documents), in every kernel of the
+  // dispatch table (cuda_dispatch.h).
   void masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
                                 const AttentionMask& mask, Tensor out_BTHD,
                                 Tensor lse_BHT) override;
