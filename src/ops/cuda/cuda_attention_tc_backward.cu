@@ -68,15 +68,17 @@ __global__ void flash_delta_kernel(const bf16* dout_BTHD, const bf16* out_BTHD,
 // kMasked: the shape has a window or documents (the causal instantiation leaves the mask's
 // bookkeeping out, so its registers stay as they were). kPass: what the block computes,
 // kAllGradients, or at D = 256, where dK and dV do not both fit the registers, one launch of
-// kValueGradient (dV) and one of kKeyAndQueryGradients (dK, dQ), which recompute P.
+// kValueGradient (dV) and one of kKeyAndQueryGradients (dK, dQ), which recompute P. The shape is
+// a __grid_constant__ parameter: read in place, never copied to the stack (with the mask's
+// pointers in it, the copy cost the causal D = 128 kernels their last registers: ptxas spills).
 enum BackwardPass { kAllGradients, kValueGradient, kKeyAndQueryGradients };
 template <int D, int kBackwardWarps, int kStages, bool kMasked, int kPass>
 __global__ void __launch_bounds__(kBackwardWarps * 32)
     flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                           const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
-                          float scale, AttentionShape shape, int heads_per_block,
-                          float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD, float* dk_accum_BTKD,
-                          float* dv_accum_BTKD) {
+                          float scale, const __grid_constant__ AttentionShape shape,
+                          int heads_per_block, float* dq_accum_BTHD, bf16* dk_BTKD,
+                          bf16* dv_BTKD, float* dk_accum_BTKD, float* dv_accum_BTKD) {
   static_assert(kBackwardWarps == 4 || kBackwardWarps == 8, "dQ is split over 4 or 8 warps");
   constexpr bool kValue = kPass != kKeyAndQueryGradients;  // dV
   constexpr bool kKey = kPass != kValueGradient;           // dK and dQ (both need dS)

@@ -44,13 +44,15 @@ constexpr int forward_keys() {
 
 // One block = kForwardWarps warps = a query tile of 16 * kForwardWarps rows of one head.
 // kMasked: the shape has a window or documents (attention_mask::causal_only is false); the causal
-// instantiation leaves the mask's bookkeeping out, so its registers stay as they were.
+// instantiation leaves the mask's bookkeeping out, so its registers stay as they were. The shape
+// is a __grid_constant__ parameter (read in place, not copied: fewer registers at D = 64).
 // REQUIRES: blockDim.x == 32 * kForwardWarps; dynamic shared memory forward_shared_bytes<D,
 // kForwardWarps>(); grid (query tiles, heads, batch).
 template <int D, int kForwardWarps, bool kMasked>
 __global__ void __launch_bounds__(kForwardWarps * 32, forward_min_blocks<D, kForwardWarps>())
     flash_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
-                         AttentionShape shape, bf16* out_BTHD, float* lse_BHT) {
+                         const __grid_constant__ AttentionShape shape, bf16* out_BTHD,
+                         float* lse_BHT) {
   constexpr int kKeys = forward_keys<D>();
   // Q fragments stay in registers across K/V tiles up to D = 128; at 256 (64 registers) they are
   // read from shared memory for each tile.
