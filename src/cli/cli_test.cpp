@@ -408,6 +408,16 @@ TEST_F(CliTest, HostileSizesAndFilesEndInOneLineErrors) {
                     {"model.dropout must be a number"});
 }
 
+TEST_F(CliTest, Fp8IsRefusedOnTheCpuBackend) {
+  // FP8 is a GPU feature: on the CPU, one line naming the key, why, and what to use instead.
+  const std::string data = write_jsonl("data.jsonl", 8, 17, 64);
+  const std::string toml = train_toml(kGolden + "llama_gqa", data);
+  expect_user_error(run("train --config " + toml + " --train.precision=fp8"),
+                    {"train.precision = \"fp8\"", "CPU backend", "train.precision = \"bf16\""});
+  expect_user_error(run("train --config " + toml + " --train.precision=fp16"),
+                    {"train.precision", "fp8"});
+}
+
 TEST_F(CliTest, MissingConfigFile) {
   Result r = run("train --config " + path("absent.toml"));
   EXPECT_EQ(r.exit_code, 2);

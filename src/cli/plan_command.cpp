@@ -19,6 +19,7 @@
 #include "fsdp/fsdp_strategy.h"
 #include "fsdp/shard_plan.h"
 #include "model/decoder_model.h"
+#include "model/fp8_memory.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
 #include "train/job_model_config.h"
@@ -173,6 +174,8 @@ void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
 void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointing) {
   const DecoderModel::ActivationBytes acts = DecoderModel::activation_breakdown_for(
       job.model, job.micro_batch, job.seq_len, job.activation_dtype, checkpointing);
+  // train.precision = "fp8": the FP8 copies and GEMM workspace, counted with the activations.
+  const size_t fp8 = job.fp8 ? fp8_workspace_bytes(job.model, job.micro_batch * job.seq_len) : 0;
   std::printf(
       "per-rank bytes (fsdp.reduce_on_last_micro_batch = %s, fsdp.compute_copy = %s, "
       "optim.update_in_backward = %s; activations for micro_batch %lld x seq_len %lld, "
@@ -202,7 +205,7 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
                 group, mib(m.master_bytes).c_str(), mib(m.compute_shard_bytes).c_str(),
                 mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
                 mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
-                mib(acts.total()).c_str(), mib(m.total() + acts.total()).c_str());
+                mib(acts.total() + fp8).c_str(), mib(m.total() + acts.total() + fp8).c_str());
     if (group == 1 && job.activation_dtype != DType::kF32 && copy_note.empty()) {
       copy_note = resolve_compute_copy(job, setting) == ComputeCopy::kKeep
                       ? "kept (persistent, written by the optimizer step)"
@@ -215,6 +218,12 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
       "(plan leaves out the CUDA context and library workspaces: see the fit reserve)\n",
       mib(acts.block_sets).c_str(), mib(acts.checkpoints).c_str(), mib(acts.head_logits).c_str(),
       mib(acts.scratch).c_str());
+  if (job.fp8) {
+    std::printf(
+        "train.precision = fp8: FP8 copies of the largest linear's operands (incl. the "
+        "transposed ones the backward GEMMs read) and the FP8 GEMM workspace %s, in activations\n",
+        mib(fp8).c_str());
+  }
 }
 
 void run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {

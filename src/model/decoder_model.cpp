@@ -38,6 +38,14 @@ DecoderModel::Checkpointing DecoderModel::checkpointing_from_name(const std::str
   return Checkpointing::kNone;
 }
 
+BlockWeights DecoderModel::weights_of(int unit, Tensor flat, int64_t layer) const {
+  BlockWeights w = block_weights(layout_.units[unit], flat, layer);
+  const bool fp8 = block_uses_fp8(layer);
+  for (Linear* linear : {&w.attention.qkv, &w.attention.o, &w.mlp.gate, &w.mlp.up, &w.mlp.down})
+    linear->fp8 = fp8;
+  return w;
+}
+
 DecoderModel::Activations DecoderModel::declare(ActivationPlan& plan, const ModelConfig& c,
                                             int64_t batch, int64_t seq_len,
                                             Checkpointing checkpointing, int64_t chunk_rows) {
@@ -208,7 +216,7 @@ void DecoderModel::backward_blocks(UnitAccess& units) {
   const BlockScratch scratch = acts_.block_scratch.sized(dims());
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     const int unit = block_unit(l);
-    const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l);
+    const BlockWeights w = weights_of(unit, units.acquire_params(unit), l);
     const GradBuffer grads = units.acquire_grads(unit);
     // Gradient views are laid out from the unit's first parameter: a unit with frozen
     // parameters (GradBuffer::offset > 0) needs its Linears marked frozen first (LoRA).
@@ -241,7 +249,7 @@ RootWeights DecoderModel::forward_blocks(UnitAccess& units) {
   const BlockScratch scratch = acts_.block_scratch.sized(dims());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int unit = block_unit(l);
-    const BlockWeights w = block_weights(layout_.units[unit], units.acquire_params(unit), l);
+    const BlockWeights w = weights_of(unit, units.acquire_params(unit), l);
     block(l).forward(ops_, w, block_inputs(l), block_storage(l), scratch, block_output(l));
     units.release_params(unit);
   }

@@ -55,6 +55,22 @@ class DecoderModel {
   void set_activation_checkpointing(Checkpointing mode) { checkpointing_ = mode; }
   Checkpointing activation_checkpointing() const { return checkpointing_; }
 
+  // train.precision: with kFp8 the blocks' linears (q/k/v, o, gate, up, down) run their GEMMs
+  // in FP8 (Linear::fp8, Ops::linear_*_fp8), except the first and last `keep_bf16_layers`
+  // blocks (fp8.keep_bf16_layers); the embedding, norms, attention, lm head and loss stay
+  // bf16/fp32. REQUIRES: the backend runs FP8 (Ops::fp8_unsupported_reason() empty; the trainer
+  // refuses the config otherwise).
+  enum class Precision { kBf16, kFp8 };
+  void set_precision(Precision precision, int64_t keep_bf16_layers = 0) {
+    precision_ = precision;
+    keep_bf16_layers_ = keep_bf16_layers;
+  }
+  // Whether block `layer`'s linears run in FP8.
+  bool block_uses_fp8(int64_t layer) const {
+    return precision_ == Precision::kFp8 && layer >= keep_bf16_layers_ &&
+           layer < config_.num_hidden_layers - keep_bf16_layers_;
+  }
+
   // The lm head and loss run over chunks of at most this many logits (rows x vocab; at least
   // one row per chunk), so peak memory does not grow with tokens x vocab. Tests lower it to
   // exercise several chunks on tiny models. REQUIRES: called before reserve().
@@ -124,6 +140,9 @@ class DecoderModel {
     return DecoderBlock(dims(), recipes_[layer], norm_eps());
   }
   BlockInputs block_inputs(int64_t layer) const;
+  // Block `layer`'s weights as the layers take them: block_weights() with the linears marked
+  // FP8 where block_uses_fp8(layer).
+  BlockWeights weights_of(int unit, Tensor flat, int64_t layer) const;
   LmHead lm_head() const { return LmHead(dims(), chunk_rows_, norm_eps()); }
   void build_rope_tables(int64_t seq_len);
   // Backward of every block, last to first; dresid_NC holds d(last block's output) and ends
@@ -147,6 +166,8 @@ class DecoderModel {
   int64_t head_chunk_logits_ = kDefaultHeadChunkLogits;
   Arena arena_;
   Checkpointing checkpointing_ = Checkpointing::kNone;
+  Precision precision_ = Precision::kBf16;
+  int64_t keep_bf16_layers_ = 0;
   std::vector<BlockRecipe> recipes_;  // per block, from the family table
   Activations acts_;
   // One pair of rope tables per distinct rope config of the blocks; rope_of_block_[l] indexes it.

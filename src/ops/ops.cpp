@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace shardtrain {
 
 AdamWCoefficients adamw_coefficients(const AdamWStep& step) {
@@ -19,6 +21,18 @@ AdamWCoefficients adamw_coefficients(const AdamWStep& step) {
   c.eps = step.eps;
   c.grad_scale = step.grad_scale;
   return c;
+}
+
+std::string Ops::fp8_unsupported_reason() const {
+  return "this backend has no FP8 matmuls (they run on CUDA GPUs of compute capability 8.9+)";
+}
+
+void Ops::linear_forward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor) {
+  throw Error(fp8_unsupported_reason());
+}
+
+void Ops::linear_backward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, bool, bool) {
+  throw Error(fp8_unsupported_reason());
 }
 
 }  // namespace shardtrain

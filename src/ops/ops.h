@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -178,6 +179,24 @@ class Ops {
   virtual void sum_squares(Tensor x, Tensor out_1) = 0;
   // Reads one fp32 scalar to the host; synchronises.
   virtual float read_scalar(Tensor x_1) = 0;
+
+  // ---- FP8 linears (train.precision = "fp8": model/layers/linear.h) ----
+  // "" when this backend runs the FP8 linears below, else one sentence saying why not (the
+  // trainer refuses train.precision = "fp8" with it). Default: no FP8 (CUDA on compute
+  // capability 8.9+ overrides).
+  virtual std::string fp8_unsupported_reason() const;
+  // out_NO = x_NI @ weight_OI^T (+ bias_O) (+ residual_NO when defined; out may alias it) with
+  // the GEMM in FP8: x and weight quantised to e4m3 with per-tensor current scales (scale =
+  // fp8_max / amax of the tensor now), fp32 accumulation, bf16 out. Shapes the FP8 GEMM cannot
+  // run compute as linear_forward(_residual). REQUIRES: no bias with a residual. Default:
+  // throws Error(fp8_unsupported_reason()).
+  virtual void linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor residual_NO,
+                                  Tensor out_NO);
+  // linear_backward's contract with both GEMMs in FP8 (dout quantised to e5m2, weight and x to
+  // e4m3, per-tensor current scales); the bias gradient is dout's column sum as in bf16.
+  virtual void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                                   Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                                   bool accumulate_dweight);
 
  protected:
   // What attention_forward / attention_backward run (the causal default lives in one place).

@@ -224,6 +224,21 @@ void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   });
   record_gemm(true, x_NI, weight_OI, (dx_NI.defined() ? 1 : 0) + (dweight_OI.defined() ? 1 : 0));
 }
+void ProfiledOps::linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O,
+                                     Tensor residual_NO, Tensor out_NO) {
+  timed(__func__, OpClass::kGemm,
+        [&] { inner_->linear_forward_fp8(x_NI, weight_OI, bias_O, residual_NO, out_NO); });
+  record_gemm(false, x_NI, weight_OI, 1);
+}
+void ProfiledOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                                      Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                                      bool accumulate_dweight) {
+  timed(__func__, OpClass::kGemm, [&] {
+    inner_->linear_backward_fp8(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O,
+                                accumulate_dx, accumulate_dweight);
+  });
+  record_gemm(true, x_NI, weight_OI, (dx_NI.defined() ? 1 : 0) + (dweight_OI.defined() ? 1 : 0));
+}
 void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                  Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
   timed(__func__, OpClass::kElementwise,

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "fsdp/shard_plan.h"
 #include "model/decoder_model.h"
+#include "model/fp8_memory.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
 
@@ -65,7 +66,8 @@ namespace {
 
 size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
   return DecoderModel::activation_bytes_for(job.model, job.micro_batch, job.seq_len,
-                                          job.activation_dtype, setting.checkpointing);
+                                          job.activation_dtype, setting.checkpointing) +
+         (job.fp8 ? fp8_workspace_bytes(job.model, job.micro_batch * job.seq_len) : 0);
 }
 
 FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, ComputeCopy copy) {
@@ -245,6 +247,7 @@ MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, in
                 activation_dtype};
   job.compute_copy = config.fsdp.compute_copy;
   job.update_in_backward = config.optim.update_in_backward;
+  job.fp8 = config.train.precision == TrainPrecision::kFp8;
   job.capacity_bytes = capacity;
   return job;
 }

@@ -44,6 +44,7 @@ struct MemoryJob {
   DType activation_dtype = DType::kBF16;
   ComputeCopyChoice compute_copy = ComputeCopyChoice::kAuto;  // fsdp.compute_copy
   bool update_in_backward = false;    // optim.update_in_backward
+  bool fp8 = false;                   // train.precision = "fp8": plus model/fp8_memory.h's bytes
   size_t capacity_bytes = 0;          // the GPU memory auto compares with; 0 = unknown (keep)
 };
 

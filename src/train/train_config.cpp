@@ -47,6 +47,12 @@ const ChoiceNames<FsdpStrategy>& fsdp_strategy_names() {
   return names;
 }
 
+const ChoiceNames<TrainPrecision>& precision_names() {
+  static const ChoiceNames<TrainPrecision> names = {{"bf16", TrainPrecision::kBf16},
+                                                    {"fp8", TrainPrecision::kFp8}};
+  return names;
+}
+
 const ChoiceNames<ComputeCopyChoice>& compute_copy_names() {
   static const ChoiceNames<ComputeCopyChoice> names = {{"auto", ComputeCopyChoice::kAuto},
                                                        {"keep", ComputeCopyChoice::kKeep},
@@ -136,6 +142,9 @@ void register_train_loop_keys(ConfigSchema& schema, TrainLoopConfig& train) {
                   "full = keep only each block's input and recompute the block in backward "
                   "(less activation memory, one extra block forward); selective = also keep "
                   "the attention output, so the recompute skips attention");
+  schema.add_enum("train.precision", &train.precision, precision_names(),
+                  "fp8 = the blocks' linear GEMMs in FP8 with per-tensor current scaling "
+                  "(GPUs of compute capability 8.9+: L4, H100, H200); bf16 = all in bf16");
   schema.add("train.global_batch", &train.global_batch,
              "sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x "
              "ranks; when set, grad_accum is derived from it");
@@ -210,6 +219,8 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   register_parallel_keys(schema, fsdp, dist);
   metrics.register_config(schema);
   register_optim_keys(schema, optim);
+  schema.add("fp8.keep_bf16_layers", &fp8.keep_bf16_layers,
+             "train.precision = \"fp8\": the first and the last N blocks stay bf16");
 }
 
 namespace {
@@ -262,6 +273,7 @@ void TrainConfig::validate() const {
   }
   require(train.grad_accum > 0, "train.grad_accum", "> 0", train.grad_accum);
   require(train.log_every > 0, "train.log_every", "> 0", train.log_every);
+  require(fp8.keep_bf16_layers >= 0, "fp8.keep_bf16_layers", ">= 0", fp8.keep_bf16_layers);
   require(train.max_grad_norm >= 0, "train.max_grad_norm", ">= 0 (0 disables clipping)",
           train.max_grad_norm);
   require(train.global_batch >= 0, "train.global_batch", ">= 0 (0 = derived)", train.global_batch);

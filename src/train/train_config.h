@@ -12,6 +12,7 @@
 //           decay_norms_and_biases, update_in_backward
 //   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch, compute_copy (docs/fsdp.md)
 //   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
+//   [train] precision        [fp8] keep_bf16_layers
 //   [metrics] port, address, gpu, gpu_interval, nvml_library, peak_tflops (train/metrics_config.h)
 //
 // Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
@@ -45,6 +46,7 @@ enum class ModelInit { kPretrained, kRandom };
 enum class ComputeCopyChoice { kAuto, kKeep, kOnDemand };
 enum class LrScheduleKind { kCosine, kLinear, kConstant };
 using ActivationCheckpointing = DecoderModel::Checkpointing;
+using TrainPrecision = DecoderModel::Precision;
 
 template <typename Enum>
 using ChoiceNames = std::vector<std::pair<std::string, Enum>>;
@@ -54,6 +56,7 @@ const ChoiceNames<ActivationCheckpointing>& checkpointing_names();  // none, ful
 const ChoiceNames<LrScheduleKind>& lr_schedule_names();             // cosine, linear, constant
 const ChoiceNames<FsdpStrategy>& fsdp_strategy_names();             // FULL_SHARD, ...
 const ChoiceNames<ComputeCopyChoice>& compute_copy_names();         // auto, keep, on_demand
+const ChoiceNames<TrainPrecision>& precision_names();               // bf16, fp8
 // The name of `value` in `names` (what the user typed, for messages).
 template <typename Enum>
 std::string choice_name(const ChoiceNames<Enum>& names, Enum value) {
@@ -125,6 +128,10 @@ struct TrainLoopConfig {
   // selective also keeps the attention output, so the recompute skips attention
   // (model/decoder_model.h DecoderModel::Checkpointing).
   ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::kNone;
+  // bf16 | fp8: fp8 runs the blocks' linear GEMMs in FP8 with per-tensor current scaling
+  // (GPUs of compute capability 8.9+; refused elsewhere). Master weights, optimizer state and
+  // gradient reduction are the same in both.
+  TrainPrecision precision = TrainPrecision::kBf16;
   // Sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x ranks. When
   // set, grad_accum is derived from it (see TrainConfig::grad_accum_for).
   int64_t global_batch = 0;
@@ -177,6 +184,12 @@ struct DistConfig {
   std::string backend = "auto";
 };
 
+struct Fp8Config {
+  // train.precision = "fp8": the first and the last N blocks stay bf16 (as torchtitan and
+  // Megatron allow; the blocks nearest the embedding and the head are the most sensitive).
+  int64_t keep_bf16_layers = 0;
+};
+
 struct TrainConfig {
   ModelSourceConfig model;
   DataConfig data;
@@ -185,6 +198,7 @@ struct TrainConfig {
   FsdpConfig fsdp;
   DistConfig dist;
   MetricsConfig metrics;
+  Fp8Config fp8;
 
   // Declares every key above in `schema`, bound to this object's fields.
   void register_config(ConfigSchema& schema);

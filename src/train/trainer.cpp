@@ -21,6 +21,7 @@
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/optimizer.h"
+#include "train/precision_check.h"
 #include "train/training_data.h"
 
 namespace shardtrain {
@@ -42,6 +43,7 @@ std::string config_json_of(const std::string& model_dir) {
 // setting fits this GPU's free memory (train/memory_fit.h; a no-op on CPU).
 ModelConfig model_config_that_fits(const TrainConfig& config, const WorkerEnv& env, Ops& ops) {
   ModelConfig model = read_hf_config(config_json_of(config.model.path));
+  require_precision_supported(config, model, ops);
   check_training_fits_gpu(config, model, env.world, env.local_world, ops.device());
   return model;
 }
@@ -199,6 +201,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
                {config_.train.micro_batch, grad_accum_, env_.world, env_.rank}),
       loss_buffer_(ops_, sizeof(float)) {
   model_.set_activation_checkpointing(config_.train.activation_checkpointing);
+  model_.set_precision(config_.train.precision, config_.fp8.keep_bf16_layers);
   model_.reserve(config_.train.micro_batch, config_.data.seq_len);
   // Blocking backends (Gloo) get their exposed communication time measured around each call.
   world_.comm = with_heartbeat(with_blocking_comm_time(std::move(world_.comm)), *heartbeat_);

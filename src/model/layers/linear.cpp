@@ -5,12 +5,20 @@
 namespace shardtrain {
 
 void Linear::forward(Ops& ops, Tensor x_NI, Tensor out_NO) const {
-  ops.linear_forward(x_NI, weight_OI, bias_O, out_NO);
+  if (fp8) {
+    ops.linear_forward_fp8(x_NI, weight_OI, bias_O, Tensor(), out_NO);
+  } else {
+    ops.linear_forward(x_NI, weight_OI, bias_O, out_NO);
+  }
 }
 
 void Linear::forward_residual(Ops& ops, Tensor x_NI, Tensor residual_NO, Tensor out_NO) const {
   SHARDTRAIN_CHECK(!bias_O.defined(), "a residual linear has no bias");
-  ops.linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
+  if (fp8) {
+    ops.linear_forward_fp8(x_NI, weight_OI, Tensor(), residual_NO, out_NO);
+  } else {
+    ops.linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
+  }
 }
 
 void Linear::backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor dout_NO,
@@ -18,8 +26,13 @@ void Linear::backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor
   // Undefined gradient views tell the backend the weight is frozen (ops/ops.h).
   const Tensor dweight_OI = frozen ? Tensor() : grad.weight_OI;
   const Tensor dbias_O = frozen ? Tensor() : grad.bias_O;
-  ops.linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
-                      accumulate_grad);
+  if (fp8) {
+    ops.linear_backward_fp8(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
+                            accumulate_grad);
+  } else {
+    ops.linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
+                        accumulate_grad);
+  }
 }
 
 }  // namespace shardtrain

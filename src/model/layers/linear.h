@@ -22,6 +22,9 @@ struct Linear {
   Tensor weight_OI;     // (O, I)
   Tensor bias_O;        // (O) or undefined
   bool frozen = false;  // a weight that is not trained: backward runs no weight-gradient GEMM
+  // The GEMMs in FP8 with per-tensor current scaling (Ops::linear_*_fp8; train.precision =
+  // "fp8", set per block by DecoderModel).
+  bool fp8 = false;
 
   void forward(Ops& ops, Tensor x_NI, Tensor out_NO) const;
   // REQUIRES: no bias (the fused epilogue adds the residual only). out_NO may alias residual_NO.

@@ -22,6 +22,11 @@ class CpuOps final : public Ops {
  public:
   Device device() const override { return Device::kCpu; }
   DType activation_dtype() const override { return DType::kF32; }
+  // FP8 is a GPU feature: the reference backend computes in fp32 (train.precision = "bf16").
+  std::string fp8_unsupported_reason() const override {
+    return "the CPU backend computes in fp32; FP8 matmuls run on CUDA GPUs of compute "
+           "capability 8.9+ (L4, H100, H200)";
+  }
 
   // ---- memory: 64-byte aligned, zero-filled host allocations ----
   void* allocate(size_t bytes) override;

@@ -10,6 +10,7 @@
 #include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_linear_fp8.h"
 #include "ops/op_checks.h"
 
 namespace shardtrain {
@@ -60,6 +61,7 @@ CudaOps::CudaOps() {
 CudaOps::~CudaOps() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
+  fp8_.reset();
   adamw_multi_.reset();
   if (scratch_ != nullptr) cudaFree(scratch_);
   cudaStreamDestroy(stream_);

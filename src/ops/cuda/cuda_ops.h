@@ -28,8 +28,10 @@
 namespace shardtrain {
 
 class CublasLtGemm;
+class Fp8Linear;
 namespace cuda_kernels {
 class AdamWMultiLauncher;
+enum class Fp8Format;
 }
 
 class CudaOps final : public Ops {
@@ -42,6 +44,8 @@ class CudaOps final : public Ops {
 
   Device device() const override { return Device::kCuda; }
   DType activation_dtype() const override { return DType::kBF16; }
+  // "" on compute capability 8.9+ (device_limits(), so a test override counts), else why not.
+  std::string fp8_unsupported_reason() const override;
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_index_; }
 
@@ -84,6 +88,17 @@ class CudaOps final : public Ops {
                        Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                        bool accumulate_dweight) override;
 
+  // ---- FP8 linear (cuda_linear_fp8.cpp): Fp8Linear, made at the first call ----
+  void linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor residual_NO,
+                          Tensor out_NO) override;
+  void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                           Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                           bool accumulate_dweight) override;
+  // Outside the interface: the gradient format (default e5m2; the GPU tests measure e4m3) and
+  // the bytes of FP8 copies held now.
+  void set_fp8_gradient_format(cuda_kernels::Fp8Format format);
+  size_t fp8_workspace_bytes() const;
+
   // ---- optimizer and norms (cuda_ops.cpp) ----
   // One launch; the segment table is uploaded only when the segments change (cuda_kernels.h).
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
@@ -111,10 +126,13 @@ class CudaOps final : public Ops {
   // order, so one op's scratch is never live when the next op is enqueued). Growing it
   // synchronises the stream once.
   float* scratch_floats(size_t count);
+  // The FP8 linears' state; throws Error (fp8_unsupported_reason) below compute capability 8.9.
+  Fp8Linear& fp8();
 
   int device_index_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
+  std::unique_ptr<Fp8Linear> fp8_;
   std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;

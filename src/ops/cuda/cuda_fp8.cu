@@ -1,0 +1,158 @@
+// FP8 quantisation kernels (cuda_fp8.h): amax, then the scaled cast into a row-major and/or a
+// transposed FP8 copy. Both are memory-bound single passes.
+//
+// amax: grid-stride max of |x| (16-byte loads for bf16), one block reduction, one atomicMax a
+// block on the float's bits (non-negative floats order like their unsigned bit patterns).
+// cast: 64 x 64 tiles, 256 threads; each thread loads 4 consecutive elements of a row, writes
+// their 4 FP8 bytes to the row-major copy (one 4-byte store) and to a shared tile; the
+// transposed copy is then written from the tile, 4 bytes (4 source rows) a thread, so both
+// outputs are written with coalesced 4-byte stores and x is read once.
+//
+// __nv_cvt_float_to_fp8 compiles on every architecture of the fat build (emulated below sm_89);
+// the FP8 GEMMs that consume the output run only on sm_89+ (cuda_gemm_fp8.cpp checks).
+#include <cuda_fp8.h>
+
+#include "ops/cuda/cuda_device_utils.cuh"
+#include "ops/cuda/cuda_fp8.h"
+
+namespace shardtrain::cuda_kernels {
+namespace {
+
+using cuda_detail::bf16;
+using cuda_detail::to_float;
+
+constexpr int kAmaxThreads = 256;
+constexpr int kTile = 64;
+constexpr int kCastThreads = 256;
+constexpr int kGroup = 4;                      // elements a thread converts at once
+constexpr int kThreadsPerRow = kTile / kGroup;  // 16
+constexpr int kRowsPerPass = kCastThreads / kThreadsPerRow;  // 16
+constexpr int kTilePitch = kTile + 4;                        // bytes; keeps 4-byte alignment
+
+__device__ __forceinline__ float abs_max(float m, float x) { return fmaxf(m, fabsf(x)); }
+
+template <typename T>
+__global__ void amax_kernel(const T* x, int64_t n, unsigned* amax_bits) {
+  float m = 0.0f;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if constexpr (sizeof(T) == 2) {
+    // bf16: 8 elements (16 bytes) per load where the pointer allows it; the tail one by one.
+    const bool vector = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    const int64_t vectors = vector ? n / cuda_detail::kBf16PerVector : 0;
+    for (int64_t i = first; i < vectors; i += stride) {
+      float v[cuda_detail::kBf16PerVector];
+      cuda_detail::load8(x + i * cuda_detail::kBf16PerVector, v);
+      for (int j = 0; j < cuda_detail::kBf16PerVector; ++j) m = abs_max(m, v[j]);
+    }
+    for (int64_t i = vectors * cuda_detail::kBf16PerVector + first; i < n; i += stride)
+      m = abs_max(m, to_float(x[i]));
+  } else {
+    for (int64_t i = first; i < n; i += stride) m = abs_max(m, to_float(x[i]));
+  }
+  __shared__ float shared[32];
+  m = cuda_detail::block_max(m, shared);
+  if (threadIdx.x == 0) atomicMax(amax_bits, __float_as_uint(m));
+}
+
+__device__ __forceinline__ uint8_t to_fp8(float v, __nv_fp8_interpretation_t kind) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kind));
+}
+
+// One 64 x 64 tile of x per block (blockIdx.x: column tile, blockIdx.y: row tile).
+template <typename T>
+__global__ void cast_kernel(const T* x, int64_t rows, int64_t cols, __nv_fp8_interpretation_t kind,
+                            float max_value, const float* amax, uint8_t* out, uint8_t* out_t,
+                            float* inv_scale) {
+  __shared__ __align__(4) uint8_t tile[kTile][kTilePitch];
+  const float a = *amax;
+  const float scale = a > 0.0f ? max_value / a : 1.0f;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv_scale = 1.0f / scale;
+
+  const int64_t row0 = int64_t{blockIdx.y} * kTile, col0 = int64_t{blockIdx.x} * kTile;
+  const int group_col = (threadIdx.x % kThreadsPerRow) * kGroup;
+  for (int r = threadIdx.x / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
+    const int64_t row = row0 + r, col = col0 + group_col;
+    if (row >= rows || col >= cols) continue;  // rows, cols multiples of kGroup: all or none
+    float v[kGroup];
+    if constexpr (sizeof(T) == 2) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(x + row * cols + col);
+      const bf16* h = reinterpret_cast<const bf16*>(&raw);
+      for (int j = 0; j < kGroup; ++j) v[j] = to_float(h[j]);
+    } else {
+      const float4 raw = *reinterpret_cast<const float4*>(x + row * cols + col);
+      v[0] = raw.x, v[1] = raw.y, v[2] = raw.z, v[3] = raw.w;
+    }
+    uint32_t packed = 0;
+    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{to_fp8(v[j] * scale, kind)} << (8 * j);
+    if (out != nullptr) *reinterpret_cast<uint32_t*>(out + row * cols + col) = packed;
+    *reinterpret_cast<uint32_t*>(&tile[r][group_col]) = packed;
+  }
+  if (out_t == nullptr) return;  // uniform over the block: no thread waits at the barrier
+  __syncthreads();
+  // out_t (cols x rows): row c of the tile's columns, 4 source rows a thread.
+  const int group_row = (threadIdx.x % kThreadsPerRow) * kGroup;
+  for (int c = threadIdx.x / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
+    const int64_t out_row = col0 + c, out_col = row0 + group_row;
+    if (out_row >= cols || out_col >= rows) continue;
+    uint32_t packed = 0;
+    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{tile[group_row + j][c]} << (8 * j);
+    *reinterpret_cast<uint32_t*>(out_t + out_row * rows + out_col) = packed;
+  }
+}
+
+__nv_fp8_interpretation_t interpretation(Fp8Format format) {
+  return format == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+}
+
+}  // namespace
+
+float fp8_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
+
+const char* fp8_format_name(Fp8Format format) {
+  return format == Fp8Format::kE4M3 ? "e4m3" : "e5m2";
+}
+
+void fp8_amax(DType dtype, const void* x, int64_t n, float* amax, cudaStream_t stream) {
+  SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+  if (n == 0) return;
+  const unsigned blocks = cuda_detail::grid_for(
+      dtype == DType::kBF16 ? (n + cuda_detail::kBf16PerVector - 1) / cuda_detail::kBf16PerVector
+                            : n,
+      kAmaxThreads);
+  SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
+                            amax_kernel<T><<<blocks, kAmaxThreads, 0, stream>>>(
+                                static_cast<const T*>(x), n, reinterpret_cast<unsigned*>(amax)));
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format format,
+              const float* amax, uint8_t* out, uint8_t* out_t, float* inv_scale,
+              cudaStream_t stream) {
+  const size_t vector_bytes = kGroup * dtype_size(dtype);
+  if (rows % kGroup != 0 || cols % kGroup != 0 ||
+      reinterpret_cast<uintptr_t>(x) % vector_bytes != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 4 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0) {
+    std::fprintf(stderr, "%s:%d: fp8_cast of %lld x %lld needs multiples of %d, aligned pointers\n",
+                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
+                 kGroup);
+    std::abort();
+  }
+  if (rows == 0 || cols == 0) {
+    // Still define the scale: an empty tensor dequantises with 1.
+    const float one = 1.0f;
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(inv_scale, &one, sizeof(float), cudaMemcpyHostToDevice, stream));
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // `one` is on this stack frame
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
+                            cast_kernel<T><<<grid, kCastThreads, 0, stream>>>(
+                                static_cast<const T*>(x), rows, cols, interpretation(format),
+                                fp8_max(format), amax, out, out_t, inv_scale));
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace shardtrain::cuda_kernels

@@ -1,0 +1,42 @@
+// FP8 quantisation kernels (cuda_fp8.cu): per-tensor "current" scaling for the FP8 GEMMs.
+//
+// A tensor x (bf16 or f32, rows x cols, row-major) becomes q = saturate(x * scale) in an FP8
+// format, with scale = fp8_max / amax(x) (1 when amax is 0), computed on the device from the
+// amax the first kernel wrote: no host round trip. The cast also writes inv_scale = 1 / scale,
+// which is the dequantisation factor cuBLASLt reads (CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER):
+// x ~= q * inv_scale.
+//
+// The cast writes the row-major copy (rows x cols), the transposed copy (cols x rows), or both
+// in one pass over x: FP8 cuBLASLt takes only the "TN" layout (both operands with K
+// contiguous), so the backward GEMMs read transposed copies of dout, x and the weight.
+//
+// Rounding is round-to-nearest-even with saturation to the largest finite value
+// (__NV_SATFINITE), as __nv_cvt_float_to_fp8 does on the host too: the tests compare bit for bit.
+// Raw-pointer launchers, asynchronous on `stream`; no fmt (nvcc).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace shardtrain::cuda_kernels {
+
+enum class Fp8Format { kE4M3, kE5M2 };
+// Largest finite value: 448 (e4m3), 57344 (e5m2).
+float fp8_max(Fp8Format format);
+const char* fp8_format_name(Fp8Format format);
+
+// *amax = max |x| over n elements of `dtype` (f32 or bf16). Zeroes *amax first (enqueued), so
+// it needs no preparation. NaN inputs are ignored by the max; inf gives inf.
+void fp8_amax(DType dtype, const void* x, int64_t n, float* amax, cudaStream_t stream);
+
+// Quantises x (rows x cols of `dtype`) with scale = fp8_max(format) / *amax into `out`
+// (rows x cols, may be null) and `out_t` (cols x rows, may be null); writes 1 / scale to
+// *inv_scale. REQUIRES: rows and cols even; out, out_t and x 4-byte aligned.
+void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format format,
+              const float* amax, uint8_t* out, uint8_t* out_t, float* inv_scale,
+              cudaStream_t stream);
+
+}  // namespace shardtrain::cuda_kernels

@@ -1,0 +1,16 @@
+// Where FP8 matmuls run (cuda_fp8_support.h).
+#include "ops/cuda/cuda_fp8_support.h"
+
+#include <fmt/format.h>
+
+namespace shardtrain::cuda_kernels {
+
+std::string fp8_unsupported_reason(const DeviceLimits& limits) {
+  if (limits.compute_capability() >= kFp8MinComputeCapability) return "";
+  return fmt::format(
+      "{} (compute capability {}.{}) has no FP8 tensor cores; FP8 needs compute capability 8.9+ "
+      "(L4, L40S, H100, H200)",
+      limits.name, limits.major, limits.minor);
+}
+
+}  // namespace shardtrain::cuda_kernels

@@ -1,0 +1,28 @@
+// Where FP8 matmuls run, and the gradient format: plain C++ (no device code), so the refusal
+// rules are unit-tested without a GPU.
+//
+// FP8 tensor cores exist from compute capability 8.9 (Ada: L4, L40S; Hopper: H100, H200); cuBLASLt
+// has no FP8 GEMM below that. On older GPUs train.precision = "fp8" is refused before any work.
+#pragma once
+
+#include <string>
+
+#include "ops/cuda/cuda_dispatch.h"
+#include "ops/cuda/cuda_fp8.h"
+
+namespace shardtrain::cuda_kernels {
+
+// Gradients (dout of every FP8 linear) are cast to e5m2: its range (57344 down to 2^-16, 32
+// binades against e4m3's 18) keeps a gradient's small entries from flushing to zero next to
+// its outliers, at one mantissa bit less; weights and activations, whose range is narrow and
+// whose precision matters more, are e4m3. This is the split Transformer Engine's HYBRID recipe
+// and torchao's tensorwise recipe use; the FP8 GPU test measures both formats' GEMM error on
+// gradient-like (heavy-tailed) inputs.
+constexpr Fp8Format kDefaultFp8GradFormat = Fp8Format::kE5M2;
+
+constexpr int kFp8MinComputeCapability = 89;
+
+// "" when the GPU runs FP8 GEMMs, else one sentence naming it and its compute capability.
+std::string fp8_unsupported_reason(const DeviceLimits& limits);
+
+}  // namespace shardtrain::cuda_kernels

@@ -1,0 +1,128 @@
+// Fp8Gemm (cuda_gemm_fp8.h): cuBLASLt FP8 GEMMs, TN layout, per-tensor device scales.
+#include "ops/cuda/cuda_gemm_fp8.h"
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+
+namespace shardtrain {
+namespace {
+
+cudaDataType_t fp8_type(cuda_kernels::Fp8Format format) {
+  return format == cuda_kernels::Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+cudaDataType_t output_type(DType dtype) {
+  SHARDTRAIN_CHECK(dtype == DType::kBF16 || dtype == DType::kF32,
+                   "FP8 GEMM output dtype {} (want bf16 or f32)", dtype_name(dtype));
+  return dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+template <typename T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const T& value) {
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool fp8_gemm_shape_ok(int64_t m, int64_t n, int64_t k) {
+  return m > 0 && n > 0 && k > 0 && m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
+}
+
+Fp8Gemm::Fp8Gemm(cudaStream_t stream) : stream_(stream) {
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+}
+
+Fp8Gemm::~Fp8Gemm() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  cudaFree(workspace_);
+  cublasLtDestroy(handle_);
+}
+
+Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
+  const bool has_bias = call.bias != nullptr;
+  const Key key{call.m,
+                call.n,
+                call.k,
+                static_cast<int>(call.a_format),
+                static_cast<int>(call.b_format),
+                static_cast<int>(call.c_dtype),
+                call.ldc,
+                has_bias,
+                call.beta != 0,
+                call.fast_accumulation};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+
+  Plan plan;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                static_cast<int8_t>(call.fast_accumulation ? 1 : 0));
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+  if (has_bias) {
+    SHARDTRAIN_CHECK(call.c_dtype == DType::kBF16, "FP8 GEMM bias needs a bf16 output");
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
+  }
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan.a, fp8_type(call.a_format), call.k, call.m, call.k));
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan.b, fp8_type(call.b_format), call.k, call.n, call.k));
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, output_type(call.c_dtype), call.m,
+                                                     call.n, call.ldc));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace = kWorkspaceBytes;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result, &found_count);
+  cublasLtMatmulPreferenceDestroy(preference);
+  SHARDTRAIN_CHECK(status == CUBLAS_STATUS_SUCCESS && found_count > 0,
+                   "cuBLASLt has no FP8 algorithm for m={} n={} k={} {} x {} -> {} (status {})",
+                   call.m, call.n, call.k, cuda_kernels::fp8_format_name(call.a_format),
+                   cuda_kernels::fp8_format_name(call.b_format), dtype_name(call.c_dtype),
+                   static_cast<int>(status));
+  plan.algo = result.algo;
+  return plans_.emplace(key, plan).first->second;
+}
+
+void Fp8Gemm::run(const Fp8GemmCall& call) {
+  SHARDTRAIN_CHECK(fp8_gemm_shape_ok(call.m, call.n, call.k) && call.ldc >= call.m,
+                   "FP8 GEMM m={} n={} k={} ldc={}: sizes must be multiples of 16", call.m, call.n,
+                   call.k, call.ldc);
+  SHARDTRAIN_CHECK(call.a_format == cuda_kernels::Fp8Format::kE4M3 ||
+                       call.b_format == cuda_kernels::Fp8Format::kE4M3,
+                   "FP8 GEMM: e5m2 x e5m2 is not supported by cuBLASLt");
+  void* d = call.d != nullptr ? call.d : call.c;
+  SHARDTRAIN_CHECK(aligned16(call.a) && aligned16(call.b) && aligned16(d) &&
+                       (call.beta == 0 || aligned16(call.c)),
+                   "FP8 GEMM operands must be 16-byte aligned");
+  const Plan& plan = plan_for(call);
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                static_cast<const void*>(call.a_scale));
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                static_cast<const void*>(call.b_scale));
+  if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  const float alpha = 1.0f;
+  const float beta = call.beta;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b,
+                                         plan.b, &beta, call.c != nullptr ? call.c : d, plan.c, d,
+                                         plan.c, &plan.algo, workspace_, kWorkspaceBytes,
+                                         stream_));
+}
+
+}  // namespace shardtrain

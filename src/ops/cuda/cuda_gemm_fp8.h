@@ -1,0 +1,81 @@
+// Fp8Gemm: FP8 GEMMs through cuBLASLt, D = alpha_a * alpha_b * A^T B (+ bias) + beta C, with
+// A and B FP8 (e4m3 or e5m2, not both e5m2), fp32 accumulation, and a bf16 or f32 output.
+// alpha_a and alpha_b are per-tensor dequantisation factors in device memory
+// (CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER), written by the cast kernels
+// (cuda_fp8.h), so a step never waits for the host.
+//
+// Layout: FP8 cuBLASLt runs only "TN" (A transposed, B not), column-major: A stored k x m
+// (lda >= k), B stored k x n (ldb >= k), i.e. both operands with K contiguous. In row-major
+// terms: A is an (m x k) row-major array, B an (n x k) one, and D the (n x m) row-major result.
+// cuBLASLt also requires m, n, k and the leading dimensions to be multiples of 16 and the
+// pointers 16-byte aligned: fp8_gemm_shape_ok says whether a shape qualifies (callers fall back
+// to bf16 otherwise).
+//
+// Descriptors and the algorithm (the heuristic's first answer) are cached per problem key.
+// Internal to ops/cuda; needs compute capability 8.9+ (fp8_supported in cuda_fp8_support.h).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "core/dtype.h"
+#include "ops/cuda/cuda_fp8.h"
+#include "ops/fp8_workspace.h"
+
+namespace shardtrain {
+
+struct Fp8GemmCall {
+  int64_t m = 0, n = 0, k = 0;  // D is m x n (column-major); A^T is m x k; B is k x n
+  const uint8_t* a = nullptr;   // k x m column-major, ld k
+  cuda_kernels::Fp8Format a_format = cuda_kernels::Fp8Format::kE4M3;
+  const float* a_scale = nullptr;  // device: A's dequantisation factor
+  const uint8_t* b = nullptr;      // k x n column-major, ld k
+  cuda_kernels::Fp8Format b_format = cuda_kernels::Fp8Format::kE4M3;
+  const float* b_scale = nullptr;
+  void* c = nullptr;  // read when beta != 0
+  void* d = nullptr;  // the output, C's layout; nullptr: D is C
+  DType c_dtype = DType::kBF16;  // bf16 or f32
+  int64_t ldc = 0;
+  float beta = 0;              // 0: overwrite, 1: accumulate
+  const void* bias = nullptr;  // bf16, length m, added to every column; optional
+  // cuBLASLt's fast accumulation (fewer fp32 promotions of the tensor-core partial sums):
+  // faster, slightly less precise; the forward GEMM uses it, the gradient GEMMs do not
+  // (as Transformer Engine and torchao choose).
+  bool fast_accumulation = false;
+};
+
+// True when an m x n x k TN FP8 GEMM meets cuBLASLt's size rules (multiples of 16).
+bool fp8_gemm_shape_ok(int64_t m, int64_t n, int64_t k);
+
+class Fp8Gemm {
+ public:
+  static constexpr size_t kWorkspaceBytes = kFp8GemmWorkspaceBytes;  // ops/fp8_workspace.h
+
+  explicit Fp8Gemm(cudaStream_t stream);
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // Enqueues D = a_scale * b_scale * A^T B (+ bias) + beta C on the stream.
+  void run(const Fp8GemmCall& call);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t, bool, bool, bool>;
+  Plan& plan_for(const Fp8GemmCall& call);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,262 @@
+// Fp8Linear (cuda_linear_fp8.h) and CudaOps's FP8 linears (ops/ops.h linear_*_fp8).
+//
+// Row-major to cuBLASLt TN (cuda_gemm_fp8.h: A is an m x k row-major array, B an n x k one, D the
+// n x m row-major result):
+//   forward  out (N x O):  m = O, n = N, k = I;  A = W_q (O x I),    B = x_q (N x I)
+//   dgrad    dx  (N x I):  m = I, n = N, k = O;  A = W^T_q (I x O),  B = dout_q (N x O)
+//   wgrad    dW  (O x I):  m = I, n = O, k = N;  A = x^T_q (I x N),  B = dout^T_q (O x N)
+#include "ops/cuda/cuda_linear_fp8.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_dispatch.h"
+#include "ops/cuda/cuda_fp8_support.h"
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/fp8_workspace.h"
+
+namespace shardtrain {
+namespace {
+
+using cuda_kernels::Fp8Format;
+
+size_t aligned(size_t bytes) { return fp8_copy_bytes(static_cast<int64_t>(bytes)); }
+
+size_t forward_bytes(const Fp8LinearShape& s) {
+  return fp8_linear_forward_bytes(s.rows, s.in_features, s.out_features);
+}
+size_t backward_bytes(const Fp8LinearShape& s) {
+  return fp8_linear_backward_bytes(s.rows, s.in_features, s.out_features);
+}
+
+enum Scalar { kAmaxA = 0, kAmaxB = 1, kAmaxC = 2, kScaleA = 3, kScaleB = 4, kScaleC = 5 };
+
+}  // namespace
+
+bool fp8_linear_shape_ok(const Fp8LinearShape& s) {
+  return fp8_gemm_shape_ok(s.out_features, s.rows, s.in_features);  // all three use N, I, O
+}
+
+size_t fp8_linear_workspace_bytes(const Fp8LinearShape& shape) {
+  return fp8_linear_copies_bytes(shape.rows, shape.in_features, shape.out_features);
+}
+
+Fp8Linear::Fp8Linear(cudaStream_t stream)
+    : stream_(stream), gemm_(stream), grad_format_(cuda_kernels::kDefaultFp8GradFormat) {
+  SHARDTRAIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scalars_), 6 * sizeof(float)));
+}
+
+Fp8Linear::~Fp8Linear() {
+  cudaStreamSynchronize(stream_);
+  cudaFree(scalars_);
+  if (buffer_ != nullptr) cudaFree(buffer_);
+}
+
+uint8_t* Fp8Linear::workspace(size_t bytes) {
+  if (bytes > capacity_) {
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old copies may be in use
+    if (buffer_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFree(buffer_));
+    buffer_ = nullptr;
+    capacity_ = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaMalloc(&buffer_, bytes));
+    capacity_ = bytes;
+  }
+  return static_cast<uint8_t*>(buffer_);
+}
+
+void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weight,
+                        const void* bias, const void* residual, void* out) {
+  uint8_t* x_q = workspace(forward_bytes(s));
+  uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
+  cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalars_ + kAmaxA, stream_);
+  cuda_kernels::fp8_cast(DType::kBF16, x, s.rows, s.in_features, Fp8Format::kE4M3,
+                         scalars_ + kAmaxA, x_q, nullptr, scalars_ + kScaleA, stream_);
+  cuda_kernels::fp8_amax(DType::kBF16, weight, s.out_features * s.in_features, scalars_ + kAmaxB,
+                         stream_);
+  cuda_kernels::fp8_cast(DType::kBF16, weight, s.out_features, s.in_features, Fp8Format::kE4M3,
+                         scalars_ + kAmaxB, w_q, nullptr, scalars_ + kScaleB, stream_);
+  Fp8GemmCall call;
+  call.m = s.out_features;
+  call.n = s.rows;
+  call.k = s.in_features;
+  call.a = w_q;
+  call.a_scale = scalars_ + kScaleB;
+  call.b = x_q;
+  call.b_scale = scalars_ + kScaleA;
+  call.c_dtype = DType::kBF16;
+  call.ldc = s.out_features;
+  call.bias = bias;
+  call.fast_accumulation = true;
+  if (residual != nullptr) {
+    call.c = const_cast<void*>(residual);  // read only: D is `out`
+    call.d = out;
+    call.beta = 1.0f;
+  } else {
+    call.c = out;
+  }
+  gemm_.run(call);
+}
+
+void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* x,
+                         const void* weight, void* dx, bool accumulate_dx, void* dweight,
+                         DType dweight_dtype, bool accumulate_dweight) {
+  if (dx == nullptr && dweight == nullptr) return;
+  uint8_t* dout_q = workspace(backward_bytes(s));
+  uint8_t* dout_t = dout_q + aligned(s.rows * s.out_features);
+  uint8_t* w_t = dout_t + aligned(s.rows * s.out_features);
+  uint8_t* x_t = w_t + aligned(s.out_features * s.in_features);
+  cuda_kernels::fp8_amax(DType::kBF16, dout, s.rows * s.out_features, scalars_ + kAmaxA, stream_);
+  cuda_kernels::fp8_cast(DType::kBF16, dout, s.rows, s.out_features, grad_format_,
+                         scalars_ + kAmaxA, dx != nullptr ? dout_q : nullptr,
+                         dweight != nullptr ? dout_t : nullptr, scalars_ + kScaleA, stream_);
+  if (dx != nullptr) {
+    cuda_kernels::fp8_amax(DType::kBF16, weight, s.out_features * s.in_features,
+                           scalars_ + kAmaxB, stream_);
+    cuda_kernels::fp8_cast(DType::kBF16, weight, s.out_features, s.in_features, Fp8Format::kE4M3,
+                           scalars_ + kAmaxB, nullptr, w_t, scalars_ + kScaleB, stream_);
+    Fp8GemmCall call;
+    call.m = s.in_features;
+    call.n = s.rows;
+    call.k = s.out_features;
+    call.a = w_t;
+    call.a_scale = scalars_ + kScaleB;
+    call.b = dout_q;
+    call.b_format = grad_format_;
+    call.b_scale = scalars_ + kScaleA;
+    call.c = dx;
+    call.c_dtype = DType::kBF16;
+    call.ldc = s.in_features;
+    call.beta = accumulate_dx ? 1.0f : 0.0f;
+    gemm_.run(call);
+  }
+  if (dweight != nullptr) {
+    cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalars_ + kAmaxC, stream_);
+    cuda_kernels::fp8_cast(DType::kBF16, x, s.rows, s.in_features, Fp8Format::kE4M3,
+                           scalars_ + kAmaxC, nullptr, x_t, scalars_ + kScaleC, stream_);
+    Fp8GemmCall call;
+    call.m = s.in_features;
+    call.n = s.out_features;
+    call.k = s.rows;
+    call.a = x_t;
+    call.a_scale = scalars_ + kScaleC;
+    call.b = dout_t;
+    call.b_format = grad_format_;
+    call.b_scale = scalars_ + kScaleA;
+    call.c = dweight;
+    call.c_dtype = dweight_dtype;
+    call.ldc = s.in_features;
+    call.beta = accumulate_dweight ? 1.0f : 0.0f;
+    gemm_.run(call);
+  }
+}
+
+// ---- CudaOps ----
+
+namespace {
+
+int64_t row_width(const Tensor& t) { return t.shape().rank() == 0 ? 1 : t.dim(-1); }
+
+Fp8LinearShape shape_of(const Tensor& x_NI, const Tensor& weight_OI) {
+  Fp8LinearShape s;
+  s.in_features = row_width(x_NI);
+  s.rows = s.in_features == 0 ? 0 : x_NI.numel() / s.in_features;
+  s.out_features = weight_OI.dim(0);
+  return s;
+}
+
+bool all_bf16(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined() && t->dtype() != DType::kBF16) return false;
+  return true;
+}
+
+bool aligned16(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined() && reinterpret_cast<uintptr_t>(t->data()) % 16 != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string CudaOps::fp8_unsupported_reason() const {
+  return cuda_kernels::fp8_unsupported_reason(cuda_kernels::device_limits());
+}
+
+void CudaOps::set_fp8_gradient_format(cuda_kernels::Fp8Format format) {
+  fp8().set_gradient_format(format);
+}
+
+size_t CudaOps::fp8_workspace_bytes() const { return fp8_ ? fp8_->workspace_bytes() : 0; }
+
+Fp8Linear& CudaOps::fp8() {
+  if (!fp8_) {
+    const std::string reason = fp8_unsupported_reason();
+    if (!reason.empty()) throw Error(reason);
+    fp8_ = std::make_unique<Fp8Linear>(stream_);
+  }
+  return *fp8_;
+}
+
+void CudaOps::linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor residual_NO,
+                                 Tensor out_NO) {
+  const Fp8LinearShape s = shape_of(x_NI, weight_OI);
+  // Shapes FP8 cannot run (sizes off the multiple of 16, f32 tensors, unaligned views) take the
+  // bf16 path, which also checks every shape and dtype.
+  const bool fp8_path = fp8_linear_shape_ok(s) &&
+                        weight_OI.numel() == s.out_features * s.in_features &&
+                        out_NO.numel() == s.rows * s.out_features &&
+                        all_bf16({&x_NI, &weight_OI, &bias_O, &residual_NO, &out_NO}) &&
+                        aligned16({&x_NI, &weight_OI, &residual_NO, &out_NO});
+  if (!fp8_path) {
+    if (residual_NO.defined()) {
+      SHARDTRAIN_CHECK(!bias_O.defined(), "a residual linear has no bias");
+      linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
+    } else {
+      linear_forward(x_NI, weight_OI, bias_O, out_NO);
+    }
+    return;
+  }
+  SHARDTRAIN_CHECK(!bias_O.defined() || bias_O.numel() == s.out_features,
+                   "linear bias {} for {} outputs", bias_O.shape().to_string(), s.out_features);
+  SHARDTRAIN_CHECK(!residual_NO.defined() || residual_NO.numel() == out_NO.numel(),
+                   "linear residual {} for out {}", residual_NO.shape().to_string(),
+                   out_NO.shape().to_string());
+  fp8().forward(s, x_NI.data(), weight_OI.data(), bias_O.defined() ? bias_O.data() : nullptr,
+                residual_NO.defined() ? residual_NO.data() : nullptr, out_NO.data());
+}
+
+void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
+                                  Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                                  bool accumulate_dweight) {
+  const Fp8LinearShape s = shape_of(x_NI, weight_OI);
+  const bool frozen = !dweight_OI.defined();
+  const bool fp8_path =
+      fp8_linear_shape_ok(s) && weight_OI.numel() == s.out_features * s.in_features &&
+      dout_NO.numel() == s.rows * s.out_features &&
+      (!dx_NI.defined() || dx_NI.numel() == x_NI.numel()) &&
+      (frozen || dweight_OI.numel() == weight_OI.numel()) &&
+      all_bf16({&dout_NO, &x_NI, &weight_OI, &dx_NI}) &&
+      (frozen || dweight_OI.dtype() == DType::kBF16 || dweight_OI.dtype() == DType::kF32) &&
+      aligned16({&dout_NO, &x_NI, &weight_OI, &dx_NI, &dweight_OI});
+  if (!fp8_path) {
+    linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
+                    accumulate_dweight);
+    return;
+  }
+  fp8().backward(s, dout_NO.data(), x_NI.data(), weight_OI.data(),
+                 dx_NI.defined() ? dx_NI.data() : nullptr, accumulate_dx,
+                 frozen ? nullptr : dweight_OI.data(),
+                 frozen ? DType::kF32 : dweight_OI.dtype(), accumulate_dweight);
+  if (frozen || !dbias_O.defined()) return;
+  // The bias gradient is a column sum of dout (not a GEMM): the same bf16-input kernel as the
+  // bf16 path.
+  SHARDTRAIN_CHECK(dbias_O.numel() == s.out_features, "linear dbias {} for {} outputs",
+                   dbias_O.shape().to_string(), s.out_features);
+  float* scratch = scratch_floats(cuda_kernels::column_sums_scratch_floats(s.rows, s.out_features));
+  cuda_kernels::column_sums(dout_NO.dtype(), dout_NO.data(), s.rows, s.out_features,
+                            dbias_O.dtype(), dbias_O.data(), accumulate_dweight, scratch, stream_);
+}
+
+}  // namespace shardtrain

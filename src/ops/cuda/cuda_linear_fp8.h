@@ -1,0 +1,74 @@
+// Fp8Linear: what CudaOps::linear_forward_fp8 / linear_backward_fp8 run (ops/ops.h): each
+// linear's GEMMs in FP8 with per-tensor current scaling, bf16 activations in and out.
+//
+//   forward  out_NO = x_NI W_OI^T:   x -> e4m3 (N x I), W -> e4m3 (O x I); TN GEMM, K = I
+//   dgrad    dx_NI = dout_NO W_OI:   dout -> grad format (N x O), W -> e4m3 W^T (I x O); K = O
+//   wgrad    dW_OI = dout^T x_NI:    dout -> grad format dout^T (O x N), x -> e4m3 x^T (I x N);
+//                                    K = N
+// Each operand's amax is taken over the whole tensor (one pass), then one cast pass writes its
+// FP8 copies (dout: both layouts in the same pass) and its dequantisation factor; nothing
+// waits for the host. The weight's amax is over the gathered bf16 weight the GEMM reads, so
+// every rank quantises the same values the same way.
+//
+// Gradients default to e5m2 (cuda_fp8_support.h kDefaultFp8GradFormat says why); e4m3 is
+// selectable for measurements (CudaOps::set_fp8_gradient_format).
+//
+// Workspace: the FP8 copies of the largest linear so far, grown on demand (growing
+// synchronises the stream once); fp8_linear_workspace_bytes gives its size for a shape.
+// Internal to ops/cuda.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "ops/cuda/cuda_fp8.h"
+#include "ops/cuda/cuda_gemm_fp8.h"
+
+namespace shardtrain {
+
+struct Fp8LinearShape {
+  int64_t rows = 0, in_features = 0, out_features = 0;  // N, I, O
+};
+
+// True when all three GEMMs of the shape meet the FP8 GEMM's size rules; other shapes run bf16.
+bool fp8_linear_shape_ok(const Fp8LinearShape& shape);
+// Bytes of FP8 copies one forward or backward of the shape needs (the larger of the two).
+size_t fp8_linear_workspace_bytes(const Fp8LinearShape& shape);
+
+class Fp8Linear {
+ public:
+  explicit Fp8Linear(cudaStream_t stream);
+  ~Fp8Linear();
+  Fp8Linear(const Fp8Linear&) = delete;
+  Fp8Linear& operator=(const Fp8Linear&) = delete;
+
+  void set_gradient_format(cuda_kernels::Fp8Format format) { grad_format_ = format; }
+  cuda_kernels::Fp8Format gradient_format() const { return grad_format_; }
+
+  // out = x W^T (+ bias) (+ residual: beta 1, out may alias it). x, W, bias, residual, out bf16.
+  // REQUIRES: fp8_linear_shape_ok(shape).
+  void forward(const Fp8LinearShape& shape, const void* x, const void* weight, const void* bias,
+               const void* residual, void* out);
+  // dx = dout W (= or +=; skipped when dx is null); dweight = or += dout^T x (skipped when
+  // null), dweight bf16 or f32.
+  void backward(const Fp8LinearShape& shape, const void* dout, const void* x, const void* weight,
+                void* dx, bool accumulate_dx, void* dweight, DType dweight_dtype,
+                bool accumulate_dweight);
+
+  size_t workspace_bytes() const { return capacity_; }
+
+ private:
+  uint8_t* workspace(size_t bytes);  // at least `bytes`, 256-byte aligned
+
+  cudaStream_t stream_;
+  Fp8Gemm gemm_;
+  cuda_kernels::Fp8Format grad_format_;
+  float* scalars_ = nullptr;  // amax[3], inv_scale[3]
+  void* buffer_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace shardtrain
