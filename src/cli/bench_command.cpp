@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/choice_option.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/comm_bandwidth.h"
@@ -17,7 +18,7 @@ namespace shardtrain::cli {
 namespace {
 
 struct BenchCommArgs {
-  std::string device = "auto";
+  DeviceChoice device = DeviceChoice::kAuto;
   double min_mib = 64, max_mib = 1024;
   int iterations = 20, warmup = 5;
 };
@@ -65,8 +66,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "All-gather and reduce-scatter bus bandwidth (nccl-tests definition); run one "
       "process per GPU: shardtrain launch --nproc-per-node N -- bench comm",
       run_bench_comm);
-  comm->add_option("--device", args->device, "cpu, cuda or auto")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_choice_option(comm, "--device", args->device, device_choice_names(), "cpu, cuda or auto");
   comm->add_option("--min-mib", args->min_mib, "smallest message, MiB (default 64)");
   comm->add_option("--max-mib", args->max_mib, "largest message, MiB (default 1024)");
   comm->add_option("--iterations", args->iterations, "timed calls per size")

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/choice_option.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -31,9 +32,12 @@ namespace shardtrain::cli {
 namespace {
 
 struct EvalArgs {
-  std::string model_dir, data_path, format = "auto", device = "auto";
-  std::string tokenizer, example_format = "auto", chat_template = "auto", cache_dir;
-  std::string packing = "auto";
+  std::string model_dir, data_path, tokenizer, cache_dir;
+  DataFormat format = DataFormat::kAuto;
+  DeviceChoice device = DeviceChoice::kAuto;
+  ExampleFormatChoice example_format;
+  ChatTemplateChoice chat_template = ChatTemplateChoice::kAuto;
+  PackingChoice packing;
   std::string revision = "main";  // of --model when it is a Hub id
   int64_t seq_len = 0, batch = 4, max_sequences = 0;
 };
@@ -43,7 +47,7 @@ int64_t eval_seq_len(const EvalArgs& args, const DataConfig& data, const ModelCo
   if (args.seq_len > 0) return args.seq_len;
   std::error_code ec;
   if (std::filesystem::is_regular_file(args.data_path, ec) &&
-      resolve_training_data_format(data) == "tokens") {
+      resolve_training_data_format(data) == DataFormat::kTokens) {
     const uint64_t packed = TokenFile(args.data_path).packed_seq_len();
     if (packed > 0) return static_cast<int64_t>(packed);
   }
@@ -104,30 +108,27 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "what train reads: token file (.bin), JSONL with input_ids, or raw examples "
                   "(text, prompt/completion, alpaca, chat JSONL)")
       ->required();
-  cmd->add_option("--format", args->format, "data format (as data.format)")
-      ->check(CLI::IsMember(data_format_choices()));
+  add_choice_option(cmd, "--format", args->format, data_format_names(),
+                    "data format (as data.format)");
   cmd->add_option("--seq-len", args->seq_len,
                   "sequence length (default: what the token file was packed at, else "
                   "min(max_position_embeddings, 2048))");
-  cmd->add_option("--packing", args->packing,
-                  "as data.packing: auto (documents), documents (each packed document alone), "
-                  "concatenate, none")
-      ->check(CLI::IsMember(packing_choices_with_auto()));
+  add_choice_option(cmd, "--packing", args->packing, packing_choice_names(),
+                    "as data.packing: auto (documents), documents (each packed document alone), "
+                    "concatenate, none");
   cmd->add_option("--tokenizer", args->tokenizer,
                   "raw examples: tokenizer.json or its dir (default: --model)");
-  cmd->add_option("--example-format", args->example_format, "raw examples: as data.example_format")
-      ->check(CLI::IsMember(example_format_choices()));
-  cmd->add_option("--chat-template", args->chat_template,
-                  "raw chat examples: as data.chat_template")
-      ->check(CLI::IsMember(chat_template_choices()));
+  add_choice_option(cmd, "--example-format", args->example_format, example_format_choice_names(),
+                    "raw examples: as data.example_format");
+  add_choice_option(cmd, "--chat-template", args->chat_template, chat_template_choice_names(),
+                    "raw chat examples: as data.chat_template");
   cmd->add_option("--cache-dir", args->cache_dir,
                   "raw examples: where prepared token files are cached (default "
                   "~/.cache/shardtrain/data)");
   cmd->add_option("--batch", args->batch, "sequences per forward pass")->check(CLI::PositiveNumber);
   cmd->add_option("--max-sequences", args->max_sequences,
                   "evaluate only the first N sequences (0 = all)");
-  cmd->add_option("--device", args->device, "cpu, cuda or auto")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_choice_option(cmd, "--device", args->device, device_choice_names(), "cpu, cuda or auto");
 }
 
 }  // namespace shardtrain::cli

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/choice_option.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -28,7 +29,8 @@ namespace shardtrain::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model_dir, prompt, device = "auto", system;
+  std::string model_dir, prompt, system;
+  DeviceChoice device = DeviceChoice::kAuto;
   std::string revision = "main";  // of --model when it is a Hub id
   bool chat = false;
   int64_t max_new_tokens = 64;
@@ -148,8 +150,7 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                 "the prompt is a user message, rendered with the model's chat template; prints "
                 "the reply only");
   cmd->add_option("--system", args->system, "with --chat: a system message before the prompt");
-  cmd->add_option("--device", args->device, "cpu, cuda or auto")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  add_choice_option(cmd, "--device", args->device, device_choice_names(), "cpu, cuda or auto");
 }
 
 }  // namespace shardtrain::cli

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ struct PlanArgs {
   int world_size = 1;
   int local_world_size = 0;  // 0 = world size (one node)
   std::string gpu_memory;    // empty: no verdicts
-  std::string device;        // empty: train.device (cuda when --gpu-memory is given)
+  std::optional<DeviceChoice> device;  // unset: train.device (cuda when --gpu-memory is given)
 };
 
 std::string mib(size_t bytes) {
@@ -239,9 +240,10 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
   }
   const ModelConfig model_config = read_job_model_config(config);
   const ParamLayout layout = make_param_layout(model_config);
-  const std::string device =
-      !args.device.empty() ? args.device : (args.gpu_memory.empty() ? config.train.device : "cuda");
-  const bool gpu = device == "cuda" || (device == "auto" && cuda_available());
+  const DeviceChoice device =
+      args.device ? *args.device
+                  : (args.gpu_memory.empty() ? config.train.device : DeviceChoice::kCuda);
+  const bool gpu = device == DeviceChoice::kCuda || (device == DeviceChoice::kAuto && cuda_available());
   const DType act = gpu ? DType::kBF16 : DType::kF32;
   const int64_t grad_accum = config.grad_accum_for(world);
 
@@ -276,8 +278,14 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--gpu-memory", args->gpu_memory,
                   "per-GPU memory to check the job against: a size (24GiB, 80GB) or a GPU "
                   "(l4, a10g, l40s, a100-40gb, a100-80gb, h100, h200); implies --device cuda");
-  cmd->add_option("--device", args->device, "compute device to plan for (default train.device)")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+  std::optional<DeviceChoice>& device = args->device;
+  cmd->add_option_function<std::string>(
+         "--device",
+         [&device](const std::string& value) {
+           device = parse_choice(device_choice_names(), value, "--device");
+         },
+         "compute device to plan for (default train.device)")
+      ->check(CLI::IsMember(choice_list(device_choice_names())));
   cmd->allow_extras();
 }
 

@@ -72,23 +72,41 @@ void render_llama2(const std::vector<ChatMessage>& messages, const ChatTokens& t
 
 }  // namespace
 
-ChatTemplate parse_chat_template(const std::string& name) {
-  if (name == "chatml") return ChatTemplate::kChatml;
-  if (name == "llama2") return ChatTemplate::kLlama2;
-  if (name == "llama3") return ChatTemplate::kLlama3;
-  fail("unknown chat template \"{}\"; choose auto, chatml (Qwen), llama2 or llama3", name);
+const ChoiceNames<ChatTemplate>& chat_template_names() {
+  static const ChoiceNames<ChatTemplate> names = {{"chatml", ChatTemplate::kChatml},
+                                                  {"llama2", ChatTemplate::kLlama2},
+                                                  {"llama3", ChatTemplate::kLlama3}};
+  return names;
 }
 
 const char* chat_template_name(ChatTemplate chat_template) {
-  switch (chat_template) {
-    case ChatTemplate::kChatml:
-      return "chatml";
-    case ChatTemplate::kLlama2:
-      return "llama2";
-    case ChatTemplate::kLlama3:
-      return "llama3";
-  }
+  for (const auto& [name, value] : chat_template_names())
+    if (value == chat_template) return name.c_str();
   return "?";
+}
+
+const ChoiceNames<ChatTemplateChoice>& chat_template_choice_names() {
+  static const ChoiceNames<ChatTemplateChoice> names = {{"auto", ChatTemplateChoice::kAuto},
+                                                        {"model", ChatTemplateChoice::kModel},
+                                                        {"chatml", ChatTemplateChoice::kChatml},
+                                                        {"llama2", ChatTemplateChoice::kLlama2},
+                                                        {"llama3", ChatTemplateChoice::kLlama3}};
+  return names;
+}
+
+std::optional<ChatTemplate> builtin_template_of(ChatTemplateChoice choice) {
+  switch (choice) {
+    case ChatTemplateChoice::kChatml:
+      return ChatTemplate::kChatml;
+    case ChatTemplateChoice::kLlama2:
+      return ChatTemplate::kLlama2;
+    case ChatTemplateChoice::kLlama3:
+      return ChatTemplate::kLlama3;
+    case ChatTemplateChoice::kAuto:
+    case ChatTemplateChoice::kModel:
+      break;
+  }
+  return std::nullopt;
 }
 
 ChatTokens chat_tokens(ChatTemplate chat_template, const TokenizerFiles& files) {

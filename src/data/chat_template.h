@@ -19,9 +19,11 @@
 // Stripping removes ASCII whitespace (" \t\n\r\f\v") at both ends, like Jinja's trim on ASCII.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/choice_names.h"
 #include "data/rendered_document.h"
 #include "data/tokenizer_files.h"
 
@@ -34,9 +36,18 @@ struct ChatMessage {
   std::string content;
 };
 
-// "chatml" | "llama2" | "llama3"; throws Error listing the choices for anything else.
-ChatTemplate parse_chat_template(const std::string& name);
+// chatml, llama2, llama3.
+const ChoiceNames<ChatTemplate>& chat_template_names();
 const char* chat_template_name(ChatTemplate chat_template);
+
+// data.chat_template, --chat-template: auto (the model's own template when its tokenizer has
+// one, else the family's built-in one), model (the model's own; an error without one), or a
+// built-in template by name.
+enum class ChatTemplateChoice { kAuto, kModel, kChatml, kLlama2, kLlama3 };
+// auto, model, chatml, llama2, llama3.
+const ChoiceNames<ChatTemplateChoice>& chat_template_choice_names();
+// The built-in template `choice` names, or nullopt for auto and model.
+std::optional<ChatTemplate> builtin_template_of(ChatTemplateChoice choice);
 
 // The family's template from tokenizer_config.json's chat_template source (<|im_start|> ->
 // chatml, <|start_header_id|> -> llama3, [INST] -> llama2), else from the special tokens the

@@ -102,21 +102,19 @@ bool has_extension(const std::string& path, std::initializer_list<const char*> e
 
 }  // namespace
 
-std::string resolve_data_format(const std::string& path, const std::string& format) {
-  if (format == "tokens" || format == "jsonl") return format;
-  if (format != "auto") {
-    fail("data {}: unknown data.format \"{}\"; use \"auto\", \"tokens\" or \"jsonl\"", path,
-         format);
-  }
-  if (has_extension(path, {".bin", ".tokens"})) return "tokens";
-  if (has_extension(path, {".jsonl", ".json"})) return "jsonl";
+DataFormat resolve_data_format(const std::string& path, DataFormat format) {
+  if (format == DataFormat::kTokens || format == DataFormat::kJsonl) return format;
+  SHARDTRAIN_CHECK(format == DataFormat::kAuto, "data {}: raw examples open as a prepared token file",
+                   path);
+  if (has_extension(path, {".bin", ".tokens"})) return DataFormat::kTokens;
+  if (has_extension(path, {".jsonl", ".json"})) return DataFormat::kJsonl;
   fail(
       "data {}: cannot tell the format from the extension (.bin/.tokens = token file, "
       ".jsonl/.json = JSONL); set data.format to \"tokens\" or \"jsonl\"",
       path);
 }
 
-std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, const std::string& format,
+std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, DataFormat format,
                                               int64_t seq_len, int64_t pad_id,
                                               PackingMode packing) {
   if (seq_len < 2) fail("data {}: data.seq_len must be >= 2, got {}", path, seq_len);
@@ -125,7 +123,7 @@ std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, const std
   if (!std::filesystem::exists(path, ec)) {
     fail("data {}: no such file; check data.path", path);
   }
-  if (resolve_data_format(path, format) == "tokens") {
+  if (resolve_data_format(path, format) == DataFormat::kTokens) {
     return std::make_unique<TokenWindowDataset>(path, seq_len, packing);
   }
   return std::make_unique<JsonlDataset>(path, seq_len, pad_id);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "data/data_format.h"
 #include "data/packing_mode.h"
 
 namespace shardtrain {
@@ -58,12 +59,13 @@ class SequenceDataset {
   virtual std::string describe_example(size_t i) const = 0;
 };
 
-// "tokens" or "jsonl" for `format` in {"auto", "tokens", "jsonl"}; throws Error naming `path`
-// when auto cannot tell from the extension.
-std::string resolve_data_format(const std::string& path, const std::string& format);
+// kTokens or kJsonl for `format` (kAuto: by the extension); throws Error naming `path` when
+// auto cannot tell from the extension, and for kExamples (raw examples are prepared into a token
+// file first: train/training_data.h).
+DataFormat resolve_data_format(const std::string& path, DataFormat format);
 
 // Opens `path` as a dataset of seq_len-token examples. REQUIRES: seq_len >= 2, pad_id >= 0.
-std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, const std::string& format,
+std::unique_ptr<SequenceDataset> open_dataset(const std::string& path, DataFormat format,
                                               int64_t seq_len, int64_t pad_id,
                                               PackingMode packing = PackingMode::kConcatenate);
 

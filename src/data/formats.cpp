@@ -161,22 +161,13 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
          instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
 }
 
-const std::vector<std::pair<std::string, ExampleFormat>>& example_format_names() {
-  static const std::vector<std::pair<std::string, ExampleFormat>> names = {
+const ChoiceNames<ExampleFormat>& example_format_names() {
+  static const ChoiceNames<ExampleFormat> names = {
       {"text", ExampleFormat::kText},
       {"prompt_completion", ExampleFormat::kPromptCompletion},
       {"alpaca", ExampleFormat::kAlpaca},
       {"chat", ExampleFormat::kChat}};
   return names;
-}
-
-ExampleFormat parse_example_format(const std::string& name) {
-  std::string listed;
-  for (const auto& [known, format] : example_format_names()) {
-    if (known == name) return format;
-    listed += (listed.empty() ? "" : ", ") + known;
-  }
-  fail("unknown data format \"{}\"; choose auto, {}", name, listed);
 }
 
 const char* example_format_name(ExampleFormat format) {
@@ -185,29 +176,13 @@ const char* example_format_name(ExampleFormat format) {
   return "?";
 }
 
-const std::vector<std::string>& data_format_choices() {
-  static const std::vector<std::string> choices = {"auto", "tokens", "jsonl", "examples"};
-  return choices;
-}
-
-const std::vector<std::string>& example_format_choices() {
-  static const std::vector<std::string> choices = [] {
-    std::vector<std::string> out = {"auto"};
-    for (const auto& entry : example_format_names()) out.push_back(entry.first);
+const ChoiceNames<ExampleFormatChoice>& example_format_choice_names() {
+  static const ChoiceNames<ExampleFormatChoice> names = [] {
+    ChoiceNames<ExampleFormatChoice> out = {{"auto", std::nullopt}};
+    for (const auto& [name, format] : example_format_names()) out.emplace_back(name, format);
     return out;
   }();
-  return choices;
-}
-
-const std::vector<std::string>& chat_template_choices() {
-  static const std::vector<std::string> choices = [] {
-    std::vector<std::string> out = {"auto", "model"};
-    for (const ChatTemplate t :
-         {ChatTemplate::kChatml, ChatTemplate::kLlama2, ChatTemplate::kLlama3})
-      out.push_back(chat_template_name(t));
-    return out;
-  }();
-  return choices;
+  return names;
 }
 
 std::optional<ExampleFormat> detect_format(const json& record) {

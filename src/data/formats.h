@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/choice_names.h"
 #include "data/chat_template.h"
 #include "data/hf_chat_template.h"
 #include "data/rendered_document.h"
@@ -47,20 +48,18 @@ enum class ExampleFormat { kText, kPromptCompletion, kAlpaca, kChat };
 //    completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n"
 std::string alpaca_prompt(const std::string& instruction, const std::string& input);
 
-// The record formats by the names users type, in the order they are listed.
-const std::vector<std::pair<std::string, ExampleFormat>>& example_format_names();
-// "text" | "prompt_completion" | "alpaca" | "chat"; throws Error listing the choices otherwise.
-ExampleFormat parse_example_format(const std::string& name);
+// The record formats by the names users type, in the order they are listed: text,
+// prompt_completion, alpaca, chat.
+const ChoiceNames<ExampleFormat>& example_format_names();
 const char* example_format_name(ExampleFormat format);
 
-// The values of the data choices, each list written once: the config keys
-// (train/train_config.cpp) and the flags of eval and prepare offer exactly these.
-//   data.format, eval --format:                   auto tokens jsonl examples
-//   data.example_format, --example-format/--format: auto text prompt_completion alpaca chat
-//   data.chat_template, --chat-template:           auto model chatml llama2 llama3
-const std::vector<std::string>& data_format_choices();
-const std::vector<std::string>& example_format_choices();
-const std::vector<std::string>& chat_template_choices();
+// data.example_format, --example-format / prepare --format: "auto" (nullopt: by the first
+// line's keys, detect_format) or one format. The other data choices' lists sit beside their
+// enums: data/data_format.h (data.format), data/packing_mode.h (data.packing),
+// data/chat_template.h (data.chat_template), data/packing.h (data.overlong),
+// data/prepare.h (data.on_bad_line, data.invalid_utf8).
+using ExampleFormatChoice = std::optional<ExampleFormat>;
+const ChoiceNames<ExampleFormatChoice>& example_format_choice_names();
 
 // nullopt when the keys match no format.
 std::optional<ExampleFormat> detect_format(const nlohmann::ordered_json& record);

@@ -56,7 +56,7 @@ TEST_F(JsonlDatasetTest, NoPaddingMeansPadIdIsNotUsed) {
 }
 
 TEST_F(JsonlDatasetTest, OpenDatasetByExtension) {
-  const auto dataset = open_dataset(write("{\"input_ids\": [5, 6, 7]}\n"), "auto", 2, 0);
+  const auto dataset = open_dataset(write("{\"input_ids\": [5, 6, 7]}\n"), DataFormat::kAuto, 2, 0);
   ASSERT_EQ(dataset->size(), 1u);
   EXPECT_EQ(dataset->get(0).input_ids, (std::vector<int32_t>{5, 6}));
   EXPECT_EQ(dataset->truncated_count(), 1u);
@@ -108,7 +108,7 @@ TEST_F(JsonlDatasetTest, EmptyFileAndBlankFile) {
 TEST_F(JsonlDatasetTest, ValidateVocabNamesLineIdAndVocab) {
   const std::string path =
       write("{\"input_ids\": [1, 2]}\n{\"input_ids\": [3, 4]}\n{\"input_ids\": [5, 600]}\n");
-  const auto dataset = open_dataset(path, "jsonl", 2, 0);
+  const auto dataset = open_dataset(path, DataFormat::kJsonl, 2, 0);
   EXPECT_NO_THROW(validate_vocab(*dataset, 601, path));
   const std::string message = error_of([&] { validate_vocab(*dataset, 260, path); });
   EXPECT_NE(message.find(path + ":3"), std::string::npos) << message;
@@ -118,14 +118,14 @@ TEST_F(JsonlDatasetTest, ValidateVocabNamesLineIdAndVocab) {
 
 TEST_F(JsonlDatasetTest, ValidateVocabChecksLabelsToo) {
   const std::string path = write("{\"input_ids\": [1, 2], \"labels\": [1, 500]}\n");
-  const auto dataset = open_dataset(path, "jsonl", 2, 0);
+  const auto dataset = open_dataset(path, DataFormat::kJsonl, 2, 0);
   EXPECT_NE(error_of([&] { validate_vocab(*dataset, 260, path); }).find("token id 500"),
             std::string::npos);
 }
 
 TEST_F(JsonlDatasetTest, ValidateVocabBlamesPadId) {
   const std::string path = write("{\"input_ids\": [1]}\n");
-  const auto dataset = open_dataset(path, "jsonl", 4, 300);
+  const auto dataset = open_dataset(path, DataFormat::kJsonl, 4, 300);
   const std::string message = error_of([&] { validate_vocab(*dataset, 260, path); });
   EXPECT_NE(message.find("data.pad_id = 300 is >= the model's vocab_size 260"), std::string::npos)
       << message;

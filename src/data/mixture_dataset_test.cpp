@@ -36,7 +36,7 @@ class MixtureTest : public ::testing::Test {
     return path.string();
   }
   std::unique_ptr<SequenceDataset> open(const std::string& path) {
-    return open_dataset(path, "jsonl", 4, 0);
+    return open_dataset(path, DataFormat::kJsonl, 4, 0);
   }
   fs::path dir_;
 };

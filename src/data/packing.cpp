@@ -56,11 +56,11 @@ class SequenceBuilder {
 
 }  // namespace
 
-OverlongPolicy parse_overlong_policy(const std::string& name) {
-  if (name == "split") return OverlongPolicy::kSplit;
-  if (name == "truncate") return OverlongPolicy::kTruncate;
-  if (name == "drop") return OverlongPolicy::kDrop;
-  fail("unknown over-long policy \"{}\"; choose split, truncate or drop", name);
+const ChoiceNames<OverlongPolicy>& overlong_policy_names() {
+  static const ChoiceNames<OverlongPolicy> names = {{"split", OverlongPolicy::kSplit},
+                                                    {"truncate", OverlongPolicy::kTruncate},
+                                                    {"drop", OverlongPolicy::kDrop}};
+  return names;
 }
 
 size_t packed_length(const TokenizedDocument& document, int32_t eos_id) {

@@ -29,14 +29,15 @@
 #include <string>
 #include <vector>
 
+#include "core/choice_names.h"
 #include "data/rendered_document.h"
 
 namespace shardtrain {
 
 enum class OverlongPolicy { kSplit, kTruncate, kDrop };
 
-// "split" | "truncate" | "drop"; throws Error listing the choices otherwise.
-OverlongPolicy parse_overlong_policy(const std::string& name);
+// split, truncate, drop (data.overlong, prepare --overlong).
+const ChoiceNames<OverlongPolicy>& overlong_policy_names();
 
 struct PackingOptions {
   int64_t seq_len = 512;  // REQUIRES: >= 2

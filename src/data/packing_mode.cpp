@@ -1,34 +1,27 @@
 #include "data/packing_mode.h"
 
-#include "core/error.h"
-
 namespace shardtrain {
 
-PackingMode parse_packing_mode(const std::string& name, const std::string& key) {
-  if (name == "documents") return PackingMode::kDocuments;
-  if (name == "concatenate") return PackingMode::kConcatenate;
-  if (name == "none") return PackingMode::kNone;
-  fail("{} = \"{}\" is not a packing mode; choose documents, concatenate or none", key, name);
+const ChoiceNames<PackingMode>& packing_mode_names() {
+  static const ChoiceNames<PackingMode> names = {{"documents", PackingMode::kDocuments},
+                                                 {"concatenate", PackingMode::kConcatenate},
+                                                 {"none", PackingMode::kNone}};
+  return names;
 }
 
 const char* packing_mode_name(PackingMode mode) {
-  switch (mode) {
-    case PackingMode::kDocuments:
-      return "documents";
-    case PackingMode::kConcatenate:
-      return "concatenate";
-    case PackingMode::kNone:
-      return "none";
-  }
+  for (const auto& [name, value] : packing_mode_names())
+    if (value == mode) return name.c_str();
   return "?";
 }
 
-std::vector<std::string> packing_mode_choices() { return {"documents", "concatenate", "none"}; }
-
-std::vector<std::string> packing_choices_with_auto() {
-  std::vector<std::string> choices{"auto"};
-  for (const std::string& mode : packing_mode_choices()) choices.push_back(mode);
-  return choices;
+const ChoiceNames<PackingChoice>& packing_choice_names() {
+  static const ChoiceNames<PackingChoice> names = [] {
+    ChoiceNames<PackingChoice> out = {{"auto", std::nullopt}};
+    for (const auto& [name, mode] : packing_mode_names()) out.emplace_back(name, mode);
+    return out;
+  }();
+  return names;
 }
 
 }  // namespace shardtrain

@@ -10,19 +10,22 @@
 // Padding never gets attention from real tokens (it only follows them) nor loss, in every mode.
 #pragma once
 
+#include <optional>
 #include <string>
-#include <vector>
+
+#include "core/choice_names.h"
 
 namespace shardtrain {
 
 enum class PackingMode { kDocuments, kConcatenate, kNone };
 
-// "documents" | "concatenate" | "none"; otherwise throws Error naming `key` and the choices.
-PackingMode parse_packing_mode(const std::string& name, const std::string& key);
+// documents, concatenate, none (`prepare --packing`).
+const ChoiceNames<PackingMode>& packing_mode_names();
 const char* packing_mode_name(PackingMode mode);
-std::vector<std::string> packing_mode_choices();
-// The values the data.packing key and `eval --packing` accept: "auto" (made a mode per backend
-// by train/training_data.h's with_packing_for_device) and the modes above.
-std::vector<std::string> packing_choices_with_auto();
+
+// data.packing and `eval --packing`: "auto" (nullopt: made a mode per backend by
+// train/training_data.h's with_packing_for_device) or one of the modes above.
+using PackingChoice = std::optional<PackingMode>;
+const ChoiceNames<PackingChoice>& packing_choice_names();
 
 }  // namespace shardtrain

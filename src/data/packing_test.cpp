@@ -158,9 +158,10 @@ TEST(Packing, OnePerSequencePadsEachDocumentAlone) {
 }
 
 TEST(Packing, PolicyNames) {
-  EXPECT_EQ(parse_overlong_policy("split"), OverlongPolicy::kSplit);
-  EXPECT_EQ(parse_overlong_policy("drop"), OverlongPolicy::kDrop);
-  EXPECT_THROW(parse_overlong_policy("chop"), Error);
+  EXPECT_EQ(parse_choice(overlong_policy_names(), "split", "data.overlong"),
+            OverlongPolicy::kSplit);
+  EXPECT_EQ(parse_choice(overlong_policy_names(), "drop", "data.overlong"), OverlongPolicy::kDrop);
+  EXPECT_THROW(parse_choice(overlong_policy_names(), "chop", "data.overlong"), Error);
 }
 
 }  // namespace

@@ -117,12 +117,12 @@ std::vector<std::string_view> split_lines(std::string_view text) {
 
 ExampleFormat resolve_format(const PrepareOptions& options,
                              const std::vector<std::string_view>& lines) {
-  if (options.format != "auto") return parse_example_format(options.format);
+  if (options.format) return *options.format;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (is_blank_line(lines[i])) continue;
     std::string problem;
     const std::optional<json> record =
-        parse_line(lines[i], options.invalid_utf8 == "replace", problem);
+        parse_line(lines[i], options.invalid_utf8 == InvalidUtf8Policy::kReplace, problem);
     if (!record || !record->is_object()) continue;  // the main pass reports or skips it
     if (const auto format = detect_format(*record)) return *format;
     std::string keys;
@@ -225,19 +225,19 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
 
 }  // namespace
 
+const ChoiceNames<BadLinePolicy>& bad_line_policy_names() {
+  static const ChoiceNames<BadLinePolicy> names = {{"fail", BadLinePolicy::kFail},
+                                                   {"skip", BadLinePolicy::kSkip}};
+  return names;
+}
+
+const ChoiceNames<InvalidUtf8Policy>& invalid_utf8_policy_names() {
+  static const ChoiceNames<InvalidUtf8Policy> names = {{"fail", InvalidUtf8Policy::kFail},
+                                                       {"replace", InvalidUtf8Policy::kReplace}};
+  return names;
+}
+
 void validate_prepare_options(const PrepareOptions& options) {
-  if (options.format != "auto") parse_example_format(options.format);
-  if (options.chat_template != "auto" && options.chat_template != "model") {
-    parse_chat_template(options.chat_template);
-  }
-  parse_overlong_policy(options.overlong);
-  parse_packing_mode(options.packing, "--packing (data.packing)");
-  if (options.on_bad_line != "fail" && options.on_bad_line != "skip") {
-    fail("unknown on-bad-line policy \"{}\"; choose fail or skip", options.on_bad_line);
-  }
-  if (options.invalid_utf8 != "fail" && options.invalid_utf8 != "replace") {
-    fail("unknown invalid-utf8 policy \"{}\"; choose fail or replace", options.invalid_utf8);
-  }
   if (options.seq_len < 2) fail("seq_len is {}; it must be at least 2", options.seq_len);
   if (options.threads < 0) fail("threads is {}; use 0 (all cores) or more", options.threads);
 }
@@ -253,9 +253,10 @@ std::optional<HfChatTemplate> choose_chat_template(const PrepareOptions& options
                                                    PrepareReport& report) {
   if (settings.format != ExampleFormat::kChat) return std::nullopt;
   std::optional<HfChatTemplate> model_template;
-  if (options.chat_template == "auto" || options.chat_template == "model") {
+  const std::optional<ChatTemplate> builtin = builtin_template_of(options.chat_template);
+  if (!builtin) {
     model_template = HfChatTemplate::load(files);
-    if (!model_template && options.chat_template == "model") {
+    if (!model_template && options.chat_template == ChatTemplateChoice::kModel) {
       fail(
           "tokenizer {}: no chat_template in tokenizer_config.json (or chat_template.jinja); "
           "choose a built-in template with --chat-template chatml|llama2|llama3",
@@ -267,10 +268,9 @@ std::optional<HfChatTemplate> choose_chat_template(const PrepareOptions& options
     return model_template;
   }
   settings.chat_template =
-      options.chat_template == "auto"
-          ? detect_chat_template(
-                files, [&](const char* token) { return tokenizer.token_to_id(token).has_value(); })
-          : parse_chat_template(options.chat_template);
+      builtin ? *builtin : detect_chat_template(files, [&](const char* token) {
+        return tokenizer.token_to_id(token).has_value();
+      });
   settings.chat_tokens = chat_tokens(settings.chat_template, files);
   report.chat_template =
       std::string("built-in ") + chat_template_name(settings.chat_template) +
@@ -295,7 +295,7 @@ std::vector<TokenizedDocument> collect_documents(std::vector<LineResult>& result
       ++report.blank_lines;
     } else if (result.kind == LineResult::Kind::kBad) {
       const std::string where = fmt::format("{}:{}", options.data_path, i + 1);
-      if (options.on_bad_line == "fail") {
+      if (options.on_bad_line == BadLinePolicy::kFail) {
         fail("{}: {}{}", where, result.problem, bad_line_hint(lines[i], format));
       }
       ++report.skipped_lines;
@@ -320,8 +320,7 @@ std::vector<TokenizedDocument> collect_documents(std::vector<LineResult>& result
 void require_documents_fit(const std::vector<TokenizedDocument>& documents,
                            const std::vector<size_t>& document_lines, const PrepareOptions& options,
                            int32_t eos_id) {
-  if (parse_packing_mode(options.packing, "--packing (data.packing)") != PackingMode::kNone ||
-      parse_overlong_policy(options.overlong) != OverlongPolicy::kSplit) {
+  if (options.packing != PackingMode::kNone || options.overlong != OverlongPolicy::kSplit) {
     return;
   }
   for (size_t d = 0; d < documents.size(); ++d) {
@@ -344,10 +343,10 @@ void pack_and_write(const std::vector<TokenizedDocument>& documents, const Prepa
   packing.seq_len = options.seq_len;
   packing.eos_id = report.eos_id;
   packing.pad_id = report.pad_id;
-  packing.overlong = parse_overlong_policy(options.overlong);
+  packing.overlong = options.overlong;
   packing.seed = options.seed;
   packing.one_per_sequence =
-      parse_packing_mode(options.packing, "--packing (data.packing)") == PackingMode::kNone;
+      options.packing == PackingMode::kNone;
   const PackedTokens packed = pack_documents(documents, packing);
   report.packing = packed.stats;
   if (packed.stats.sequences == 0) {
@@ -375,7 +374,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   report.data_path = options.data_path;
   report.out_path = options.out_path;
   report.seq_len = options.seq_len;
-  report.packing_mode = options.packing;
+  report.packing_mode = packing_mode_name(options.packing);
   report.eos_id = resolve_eos(options, files, tokenizer);
   report.pad_id = report.eos_id;
   if (files.pad_token)
@@ -403,7 +402,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
                                   : std::max<size_t>(1, std::thread::hardware_concurrency());
   PhaseProgress progress("prepare " + options.data_path, lines.size(), "lines");
   std::vector<LineResult> results = process_lines(
-      lines, tokenizer, settings, options.invalid_utf8 == "replace", thread_count, progress);
+      lines, tokenizer, settings, options.invalid_utf8 == InvalidUtf8Policy::kReplace, thread_count, progress);
   std::vector<size_t> document_lines;
   const std::vector<TokenizedDocument> documents =
       collect_documents(results, lines, options, settings.format, report, document_lines);

@@ -26,25 +26,38 @@
 #include <string>
 #include <vector>
 
+#include "core/choice_names.h"
+#include "data/chat_template.h"
+#include "data/formats.h"
 #include "data/packing.h"
+#include "data/packing_mode.h"
 
 namespace shardtrain {
+
+// data.on_bad_line, prepare --on-bad-line: a malformed line fails the run, or is skipped and
+// counted.
+enum class BadLinePolicy { kFail, kSkip };
+const ChoiceNames<BadLinePolicy>& bad_line_policy_names();  // fail, skip
+// data.invalid_utf8, prepare --invalid-utf8: invalid UTF-8 fails, or each invalid byte
+// sequence becomes U+FFFD.
+enum class InvalidUtf8Policy { kFail, kReplace };
+const ChoiceNames<InvalidUtf8Policy>& invalid_utf8_policy_names();  // fail, replace
 
 struct PrepareOptions {
   std::string tokenizer_path;   // tokenizer.json, or a directory containing it
   std::string data_path;        // JSONL input
   std::string out_path;         // token file to write (prepare_dataset only)
   int64_t seq_len = 512;        // must equal the training data.seq_len
-  std::string format = "auto";  // auto | text | prompt_completion | alpaca | chat
+  ExampleFormatChoice format;  // nullopt = auto: by the first line's keys
   // auto: the model's own chat template when the tokenizer has one, else the built-in family
   // template; model: the model's own (an Error without one); chatml | llama2 | llama3: built-in.
-  std::string chat_template = "auto";
-  std::string overlong = "split";  // split | truncate | drop
+  ChatTemplateChoice chat_template = ChatTemplateChoice::kAuto;
+  OverlongPolicy overlong = OverlongPolicy::kSplit;
   // documents | concatenate: best-fit packing (the token file records the documents either
   // way); none: one document per sequence, and a longer one is an Error under overlong split.
-  std::string packing = "documents";
-  std::string on_bad_line = "fail";   // fail | skip
-  std::string invalid_utf8 = "fail";  // fail | replace
+  PackingMode packing = PackingMode::kDocuments;
+  BadLinePolicy on_bad_line = BadLinePolicy::kFail;
+  InvalidUtf8Policy invalid_utf8 = InvalidUtf8Policy::kFail;
   bool train_on_prompt = false;
   bool train_on_eos = true;  // model's template: also train each assistant turn's end marker
   uint64_t seed = 0;
@@ -52,7 +65,8 @@ struct PrepareOptions {
   int64_t threads = 0;    // 0 = all cores; does not change the output
 };
 
-// Throws Error naming the option for an unknown choice or seq_len < 2 / threads < 0.
+// Throws Error naming the option for seq_len < 2 / threads < 0 (choices are enums: parsed where
+// the flag or key was read).
 // Under packing none with overlong split, a document longer than seq_len is an Error naming
 // FILE:LINE (split pieces would be sequences of one document each, not what none promises).
 void validate_prepare_options(const PrepareOptions& options);

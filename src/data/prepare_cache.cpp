@@ -61,10 +61,8 @@ bool is_valid_token_file(const std::string& path) {
 
 // documents and concatenate write the same file (they differ only in how it is read), so they
 // share a cache entry; none packs differently.
-std::string packing_layout(const std::string& packing) {
-  return parse_packing_mode(packing, "--packing (data.packing)") == PackingMode::kNone
-             ? "one-per-sequence"
-             : "best-fit";
+std::string packing_layout(PackingMode packing) {
+  return packing == PackingMode::kNone ? "one-per-sequence" : "best-fit";
 }
 
 }  // namespace
@@ -90,8 +88,12 @@ std::string prepare_cache_key(const PrepareOptions& options) {
   hash.add(files.config_json.empty() ? "" : read_file(files.config_json));
   hash.add(files.chat_template);  // also covers chat_template.jinja
   for (const std::string& setting :
-       {std::to_string(options.seq_len), options.format, options.chat_template, options.overlong,
-        options.on_bad_line, options.invalid_utf8, std::string(options.train_on_prompt ? "1" : "0"),
+       {std::to_string(options.seq_len), choice_name(example_format_choice_names(), options.format),
+        choice_name(chat_template_choice_names(), options.chat_template),
+        choice_name(overlong_policy_names(), options.overlong),
+        choice_name(bad_line_policy_names(), options.on_bad_line),
+        choice_name(invalid_utf8_policy_names(), options.invalid_utf8),
+        std::string(options.train_on_prompt ? "1" : "0"),
         std::string(options.train_on_eos ? "eos1" : "eos0"), std::to_string(options.seed),
         options.eos_token, packing_layout(options.packing)}) {
     hash.add(setting);

@@ -78,7 +78,7 @@ TEST_F(PrepareTest, OutputIsIdenticalWithOneOrFourThreads) {
   EXPECT_EQ(report.chat_template.rfind("the model's own, from ", 0), 0u) << report.chat_template;
   EXPECT_EQ(report.examples, 3000u);
   // The token file's seq_len windows are exactly the packed sequences.
-  const auto dataset = open_dataset(one.out_path, "tokens", 64, 0);
+  const auto dataset = open_dataset(one.out_path, DataFormat::kTokens, 64, 0);
   EXPECT_EQ(dataset->size(), report.packing.sequences);
   EXPECT_EQ(TokenFile(one.out_path).size(), report.packing.sequences * 64);
 }
@@ -87,7 +87,7 @@ TEST_F(PrepareTest, ReportCountsBlankSkippedAndPadding) {
   PrepareOptions opts = options(
       write("text.jsonl",
             "{\"text\": \"abc\"}\n\n{\"text\": \"defgh\"}\nnot json\n{\"text\": \"ij\"}\n"));
-  opts.on_bad_line = "skip";
+  opts.on_bad_line = BadLinePolicy::kSkip;
   const PrepareReport report = prepare_dataset(opts);
   EXPECT_EQ(report.lines, 5u);
   EXPECT_EQ(report.blank_lines, 1u);
@@ -123,7 +123,7 @@ TEST_F(PrepareTest, BadLinesFailNamingFileAndLine) {
     const std::string message = error_of(options(data));
     EXPECT_EQ(message.rfind(data + c.expected, 0), 0u) << message;
     PrepareOptions skipping = options(data);
-    skipping.on_bad_line = "skip";
+    skipping.on_bad_line = BadLinePolicy::kSkip;
     EXPECT_EQ(prepare_dataset(skipping).skipped_lines, 1u) << c.second_line;
   }
 }
@@ -132,7 +132,7 @@ TEST_F(PrepareTest, InvalidUtf8CanBeReplaced) {
   PrepareOptions opts = options(write("utf8.jsonl",
                                       "{\"text\": \"a\xff"
                                       "b\"}\n"));
-  opts.invalid_utf8 = "replace";
+  opts.invalid_utf8 = InvalidUtf8Policy::kReplace;
   prepare_dataset(opts);
   const TokenFile file(opts.out_path);
   // a, U+FFFD (EF BF BD), b, EOS
@@ -147,7 +147,7 @@ TEST_F(PrepareTest, ChatWithUnknownRoleNamesTheLine) {
             "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", "
             "\"content\": \"b\"}]}\n{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n");
   PrepareOptions builtin = options(data);
-  builtin.chat_template = "chatml";
+  builtin.chat_template = ChatTemplateChoice::kChatml;
   const std::string message = error_of(builtin);
   EXPECT_EQ(message.rfind(data + ":2: messages[0] has unknown role \"robot\"", 0), 0u) << message;
   // The model's own template renders any role; the line then has nothing to train.
@@ -165,7 +165,7 @@ TEST_F(PrepareTest, ModelTemplateAndBuiltInChatmlGiveTheSameTokensAndMasks) {
   own.seq_len = 64;
   own.out_path = (dir_ / "own.bin").string();
   PrepareOptions builtin = own;
-  builtin.chat_template = "chatml";
+  builtin.chat_template = ChatTemplateChoice::kChatml;
   builtin.out_path = (dir_ / "builtin.bin").string();
   prepare_dataset(own);
   prepare_dataset(builtin);
@@ -174,7 +174,7 @@ TEST_F(PrepareTest, ModelTemplateAndBuiltInChatmlGiveTheSameTokensAndMasks) {
 
 TEST_F(PrepareTest, WholeDatasetProblems) {
   PrepareOptions all_bad = options(write("all_bad.jsonl", "{\"text\": \"\"}\n{\"text\": 1}\n"));
-  all_bad.on_bad_line = "skip";
+  all_bad.on_bad_line = BadLinePolicy::kSkip;
   EXPECT_NE(error_of(all_bad).find("no usable example"), std::string::npos) << error_of(all_bad);
   EXPECT_NE(error_of(options(write("empty.jsonl", "\n\n"))).find("no usable example"),
             std::string::npos);
@@ -182,11 +182,18 @@ TEST_F(PrepareTest, WholeDatasetProblems) {
   EXPECT_EQ(error_of(options(unknown)).rfind(unknown + ":1: cannot tell the data format", 0), 0u);
   PrepareOptions too_long =
       options(write("long.jsonl", "{\"text\": \"" + std::string(40, 'a') + "\"}\n"));
-  too_long.overlong = "drop";
+  too_long.overlong = OverlongPolicy::kDrop;
   EXPECT_NE(error_of(too_long).find("were dropped"), std::string::npos);
-  PrepareOptions bad_choice = options(unknown);
-  bad_choice.chat_template = "vicuna";
-  EXPECT_NE(error_of(bad_choice).find("unknown chat template \"vicuna\""), std::string::npos);
+  std::string bad_choice;
+  try {
+    parse_choice(chat_template_choice_names(), "vicuna", "--chat-template");
+  } catch (const Error& error) {
+    bad_choice = error.what();
+  }
+  EXPECT_NE(bad_choice.find("--chat-template must be one of auto, model, chatml, llama2, llama3; "
+                            "got \"vicuna\""),
+            std::string::npos)
+      << bad_choice;
 }
 
 TEST_F(PrepareTest, UnsupportedTokenizerModelNamesTheFile) {
@@ -242,17 +249,17 @@ TEST_F(PrepareTest, PackedFileRecordsWhereEachExampleBegins) {
   for (const uint64_t start : file.document_starts()) {
     EXPECT_EQ(file.loss_mask()[start], 0) << "first token of the example at " << start;
   }
-  const auto documents = open_dataset(opts.out_path, "tokens", 16, 0, PackingMode::kDocuments);
+  const auto documents = open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kDocuments);
   ASSERT_EQ(documents->size(), 1u);
   EXPECT_EQ(documents->get(0).document_starts.size(), 2u);
-  const auto stream = open_dataset(opts.out_path, "tokens", 16, 0, PackingMode::kConcatenate);
+  const auto stream = open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kConcatenate);
   EXPECT_TRUE(stream->get(0).document_starts.empty());
 }
 
 TEST_F(PrepareTest, PackingNonePutsOneExampleInEachSequence) {
   PrepareOptions opts = options(
       write("text.jsonl", "{\"text\": \"abc\"}\n{\"text\": \"defgh\"}\n{\"text\": \"ij\"}\n"));
-  opts.packing = "none";
+  opts.packing = PackingMode::kNone;
   const PrepareReport report = prepare_dataset(opts);
   EXPECT_EQ(report.packing.sequences, 3u);
   EXPECT_EQ(report.packing.padding_tokens, 3u * 16 - 13);
@@ -260,14 +267,14 @@ TEST_F(PrepareTest, PackingNonePutsOneExampleInEachSequence) {
   const TokenFile file(opts.out_path);
   EXPECT_EQ(std::vector<uint64_t>(file.document_starts().begin(), file.document_starts().end()),
             (std::vector<uint64_t>{0, 16, 32}));
-  EXPECT_EQ(open_dataset(opts.out_path, "tokens", 16, 0, PackingMode::kNone)->size(), 3u);
+  EXPECT_EQ(open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kNone)->size(), 3u);
 }
 
 TEST_F(PrepareTest, PackingNoneWithALongExampleNamesTheLine) {
   const std::string data =
       write("long.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"" + std::string(40, 'a') + "\"}\n");
   PrepareOptions opts = options(data);
-  opts.packing = "none";
+  opts.packing = PackingMode::kNone;
   const std::string message = error_of(opts);
   EXPECT_EQ(message.rfind(data + ":2: the example is 41 tokens (with its separator), longer than "
                                  "seq_len 16",
@@ -276,28 +283,18 @@ TEST_F(PrepareTest, PackingNoneWithALongExampleNamesTheLine) {
       << message;
   EXPECT_NE(message.find("--overlong truncate|drop"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(opts.out_path)) << "nothing written";
-  opts.overlong = "truncate";
+  opts.overlong = OverlongPolicy::kTruncate;
   EXPECT_EQ(prepare_dataset(opts).packing.sequences, 2u);
-  opts.overlong = "drop";
+  opts.overlong = OverlongPolicy::kDrop;
   EXPECT_EQ(prepare_dataset(opts).packing.sequences, 1u);
-}
-
-TEST_F(PrepareTest, UnknownPackingModeNamesTheOption) {
-  PrepareOptions opts = options(write("t.jsonl", "{\"text\": \"a\"}\n"));
-  opts.packing = "document";
-  const std::string message = error_of(opts);
-  EXPECT_NE(message.find("--packing (data.packing) = \"document\" is not a packing mode; choose "
-                         "documents, concatenate or none"),
-            std::string::npos)
-      << message;
 }
 
 TEST_F(PrepareTest, CacheKeySharesDocumentsAndConcatenateButNotNone) {
   PrepareOptions documents = options(write("cache.jsonl", "{\"text\": \"abc\"}\n"));
   PrepareOptions concatenate = documents;
-  concatenate.packing = "concatenate";
+  concatenate.packing = PackingMode::kConcatenate;
   PrepareOptions none = documents;
-  none.packing = "none";
+  none.packing = PackingMode::kNone;
   EXPECT_EQ(prepare_cache_key(documents), prepare_cache_key(concatenate));
   EXPECT_NE(prepare_cache_key(documents), prepare_cache_key(none));
 }

@@ -80,12 +80,12 @@ TEST_F(TokenFileDocumentsTest, InconsistentTablesAreOneLineNamingTheFile) {
     EXPECT_NE(message.find(file_path), std::string::npos) << message;
     EXPECT_NE(message.find(c.expected), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    EXPECT_THROW(open_dataset(file_path, "tokens", 4, 0, PackingMode::kDocuments), Error);
+    EXPECT_THROW(open_dataset(file_path, DataFormat::kTokens, 4, 0, PackingMode::kDocuments), Error);
   }
 }
 
 TEST_F(TokenFileDocumentsTest, DocumentsModeGivesEachWindowItsStarts) {
-  const auto dataset = open_dataset(write_v3("d.bin"), "tokens", 4, 0, PackingMode::kDocuments);
+  const auto dataset = open_dataset(write_v3("d.bin"), DataFormat::kTokens, 4, 0, PackingMode::kDocuments);
   ASSERT_EQ(dataset->size(), 2u);
   // Window [0, 4): a document begins at 3. Window [4, 8): at 6 (position 2); the one that began
   // at 3 runs on into the window, whose first token begins a document anyway.
@@ -99,7 +99,7 @@ TEST_F(TokenFileDocumentsTest, DocumentsModeGivesEachWindowItsStarts) {
 }
 
 TEST_F(TokenFileDocumentsTest, ConcatenateIgnoresTheTable) {
-  const auto dataset = open_dataset(write_v3("d.bin"), "tokens", 4, 0, PackingMode::kConcatenate);
+  const auto dataset = open_dataset(write_v3("d.bin"), DataFormat::kTokens, 4, 0, PackingMode::kConcatenate);
   EXPECT_TRUE(dataset->get(0).document_starts.empty());
   const Batch batch = make_batch({dataset->get(0)});
   EXPECT_FALSE(batch.has_documents());
@@ -109,7 +109,7 @@ TEST_F(TokenFileDocumentsTest, ConcatenateIgnoresTheTable) {
 TEST_F(TokenFileDocumentsTest, NoneRefusesAWindowOfSeveralDocuments) {
   const std::string file_path = write_v3("d.bin");
   const std::string message =
-      error_of([&] { open_dataset(file_path, "tokens", 4, 0, PackingMode::kNone); });
+      error_of([&] { open_dataset(file_path, DataFormat::kTokens, 4, 0, PackingMode::kNone); });
   EXPECT_NE(message.find(file_path + ": sequence 0 (tokens [0, 4)) holds more than one document"),
             std::string::npos)
       << message;
@@ -117,7 +117,7 @@ TEST_F(TokenFileDocumentsTest, NoneRefusesAWindowOfSeveralDocuments) {
   // One document per window: accepted, and the examples carry no starts.
   write_token_file(path("one.bin"), std::vector<uint32_t>{1, 2, 3, 4, 5, 6}, {}, 3,
                    std::vector<uint64_t>{0, 3});
-  const auto dataset = open_dataset(path("one.bin"), "tokens", 3, 0, PackingMode::kNone);
+  const auto dataset = open_dataset(path("one.bin"), DataFormat::kTokens, 3, 0, PackingMode::kNone);
   EXPECT_EQ(dataset->size(), 2u);
   EXPECT_TRUE(dataset->get(1).document_starts.empty());
 }
@@ -125,7 +125,7 @@ TEST_F(TokenFileDocumentsTest, NoneRefusesAWindowOfSeveralDocuments) {
 TEST_F(TokenFileDocumentsTest, OlderFilesLoadAsConcatenate) {
   write_token_file(path("old.bin"), std::vector<uint32_t>{1, 2, 3, 4, 5, 6}, {}, 3);
   for (const PackingMode mode : {PackingMode::kDocuments, PackingMode::kNone}) {
-    const auto dataset = open_dataset(path("old.bin"), "tokens", 3, 0, mode);
+    const auto dataset = open_dataset(path("old.bin"), DataFormat::kTokens, 3, 0, mode);
     ASSERT_EQ(dataset->size(), 2u);
     EXPECT_TRUE(dataset->get(0).document_starts.empty());
     EXPECT_EQ(make_batch({dataset->get(0)}).positions, (std::vector<int32_t>{0, 1, 2}));
@@ -133,12 +133,15 @@ TEST_F(TokenFileDocumentsTest, OlderFilesLoadAsConcatenate) {
 }
 
 TEST_F(TokenFileDocumentsTest, PackingModeNames) {
-  EXPECT_EQ(parse_packing_mode("documents", "data.packing"), PackingMode::kDocuments);
-  EXPECT_EQ(parse_packing_mode("none", "data.packing"), PackingMode::kNone);
-  const std::string message = error_of([] { parse_packing_mode("document", "data.packing"); });
-  EXPECT_NE(message.find("data.packing = \"document\" is not a packing mode"), std::string::npos)
+  EXPECT_EQ(parse_choice(packing_mode_names(), "documents", "--packing"), PackingMode::kDocuments);
+  EXPECT_EQ(parse_choice(packing_choice_names(), "auto", "data.packing"), std::nullopt);
+  EXPECT_EQ(parse_choice(packing_choice_names(), "none", "data.packing"), PackingMode::kNone);
+  const std::string message =
+      error_of([] { parse_choice(packing_choice_names(), "document", "data.packing"); });
+  EXPECT_NE(message.find("data.packing must be one of auto, documents, concatenate, none; got "
+                         "\"document\""),
+            std::string::npos)
       << message;
-  EXPECT_NE(message.find("documents, concatenate or none"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -173,7 +173,7 @@ TEST_F(TokenFileTest, MissingFile) {
 
 TEST_F(TokenFileTest, DatasetCutsNonOverlappingWindowsAndDropsRemainder) {
   write_token_file(path("d.bin"), std::vector<uint32_t>{10, 11, 12, 13, 14, 15, 16});
-  const auto dataset = open_dataset(path("d.bin"), "auto", 3, 0);
+  const auto dataset = open_dataset(path("d.bin"), DataFormat::kAuto, 3, 0);
   ASSERT_EQ(dataset->size(), 2u);
   EXPECT_EQ(dataset->get(0).input_ids, (std::vector<int32_t>{10, 11, 12}));
   EXPECT_EQ(dataset->get(1).input_ids, (std::vector<int32_t>{13, 14, 15}));
@@ -185,21 +185,21 @@ TEST_F(TokenFileTest, DatasetCutsNonOverlappingWindowsAndDropsRemainder) {
 TEST_F(TokenFileTest, DatasetAppliesLossMask) {
   write_token_file(path("m.tokens"), std::vector<uint32_t>{1, 2, 3, 4},
                    std::vector<uint8_t>{0, 0, 1, 1});
-  const auto dataset = open_dataset(path("m.tokens"), "auto", 4, 0);
+  const auto dataset = open_dataset(path("m.tokens"), DataFormat::kAuto, 4, 0);
   ASSERT_EQ(dataset->size(), 1u);
   EXPECT_EQ(dataset->get(0).labels, (std::vector<int32_t>{-100, -100, 3, 4}));
 }
 
 TEST_F(TokenFileTest, DatasetShorterThanSeqLen) {
   write_token_file(path("s.bin"), std::vector<uint32_t>{1, 2, 3});
-  const std::string message = error_of([&] { open_dataset(path("s.bin"), "tokens", 4, 0); });
+  const std::string message = error_of([&] { open_dataset(path("s.bin"), DataFormat::kTokens, 4, 0); });
   EXPECT_NE(message.find("has 3 tokens, fewer than data.seq_len = 4"), std::string::npos)
       << message;
 }
 
 TEST_F(TokenFileTest, ValidateVocabNamesIdAndWindow) {
   write_token_file(path("v.bin"), std::vector<uint32_t>{1, 2, 3, 4, 300, 5});
-  const auto dataset = open_dataset(path("v.bin"), "auto", 2, 0);
+  const auto dataset = open_dataset(path("v.bin"), DataFormat::kAuto, 2, 0);
   EXPECT_NO_THROW(validate_vocab(*dataset, 301, path("v.bin")));
   const std::string message = error_of([&] { validate_vocab(*dataset, 260, path("v.bin")); });
   EXPECT_NE(message.find(path("v.bin") + " tokens [4, 6)"), std::string::npos) << message;
@@ -209,21 +209,21 @@ TEST_F(TokenFileTest, ValidateVocabNamesIdAndWindow) {
 
 TEST_F(TokenFileTest, IdsAboveInt32AreRejectedByVocab) {
   write_token_file(path("b.bin"), std::vector<uint32_t>{1, 0x90000000u});
-  const auto dataset = open_dataset(path("b.bin"), "auto", 2, 0);
+  const auto dataset = open_dataset(path("b.bin"), DataFormat::kAuto, 2, 0);
   EXPECT_NE(
       error_of([&] { validate_vocab(*dataset, 1000, path("b.bin")); }).find("token id 2415919104"),
       std::string::npos);
 }
 
 TEST_F(TokenFileTest, FormatResolution) {
-  EXPECT_EQ(resolve_data_format("x/a.bin", "auto"), "tokens");
-  EXPECT_EQ(resolve_data_format("a.tokens", "auto"), "tokens");
-  EXPECT_EQ(resolve_data_format("a.jsonl", "auto"), "jsonl");
-  EXPECT_EQ(resolve_data_format("a.json", "auto"), "jsonl");
-  EXPECT_EQ(resolve_data_format("a.txt", "jsonl"), "jsonl");
-  EXPECT_NE(error_of([] { resolve_data_format("a.txt", "auto"); }).find("set data.format"),
+  EXPECT_EQ(resolve_data_format("x/a.bin", DataFormat::kAuto), DataFormat::kTokens);
+  EXPECT_EQ(resolve_data_format("a.tokens", DataFormat::kAuto), DataFormat::kTokens);
+  EXPECT_EQ(resolve_data_format("a.jsonl", DataFormat::kAuto), DataFormat::kJsonl);
+  EXPECT_EQ(resolve_data_format("a.json", DataFormat::kAuto), DataFormat::kJsonl);
+  EXPECT_EQ(resolve_data_format("a.txt", DataFormat::kJsonl), DataFormat::kJsonl);
+  EXPECT_NE(error_of([] { resolve_data_format("a.txt", DataFormat::kAuto); }).find("set data.format"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { open_dataset(path("absent.bin"), "auto", 4, 0); }).find("no such file"),
+  EXPECT_NE(error_of([&] { open_dataset(path("absent.bin"), DataFormat::kAuto, 4, 0); }).find("no such file"),
             std::string::npos);
 }
 
@@ -232,7 +232,7 @@ TEST(DemoData, CommittedFileIsAValidByteLevelTokenFile) {
   TokenFile file(path);
   EXPECT_EQ(file.size(), 600000u);
   EXPECT_FALSE(file.has_loss_mask());
-  const auto dataset = open_dataset(path, "auto", 128, 0);
+  const auto dataset = open_dataset(path, DataFormat::kAuto, 128, 0);
   EXPECT_EQ(dataset->size(), 600000u / 128);
   EXPECT_LT(dataset->max_token_id(), 128) << "ASCII text";
   EXPECT_NO_THROW(validate_vocab(*dataset, 260, path));

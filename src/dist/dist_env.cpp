@@ -13,13 +13,9 @@
 #include "ops/backend.h"
 
 namespace shardtrain {
-WorldComm choose_world_comm(const std::string& backend, Device device, const WorkerEnv& env,
+WorldComm choose_world_comm(CommBackendChoice backend, Device device, const WorkerEnv& env,
                             int visible_gpus) {
-  if (backend != "auto" && backend != "nccl" && backend != "gloo") {
-    fail("config key 'dist.backend' must be one of \"auto\", \"nccl\", \"gloo\"; got \"{}\"",
-         backend);
-  }
-  if (backend == "nccl" && device != Device::kCuda) {
+  if (backend == CommBackendChoice::kNccl && device != Device::kCuda) {
     fail(
         "config key 'dist.backend' = \"nccl\" needs CUDA ranks, but this rank computes on the "
         "{}; HINT: use --train.device=cuda, or --dist.backend=auto",
@@ -27,9 +23,9 @@ WorldComm choose_world_comm(const std::string& backend, Device device, const Wor
   }
   if (env.world == 1) return WorldComm::kSingle;
   if (device != Device::kCuda) return WorldComm::kGloo;
-  if (backend == "gloo") return WorldComm::kHostStagedGloo;
+  if (backend == CommBackendChoice::kGloo) return WorldComm::kHostStagedGloo;
   if (env.local_world <= visible_gpus) return WorldComm::kNccl;
-  if (backend == "auto") return WorldComm::kHostStagedGloo;
+  if (backend == CommBackendChoice::kAuto) return WorldComm::kHostStagedGloo;
   fail(
       "{} ranks on this node (LOCAL_WORLD_SIZE) but {} GPU(s) visible, and dist.backend = "
       "\"nccl\" needs one GPU per rank (NCCL refuses two ranks on one GPU); HINT: use "
@@ -38,15 +34,16 @@ WorldComm choose_world_comm(const std::string& backend, Device device, const Wor
       env.local_world, visible_gpus, visible_gpus);
 }
 
-std::unique_ptr<Ops> make_rank_ops(const std::string& device_choice, const WorkerEnv& env,
+std::unique_ptr<Ops> make_rank_ops(DeviceChoice device_choice, const WorkerEnv& env,
                                    CudaComputeStream* compute) {
   const int gpus = visible_gpu_count();
-  const bool wants_cuda = device_choice == "cuda" || (device_choice == "auto" && gpus > 0);
+  const bool wants_cuda = device_choice == DeviceChoice::kCuda ||
+                          (device_choice == DeviceChoice::kAuto && gpus > 0);
   return make_ops(device_choice, wants_cuda && gpus > 0 ? env.local_rank % gpus : 0, compute);
 }
 
 DistWorld connect_world(const WorkerEnv& env, Ops& ops, const CudaComputeStream& compute,
-                        const std::string& backend) {
+                        CommBackendChoice backend) {
   const int gpus = ops.device() == Device::kCuda ? visible_gpu_count() : 0;
   const WorldComm choice = choose_world_comm(backend, ops.device(), env, gpus);
   DistWorld world;
@@ -91,7 +88,7 @@ DistWorld connect_world(const WorkerEnv& env, Ops& ops, const CudaComputeStream&
         log::info(
             "dist: {}: collectives go through Gloo staged via host memory, each rank on GPU "
             "LOCAL_RANK % {}; a correctness/testing path, much slower than NCCL",
-            backend == "gloo"
+            backend == CommBackendChoice::kGloo
                 ? std::string("dist.backend = gloo")
                 : fmt::format("{} ranks on this node but {} visible GPU(s)", env.local_world, gpus),
             gpus);

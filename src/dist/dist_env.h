@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dist/comm.h"
+#include "dist/comm_backend_choice.h"
 #include "dist/store.h"
 #include "dist/worker_env.h"
 #include "ops/backend.h"
@@ -23,14 +24,14 @@ enum class WorldComm {
   kHostStagedGloo,  // CUDA ranks through Gloo, staged via host memory (dist/host_staged_comm.h)
 };
 
-// Chooses the world Comm from the config key dist.backend ("auto" | "nccl" | "gloo"), the
+// Chooses the world Comm from the config key dist.backend, the
 // compute device and this node's ranks (env.local_world) against its visible GPUs:
 //   one process -> kSingle; CPU ranks -> kGloo; CUDA ranks -> kNccl, or kHostStagedGloo when
 //   backend = "gloo" or when backend = "auto" and the node has more ranks than visible GPUs
 //   (NCCL refuses two ranks on one GPU).
-// Throws Error naming dist.backend for an unknown value, "nccl" on CPU ranks, and "nccl" with
-// more ranks on the node than visible GPUs.
-WorldComm choose_world_comm(const std::string& backend, Device device, const WorkerEnv& env,
+// Throws Error naming dist.backend for "nccl" on CPU ranks, and "nccl" with more ranks on the
+// node than visible GPUs.
+WorldComm choose_world_comm(CommBackendChoice backend, Device device, const WorkerEnv& env,
                             int visible_gpus);
 
 // The world of this process: the store it rendezvoused through (null for one process) and the
@@ -46,13 +47,13 @@ struct DistWorld {
 // its stream). Throws Error as choose_world_comm does, when the store cannot be reached, the
 // other ranks do not arrive in time, or CUDA ranks need NCCL from a build without it.
 DistWorld connect_world(const WorkerEnv& env, Ops& ops, const CudaComputeStream& compute,
-                        const std::string& backend = "auto");
+                        CommBackendChoice backend = CommBackendChoice::kAuto);
 
 // The compute backend of this rank (ops/backend.h make_ops): CUDA ranks drive GPU
 // LOCAL_RANK % (visible GPUs), so ranks share GPUs round-robin when there are more of them than
 // GPUs (connect_world then needs host-staged Gloo). `compute`, when given, receives the CUDA
 // backend's device and stream for connect_world. Throws Error as make_ops does.
-std::unique_ptr<Ops> make_rank_ops(const std::string& device_choice, const WorkerEnv& env,
+std::unique_ptr<Ops> make_rank_ops(DeviceChoice device_choice, const WorkerEnv& env,
                                    CudaComputeStream* compute = nullptr);
 
 }  // namespace shardtrain

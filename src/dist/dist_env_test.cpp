@@ -20,26 +20,26 @@ WorkerEnv node_with(int local_world, int nodes = 1) {
 }
 
 TEST(ChooseWorldComm, AutoPicksNcclForOneGpuPerRankAndHostStagedGlooForSharedGpus) {
-  EXPECT_EQ(choose_world_comm("auto", Device::kCuda, node_with(2), 2), WorldComm::kNccl);
-  EXPECT_EQ(choose_world_comm("auto", Device::kCuda, node_with(4, 2), 8), WorldComm::kNccl);
-  EXPECT_EQ(choose_world_comm("auto", Device::kCuda, node_with(2), 1), WorldComm::kHostStagedGloo);
-  EXPECT_EQ(choose_world_comm("auto", Device::kCuda, node_with(8, 2), 4),
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kAuto, Device::kCuda, node_with(2), 2), WorldComm::kNccl);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kAuto, Device::kCuda, node_with(4, 2), 8), WorldComm::kNccl);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kAuto, Device::kCuda, node_with(2), 1), WorldComm::kHostStagedGloo);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kAuto, Device::kCuda, node_with(8, 2), 4),
             WorldComm::kHostStagedGloo);
-  EXPECT_EQ(choose_world_comm("auto", Device::kCpu, node_with(4), 0), WorldComm::kGloo);
-  EXPECT_EQ(choose_world_comm("auto", Device::kCuda, node_with(1), 1), WorldComm::kSingle);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kAuto, Device::kCpu, node_with(4), 0), WorldComm::kGloo);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kAuto, Device::kCuda, node_with(1), 1), WorldComm::kSingle);
 }
 
 TEST(ChooseWorldComm, GlooOnCudaRanksIsHostStagedEvenWithAGpuPerRank) {
-  EXPECT_EQ(choose_world_comm("gloo", Device::kCuda, node_with(2), 2), WorldComm::kHostStagedGloo);
-  EXPECT_EQ(choose_world_comm("gloo", Device::kCuda, node_with(2), 1), WorldComm::kHostStagedGloo);
-  EXPECT_EQ(choose_world_comm("gloo", Device::kCpu, node_with(2), 0), WorldComm::kGloo);
-  EXPECT_EQ(choose_world_comm("gloo", Device::kCuda, node_with(1), 1), WorldComm::kSingle);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kGloo, Device::kCuda, node_with(2), 2), WorldComm::kHostStagedGloo);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kGloo, Device::kCuda, node_with(2), 1), WorldComm::kHostStagedGloo);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kGloo, Device::kCpu, node_with(2), 0), WorldComm::kGloo);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kGloo, Device::kCuda, node_with(1), 1), WorldComm::kSingle);
 }
 
 TEST(ChooseWorldComm, ExplicitNcclWithSharedGpusIsRefusedWithTheFix) {
-  EXPECT_EQ(choose_world_comm("nccl", Device::kCuda, node_with(2), 2), WorldComm::kNccl);
+  EXPECT_EQ(choose_world_comm(CommBackendChoice::kNccl, Device::kCuda, node_with(2), 2), WorldComm::kNccl);
   const std::string message =
-      error_of([] { choose_world_comm("nccl", Device::kCuda, node_with(2), 1); });
+      error_of([] { choose_world_comm(CommBackendChoice::kNccl, Device::kCuda, node_with(2), 1); });
   EXPECT_NE(message.find("2 ranks on this node"), std::string::npos) << message;
   EXPECT_NE(message.find("1 GPU(s) visible"), std::string::npos) << message;
   EXPECT_NE(message.find("--dist.backend=gloo"), std::string::npos) << message;
@@ -48,23 +48,24 @@ TEST(ChooseWorldComm, ExplicitNcclWithSharedGpusIsRefusedWithTheFix) {
 
 TEST(ChooseWorldComm, NcclOnCpuAndUnknownValuesNameTheKey) {
   const std::string on_cpu =
-      error_of([] { choose_world_comm("nccl", Device::kCpu, node_with(2), 0); });
+      error_of([] { choose_world_comm(CommBackendChoice::kNccl, Device::kCpu, node_with(2), 0); });
   EXPECT_NE(on_cpu.find("'dist.backend'"), std::string::npos) << on_cpu;
   EXPECT_NE(on_cpu.find("--train.device=cuda"), std::string::npos) << on_cpu;
   // Also for one process: the config contradicts itself whatever the world size.
-  EXPECT_NE(error_of([] { choose_world_comm("nccl", Device::kCpu, node_with(1), 0); }), "");
+  EXPECT_NE(error_of([] { choose_world_comm(CommBackendChoice::kNccl, Device::kCpu, node_with(1), 0); }), "");
   const std::string unknown =
-      error_of([] { choose_world_comm("mpi", Device::kCuda, node_with(2), 2); });
-  EXPECT_NE(unknown.find("'dist.backend'"), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("\"mpi\""), std::string::npos) << unknown;
+      error_of([] { parse_choice(comm_backend_names(), "mpi", "dist.backend"); });
+  EXPECT_NE(unknown.find("dist.backend must be one of auto, nccl, gloo; got \"mpi\""),
+            std::string::npos)
+      << unknown;
 }
 
 TEST(MakeRankOps, CpuRanksNeedNoGpu) {
   WorkerEnv env = node_with(4);
   env.rank = env.local_rank = 3;
-  EXPECT_EQ(make_rank_ops("cpu", env)->device(), Device::kCpu);
+  EXPECT_EQ(make_rank_ops(DeviceChoice::kCpu, env)->device(), Device::kCpu);
   if (visible_gpu_count() == 0) {
-    EXPECT_EQ(make_rank_ops("auto", env)->device(), Device::kCpu);
+    EXPECT_EQ(make_rank_ops(DeviceChoice::kAuto, env)->device(), Device::kCpu);
   }
 }
 

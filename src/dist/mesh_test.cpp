@@ -21,7 +21,7 @@ void run_mesh(int world, int group, const std::function<void(Mesh&)>& body) {
   testing::TempDir dir("shardtrain_mesh_");
   FileStore store(dir.path());
   testing::run_threads(world, [&](int rank) {
-    std::unique_ptr<Ops> ops = make_ops("cpu");
+    std::unique_ptr<Ops> ops = make_ops(DeviceChoice::kCpu);
     std::unique_ptr<Comm> comm = make_gloo_comm(store, rank, world, "mesh");
     Mesh mesh(*comm, group, *ops);
     body(mesh);
@@ -95,7 +95,7 @@ TEST(Mesh, AgreementCountsTheRanksThatSayYes) {
 }
 
 TEST(MeshDeathTest, AGroupThatDoesNotDivideTheWorldIsABug) {
-  std::unique_ptr<Ops> ops = make_ops("cpu");
+  std::unique_ptr<Ops> ops = make_ops(DeviceChoice::kCpu);
   std::unique_ptr<Comm> world = make_single_rank_comm();
   EXPECT_DEATH(Mesh(*world, 2, *ops), "group 2 world 1");
 }

@@ -112,7 +112,7 @@ class NcclCommTest : public ::testing::Test {
         ::dup2(fd, 1);
         ::dup2(fd, 2);
         NcclCommOptions options;
-        std::unique_ptr<Ops> ops = make_ops("cuda", rank, &options.compute);
+        std::unique_ptr<Ops> ops = make_ops(DeviceChoice::kCuda, rank, &options.compute);
         options.job_rank = rank;
         options.timeout = comm_timeout;
         FileStore store(store_dir);

@@ -106,7 +106,7 @@ std::vector<RankResult> train(int world, int group, FsdpStrategy strategy, bool 
   testing::TempDir dir("shardtrain_frozen_");
   FileStore store(dir.path());
   testing::run_threads(world, [&](int rank) {
-    std::unique_ptr<Ops> ops = make_ops("cpu");
+    std::unique_ptr<Ops> ops = make_ops(DeviceChoice::kCpu);
     std::unique_ptr<Comm> comm = make_gloo_comm(store, rank, world, "frozen");
     Mesh mesh(*comm, group, *ops);
     FsdpOptions options;

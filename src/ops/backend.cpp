@@ -66,37 +66,35 @@ void set_test_cuda_device_limits(const std::string& preset) {
 
 namespace {
 
-std::unique_ptr<Ops> make_backend(const std::string& device_choice, int cuda_device,
+std::unique_ptr<Ops> make_backend(DeviceChoice device_choice, int cuda_device,
                                   CudaComputeStream& stream_out) {
-  if (device_choice == "cpu") return make_cpu_ops();
-  if (device_choice == "cuda" || device_choice == "auto") {
+  if (device_choice == DeviceChoice::kCpu) return make_cpu_ops();
 #if defined(SHARDTRAIN_WITH_CUDA)
-    if (cuda_available()) {
-      SHARDTRAIN_CHECK(cuda_device >= 0 && cuda_device < visible_gpu_count(), "GPU {} of {}",
-                       cuda_device, visible_gpu_count());
-      SHARDTRAIN_CUDA_CHECK(cudaSetDevice(cuda_device));
-      auto cuda = std::make_unique<CudaOps>();
-      stream_out = {cuda->device_index(), static_cast<void*>(cuda->stream())};
-      return cuda;
-    }
-#endif
-    if (device_choice == "auto") return make_cpu_ops();
-#if defined(SHARDTRAIN_WITH_CUDA)
-    fail(
-        "device 'cuda' requested but no GPU is visible; HINT: check nvidia-smi and "
-        "CUDA_VISIBLE_DEVICES, or use --train.device=cpu");
-#else
-    fail(
-        "device 'cuda' requested but this shardtrain was built without CUDA; HINT: rebuild "
-        "where nvcc is installed (-DSHARDTRAIN_CUDA=ON) or use --train.device=cpu");
-#endif
+  if (cuda_available()) {
+    SHARDTRAIN_CHECK(cuda_device >= 0 && cuda_device < visible_gpu_count(), "GPU {} of {}",
+                     cuda_device, visible_gpu_count());
+    SHARDTRAIN_CUDA_CHECK(cudaSetDevice(cuda_device));
+    auto cuda = std::make_unique<CudaOps>();
+    stream_out = {cuda->device_index(), static_cast<void*>(cuda->stream())};
+    return cuda;
   }
-  fail("unknown device '{}'; HINT: use cpu, cuda or auto", device_choice);
+#endif
+  if (device_choice == DeviceChoice::kAuto) return make_cpu_ops();
+#if defined(SHARDTRAIN_WITH_CUDA)
+  fail(
+      "device 'cuda' requested but no GPU is visible; HINT: check nvidia-smi and "
+      "CUDA_VISIBLE_DEVICES, or use --train.device=cpu");
+#else
+  fail(
+      "device 'cuda' requested but this shardtrain was built without CUDA; HINT: rebuild "
+      "where nvcc is installed (-DSHARDTRAIN_CUDA=ON) or use --train.device=cpu");
+#endif
 }
 
 }  // namespace
 
-std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device,
+
+std::unique_ptr<Ops> make_ops(DeviceChoice device_choice, int cuda_device,
                               CudaComputeStream* stream_out) {
   CudaComputeStream stream;
   std::unique_ptr<Ops> ops = make_backend(device_choice, cuda_device, stream);

@@ -1,5 +1,5 @@
-// Choosing a compute backend: "cpu", "cuda", or "auto" (CUDA when this binary was built with
-// it and a GPU is visible, else CPU).
+// Choosing a compute backend: cpu, cuda, or auto (CUDA when this binary was built with it and a
+// GPU is visible, else CPU): train.device and the --device flags.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "ops/device_choice.h"
 #include "ops/kernel_overrides.h"
 #include "ops/ops.h"
 
@@ -19,7 +20,7 @@ struct CudaComputeStream {
   void* stream = nullptr;
 };
 
-// Throws Error for an unknown choice, or "cuda" without a CUDA build or without a GPU.
+// Throws Error for cuda without a CUDA build or without a GPU.
 // A CUDA backend drives GPU `cuda_device` (made current with cudaSetDevice first; one rank per
 // GPU under the launcher, dist/dist_env.h make_rank_ops). REQUIRES: cuda_device <
 // visible_gpu_count() when the choice resolves to CUDA.
@@ -27,7 +28,7 @@ struct CudaComputeStream {
 // (ops/profiled_ops.h): a per-op-class time table in the log at exit; slow, for profiling.
 // `stream_out`, when given, receives the CUDA backend's device and compute stream (for the
 // code that wires a NCCL communicator to it, dist/nccl_comm.h), or stays empty on the CPU.
-std::unique_ptr<Ops> make_ops(const std::string& device_choice, int cuda_device = 0,
+std::unique_ptr<Ops> make_ops(DeviceChoice device_choice, int cuda_device = 0,
                               struct CudaComputeStream* stream_out = nullptr);
 // True when this binary includes the CUDA backend and at least one GPU is visible.
 bool cuda_available();

@@ -107,9 +107,9 @@ TEST(ProfiledOps, GemmShapesAreTabledFromTheSecondStep) {
 
 TEST(ProfiledOps, EnvironmentVariableWrapsTheBackend) {
   ::setenv("SHARDTRAIN_PROFILE_OPS", "1", 1);
-  auto wrapped = make_ops("cpu");
+  auto wrapped = make_ops(DeviceChoice::kCpu);
   ::unsetenv("SHARDTRAIN_PROFILE_OPS");
-  auto plain = make_ops("cpu");
+  auto plain = make_ops(DeviceChoice::kCpu);
   EXPECT_NE(dynamic_cast<ProfiledOps*>(wrapped.get()), nullptr);
   EXPECT_EQ(dynamic_cast<ProfiledOps*>(plain.get()), nullptr);
 }

@@ -44,7 +44,7 @@ class EvaluatorTest : public ::testing::Test {
  protected:
   EvaluatorTest()
       : loaded_(load_inference_model(std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/llama_gqa",
-                                     "cpu")),
+                                     DeviceChoice::kCpu)),
         loss_(*loaded_.ops, sizeof(float)) {
     loaded_.model->reserve(2, 12);
   }

@@ -9,7 +9,7 @@
 
 namespace shardtrain {
 
-InferenceModel load_inference_model(const std::string& model_dir, const std::string& device) {
+InferenceModel load_inference_model(const std::string& model_dir, DeviceChoice device) {
   const HfCheckpoint checkpoint = HfCheckpoint::open(model_dir);
   const ModelConfig config = read_hf_config(checkpoint.config_json_path());
   InferenceModel result;

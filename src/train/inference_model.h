@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/decoder_model.h"
+#include "ops/backend.h"
 #include "ops/ops.h"
 #include "train/local_units.h"
 
@@ -17,8 +18,8 @@ struct InferenceModel {
   std::unique_ptr<LocalUnits> units;
 };
 
-// Opens DIR (config.json + safetensors), builds the backend for `device` (cpu|cuda|auto) and
+// Opens DIR (config.json + safetensors), builds the backend for `device` and
 // uploads the weights. Throws Error naming the file for any checkpoint problem.
-InferenceModel load_inference_model(const std::string& model_dir, const std::string& device);
+InferenceModel load_inference_model(const std::string& model_dir, DeviceChoice device);
 
 }  // namespace shardtrain

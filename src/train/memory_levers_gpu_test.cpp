@@ -32,8 +32,8 @@ TEST(MemoryLeversGpu, OnDemandCopyAndUpdateInBackwardMatchTheDefault) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: memory-lever parity on the GPU skipped";
   const fs::path dir =
       fs::temp_directory_path() / ("shardtrain_levers_gpu_" + std::to_string(::getpid()));
-  const testing::LeverRun want = testing::train_memory_levers("cuda", "keep", false, dir);
-  const testing::LeverRun again = testing::train_memory_levers("cuda", "keep", false, dir);
+  const testing::LeverRun want = testing::train_memory_levers(DeviceChoice::kCuda, "keep", false, dir);
+  const testing::LeverRun again = testing::train_memory_levers(DeviceChoice::kCuda, "keep", false, dir);
   ASSERT_EQ(want.losses.size(), 12u);
   ASSERT_EQ(again.losses.size(), 12u);
   EXPECT_LT(want.losses.back(), want.losses.front()) << "the baseline should learn";
@@ -43,7 +43,7 @@ TEST(MemoryLeversGpu, OnDemandCopyAndUpdateInBackwardMatchTheDefault) {
               reproducible ? "bit for bit" : "not bit for bit", spread);
   for (const auto& [copy, in_backward] :
        {std::pair<const char*, bool>{"on_demand", false}, {"keep", true}, {"on_demand", true}}) {
-    const testing::LeverRun got = testing::train_memory_levers("cuda", copy, in_backward, dir);
+    const testing::LeverRun got = testing::train_memory_levers(DeviceChoice::kCuda, copy, in_backward, dir);
     ASSERT_EQ(got.losses.size(), want.losses.size());
     const double diff = largest_relative_difference(want, got);
     std::printf("%s, update in backward %d: largest relative loss difference %.3g, parameters %s\n",

@@ -25,13 +25,13 @@ fs::path test_dir(const std::string& name) {
 
 TEST(MemoryLevers, OnDemandCopyAndUpdateInBackwardTrainBitIdentically) {
   const fs::path dir = test_dir("cpu");
-  const testing::LeverRun want = testing::train_memory_levers("cpu", "keep", false, dir);
+  const testing::LeverRun want = testing::train_memory_levers(DeviceChoice::kCpu, "keep", false, dir);
   ASSERT_EQ(want.losses.size(), 12u);
   EXPECT_LT(want.losses.back(), want.losses.front()) << "the baseline should learn";
   ASSERT_GT(want.model_bytes.size(), 100000u);
   for (const auto& [copy, in_backward] :
        {std::pair<const char*, bool>{"on_demand", false}, {"keep", true}, {"on_demand", true}}) {
-    const testing::LeverRun got = testing::train_memory_levers("cpu", copy, in_backward, dir);
+    const testing::LeverRun got = testing::train_memory_levers(DeviceChoice::kCpu, copy, in_backward, dir);
     ASSERT_EQ(got.losses.size(), want.losses.size());
     for (size_t s = 0; s < want.losses.size(); ++s) {
       EXPECT_EQ(got.losses[s], want.losses[s])
@@ -63,8 +63,8 @@ TEST(MemoryLevers, UpdateInBackwardNeedsNoClippingOneRankAndOneMicroBatch) {
   config.train.steps = 2;
   config.train.micro_batch = 1;
   config.train.grad_accum = 4;
-  config.train.device = "cpu";
-  auto ops = make_ops("cpu");
+  config.train.device = DeviceChoice::kCpu;
+  auto ops = make_ops(DeviceChoice::kCpu);
   TrainRunOptions options;
   options.quiet = true;
   try {

@@ -84,12 +84,12 @@ void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add("data.eval_path", &data.eval_path,
              "held-out data (any format data.path takes) evaluated every train.eval_every steps "
              "and after the last; \"\" = none");
-  schema.add_choice("data.format", &data.format, data_format_choices(),
+  schema.add_enum("data.format", &data.format, data_format_names(),
                     "tokens = token file; jsonl = input_ids per line; examples = raw text/"
                     "prompt-completion/alpaca/chat JSONL (tokenized into a cache); auto = detect");
   schema.add("data.seq_len", &data.seq_len, "tokens per training sequence");
   schema.add("data.pad_id", &data.pad_id, "token id used to pad short JSONL sequences");
-  schema.add_choice("data.packing", &data.packing, packing_choices_with_auto(),
+  schema.add_enum("data.packing", &data.packing, packing_choice_names(),
                     "documents = packed documents attend only to themselves, positions restart "
                     "per document; concatenate = one causal stream per sequence; none = one "
                     "document per sequence, padded; auto = documents");
@@ -98,16 +98,16 @@ void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
 void register_data_example_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add("data.tokenizer", &data.tokenizer,
              "raw examples: tokenizer.json or its directory (\"\" = model.path)");
-  schema.add_choice("data.example_format", &data.example_format, example_format_choices(),
+  schema.add_enum("data.example_format", &data.example_format, example_format_choice_names(),
                     "raw examples: record format (auto = from the first line's keys)");
-  schema.add_choice("data.chat_template", &data.chat_template, chat_template_choices(),
+  schema.add_enum("data.chat_template", &data.chat_template, chat_template_choice_names(),
                     "raw examples: chat template (auto = the model's own chat_template when "
                     "tokenizer_config.json has one, else the family's built-in one)");
-  schema.add_choice("data.overlong", &data.overlong, {"split", "truncate", "drop"},
+  schema.add_enum("data.overlong", &data.overlong, overlong_policy_names(),
                     "raw examples: what to do with an example longer than seq_len");
-  schema.add_choice("data.on_bad_line", &data.on_bad_line, {"fail", "skip"},
+  schema.add_enum("data.on_bad_line", &data.on_bad_line, bad_line_policy_names(),
                     "raw examples: a malformed line fails the run or is skipped and counted");
-  schema.add_choice("data.invalid_utf8", &data.invalid_utf8, {"fail", "replace"},
+  schema.add_enum("data.invalid_utf8", &data.invalid_utf8, invalid_utf8_policy_names(),
                     "raw examples: invalid UTF-8 fails, or is replaced with U+FFFD");
   schema.add("data.train_on_prompt", &data.train_on_prompt,
              "raw examples: also compute loss on prompt/user tokens");
@@ -127,7 +127,7 @@ void register_train_loop_keys(ConfigSchema& schema, TrainLoopConfig& train) {
   schema.add("train.micro_batch", &train.micro_batch, "sequences per rank per micro-step");
   schema.add("train.grad_accum", &train.grad_accum, "micro-steps accumulated per optimizer step");
   schema.add("train.seed", &train.seed, "seed for data order and random init");
-  schema.add_choice("train.device", &train.device, {"auto", "cpu", "cuda"},
+  schema.add_enum("train.device", &train.device, device_choice_names(),
                     "compute device; auto picks cuda when a GPU is present");
   schema.add("train.log_every", &train.log_every, "print metrics every N steps");
   schema.add(
@@ -184,8 +184,8 @@ void register_parallel_keys(ConfigSchema& schema, FsdpConfig& fsdp, DistConfig& 
                   "from fp32 when it is used (on_demand: 2 bytes/parameter less, same values); "
                   "auto = on_demand when the job would use over 3/4 of the GPU");
 
-  schema.add_choice(
-      "dist.backend", &dist.backend, {"auto", "nccl", "gloo"},
+  schema.add_enum(
+      "dist.backend", &dist.backend, comm_backend_names(),
       "collectives: auto = NCCL for one GPU per rank, Gloo for CPU ranks, host-staged "
       "Gloo when ranks share a GPU; gloo on GPUs = host-staged (slow, for testing)");
 }

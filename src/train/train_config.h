@@ -23,7 +23,10 @@
 // cross-field checks) and the allowed range.
 // Choices are enums, parsed once when the file or override is applied (ConfigSchema::add_enum):
 // a value outside the choices is one line naming the key and listing them. Their names are
-// written once, in the *_names() tables below, which the schema and every message use.
+// written once (core/choice_names.h), beside their enums: the *_names() tables below, and the
+// data choices' in data/ (data_format.h, formats.h, chat_template.h, packing.h,
+// packing_mode.h, prepare.h), train.device's in ops/device_choice.h, dist.backend's in
+// dist/comm_backend_choice.h; the schema, the flags and every message use them.
 #pragma once
 
 #include <cstddef>
@@ -32,8 +35,17 @@
 #include <utility>
 #include <vector>
 
+#include "core/choice_names.h"
 #include "core/config.h"
 #include "core/dtype.h"
+#include "data/chat_template.h"
+#include "data/data_format.h"
+#include "data/formats.h"
+#include "data/packing.h"
+#include "data/packing_mode.h"
+#include "data/prepare.h"
+#include "dist/comm_backend_choice.h"
+#include "ops/device_choice.h"
 #include "fsdp/fsdp_strategy.h"
 #include "model/decoder_model.h"
 #include "train/metrics_config.h"
@@ -48,8 +60,6 @@ enum class LrScheduleKind { kCosine, kLinear, kConstant };
 using ActivationCheckpointing = DecoderModel::Checkpointing;
 using TrainPrecision = DecoderModel::Precision;
 
-template <typename Enum>
-using ChoiceNames = std::vector<std::pair<std::string, Enum>>;
 const ChoiceNames<ModelInit>& model_init_names();                   // pretrained, random
 const ChoiceNames<DType>& model_dtype_names();                      // bf16, fp32
 const ChoiceNames<ActivationCheckpointing>& checkpointing_names();  // none, full, selective
@@ -57,13 +67,6 @@ const ChoiceNames<LrScheduleKind>& lr_schedule_names();             // cosine, l
 const ChoiceNames<FsdpStrategy>& fsdp_strategy_names();             // FULL_SHARD, ...
 const ChoiceNames<ComputeCopyChoice>& compute_copy_names();         // auto, keep, on_demand
 const ChoiceNames<TrainPrecision>& precision_names();               // bf16, fp8
-// The name of `value` in `names` (what the user typed, for messages).
-template <typename Enum>
-std::string choice_name(const ChoiceNames<Enum>& names, Enum value) {
-  for (const auto& [name, entry] : names)
-    if (entry == value) return name;
-  return "?";
-}
 
 struct ModelSourceConfig {
   std::string path;  // HF checkpoint dir, or a dir with only config.json for random init
@@ -83,25 +86,25 @@ struct DataConfig {
   // Held-out data in any format path accepts, evaluated every train.eval_every steps and after
   // the last one; "" = no evaluation.
   std::string eval_path;
-  // "auto" | "tokens" | "jsonl" (input_ids per line) | "examples" (raw text, prompt/completion,
-  // alpaca or chat JSONL, tokenized and packed into a cache). auto: by extension, and for
-  // JSONL by the first line's keys.
-  std::string format = "auto";
+  // tokens | jsonl (input_ids per line) | examples (raw text, prompt/completion, alpaca or chat
+  // JSONL, tokenized and packed into a cache) | auto: by extension, and for JSONL by the first
+  // line's keys (data/data_format.h).
+  DataFormat format = DataFormat::kAuto;
   int64_t seq_len = 512;
   int64_t pad_id = 0;
   // auto | documents | concatenate | none (data/packing_mode.h): whether packed documents attend
   // only to themselves with positions restarting (documents), form one causal stream
   // (concatenate), or get a sequence each (none). Raw examples and token files that record
   // documents. auto = documents where the backend masks documents (CPU), else concatenate
-  // (train/training_data.h: with_packing_for_device).
-  std::string packing = "auto";
+  // (train/training_data.h: with_packing_for_device). nullopt = auto.
+  PackingChoice packing;
   // Raw examples only (data/training_data.h):
   std::string tokenizer;                // tokenizer.json or its dir; "" = model.path
-  std::string example_format = "auto";  // auto | text | prompt_completion | alpaca | chat
-  std::string chat_template = "auto";   // auto | model | chatml | llama2 | llama3
-  std::string overlong = "split";       // split | truncate | drop
-  std::string on_bad_line = "fail";     // fail | skip
-  std::string invalid_utf8 = "fail";    // fail | replace
+  ExampleFormatChoice example_format;  // nullopt = auto: by the first line's keys
+  ChatTemplateChoice chat_template = ChatTemplateChoice::kAuto;
+  OverlongPolicy overlong = OverlongPolicy::kSplit;
+  BadLinePolicy on_bad_line = BadLinePolicy::kFail;
+  InvalidUtf8Policy invalid_utf8 = InvalidUtf8Policy::kFail;
   bool train_on_prompt = false;
   bool train_on_eos = true;
   std::string cache_dir;  // "" = $HOME/.cache/shardtrain/data
@@ -120,7 +123,7 @@ struct TrainLoopConfig {
   int64_t micro_batch = 4;  // sequences per rank per micro-step
   int64_t grad_accum = 1;   // micro-steps per optimizer step
   int64_t seed = 1234;
-  std::string device = "auto";  // "auto" | "cpu" | "cuda"
+  DeviceChoice device = DeviceChoice::kAuto;
   int64_t log_every = 1;
   std::string output_dir;      // "" = don't save
   double max_grad_norm = 1.0;  // 0 disables clipping
@@ -181,7 +184,7 @@ struct DistConfig {
   // "auto" | "nccl" | "gloo": which engine carries collectives (dist/dist_env.h
   // choose_world_comm). auto = NCCL for CUDA ranks with one GPU each, Gloo for CPU ranks, and
   // host-staged Gloo when a node has more CUDA ranks than GPUs; gloo on CUDA ranks = host-staged.
-  std::string backend = "auto";
+  CommBackendChoice backend = CommBackendChoice::kAuto;
 };
 
 struct Fp8Config {

@@ -49,11 +49,11 @@ TEST_P(TrainParityGpu, LossCurveFollowsCpuWithinBf16Tolerance) {
   TrainRunOptions options;
   options.quiet = true;
 
-  config.train.device = "cpu";
+  config.train.device = DeviceChoice::kCpu;
   auto cpu = make_ops("cpu");
   const TrainOutcome reference = run_training(config, *cpu, options);
-  config.train.device = "cuda";
-  auto gpu = make_ops("cuda");
+  config.train.device = DeviceChoice::kCuda;
+  auto gpu = make_ops(DeviceChoice::kCuda);
   const TrainOutcome outcome = run_training(config, *gpu, options);
   fs::remove_all(dir);
 

@@ -35,12 +35,12 @@ std::string default_cache_dir() {
 
 }  // namespace
 
-std::string resolve_training_data_format(const DataConfig& data) {
-  if (data.format == "examples") return "examples";
-  const std::string format = resolve_data_format(data.path, data.format);
-  if (format == "jsonl" && data.format == "auto" && std::filesystem::exists(data.path) &&
-      !first_line_has_input_ids(data.path)) {
-    return "examples";
+DataFormat resolve_training_data_format(const DataConfig& data) {
+  if (data.format == DataFormat::kExamples) return DataFormat::kExamples;
+  const DataFormat format = resolve_data_format(data.path, data.format);
+  if (format == DataFormat::kJsonl && data.format == DataFormat::kAuto &&
+      std::filesystem::exists(data.path) && !first_line_has_input_ids(data.path)) {
+    return DataFormat::kExamples;
   }
   return format;
 }
@@ -49,9 +49,10 @@ namespace {
 
 std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
                                                const std::string& model_path, uint64_t seed) {
-  const std::string format = resolve_training_data_format(data);
-  const PackingMode packing = parse_packing_mode(data.packing, "data.packing");
-  if (format != "examples") {
+  const DataFormat format = resolve_training_data_format(data);
+  // REQUIRES: resolved (with_packing_for_device); auto reads as documents.
+  const PackingMode packing = data.packing.value_or(PackingMode::kDocuments);
+  if (format != DataFormat::kExamples) {
     return open_dataset(data.path, format, data.seq_len, data.pad_id, packing);
   }
 
@@ -62,7 +63,7 @@ std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
   options.format = data.example_format;
   options.chat_template = data.chat_template;
   options.overlong = data.overlong;
-  options.packing = data.packing;
+  options.packing = packing;
   options.on_bad_line = data.on_bad_line;
   options.invalid_utf8 = data.invalid_utf8;
   options.train_on_prompt = data.train_on_prompt;
@@ -71,15 +72,15 @@ std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
   const std::string cache_dir = data.cache_dir.empty() ? default_cache_dir() : data.cache_dir;
   const std::string token_file = prepare_cached(options, cache_dir);
   log::info("data {}: prepared examples cached as {}", data.path, token_file);
-  return open_dataset(token_file, "tokens", data.seq_len, data.pad_id, packing);
+  return open_dataset(token_file, DataFormat::kTokens, data.seq_len, data.pad_id, packing);
 }
 
 }  // namespace
 
 DataConfig with_packing_for_device(const DataConfig& data, Device /*device*/) {
-  if (data.packing != "auto") return data;
+  if (data.packing) return data;
   DataConfig resolved = data;
-  resolved.packing = "documents";  // every backend's attention masks documents apart
+  resolved.packing = PackingMode::kDocuments;  // every backend's attention masks documents apart
   return resolved;
 }
 

@@ -27,8 +27,8 @@ namespace shardtrain {
 // signature for a backend that would not). Any other value is returned unchanged.
 DataConfig with_packing_for_device(const DataConfig& data, Device device);
 
-// "tokens", "jsonl" or "examples" for the configured data. Throws Error if the file is missing.
-std::string resolve_training_data_format(const DataConfig& data);
+// kTokens, kJsonl or kExamples for the configured data. Throws Error if the file is missing.
+DataFormat resolve_training_data_format(const DataConfig& data);
 
 // REQUIRES: data validated (TrainConfig::validate). Throws Error for any data problem.
 // data.packing = "auto" reads as `documents` here: callers that know their backend resolve it

@@ -39,27 +39,27 @@ TEST_F(TrainingDataTest, PackingKeyDefaultsToAutoAndRejectsMisspellings) {
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
-  EXPECT_EQ(config.data.packing, "auto");
+  EXPECT_EQ(config.data.packing, std::nullopt);
   const std::string file = write("c.toml", "[data]\npacking = \"document\"\n");
   const std::string message = error_of([&] { schema.load_toml_file(file); });
   EXPECT_NE(message.find("data.packing"), std::string::npos) << message;
   EXPECT_NE(message.find("concatenate"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   schema.load_toml_file(write("ok.toml", "[data]\npacking = \"none\"\n"));
-  EXPECT_EQ(config.data.packing, "none");
+  EXPECT_EQ(config.data.packing, PackingMode::kNone);
 }
 
 TEST_F(TrainingDataTest, AutoPackingIsDocumentsOnEveryDevice) {
   DataConfig data;
-  EXPECT_EQ(data.packing, "auto");
-  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, "documents");
-  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "documents");
-  data.packing = "concatenate";  // an explicit choice is kept
-  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "concatenate");
-  data.packing = "documents";
-  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, "documents");
-  data.packing = "none";
-  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, "none");
+  EXPECT_EQ(data.packing, std::nullopt);
+  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, PackingMode::kDocuments);
+  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, PackingMode::kDocuments);
+  data.packing = PackingMode::kConcatenate;  // an explicit choice is kept
+  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, PackingMode::kConcatenate);
+  data.packing = PackingMode::kDocuments;
+  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, PackingMode::kDocuments);
+  data.packing = PackingMode::kNone;
+  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, PackingMode::kNone);
 }
 
 TEST_F(TrainingDataTest, RawExamplesArePackedWithTheirDocuments) {
@@ -76,7 +76,7 @@ TEST_F(TrainingDataTest, RawExamplesArePackedWithTheirDocuments) {
   EXPECT_EQ(batch.target_count, 10);
 
   DataConfig stream = data;
-  stream.packing = "concatenate";
+  stream.packing = PackingMode::kConcatenate;
   const Example same = open_training_data(stream, "", 0)->get(0);
   EXPECT_EQ(same.input_ids, example.input_ids) << "one cached file for both";
   EXPECT_TRUE(same.document_starts.empty());
@@ -84,7 +84,7 @@ TEST_F(TrainingDataTest, RawExamplesArePackedWithTheirDocuments) {
 
 TEST_F(TrainingDataTest, PackingNoneGivesEachExampleASequence) {
   DataConfig data = raw_examples();
-  data.packing = "none";
+  data.packing = PackingMode::kNone;
   const auto dataset = open_training_data(data, "", 0);
   ASSERT_EQ(dataset->size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(dataset->get(i).document_starts.empty());

@@ -68,7 +68,9 @@ RankWorld connect(const WorkerEnv& env, const CommTestOptions& options, Ops& ops
                   const CudaComputeStream& compute) {
   RankWorld rank_world;
   if (env.world > 1) {
-    rank_world.world = connect_world(env, ops, compute, options.device == "cuda" ? "nccl" : "auto");
+    rank_world.world = connect_world(
+        env, ops, compute,
+        options.device == "cuda" ? CommBackendChoice::kNccl : CommBackendChoice::kAuto);
     return rank_world;
   }
   const std::string secret = generate_store_secret();  // a private loopback store
@@ -108,7 +110,8 @@ int run_comm_test_rank(const WorkerEnv& env, const CommTestOptions& options,
                        const std::function<int(const NcclTestReport&)>& on_report) {
   NcclLogCapture capture(options.device == "cuda");
   CudaComputeStream compute;
-  std::unique_ptr<Ops> ops = make_rank_ops(options.device, env, &compute);
+  std::unique_ptr<Ops> ops = make_rank_ops(
+      options.device == "cuda" ? DeviceChoice::kCuda : DeviceChoice::kCpu, env, &compute);
   RankWorld rank_world = connect(env, options, *ops, compute);
   Comm& comm = *rank_world.world.comm;
   Store& store = *rank_world.world.store;

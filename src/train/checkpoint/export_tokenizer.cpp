@@ -38,11 +38,11 @@ std::string tokenizer_dir_of(const RunDataSettings& data, const std::string& mod
 // The built-in template training used, or nullopt (the model's own, or not chat data).
 std::optional<ChatTemplate> builtin_template_used(const RunDataSettings& data,
                                                   const std::string& dir) {
-  if (data.chat_template == "chatml" || data.chat_template == "llama2" ||
-      data.chat_template == "llama3") {
-    return parse_chat_template(data.chat_template);
+  if (const auto builtin = builtin_template_of(data.chat_template)) return builtin;
+  if (data.chat_template != ChatTemplateChoice::kAuto ||
+      data.example_format != ExampleFormat::kChat) {
+    return std::nullopt;
   }
-  if (data.chat_template != "auto" || data.example_format != "chat") return std::nullopt;
   std::error_code ec;
   if (!fs::is_regular_file(fs::path(dir) / "tokenizer.json", ec)) return std::nullopt;
   const TokenizerFiles files = locate_tokenizer(dir);
@@ -82,8 +82,15 @@ RunDataSettings run_data_settings_from_toml(const std::string& config_toml) {
   try {
     const toml::table root = toml::parse(config_toml);
     settings.tokenizer = root["data"]["tokenizer"].value_or(settings.tokenizer);
-    settings.chat_template = root["data"]["chat_template"].value_or(settings.chat_template);
-    settings.example_format = root["data"]["example_format"].value_or(settings.example_format);
+    // The run's saved config: written by train, so its names are ours; a value that is not
+    // (a hand-edited file) keeps the default, as a missing key does.
+    const auto read_choice = [&](const char* key, auto& target, const auto& names) {
+      const std::string name = root["data"][key].value_or(choice_name(names, target));
+      for (const auto& [known, value] : names)
+        if (known == name) target = value;
+    };
+    read_choice("chat_template", settings.chat_template, chat_template_choice_names());
+    read_choice("example_format", settings.example_format, example_format_choice_names());
   } catch (const toml::parse_error&) {
   }
   return settings;

@@ -16,12 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "data/chat_template.h"
+#include "data/formats.h"
+
 namespace shardtrain {
 
 struct RunDataSettings {
   std::string tokenizer;                // data.tokenizer ("" = model.path)
-  std::string chat_template = "auto";   // data.chat_template
-  std::string example_format = "auto";  // data.example_format
+  ChatTemplateChoice chat_template = ChatTemplateChoice::kAuto;  // data.chat_template
+  ExampleFormatChoice example_format;                            // data.example_format
 };
 
 struct ExportedTokenizer {

@@ -42,7 +42,7 @@ inline void use_lever_job_data(TrainConfig& config, const std::filesystem::path&
   config.data.seq_len = 24;
 }
 
-inline LeverRun train_memory_levers(const std::string& device, const std::string& compute_copy,
+inline LeverRun train_memory_levers(DeviceChoice device, const std::string& compute_copy,
                                     bool update_in_backward, const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   TrainConfig config;
