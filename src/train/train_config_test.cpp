@@ -49,7 +49,7 @@ TEST_F(TrainConfigTest, DefaultsMatchTheDocumentedValues) {
   load(kMinimal);
   EXPECT_EQ(config_.model.init, ModelInit::kPretrained);
   EXPECT_EQ(config_.model.dtype, DType::kF32);
-  EXPECT_EQ(config_.data.format, "auto");
+  EXPECT_EQ(config_.data.format, DataFormat::kAuto);
   EXPECT_EQ(config_.data.seq_len, 512);
   EXPECT_EQ(config_.data.pad_id, 0);
   EXPECT_EQ(config_.train.steps, 0) << "0 = from train.epochs, or 100 steps";
@@ -61,7 +61,7 @@ TEST_F(TrainConfigTest, DefaultsMatchTheDocumentedValues) {
   EXPECT_EQ(config_.train.micro_batch, 4);
   EXPECT_EQ(config_.train.grad_accum, 1);
   EXPECT_EQ(config_.train.seed, 1234);
-  EXPECT_EQ(config_.train.device, "auto");
+  EXPECT_EQ(config_.train.device, DeviceChoice::kAuto);
   EXPECT_EQ(config_.train.log_every, 1);
   EXPECT_EQ(config_.train.output_dir, "");
   EXPECT_DOUBLE_EQ(config_.train.max_grad_norm, 1.0);
@@ -113,7 +113,7 @@ decay_norms_and_biases = true
   EXPECT_EQ(config_.data.seq_len, 64);
   EXPECT_EQ(config_.data.pad_id, 2);
   EXPECT_EQ(config_.train.grad_accum, 2);
-  EXPECT_EQ(config_.train.device, "cpu");
+  EXPECT_EQ(config_.train.device, DeviceChoice::kCpu);
   EXPECT_DOUBLE_EQ(config_.train.max_grad_norm, 0.0);
   EXPECT_DOUBLE_EQ(config_.optim.min_lr, 1e-4);
   EXPECT_EQ(config_.optim.schedule, LrScheduleKind::kLinear);
@@ -166,6 +166,28 @@ TEST_F(TrainConfigTest, ChoiceKeysAreParsedOnceIntoEnums) {
   schema_.apply_override("model.init=random");
   schema_.apply_override("model.dtype=bf16");
   schema_.apply_override("optim.schedule=linear");
+  schema_.apply_override("data.format=examples");
+  schema_.apply_override("data.packing=concatenate");
+  schema_.apply_override("data.example_format=alpaca");
+  schema_.apply_override("data.chat_template=llama3");
+  schema_.apply_override("data.overlong=truncate");
+  schema_.apply_override("data.on_bad_line=skip");
+  schema_.apply_override("data.invalid_utf8=replace");
+  schema_.apply_override("train.device=cpu");
+  schema_.apply_override("dist.backend=gloo");
+  EXPECT_EQ(config_.data.format, DataFormat::kExamples);
+  EXPECT_EQ(config_.data.packing, PackingMode::kConcatenate);
+  EXPECT_EQ(config_.data.example_format, ExampleFormat::kAlpaca);
+  EXPECT_EQ(config_.data.chat_template, ChatTemplateChoice::kLlama3);
+  EXPECT_EQ(config_.data.overlong, OverlongPolicy::kTruncate);
+  EXPECT_EQ(config_.data.on_bad_line, BadLinePolicy::kSkip);
+  EXPECT_EQ(config_.data.invalid_utf8, InvalidUtf8Policy::kReplace);
+  EXPECT_EQ(config_.train.device, DeviceChoice::kCpu);
+  EXPECT_EQ(config_.dist.backend, CommBackendChoice::kGloo);
+  schema_.apply_override("data.packing=auto");  // "auto" is a value too (nullopt)
+  schema_.apply_override("data.example_format=auto");
+  EXPECT_EQ(config_.data.packing, std::nullopt);
+  EXPECT_EQ(config_.data.example_format, std::nullopt);
   EXPECT_EQ(config_.fsdp.strategy, FsdpStrategy::kHybridShard);
   EXPECT_EQ(config_.fsdp.compute_copy, ComputeCopyChoice::kOnDemand);
   EXPECT_EQ(config_.train.activation_checkpointing, ActivationCheckpointing::kSelective);
@@ -193,6 +215,13 @@ TEST_F(TrainConfigTest, ChoiceKeysAreParsedOnceIntoEnums) {
       {"optim.schedule=step",
        "'optim.schedule' must be one of \"cosine\", \"linear\", "
        "\"constant\""},
+      {"data.packing=document",
+       "'data.packing' must be one of \"auto\", \"documents\", \"concatenate\", \"none\""},
+      {"data.chat_template=vicuna",
+       "'data.chat_template' must be one of \"auto\", \"model\", \"chatml\", \"llama2\", "
+       "\"llama3\""},
+      {"data.overlong=chop", "'data.overlong' must be one of \"split\", \"truncate\", \"drop\""},
+      {"dist.backend=mpi", "'dist.backend' must be one of \"auto\", \"nccl\", \"gloo\""},
   };
   for (const auto& [assignment, fragment] : bad) {
     const std::string message = error_of([&] { schema_.apply_override(assignment); });
