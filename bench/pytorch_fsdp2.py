@@ -7,12 +7,15 @@ MixedPrecisionPolicy (bf16 params, fp32 reduce), fused AdamW, SDPA attention, ra
 (default) frees them after forward and gathers again in backward. --compile: each decoder layer
 torch.compile'd after fully_shard (per-layer compilation, as torchtitan does), use_cache=False,
 SDPA restricted to the flash and cuDNN kernels, fused AdamW (always); compilation happens in the
-untimed warm-up steps.
+untimed warm-up steps. --lora R: PEFT LoRA (get_peft_model, rank R, alpha 2R, dropout 0, all
+seven projections) on a bf16 model, the base frozen; fused AdamW over the adapters only; on one
+GPU the model is not wrapped (PEFT as users run it), on several each layer is fully_shard'ed.
 
 Usage: [torchrun --standalone --nproc-per-node N] python3 bench/pytorch_fsdp2.py CONFIG_JSON
        SEQ_LEN MICRO_BATCH STEPS [--checkpointing] [--strategy full_shard|shard_grad_op]
-       [--compile]
-Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib, step_ms.
+       [--compile] [--lora R]
+Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib (allocated),
+peak_reserved_gib, step_ms.
 """
 import argparse
 import contextlib
@@ -51,6 +54,8 @@ def main():
     parser.add_argument("--strategy", choices=["full_shard", "shard_grad_op"], default="full_shard")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile each decoder layer; flash/cuDNN SDPA only")
+    parser.add_argument("--lora", type=int, default=0, metavar="R",
+                        help="PEFT LoRA of rank R on a bf16 model (all seven projections)")
     args = parser.parse_args()
     config_path, seq_len = args.config_path, args.seq_len
     micro_batch, steps = args.micro_batch, args.steps
@@ -68,17 +73,30 @@ def main():
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(
-            config, attn_implementation="sdpa", dtype=torch.float32)
+            config, attn_implementation="sdpa",
+            dtype=torch.bfloat16 if args.lora else torch.float32)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in model.model.layers:
-        fully_shard(layer, mp_policy=policy, reshard_after_forward=reshard)
-    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
+    layers = model.model.layers
+    if args.lora:
+        import peft
+        if checkpointing:
+            model.enable_input_require_grads()
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=args.lora, lora_alpha=2 * args.lora, lora_dropout=0.0, task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                            "down_proj"]))
+        layers = model.base_model.model.model.layers
+    if not args.lora or dist.get_world_size() > 1:
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in layers:
+            fully_shard(layer, mp_policy=policy, reshard_after_forward=reshard)
+        fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
     if args.compile:
-        for layer in model.model.layers:
+        for layer in layers:
             layer.compile()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0, fused=True)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, fused=True)
     generator = torch.Generator(device="cuda").manual_seed(1)
     warmup = 3
     sdpa = contextlib.nullcontext()
@@ -95,6 +113,7 @@ def main():
               "world_size": dist.get_world_size(), "strategy": args.strategy,
               "tokens_per_s": tokens / elapsed, "step_ms": 1000 * elapsed / steps,
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+              "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "lora": args.lora,
               "checkpointing": checkpointing, "loss": run_steps.loss}
     if dist.get_rank() == 0:
         print(json.dumps(result), flush=True)

@@ -4,7 +4,7 @@
 # --compile) in the same call, same shapes (bench/shapes/*), random init, random tokens, bf16,
 # AdamW, one GPU; eager PyTorch FSDP2 too (its own rows and ratio) unless BENCH_EAGER=0.
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [RUN ...]   (default: qwen2.5-1.5b llama3.2-1b)
-# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma]:
+# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma][+lora]:
 #   @SEQ[xMB]  sequence length and micro-batch of this run (default BENCH_SEQ or 4096 and
 #              BENCH_MICRO_BATCH or 2), e.g. llama3.2-1b@16384x1, llama2-7b@4096x1+ckpt
 #   +ckpt      both engines with full activation checkpointing; +sel: ours selective
@@ -17,6 +17,9 @@
 #              (the Hopper default they replaced): the test worker beside SHARDTRAIN_BIN
 #              (shardtrain_test_worker, the same program plus its test hooks) with
 #              SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma; the shipped binary reads no such variable
+#   +lora      LoRA rank 16, alpha 32, all seven projections, on both: ours --lora.* against
+#              PEFT's get_peft_model on a bf16 model (pytorch_fsdp2.py --lora 16); MFU then
+#              counts full fine-tuning's FLOPs (ours logs LoRA's own, model/model_flops.h)
 # Runs that differ only in ours' settings (e.g. qwen2.5-1.5b and qwen2.5-1.5b+wgmma) share one
 # PyTorch measurement of this call.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
@@ -61,7 +64,9 @@ for run in "${runs[@]}"; do
         --train.max_grad_norm=0) ;;
       wgmma) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma)
         ours_bin=$(dirname "$bin")/shardtrain_test_worker ;;
-      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma)" >&2; exit 2 ;;
+      lora) ours_args+=(--lora.enabled=true --lora.rank=16 --lora.alpha=32
+        --lora.target_modules=all-linear) torch_args+=(--lora 16) ;;
+      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, lora)" >&2; exit 2 ;;
     esac
   done
   config=$root/bench/shapes/$shape/config.json

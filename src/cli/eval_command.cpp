@@ -33,6 +33,7 @@ namespace {
 
 struct EvalArgs {
   std::string model_dir, data_path, tokenizer, cache_dir;
+  std::string adapter;  // a PEFT LoRA adapter dir run on the base (--adapter)
   DataFormat format = DataFormat::kAuto;
   DeviceChoice device = DeviceChoice::kAuto;
   ExampleFormatChoice example_format;
@@ -57,7 +58,7 @@ int64_t eval_seq_len(const EvalArgs& args, const DataConfig& data, const ModelCo
 void run_eval(const EvalArgs& args) {
   const std::string model_dir =
       resolve_hub_path({args.model_dir, args.revision, HubFiles::kModel, "eval --model"});
-  InferenceModel loaded = load_inference_model(model_dir, args.device);
+  InferenceModel loaded = load_inference_model(model_dir, args.device, args.adapter);
   DecoderModel& model = *loaded.model;
   Ops* ops = loaded.ops.get();
   const ModelConfig& model_config = model.config();
@@ -104,6 +105,9 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint dir, or a Hub id org/name")
       ->required();
   cmd->add_option("--revision", args->revision, "Hub id only: branch, tag or commit (default main)");
+  cmd->add_option("--adapter", args->adapter,
+                  "a PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors) "
+                  "to run on the --model base");
   cmd->add_option("--data", args->data_path,
                   "what train reads: token file (.bin), JSONL with input_ids, or raw examples "
                   "(text, prompt/completion, alpaca, chat JSONL)")

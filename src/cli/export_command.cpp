@@ -1,5 +1,6 @@
 // `shardtrain export CKPT_DIR --out HF_DIR`: a sharded training checkpoint as a Hugging Face
-// model dir (train/checkpoint/checkpoint_export.h).
+// model dir, or, for a LoRA run, as a PEFT adapter dir; `--merge` writes a LoRA run as a whole
+// model with the adapters folded into the base (train/checkpoint/checkpoint_export.h).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@ namespace {
 
 struct ExportArgs {
   std::string checkpoint, out_dir, dtype = "auto", max_shard_size = "5GB", tokenizer;
+  bool merge = false;
 };
 
 void run_export(const ExportArgs& args) {
@@ -21,9 +23,12 @@ void run_export(const ExportArgs& args) {
   options.tokenizer_dir = resolve_hub_path(
       {args.tokenizer, "main", HubFiles::kConfigAndTokenizer, "export --tokenizer"});
   options.max_shard_bytes = parse_byte_size(args.max_shard_size, "--max-shard-size");
+  options.merge_lora = args.merge;
   const ExportResult result = export_checkpoint(args.checkpoint, args.out_dir, options);
-  std::printf("exported %s (step %lld) to %s%s\n", result.step_dir.c_str(),
+  std::printf("exported %s (step %lld) to %s%s%s\n", result.step_dir.c_str(),
               static_cast<long long>(result.step), args.out_dir.c_str(),
+              result.lora ? (args.merge ? " (LoRA merged into the base)" : " (PEFT LoRA adapter)")
+                          : "",
               result.copied_files.empty() ? "" : " with tokenizer files");
 }
 
@@ -46,6 +51,9 @@ void add_export_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokenizer", args->tokenizer,
                   "copy the tokenizer files from this dir or Hub id org/name (default: the run's "
                   "data.tokenizer or model.path)");
+  cmd->add_flag("--merge", args->merge,
+                "LoRA runs: write the base model with the adapters merged in (W + scale B A), "
+                "not the adapter");
 }
 
 }  // namespace shardtrain::cli

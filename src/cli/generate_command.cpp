@@ -29,6 +29,7 @@ namespace shardtrain::cli {
 namespace {
 
 struct GenerateArgs {
+  std::string adapter;  // a PEFT LoRA adapter dir run on the base (--adapter)
   std::string model_dir, prompt, system;
   DeviceChoice device = DeviceChoice::kAuto;
   std::string revision = "main";  // of --model when it is a Hub id
@@ -81,7 +82,7 @@ void run_generate(const GenerateArgs& given) {
   if (!args.system.empty() && !args.chat) fail("--system needs --chat");
   const TokenizerFiles files = locate_tokenizer(args.model_dir);
   const Tokenizer tokenizer = Tokenizer::load(files.tokenizer_json);
-  InferenceModel loaded = load_inference_model(args.model_dir, args.device);
+  InferenceModel loaded = load_inference_model(args.model_dir, args.device, args.adapter);
   DecoderModel& model = *loaded.model;
   const ModelConfig& config = model.config();
 
@@ -138,6 +139,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
                   "checkpoint dir with tokenizer.json, or a Hub id org/name")
       ->required();
   cmd->add_option("--revision", args->revision, "Hub id only: branch, tag or commit (default main)");
+  cmd->add_option("--adapter", args->adapter,
+                  "a PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors) "
+                  "to run on the --model base");
   cmd->add_option("--prompt", args->prompt, "text to continue")->required();
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate at most")
       ->check(CLI::PositiveNumber);

@@ -174,7 +174,8 @@ void print_gpu_fit(MemoryJob job, const std::string& gpu_text) {
 // The per-rank bytes by category for every strategy (rows), then what the activations hold.
 void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointing) {
   const DecoderModel::ActivationBytes acts = DecoderModel::activation_breakdown_for(
-      job.model, job.micro_batch, job.seq_len, job.activation_dtype, checkpointing);
+      job.model, job.micro_batch, job.seq_len, job.activation_dtype, checkpointing,
+      DecoderModel::kDefaultHeadChunkLogits, job.lora);
   // train.precision = "fp8": the FP8 copies and GEMM workspace, counted with the activations.
   const size_t fp8 = job.fp8 ? fp8_workspace_bytes(job.model, job.micro_batch * job.seq_len) : 0;
   std::printf(
@@ -203,7 +204,8 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
       continue;
     }
     std::printf("%-14s %5d %13s %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),
-                group, mib(m.master_bytes).c_str(), mib(m.compute_shard_bytes).c_str(),
+                group, mib(m.master_bytes).c_str(),
+                mib(m.compute_shard_bytes + m.frozen_shard_bytes).c_str(),
                 mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
                 mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
                 mib(acts.total() + fp8).c_str(), mib(m.total() + acts.total() + fp8).c_str());
@@ -239,7 +241,7 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
     fail("--local-world-size {} must divide --world-size {}", local_world, world);
   }
   const ModelConfig model_config = read_job_model_config(config);
-  const ParamLayout layout = make_param_layout(model_config);
+  const ParamLayout layout = make_param_layout(model_config, config.lora);
   const DeviceChoice device =
       args.device ? *args.device
                   : (args.gpu_memory.empty() ? config.train.device : DeviceChoice::kCuda);
@@ -254,6 +256,17 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
       layout.units.size(), world, local_world, std::string(dtype_name(act)).c_str(),
       static_cast<long long>(config.train.micro_batch * grad_accum * world),
       static_cast<long long>(config.train.micro_batch), static_cast<long long>(grad_accum), world);
+  if (config.lora.enabled) {
+    int64_t trainable = 0;
+    for (const UnitLayout& unit : layout.units) {
+      for (const ParamSpec& p : unit.params) trainable += p.trainable ? p.numel() : 0;
+    }
+    std::printf(
+        "lora: rank %lld on %s: %lld trainable adapter parameters; the base is frozen (its bf16 "
+        "shard in \"compute copy\", no master, moments or gradient)\n",
+        static_cast<long long>(config.lora.rank), config.lora.target_modules.c_str(),
+        static_cast<long long>(trainable));
+  }
   const MemoryJob job =
       memory_job_for(config, model_config, world, local_world,
                      args.gpu_memory.empty() ? 0 : parse_gpu_memory(args.gpu_memory), act);

@@ -102,6 +102,7 @@ class FsdpUnits final : public UnitAccess {
   // Initialisation: each rank fills only its own shards (fsdp/shard_io.h).
   void init_random(uint64_t seed, double std) { io_.init_random(seed, std); }
   void load_pretrained(const HfCheckpoint& checkpoint) { io_.load_pretrained(checkpoint); }
+  void load(const ShardIo::ParamReader& read) { io_.load(read); }
   // Re-derives the compute copies from the master shards (after loading them). Local.
   void refresh_compute_params() { shards_.refresh_compute_params(); }
   // Collective over the shard group: fills host_values (unit numel) with the whole unit as fp32

@@ -73,6 +73,12 @@ void ShardIo::init_random(uint64_t seed, double std) {
 }
 
 void ShardIo::load_pretrained(const HfCheckpoint& checkpoint) {
+  load([&checkpoint](const ParamSpec& spec, int64_t begin, int64_t count, float* dst) {
+    checkpoint.read_range_into_f32(spec.name, spec.shape, begin, count, dst);
+  });
+}
+
+void ShardIo::load(const ParamReader& read) {
   const int unit_count = static_cast<int>(layout_.units.size());
   PhaseProgress progress("load pretrained weights", static_cast<uint64_t>(unit_count), "units",
                          log_progress_);
@@ -83,8 +89,7 @@ void ShardIo::load_pretrained(const HfCheckpoint& checkpoint) {
         const int64_t from = std::max(lo, spec.offset);
         const int64_t to = std::min(hi, spec.offset + spec.numel());
         if (from >= to) continue;
-        checkpoint.read_range_into_f32(spec.name, spec.shape, from - spec.offset, to - from,
-                                       dst + (from - lo));
+        read(spec, from - spec.offset, to - from, dst + (from - lo));
       }
     });
     progress.advance();

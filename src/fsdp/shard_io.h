@@ -34,6 +34,12 @@ class ShardIo {
 
   void init_random(uint64_t seed, double std);
   void load_pretrained(const HfCheckpoint& checkpoint);
+  // Writes elements [begin, begin + count) of parameter `spec` as fp32 into dst.
+  using ParamReader =
+      std::function<void(const ParamSpec& spec, int64_t begin, int64_t count, float* dst)>;
+  // Like load_pretrained, with every parameter from `read` (LoRA: the base from the
+  // checkpoint, the adapters from an adapter file or their initialisation).
+  void load(const ParamReader& read);
   // host_values: the unit's numel floats.
   void gather_to_host(int unit, float* host_values);
 

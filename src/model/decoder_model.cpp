@@ -24,8 +24,9 @@ bool any_qk_norm(const ModelConfig& c) {
 
 }  // namespace
 
-DecoderModel::DecoderModel(const ModelConfig& config, Ops& ops)
-    : config_(config), layout_(make_param_layout(config)), ops_(ops) {
+DecoderModel::DecoderModel(const ModelConfig& config, Ops& ops, const LoraConfig& lora)
+    : config_(config), lora_(lora), layout_(make_param_layout(config, lora)), ops_(ops) {
+  if (lora.enabled) check_lora_supports(config.model_type);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     recipes_.push_back(block_recipe(config, l));
   }
@@ -43,12 +44,14 @@ BlockWeights DecoderModel::weights_of(int unit, Tensor flat, int64_t layer) cons
   const bool fp8 = block_uses_fp8(layer);
   for (Linear* linear : {&w.attention.qkv, &w.attention.o, &w.mlp.gate, &w.mlp.up, &w.mlp.down})
     linear->fp8 = fp8;
+  if (lora_.enabled) attach_lora(w, layout_.units[unit], flat, layer, lora_run());
   return w;
 }
 
 DecoderModel::Activations DecoderModel::declare(ActivationPlan& plan, const ModelConfig& c,
                                             int64_t batch, int64_t seq_len,
-                                            Checkpointing checkpointing, int64_t chunk_rows) {
+                                            Checkpointing checkpointing, int64_t chunk_rows,
+                                            const LoraConfig& lora) {
   const LayerDims d = LayerDims::of(c, batch, seq_len);
   const int64_t N = d.tokens(), C = d.hidden;
   const bool qk_norm = any_qk_norm(c);
@@ -80,23 +83,26 @@ DecoderModel::Activations DecoderModel::declare(ActivationPlan& plan, const Mode
   a.targets_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
   a.positions_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
   a.document_start_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
+  if (lora.enabled) a.lora = declare_lora_scratch(plan, c, lora, N);
   return a;
 }
 
 size_t DecoderModel::activation_bytes_for(const ModelConfig& c, int64_t batch, int64_t seq_len,
                                         DType act, Checkpointing checkpointing,
-                                        int64_t head_chunk_logits) {
-  return activation_breakdown_for(c, batch, seq_len, act, checkpointing, head_chunk_logits).total();
+                                        int64_t head_chunk_logits, const LoraConfig& lora) {
+  return activation_breakdown_for(c, batch, seq_len, act, checkpointing, head_chunk_logits, lora)
+      .total();
 }
 
 DecoderModel::ActivationBytes DecoderModel::activation_breakdown_for(const ModelConfig& c,
                                                                  int64_t batch, int64_t seq_len,
                                                                  DType act,
                                                                  Checkpointing checkpointing,
-                                                                 int64_t head_chunk_logits) {
+                                                                 int64_t head_chunk_logits,
+                                                                 const LoraConfig& lora) {
   ActivationPlan plan(act);
   const int64_t rows = head_chunk_rows(batch * seq_len, c.vocab_size, head_chunk_logits);
-  declare(plan, c, batch, seq_len, checkpointing, rows);
+  declare(plan, c, batch, seq_len, checkpointing, rows, lora);
   return plan.bytes();
 }
 
@@ -112,10 +118,14 @@ void DecoderModel::reserve(int64_t batch, int64_t seq_len) {
   reserved_seq_ = seq_len;
   chunk_rows_ = head_chunk_rows(batch * seq_len, c.vocab_size, head_chunk_logits_);
   const DType act = ops_.activation_dtype();
-  arena_ =
-      Arena(ops_, activation_bytes_for(c, batch, seq_len, act, checkpointing_, head_chunk_logits_));
+  arena_ = Arena(ops_, activation_bytes_for(c, batch, seq_len, act, checkpointing_,
+                                            head_chunk_logits_, lora_));
   ActivationPlan plan(act, arena_);
-  acts_ = declare(plan, c, batch, seq_len, checkpointing_, chunk_rows_);
+  acts_ = declare(plan, c, batch, seq_len, checkpointing_, chunk_rows_, lora_);
+  if (lora_.enabled && lora_grad_sink_.data() == nullptr) {
+    const int64_t sink = std::max(c.hidden_size, c.head_dim);
+    lora_grad_sink_ = DeviceBuffer(ops_, static_cast<size_t>(sink) * sizeof(float));
+  }
   const Tensor zero_positions = acts_.block_scratch.attention.zero_positions_N;
   if (zero_positions.defined()) ops_.fill_zero(zero_positions);
   build_rope_tables(seq_len);
@@ -155,6 +165,7 @@ void DecoderModel::set_batch(const Batch& batch) {
   ops_.copy_from_host(fit(acts_.positions_N, {N}), batch.positions.data());
   // One document per sequence is the plain causal mask: no copy, and every kernel runs it.
   batch_has_documents_ = batch.has_documents() && batch.max_documents > 1;
+  ++lora_micro_batches_;
   if (batch_has_documents_) {
     SHARDTRAIN_CHECK(static_cast<int64_t>(batch.document_start_BT.size()) == N,
                      "document starts {} for {} tokens", batch.document_start_BT.size(), N);
@@ -185,26 +196,58 @@ Tensor DecoderModel::block_output(int64_t layer) {
   return fit(acts_.out_NC, {N, C});
 }
 
+LoraRun DecoderModel::lora_run() const {
+  LoraRun run;
+  run.config = &lora_;
+  run.scratch = &acts_.lora;
+  run.training = lora_training_;
+  run.dropout_seed = lora_micro_batches_;
+  if (lora_grad_sink_.data() != nullptr) {
+    run.grad_sink =
+        lora_grad_sink_.view(DType::kF32, {std::max(config_.hidden_size, config_.head_dim)});
+  }
+  return run;
+}
+
+BlockWeights DecoderModel::block_grads(int64_t layer, const GradBuffer& grads) const {
+  const UnitLayout& unit = layout_.units[block_unit(layer)];
+  if (lora_.enabled) return lora_block_grads(unit, grads, layer, lora_run());
+  // Gradient views are laid out from the unit's first parameter: only LoRA freezes parameters.
+  SHARDTRAIN_CHECK(grads.offset == 0, "block {}: frozen parameters without LoRA", layer);
+  return block_weights(unit, grads.flat, layer);
+}
+
+RootWeights DecoderModel::root_grads(const GradBuffer& grads) const {
+  if (!lora_.enabled) {
+    SHARDTRAIN_CHECK(grads.offset == 0, "root: frozen parameters without LoRA");
+    return root_weights(layout_.units[kRootUnit], grads.flat, config_.tie_word_embeddings);
+  }
+  RootWeights none;  // frozen: the head runs no weight-gradient GEMM, the lookup no scatter-add
+  none.final_norm = fit(lora_run().grad_sink, {config_.hidden_size});
+  return none;
+}
+
 void DecoderModel::forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1) {
   SHARDTRAIN_CHECK(batch_ > 0, "set_batch before forward_backward");
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
-  const UnitLayout& root_layout = layout_.units[kRootUnit];
+  lora_training_ = true;  // LoRA dropout: in training only
 
   const RootWeights root = forward_blocks(units);
   const GradBuffer root_buffer = units.acquire_grads(kRootUnit);
-  SHARDTRAIN_CHECK(root_buffer.offset == 0,
-                   "root: frozen parameters are not wired into the layers");
-  const RootWeights root_grads = root_weights(root_layout, root_buffer.flat, c.tie_word_embeddings);
-  lm_head().run(ops_, root, &root_grads, root_buffer.accumulate, grad_scale,
-                fit(acts_.out_NC, {N, C}), fit(acts_.targets_N, {N}), acts_.head, loss_sum_1,
-                nullptr, fit(acts_.dresid_NC, {N, C}));
+  const RootWeights grads = root_grads(root_buffer);
+  lm_head().run(ops_, root, &grads, root_buffer.accumulate, grad_scale, fit(acts_.out_NC, {N, C}),
+                fit(acts_.targets_N, {N}), acts_.head, loss_sum_1, nullptr,
+                fit(acts_.dresid_NC, {N, C}));
   backward_blocks(units);
   // Tied: the head's gradient (written above) is the table's, and the lookup adds to it. Untied,
   // the scatter-add touches only the rows in the batch, so an overwritten table starts at zero.
-  Embedding{root.embed_tokens}.backward(ops_, fit(acts_.ids_N, {N}), fit(acts_.dresid_NC, {N, C}),
-                                        root_grads.embed_tokens,
-                                        !root_buffer.accumulate && !c.tie_word_embeddings);
+  // A frozen table (LoRA) has no gradient.
+  if (grads.embed_tokens.defined()) {
+    Embedding{root.embed_tokens}.backward(ops_, fit(acts_.ids_N, {N}),
+                                          fit(acts_.dresid_NC, {N, C}), grads.embed_tokens,
+                                          !root_buffer.accumulate && !c.tie_word_embeddings);
+  }
   units.release_params(kRootUnit);
   units.grads_ready(kRootUnit);
 }
@@ -218,11 +261,7 @@ void DecoderModel::backward_blocks(UnitAccess& units) {
     const int unit = block_unit(l);
     const BlockWeights w = weights_of(unit, units.acquire_params(unit), l);
     const GradBuffer grads = units.acquire_grads(unit);
-    // Gradient views are laid out from the unit's first parameter: a unit with frozen
-    // parameters (GradBuffer::offset > 0) needs its Linears marked frozen first (LoRA).
-    SHARDTRAIN_CHECK(grads.offset == 0, "block {}: frozen parameters are not wired into the layers",
-                     l);
-    const BlockWeights g = block_weights(layout_.units[unit], grads.flat, l);
+    const BlockWeights g = block_grads(l, grads);
     const BlockActivations a = block_storage(l);
     const DecoderBlock decoder = block(l);
     // Recompute the block's activations from its saved input; the output (equal to the next
@@ -257,6 +296,7 @@ RootWeights DecoderModel::forward_blocks(UnitAccess& units) {
 }
 
 void DecoderModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_host_NV) {
+  lora_training_ = false;
   const RootWeights root = forward_blocks(units);
   const int64_t N = batch_ * seq_, C = config_.hidden_size;
   lm_head().run(ops_, root, nullptr, true, 1.0f, fit(acts_.out_NC, {N, C}),
@@ -265,6 +305,7 @@ void DecoderModel::forward(UnitAccess& units, Tensor loss_sum_1, float* logits_h
 }
 
 void DecoderModel::forward_last_logits(UnitAccess& units, float* logits_host_BV) {
+  lora_training_ = false;
   const RootWeights root = forward_blocks(units);
   const int64_t N = batch_ * seq_, C = config_.hidden_size;
   lm_head().last_logits(ops_, root, fit(acts_.out_NC, {N, C}), acts_.head, logits_host_BV);

@@ -23,6 +23,9 @@
 #include "model/layers/decoder_block.h"
 #include "model/layers/layer_dims.h"
 #include "model/layers/lm_head.h"
+#include "model/layers/lora.h"
+#include "model/lora_config.h"
+#include "model/lora_weights.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "model/unit_access.h"
@@ -34,12 +37,16 @@ namespace shardtrain {
 
 class DecoderModel {
  public:
-  DecoderModel(const ModelConfig& config, Ops& ops);
+  // With lora.enabled the base is frozen and LoRA adapters train (model/lora_config.h): the
+  // layout adds them (model/param_layout.h), units' gradient buffers start at the adapters
+  // (GradBuffer::offset), and the base's Linears run no weight-gradient GEMM.
+  DecoderModel(const ModelConfig& config, Ops& ops, const LoraConfig& lora = LoraConfig());
   DecoderModel(const DecoderModel&) = delete;
   DecoderModel& operator=(const DecoderModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
+  const LoraConfig& lora() const { return lora_; }
   int unit_count() const { return static_cast<int>(layout_.units.size()); }
 
   // Activation checkpointing (train.activation_checkpointing), per block:
@@ -90,12 +97,14 @@ class DecoderModel {
   // can report it before anything runs.
   static size_t activation_bytes_for(const ModelConfig& config, int64_t batch, int64_t seq_len,
                                      DType activation_dtype, Checkpointing checkpointing,
-                                     int64_t head_chunk_logits = kDefaultHeadChunkLogits);
+                                     int64_t head_chunk_logits = kDefaultHeadChunkLogits,
+                                     const LoraConfig& lora = LoraConfig());
   // The same bytes by what they hold (their sum is activation_bytes_for).
   using ActivationBytes = shardtrain::ActivationBytes;
   static ActivationBytes activation_breakdown_for(
       const ModelConfig& config, int64_t batch, int64_t seq_len, DType activation_dtype,
-      Checkpointing checkpointing, int64_t head_chunk_logits = kDefaultHeadChunkLogits);
+      Checkpointing checkpointing, int64_t head_chunk_logits = kDefaultHeadChunkLogits,
+      const LoraConfig& lora = LoraConfig());
   // Bytes of activation memory reserved.
   size_t activation_bytes() const { return arena_.capacity(); }
 
@@ -130,9 +139,11 @@ class DecoderModel {
     Tensor out_NC;     // output of the last block
     Tensor ids_N, targets_N, positions_N;
     Tensor document_start_N;  // i32; read only when the batch has several documents a sequence
+    LoraScratch lora;         // with LoRA: what the adapters of every Linear share
   };
   static Activations declare(ActivationPlan& plan, const ModelConfig& config, int64_t batch,
-                             int64_t seq_len, Checkpointing checkpointing, int64_t chunk_rows);
+                             int64_t seq_len, Checkpointing checkpointing, int64_t chunk_rows,
+                             const LoraConfig& lora);
 
   LayerDims dims() const { return LayerDims::of(config_, batch_, seq_); }
   float norm_eps() const { return static_cast<float>(config_.rms_norm_eps); }
@@ -141,7 +152,7 @@ class DecoderModel {
   }
   BlockInputs block_inputs(int64_t layer) const;
   // Block `layer`'s weights as the layers take them: block_weights() with the linears marked
-  // FP8 where block_uses_fp8(layer).
+  // FP8 where block_uses_fp8(layer), and with LoRA the base frozen and the adapters attached.
   BlockWeights weights_of(int unit, Tensor flat, int64_t layer) const;
   LmHead lm_head() const { return LmHead(dims(), chunk_rows_, norm_eps()); }
   void build_rope_tables(int64_t seq_len);
@@ -155,8 +166,15 @@ class DecoderModel {
   // Where block `layer` keeps its activations (sized for the batch): its own set, or
   // (checkpointing) the shared recompute set pointed at the block's saved input.
   BlockActivations block_storage(int64_t layer);
+  // Block `layer`'s gradient views in `grads` (with LoRA: the adapters' only; base Linears
+  // without views, frozen norms on the sink).
+  BlockWeights block_grads(int64_t layer, const GradBuffer& grads) const;
+  // The root's gradient views (with LoRA none: the root is frozen; its norm writes the sink).
+  RootWeights root_grads(const GradBuffer& grads) const;
+  LoraRun lora_run() const;
 
   ModelConfig config_;
+  LoraConfig lora_;
   ParamLayout layout_;
   Ops& ops_;
   int64_t reserved_batch_ = 0, reserved_seq_ = 0;
@@ -178,6 +196,12 @@ class DecoderModel {
   };
   std::vector<RopeTableBuffers> rope_tables_;
   std::vector<int> rope_of_block_;
+  // LoRA: frozen norms' weight gradients land here (fp32, never read); the micro-batch count
+  // seeds dropout (forward, recompute and backward of one micro-batch share the masks);
+  // dropout applies in forward_backward only.
+  DeviceBuffer lora_grad_sink_;
+  uint64_t lora_micro_batches_ = 0;
+  bool lora_training_ = false;
 };
 
 }  // namespace shardtrain

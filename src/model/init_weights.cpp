@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "model/peft_adapter.h"
+
 namespace shardtrain {
 namespace {
 
@@ -55,6 +57,8 @@ void init_unit_random(const UnitLayout& unit, int unit_index, uint64_t seed, dou
     float* dst = dst_unit + spec.offset;
     if (ends_with(spec.name, "norm.weight")) {
       for (int64_t i = 0; i < spec.numel(); ++i) dst[i] = 1.0f;
+    } else if (is_lora_param(spec)) {
+      init_lora_param(spec, seed, dst);  // as PEFT: A Kaiming-uniform, B zero
     } else if (ends_with(spec.name, ".bias")) {
       // zeros, as transformers initialises linear biases
     } else {

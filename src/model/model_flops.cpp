@@ -2,7 +2,7 @@
 
 namespace shardtrain {
 
-double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+double training_flops_per_token(const ModelConfig& c, int64_t seq_len, const LoraConfig& lora) {
   const double C = static_cast<double>(c.hidden_size);
   const double F = static_cast<double>(c.intermediate_size);
   const double L = static_cast<double>(c.num_hidden_layers);
@@ -14,7 +14,16 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   const double V = static_cast<double>(c.vocab_size);
   const double per_layer = 2 * C * H * D + 2 * C * K * D + 3 * C * F;  // q, o; k, v; mlp
   const double matmul = L * per_layer + V * C;
-  return 6 * matmul + 6 * L * static_cast<double>(seq_len) * H * D;
+  const double attention = 6 * L * static_cast<double>(seq_len) * H * D;
+  if (!lora.enabled) return 6 * matmul + attention;
+  const double r = static_cast<double>(lora.rank);
+  double adapters = 0;  // r (I + O) per targeted module and layer
+  for (const std::string& module : lora.modules()) {
+    if (module == "q_proj" || module == "o_proj") adapters += r * (C + H * D);
+    if (module == "k_proj" || module == "v_proj") adapters += r * (C + K * D);
+    if (module == "gate_proj" || module == "up_proj" || module == "down_proj") adapters += r * (C + F);
+  }
+  return 4 * matmul + 6 * L * adapters + attention;
 }
 
 }  // namespace shardtrain

@@ -25,6 +25,38 @@ void add_param(UnitLayout& unit, std::string name, Shape shape, bool decay,
   unit.params.push_back(std::move(spec));
 }
 
+// Appends block `layer`'s adapters (make_param_layout's LoRA order) and freezes the base.
+void add_lora_params(UnitLayout& block, const ModelConfig& c, const LoraConfig& lora,
+                     int64_t layer) {
+  for (ParamSpec& spec : block.params) spec.trainable = false;
+  const int64_t r = lora.rank;
+  const int64_t q_dim = c.num_attention_heads * c.head_dim;
+  const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
+  const auto shape_of = [&](const std::string& module) -> std::pair<int64_t, int64_t> {
+    if (module == "q_proj") return {q_dim, c.hidden_size};
+    if (module == "k_proj" || module == "v_proj") return {kv_dim, c.hidden_size};
+    if (module == "o_proj") return {c.hidden_size, q_dim};
+    if (module == "down_proj") return {c.hidden_size, c.intermediate_size};
+    return {c.intermediate_size, c.hidden_size};  // gate_proj, up_proj
+  };
+  const std::vector<std::string> modules = lora.modules();
+  std::vector<std::string> qkv, others;
+  for (const std::string& m : modules) {
+    (m == "q_proj" || m == "k_proj" || m == "v_proj" ? qkv : others).push_back(m);
+  }
+  const auto add = [&](const std::string& module, char which, bool packed_with_next) {
+    const auto [out, in] = shape_of(module);
+    const Shape shape = which == 'A' ? Shape{r, in} : Shape{out, r};
+    add_param(block, lora_param_name(layer, module, which), shape, true, packed_with_next);
+  };
+  for (size_t i = 0; i < qkv.size(); ++i) add(qkv[i], 'A', i + 1 < qkv.size());
+  for (const std::string& m : qkv) add(m, 'B', false);
+  for (const std::string& m : others) {
+    add(m, 'A', false);
+    add(m, 'B', false);
+  }
+}
+
 }  // namespace
 
 int UnitLayout::find(const std::string& param_name) const {
@@ -46,7 +78,7 @@ int64_t ParamLayout::parameter_count() const {
   return n;
 }
 
-ParamLayout make_param_layout(const ModelConfig& c) {
+ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
   ParamLayout layout;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
@@ -57,6 +89,9 @@ ParamLayout make_param_layout(const ModelConfig& c) {
   add_param(root, "model.norm.weight", {c.hidden_size}, false);
   if (!c.tie_word_embeddings)
     add_param(root, "lm_head.weight", {c.vocab_size, c.hidden_size}, true);
+  if (lora.enabled) {
+    for (ParamSpec& spec : root.params) spec.trainable = false;
+  }
   layout.units.push_back(std::move(root));
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -82,6 +117,7 @@ ParamLayout make_param_layout(const ModelConfig& c) {
     add_param(block, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, true);
     add_param(block, p + "input_layernorm.weight", {c.hidden_size}, false);
     add_param(block, p + "post_attention_layernorm.weight", {c.hidden_size}, false);
+    if (lora.enabled) add_lora_params(block, c, lora, l);
     layout.units.push_back(std::move(block));
   }
   return layout;

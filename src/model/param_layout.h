@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/lora_config.h"
 #include "model/model_config.h"
 
 namespace shardtrain {
@@ -49,6 +50,11 @@ struct ParamLayout {
   int64_t parameter_count() const;  // unpadded
 };
 
-ParamLayout make_param_layout(const ModelConfig& config);
+// With LoRA (lora.enabled): every base parameter is frozen (ParamSpec::trainable = false) and
+// each block unit ends with its adapters, trainable: per targeted linear lora_A (r, I) and
+// lora_B (O, r) (model/lora_config.h lora_param_name). The A matrices of the targeted q, k and
+// v projections lie back to back (one GEMM computes all three, as for their weights), then
+// their B matrices; then o, gate, up and down, A then B each. The root unit is all frozen.
+ParamLayout make_param_layout(const ModelConfig& config, const LoraConfig& lora = LoraConfig());
 
 }  // namespace shardtrain

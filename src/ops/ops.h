@@ -119,6 +119,19 @@ class Ops {
                                Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                                bool accumulate_dweight) = 0;
 
+  // ---- LoRA adapters (model/layers/lora.h): column blocks and dropout ----
+  // dst_NY[:, dst_col : dst_col + width] = (or += when accumulate) alpha * src_NX[:, src_col :
+  // src_col + width], rows n < N of both. The LoRA path moves a projection's slice of a packed
+  // output (q, k or v of the packed q/k/v) and scales by alpha / r with it. src and dst may be
+  // the same tensor when src_col == dst_col. REQUIRES: same dtype, same rows.
+  virtual void copy_columns(Tensor src_NX, int64_t src_col, Tensor dst_NY, int64_t dst_col,
+                            int64_t width, float alpha, bool accumulate) = 0;
+  // Inverted dropout with a mask that is a pure function of (seed, element index), so backward
+  // regenerates forward's mask instead of saving it: out = (or += when accumulate)
+  // x * keep / (1 - p), keep = 0 with probability p (lora_dropout_keep in ops/lora_dropout.h).
+  // REQUIRES: 0 <= p < 1; same shape and dtype; out may alias x when not accumulating.
+  virtual void dropout(Tensor x, Tensor out, float p, uint64_t seed, bool accumulate) = 0;
+
   // ---- packed q/k/v projections with the rotary embedding: one GEMM writes qkv_NX ----
   // X = (H + 2K) * D. Each row of qkv_NX holds that token's q (H*D), then k (K*D), then v (K*D).
   // Copies them to q_NHD, k_NKD and v_NKD, rotating every head of q and k (HF rotate-half

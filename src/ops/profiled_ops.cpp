@@ -275,6 +275,15 @@ void ProfiledOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Ten
                                dk_BTKD, dv_BTKD, mask);
   });
 }
+void ProfiledOps::copy_columns(Tensor src_NX, int64_t src_col, Tensor dst_NY, int64_t dst_col,
+                               int64_t width, float alpha, bool accumulate) {
+  timed(__func__, OpClass::kElementwise, [&] {
+    inner_->copy_columns(src_NX, src_col, dst_NY, dst_col, width, alpha, accumulate);
+  });
+}
+void ProfiledOps::dropout(Tensor x, Tensor out, float p, uint64_t seed, bool accumulate) {
+  timed(__func__, OpClass::kElementwise, [&] { inner_->dropout(x, out, p, seed, accumulate); });
+}
 void ProfiledOps::swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {
   timed(__func__, OpClass::kElementwise, [&] { inner_->swiglu_forward(gate_NF, up_NF, out_NF); });
 }

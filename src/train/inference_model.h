@@ -19,7 +19,10 @@ struct InferenceModel {
 };
 
 // Opens DIR (config.json + safetensors), builds the backend for `device` and
-// uploads the weights. Throws Error naming the file for any checkpoint problem.
-InferenceModel load_inference_model(const std::string& model_dir, DeviceChoice device);
+// uploads the weights. With adapter_dir (a PEFT LoRA adapter, `--adapter`): the model runs the
+// base with the adapters on its Linears, unmerged, as in training (model/peft_adapter.h).
+// Throws Error naming the file for any checkpoint or adapter problem.
+InferenceModel load_inference_model(const std::string& model_dir, DeviceChoice device,
+                                    const std::string& adapter_dir = "");
 
 }  // namespace shardtrain

@@ -66,7 +66,8 @@ namespace {
 
 size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
   return DecoderModel::activation_bytes_for(job.model, job.micro_batch, job.seq_len,
-                                          job.activation_dtype, setting.checkpointing) +
+                                          job.activation_dtype, setting.checkpointing,
+                                          DecoderModel::kDefaultHeadChunkLogits, job.lora) +
          (job.fp8 ? fp8_workspace_bytes(job.model, job.micro_batch * job.seq_len) : 0);
 }
 
@@ -77,7 +78,7 @@ FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, 
   options.reduce_on_last_micro_batch = job.reduce_on_last_micro_batch;
   options.compute_copy = copy;
   options.update_in_backward = job.update_in_backward;
-  return estimate_fsdp_memory(make_shard_plan(make_param_layout(job.model), group),
+  return estimate_fsdp_memory(make_shard_plan(make_param_layout(job.model, job.lora), group),
                               setting.strategy, options, job.activation_dtype);
 }
 
@@ -249,6 +250,7 @@ MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, in
   job.update_in_backward = config.optim.update_in_backward;
   job.fp8 = config.train.precision == TrainPrecision::kFp8;
   job.capacity_bytes = capacity;
+  job.lora = config.lora;
   return job;
 }
 

@@ -219,6 +219,7 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   register_parallel_keys(schema, fsdp, dist);
   metrics.register_config(schema);
   register_optim_keys(schema, optim);
+  lora.register_config(schema);
   schema.add("fp8.keep_bf16_layers", &fp8.keep_bf16_layers,
              "train.precision = \"fp8\": the first and the last N blocks stay bf16");
 }
@@ -234,6 +235,7 @@ void require(bool ok, const char* key, const char* rule, T value) {
 
 void TrainConfig::validate() const {
   metrics.validate();
+  lora.validate();
   if (model.path.empty()) {
     fail(
         "config key 'model.path' is not set; set it to a Hugging Face checkpoint dir "

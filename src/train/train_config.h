@@ -14,6 +14,8 @@
 //   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
 //   [train] precision        [fp8] keep_bf16_layers
 //   [metrics] port, address, gpu, gpu_interval, nvml_library, peak_tflops (train/metrics_config.h)
+//   [lora]  enabled, rank, alpha, dropout, target_modules, use_rslora, adapter
+//           (model/lora_config.h)
 //
 // Usage: TrainConfig config; ConfigSchema schema; config.register_config(schema);
 //        schema.load_toml_file(path); schema.apply_override(...); config.validate();
@@ -48,6 +50,7 @@
 #include "ops/device_choice.h"
 #include "fsdp/fsdp_strategy.h"
 #include "model/decoder_model.h"
+#include "model/lora_config.h"
 #include "train/metrics_config.h"
 
 namespace shardtrain {
@@ -202,6 +205,7 @@ struct TrainConfig {
   DistConfig dist;
   MetricsConfig metrics;
   Fp8Config fp8;
+  LoraConfig lora;
 
   // Declares every key above in `schema`, bound to this object's fields.
   void register_config(ConfigSchema& schema);

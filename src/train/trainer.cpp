@@ -2,7 +2,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -11,6 +14,7 @@
 #include "io/hub/hub_resolver.h"
 #include "model/hf_config.h"
 #include "model/model_flops.h"
+#include "model/peft_adapter.h"
 #include "model/save_hf.h"
 #include "obs/progress.h"
 #include "train/blocking_comm_time.h"
@@ -58,7 +62,39 @@ TrainConfig validated(const TrainConfig& config) {
                              : HubFiles::kConfigAndTokenizer;
   resolved.model.path =
       resolve_hub_path({config.model.path, config.model.revision, files, "model.path"});
+  // lora.adapter: the adapter's own settings (r, alpha, targets) are the run's.
+  resolved.lora = resolve_lora_config(config.lora, config.model.path);
+  if (resolved.lora.enabled && !resolved.lora.adapter.empty() &&
+      config.model.init != ModelInit::kPretrained) {
+    fail("config key 'lora.adapter' needs model.init = \"pretrained\" (the adapter was trained "
+         "on a base model); HINT: drop lora.adapter or load the base");
+  }
   return resolved;
+}
+
+// With LoRA: every rank reads its shards of the frozen base from model.path and of the adapters
+// from lora.adapter, or draws new adapters as PEFT does (A Kaiming-uniform, B zero).
+void load_lora_model(const TrainConfig& config, const ParamLayout& layout, FsdpUnits& units) {
+  if (config.model.init == ModelInit::kRandom) {
+    units.init_random(static_cast<uint64_t>(config.train.seed), 0.02);  // adapters as PEFT's
+    return;
+  }
+  const HfCheckpoint base = HfCheckpoint::open(config.model.path);
+  std::optional<PeftAdapterWeights> adapter;
+  if (!config.lora.adapter.empty()) adapter = PeftAdapterWeights::open(config.lora.adapter, layout);
+  const uint64_t seed = static_cast<uint64_t>(config.train.seed);
+  std::vector<float> drawn;
+  units.load([&](const ParamSpec& spec, int64_t begin, int64_t count, float* dst) {
+    if (!is_lora_param(spec)) {
+      base.read_range_into_f32(spec.name, spec.shape, begin, count, dst);
+    } else if (adapter) {
+      adapter->read_range(spec, begin, count, dst);
+    } else {
+      drawn.resize(spec.numel());
+      init_lora_param(spec, seed, drawn.data());
+      std::copy(drawn.begin() + begin, drawn.begin() + begin + count, dst);
+    }
+  });
 }
 
 // The whole resolved config as TOML (recorded in checkpoints).
@@ -188,9 +224,10 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       // Every rank reads its own data: the data-parallel size is the world size.
       grad_accum_(config_.grad_accum_for(env_.world)),
       model_config_(model_config_that_fits(config_, env_, ops_)),
-      flops_per_token_(training_flops_per_token(model_config_, config_.data.seq_len)),
+      flops_per_token_(
+          training_flops_per_token(model_config_, config_.data.seq_len, config_.lora)),
       peak_flops_(config_.metrics.peak_flops(ops_.device() == Device::kCuda)),
-      model_(model_config_, ops_),
+      model_(model_config_, ops_, config_.lora),
       dataset_(open_checked_data(config_, model_config_, env_.world, ops_.device())),
       eval_dataset_(open_eval_data(config_, model_config_, ops_.device())),
       run_length_(run_length_of(config_, *dataset_, env_.world)),
@@ -209,11 +246,16 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
   lock_run_dirs_or_fail();
   units_ = std::make_unique<FsdpUnits>(ops_, model_.layout(), *mesh_, fsdp_options());
   const bool is_rank0 = env_.rank == 0;
+  // LoRA checkpoints hold only the adapters and their optimizer state: the frozen base comes
+  // from model.path first, then a resume overwrites the adapters.
+  if (config_.lora.enabled) load_lora_model(config_, model_.layout(), *units_);
   resumed_ = resume_training(config_.train.resume, config_.train.checkpoint_dir, *units_, ops_,
                              model_.layout());
   if (resumed_.resumed) {
     if (is_rank0)
       log::info("resumed from checkpoint {} (step {})", resumed_.step_dir, resumed_.progress.step);
+  } else if (config_.lora.enabled) {
+    // loaded above
   } else if (config_.model.init == ModelInit::kPretrained) {
     // Each rank reads only its own part.
     units_->load_pretrained(HfCheckpoint::open(config_.model.path));
@@ -521,6 +563,13 @@ void Trainer::export_final() {
       save.extra_contents.emplace_back("chat_template.jinja", *tokenizer.chat_template_jinja);
     }
     save.protected_dirs = {config_.model.path, config_.train.checkpoint_dir};
+    if (config_.lora.enabled) {  // the adapter only: PEFT loads it onto the base
+      save_peft_adapter(config_.train.output_dir, config_.lora, layout, gather,
+                        {config_.model.path, config_.model.dtype, save.extra_files,
+                         save.extra_contents, save.protected_dirs});
+      log::info("saved PEFT LoRA adapter to {}", config_.train.output_dir);
+      return;
+    }
     save_hf_checkpoint(config_.train.output_dir, model_config_, layout, gather, config_.model.dtype,
                        save);
     log::info("saved Hugging Face checkpoint to {}", config_.train.output_dir);

@@ -10,6 +10,7 @@ void Linear::forward(Ops& ops, Tensor x_NI, Tensor out_NO) const {
   } else {
     ops.linear_forward(x_NI, weight_OI, bias_O, out_NO);
   }
+  if (lora.defined()) lora.forward(ops, x_NI, out_NO);
 }
 
 void Linear::forward_residual(Ops& ops, Tensor x_NI, Tensor residual_NO, Tensor out_NO) const {
@@ -19,6 +20,7 @@ void Linear::forward_residual(Ops& ops, Tensor x_NI, Tensor residual_NO, Tensor 
   } else {
     ops.linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
   }
+  if (lora.defined()) lora.forward(ops, x_NI, out_NO);
 }
 
 void Linear::backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor dout_NO,
@@ -33,6 +35,8 @@ void Linear::backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor
     ops.linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
                         accumulate_grad);
   }
+  // After the base: its dx is written (or added to), the adapters' part adds to it.
+  if (lora.defined()) lora.backward(ops, grad.lora, accumulate_grad, dout_NO, x_NI, dx_NI);
 }
 
 }  // namespace shardtrain

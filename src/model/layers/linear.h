@@ -8,12 +8,15 @@
 //                     grad.weight_OI (+ grad.bias_O) = or += dout_NO^T @ x_NI
 // A packed q/k/v projection is one Linear over the three weights back to back
 // (model/weights.h BlockWeights::qkv_proj).
+// With a LoRA adapter (model/layers/lora.h; the base then frozen): forward adds the adapters'
+// output to out_NO, backward adds their part of dx_NI and writes the gradients of A and B.
 //
 // Saved activations: none of its own. Backward reads the input x_NI, which the layer that
 // produced it saved (a norm's output, the attention output, the SwiGLU product).
 #pragma once
 
 #include "core/tensor.h"
+#include "model/layers/lora.h"
 #include "ops/ops.h"
 
 namespace shardtrain {
@@ -22,16 +25,17 @@ struct Linear {
   Tensor weight_OI;     // (O, I)
   Tensor bias_O;        // (O) or undefined
   bool frozen = false;  // a weight that is not trained: backward runs no weight-gradient GEMM
+  LoraAdapter lora{};   // undefined: none (in `grad`: the adapters' gradient views)
   // The GEMMs in FP8 with per-tensor current scaling (Ops::linear_*_fp8; train.precision =
-  // "fp8", set per block by DecoderModel).
+  // "fp8", set per block by DecoderModel). The adapters stay bf16.
   bool fp8 = false;
 
   void forward(Ops& ops, Tensor x_NI, Tensor out_NO) const;
   // REQUIRES: no bias (the fused epilogue adds the residual only). out_NO may alias residual_NO.
   void forward_residual(Ops& ops, Tensor x_NI, Tensor residual_NO, Tensor out_NO) const;
-  // `grad` holds the gradient views of weight_OI and bias_O (unused when frozen); they are
-  // overwritten, or added to when accumulate_grad (UnitAccess GradBuffer::accumulate). dx_NI is
-  // overwritten, or added to when accumulate_dx.
+  // `grad` holds the gradient views of weight_OI and bias_O (unused when frozen) and of the
+  // LoRA adapters; they are overwritten, or added to when accumulate_grad (UnitAccess
+  // GradBuffer::accumulate). dx_NI is overwritten, or added to when accumulate_dx.
   void backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor dout_NO, Tensor x_NI,
                 Tensor dx_NI, bool accumulate_dx) const;
 };

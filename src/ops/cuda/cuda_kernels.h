@@ -18,6 +18,13 @@
 
 namespace shardtrain::cuda_kernels {
 
+// ---- cuda_lora.cu: LoRA column blocks and dropout (ops/ops.h copy_columns, dropout) ----
+void copy_columns(DType dtype, const void* src, int64_t src_stride, int64_t src_col, void* dst,
+                  int64_t dst_stride, int64_t dst_col, int64_t rows, int64_t width, float alpha,
+                  bool accumulate, cudaStream_t stream);
+void dropout(DType dtype, const void* x, void* out, int64_t n, float p, uint64_t seed,
+             bool accumulate, cudaStream_t stream);
+
 // ---- cuda_elementwise.cu ----
 // out = a + b; all three of `dtype`; out may alias a or b.
 void add(DType dtype, void* out, const void* a, const void* b, int64_t n, cudaStream_t stream);

@@ -74,6 +74,10 @@ class CudaOps final : public Ops {
                               Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
   void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
   void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  // ---- LoRA column blocks and dropout (cuda_lora_ops.cpp) ----
+  void copy_columns(Tensor src_NX, int64_t src_col, Tensor dst_NY, int64_t dst_col, int64_t width,
+                    float alpha, bool accumulate) override;
+  void dropout(Tensor x, Tensor out, float p, uint64_t seed, bool accumulate) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;

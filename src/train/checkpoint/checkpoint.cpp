@@ -47,6 +47,7 @@ nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
     }
     unit_list.push_back({{"name", unit.name},
                          {"numel", unit.numel},
+                         {"frozen_numel", units.plan().units[u].frozen_numel},
                          {"shard_numel", units.plan().units[u].shard_numel},
                          {"params", params}});
   }
@@ -229,6 +230,20 @@ std::vector<std::string> finalize_checkpoint(const std::string& dir, int64_t kee
   return prune_checkpoints(dir, keep);
 }
 
+std::string read_checkpoint_config_toml(const std::string& step_dir) {
+  const Manifest manifest = read_manifest(step_dir);
+  const ManifestEntry* state_entry = manifest.find(kTrainStateFile);
+  if (state_entry == nullptr)
+    fail("{}/{} does not list {}", step_dir, kManifestFile, kTrainStateFile);
+  verify_checkpoint_file(step_dir, *state_entry);
+  const std::string state_path = (fs::path(step_dir) / kTrainStateFile).string();
+  try {
+    return nlohmann::json::parse(read_file(state_path)).at("config_toml").get<std::string>();
+  } catch (const nlohmann::json::exception& error) {
+    fail("{} is malformed: {}", state_path, json_message(error));
+  }
+}
+
 SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& layout) {
   std::error_code ec;
   if (!fs::is_directory(step_dir, ec)) fail("checkpoint {} does not exist", step_dir);
@@ -275,7 +290,8 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
     for (size_t u = 0; u < units.size(); ++u) {
       const UnitLayout& want = layout.units[u];
       SavedUnit unit{units[u].at("name").get<std::string>(), units[u].at("numel").get<int64_t>(),
-                     units[u].at("shard_numel").get<int64_t>()};
+                     units[u].at("shard_numel").get<int64_t>(),
+                     units[u].value("frozen_numel", int64_t{0})};
       const nlohmann::json& params = units[u].at("params");
       std::string mismatch;
       if (unit.name != want.name || unit.numel != want.numel ||
@@ -303,9 +319,10 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
             "older shardtrain with another layout: export it with that version first",
             step_dir, mismatch, step_dir, kModelConfigFile);
       }
-      if (unit.shard_numel * saved.group_size < unit.numel) {
-        fail("{}: unit {} shards ({} x {}) do not cover its {} elements", state_path, u,
-             unit.shard_numel, saved.group_size, unit.numel);
+      if (unit.frozen_numel < 0 || unit.frozen_numel > unit.numel ||
+          unit.shard_numel * saved.group_size < unit.trainable_numel()) {
+        fail("{}: unit {} shards ({} x {}) do not cover its {} trainable elements", state_path, u,
+             unit.shard_numel, saved.group_size, unit.trainable_numel());
       }
       saved.units.push_back(unit);
     }
@@ -363,7 +380,7 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
                                  float* dst) {
   std::fill(dst, dst + count, 0.0f);
   const SavedUnit& saved = checkpoint_.units[unit];
-  const int64_t end = std::min(begin + count, saved.numel);
+  const int64_t end = std::min(begin + count, saved.trainable_numel());
   const int64_t shard = saved.shard_numel;
   for (int64_t lo = begin; lo < end;) {
     const int k = static_cast<int>(lo / shard);

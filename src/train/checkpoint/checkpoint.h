@@ -8,7 +8,9 @@
 // `unit.U.master`, `unit.U.exp_avg`, `unit.U.exp_avg_sq` (each the rank's shard of unit U,
 // shard_numel elements including padding), written by the rank with shard rank k in replicate
 // group 0 (replicas hold identical shards, so they are written once). Gradient shards are not
-// saved: checkpoints are taken at step boundaries, where no accumulation state exists.
+// saved: checkpoints are taken at step boundaries, where no accumulation state exists. Frozen
+// parameters (LoRA's base: fsdp/shard_plan.h) are not saved either: the shards are those of each
+// unit's trainable region, and the frozen base is read from model.path again on resume.
 // train_state.json holds the step, tokens seen, elapsed time, the sampler state (the only
 // random state of a run: init and data order derive from train.seed), the whole config as TOML,
 // the model path and the layout the shards follow.
@@ -106,6 +108,10 @@ std::vector<std::string> finalize_checkpoint(const std::string& dir, int64_t kee
 struct SavedUnit {
   std::string name;
   int64_t numel = 0, shard_numel = 0;
+  // The unit's frozen elements [0, frozen_numel) are not in the shards, which cover its
+  // trainable region [frozen_numel, numel) (shard element e = unit element frozen_numel + e).
+  int64_t frozen_numel = 0;
+  int64_t trainable_numel() const { return numel - frozen_numel; }
 };
 struct SavedCheckpoint {
   std::string step_dir;
@@ -120,9 +126,12 @@ struct SavedCheckpoint {
 // checks that the saved layout is `layout` (the same model config). Local, no communication.
 // Throws Error naming the file, or the first differing unit/parameter for a layout mismatch.
 SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& layout);
+// The run's recorded config (train_state.json's config_toml; the file verified against the
+// manifest), before the layout is known (export reads its [lora] section to make the layout).
+std::string read_checkpoint_config_toml(const std::string& step_dir);
 
 // Reads elements [begin, begin + count) of `kind` ("master", "exp_avg", "exp_avg_sq") of unit
-// `unit` from the saved shards into dst (zeros beyond the unit's numel), verifying each shard
+// `unit`'s trainable region from the saved shards into dst (zeros beyond it), verifying each shard
 // file against the manifest the first time it is used, and its header (shard rank, group and
 // world size, step, unit count) against the manifest and train_state.json: a shard file renamed
 // to another rank's name is refused, not read as that rank's. Local; throws Error naming the

@@ -6,11 +6,14 @@
 #include <charconv>
 #include <filesystem>
 #include <limits>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/param_layout.h"
+#include "model/peft_adapter.h"
 #include "model/save_hf.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
@@ -44,6 +47,24 @@ DType export_dtype(const std::string& choice, const std::string& config_toml) {
   if (name == "bf16") return DType::kBF16;
   if (name == "fp32") return DType::kF32;
   fail("export: --dtype must be bf16 or fp32, got {}", name);
+}
+
+// The [lora] section of the run's recorded config (the resolved one: an adapter's settings).
+LoraConfig lora_of_run(const std::string& config_toml) {
+  LoraConfig lora;
+  try {
+    const toml::table run = toml::parse(config_toml);
+    const auto section = run["lora"];
+    lora.enabled = section["enabled"].value_or(false);
+    lora.rank = section["rank"].value_or(lora.rank);
+    lora.alpha = section["alpha"].value_or(lora.alpha);
+    lora.dropout = section["dropout"].value_or(lora.dropout);
+    lora.target_modules = section["target_modules"].value_or(lora.target_modules);
+    lora.use_rslora = section["use_rslora"].value_or(lora.use_rslora);
+  } catch (const toml::parse_error&) {
+    return LoraConfig();
+  }
+  return lora;
 }
 
 }  // namespace
@@ -92,7 +113,14 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   verify_checkpoint_file(result.step_dir, *config_entry);
   const ModelConfig model_config =
       read_hf_config((fs::path(result.step_dir) / kModelConfigFile).string());
-  const ParamLayout layout = make_param_layout(model_config);
+  const LoraConfig lora = lora_of_run(read_checkpoint_config_toml(result.step_dir));
+  result.lora = lora.enabled;
+  if (options.merge_lora && !lora.enabled) {
+    fail("export --merge: checkpoint {} is of a run without LoRA (lora.enabled is off); HINT: "
+         "drop --merge, the export is the whole model already",
+         result.step_dir);
+  }
+  const ParamLayout layout = make_param_layout(model_config, lora);
   const SavedCheckpoint saved = open_checkpoint(result.step_dir, layout);
   result.step = saved.progress.step;
 
@@ -120,9 +148,29 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
 
   CheckpointShardReader reader(saved);
   std::vector<float> unit_values;  // (unit numel) one unit at a time
+  std::optional<HfCheckpoint> base;
+  if (options.merge_lora) {
+    std::error_code exists_ec;
+    if (!fs::is_directory(saved.model_path, exists_ec)) {
+      fail("export --merge: the run's base model {} is gone; HINT: restore it, or export the "
+           "adapter (without --merge)",
+           saved.model_path);
+    }
+    base = HfCheckpoint::open(saved.model_path);
+  }
   const auto assemble = [&](int u) {
-    unit_values.resize(layout.units[u].numel);
-    reader.read(u, "master", 0, layout.units[u].numel, unit_values.data());
+    const UnitLayout& unit = layout.units[u];
+    const int64_t frozen = saved.units[u].frozen_numel;
+    unit_values.assign(unit.numel, 0.0f);
+    reader.read(u, "master", 0, unit.numel - frozen, unit_values.data() + frozen);
+    if (base) {
+      for (const ParamSpec& spec : unit.params) {
+        if (!is_lora_param(spec)) {
+          base->read_into_f32(spec.name, spec.shape, unit_values.data() + spec.offset);
+        }
+      }
+      merge_lora_unit(lora, unit, unit_values.data());
+    }
     return unit_values.data();
   };
   // One writer per output dir: an export and a run (or two exports) never interleave files.
@@ -131,8 +179,15 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   if (!fs::exists(out_dir, ec) || fs::is_directory(out_dir, ec)) {
     out_lock = DirLock(out_dir, "export --out");
   }
-  save_hf_checkpoint(out_dir, model_config, layout, assemble,
-                     export_dtype(options.dtype, saved.config_toml), save);
+  const DType dtype = export_dtype(options.dtype, saved.config_toml);
+  if (lora.enabled && !options.merge_lora) {
+    save_peft_adapter(out_dir, lora, layout, assemble,
+                      {saved.model_path, dtype, save.extra_files, save.extra_contents,
+                       save.protected_dirs});
+    return result;
+  }
+  // Merged: the base part of each LoRA unit is the plain model's unit (model/param_layout.h).
+  save_hf_checkpoint(out_dir, model_config, make_param_layout(model_config), assemble, dtype, save);
   return result;
 }
 

@@ -1,0 +1,188 @@
+// The decoder with LoRA adapters on every linear (fp32 CPU, whole units in one process):
+//  - its loss and logits equal those of the plain model whose weights have the adapters merged
+//    in (W + scale B A), which checks the packed q/k/v slices and the merge (--merge) at once;
+//  - the adapters' gradients equal central finite differences of the loss;
+//  - the frozen base gets no gradient (its region of the buffer is left as it was);
+//  - activation checkpointing (full, selective) gives the same adapter gradients as none, with
+//    dropout on (backward and recompute regenerate forward's masks).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/init_weights.h"
+#include "model/peft_adapter.h"
+#include "testing/golden_fixture.h"
+
+namespace shardtrain {
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = 96;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+LoraConfig lora_config(double dropout = 0.0) {
+  LoraConfig lora;
+  lora.enabled = true;
+  lora.rank = 4;
+  lora.alpha = 8;
+  lora.dropout = dropout;
+  lora.target_modules = "all-linear";
+  return lora;
+}
+
+Batch tiny_batch() {
+  std::mt19937 rng(5);
+  std::vector<Example> examples(2);
+  for (Example& e : examples) {
+    for (int t = 0; t < 12; ++t) e.input_ids.push_back(static_cast<int32_t>(rng() % 96));
+    e.labels = e.input_ids;
+  }
+  examples[0].labels[2] = -100;
+  return make_batch(examples);
+}
+
+// Every unit's values: a random base, random adapters with B nonzero (PEFT's B starts at zero,
+// which would hide A's part).
+std::vector<std::vector<float>> lora_values(const ParamLayout& layout) {
+  std::vector<std::vector<float>> values;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    values.emplace_back(layout.units[u].numel);
+    init_unit_random(layout.units[u], static_cast<int>(u), 3, 0.08, values.back().data());
+    for (const ParamSpec& spec : layout.units[u].params) {
+      if (!is_lora_param(spec)) continue;
+      for (int64_t i = 0; i < spec.numel(); ++i) values.back()[spec.offset + i] = normal(rng);
+    }
+  }
+  return values;
+}
+
+struct Model {
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  DecoderModel model;
+  LocalUnits units;
+  Batch batch = tiny_batch();
+  Model(const LoraConfig& lora, const std::vector<std::vector<float>>& values,
+        DecoderModel::Checkpointing checkpointing = DecoderModel::Checkpointing::kNone)
+      : model(tiny_config(), *ops, lora), units(*ops, model.layout(), true) {
+    for (int u = 0; u < model.unit_count(); ++u) {
+      std::vector<float> unit(model.layout().units[u].numel);
+      std::copy(values[u].begin(), values[u].begin() + static_cast<int64_t>(unit.size()),
+                unit.begin());
+      units.upload_master(u, unit.data());
+    }
+    model.set_activation_checkpointing(checkpointing);
+    model.reserve(batch.batch_size, batch.seq_len);
+    model.set_batch(batch);
+  }
+  double loss(std::vector<float>* logits = nullptr) {
+    DeviceBuffer buffer(*ops, sizeof(float));
+    const Tensor loss_sum = buffer.view(DType::kF32, {1});
+    ops->fill_zero(loss_sum);
+    if (logits) logits->resize(batch.batch_size * batch.seq_len * model.config().vocab_size);
+    model.forward(units, loss_sum, logits ? logits->data() : nullptr);
+    return ops->read_scalar(loss_sum) / static_cast<double>(batch.target_count);
+  }
+  // Mean loss and every unit's gradient of it.
+  std::vector<std::vector<float>> grads() {
+    DeviceBuffer buffer(*ops, sizeof(float));
+    const Tensor loss_sum = buffer.view(DType::kF32, {1});
+    ops->fill_zero(loss_sum);
+    units.zero_grads();
+    model.set_batch(batch);
+    model.forward_backward(units, 1.0f / static_cast<float>(batch.target_count), loss_sum);
+    std::vector<std::vector<float>> out;
+    for (int u = 0; u < model.unit_count(); ++u) {
+      out.emplace_back(model.layout().units[u].numel);
+      ops->copy_to_host(out.back().data(), units.grads(u));
+    }
+    return out;
+  }
+};
+
+TEST(LoraModelTest, EqualsThePlainModelWithMergedWeights) {
+  const LoraConfig lora = lora_config();
+  const ParamLayout layout = make_param_layout(tiny_config(), lora);
+  std::vector<std::vector<float>> values = lora_values(layout);
+  Model adapted(lora, values);
+  std::vector<float> adapted_logits;
+  const double adapted_loss = adapted.loss(&adapted_logits);
+
+  for (int u = 1; u < static_cast<int>(layout.units.size()); ++u) {
+    merge_lora_unit(lora, layout.units[u], values[u].data());
+  }
+  Model merged(LoraConfig(), values);  // the plain layout is the LoRA one's base part
+  std::vector<float> merged_logits;
+  const double merged_loss = merged.loss(&merged_logits);
+  EXPECT_NEAR(adapted_loss, merged_loss, 1e-5 * merged_loss);
+  EXPECT_LE(testing::max_relative_error(adapted_logits, merged_logits), 2e-5);
+
+  Model base_only(LoraConfig(), lora_values(layout));  // adapters dropped: another loss
+  EXPECT_GT(std::abs(base_only.loss() - adapted_loss), 1e-3);
+}
+
+TEST(LoraModelTest, AdapterGradientsAreFiniteDifferencesAndTheBaseGetsNone) {
+  const LoraConfig lora = lora_config();
+  const ParamLayout layout = make_param_layout(tiny_config(), lora);
+  const std::vector<std::vector<float>> values = lora_values(layout);
+  Model model(lora, values);
+  const std::vector<std::vector<float>> grads = model.grads();
+  int checked = 0;
+  for (int u = 1; u < static_cast<int>(layout.units.size()); ++u) {
+    for (const ParamSpec& spec : layout.units[u].params) {
+      if (!is_lora_param(spec)) {
+        for (int64_t i = 0; i < spec.numel(); ++i) {
+          ASSERT_EQ(grads[u][spec.offset + i], 0.0f) << spec.name << " (frozen) got a gradient";
+        }
+        continue;
+      }
+      for (int64_t i : {int64_t{0}, spec.numel() / 2 + 1, spec.numel() - 1}) {
+        const int64_t e = spec.offset + i;
+        std::vector<std::vector<float>> shifted = values;
+        const float eps = 1e-2f;
+        shifted[u][e] = values[u][e] + eps;
+        const double up = Model(lora, shifted).loss();
+        shifted[u][e] = values[u][e] - eps;
+        const double down = Model(lora, shifted).loss();
+        const double numeric = (up - down) / (2.0 * eps);
+        EXPECT_NEAR(grads[u][e], numeric, 2e-3 * std::max(1.0, std::abs(numeric)) + 2e-4)
+            << spec.name << "[" << i << "]";
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 14 * 3);  // 2 blocks x 7 modules x (A, B) x 3 elements
+}
+
+TEST(LoraModelTest, CheckpointingGivesTheSameGradientsWithDropout) {
+  const LoraConfig lora = lora_config(0.2);
+  const ParamLayout layout = make_param_layout(tiny_config(), lora);
+  const std::vector<std::vector<float>> values = lora_values(layout);
+  const std::vector<std::vector<float>> plain = Model(lora, values).grads();
+  const std::vector<std::vector<float>> without_dropout = Model(lora_config(0.0), values).grads();
+  EXPECT_GT(testing::max_relative_error(plain[1], without_dropout[1]), 1e-3)
+      << "dropout changes the gradients";
+  for (auto mode : {DecoderModel::Checkpointing::kFull, DecoderModel::Checkpointing::kSelective}) {
+    const std::vector<std::vector<float>> recomputed = Model(lora, values, mode).grads();
+    for (size_t u = 0; u < plain.size(); ++u) {
+      EXPECT_LE(testing::max_relative_error(recomputed[u], plain[u]), 1e-6) << "unit " << u;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardtrain
