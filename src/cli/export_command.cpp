@@ -15,13 +15,14 @@ namespace {
 struct ExportArgs {
   std::string checkpoint, out_dir, dtype = "auto", max_shard_size = "5GB", tokenizer;
   bool merge = false;
+  std::string revision = "main";  // of --tokenizer when it is a Hub id
 };
 
 void run_export(const ExportArgs& args) {
   ExportOptions options;
   options.dtype = args.dtype;
   options.tokenizer_dir = resolve_hub_path(
-      {args.tokenizer, "main", HubFiles::kConfigAndTokenizer, "export --tokenizer"});
+      {args.tokenizer, args.revision, HubFiles::kConfigAndTokenizer, "export --tokenizer"});
   options.max_shard_bytes = parse_byte_size(args.max_shard_size, "--max-shard-size");
   options.merge_lora = args.merge;
   const ExportResult result = export_checkpoint(args.checkpoint, args.out_dir, options);
@@ -51,6 +52,8 @@ void add_export_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokenizer", args->tokenizer,
                   "copy the tokenizer files from this dir or Hub id org/name (default: the run's "
                   "data.tokenizer or model.path)");
+  cmd->add_option("--revision", args->revision,
+                  "--tokenizer as a Hub id only: branch, tag or commit (default main)");
   cmd->add_flag("--merge", args->merge,
                 "LoRA runs: write the base model with the adapters merged in (W + scale B A), "
                 "not the adapter");

@@ -137,13 +137,32 @@ std::string HfCheckpoint::config_json_path() const {
   return (fs::path(dir_) / "config.json").string();
 }
 
+std::unordered_map<std::string, size_t>::const_iterator HfCheckpoint::locate(
+    const std::string& name) const {
+  auto it = shard_by_name_.find(name);
+  if (it != shard_by_name_.end()) return it;
+  // A multimodal checkpoint's language model (Gemma 3 4B-27B): transformers 5 saves it as
+  // model.language_model.*, the Hub's files hold language_model.model.* and
+  // language_model.lm_head.weight. The other towers' tensors are never asked for.
+  const std::string model_prefix = "model.";
+  if (name.compare(0, model_prefix.size(), model_prefix) == 0) {
+    const std::string rest = name.substr(model_prefix.size());
+    for (const char* prefix : {"model.language_model.", "language_model.model."}) {
+      it = shard_by_name_.find(std::string(prefix) + rest);
+      if (it != shard_by_name_.end()) return it;
+    }
+  }
+  if (name == "lm_head.weight") return shard_by_name_.find("language_model.lm_head.weight");
+  return shard_by_name_.end();
+}
+
 const SafetensorsEntry* HfCheckpoint::find(const std::string& name) const {
-  const auto it = shard_by_name_.find(name);
-  return it == shard_by_name_.end() ? nullptr : shards_[it->second].find(name);
+  const auto it = locate(name);
+  return it == shard_by_name_.end() ? nullptr : shards_[it->second].find(it->first);
 }
 
 const SafetensorsFile& HfCheckpoint::shard_of(const std::string& name) const {
-  return shards_[shard_by_name_.at(name)];
+  return shards_[locate(name)->second];
 }
 
 std::vector<std::string> HfCheckpoint::tensor_names() const {

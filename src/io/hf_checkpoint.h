@@ -27,7 +27,9 @@ class HfCheckpoint {
 
   const std::string& dir() const { return dir_; }
   std::string config_json_path() const;
-  // nullptr when no shard holds `name`.
+  // nullptr when no shard holds `name`. A multimodal checkpoint's language model answers to
+  // the text model's names: "model.X" finds model.language_model.X (transformers 5) or
+  // language_model.model.X (Gemma 3 on the Hub); the vision tower's tensors are ignored.
   const SafetensorsEntry* find(const std::string& name) const;
   // Sorted.
   std::vector<std::string> tensor_names() const;
@@ -43,6 +45,8 @@ class HfCheckpoint {
  private:
   const SafetensorsEntry& checked_entry(const std::string& name, const Shape& expected) const;
   const SafetensorsFile& shard_of(const std::string& name) const;
+  // The entry of shard_by_name_ that holds `name` (see find), or end().
+  std::unordered_map<std::string, size_t>::const_iterator locate(const std::string& name) const;
 
   std::string dir_;
   std::vector<SafetensorsFile> shards_;

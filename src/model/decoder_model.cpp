@@ -1,6 +1,7 @@
 #include "model/decoder_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "model/layers/embedding.h"
@@ -13,6 +14,21 @@ bool same_rope(const RopeConfig& a, const RopeConfig& b) {
   return a.theta == b.theta && a.type == b.type && a.factor == b.factor &&
          a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
          a.original_max_position_embeddings == b.original_max_position_embeddings;
+}
+
+// Whether any block has sandwich norms (Gemma: every block does).
+bool any_sandwich_norms(const ModelConfig& c) {
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (block_recipe(c, l).sandwich_norms) return true;
+  }
+  return false;
+}
+
+// The logits one head chunk may hold: with a final soft cap the head keeps two chunks (the
+// head's output and the capped copy), so each gets half of the budget.
+int64_t head_chunk_budget(const ModelConfig& c, int64_t head_chunk_logits) {
+  return c.final_logit_softcapping > 0 ? std::max<int64_t>(head_chunk_logits / 2, 1)
+                                       : head_chunk_logits;
 }
 
 bool any_qk_norm(const ModelConfig& c) {
@@ -30,6 +46,24 @@ DecoderModel::DecoderModel(const ModelConfig& config, Ops& ops, const LoraConfig
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     recipes_.push_back(block_recipe(config, l));
   }
+}
+
+float DecoderModel::embedding_scale() const {
+  if (!model_family(config_).gemma_blocks) return 1.0f;
+  // transformers: hidden_size ** 0.5, cast to the embedding's dtype before the multiply.
+  const float scale = std::sqrt(static_cast<float>(config_.hidden_size));
+  const DType act = ops_.activation_dtype();
+  if (act == DType::kF32) return scale;
+  uint16_t bits = 0;
+  convert_from_f32(&scale, act, &bits, 1);
+  float rounded = 0;
+  convert_to_f32(&bits, act, &rounded, 1);
+  return rounded;
+}
+
+LmHead DecoderModel::lm_head() const {
+  return LmHead(dims(), chunk_rows_, norm_eps(), model_family(config_).gemma_blocks,
+                static_cast<float>(config_.final_logit_softcapping));
 }
 
 DecoderModel::Checkpointing DecoderModel::checkpointing_from_name(const std::string& name) {
@@ -55,6 +89,7 @@ DecoderModel::Activations DecoderModel::declare(ActivationPlan& plan, const Mode
   const LayerDims d = LayerDims::of(c, batch, seq_len);
   const int64_t N = d.tokens(), C = d.hidden;
   const bool qk_norm = any_qk_norm(c);
+  const bool sandwich = any_sandwich_norms(c);
   Activations a;
   a.blocks.resize(c.num_hidden_layers);
   // Without checkpointing every block keeps all its activations; with it, each block keeps
@@ -69,15 +104,16 @@ DecoderModel::Activations DecoderModel::declare(ActivationPlan& plan, const Mode
             plan.take(ActivationUse::kCheckpoint, DType::kF32, {batch, d.heads, seq_len});
       }
     }
-    a.recompute = BlockActivations::declare(plan, ActivationUse::kBlockSet, d, qk_norm);
+    a.recompute =
+        BlockActivations::declare(plan, ActivationUse::kBlockSet, d, qk_norm, sandwich);
   } else {
     for (BlockActivations& b : a.blocks) {
-      b = BlockActivations::declare(plan, ActivationUse::kBlockSet, d, qk_norm);
+      b = BlockActivations::declare(plan, ActivationUse::kBlockSet, d, qk_norm, sandwich);
     }
   }
-  a.block_scratch = BlockScratch::declare(plan, d, qk_norm);
+  a.block_scratch = BlockScratch::declare(plan, d, qk_norm, sandwich);
   a.dresid_NC = plan.take(ActivationUse::kScratch, {N, C});
-  a.head = HeadScratch::declare(plan, d, chunk_rows);
+  a.head = HeadScratch::declare(plan, d, chunk_rows, c.final_logit_softcapping > 0);
   a.out_NC = plan.take(ActivationUse::kScratch, {N, C});
   a.ids_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
   a.targets_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
@@ -101,7 +137,8 @@ DecoderModel::ActivationBytes DecoderModel::activation_breakdown_for(const Model
                                                                  int64_t head_chunk_logits,
                                                                  const LoraConfig& lora) {
   ActivationPlan plan(act);
-  const int64_t rows = head_chunk_rows(batch * seq_len, c.vocab_size, head_chunk_logits);
+  const int64_t rows = head_chunk_rows(batch * seq_len, c.vocab_size,
+                                      head_chunk_budget(c, head_chunk_logits));
   declare(plan, c, batch, seq_len, checkpointing, rows, lora);
   return plan.bytes();
 }
@@ -116,7 +153,8 @@ void DecoderModel::reserve(int64_t batch, int64_t seq_len) {
   }
   reserved_batch_ = batch;
   reserved_seq_ = seq_len;
-  chunk_rows_ = head_chunk_rows(batch * seq_len, c.vocab_size, head_chunk_logits_);
+  chunk_rows_ = head_chunk_rows(batch * seq_len, c.vocab_size,
+                                head_chunk_budget(c, head_chunk_logits_));
   const DType act = ops_.activation_dtype();
   arena_ = Arena(ops_, activation_bytes_for(c, batch, seq_len, act, checkpointing_,
                                             head_chunk_logits_, lora_));
@@ -244,7 +282,7 @@ void DecoderModel::forward_backward(UnitAccess& units, float grad_scale, Tensor 
   // the scatter-add touches only the rows in the batch, so an overwritten table starts at zero.
   // A frozen table (LoRA) has no gradient.
   if (grads.embed_tokens.defined()) {
-    Embedding{root.embed_tokens}.backward(ops_, fit(acts_.ids_N, {N}),
+    Embedding{root.embed_tokens, embedding_scale()}.backward(ops_, fit(acts_.ids_N, {N}),
                                           fit(acts_.dresid_NC, {N, C}), grads.embed_tokens,
                                           !root_buffer.accumulate && !c.tie_word_embeddings);
   }
@@ -283,7 +321,7 @@ RootWeights DecoderModel::forward_blocks(UnitAccess& units) {
   const int64_t N = batch_ * seq_, C = c.hidden_size;
   const RootWeights root = root_weights(layout_.units[kRootUnit], units.acquire_params(kRootUnit),
                                         c.tie_word_embeddings);
-  Embedding{root.embed_tokens}.forward(ops_, fit(acts_.ids_N, {N}),
+  Embedding{root.embed_tokens, embedding_scale()}.forward(ops_, fit(acts_.ids_N, {N}),
                                        fit(acts_.blocks[0].x_in_NC, {N, C}));
   const BlockScratch scratch = acts_.block_scratch.sized(dims());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {

@@ -1,6 +1,6 @@
 // DecoderModel: the decoder-only model of every supported family (model/family_table.h: llama,
-// qwen2, mistral, qwen3), as layers (model/layers/: embedding, per block a DecoderBlock made by
-// the family's recipe, the lm head + loss), each a forward/backward pair.
+// qwen2, mistral, qwen3, gemma3_text), as layers (model/layers/: embedding, per block a
+// DecoderBlock made by the family's recipe, the lm head + loss), each a forward/backward pair.
 //
 // The model owns its activation memory (declared once, by the layers: model/layers/
 // activation_plan.h) and the rope tables, and computes through `Ops` only, so the same code runs
@@ -154,7 +154,11 @@ class DecoderModel {
   // Block `layer`'s weights as the layers take them: block_weights() with the linears marked
   // FP8 where block_uses_fp8(layer), and with LoRA the base frozen and the adapters attached.
   BlockWeights weights_of(int unit, Tensor flat, int64_t layer) const;
-  LmHead lm_head() const { return LmHead(dims(), chunk_rows_, norm_eps()); }
+  // The final norm, head and loss (Gemma: 1 + weight norm, final soft cap).
+  LmHead lm_head() const;
+  // What the embedding output is multiplied by: 1, or Gemma's sqrt(hidden_size) in the
+  // activation dtype.
+  float embedding_scale() const;
   void build_rope_tables(int64_t seq_len);
   // Backward of every block, last to first; dresid_NC holds d(last block's output) and ends
   // holding d(embedding output).

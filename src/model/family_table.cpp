@@ -1,5 +1,9 @@
 #include "model/family_table.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 #include "core/error.h"
 
 namespace shardtrain {
@@ -16,6 +20,13 @@ constexpr ModelFamily kFamilies[] = {
     // Qwen3: head_dim is its own key (128 unless set), q/k norms, biases only if configured.
     {"qwen3", "Qwen3ForCausalLM", 32768, 128, Bias::kConfigKey, Window::kRefusedIfUsed, false,
      true},
+    // Gemma 3 text: head_dim 256 unless set, q/k norms, local and global layers, Gemma blocks.
+    {"gemma3_text", "Gemma3ForCausalLM", 131072, 256, Bias::kConfigKey, Window::kLayerTypes, false,
+     true, /*gemma_blocks=*/true},
+};
+
+constexpr MultimodalWrapper kWrappers[] = {
+    {"gemma3", "text_config", "gemma3_text"},  // Gemma 3 4B-27B: the text part is trained
 };
 
 }  // namespace
@@ -27,11 +38,21 @@ const ModelFamily* find_model_family(const std::string& model_type) {
   return nullptr;
 }
 
+const MultimodalWrapper* find_multimodal_wrapper(const std::string& model_type) {
+  for (const MultimodalWrapper& wrapper : kWrappers) {
+    if (model_type == wrapper.model_type) return &wrapper;
+  }
+  return nullptr;
+}
+
 std::string supported_model_types() {
   std::string names;
   for (const ModelFamily& family : kFamilies) {
     names += names.empty() ? "" : ", ";
     names += family.model_type;
+  }
+  for (const MultimodalWrapper& wrapper : kWrappers) {
+    names += fmt::format(", {} (its {})", wrapper.model_type, wrapper.text_model_type);
   }
   return names;
 }
@@ -50,6 +71,20 @@ BlockRecipe block_recipe(const ModelConfig& config, int64_t layer) {
   recipe.qk_norm = family.qk_norm;
   recipe.sliding_window = config.sliding_window;
   recipe.rope = config.rope;
+  if (!config.layer_types.empty()) {  // local (windowed, local rope) or global layers
+    const bool sliding = config.layer_types[layer] == LayerAttention::kSliding;
+    recipe.sliding_window = sliding ? config.sliding_window : 0;
+    recipe.rope = sliding ? config.rope_local : config.rope;
+  }
+  recipe.activation = config.hidden_activation;
+  if (family.gemma_blocks) {
+    recipe.one_plus_norm_weights = true;
+    recipe.sandwich_norms = true;
+  }
+  if (config.query_pre_attn_scalar > 0) {
+    recipe.attention_scale = 1.0 / std::sqrt(config.query_pre_attn_scalar);
+  }
+  recipe.attn_logit_softcap = config.attn_logit_softcapping;
   return recipe;
 }
 

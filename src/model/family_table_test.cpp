@@ -100,11 +100,15 @@ TEST_F(FamilyTableTest, RefusesWhatTheTableDoesNotSupport) {
       << window;
   EXPECT_NE(window.find("config.json"), std::string::npos) << window;
   const std::string family = error_of(R"({"model_type": "gemma2", "hidden_size": 64})");
-  EXPECT_NE(family.find("'gemma2' is not supported (supported: llama, qwen2, mistral, qwen3)"),
+  EXPECT_NE(family.find("'gemma2' is not supported (supported: llama, qwen2, mistral, qwen3, "
+                        "gemma3_text"),
             std::string::npos)
       << family;
   EXPECT_EQ(family.find('\n'), std::string::npos);
-  EXPECT_EQ(supported_model_types(), "llama, qwen2, mistral, qwen3");
+  // The table's model_types, then the multimodal ones read through their text model.
+  const std::string supported = supported_model_types();
+  EXPECT_EQ(supported.rfind("llama, qwen2, mistral, qwen3, gemma3_text", 0), 0u) << supported;
+  EXPECT_NE(supported.find(", gemma3 (its gemma3_text)"), std::string::npos) << supported;
   EXPECT_EQ(find_model_family("Qwen3"), nullptr);  // model_type is case-sensitive, as in HF
   // A window outside the families that have one: named with the family.
   ModelConfig c = read_hf_config(write(kQwen3));

@@ -118,32 +118,30 @@ Json parse_config_file(const std::string& path) {
   return root;
 }
 
-// Rope from either `rope_parameters` (newer transformers) or `rope_theta` + `rope_scaling`.
-RopeConfig read_rope(const std::string& path, const KeyReader& top) {
-  RopeConfig rope;
-  const Json* parameters = top.find("rope_parameters");
-  const Json* scaling = top.find("rope_scaling");
-  const Json* params_object = parameters ? parameters : scaling;
-  const char* params_key = parameters ? "rope_parameters" : "rope_scaling";
-  rope.theta = top.number("rope_theta", 10000.0);
-  if (params_object == nullptr) return rope;
-  if (!params_object->is_object()) top.wrong_type(params_key, "an object or null", *params_object);
-
-  const KeyReader params(path, *params_object, std::string(params_key) + ".");
+// One rope object (`key`: rope_scaling, rope_parameters or one layer type's entry of it): its
+// type (default, llama3, linear) and their fields; rope_theta inside it overrides `rope`'s.
+// Without a type: default, unless `type_required` (the classic rope_scaling needs one).
+RopeConfig read_rope_object(const std::string& path, const KeyReader& top, const Json& object,
+                            const std::string& key, RopeConfig rope, bool type_required) {
+  if (!object.is_object()) top.wrong_type(key.c_str(), "an object or null", object);
+  const KeyReader params(path, object, key + ".");
   rope.theta = params.number("rope_theta", rope.theta);
   std::string type = params.string("rope_type", params.string("type", ""));
   if (type.empty()) {
-    if (parameters == nullptr) {
-      fail("{}: key 'rope_scaling' has no 'rope_type'; {}", path, kFixHint);
-    }
+    if (type_required) fail("{}: key '{}' has no 'rope_type'; {}", path, key, kFixHint);
     type = "default";
   }
   if (type == "default") return rope;
+  if (type == "linear") {  // every frequency divided by factor (Gemma 3's global layers)
+    rope.type = RopeType::kLinear;
+    rope.factor = params.required_number("factor");
+    return rope;
+  }
   if (type != "llama3") {
     fail(
-        "{}: key '{}.rope_type' = '{}' is an unsupported rope type (supported: default, llama3); "
-        "HINT: use a model without {} rope scaling",
-        path, params_key, type, type);
+        "{}: key '{}.rope_type' = '{}' is an unsupported rope type (supported: default, llama3, "
+        "linear); HINT: use a model without {} rope scaling",
+        path, key, type, type);
   }
   rope.type = RopeType::kLlama3;
   rope.factor = params.required_number("factor");
@@ -152,6 +150,90 @@ RopeConfig read_rope(const std::string& path, const KeyReader& top) {
   rope.original_max_position_embeddings =
       params.required_integer("original_max_position_embeddings");
   return rope;
+}
+
+// Rope from either `rope_parameters` (newer transformers) or `rope_theta` + `rope_scaling`.
+RopeConfig read_rope(const std::string& path, const KeyReader& top) {
+  RopeConfig rope;
+  const Json* parameters = top.find("rope_parameters");
+  const Json* scaling = top.find("rope_scaling");
+  rope.theta = top.number("rope_theta", 10000.0);
+  if (parameters != nullptr) {
+    return read_rope_object(path, top, *parameters, "rope_parameters", rope, false);
+  }
+  if (scaling != nullptr) return read_rope_object(path, top, *scaling, "rope_scaling", rope, true);
+  return rope;
+}
+
+// Gemma 3's keys: the activation, the attention scale and soft caps, which layers are sliding
+// (`layer_types`, or every `sliding_window_pattern`-th layer global in older configs) and the
+// two ropes (transformers 5: `rope_parameters` per layer type; older: rope_theta + rope_scaling
+// for the global layers, rope_local_base_freq for the local ones). Defaults are transformers'.
+void read_gemma_keys(const std::string& path, const KeyReader& top, ModelConfig& c) {
+  const std::string activation =
+      top.string("hidden_activation", top.string("hidden_act", "gelu_pytorch_tanh"));
+  if (activation != "gelu_pytorch_tanh" && activation != "gelu_tanh") {
+    fail("{}: key 'hidden_activation' = '{}' is not supported (only gelu_pytorch_tanh); {}", path,
+         activation, kFixHint);
+  }
+  c.hidden_activation = HiddenActivation::kGeluTanh;
+  c.query_pre_attn_scalar = top.number("query_pre_attn_scalar", 256.0);
+  c.attn_logit_softcapping = top.number("attn_logit_softcapping", 0.0);
+  c.final_logit_softcapping = top.number("final_logit_softcapping", 0.0);
+  c.sliding_window = top.integer("sliding_window", 4096);
+
+  if (const Json* types = top.find("layer_types")) {
+    if (!types->is_array()) top.wrong_type("layer_types", "a list of layer types", *types);
+    if (static_cast<int64_t>(types->size()) != c.num_hidden_layers) {
+      fail("{}: key 'layer_types' lists {} layers but num_hidden_layers = {}; {}", path,
+           types->size(), c.num_hidden_layers, kFixHint);
+    }
+    for (const Json& type : *types) {
+      const std::string name = type.is_string() ? type.get<std::string>() : type.dump();
+      if (name != "sliding_attention" && name != "full_attention") {
+        fail(
+            "{}: key 'layer_types' holds '{}' (supported: sliding_attention, full_attention); {}",
+            path, name, kFixHint);
+      }
+      c.layer_types.push_back(name == "sliding_attention" ? LayerAttention::kSliding
+                                                          : LayerAttention::kFull);
+    }
+  } else {
+    const char* pattern_key =
+        top.find("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern";
+    const int64_t pattern = top.integer(pattern_key, 6);
+    if (pattern <= 0) {
+      fail("{}: key '{}' must be positive, got {}; {}", path, pattern_key, pattern, kFixHint);
+    }
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      c.layer_types.push_back((l + 1) % pattern != 0 ? LayerAttention::kSliding
+                                                     : LayerAttention::kFull);
+    }
+  }
+
+  RopeConfig base;
+  base.theta = top.number("rope_theta", 1000000.0);
+  const Json* parameters = top.find("rope_parameters");
+  if (parameters != nullptr && parameters->is_object() &&
+      (parameters->contains("full_attention") || parameters->contains("sliding_attention"))) {
+    const KeyReader by_type(path, *parameters, "rope_parameters.");
+    for (const char* type : {"full_attention", "sliding_attention"}) {
+      if (by_type.find(type) == nullptr) {
+        fail("{}: required key 'rope_parameters.{}' is missing; {}", path, type, kFixHint);
+      }
+    }
+    c.rope = read_rope_object(path, top, *by_type.find("full_attention"),
+                              "rope_parameters.full_attention", base, false);
+    RopeConfig local;
+    local.theta = 10000.0;
+    c.rope_local = read_rope_object(path, top, *by_type.find("sliding_attention"),
+                                    "rope_parameters.sliding_attention", local, false);
+    return;
+  }
+  c.rope = read_rope(path, top);
+  if (top.find("rope_theta") == nullptr && parameters == nullptr) c.rope.theta = base.theta;
+  c.rope_local = RopeConfig{};
+  c.rope_local.theta = top.number("rope_local_base_freq", 10000.0);
 }
 
 // Every id of an integer-or-list key (eos_token_id may be a list) must be below vocab_size;
@@ -172,16 +254,33 @@ void check_token_id_list(const std::string& path, const KeyReader& top, const ch
 }  // namespace
 
 ModelConfig read_hf_config(const std::string& path) {
-  const Json root = parse_config_file(path);
-  const KeyReader top(path, root);
+  const Json file_root = parse_config_file(path);
+  const KeyReader file_top(path, file_root);
   ModelConfig c;
-  if (top.find("model_type") == nullptr) {
+  if (file_top.find("model_type") == nullptr) {
     fail(
         "{}: required key 'model_type' is missing; HINT: use the config.json that came with the "
         "checkpoint",
         path);
   }
-  c.model_type = top.string("model_type", "");
+  c.model_type = file_top.string("model_type", "");
+  // A multimodal checkpoint (Gemma 3 4B-27B): its text model's config, under its own key.
+  const MultimodalWrapper* wrapper = find_multimodal_wrapper(c.model_type);
+  const Json* text_config = wrapper ? file_top.find(wrapper->text_key) : nullptr;
+  if (wrapper != nullptr && (text_config == nullptr || !text_config->is_object())) {
+    fail("{}: model_type '{}' needs its text model's config in key '{}' (an object); {}", path,
+         c.model_type, wrapper->text_key, kFixHint);
+  }
+  // Keys the wrapper may hold for its text model (Gemma 3 writes dtype and token ids there).
+  Json root = text_config ? *text_config : file_root;
+  if (text_config != nullptr) {
+    for (const char* key : {"tie_word_embeddings", "dtype", "torch_dtype", "bos_token_id",
+                            "eos_token_id", "pad_token_id"}) {
+      if (!root.contains(key) && file_root.contains(key)) root[key] = file_root[key];
+    }
+  }
+  const KeyReader top(path, root, text_config ? std::string(wrapper->text_key) + "." : "");
+  if (wrapper != nullptr) c.model_type = top.string("model_type", wrapper->text_model_type);
   const ModelFamily* family = find_model_family(c.model_type);
   if (family == nullptr) {
     fail(
@@ -189,10 +288,12 @@ ModelConfig read_hf_config(const std::string& path) {
         "supported architecture",
         path, c.model_type, supported_model_types());
   }
-  const std::string hidden_act = top.string("hidden_act", "silu");
-  if (hidden_act != "silu") {
-    fail("{}: key 'hidden_act' = '{}' is not supported (only silu); {}", path, hidden_act,
-         kFixHint);
+  if (!family->gemma_blocks) {
+    const std::string hidden_act = top.string("hidden_act", "silu");
+    if (hidden_act != "silu") {
+      fail("{}: key 'hidden_act' = '{}' is not supported (only silu); {}", path, hidden_act,
+           kFixHint);
+    }
   }
 
   c.vocab_size = top.required_integer("vocab_size");
@@ -208,7 +309,7 @@ ModelConfig read_hf_config(const std::string& path) {
       "head_dim", family->default_head_dim > 0 ? family->default_head_dim : derived_head_dim);
   c.max_position_embeddings = top.integer("max_position_embeddings", family->default_max_positions);
   c.rms_norm_eps = top.number("rms_norm_eps", 1e-6);
-  c.tie_word_embeddings = top.boolean("tie_word_embeddings", false);
+  c.tie_word_embeddings = top.boolean("tie_word_embeddings", family->gemma_blocks);
 
   using Bias = ModelFamily::Bias;
   using Window = ModelFamily::Window;
@@ -228,7 +329,11 @@ ModelConfig read_hf_config(const std::string& path) {
         path, c.model_type);
   }
 
-  c.rope = read_rope(path, top);
+  if (family->gemma_blocks) {
+    read_gemma_keys(path, top, c);
+  } else {
+    c.rope = read_rope(path, top);
+  }
   c.bos_token_id = top.integer("bos_token_id", -1);
   c.eos_token_id = top.first_integer("eos_token_id", -1);
   c.pad_token_id = top.integer("pad_token_id", -1);
@@ -238,6 +343,51 @@ ModelConfig read_hf_config(const std::string& path) {
   c.validate(path);
   return c;
 }
+
+namespace {
+
+// A rope as one object of rope_scaling / rope_parameters (rope_type, its fields, rope_theta).
+nlohmann::ordered_json rope_json(const RopeConfig& rope) {
+  nlohmann::ordered_json j;
+  switch (rope.type) {
+    case RopeType::kDefault:
+      j["rope_type"] = "default";
+      break;
+    case RopeType::kLinear:
+      j["rope_type"] = "linear";
+      j["factor"] = rope.factor;
+      break;
+    case RopeType::kLlama3:
+      j["rope_type"] = "llama3";
+      j["factor"] = rope.factor;
+      j["low_freq_factor"] = rope.low_freq_factor;
+      j["high_freq_factor"] = rope.high_freq_factor;
+      j["original_max_position_embeddings"] = rope.original_max_position_embeddings;
+      break;
+  }
+  j["rope_theta"] = rope.theta;
+  return j;
+}
+
+// Gemma 3's keys as transformers 5 writes them: layer_types and rope_parameters per layer type.
+void write_gemma_keys(const ModelConfig& c, nlohmann::ordered_json& j) {
+  using Ordered = nlohmann::ordered_json;
+  const auto optional_cap = [](double cap) { return cap > 0 ? Ordered(cap) : Ordered(nullptr); };
+  j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  j["attn_logit_softcapping"] = optional_cap(c.attn_logit_softcapping);
+  j["final_logit_softcapping"] = optional_cap(c.final_logit_softcapping);
+  j["sliding_window"] = c.sliding_window;
+  Ordered types = Ordered::array();
+  for (const LayerAttention type : c.layer_types) {
+    types.push_back(type == LayerAttention::kSliding ? "sliding_attention" : "full_attention");
+  }
+  j["layer_types"] = types;
+  j["use_bidirectional_attention"] = false;
+  j["rope_parameters"] = {{"full_attention", rope_json(c.rope)},
+                          {"sliding_attention", rope_json(c.rope_local)}};
+}
+
+}  // namespace
 
 std::string write_hf_config_json(const ModelConfig& c) {
   using Ordered = nlohmann::ordered_json;
@@ -254,7 +404,11 @@ std::string write_hf_config_json(const ModelConfig& c) {
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.num_key_value_heads;
   j["head_dim"] = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads;
-  j["hidden_act"] = "silu";
+  if (c.hidden_activation == HiddenActivation::kGeluTanh) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+  } else {
+    j["hidden_act"] = "silu";
+  }
   j["max_position_embeddings"] = c.max_position_embeddings;
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["initializer_range"] = 0.02;
@@ -272,16 +426,11 @@ std::string write_hf_config_json(const ModelConfig& c) {
     j["sliding_window"] = c.sliding_window > 0 ? Ordered(c.sliding_window) : Ordered(nullptr);
   }
   j["attention_dropout"] = 0.0;
-  j["rope_theta"] = c.rope.theta;
-  if (c.rope.type == RopeType::kLlama3) {
-    j["rope_scaling"] = {
-        {"rope_type", "llama3"},
-        {"factor", c.rope.factor},
-        {"low_freq_factor", c.rope.low_freq_factor},
-        {"high_freq_factor", c.rope.high_freq_factor},
-        {"original_max_position_embeddings", c.rope.original_max_position_embeddings}};
+  if (family.sliding_window == Window::kLayerTypes) {
+    write_gemma_keys(c, j);
   } else {
-    j["rope_scaling"] = nullptr;
+    j["rope_theta"] = c.rope.theta;
+    j["rope_scaling"] = c.rope.type == RopeType::kDefault ? Ordered(nullptr) : rope_json(c.rope);
   }
   j["bos_token_id"] = optional_id(c.bos_token_id);
   j["eos_token_id"] = optional_id(c.eos_token_id);

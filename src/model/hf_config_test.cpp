@@ -176,8 +176,13 @@ TEST_F(HfConfigTest, RejectsUnsupportedRopeTypes) {
   expect_error(
       std::string(kLlama3Prefix) + R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
       {"unsupported rope type", "'yarn'", "rope_scaling.rope_type"});
-  expect_error(std::string(kLlama3Prefix) + R"("rope_scaling": {"type": "linear", "factor": 2}})",
-               {"unsupported rope type", "'linear'"});
+  expect_error(std::string(kLlama3Prefix) + R"("rope_scaling": {"type": "dynamic", "factor": 2}})",
+               {"unsupported rope type", "'dynamic'"});
+  // linear (Gemma 3's global layers; transformers applies it to any family) is read.
+  const ModelConfig linear = read_hf_config(
+      write(std::string(kLlama3Prefix) + R"("rope_scaling": {"type": "linear", "factor": 2}})"));
+  EXPECT_EQ(linear.rope.type, RopeType::kLinear);
+  EXPECT_EQ(linear.rope.factor, 2.0);
   expect_error(std::string(kLlama3Prefix) +
                    R"("rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4}})",
                {"unsupported rope type", "rope_parameters.rope_type", "'dynamic'"});

@@ -55,7 +55,9 @@ void init_unit_random(const UnitLayout& unit, int unit_index, uint64_t seed, dou
   for (size_t p = 0; p < unit.params.size(); ++p) {
     const ParamSpec& spec = unit.params[p];
     float* dst = dst_unit + spec.offset;
-    if (ends_with(spec.name, "norm.weight")) {
+    if (spec.zero_init) {
+      // zeros (Gemma's 1 + weight norms)
+    } else if (ends_with(spec.name, "norm.weight")) {
       for (int64_t i = 0; i < spec.numel(); ++i) dst[i] = 1.0f;
     } else if (is_lora_param(spec)) {
       init_lora_param(spec, seed, dst);  // as PEFT: A Kaiming-uniform, B zero

@@ -10,7 +10,8 @@
 
 namespace shardtrain {
 
-// transformers-style init: linear and embedding weights ~ N(0, std), norm weights 1, biases 0.
+// transformers-style init: linear and embedding weights ~ N(0, std), norm weights 1 (0 where
+// ParamSpec::zero_init: Gemma's 1 + weight norms), biases 0.
 // Deterministic in (seed, unit index, element index) on every platform: the same unit gets
 // the same values whatever the world size. dst_unit holds unit.numel floats; padding is zeroed.
 void init_unit_random(const UnitLayout& unit, int unit_index, uint64_t seed, double std,

@@ -83,7 +83,7 @@ TEST_P(GoldenParity, LogitsLossAndGradientsMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, GoldenParity,
                          ::testing::Values("llama_gqa", "qwen2_tied_bias", "llama3_rope",
-                                           "mistral", "mistral_window", "qwen3"));
+                                           "mistral", "mistral_window", "qwen3", "gemma3_text"));
 
 }  // namespace
 }  // namespace shardtrain

@@ -1,5 +1,7 @@
 #include "model/model_config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "model/family_table.h"
 
@@ -30,7 +32,8 @@ int64_t ModelConfig::parameter_count() const {
   const int64_t mlp = 3 * hidden_size * intermediate_size;
   const ModelFamily* family = find_model_family(model_type);
   const bool qk_norm = family != nullptr && family->qk_norm;
-  const int64_t norms = 2 * hidden_size + (qk_norm ? 2 * head_dim : 0);
+  const bool sandwich_norms = family != nullptr && family->gemma_blocks;
+  const int64_t norms = (sandwich_norms ? 4 : 2) * hidden_size + (qk_norm ? 2 * head_dim : 0);
   const int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
   return embeddings + hidden_size + num_hidden_layers * (attention + mlp + norms);
 }
@@ -89,11 +92,34 @@ void ModelConfig::validate(const std::string& source) const {
   if (sliding_window < 0) {
     fail("{}: key 'sliding_window' must be >= 0, got {}; {}", source, sliding_window, kFixHint);
   }
-  if (sliding_window > 0 && family->sliding_window != ModelFamily::Window::kConfigKey) {
+  if (sliding_window > 0 && family->sliding_window != ModelFamily::Window::kConfigKey &&
+      family->sliding_window != ModelFamily::Window::kLayerTypes) {
     fail("{}: key 'sliding_window' is not supported for {}; {}", source, model_type, kFixHint);
   }
   if (!(rope.theta > 0.0)) {
     fail("{}: key 'rope_theta' must be positive, got {}; {}", source, rope.theta, kFixHint);
+  }
+  if (!layer_types.empty()) {
+    if (static_cast<int64_t>(layer_types.size()) != num_hidden_layers) {
+      fail("{}: key 'layer_types' lists {} layers but num_hidden_layers = {}; {}", source,
+           layer_types.size(), num_hidden_layers, kFixHint);
+    }
+    if (!(rope_local.theta > 0.0)) {
+      fail("{}: key 'rope_local_base_freq' must be positive, got {}; {}", source,
+           rope_local.theta, kFixHint);
+    }
+  }
+  if (rope.type == RopeType::kLinear && !(rope.factor > 0.0)) {
+    fail("{}: key 'rope_scaling.factor' must be positive, got {}; {}", source, rope.factor,
+         kFixHint);
+  }
+  for (const auto& [key, value] :
+       {std::pair{"query_pre_attn_scalar", query_pre_attn_scalar},
+        std::pair{"attn_logit_softcapping", attn_logit_softcapping},
+        std::pair{"final_logit_softcapping", final_logit_softcapping}}) {
+    if (value < 0.0 || std::isnan(value)) {
+      fail("{}: key '{}' must be positive or null, got {}; {}", source, key, value, kFixHint);
+    }
   }
   if (rope.type == RopeType::kLlama3) {
     if (!(rope.factor > 0.0)) {

@@ -4,15 +4,17 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shardtrain {
 
-enum class RopeType { kDefault, kLlama3 };
+enum class RopeType { kDefault, kLlama3, kLinear };
 
 struct RopeConfig {
   double theta = 10000.0;
   RopeType type = RopeType::kDefault;
-  // llama3 scaling (used when type == kLlama3)
+  // llama3 scaling (used when type == kLlama3); `factor` also divides every frequency of
+  // linear scaling (kLinear: Gemma 3's global layers from 4B up)
   double factor = 8.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -30,6 +32,14 @@ inline constexpr int64_t kMaxAttentionHeads = 1024;
 inline constexpr int64_t kMaxHeadDim = 4096;
 inline constexpr int64_t kMaxPositions = int64_t{1} << 25;
 
+// The MLP's gated activation: silu (SwiGLU: Llama, Qwen, Mistral) or the tanh-approximated
+// GELU (GeGLU: Gemma's gelu_pytorch_tanh).
+enum class HiddenActivation { kSilu, kGeluTanh };
+
+// Which attention a layer runs (transformers' `layer_types`): over the whole causal sequence,
+// or within `sliding_window` keys with the local rope (Gemma 3).
+enum class LayerAttention { kFull, kSliding };
+
 struct ModelConfig {
   std::string model_type = "llama";  // a model_type of model/family_table.h
   int64_t vocab_size = 0;
@@ -46,6 +56,16 @@ struct ModelConfig {
   bool mlp_bias = false;        // Llama's optional mlp bias; rejected as unsupported if true
   int64_t sliding_window = 0;   // mistral; 0 = none. Longer sequences: a windowed mask.
   RopeConfig rope;
+  HiddenActivation hidden_activation = HiddenActivation::kSilu;
+  // Gemma 3 (empty / 0 elsewhere): per-layer attention kinds (num_hidden_layers of them; the
+  // sliding ones use sliding_window and rope_local), the rope of the sliding layers, the
+  // attention scale's query_pre_attn_scalar (scale = its -1/2 power; 0: head_dim's), and the
+  // soft caps of attention scores and final logits (0: none).
+  std::vector<LayerAttention> layer_types;
+  RopeConfig rope_local;
+  double query_pre_attn_scalar = 0;
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
   int64_t bos_token_id = -1;  // -1: not set
   int64_t eos_token_id = -1;  // the first one when config.json lists several
   int64_t pad_token_id = -1;

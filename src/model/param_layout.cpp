@@ -25,6 +25,17 @@ void add_param(UnitLayout& unit, std::string name, Shape shape, bool decay,
   unit.params.push_back(std::move(spec));
 }
 
+// Norm weights that scale by 1 + weight start at 0 (the identity scale).
+void mark_norms_zero_init(UnitLayout& unit) {
+  const std::string suffix = "norm.weight";
+  for (ParamSpec& spec : unit.params) {
+    const std::string& n = spec.name;
+    if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      spec.zero_init = true;
+    }
+  }
+}
+
 // Appends block `layer`'s adapters (make_param_layout's LoRA order) and freezes the base.
 void add_lora_params(UnitLayout& block, const ModelConfig& c, const LoraConfig& lora,
                      int64_t layer) {
@@ -89,6 +100,7 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
   add_param(root, "model.norm.weight", {c.hidden_size}, false);
   if (!c.tie_word_embeddings)
     add_param(root, "lm_head.weight", {c.vocab_size, c.hidden_size}, true);
+  if (model_family(c).gemma_blocks) mark_norms_zero_init(root);
   if (lora.enabled) {
     for (ParamSpec& spec : root.params) spec.trainable = false;
   }
@@ -117,6 +129,11 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
     add_param(block, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, true);
     add_param(block, p + "input_layernorm.weight", {c.hidden_size}, false);
     add_param(block, p + "post_attention_layernorm.weight", {c.hidden_size}, false);
+    if (block_recipe(c, l).sandwich_norms) {  // Gemma: the MLP's input norm and its output norm
+      add_param(block, p + "pre_feedforward_layernorm.weight", {c.hidden_size}, false);
+      add_param(block, p + "post_feedforward_layernorm.weight", {c.hidden_size}, false);
+    }
+    if (block_recipe(c, l).one_plus_norm_weights) mark_norms_zero_init(block);
     if (lora.enabled) add_lora_params(block, c, lora, l);
     layout.units.push_back(std::move(block));
   }

@@ -29,6 +29,9 @@ struct ParamSpec {
   // false: frozen (fsdp/shard_plan.h: no fp32 master, no moments, no gradient). A unit's frozen
   // parameters come first: they fill [0, first trainable offset).
   bool trainable = true;
+  // Random init (model/init_weights.h): zeros instead of a norm's ones or a matrix's normal
+  // draws (Gemma's norms scale by 1 + weight: transformers initialises their weights to 0).
+  bool zero_init = false;
   int64_t numel() const { return shape.numel(); }
 };
 

@@ -14,6 +14,9 @@ std::vector<float> rope_inverse_frequencies(const RopeConfig& rope, int64_t head
     const float power = static_cast<float>(std::pow(static_cast<double>(base), exponent));
     inv_freq[i] = 1.0f / power;
   }
+  if (rope.type == RopeType::kLinear) {  // transformers' linear: inv_freq /= factor
+    for (auto& f : inv_freq) f /= static_cast<float>(rope.factor);
+  }
   if (rope.type == RopeType::kLlama3) {
     const double pi = 3.14159265358979323846;
     const double old_context = static_cast<double>(rope.original_max_position_embeddings);

@@ -62,6 +62,8 @@ BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer) {
   w.mlp.down.weight_OI = param_view(unit, flat, p + "mlp.down_proj.weight");
   w.input_norm_C = param_view(unit, flat, p + "input_layernorm.weight");
   w.post_attention_norm_C = param_view(unit, flat, p + "post_attention_layernorm.weight");
+  w.pre_feedforward_norm_C = optional_view(unit, flat, p + "pre_feedforward_layernorm.weight");
+  w.post_feedforward_norm_C = optional_view(unit, flat, p + "post_feedforward_layernorm.weight");
   return w;
 }
 

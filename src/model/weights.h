@@ -23,6 +23,10 @@ struct MlpWeights {
 
 struct BlockWeights {
   Tensor input_norm_C, post_attention_norm_C;
+  // Gemma (BlockRecipe::sandwich_norms), else undefined: the MLP's input norm (Llama's
+  // post_attention_norm_C does that job; Gemma's normalises the attention output) and the
+  // norm of the MLP's output.
+  Tensor pre_feedforward_norm_C, post_feedforward_norm_C;
   AttentionWeights attention;
   MlpWeights mlp;
 };

@@ -173,6 +173,32 @@ class Ops {
   virtual void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                                Tensor dup_NF) = 0;
 
+  // ---- GeGLU with the tanh-approximated GELU (Gemma's gelu_pytorch_tanh): ----
+  // out = gelu(gate) * up, gelu(g) = 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))).
+  // Outputs may alias inputs (each element's inputs are read before it is written).
+  virtual void geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) = 0;
+  // dgate, dup overwritten.
+  virtual void geglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                              Tensor dup_NF) = 0;
+
+  // ---- RMSNorm scaled by 1 + weight (Gemma): out = x * rstd * (1 + weight) ----
+  // Normalised and scaled in fp32 and rounded once (transformers' Gemma3RMSNorm); the rest as
+  // rmsnorm_forward / rmsnorm_backward (dweight gets sum dy * x * rstd, as d(1 + w) / dw = 1).
+  virtual void rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                                 Tensor rstd_N) = 0;
+  virtual void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                                  Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                                  bool accumulate_dweight) = 0;
+
+  // ---- logit soft-capping: out = cap * tanh(x / cap) (Gemma's final_logit_softcapping) ----
+  // REQUIRES: cap > 0; same shape and dtype. out may alias x.
+  virtual void softcap_forward(Tensor x, float cap, Tensor out) = 0;
+  // dx = dout * (1 - tanh(x / cap)^2), from the capped op's input x; dx may alias dout or x.
+  virtual void softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) = 0;
+
+  // x *= factor, in place (Gemma's embedding scale, forward and backward).
+  virtual void scale(Tensor x, float factor) = 0;
+
   // ---- cross-entropy over one chunk of logits, fp32 internally ----
   // Rows with targets_N[n] == -100 are ignored. loss_sum_1 (f32 [1]) += sum of -log p(target)
   // over the other rows. When compute_grad, logits_NV is overwritten with

@@ -17,7 +17,7 @@ const char* op_class_name(OpClass op_class) {
     case OpClass::kNorm:
       return "rmsnorm";
     case OpClass::kElementwise:
-      return "elementwise (add, rope, qkv, swiglu)";
+      return "elementwise (add, rope, qkv, swiglu, geglu, softcap)";
     case OpClass::kEmbedding:
       return "embedding";
     case OpClass::kLoss:
@@ -283,6 +283,36 @@ void ProfiledOps::copy_columns(Tensor src_NX, int64_t src_col, Tensor dst_NY, in
 }
 void ProfiledOps::dropout(Tensor x, Tensor out, float p, uint64_t seed, bool accumulate) {
   timed(__func__, OpClass::kElementwise, [&] { inner_->dropout(x, out, p, seed, accumulate); });
+}
+void ProfiledOps::geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {
+  timed(__func__, OpClass::kElementwise, [&] { inner_->geglu_forward(gate_NF, up_NF, out_NF); });
+}
+void ProfiledOps::geglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                                 Tensor dup_NF) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->geglu_backward(dout_NF, gate_NF, up_NF, dgate_NF, dup_NF); });
+}
+void ProfiledOps::rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                                    Tensor rstd_N) {
+  timed(__func__, OpClass::kNorm,
+        [&] { inner_->rmsnorm1p_forward(x_NC, weight_C, eps, out_NC, rstd_N); });
+}
+void ProfiledOps::rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                                     Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                                     bool accumulate_dweight) {
+  timed(__func__, OpClass::kNorm, [&] {
+    inner_->rmsnorm1p_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C, accumulate_dx,
+                               accumulate_dweight);
+  });
+}
+void ProfiledOps::softcap_forward(Tensor x, float cap, Tensor out) {
+  timed(__func__, OpClass::kElementwise, [&] { inner_->softcap_forward(x, cap, out); });
+}
+void ProfiledOps::softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) {
+  timed(__func__, OpClass::kElementwise, [&] { inner_->softcap_backward(dout, x, cap, dx); });
+}
+void ProfiledOps::scale(Tensor x, float factor) {
+  timed(__func__, OpClass::kElementwise, [&] { inner_->scale(x, factor); });
 }
 void ProfiledOps::swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {
   timed(__func__, OpClass::kElementwise, [&] { inner_->swiglu_forward(gate_NF, up_NF, out_NF); });

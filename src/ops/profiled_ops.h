@@ -103,6 +103,17 @@ class ProfiledOps final : public Ops {
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
+  void geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
+  void geglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                      Tensor dup_NF) override;
+  void rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                         Tensor rstd_N) override;
+  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                          Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                          bool accumulate_dweight) override;
+  void softcap_forward(Tensor x, float cap, Tensor out) override;
+  void softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) override;
+  void scale(Tensor x, float factor) override;
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;

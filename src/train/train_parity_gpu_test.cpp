@@ -1,5 +1,7 @@
 // Training on the GPU follows the CPU reference: the tiny golden models (tests/golden/) trained
 // for 50 steps with the bf16 CUDA backend stay within bf16 tolerance of the fp32 CPU loss curve.
+// qwen3: q/k norms; gemma3_text: 1 + weight and sandwich norms, GeGLU, scaled embeddings, a
+// sliding layer (window 6 of the 32 tokens) and a global one, final logit soft-capping.
 // Skips with a visible message where no GPU is present.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -50,7 +52,7 @@ TEST_P(TrainParityGpu, LossCurveFollowsCpuWithinBf16Tolerance) {
   options.quiet = true;
 
   config.train.device = DeviceChoice::kCpu;
-  auto cpu = make_ops("cpu");
+  auto cpu = make_ops(DeviceChoice::kCpu);
   const TrainOutcome reference = run_training(config, *cpu, options);
   config.train.device = DeviceChoice::kCuda;
   auto gpu = make_ops(DeviceChoice::kCuda);
@@ -72,7 +74,8 @@ TEST_P(TrainParityGpu, LossCurveFollowsCpuWithinBf16Tolerance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, TrainParityGpu,
-                         ::testing::Values("llama_gqa", "qwen2_tied_bias", "llama3_rope"));
+                         ::testing::Values("llama_gqa", "qwen2_tied_bias", "llama3_rope", "qwen3",
+                                           "gemma3_text"));
 
 }  // namespace
 }  // namespace shardtrain

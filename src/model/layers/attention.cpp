@@ -76,9 +76,12 @@ AttentionScratch AttentionScratch::sized(const LayerDims& d) const {
 Attention::Attention(const LayerDims& d, const BlockRecipe& recipe, float norm_eps)
     : d_(d),
       recipe_(recipe),
-      qk_norm_{norm_eps},
-      scale_(1.0f / std::sqrt(static_cast<float>(d.head_dim))),
-      mask_(AttentionMask::sliding_window(recipe.sliding_window, d.seq)) {}
+      qk_norm_{norm_eps, recipe.one_plus_norm_weights},
+      scale_(recipe.attention_scale > 0 ? static_cast<float>(recipe.attention_scale)
+                                        : 1.0f / std::sqrt(static_cast<float>(d.head_dim))),
+      mask_(AttentionMask::sliding_window(recipe.sliding_window, d.seq)) {
+  mask_.logit_softcap = static_cast<float>(recipe.attn_logit_softcap);
+}
 
 // q, k, v of x into saved (q and k normed and rotated).
 void Attention::project(Ops& ops, const AttentionWeights& w, Tensor positions_N,
@@ -124,6 +127,10 @@ void Attention::forward(Ops& ops, const AttentionWeights& w, Tensor positions_N,
         saved.q_NHD.reshaped(bthd(d_.heads)), saved.k_NKD.reshaped(bthd(d_.kv_heads)),
         saved.v_NKD.reshaped(bthd(d_.kv_heads)), scale_, saved.attn_NHD.reshaped(bthd(d_.heads)),
         saved.lse_BHT, mask_for(document_start_N));
+  }
+  if (!residual_NC.defined()) {  // Gemma: the output is normalised before its residual add
+    w.o.forward(ops, saved.attn_NHD, out_NC);
+    return;
   }
   w.o.forward_residual(ops, saved.attn_NHD, residual_NC, out_NC);  // out = residual + o(attn)
 }

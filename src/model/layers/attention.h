@@ -4,6 +4,9 @@
 // packed documents when document_start_N is defined) and the output projection with the
 // residual add in its epilogue:
 //   out = residual + o(attn(rope(norm_q(q(x))), rope(norm_k(k(x))), v(x)))
+// (out = o(...) without a residual: Gemma normalises it first). The scale is the recipe's
+// (Gemma: query_pre_attn_scalar^-1/2) or head_dim^-1/2; scores are soft-capped when the
+// recipe says so (AttentionMask::logit_softcap).
 // Backward writes d(x) into dx_NC (overwritten) and the weights' gradients (overwritten or
 // added to, as `accumulate` says); dout_NC is read only.
 #pragma once

@@ -1,6 +1,9 @@
 // DecoderBlock: one transformer block, as its recipe (model/family_table.h BlockRecipe) says:
 //   h   = x + attention(input_norm(x))
 //   out = h + mlp(post_attention_norm(h))
+// or, with sandwich norms (Gemma), each sublayer's output normalised before its residual add:
+//   h   = x + post_attention_norm(attention(input_norm(x)))
+//   out = h + post_feedforward_norm(mlp(pre_feedforward_norm(h)))
 // BlockActivations is what a block saves for backward (with activation checkpointing only its
 // input, plus the attention output under selective recompute, and one shared set is recomputed);
 // BlockScratch is backward's scratch, shared by every block.
@@ -22,11 +25,14 @@ struct BlockActivations {
   RmsNormSaved norm1;     // input_layernorm output and 1/rms
   AttentionSaved attention;
   Tensor h_NC;            // residual after attention
-  RmsNormSaved norm2;     // post_attention_layernorm output and 1/rms
+  RmsNormSaved norm2;     // the MLP's input norm (Gemma: pre_feedforward_layernorm): out, 1/rms
   MlpSaved mlp;
+  // Sandwich norms: the attention and MLP outputs before their norms, and the norms' 1/rms
+  // (their outputs go straight into h_NC and the block output).
+  Tensor attn_out_NC, post_attention_rstd_N, mlp_out_NC, post_feedforward_rstd_N;
 
   static BlockActivations declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
-                                  bool qk_norm);
+                                  bool qk_norm, bool sandwich_norms = false);
   BlockActivations sized(const LayerDims& d) const;
 };
 
@@ -34,8 +40,10 @@ struct BlockScratch {
   Tensor dln_NC;  // d(a norm's output): the MLP's and the attention's input gradient
   AttentionScratch attention;
   MlpScratch mlp;
+  Tensor dsublayer_NC;  // sandwich norms: d(a sublayer's output), before its post-norm
 
-  static BlockScratch declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm);
+  static BlockScratch declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm,
+                              bool sandwich_norms = false);
   BlockScratch sized(const LayerDims& d) const;
 };
 
@@ -63,9 +71,14 @@ class DecoderBlock {
                 Tensor dresid_NC) const;
 
  private:
+  void sandwich_backward(Ops& ops, const BlockWeights& w, const BlockWeights& grad,
+                         bool accumulate, const BlockInputs& in, const BlockActivations& a,
+                         const BlockScratch& s, Tensor dresid_NC) const;
+
   RmsNorm norm_;
   Attention attention_;
   Mlp mlp_;
+  bool sandwich_norms_;
 };
 
 }  // namespace shardtrain

@@ -1,6 +1,7 @@
 // The layers' contracts that the next features build on: a frozen Linear runs no weight-gradient
 // GEMM and leaves its gradient untouched (LoRA's base weights), and the activation memory the
-// model reserves is exactly what the layers declare, q/k-norm tensors included.
+// model reserves is exactly what the layers declare, q/k-norm tensors and Gemma's sandwich
+// norms and soft-capped logits included.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -84,6 +85,48 @@ TEST(ActivationPlanTest, ReservedBytesAreTheDeclaredOnesWithQkNormTensorsCounted
     // Scratch: d(q), d(k) before the norms, and the all-zero positions.
     EXPECT_EQ(qwen3.scratch - llama.scratch, (N * H * D + N * K * D) * 4 + N * 4 + 3 * pad);
     EXPECT_EQ(qwen3.head_logits, llama.head_logits);
+  }
+}
+
+// Gemma 3 against Qwen3 (the same attention with q/k norms): per stored block the attention
+// and MLP outputs before their post-norms and those norms' 1/rms; one more scratch for
+// d(sublayer output); with a final soft cap a second logits chunk of half the rows, so the
+// logits' memory stays within the head's budget.
+TEST(ActivationPlanTest, GemmaSandwichNormsAndSoftCapAreDeclared) {
+  using Checkpointing = DecoderModel::Checkpointing;
+  const int64_t B = 2, T = 24, N = B * T, C = 64, L = 3;
+  ModelConfig gemma = tiny("gemma3_text");
+  gemma.hidden_activation = HiddenActivation::kGeluTanh;
+  gemma.layer_types = {LayerAttention::kSliding, LayerAttention::kSliding, LayerAttention::kFull};
+  gemma.sliding_window = 8;
+  gemma.rope_local.theta = 10000;
+  for (Checkpointing mode : {Checkpointing::kNone, Checkpointing::kFull}) {
+    for (double cap : {0.0, 30.0}) {
+      gemma.final_logit_softcapping = cap;
+      CpuOps ops;
+      DecoderModel model(gemma, ops);
+      model.set_activation_checkpointing(mode);
+      model.reserve(B, T);
+      EXPECT_EQ(model.activation_bytes(),
+                DecoderModel::activation_bytes_for(gemma, B, T, DType::kF32, mode));
+    }
+    const size_t pad = Arena::kAlignment;
+    const int64_t stored_blocks = mode == Checkpointing::kNone ? L : 1;
+    gemma.final_logit_softcapping = 0;
+    const auto qwen3 =
+        DecoderModel::activation_breakdown_for(tiny("qwen3"), B, T, DType::kF32, mode);
+    const auto plain = DecoderModel::activation_breakdown_for(gemma, B, T, DType::kF32, mode);
+    EXPECT_EQ(plain.block_sets - qwen3.block_sets,
+              stored_blocks * ((2 * N * C + 2 * N) * 4 + 4 * pad));
+    EXPECT_EQ(plain.scratch - qwen3.scratch, N * C * 4 + pad);
+    EXPECT_EQ(plain.head_logits, qwen3.head_logits);
+    // A budget of 1024 logits: 10 rows of the 96-token vocabulary, 5 rows per chunk when capped.
+    const auto uncapped =
+        DecoderModel::activation_breakdown_for(gemma, B, T, DType::kF32, mode, 1024);
+    gemma.final_logit_softcapping = 30;
+    const auto capped = DecoderModel::activation_breakdown_for(gemma, B, T, DType::kF32, mode, 1024);
+    EXPECT_EQ(uncapped.head_logits, 10u * 96 * 4);
+    EXPECT_EQ(capped.head_logits, 2u * 5 * 96 * 4);
   }
 }
 

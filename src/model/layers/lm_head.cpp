@@ -17,12 +17,14 @@ int64_t head_chunk_rows(int64_t tokens, int64_t vocab, int64_t max_logits) {
   return std::clamp<int64_t>(rows, 1, std::max<int64_t>(tokens, 1));
 }
 
-HeadScratch HeadScratch::declare(ActivationPlan& plan, const LayerDims& d, int64_t chunk_rows) {
+HeadScratch HeadScratch::declare(ActivationPlan& plan, const LayerDims& d, int64_t chunk_rows,
+                                 bool softcap) {
   const int64_t N = d.tokens(), C = d.hidden;
   HeadScratch s;
   s.final_norm = RmsNormSaved::declare(plan, ActivationUse::kScratch, N, C);
   s.dxf_NC = plan.take(ActivationUse::kScratch, {N, C});
   s.logits_RV = plan.take(ActivationUse::kHeadLogits, {chunk_rows, d.vocab});
+  if (softcap) s.capped_RV = plan.take(ActivationUse::kHeadLogits, {chunk_rows, d.vocab});
   return s;
 }
 
@@ -51,11 +53,16 @@ void LmHead::run(Ops& ops, const RootWeights& root, const RootWeights* grads, bo
     const Tensor logits = fit(scratch.logits_RV, {end - begin, V});
     const Tensor xf_chunk = xf.out_RC.rows(begin, end);
     head.forward(ops, xf_chunk, logits);
-    if (logits_host_NV != nullptr) copy_logits_to_host(ops, logits, logits_host_NV + begin * V);
+    // With a soft cap the loss reads the capped copy and backward the head's output.
+    const bool capped = final_softcap_ > 0;
+    const Tensor out = capped ? fit(scratch.capped_RV, {end - begin, V}) : logits;
+    if (capped) ops.softcap_forward(logits, final_softcap_, out);
+    if (logits_host_NV != nullptr) copy_logits_to_host(ops, out, logits_host_NV + begin * V);
     if (loss_sum_1.defined() || with_grad) {
-      ops.cross_entropy(logits, targets_N.rows(begin, end), grad_scale, loss_sum_1, with_grad);
+      ops.cross_entropy(out, targets_N.rows(begin, end), grad_scale, loss_sum_1, with_grad);
     }
-    if (with_grad) {  // logits now hold d(logits)
+    if (with_grad) {  // out now holds d(out); logits become d(head output)
+      if (capped) ops.softcap_backward(out, logits, final_softcap_, logits);
       head.backward(ops, head_grad, accumulate_grads || begin > 0, logits, xf_chunk,
                     dxf.rows(begin, end), false);
     }
@@ -76,6 +83,7 @@ void LmHead::last_logits(Ops& ops, const RootWeights& root, Tensor last_NC,
   for (int64_t b = 0; b < d_.batch; ++b) {
     const int64_t last = b * d_.seq + d_.seq - 1;
     head.forward(ops, xf.out_RC.rows(last, last + 1), logits);
+    if (final_softcap_ > 0) ops.softcap_forward(logits, final_softcap_, logits);
     copy_logits_to_host(ops, logits, logits_host_BV + b * V);
   }
 }

@@ -27,7 +27,15 @@ void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC
                   const MlpSaved& saved, Tensor out_NC) const {
   w.gate.forward(ops, x_NC, saved.gate_NF);
   w.up.forward(ops, x_NC, saved.up_NF);
-  ops.swiglu_forward(saved.gate_NF, saved.up_NF, saved.act_NF);
+  if (activation == HiddenActivation::kGeluTanh) {
+    ops.geglu_forward(saved.gate_NF, saved.up_NF, saved.act_NF);
+  } else {
+    ops.swiglu_forward(saved.gate_NF, saved.up_NF, saved.act_NF);
+  }
+  if (!residual_NC.defined()) {
+    w.down.forward(ops, saved.act_NF, out_NC);
+    return;
+  }
   w.down.forward_residual(ops, saved.act_NF, residual_NC, out_NC);  // out = residual + down(act)
 }
 
@@ -35,8 +43,13 @@ void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool a
                    Tensor dout_NC, Tensor x_NC, const MlpSaved& saved, const MlpScratch& scratch,
                    Tensor dx_NC) const {
   w.down.backward(ops, grad.down, accumulate, dout_NC, saved.act_NF, scratch.dact_NF, false);
-  ops.swiglu_backward(scratch.dact_NF, saved.gate_NF, saved.up_NF, scratch.dgate_NF,
-                      scratch.dup_NF);
+  if (activation == HiddenActivation::kGeluTanh) {
+    ops.geglu_backward(scratch.dact_NF, saved.gate_NF, saved.up_NF, scratch.dgate_NF,
+                       scratch.dup_NF);
+  } else {
+    ops.swiglu_backward(scratch.dact_NF, saved.gate_NF, saved.up_NF, scratch.dgate_NF,
+                        scratch.dup_NF);
+  }
   // x feeds gate and up: the second adds its part of d(x) to the first's.
   w.gate.backward(ops, grad.gate, accumulate, scratch.dgate_NF, x_NC, dx_NC, false);
   w.up.backward(ops, grad.up, accumulate, scratch.dup_NF, x_NC, dx_NC, true);

@@ -1,7 +1,7 @@
 // RmsNorm: out = x / sqrt(mean(x^2) + eps) * weight over the last dimension (HF Llama / Qwen:
-// normalised in fp32), on rows of C channels: the block norms (C = hidden) and the per-head
-// q/k norms (rows = tokens x heads, C = head_dim). Gemma's `1 + weight` and post-norms are a
-// field here and a place in the block recipe when that family lands.
+// normalised in fp32), or * (1 + weight) with one_plus_weight (Gemma: Ops::rmsnorm1p_*), on
+// rows of C channels: the block norms (C = hidden) and the per-head q/k norms (rows = tokens x
+// heads, C = head_dim).
 //
 // Saved activations (RmsNormSaved): the output (the next layer's input, which its backward
 // reads) and 1/rms per row; backward also reads the input x, which the layer before saved.
@@ -25,6 +25,7 @@ struct RmsNormSaved {
 
 struct RmsNorm {
   float eps = 1e-6f;
+  bool one_plus_weight = false;  // scale by 1 + weight (the weight stores the offset from 1)
 
   void forward(Ops& ops, Tensor weight_C, Tensor x_RC, const RmsNormSaved& saved) const;
   // dx_RC overwritten (or added to when accumulate_dx); dweight_C overwritten (or added to when

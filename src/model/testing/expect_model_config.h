@@ -35,6 +35,16 @@ inline void expect_same_model_config(const ModelConfig& a, const ModelConfig& b,
     EXPECT_EQ(a.rope.high_freq_factor, b.rope.high_freq_factor);
     EXPECT_EQ(a.rope.original_max_position_embeddings, b.rope.original_max_position_embeddings);
   }
+  if (a.rope.type == RopeType::kLinear) EXPECT_EQ(a.rope.factor, b.rope.factor);
+  EXPECT_EQ(a.hidden_activation, b.hidden_activation);
+  EXPECT_EQ(a.layer_types, b.layer_types);
+  if (!a.layer_types.empty()) {
+    EXPECT_EQ(a.rope_local.theta, b.rope_local.theta);
+    EXPECT_EQ(a.rope_local.type, b.rope_local.type);
+  }
+  EXPECT_EQ(a.query_pre_attn_scalar, b.query_pre_attn_scalar);
+  EXPECT_EQ(a.attn_logit_softcapping, b.attn_logit_softcapping);
+  EXPECT_EQ(a.final_logit_softcapping, b.final_logit_softcapping);
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_id, b.eos_token_id);
   EXPECT_EQ(a.pad_token_id, b.pad_token_id);

@@ -2,8 +2,9 @@
 // and packed documents). Per (batch, query head) the T x T score block is built with one sgemm
 // (q and k are read in place through their row strides), softmaxed with max subtraction over
 // the keys the mask leaves (row i: keys mask.first_key(i, document start of i)..i), and
-// multiplied into v. Backward recomputes the probabilities from the saved log-sum-exp instead of
-// storing them.
+// multiplied into v. With mask.logit_softcap (Gemma) each score s becomes cap * tanh(s / cap)
+// first, and backward multiplies d(capped score) by 1 - tanh^2. Backward recomputes the
+// probabilities from the saved log-sum-exp instead of storing them.
 #include <cblas.h>
 
 #include <cmath>
@@ -58,11 +59,17 @@ int64_t first_key(const AttentionMask& mask, const int32_t* document_start_T, in
   return document_start_T != nullptr ? mask.first_key(i, document_start_T[i]) : mask.first_key(i);
 }
 
-// scores_TT = q_h k_h^T * scale for one (batch, head).
+// scores_TT = q_h k_h^T * scale for one (batch, head), soft-capped when the mask says so
+// (every entry: masked ones are overwritten by the callers).
 void compute_scores(const AttentionDims& dims, const float* q, const float* k, float scale,
-                    float* scores_TT) {
+                    const AttentionMask& mask, float* scores_TT) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, dims.seq, dims.seq, dims.head_dim, scale, q,
               dims.q_stride(), k, dims.kv_stride(), 0.0f, scores_TT, dims.seq);
+  if (!mask.has_softcap()) return;
+  const float cap = mask.logit_softcap;
+  for (int64_t i = 0; i < dims.seq * dims.seq; ++i) {
+    scores_TT[i] = cap * std::tanh(scores_TT[i] / cap);
+  }
 }
 
 }  // namespace
@@ -86,7 +93,7 @@ void CpuOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTK
       const float* k = k_BTKD.f32() + dims.kv_offset(b, h);
       const float* v = v_BTKD.f32() + dims.kv_offset(b, h);
       float* lse_T = lse + (b * dims.heads + h) * seq;
-      compute_scores(dims, q, k, scale, probs_TT.data());
+      compute_scores(dims, q, k, scale, mask, probs_TT.data());
       for (int64_t i = 0; i < seq; ++i) {
         float* row = probs_TT.data() + i * seq;
         const int64_t first = first_key(mask, document_start_T, i);
@@ -134,6 +141,7 @@ void CpuOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k
   if (seq == 0) return;
   std::vector<float> probs_TT(static_cast<size_t>(seq * seq));
   std::vector<float> dprobs_TT(static_cast<size_t>(seq * seq));
+  std::vector<float> softcap_slope_T(mask.has_softcap() ? static_cast<size_t>(seq) : 0);
   const float* lse = lse_BHT.f32();
   for (int64_t b = 0; b < dims.batch; ++b) {
     const int32_t* document_start_T = document_starts(mask, dims, b);
@@ -145,7 +153,7 @@ void CpuOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k
       const float* v = v_BTKD.f32() + kv_offset;
       const float* dout = dout_BTHD.f32() + q_offset;
       const float* lse_T = lse + (b * dims.heads + h) * seq;
-      compute_scores(dims, q, k, scale, probs_TT.data());
+      compute_scores(dims, q, k, scale, mask, probs_TT.data());
       // dprobs_TT = dout_h @ v_h^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, seq, seq, head_dim, 1.0f, dout,
                   dims.q_stride(), v, dims.kv_stride(), 0.0f, dprobs_TT.data(), seq);
@@ -158,11 +166,17 @@ void CpuOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k
         const int64_t first = first_key(mask, document_start_T, i);
         float out_dot = 0;
         for (int64_t j = first; j <= i; ++j) {
+          // d(capped)/d(score) = 1 - tanh^2, from the capped score before it becomes P.
+          if (mask.has_softcap()) {
+            const float tanh_value = probs_row[j] / mask.logit_softcap;
+            softcap_slope_T[j] = 1.0f - tanh_value * tanh_value;
+          }
           probs_row[j] = std::exp(probs_row[j] - lse_T[i]);
           out_dot += probs_row[j] * dscores_row[j];
         }
         for (int64_t j = first; j <= i; ++j) {
           dscores_row[j] = probs_row[j] * (dscores_row[j] - out_dot);
+          if (mask.has_softcap()) dscores_row[j] *= softcap_slope_T[j];
         }
         for (int64_t j = 0; j < first; ++j) {  // outside the window or the document
           probs_row[j] = 0;

@@ -50,10 +50,13 @@ void CpuOps::embedding_backward(Tensor ids_N, Tensor dout_NC, Tensor dtable_VC) 
   }
 }
 
-// ---- RMSNorm ----
+// ---- RMSNorm (scale = weight) and RMSNorm1p (scale = 1 + weight): one loop each way ----
 
-void CpuOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
-                             Tensor rstd_N) {
+namespace {
+
+// out = x * rstd * (weight + weight_offset), normalised first (HF order), all in fp32.
+void rmsnorm_forward_rows(const Tensor& x_NC, const Tensor& weight_C, float weight_offset,
+                          float eps, Tensor out_NC, Tensor rstd_N) {
   const int64_t rows = row_count(x_NC);
   const int64_t channels = row_width(x_NC);
   op_checks::check_rmsnorm_forward(x_NC, weight_C, out_NC, rstd_N);
@@ -69,26 +72,25 @@ void CpuOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out
     const float row_rstd = static_cast<float>(1.0 / std::sqrt(mean_square + eps));
     rstd[n] = row_rstd;
     float* out_row = out + n * channels;
-    // HF order: normalise first (fp32), then multiply by the weight.
-    for (int64_t c = 0; c < channels; ++c) out_row[c] = weight[c] * (x_row[c] * row_rstd);
+    for (int64_t c = 0; c < channels; ++c) {
+      out_row[c] = (weight[c] + weight_offset) * (x_row[c] * row_rstd);
+    }
   }
 }
 
-// With y = w * x * r and r = (mean(x^2) + eps)^-1/2:
-//   dx_c = r * w_c * dy_c - x_c * r^3 / C * sum_k dy_k w_k x_k;   dw_c += dy_c * x_c * r.
-void CpuOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                              Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
-                              bool accumulate_dweight) {
+// With y = s * x * r, s = weight + offset and r = (mean(x^2) + eps)^-1/2:
+//   dx_c = r * s_c * dy_c - x_c * r^3 / C * sum_k dy_k s_k x_k;   dw_c += dy_c * x_c * r.
+void rmsnorm_backward_rows(const Tensor& dout_NC, const Tensor& x_NC, const Tensor& weight_C,
+                           float weight_offset, const Tensor& rstd_N, Tensor dx_NC,
+                           Tensor dweight_C, bool accumulate_dx) {
   const int64_t rows = row_count(x_NC);
   const int64_t channels = row_width(x_NC);
-  op_checks::check_rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C);
   const float* dout = dout_NC.f32();
   const float* x = x_NC.f32();
   const float* weight = weight_C.f32();
   const float* rstd = rstd_N.f32();
   float* dx = dx_NC.f32();
   float* dweight = dweight_C.f32();
-  if (!accumulate_dweight) fill_zero(dweight_C);
   for (int64_t n = 0; n < rows; ++n) {
     const float* dout_row = dout + n * channels;
     const float* x_row = x + n * channels;
@@ -96,17 +98,45 @@ void CpuOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tens
     const float r = rstd[n];
     double weighted_dot = 0;
     for (int64_t c = 0; c < channels; ++c) {
-      weighted_dot += static_cast<double>(dout_row[c]) * weight[c] * x_row[c];
+      weighted_dot += static_cast<double>(dout_row[c]) * (weight[c] + weight_offset) * x_row[c];
     }
     const float correction =
         static_cast<float>(weighted_dot * r * r * r / static_cast<double>(channels));
     for (int64_t c = 0; c < channels; ++c) {
       const float dy = dout_row[c];  // read before writing: dx may alias dout
-      const float grad = r * weight[c] * dy - x_row[c] * correction;
+      const float grad = r * (weight[c] + weight_offset) * dy - x_row[c] * correction;
       dweight[c] += dy * x_row[c] * r;
       dx_row[c] = accumulate_dx ? dx_row[c] + grad : grad;
     }
   }
+}
+
+}  // namespace
+
+void CpuOps::rmsnorm_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                             Tensor rstd_N) {
+  rmsnorm_forward_rows(x_NC, weight_C, 0.0f, eps, out_NC, rstd_N);
+}
+
+void CpuOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                              Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                              bool accumulate_dweight) {
+  op_checks::check_rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C);
+  if (!accumulate_dweight) fill_zero(dweight_C);
+  rmsnorm_backward_rows(dout_NC, x_NC, weight_C, 0.0f, rstd_N, dx_NC, dweight_C, accumulate_dx);
+}
+
+void CpuOps::rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                               Tensor rstd_N) {
+  rmsnorm_forward_rows(x_NC, weight_C, 1.0f, eps, out_NC, rstd_N);
+}
+
+void CpuOps::rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                                Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                                bool accumulate_dweight) {
+  op_checks::check_rmsnorm_backward(dout_NC, x_NC, weight_C, rstd_N, dx_NC, dweight_C);
+  if (!accumulate_dweight) fill_zero(dweight_C);
+  rmsnorm_backward_rows(dout_NC, x_NC, weight_C, 1.0f, rstd_N, dx_NC, dweight_C, accumulate_dx);
 }
 
 // ---- linear ----

@@ -8,8 +8,8 @@
 // sum of squares) accumulate in double.
 //
 // The op families live in separate files: cpu_ops.cpp (memory, elementwise, optimizer),
-// cpu_layers.cpp (embedding, RMSNorm, linear, RoPE, SwiGLU), cpu_attention.cpp,
-// cpu_cross_entropy.cpp.
+// cpu_layers.cpp (embedding, RMSNorm, linear, RoPE, SwiGLU), cpu_activation_ops.cpp (GeGLU,
+// soft-capping), cpu_attention.cpp, cpu_cross_entropy.cpp.
 #pragma once
 
 #include <memory>
@@ -39,6 +39,7 @@ class CpuOps final : public Ops {
 
   // ---- elementwise ----
   void add(Tensor out, Tensor a, Tensor b) override;
+  void scale(Tensor x, float factor) override;  // x *= factor
 
   // ---- layers (cpu_layers.cpp) ----
   void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
@@ -66,6 +67,17 @@ class CpuOps final : public Ops {
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
+  void rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                         Tensor rstd_N) override;
+  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                          Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                          bool accumulate_dweight) override;
+  // ---- GeGLU and soft-capping (cpu_activation_ops.cpp) ----
+  void geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
+  void geglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                      Tensor dup_NF) override;
+  void softcap_forward(Tensor x, float cap, Tensor out) override;
+  void softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) override;
 
   // ---- loss (cpu_cross_entropy.cpp) ----
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
@@ -78,7 +90,6 @@ class CpuOps final : public Ops {
   float read_scalar(Tensor x_1) override;
 
   // ---- pieces outside the Ops interface: the references tests compare against ----
-  void scale(Tensor x, float factor);  // x *= factor
   // AdamW on one contiguous range (all fp32, same n); adamw_multi applies it per segment.
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step);
 

@@ -124,6 +124,29 @@ void rmsnorm_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DT
                       void* dx_NC, bool accumulate_dx, DType dweight_dtype, void* dweight_C,
                       bool accumulate_dweight, float* scratch, cudaStream_t stream);
 
+// ---- cuda_rmsnorm1p.cu ---- (out = x * rstd * (1 + weight), fp32 math rounded once; the
+// rest as rmsnorm_forward / rmsnorm_backward)
+void rmsnorm1p_forward(DType x_dtype, const void* x_NC, DType weight_dtype, const void* weight_C,
+                       float eps, int64_t rows, int64_t channels, DType out_dtype, void* out_NC,
+                       float* rstd_N, cudaStream_t stream);
+size_t rmsnorm1p_backward_scratch_floats(int64_t rows, int64_t channels);
+void rmsnorm1p_backward(DType act_dtype, const void* dout_NC, const void* x_NC, DType weight_dtype,
+                        const void* weight_C, const float* rstd_N, int64_t rows, int64_t channels,
+                        void* dx_NC, bool accumulate_dx, DType dweight_dtype, void* dweight_C,
+                        bool accumulate_dweight, float* scratch, cudaStream_t stream);
+
+// ---- cuda_geglu.cu ---- (tanh GELU; all tensors of `dtype`; outputs may alias inputs)
+void geglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,
+                   cudaStream_t stream);
+void geglu_backward(DType dtype, const void* dout, const void* gate, const void* up, void* dgate,
+                    void* dup, int64_t n, cudaStream_t stream);
+
+// ---- cuda_softcap.cu ---- (out = cap * tanh(x / cap); outputs may alias inputs)
+void softcap_forward(DType dtype, const void* x, float cap, void* out, int64_t n,
+                     cudaStream_t stream);
+void softcap_backward(DType dtype, const void* dout, const void* x, float cap, void* dx,
+                      int64_t n, cudaStream_t stream);
+
 // ---- cuda_rope.cu ----
 // In place on x_NHD; direction +1 rotates by +angle (forward), -1 by -angle (backward).
 // REQUIRES: 0 <= positions < P (the caller's tables cover every position).

@@ -60,6 +60,7 @@ class CudaOps final : public Ops {
 
   // ---- elementwise (cuda_ops.cpp) ----
   void add(Tensor out, Tensor a, Tensor b) override;
+  void scale(Tensor x, float factor) override;  // x *= factor
 
   // ---- layers (cuda_layers.cpp) ----
   void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
@@ -81,6 +82,17 @@ class CudaOps final : public Ops {
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
+  // ---- Gemma's ops (cuda_activation_ops.cpp): 1 + weight RMSNorm, GeGLU, soft-capping ----
+  void rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
+                         Tensor rstd_N) override;
+  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
+                          Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
+                          bool accumulate_dweight) override;
+  void geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
+  void geglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
+                      Tensor dup_NF) override;
+  void softcap_forward(Tensor x, float cap, Tensor out) override;
+  void softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) override;
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
 
@@ -110,7 +122,6 @@ class CudaOps final : public Ops {
   float read_scalar(Tensor x_1) override;
 
   // ---- outside the Ops interface: compared with CpuOps's references by the GPU tests ----
-  void scale(Tensor x, float factor);  // x *= factor (cuda_ops.cpp)
   // AdamW on one contiguous range, one launch (cuda_ops.cpp).
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWStep& step);
 
