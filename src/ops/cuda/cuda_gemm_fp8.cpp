@@ -74,6 +74,14 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
     SHARDTRAIN_CHECK(call.c_dtype == DType::kBF16, "FP8 GEMM bias needs a bf16 output");
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
   }
+  // The scale (and bias) pointers are set before the heuristic runs: cuBLASLt may otherwise
+  // choose a kernel without scaling, which cublasLtMatmul then refuses (NOT_SUPPORTED, seen on
+  // the H200 with cuBLAS 13.0). run() sets each call's own pointers.
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                static_cast<const void*>(call.a_scale));
+  set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                static_cast<const void*>(call.b_scale));
+  if (has_bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
   SHARDTRAIN_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&plan.a, fp8_type(call.a_format), call.k, call.m, call.k));
   SHARDTRAIN_CUBLAS_CHECK(
@@ -86,17 +94,19 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
   const uint64_t workspace = kWorkspaceBytes;
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found_count = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference, 1, &result, &found_count);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                     preference, kCandidates, results, &found_count);
   cublasLtMatmulPreferenceDestroy(preference);
   SHARDTRAIN_CHECK(status == CUBLAS_STATUS_SUCCESS && found_count > 0,
                    "cuBLASLt has no FP8 algorithm for m={} n={} k={} {} x {} -> {} (status {})",
                    call.m, call.n, call.k, cuda_kernels::fp8_format_name(call.a_format),
                    cuda_kernels::fp8_format_name(call.b_format), dtype_name(call.c_dtype),
                    static_cast<int>(status));
-  plan.algo = result.algo;
+  for (int i = 0; i < found_count; ++i) plan.algos.push_back(results[i].algo);
   return plans_.emplace(key, plan).first->second;
 }
 
@@ -109,9 +119,10 @@ void Fp8Gemm::run(const Fp8GemmCall& call) {
                    "FP8 GEMM: e5m2 x e5m2 is not supported by cuBLASLt");
   void* d = call.d != nullptr ? call.d : call.c;
   SHARDTRAIN_CHECK(aligned16(call.a) && aligned16(call.b) && aligned16(d) &&
-                       (call.beta == 0 || aligned16(call.c)),
-                   "FP8 GEMM operands must be 16-byte aligned");
-  const Plan& plan = plan_for(call);
+                       (call.beta == 0 || aligned16(call.c)) && aligned16(call.a_scale) &&
+                       aligned16(call.b_scale),
+                   "FP8 GEMM operands and scale pointers must be 16-byte aligned");
+  Plan& plan = plan_for(call);
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                 static_cast<const void*>(call.a_scale));
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
@@ -119,10 +130,18 @@ void Fp8Gemm::run(const Fp8GemmCall& call) {
   if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
   const float alpha = 1.0f;
   const float beta = call.beta;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b,
-                                         plan.b, &beta, call.c != nullptr ? call.c : d, plan.c, d,
-                                         plan.c, &plan.algo, workspace_, kWorkspaceBytes,
-                                         stream_));
+  for (; plan.chosen < plan.algos.size(); ++plan.chosen) {
+    const cublasStatus_t status =
+        cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b, &beta,
+                       call.c != nullptr ? call.c : d, plan.c, d, plan.c,
+                       &plan.algos[plan.chosen], workspace_, kWorkspaceBytes, stream_);
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8)", status);
+    }
+  }
+  cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8): every candidate refused",
+                             CUBLAS_STATUS_NOT_SUPPORTED);
 }
 
 }  // namespace shardtrain

@@ -8,10 +8,12 @@
 // (lda >= k), B stored k x n (ldb >= k), i.e. both operands with K contiguous. In row-major
 // terms: A is an (m x k) row-major array, B an (n x k) one, and D the (n x m) row-major result.
 // cuBLASLt also requires m, n, k and the leading dimensions to be multiples of 16 and the
-// pointers 16-byte aligned: fp8_gemm_shape_ok says whether a shape qualifies (callers fall back
+// pointers 16-byte aligned (the scale pointers too: cuBLAS 13.0 refuses 4-byte aligned ones): fp8_gemm_shape_ok says whether a shape qualifies (callers fall back
 // to bf16 otherwise).
 //
-// Descriptors and the algorithm (the heuristic's first answer) are cached per problem key.
+// Descriptors and the algorithm are cached per problem key: the heuristic's first answer that
+// cublasLtMatmul accepts (its candidates are tried in order; one refused with NOT_SUPPORTED is
+// skipped).
 // Internal to ops/cuda; needs compute capability 8.9+ (fp8_supported in cuda_fp8_support.h).
 #pragma once
 
@@ -21,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cuda/cuda_fp8.h"
@@ -67,7 +70,8 @@ class Fp8Gemm {
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
+    std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's candidates, best first
+    size_t chosen = 0;                         // the first one cublasLtMatmul accepted
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t, bool, bool, bool>;
   Plan& plan_for(const Fp8GemmCall& call);

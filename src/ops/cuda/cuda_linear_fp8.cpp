@@ -31,7 +31,7 @@ size_t backward_bytes(const Fp8LinearShape& s) {
   return fp8_linear_backward_bytes(s.rows, s.in_features, s.out_features);
 }
 
-enum Scalar { kAmaxA = 0, kAmaxB = 1, kAmaxC = 2, kScaleA = 3, kScaleB = 4, kScaleC = 5 };
+enum Scalar { kAmaxA = 0, kAmaxB = 1, kAmaxC = 2, kScaleA = 3, kScaleB = 4, kScaleC = 5, kScalars };
 
 }  // namespace
 
@@ -45,7 +45,8 @@ size_t fp8_linear_workspace_bytes(const Fp8LinearShape& shape) {
 
 Fp8Linear::Fp8Linear(cudaStream_t stream)
     : stream_(stream), gemm_(stream), grad_format_(cuda_kernels::kDefaultFp8GradFormat) {
-  SHARDTRAIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scalars_), 6 * sizeof(float)));
+  SHARDTRAIN_CUDA_CHECK(
+      cudaMalloc(reinterpret_cast<void**>(&scalars_), kScalars * kScalarSlotFloats * sizeof(float)));
 }
 
 Fp8Linear::~Fp8Linear() {
@@ -70,21 +71,21 @@ void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weig
                         const void* bias, const void* residual, void* out) {
   uint8_t* x_q = workspace(forward_bytes(s));
   uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
-  cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalars_ + kAmaxA, stream_);
+  cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalar(kAmaxA), stream_);
   cuda_kernels::fp8_cast(DType::kBF16, x, s.rows, s.in_features, Fp8Format::kE4M3,
-                         scalars_ + kAmaxA, x_q, nullptr, scalars_ + kScaleA, stream_);
-  cuda_kernels::fp8_amax(DType::kBF16, weight, s.out_features * s.in_features, scalars_ + kAmaxB,
+                         scalar(kAmaxA), x_q, nullptr, scalar(kScaleA), stream_);
+  cuda_kernels::fp8_amax(DType::kBF16, weight, s.out_features * s.in_features, scalar(kAmaxB),
                          stream_);
   cuda_kernels::fp8_cast(DType::kBF16, weight, s.out_features, s.in_features, Fp8Format::kE4M3,
-                         scalars_ + kAmaxB, w_q, nullptr, scalars_ + kScaleB, stream_);
+                         scalar(kAmaxB), w_q, nullptr, scalar(kScaleB), stream_);
   Fp8GemmCall call;
   call.m = s.out_features;
   call.n = s.rows;
   call.k = s.in_features;
   call.a = w_q;
-  call.a_scale = scalars_ + kScaleB;
+  call.a_scale = scalar(kScaleB);
   call.b = x_q;
-  call.b_scale = scalars_ + kScaleA;
+  call.b_scale = scalar(kScaleA);
   call.c_dtype = DType::kBF16;
   call.ldc = s.out_features;
   call.bias = bias;
@@ -107,24 +108,24 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
   uint8_t* dout_t = dout_q + aligned(s.rows * s.out_features);
   uint8_t* w_t = dout_t + aligned(s.rows * s.out_features);
   uint8_t* x_t = w_t + aligned(s.out_features * s.in_features);
-  cuda_kernels::fp8_amax(DType::kBF16, dout, s.rows * s.out_features, scalars_ + kAmaxA, stream_);
+  cuda_kernels::fp8_amax(DType::kBF16, dout, s.rows * s.out_features, scalar(kAmaxA), stream_);
   cuda_kernels::fp8_cast(DType::kBF16, dout, s.rows, s.out_features, grad_format_,
-                         scalars_ + kAmaxA, dx != nullptr ? dout_q : nullptr,
-                         dweight != nullptr ? dout_t : nullptr, scalars_ + kScaleA, stream_);
+                         scalar(kAmaxA), dx != nullptr ? dout_q : nullptr,
+                         dweight != nullptr ? dout_t : nullptr, scalar(kScaleA), stream_);
   if (dx != nullptr) {
     cuda_kernels::fp8_amax(DType::kBF16, weight, s.out_features * s.in_features,
-                           scalars_ + kAmaxB, stream_);
+                           scalar(kAmaxB), stream_);
     cuda_kernels::fp8_cast(DType::kBF16, weight, s.out_features, s.in_features, Fp8Format::kE4M3,
-                           scalars_ + kAmaxB, nullptr, w_t, scalars_ + kScaleB, stream_);
+                           scalar(kAmaxB), nullptr, w_t, scalar(kScaleB), stream_);
     Fp8GemmCall call;
     call.m = s.in_features;
     call.n = s.rows;
     call.k = s.out_features;
     call.a = w_t;
-    call.a_scale = scalars_ + kScaleB;
+    call.a_scale = scalar(kScaleB);
     call.b = dout_q;
     call.b_format = grad_format_;
-    call.b_scale = scalars_ + kScaleA;
+    call.b_scale = scalar(kScaleA);
     call.c = dx;
     call.c_dtype = DType::kBF16;
     call.ldc = s.in_features;
@@ -132,18 +133,18 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
     gemm_.run(call);
   }
   if (dweight != nullptr) {
-    cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalars_ + kAmaxC, stream_);
+    cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalar(kAmaxC), stream_);
     cuda_kernels::fp8_cast(DType::kBF16, x, s.rows, s.in_features, Fp8Format::kE4M3,
-                           scalars_ + kAmaxC, nullptr, x_t, scalars_ + kScaleC, stream_);
+                           scalar(kAmaxC), nullptr, x_t, scalar(kScaleC), stream_);
     Fp8GemmCall call;
     call.m = s.in_features;
     call.n = s.out_features;
     call.k = s.rows;
     call.a = x_t;
-    call.a_scale = scalars_ + kScaleC;
+    call.a_scale = scalar(kScaleC);
     call.b = dout_t;
     call.b_format = grad_format_;
-    call.b_scale = scalars_ + kScaleA;
+    call.b_scale = scalar(kScaleA);
     call.c = dweight;
     call.c_dtype = dweight_dtype;
     call.ldc = s.in_features;

@@ -66,7 +66,11 @@ class Fp8Linear {
   cudaStream_t stream_;
   Fp8Gemm gemm_;
   cuda_kernels::Fp8Format grad_format_;
-  float* scalars_ = nullptr;  // amax[3], inv_scale[3]
+  // amax[3], inv_scale[3], each in its own 256-byte slot: cuBLASLt refuses (NOT_SUPPORTED, on
+  // the H200 with cuBLAS 13.0) scale pointers that are only 4-byte aligned.
+  static constexpr size_t kScalarSlotFloats = 64;
+  float* scalar(int index) const { return scalars_ + index * kScalarSlotFloats; }
+  float* scalars_ = nullptr;
   void* buffer_ = nullptr;
   size_t capacity_ = 0;
 };
