@@ -74,9 +74,9 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
     SHARDTRAIN_CHECK(call.c_dtype == DType::kBF16, "FP8 GEMM bias needs a bf16 output");
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
   }
-  // The scale (and bias) pointers are set before the heuristic runs: cuBLASLt may otherwise
-  // choose a kernel without scaling, which cublasLtMatmul then refuses (NOT_SUPPORTED, seen on
-  // the H200 with cuBLAS 13.0). run() sets each call's own pointers.
+  // The scale (and bias) pointers are set before the heuristic runs, as XLA does: cuBLASLt may
+  // otherwise choose a kernel without scaling, which cublasLtMatmul then refuses. run() sets each
+  // call's own pointers.
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                 static_cast<const void*>(call.a_scale));
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,

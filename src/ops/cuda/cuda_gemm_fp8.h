@@ -8,7 +8,7 @@
 // (lda >= k), B stored k x n (ldb >= k), i.e. both operands with K contiguous. In row-major
 // terms: A is an (m x k) row-major array, B an (n x k) one, and D the (n x m) row-major result.
 // cuBLASLt also requires m, n, k and the leading dimensions to be multiples of 16 and the
-// pointers 16-byte aligned (the scale pointers too: cuBLAS 13.0 refuses 4-byte aligned ones): fp8_gemm_shape_ok says whether a shape qualifies (callers fall back
+// pointers 16-byte aligned (the scale pointers too: see Fp8Linear's scalar slots): fp8_gemm_shape_ok says whether a shape qualifies (callers fall back
 // to bf16 otherwise).
 //
 // Descriptors and the algorithm are cached per problem key: the heuristic's first answer that

@@ -66,8 +66,9 @@ class Fp8Linear {
   cudaStream_t stream_;
   Fp8Gemm gemm_;
   cuda_kernels::Fp8Format grad_format_;
-  // amax[3], inv_scale[3], each in its own 256-byte slot: cuBLASLt refuses (NOT_SUPPORTED, on
-  // the H200 with cuBLAS 13.0) scale pointers that are only 4-byte aligned.
+  // amax[3], inv_scale[3], each in its own 256-byte slot. With all six packed in 24 bytes (scale
+  // pointers 4-byte aligned) cuBLAS 13.0 on the H200 refused every FP8 algorithm with
+  // NOT_SUPPORTED; aligned scale pointers are the suspected cause (not yet run on the GPU).
   static constexpr size_t kScalarSlotFloats = 64;
   float* scalar(int index) const { return scalars_ + index * kScalarSlotFloats; }
   float* scalars_ = nullptr;
