@@ -66,9 +66,10 @@ class Fp8Linear {
   cudaStream_t stream_;
   Fp8Gemm gemm_;
   cuda_kernels::Fp8Format grad_format_;
-  // amax[3], inv_scale[3], each in its own 256-byte slot. With all six packed in 24 bytes (scale
-  // pointers 4-byte aligned) cuBLAS 13.0 on the H200 refused every FP8 algorithm with
-  // NOT_SUPPORTED; aligned scale pointers are the suspected cause (not yet run on the GPU).
+  // amax[3], inv_scale[3], each in its own 256-byte slot: cuBLAS from 12.9.1 needs scale pointers
+  // aligned to at least 16 bytes (Transformer Engine aligns them to 256 for the same reason).
+  // With all six packed in 24 bytes, cuBLAS 13.0 on the H200 refused every FP8 algorithm with
+  // NOT_SUPPORTED (the slots are not yet run on the GPU).
   static constexpr size_t kScalarSlotFloats = 64;
   float* scalar(int index) const { return scalars_ + index * kScalarSlotFloats; }
   float* scalars_ = nullptr;
