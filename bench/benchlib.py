@@ -16,6 +16,12 @@ Subcommands:
                                         eager PyTorch with its ratio when given
   tokens CONFIG_JSON OUT SEQ_LEN SEQS   random-token file (shardtrain's token format) with
                                         SEQS x SEQ_LEN + 1 ids below the config's vocab_size
+  doc-tokens CONFIG_JSON OUT SEQ_LEN SEQS
+                                        random-token file of SEQS x SEQ_LEN ids cut into
+                                        documents of 200-3000 tokens (uniform, seeded), recorded
+                                        in a version 3 document table (src/data/token_file.h);
+                                        run_bench.sh's +docs runs, read back by
+                                        pytorch_fsdp2.py --documents (document_windows)
   ours-tps METRICS_JSONL WORLD          per-GPU tokens/s of a shardtrain run from rank 0's
                                         --metrics file (its "tokens" are summed over ranks);
                                         steps 1 and 2 are warm-up, not timed
@@ -32,6 +38,7 @@ Subcommands:
   scaling-table RUNS_JSONL              the scaling table of those runs
 """
 import array
+import bisect
 import json
 import random
 import re
@@ -48,8 +55,18 @@ def flops_per_token(config_path, seq_len):
     H, V = c["num_attention_heads"], c["vocab_size"]
     K = c.get("num_key_value_heads") or H
     D = c.get("head_dim") or C // H
-    per_layer = C * H * D * 2 + C * K * D * 2 + 3 * C * F
-    matmul = L * per_layer + V * C
+    attention = C * H * D * 2 + C * K * D * 2
+    # Mixture of experts (model/model_flops.cpp): the router and the k experts a token runs.
+    E = c.get("num_experts") or c.get("num_local_experts") or 0
+    sparse = 0
+    if E:
+        mixtral = c["model_type"] == "mixtral"
+        step = 1 if mixtral else c.get("decoder_sparse_step", 1)
+        dense_layers = [] if mixtral else c.get("mlp_only_layers", [])
+        sparse = sum(1 for l in range(L) if l not in dense_layers and (l + 1) % step == 0)
+        Fe = F if mixtral else c.get("moe_intermediate_size", 768)
+        moe = C * E + 3 * C * Fe * c.get("num_experts_per_tok", 2 if mixtral else 8)
+    matmul = L * attention + (L - sparse) * 3 * C * F + (sparse * moe if sparse else 0) + V * C
     return 6 * matmul + 6 * L * int(seq_len) * H * D
 
 
@@ -69,6 +86,79 @@ def write_tokens(config_path, out, seq_len, sequences):
     with open(out, "wb") as f:
         f.write(struct.pack("<8sIIQQ", b"SHTOKENS", 1, 0, n, 0))
         f.write(ids.tobytes())
+
+
+# Token file layout (src/data/token_file.h): magic, version, flags, n_tokens, packed_seq_len.
+TOKEN_HEADER = "<8sIIQQ"
+TOKEN_FILE_DOCUMENTS = 3  # the version that records the document table
+
+
+def document_starts(n_tokens, low=200, high=3000, seed=0):
+    """Where each document of a stream of n_tokens begins: 0, then lengths drawn uniformly from
+    [low, high] (seeded); the last document ends with the stream."""
+    rng = random.Random(seed)
+    starts, at = [], 0
+    while at < n_tokens:
+        starts.append(at)
+        at += rng.randint(low, high)
+    return starts
+
+
+def write_document_tokens(config_path, out, seq_len, sequences, seed=0):
+    """A version 3 token file: sequences x seq_len random ids below vocab_size, no loss mask,
+    packed_seq_len = seq_len, and the document table of document_starts(n)."""
+    with open(config_path) as f:
+        vocab = json.load(f)["vocab_size"]
+    n = int(sequences) * int(seq_len)
+    rng = random.Random(seed)
+    ids = array.array("I", (rng.randrange(vocab) for _ in range(n)))
+    starts = array.array("Q", document_starts(n, seed=seed + 1))
+    assert ids.itemsize == 4 and starts.itemsize == 8
+    if sys.byteorder != "little":
+        ids.byteswap()
+        starts.byteswap()
+    with open(out, "wb") as f:
+        f.write(struct.pack(TOKEN_HEADER, b"SHTOKENS", TOKEN_FILE_DOCUMENTS, 0, n, int(seq_len)))
+        f.write(ids.tobytes())
+        f.write(struct.pack("<Q", len(starts)))
+        f.write(starts.tobytes())
+
+
+def read_document_tokens(path):
+    """(ids, starts) of a version 3 token file without a loss mask: array('I'), list of ints.
+    Raises ValueError naming the file for any other layout."""
+    with open(path, "rb") as f:
+        data = f.read()
+    size = struct.calcsize(TOKEN_HEADER)
+    magic, version, flags, n, _ = struct.unpack_from(TOKEN_HEADER, data)
+    if magic != b"SHTOKENS" or version != TOKEN_FILE_DOCUMENTS or flags != 0:
+        raise ValueError(f"{path}: not a version 3 token file without a loss mask "
+                         f"(magic {magic!r}, version {version}, flags {flags})")
+    ids = array.array("I")
+    ids.frombytes(data[size:size + 4 * n])
+    (count,) = struct.unpack_from("<Q", data, size + 4 * n)
+    starts = array.array("Q")
+    starts.frombytes(data[size + 4 * n + 8:])
+    if sys.byteorder != "little":
+        ids.byteswap()
+        starts.byteswap()
+    if len(ids) != n or len(starts) != count or not starts or starts[0] != 0 or any(
+            b <= a for a, b in zip(starts, starts[1:])) or starts[-1] >= n:
+        raise ValueError(f"{path}: token count or document table inconsistent with the header")
+    return ids, list(starts)
+
+
+def document_windows(starts, n_tokens, seq_len):
+    """Per seq_len window of the stream (as shardtrain cuts a token file: non-overlapping from
+    token 0, the remainder dropped): where its documents begin, relative to the window. A
+    window's first token always begins one (a document that crosses into it continues as a
+    piece of its own), as data/dataset.h reads data.packing = documents."""
+    windows = []
+    for begin in range(0, n_tokens - seq_len + 1, seq_len):
+        first = bisect.bisect_right(starts, begin)
+        last = bisect.bisect_left(starts, begin + seq_len)
+        windows.append([0] + [s - begin for s in starts[first:last]])
+    return windows
 
 
 def ours_tokens_per_s(metrics_path, world):
@@ -262,6 +352,8 @@ def main(argv):
         print(bench_rows(*args))
     elif command == "tokens" and len(args) == 4:
         write_tokens(*args)
+    elif command == "doc-tokens" and len(args) == 4:
+        write_document_tokens(*args)
     elif command == "ours-tps" and len(args) == 2:
         print(ours_tokens_per_s(*args))
     elif command == "loss-diff" and len(args) == 2:

@@ -214,7 +214,7 @@ void DecoderModel::set_batch(const Batch& batch) {
 BlockInputs DecoderModel::block_inputs(int64_t layer) const {
   return BlockInputs{
       fit(acts_.positions_N, {batch_ * seq_}), rope_tables_[rope_of_block_[layer]].view,
-      batch_has_documents_ ? fit(acts_.document_start_N, {batch_ * seq_}) : Tensor()};
+      batch_has_documents_ ? fit(acts_.document_start_N, {batch_ * seq_}) : Tensor(), moe_aux_};
 }
 
 BlockActivations DecoderModel::block_storage(int64_t layer) {
@@ -321,6 +321,10 @@ RootWeights DecoderModel::forward_blocks(UnitAccess& units) {
   const int64_t N = batch_ * seq_, C = c.hidden_size;
   const RootWeights root = root_weights(layout_.units[kRootUnit], units.acquire_params(kRootUnit),
                                         c.tie_word_embeddings);
+  // Sparse blocks collect the load-balancing loss's counts in forward; backward (and its
+  // recompute, which must not count again) then gets only its gradient.
+  moe_aux_loss_.configure(c.moe.num_experts, router_aux_loss_, router_aux_weight_);
+  moe_aux_ = moe_aux_loss_.begin_forward(ops_);
   Embedding{root.embed_tokens, embedding_scale()}.forward(ops_, fit(acts_.ids_N, {N}),
                                        fit(acts_.blocks[0].x_in_NC, {N, C}));
   const BlockScratch scratch = acts_.block_scratch.sized(dims());
@@ -330,6 +334,7 @@ RootWeights DecoderModel::forward_blocks(UnitAccess& units) {
     block(l).forward(ops_, w, block_inputs(l), block_storage(l), scratch, block_output(l));
     units.release_params(unit);
   }
+  moe_aux_ = moe_aux_loss_.end_forward(ops_, N, c.moe.sparse_layer_count(c.num_hidden_layers));
   return root;
 }
 

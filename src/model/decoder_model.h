@@ -27,6 +27,7 @@
 #include "model/lora_config.h"
 #include "model/lora_weights.h"
 #include "model/model_config.h"
+#include "model/moe_aux_loss.h"
 #include "model/param_layout.h"
 #include "model/unit_access.h"
 #include "model/weights.h"
@@ -88,6 +89,18 @@ class DecoderModel {
   // is slower).
   static constexpr int64_t kDefaultHeadChunkLogits = int64_t{448} << 20;
   void set_head_chunk_logits(int64_t max_logits) { head_chunk_logits_ = max_logits; }
+
+  // The load-balancing loss of a mixture-of-experts model (model/moe_aux_loss.h), per forward
+  // pass: when on, every forward computes it (last_aux_loss()) and forward_backward adds the
+  // gradient of router_aux_loss_coef * weight * aux (weight: the micro-batch's share of the
+  // step's mean, 1 for one micro-batch). Off (the default; eval): routing only, as transformers
+  // without output_router_logits. No effect on a dense model.
+  void set_router_aux_loss(bool on, float weight = 1.0f) {
+    router_aux_loss_ = on;
+    router_aux_weight_ = static_cast<float>(config_.moe.router_aux_loss_coef) * weight;
+  }
+  // The last forward's aux loss (before the coefficient); 0 when off or dense.
+  double last_aux_loss() const { return moe_aux_loss_.value(); }
 
   // Allocates activations for micro-batches up to (batch, seq_len). Throws Error if seq_len
   // exceeds max_position_embeddings. A sliding window shorter than seq_len is a windowed
@@ -200,6 +213,10 @@ class DecoderModel {
   };
   std::vector<RopeTableBuffers> rope_tables_;
   std::vector<int> rope_of_block_;
+  bool router_aux_loss_ = false;
+  float router_aux_weight_ = 0;
+  MoeAuxLoss moe_aux_loss_;
+  MoeAux moe_aux_;  // what block_inputs() hands the sparse blocks now (forward or backward)
   // LoRA: frozen norms' weight gradients land here (fp32, never read); the micro-batch count
   // seeds dropout (forward, recompute and backward of one micro-batch share the masks);
   // dropout applies in forward_backward only.

@@ -23,6 +23,12 @@ constexpr ModelFamily kFamilies[] = {
     // Gemma 3 text: head_dim 256 unless set, q/k norms, local and global layers, Gemma blocks.
     {"gemma3_text", "Gemma3ForCausalLM", 131072, 256, Bias::kConfigKey, Window::kLayerTypes, false,
      true, /*gemma_blocks=*/true},
+    // Qwen3-MoE: Qwen3's attention, sparse MLP blocks (Qwen3MoeConfig's defaults).
+    {"qwen3_moe", "Qwen3MoeForCausalLM", 32768, 128, Bias::kConfigKey, Window::kRefusedIfUsed,
+     false, true, false, ModelFamily::Moe::kQwen3Moe},
+    // Mixtral: Mistral's attention, every block sparse.
+    {"mixtral", "MixtralForCausalLM", 131072, 0, Bias::kNever, Window::kConfigKey, false, false,
+     false, ModelFamily::Moe::kMixtral},
 };
 
 constexpr MultimodalWrapper kWrappers[] = {
@@ -85,6 +91,8 @@ BlockRecipe block_recipe(const ModelConfig& config, int64_t layer) {
     recipe.attention_scale = 1.0 / std::sqrt(config.query_pre_attn_scalar);
   }
   recipe.attn_logit_softcap = config.attn_logit_softcapping;
+  recipe.moe = config.moe.sparse_layer(layer);
+  recipe.moe_renormalize = config.moe.renormalize;
   return recipe;
 }
 

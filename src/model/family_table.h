@@ -27,6 +27,9 @@ struct BlockRecipe {
   HiddenActivation activation = HiddenActivation::kSilu;  // SwiGLU or GeGLU
   double attention_scale = 0;    // 0: head_dim^-1/2
   double attn_logit_softcap = 0;  // 0: none
+  // The MLP slot routes each token over experts (model/layers/moe_mlp.h; MoeConfig::sparse_layer).
+  bool moe = false;
+  bool moe_renormalize = false;  // MoeConfig::renormalize
 };
 
 struct ModelFamily {
@@ -53,6 +56,16 @@ struct ModelFamily {
   // Gemma: norms scale by 1 + weight, sandwich norms (BlockRecipe), embeddings scaled by
   // sqrt(hidden_size), GeGLU by `hidden_activation`, query_pre_attn_scalar and the soft caps.
   bool gemma_blocks = false;
+  // Mixture of experts: which config keys and checkpoint names (model/hf_config.cpp,
+  // model/param_layout.cpp).
+  enum class Moe {
+    kNone,
+    kQwen3Moe,  // num_experts, moe_intermediate_size, norm_topk_prob, decoder_sparse_step,
+                // mlp_only_layers; mlp.gate, mlp.experts.N.{gate,up,down}_proj
+    kMixtral,   // num_local_experts, intermediate_size (the experts'), renormalised;
+                // block_sparse_moe.gate, block_sparse_moe.experts.N.{w1,w3,w2}
+  };
+  Moe moe = Moe::kNone;
 };
 
 // A multimodal model_type whose text part is a family of the table: config.json holds it under

@@ -236,6 +236,35 @@ void read_gemma_keys(const std::string& path, const KeyReader& top, ModelConfig&
   c.rope_local.theta = top.number("rope_local_base_freq", 10000.0);
 }
 
+// The mixture-of-experts keys of qwen3_moe and mixtral, with transformers' defaults. transformers
+// 5 writes Qwen3-MoE's expert count as `num_local_experts`, the Hub's configs as `num_experts`.
+void read_moe_keys(const std::string& path, const KeyReader& top, ModelFamily::Moe kind,
+                   ModelConfig& c) {
+  MoeConfig& moe = c.moe;
+  moe.experts_per_token =
+      top.integer("num_experts_per_tok", kind == ModelFamily::Moe::kMixtral ? 2 : 8);
+  moe.router_aux_loss_coef = top.number("router_aux_loss_coef", 0.001);
+  if (kind == ModelFamily::Moe::kMixtral) {
+    moe.num_experts = top.integer("num_local_experts", 8);
+    moe.expert_intermediate = c.intermediate_size;
+    moe.renormalize = true;
+    return;
+  }
+  moe.num_experts = top.integer("num_experts", top.integer("num_local_experts", 128));
+  moe.expert_intermediate = top.integer("moe_intermediate_size", 768);
+  moe.renormalize = top.boolean("norm_topk_prob", false);
+  moe.decoder_sparse_step = top.integer("decoder_sparse_step", 1);
+  if (const Json* layers = top.find("mlp_only_layers")) {
+    if (!layers->is_array()) top.wrong_type("mlp_only_layers", "a list of layer indices", *layers);
+    for (const Json& layer : *layers) {
+      if (!layer.is_number_integer()) {
+        top.wrong_type("mlp_only_layers", "a list of layer indices", *layers);
+      }
+      moe.mlp_only_layers.push_back(layer.get<int64_t>());
+    }
+  }
+}
+
 // Every id of an integer-or-list key (eos_token_id may be a list) must be below vocab_size;
 // the first one is also checked by ModelConfig::validate, the others only here.
 void check_token_id_list(const std::string& path, const KeyReader& top, const char* key,
@@ -340,6 +369,7 @@ ModelConfig read_hf_config(const std::string& path) {
   check_token_id_list(path, top, "eos_token_id", c.vocab_size);
   c.torch_dtype =
       top.find("dtype") ? top.string("dtype", "") : top.string("torch_dtype", "float32");
+  if (family->moe != ModelFamily::Moe::kNone) read_moe_keys(path, top, family->moe, c);
   c.validate(path);
   return c;
 }
@@ -436,6 +466,22 @@ std::string write_hf_config_json(const ModelConfig& c) {
   j["eos_token_id"] = optional_id(c.eos_token_id);
   if (c.pad_token_id >= 0) j["pad_token_id"] = c.pad_token_id;
   j["torch_dtype"] = c.torch_dtype;
+  if (family.moe != ModelFamily::Moe::kNone) {  // the keys as the Hub's configs spell them
+    const MoeConfig& moe = c.moe;
+    j["num_experts_per_tok"] = moe.experts_per_token;
+    j["router_aux_loss_coef"] = moe.router_aux_loss_coef;
+    j["output_router_logits"] = false;
+    if (family.moe == ModelFamily::Moe::kMixtral) {
+      j["num_local_experts"] = moe.num_experts;
+      j["router_jitter_noise"] = 0.0;
+    } else {
+      j["num_experts"] = moe.num_experts;
+      j["moe_intermediate_size"] = moe.expert_intermediate;
+      j["norm_topk_prob"] = moe.renormalize;
+      j["decoder_sparse_step"] = moe.decoder_sparse_step;
+      j["mlp_only_layers"] = moe.mlp_only_layers;
+    }
+  }
   j["use_cache"] = true;
   return j.dump(2) + "\n";
 }

@@ -35,7 +35,15 @@ int64_t ModelConfig::parameter_count() const {
   const bool sandwich_norms = family != nullptr && family->gemma_blocks;
   const int64_t norms = (sandwich_norms ? 4 : 2) * hidden_size + (qk_norm ? 2 * head_dim : 0);
   const int64_t embeddings = vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2);
-  return embeddings + hidden_size + num_hidden_layers * (attention + mlp + norms);
+  return embeddings + hidden_size + num_hidden_layers * (attention + mlp + norms) +
+         moe.parameter_delta(hidden_size, intermediate_size, num_hidden_layers, moe.num_experts);
+}
+
+int64_t ModelConfig::active_parameter_count() const {
+  return parameter_count() - moe.parameter_delta(hidden_size, intermediate_size, num_hidden_layers,
+                                                 moe.num_experts) +
+         moe.parameter_delta(hidden_size, intermediate_size, num_hidden_layers,
+                             moe.experts_per_token);
 }
 
 void ModelConfig::validate(const std::string& source) const {
@@ -143,6 +151,7 @@ void ModelConfig::validate(const std::string& source) const {
            kFixHint);
     }
   }
+  if (family->moe != ModelFamily::Moe::kNone) validate_moe_config(source, moe, num_hidden_layers);
   if (torch_dtype != "float32" && torch_dtype != "bfloat16" && torch_dtype != "float16") {
     fail("{}: key 'torch_dtype' = '{}' is not one of float32, bfloat16, float16; {}", source,
          torch_dtype, kFixHint);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/moe_config.h"
+
 namespace shardtrain {
 
 enum class RopeType { kDefault, kLlama3, kLinear };
@@ -56,6 +58,7 @@ struct ModelConfig {
   bool mlp_bias = false;        // Llama's optional mlp bias; rejected as unsupported if true
   int64_t sliding_window = 0;   // mistral; 0 = none. Longer sequences: a windowed mask.
   RopeConfig rope;
+  MoeConfig moe;  // qwen3_moe, mixtral (model/moe_config.h); disabled elsewhere
   HiddenActivation hidden_activation = HiddenActivation::kSilu;
   // Gemma 3 (empty / 0 elsewhere): per-layer attention kinds (num_hidden_layers of them; the
   // sliding ones use sliding_window and rope_local), the rope of the sliding layers, the
@@ -71,8 +74,11 @@ struct ModelConfig {
   int64_t pad_token_id = -1;
   std::string torch_dtype = "float32";  // as written into config.json on save
 
-  // Number of parameters (tied embeddings counted once).
+  // Number of parameters (tied embeddings counted once; every expert).
   int64_t parameter_count() const;
+  // Parameters one token's forward reads: the k routed experts of each MoE block, not all E
+  // (= parameter_count() for a dense model).
+  int64_t active_parameter_count() const;
   // Throws Error naming `source` (a file path or "config") if the values are inconsistent, a
   // size is above its maximum below (sizes are bounded before anything is allocated from them),
   // or a bos/eos/pad token id is not below vocab_size.

@@ -12,8 +12,14 @@ double training_flops_per_token(const ModelConfig& c, int64_t seq_len, const Lor
   const double D =
       static_cast<double>(c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_attention_heads);
   const double V = static_cast<double>(c.vocab_size);
-  const double per_layer = 2 * C * H * D + 2 * C * K * D + 3 * C * F;  // q, o; k, v; mlp
-  const double matmul = L * per_layer + V * C;
+  const double projections = 2 * C * H * D + 2 * C * K * D;  // q, o; k, v
+  // Sparse blocks count the router and the k experts a token runs (active parameters), dense
+  // ones the MLP.
+  const double sparse = static_cast<double>(c.moe.sparse_layer_count(c.num_hidden_layers));
+  const double moe = C * static_cast<double>(c.moe.num_experts) +
+                     3 * C * static_cast<double>(c.moe.expert_intermediate) *
+                         static_cast<double>(c.moe.experts_per_token);
+  const double matmul = L * projections + (L - sparse) * 3 * C * F + sparse * moe + V * C;
   const double attention = 6 * L * static_cast<double>(seq_len) * H * D;
   if (!lora.enabled) return 6 * matmul + attention;
   const double r = static_cast<double>(lora.rank);

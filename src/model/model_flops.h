@@ -2,6 +2,8 @@
 // definition, also bench/benchlib.py): 6 x matmul parameters (lm head included, embedding
 // lookup excluded) + 6 x layers x seq_len x heads x head_dim (attention scores and values,
 // forward and backward). Activation recompute is not counted (MFU, not hardware FLOPs).
+// Mixture-of-experts blocks count active parameters: the router and the k experts each token is
+// routed to (not all E).
 //
 // With LoRA (lora.enabled) the work done is counted, not a full fine-tune's: the frozen base's
 // matmuls (lm head included) run forward and the input-gradient GEMM only, 4 x their parameters

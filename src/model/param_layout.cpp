@@ -68,6 +68,25 @@ void add_lora_params(UnitLayout& block, const ModelConfig& c, const LoraConfig& 
   }
 }
 
+// A sparse block's router and experts (the Hub checkpoints' names, ModelFamily::Moe): each
+// projection's E expert weights back to back, so they are one (E, O, I) tensor for the grouped
+// GEMM (model/weights.h MoeWeights): gate (w1), then up (w3), then down (w2) of every expert,
+// where HF's module order interleaves them per expert.
+void add_moe_params(UnitLayout& block, const ModelConfig& c, const std::string& p) {
+  const bool mixtral = model_family(c).moe == ModelFamily::Moe::kMixtral;
+  const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  const int64_t E = c.moe.num_experts, F = c.moe.expert_intermediate, C = c.hidden_size;
+  add_param(block, moe + "gate.weight", {E, C}, true);
+  const auto projection = [&](const char* name, Shape shape) {
+    for (int64_t e = 0; e < E; ++e) {
+      add_param(block, fmt::format("{}experts.{}.{}.weight", moe, e, name), shape, true, e + 1 < E);
+    }
+  };
+  projection(mixtral ? "w1" : "gate_proj", {F, C});
+  projection(mixtral ? "w3" : "up_proj", {F, C});
+  projection(mixtral ? "w2" : "down_proj", {C, F});
+}
+
 }  // namespace
 
 int UnitLayout::find(const std::string& param_name) const {
@@ -124,9 +143,13 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
       add_param(block, p + "self_attn.q_norm.weight", {c.head_dim}, false);
       add_param(block, p + "self_attn.k_norm.weight", {c.head_dim}, false);
     }
-    add_param(block, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, true);
-    add_param(block, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, true);
-    add_param(block, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, true);
+    if (block_recipe(c, l).moe) {
+      add_moe_params(block, c, p);
+    } else {
+      add_param(block, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, true);
+      add_param(block, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, true);
+      add_param(block, p + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}, true);
+    }
     add_param(block, p + "input_layernorm.weight", {c.hidden_size}, false);
     add_param(block, p + "post_attention_layernorm.weight", {c.hidden_size}, false);
     if (block_recipe(c, l).sandwich_norms) {  // Gemma: the MLP's input norm and its output norm

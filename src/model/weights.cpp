@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <initializer_list>
+#include <tuple>
 
 namespace shardtrain {
 
@@ -39,6 +40,37 @@ Tensor optional_view(const UnitLayout& unit, Tensor flat, const std::string& nam
   return unit.find(name) >= 0 ? param_view(unit, flat, name) : Tensor();
 }
 
+// Every expert's `name` projection (experts.0 .. experts.E-1, back to back) as one (E, O, I).
+Tensor experts_view(const UnitLayout& unit, Tensor flat, const std::string& moe, int64_t experts,
+                    const char* name) {
+  const Tensor first = param_view(unit, flat, fmt::format("{}experts.0.{}.weight", moe, name));
+  const Tensor last =
+      param_view(unit, flat, fmt::format("{}experts.{}.{}.weight", moe, experts - 1, name));
+  SHARDTRAIN_CHECK(static_cast<const char*>(last.data()) ==
+                       static_cast<const char*>(first.data()) + (experts - 1) * first.bytes(),
+                   "{} experts' {} are not packed back to back", moe, name);
+  return Tensor(first.data(), first.dtype(), Shape{experts, first.dim(0), first.dim(1)},
+                first.device());
+}
+
+// A sparse block's views (Qwen3-MoE's or Mixtral's names), or false for a dense block.
+bool moe_weights(const UnitLayout& unit, Tensor flat, const std::string& p, MoeWeights& w) {
+  for (const auto& [block, gate, up, down] :
+       {std::tuple{"mlp.", "gate_proj", "up_proj", "down_proj"},
+        std::tuple{"block_sparse_moe.", "w1", "w3", "w2"}}) {
+    const std::string moe = p + block;
+    const Tensor router = optional_view(unit, flat, moe + "gate.weight");
+    if (!router.defined()) continue;
+    const int64_t experts = router.dim(0);
+    w.router.weight_OI = router;
+    w.gate_EFC = experts_view(unit, flat, moe, experts, gate);
+    w.up_EFC = experts_view(unit, flat, moe, experts, up);
+    w.down_ECF = experts_view(unit, flat, moe, experts, down);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer) {
@@ -57,9 +89,11 @@ BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer) {
   w.attention.o.weight_OI = param_view(unit, flat, attn + "o_proj.weight");
   w.attention.q_norm_D = optional_view(unit, flat, attn + "q_norm.weight");
   w.attention.k_norm_D = optional_view(unit, flat, attn + "k_norm.weight");
-  w.mlp.gate.weight_OI = param_view(unit, flat, p + "mlp.gate_proj.weight");
-  w.mlp.up.weight_OI = param_view(unit, flat, p + "mlp.up_proj.weight");
-  w.mlp.down.weight_OI = param_view(unit, flat, p + "mlp.down_proj.weight");
+  if (!moe_weights(unit, flat, p, w.moe)) {
+    w.mlp.gate.weight_OI = param_view(unit, flat, p + "mlp.gate_proj.weight");
+    w.mlp.up.weight_OI = param_view(unit, flat, p + "mlp.up_proj.weight");
+    w.mlp.down.weight_OI = param_view(unit, flat, p + "mlp.down_proj.weight");
+  }
   w.input_norm_C = param_view(unit, flat, p + "input_layernorm.weight");
   w.post_attention_norm_C = param_view(unit, flat, p + "post_attention_layernorm.weight");
   w.pre_feedforward_norm_C = optional_view(unit, flat, p + "pre_feedforward_layernorm.weight");

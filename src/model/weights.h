@@ -21,6 +21,14 @@ struct MlpWeights {
   Linear down;      // (C, F)
 };
 
+// A sparse block's MLP: the router and every expert's projections, each projection's experts
+// one (E, O, I) tensor (the layout packs them back to back: model/param_layout.cpp).
+struct MoeWeights {
+  Linear router;            // (E, C): mlp.gate / block_sparse_moe.gate
+  Tensor gate_EFC, up_EFC;  // experts' gate_proj (w1) and up_proj (w3)
+  Tensor down_ECF;          // experts' down_proj (w2)
+};
+
 struct BlockWeights {
   Tensor input_norm_C, post_attention_norm_C;
   // Gemma (BlockRecipe::sandwich_norms), else undefined: the MLP's input norm (Llama's
@@ -28,7 +36,8 @@ struct BlockWeights {
   // norm of the MLP's output.
   Tensor pre_feedforward_norm_C, post_feedforward_norm_C;
   AttentionWeights attention;
-  MlpWeights mlp;
+  MlpWeights mlp;  // dense blocks
+  MoeWeights moe;  // sparse blocks (BlockRecipe::moe); undefined tensors elsewhere
 };
 
 struct RootWeights {

@@ -17,6 +17,7 @@ std::string format_progress_line(const StepReport& r) {
   std::string line =
       fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s", r.step,
                   r.total_steps, r.loss, r.lr, r.grad_norm, r.tokens_per_s);
+  if (r.aux_loss) line += fmt::format(" | aux_loss {:.4f}", *r.aux_loss);
   if (r.mfu) line += fmt::format(" | MFU {:.1f}%", *r.mfu * 100.0);
   if (r.epoch) line += fmt::format(" | epoch {:.2f}", *r.epoch);
   if (r.eval) {

@@ -32,6 +32,7 @@ nlohmann::json snapshot_to_json(const RankSnapshot& s) {
           {"loss", s.loss},
           {"learning_rate", s.learning_rate},
           {"grad_norm", s.grad_norm},
+          {"aux_loss", optional_json(s.aux_loss)},
           {"tokens_per_second", s.tokens_per_second},
           {"mfu", optional_json(s.mfu)},
           {"eval_loss", optional_json(s.eval_loss)},
@@ -63,6 +64,7 @@ RankSnapshot snapshot_from_json(const nlohmann::json& j, const std::string& sour
     s.loss = j.at("loss").get<double>();
     s.learning_rate = j.at("learning_rate").get<double>();
     s.grad_norm = j.at("grad_norm").get<double>();
+    if (j.contains("aux_loss")) s.aux_loss = optional_from(j, "aux_loss");
     s.tokens_per_second = j.at("tokens_per_second").get<double>();
     s.mfu = optional_from(j, "mfu");
     if (j.contains("eval_loss")) s.eval_loss = optional_from(j, "eval_loss");

@@ -21,6 +21,7 @@ struct RankSnapshot {
   int64_t step = 0, total_steps = 0;
   std::optional<double> epoch;
   double loss = 0, learning_rate = 0, grad_norm = 0;
+  std::optional<double> aux_loss;  // mixture of experts: the load-balancing loss (StepReport)
   double tokens_per_second = 0;  // this rank's tokens over its last step's time
   std::optional<double> mfu;     // ratio, 0..1
   // The last evaluation on data.eval_path (obs/eval_report.h); nullopt before the first.

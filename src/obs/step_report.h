@@ -16,6 +16,9 @@ struct StepReport {
   int64_t step = 0;         // 1-based optimizer step just completed
   int64_t total_steps = 0;  // the run's length in steps (train.steps, or from train.epochs)
   double loss = 0;          // mean cross-entropy over the global batch's targets (all ranks)
+  // Mixture-of-experts models trained with model.router_aux_loss: the load-balancing loss, mean
+  // over the step's micro-batches (all ranks), before router_aux_loss_coef; else nullopt.
+  std::optional<double> aux_loss;
   double lr = 0;            // the learning rate this step used
   double grad_norm = 0;     // global L2 gradient norm before clipping (all ranks)
   int64_t step_tokens = 0;  // tokens in this step's global batch (all ranks)

@@ -33,6 +33,10 @@ const std::vector<RankFamily>& rank_families() {
        [](S s, G) { return std::optional<double>(s.learning_rate); }},
       {"shardtrain_grad_norm", "Global gradient norm of the last step, before clipping.", kGauge,
        [](S s, G) { return std::optional<double>(s.grad_norm); }},
+      {"shardtrain_aux_loss",
+       "Mixture-of-experts load-balancing loss of the last step (all ranks), before its "
+       "coefficient.",
+       kGauge, [](S s, G) { return s.aux_loss; }},
       {"shardtrain_tokens_per_second", "Tokens per second of this rank (GPU) in the last step.",
        kGauge, [](S s, G) { return std::optional<double>(s.tokens_per_second); }},
       {"shardtrain_eval_loss", "Mean loss of the last evaluation on data.eval_path (all ranks).",

@@ -199,6 +199,50 @@ class Ops {
   // x *= factor, in place (Gemma's embedding scale, forward and backward).
   virtual void scale(Tensor x, float factor) = 0;
 
+  // ---- mixture of experts (model/layers/moe_mlp.h): routing, permutation, grouped GEMMs ----
+  // M = N * k rows: each token once per expert it is routed to, grouped by expert (dropless).
+  // Routing (transformers' Qwen3-MoE and Mixtral routers): p = softmax(logits_NE) in fp32, the
+  // k largest p (ties: the lower expert first) into expert_NK (i32, descending) and weight_NK
+  // (f32), divided by their sum when renormalize (Mixtral's softmax over the top-k logits is the
+  // same). prob_sum_E (f32, optional) += sum over tokens of p: the aux loss's router mass.
+  virtual void moe_route(Tensor logits_NE, bool renormalize, Tensor expert_NK, Tensor weight_NK,
+                         Tensor prob_sum_E) = 0;
+  // dlogits_NE (activation dtype, overwritten) from dweight_NK (f32) through the routing above,
+  // plus, when aux_grad_E (f32, per-expert d loss / d p) is defined, p's gradient aux_grad_E
+  // on every row (the load-balancing loss).
+  virtual void moe_route_backward(Tensor dweight_NK, Tensor logits_NE, Tensor expert_NK,
+                                  Tensor weight_NK, bool renormalize, Tensor aux_grad_E,
+                                  Tensor dlogits_NE) = 0;
+  // Groups the N*k (token, slot) pairs by expert, stably (token order within an expert):
+  // source_M[m] = n * k + slot of sorted row m; row_NK[n * k + slot] = its sorted row. Returns
+  // the rows per expert (E entries) on the host; synchronises.
+  virtual std::vector<int64_t> moe_dispatch(Tensor expert_NK, int64_t experts, Tensor source_M,
+                                            Tensor row_NK) = 0;
+  // x_MC[m] = x_NC[source_M[m] / k] (k = M / N).
+  virtual void moe_gather(Tensor x_NC, Tensor source_M, Tensor x_MC) = 0;
+  // dx_NC[n] = (or += when accumulate) sum over slots of dx_MC[row_NK[n, slot]].
+  virtual void moe_gather_backward(Tensor dx_MC, Tensor row_NK, Tensor dx_NC, bool accumulate) = 0;
+  // out_NC[n] = residual_NC[n] + sum over slots of weight_NK[n, slot] * y_MC[row_NK[n, slot]];
+  // out may alias residual.
+  virtual void moe_combine(Tensor y_MC, Tensor row_NK, Tensor weight_NK, Tensor residual_NC,
+                           Tensor out_NC) = 0;
+  // dy_MC[row_NK[n, s]] = weight_NK[n, s] * dout_NC[n]; dweight_NK[n, s] = <dout_NC[n],
+  // y_MC[row_NK[n, s]]> (f32). Both overwritten.
+  virtual void moe_combine_backward(Tensor dout_NC, Tensor y_MC, Tensor row_NK, Tensor weight_NK,
+                                    Tensor dy_MC, Tensor dweight_NK) = 0;
+  // Grouped linear over experts: rows [r_e, r_e + rows_E[e]) of x_MI (r_e = the rows of the
+  // experts before e) times weight_EOI[e]^T into the same rows of out_MO. One launch for all
+  // experts on CUDA. rows_E: moe_dispatch's host counts.
+  virtual void grouped_linear_forward(Tensor x_MI, Tensor weight_EOI,
+                                      const std::vector<int64_t>& rows_E, Tensor out_MO) = 0;
+  // Per expert, linear_backward's contract: dx_MI (overwritten, or += when accumulate_dx) and
+  // dweight_EOI[e] (overwritten, or += when accumulate_dweight; an expert without rows gets
+  // zero, or is left as it is).
+  virtual void grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
+                                       const std::vector<int64_t>& rows_E, Tensor dx_MI,
+                                       Tensor dweight_EOI, bool accumulate_dx,
+                                       bool accumulate_dweight) = 0;
+
   // ---- cross-entropy over one chunk of logits, fp32 internally ----
   // Rows with targets_N[n] == -100 are ignored. loss_sum_1 (f32 [1]) += sum of -log p(target)
   // over the other rows. When compute_grad, logits_NV is overwritten with

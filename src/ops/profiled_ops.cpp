@@ -322,6 +322,59 @@ void ProfiledOps::swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, 
   timed(__func__, OpClass::kElementwise,
         [&] { inner_->swiglu_backward(dout_NF, gate_NF, up_NF, dgate_NF, dup_NF); });
 }
+void ProfiledOps::moe_route(Tensor logits_NE, bool renormalize, Tensor expert_NK,
+                            Tensor weight_NK, Tensor prob_sum_E) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->moe_route(logits_NE, renormalize, expert_NK, weight_NK, prob_sum_E); });
+}
+void ProfiledOps::moe_route_backward(Tensor dweight_NK, Tensor logits_NE, Tensor expert_NK,
+                                     Tensor weight_NK, bool renormalize, Tensor aux_grad_E,
+                                     Tensor dlogits_NE) {
+  timed(__func__, OpClass::kElementwise, [&] {
+    inner_->moe_route_backward(dweight_NK, logits_NE, expert_NK, weight_NK, renormalize,
+                               aux_grad_E, dlogits_NE);
+  });
+}
+std::vector<int64_t> ProfiledOps::moe_dispatch(Tensor expert_NK, int64_t experts,
+                                               Tensor source_M, Tensor row_NK) {
+  std::vector<int64_t> rows;
+  timed(__func__, OpClass::kElementwise,
+        [&] { rows = inner_->moe_dispatch(expert_NK, experts, source_M, row_NK); });
+  return rows;
+}
+void ProfiledOps::moe_gather(Tensor x_NC, Tensor source_M, Tensor x_MC) {
+  timed(__func__, OpClass::kElementwise, [&] { inner_->moe_gather(x_NC, source_M, x_MC); });
+}
+void ProfiledOps::moe_gather_backward(Tensor dx_MC, Tensor row_NK, Tensor dx_NC,
+                                      bool accumulate) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->moe_gather_backward(dx_MC, row_NK, dx_NC, accumulate); });
+}
+void ProfiledOps::moe_combine(Tensor y_MC, Tensor row_NK, Tensor weight_NK, Tensor residual_NC,
+                              Tensor out_NC) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->moe_combine(y_MC, row_NK, weight_NK, residual_NC, out_NC); });
+}
+void ProfiledOps::moe_combine_backward(Tensor dout_NC, Tensor y_MC, Tensor row_NK,
+                                       Tensor weight_NK, Tensor dy_MC, Tensor dweight_NK) {
+  timed(__func__, OpClass::kElementwise, [&] {
+    inner_->moe_combine_backward(dout_NC, y_MC, row_NK, weight_NK, dy_MC, dweight_NK);
+  });
+}
+void ProfiledOps::grouped_linear_forward(Tensor x_MI, Tensor weight_EOI,
+                                         const std::vector<int64_t>& rows_E, Tensor out_MO) {
+  timed(__func__, OpClass::kGemm,
+        [&] { inner_->grouped_linear_forward(x_MI, weight_EOI, rows_E, out_MO); });
+}
+void ProfiledOps::grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
+                                          const std::vector<int64_t>& rows_E, Tensor dx_MI,
+                                          Tensor dweight_EOI, bool accumulate_dx,
+                                          bool accumulate_dweight) {
+  timed(__func__, OpClass::kGemm, [&] {
+    inner_->grouped_linear_backward(dout_MO, x_MI, weight_EOI, rows_E, dx_MI, dweight_EOI,
+                                    accumulate_dx, accumulate_dweight);
+  });
+}
 void ProfiledOps::cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale,
                                 Tensor loss_sum_1, bool compute_grad) {
   timed(__func__, OpClass::kLoss,

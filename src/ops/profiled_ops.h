@@ -114,6 +114,26 @@ class ProfiledOps final : public Ops {
   void softcap_forward(Tensor x, float cap, Tensor out) override;
   void softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) override;
   void scale(Tensor x, float factor) override;
+  // Mixture of experts: routing and permutations count as elementwise, the grouped linears as
+  // GEMMs; the per-method table splits them (router, permutation, grouped GEMMs).
+  void moe_route(Tensor logits_NE, bool renormalize, Tensor expert_NK, Tensor weight_NK,
+                 Tensor prob_sum_E) override;
+  void moe_route_backward(Tensor dweight_NK, Tensor logits_NE, Tensor expert_NK, Tensor weight_NK,
+                          bool renormalize, Tensor aux_grad_E, Tensor dlogits_NE) override;
+  std::vector<int64_t> moe_dispatch(Tensor expert_NK, int64_t experts, Tensor source_M,
+                                    Tensor row_NK) override;
+  void moe_gather(Tensor x_NC, Tensor source_M, Tensor x_MC) override;
+  void moe_gather_backward(Tensor dx_MC, Tensor row_NK, Tensor dx_NC, bool accumulate) override;
+  void moe_combine(Tensor y_MC, Tensor row_NK, Tensor weight_NK, Tensor residual_NC,
+                   Tensor out_NC) override;
+  void moe_combine_backward(Tensor dout_NC, Tensor y_MC, Tensor row_NK, Tensor weight_NK,
+                            Tensor dy_MC, Tensor dweight_NK) override;
+  void grouped_linear_forward(Tensor x_MI, Tensor weight_EOI, const std::vector<int64_t>& rows_E,
+                              Tensor out_MO) override;
+  void grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
+                               const std::vector<int64_t>& rows_E, Tensor dx_MI,
+                               Tensor dweight_EOI, bool accumulate_dx,
+                               bool accumulate_dweight) override;
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;

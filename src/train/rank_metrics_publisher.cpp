@@ -68,6 +68,7 @@ void RankMetricsPublisher::publish(const StepReport& r) {
     s.loss = r.loss;
     s.learning_rate = r.lr;
     s.grad_norm = r.grad_norm;
+    s.aux_loss = r.aux_loss;
     s.tokens_per_second =
         r.step_time_s > 0 ? static_cast<double>(r.local_tokens) / r.step_time_s : 0;
     s.mfu = r.mfu;

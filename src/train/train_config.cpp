@@ -72,6 +72,9 @@ void register_model_keys(ConfigSchema& schema, ModelSourceConfig& model) {
                   "load the checkpoint's weights, or initialise randomly from its config.json");
   schema.add_enum("model.dtype", &model.dtype, model_dtype_names(),
                   "dtype of the weights in saved checkpoints");
+  schema.add("model.router_aux_loss", &model.router_aux_loss,
+             "mixture-of-experts models: add the load-balancing loss (router_aux_loss_coef) in "
+             "training, logged as aux_loss; no effect on dense models");
 }
 
 void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {

@@ -77,6 +77,9 @@ struct ModelSourceConfig {
   std::string revision = "main";
   ModelInit init = ModelInit::kPretrained;
   DType dtype = DType::kF32;  // dtype of saved checkpoints: bf16 | fp32
+  // Mixture-of-experts models: train with the load-balancing loss (router_aux_loss_coef of
+  // config.json), logged as aux_loss; evaluation never adds it.
+  bool router_aux_loss = true;
 };
 
 struct DataConfig {

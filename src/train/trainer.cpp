@@ -329,6 +329,7 @@ bool Trainer::eval_due(int64_t step) const {
 
 EvalReport Trainer::evaluate(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
+  model_.set_router_aux_loss(false);  // plain cross-entropy, as transformers' eval reports
   const EvalTotals local =
       evaluate_share(model_, *units_, ops_, *eval_dataset_,
                      {eval_dataset_->size(), static_cast<size_t>(config_.train.micro_batch),
@@ -454,12 +455,23 @@ StepReport Trainer::train_step(int64_t step) {
   const Tensor loss_sum = loss_buffer_.view(DType::kF32, {1});
   ops_.fill_zero(loss_sum);
   const int64_t micro_batches = static_cast<int64_t>(batches.micro_batches.size());
+  // Mixture of experts: each micro-batch's load-balancing loss is one term of the step's mean
+  // (every rank runs the same number of micro-batches), as one forward call is in transformers.
+  const bool aux_loss = config_.model.router_aux_loss && model_.config().moe.enabled();
+  const double aux_share =
+      1.0 / static_cast<double>(std::max<int64_t>(micro_batches, 1) * env_.world);
+  model_.set_router_aux_loss(aux_loss, static_cast<float>(aux_share));
+  double aux_sum = 0;
   for (int64_t m = 0; m < micro_batches; ++m) {
     units_->begin_micro_batch(m, micro_batches);
     model_.set_batch(batches.micro_batches[m]);
     model_.forward_backward(*units_, grad_scale, loss_sum);
+    aux_sum += model_.last_aux_loss();
   }
   const StepTotals totals = units_->end_backward(batches.token_count, ops_.read_scalar(loss_sum));
+  const std::optional<double> step_aux_loss =
+      aux_loss ? std::optional<double>(mesh_->sum(aux_sum, "step aux loss") * aux_share)
+               : std::nullopt;
   const double loss = targets > 0 ? totals.loss_sum / targets : 0;
   if (!std::isfinite(loss) || !std::isfinite(totals.grad_norm)) {
     fail(
@@ -481,6 +493,7 @@ StepReport Trainer::train_step(int64_t step) {
   report.loss = loss;
   report.lr = lr;
   report.grad_norm = totals.grad_norm;
+  report.aux_loss = step_aux_loss;
   report.step_tokens = static_cast<int64_t>(totals.tokens);
   report.tokens_total = tokens_seen_;
   report.elapsed_s = elapsed_before_ + seconds_since(start_) - eval_seconds_;

@@ -13,6 +13,7 @@ BlockActivations BlockActivations::declare(ActivationPlan& plan, ActivationUse u
   a.h_NC = plan.take(use, {N, C});
   a.norm2 = RmsNormSaved::declare(plan, use, N, C);
   a.mlp = MlpSaved::declare(plan, use, d);
+  a.moe = MoeSaved::declare(plan, use, d);
   if (sandwich_norms) {
     a.attn_out_NC = plan.take(use, {N, C});
     a.post_attention_rstd_N = plan.take(use, DType::kF32, {N});
@@ -31,6 +32,7 @@ BlockActivations BlockActivations::sized(const LayerDims& d) const {
   a.h_NC = fit(h_NC, {N, C});
   a.norm2 = norm2.sized(N, C);
   a.mlp = mlp.sized(d);
+  a.moe = moe.sized(d);
   if (attn_out_NC.defined()) {
     a.attn_out_NC = fit(attn_out_NC, {N, C});
     a.post_attention_rstd_N = fit(post_attention_rstd_N, {N});
@@ -46,6 +48,7 @@ BlockScratch BlockScratch::declare(ActivationPlan& plan, const LayerDims& d, boo
   s.dln_NC = plan.take(ActivationUse::kScratch, {d.tokens(), d.hidden});
   s.attention = AttentionScratch::declare(plan, d, qk_norm);
   s.mlp = MlpScratch::declare(plan, d);
+  s.moe = MoeScratch::declare(plan, d);
   if (sandwich_norms) s.dsublayer_NC = plan.take(ActivationUse::kScratch, {d.tokens(), d.hidden});
   return s;
 }
@@ -53,13 +56,15 @@ BlockScratch BlockScratch::declare(ActivationPlan& plan, const LayerDims& d, boo
 BlockScratch BlockScratch::sized(const LayerDims& d) const {
   const Shape NC{d.tokens(), d.hidden};
   return BlockScratch{fit(dln_NC, NC), attention.sized(d), mlp.sized(d),
-                      dsublayer_NC.defined() ? fit(dsublayer_NC, NC) : Tensor()};
+                      dsublayer_NC.defined() ? fit(dsublayer_NC, NC) : Tensor(), moe.sized(d)};
 }
 
 DecoderBlock::DecoderBlock(const LayerDims& d, const BlockRecipe& recipe, float norm_eps)
     : norm_{norm_eps, recipe.one_plus_norm_weights},
       attention_(d, recipe, norm_eps),
       mlp_{recipe.activation},
+      sparse_(recipe.moe),
+      moe_{recipe.moe_renormalize},
       sandwich_norms_(recipe.sandwich_norms) {}
 
 void DecoderBlock::forward(Ops& ops, const BlockWeights& w, const BlockInputs& in,
@@ -84,7 +89,11 @@ void DecoderBlock::forward(Ops& ops, const BlockWeights& w, const BlockInputs& i
   attention_.forward(ops, w.attention, in.positions_N, in.document_start_N, in.rope, a.norm1.out_RC,
                      a.x_in_NC, a.attention, s.attention, a.h_NC, reuse_attention);
   norm_.forward(ops, w.post_attention_norm_C, a.h_NC, a.norm2);
-  mlp_.forward(ops, w.mlp, a.norm2.out_RC, a.h_NC, a.mlp, out_NC);
+  if (sparse_) {
+    moe_.forward(ops, w.moe, a.norm2.out_RC, a.h_NC, a.moe, in.moe, out_NC);
+  } else {
+    mlp_.forward(ops, w.mlp, a.norm2.out_RC, a.h_NC, a.mlp, out_NC);
+  }
 }
 
 void DecoderBlock::backward(Ops& ops, const BlockWeights& w, const BlockWeights& grad,
@@ -95,8 +104,13 @@ void DecoderBlock::backward(Ops& ops, const BlockWeights& w, const BlockWeights&
     return;
   }
   // MLP: dresid holds d(out) and becomes d(h).
-  mlp_.backward(ops, w.mlp, grad.mlp, accumulate, dresid_NC, a.norm2.out_RC, a.mlp, s.mlp,
-                s.dln_NC);
+  if (sparse_) {
+    moe_.backward(ops, w.moe, grad.moe, accumulate, dresid_NC, a.norm2.out_RC, a.moe, s.moe,
+                  in.moe, s.dln_NC);
+  } else {
+    mlp_.backward(ops, w.mlp, grad.mlp, accumulate, dresid_NC, a.norm2.out_RC, a.mlp, s.mlp,
+                  s.dln_NC);
+  }
   norm_.backward(ops, w.post_attention_norm_C, grad.post_attention_norm_C, accumulate, s.dln_NC,
                  a.h_NC, a.norm2, dresid_NC, true);
   // Attention: dresid becomes d(x).

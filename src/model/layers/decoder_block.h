@@ -14,6 +14,7 @@
 #include "model/layers/attention.h"
 #include "model/layers/layer_dims.h"
 #include "model/layers/mlp.h"
+#include "model/layers/moe_mlp.h"
 #include "model/layers/rms_norm.h"
 #include "model/weights.h"
 #include "ops/ops.h"
@@ -27,6 +28,7 @@ struct BlockActivations {
   Tensor h_NC;            // residual after attention
   RmsNormSaved norm2;     // the MLP's input norm (Gemma: pre_feedforward_layernorm): out, 1/rms
   MlpSaved mlp;
+  MoeSaved moe;  // sparse blocks (LayerDims::experts > 0)
   // Sandwich norms: the attention and MLP outputs before their norms, and the norms' 1/rms
   // (their outputs go straight into h_NC and the block output).
   Tensor attn_out_NC, post_attention_rstd_N, mlp_out_NC, post_feedforward_rstd_N;
@@ -41,6 +43,7 @@ struct BlockScratch {
   AttentionScratch attention;
   MlpScratch mlp;
   Tensor dsublayer_NC;  // sandwich norms: d(a sublayer's output), before its post-norm
+  MoeScratch moe;       // sparse blocks
 
   static BlockScratch declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm,
                               bool sandwich_norms = false);
@@ -54,6 +57,7 @@ struct BlockInputs {
   // i32: where each token's document begins in its sequence; undefined = one document per
   // sequence (data/batch.h document_start_BT).
   Tensor document_start_N;
+  MoeAux moe;  // sparse blocks: the load-balancing loss's state
 };
 
 class DecoderBlock {
@@ -78,6 +82,8 @@ class DecoderBlock {
   RmsNorm norm_;
   Attention attention_;
   Mlp mlp_;
+  bool sparse_;  // the MLP slot holds moe_ (BlockRecipe::moe)
+  MoeMlp moe_;
   bool sandwich_norms_;
 };
 

@@ -79,6 +79,26 @@ class CpuOps final : public Ops {
   void softcap_forward(Tensor x, float cap, Tensor out) override;
   void softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) override;
 
+  // ---- mixture of experts (cpu_moe.cpp): grouped GEMMs loop over the experts ----
+  void moe_route(Tensor logits_NE, bool renormalize, Tensor expert_NK, Tensor weight_NK,
+                 Tensor prob_sum_E) override;
+  void moe_route_backward(Tensor dweight_NK, Tensor logits_NE, Tensor expert_NK, Tensor weight_NK,
+                          bool renormalize, Tensor aux_grad_E, Tensor dlogits_NE) override;
+  std::vector<int64_t> moe_dispatch(Tensor expert_NK, int64_t experts, Tensor source_M,
+                                    Tensor row_NK) override;
+  void moe_gather(Tensor x_NC, Tensor source_M, Tensor x_MC) override;
+  void moe_gather_backward(Tensor dx_MC, Tensor row_NK, Tensor dx_NC, bool accumulate) override;
+  void moe_combine(Tensor y_MC, Tensor row_NK, Tensor weight_NK, Tensor residual_NC,
+                   Tensor out_NC) override;
+  void moe_combine_backward(Tensor dout_NC, Tensor y_MC, Tensor row_NK, Tensor weight_NK,
+                            Tensor dy_MC, Tensor dweight_NK) override;
+  void grouped_linear_forward(Tensor x_MI, Tensor weight_EOI, const std::vector<int64_t>& rows_E,
+                              Tensor out_MO) override;
+  void grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
+                               const std::vector<int64_t>& rows_E, Tensor dx_MI,
+                               Tensor dweight_EOI, bool accumulate_dx,
+                               bool accumulate_dweight) override;
+
   // ---- loss (cpu_cross_entropy.cpp) ----
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;

@@ -28,6 +28,7 @@
 namespace shardtrain {
 
 class CublasLtGemm;
+class CudaGroupedGemm;
 class Fp8Linear;
 namespace cuda_kernels {
 class AdamWMultiLauncher;
@@ -136,7 +137,30 @@ class CudaOps final : public Ops {
                                  const AttentionMask& mask, Tensor dq_BTHD, Tensor dk_BTKD,
                                  Tensor dv_BTKD) override;
 
+  // ---- mixture of experts (cuda_moe_ops.cpp; kernels: cuda_moe.cu, cuda_grouped_gemm.cpp) ----
+  void moe_route(Tensor logits_NE, bool renormalize, Tensor expert_NK, Tensor weight_NK,
+                 Tensor prob_sum_E) override;
+  void moe_route_backward(Tensor dweight_NK, Tensor logits_NE, Tensor expert_NK, Tensor weight_NK,
+                          bool renormalize, Tensor aux_grad_E, Tensor dlogits_NE) override;
+  std::vector<int64_t> moe_dispatch(Tensor expert_NK, int64_t experts, Tensor source_M,
+                                    Tensor row_NK) override;
+  void moe_gather(Tensor x_NC, Tensor source_M, Tensor x_MC) override;
+  void moe_gather_backward(Tensor dx_MC, Tensor row_NK, Tensor dx_NC, bool accumulate) override;
+  void moe_combine(Tensor y_MC, Tensor row_NK, Tensor weight_NK, Tensor residual_NC,
+                   Tensor out_NC) override;
+  void moe_combine_backward(Tensor dout_NC, Tensor y_MC, Tensor row_NK, Tensor weight_NK,
+                            Tensor dy_MC, Tensor dweight_NK) override;
+  void grouped_linear_forward(Tensor x_MI, Tensor weight_EOI, const std::vector<int64_t>& rows_E,
+                              Tensor out_MO) override;
+  void grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
+                               const std::vector<int64_t>& rows_E, Tensor dx_MI,
+                               Tensor dweight_EOI, bool accumulate_dx,
+                               bool accumulate_dweight) override;
+
  private:
+  // The grouped GEMMs' cuBLAS handle, made at the first grouped linear (shared_ptr: its
+  // deleter is bound there, so this header needs no complete type).
+  std::shared_ptr<CudaGroupedGemm> grouped_gemm_;
   // fp32 scratch of at least `count` floats, valid until the next call (ops run in stream
   // order, so one op's scratch is never live when the next op is enqueued). Growing it
   // synchronises the stream once.
