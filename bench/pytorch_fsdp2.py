@@ -10,10 +10,15 @@ SDPA restricted to the flash and cuDNN kernels, fused AdamW (always); compilatio
 untimed warm-up steps. --lora R: PEFT LoRA (get_peft_model, rank R, alpha 2R, dropout 0, all
 seven projections) on a bf16 model, the base frozen; fused AdamW over the adapters only; on one
 GPU the model is not wrapped (PEFT as users run it), on several each layer is fully_shard'ed.
+--documents TOKEN_FILE (requires --compile): packed documents as torchtitan trains them, instead
+of random tokens: the windows of a version 3 token file (the one shardtrain reads with
+data.packing = documents), per-document position ids, each document's first token no target,
+attn_implementation = flex_attention with a compiled block-causal document mask per step
+(bench/flex_documents.py). torch is imported inside main, so --help needs no torch.
 
 Usage: [torchrun --standalone --nproc-per-node N] python3 bench/pytorch_fsdp2.py CONFIG_JSON
        SEQ_LEN MICRO_BATCH STEPS [--checkpointing] [--strategy full_shard|shard_grad_op]
-       [--compile] [--lora R]
+       [--compile] [--lora R] [--documents TOKEN_FILE]
 Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib (allocated),
 peak_reserved_gib, step_ms.
 """
@@ -23,21 +28,16 @@ import json
 import os
 import time
 
-import torch
-import torch.distributed as dist
-import transformers
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-
-def run_steps(model, optimizer, generator, config, micro_batch, seq_len, warmup, steps):
-    """warmup + steps training steps; the timer starts (run_steps.start) after the warm-up."""
+def run_steps(model, optimizer, next_batch, warmup, steps):
+    """warmup + steps training steps on next_batch()'s model arguments; the timer starts
+    (run_steps.start) after the warm-up."""
+    import torch
     for step in range(warmup + steps):
         if step == warmup:
             torch.cuda.synchronize()
             run_steps.start = time.perf_counter()
-        ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len), device="cuda",
-                            generator=generator)
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(**next_batch()).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -56,7 +56,17 @@ def main():
                         help="torch.compile each decoder layer; flash/cuDNN SDPA only")
     parser.add_argument("--lora", type=int, default=0, metavar="R",
                         help="PEFT LoRA of rank R on a bf16 model (all seven projections)")
+    parser.add_argument("--documents", metavar="TOKEN_FILE",
+                        help="packed documents of this version 3 token file, FlexAttention "
+                             "block-causal document masks (requires --compile)")
     args = parser.parse_args()
+    if args.documents and not args.compile:
+        parser.error("--documents needs --compile (uncompiled FlexAttention materialises the "
+                     "scores)")
+    import torch
+    import torch.distributed as dist
+    import transformers
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     config_path, seq_len = args.config_path, args.seq_len
     micro_batch, steps = args.micro_batch, args.steps
     checkpointing = args.checkpointing
@@ -73,7 +83,7 @@ def main():
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(
-            config, attn_implementation="sdpa",
+            config, attn_implementation="flex_attention" if args.documents else "sdpa",
             dtype=torch.bfloat16 if args.lora else torch.float32)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -98,13 +108,28 @@ def main():
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, fused=True)
     generator = torch.Generator(device="cuda").manual_seed(1)
+    documents = None
+    if args.documents:
+        import flex_documents
+        documents = flex_documents.DocumentBatches(args.documents, seq_len, micro_batch,
+                                                   config.vocab_size)
+
+        def next_batch():
+            ids, labels, positions, block_mask = next(documents)
+            return {"input_ids": ids, "labels": labels, "position_ids": positions,
+                    "attention_mask": block_mask}
+    else:
+        def next_batch():
+            ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len), device="cuda",
+                                generator=generator)
+            return {"input_ids": ids, "labels": ids}
     warmup = 3
     sdpa = contextlib.nullcontext()
-    if args.compile:
+    if args.compile and not args.documents:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         sdpa = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION])
     with sdpa:
-        run_steps(model, optimizer, generator, config, micro_batch, seq_len, warmup, steps)
+        run_steps(model, optimizer, next_batch, warmup, steps)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - run_steps.start
 
@@ -114,10 +139,22 @@ def main():
               "tokens_per_s": tokens / elapsed, "step_ms": 1000 * elapsed / steps,
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
               "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "lora": args.lora,
-              "checkpointing": checkpointing, "loss": run_steps.loss}
+              "checkpointing": checkpointing, "loss": run_steps.loss,
+              "documents_per_sequence": documents and documents.mean_documents(),
+              "compiled_graphs": compiled_graphs()}
     if dist.get_rank() == 0:
         print(json.dumps(result), flush=True)
     dist.destroy_process_group()
+
+
+def compiled_graphs():
+    """Graphs torch.compile built in this process: a figure that grows with the steps would
+    mean recompilation inside the timed steps."""
+    try:
+        from torch._dynamo.utils import counters
+        return counters["stats"]["unique_graphs"]
+    except (ImportError, KeyError):
+        return None
 
 
 if __name__ == "__main__":

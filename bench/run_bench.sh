@@ -4,7 +4,7 @@
 # --compile) in the same call, same shapes (bench/shapes/*), random init, random tokens, bf16,
 # AdamW, one GPU; eager PyTorch FSDP2 too (its own rows and ratio) unless BENCH_EAGER=0.
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [RUN ...]   (default: qwen2.5-1.5b llama3.2-1b)
-# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma][+lora]:
+# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma][+lora][+docs]:
 #   @SEQ[xMB]  sequence length and micro-batch of this run (default BENCH_SEQ or 4096 and
 #              BENCH_MICRO_BATCH or 2), e.g. llama3.2-1b@16384x1, llama2-7b@4096x1+ckpt
 #   +ckpt      both engines with full activation checkpointing; +sel: ours selective
@@ -20,6 +20,15 @@
 #   +lora      LoRA rank 16, alpha 32, all seven projections, on both: ours --lora.* against
 #              PEFT's get_peft_model on a bf16 model (pytorch_fsdp2.py --lora 16); MFU then
 #              counts full fine-tuning's FLOPs (ours logs LoRA's own, model/model_flops.h)
+#   +docs      packed documents instead of one random stream: both engines read one token file
+#              (OUT_DIR/doc-tokens-SHAPE-SEQ.bin, benchlib.py doc-tokens: random ids, documents
+#              of 200-3000 tokens drawn uniformly, seeded, in a version 3 document table), cut
+#              into the same windows; ours with --data.packing=documents, PyTorch with
+#              FlexAttention and a compiled block-causal document mask, per-document position
+#              ids and each document's first token no target (pytorch_fsdp2.py --documents,
+#              bench/flex_documents.py: torchtitan's way). Compiled PyTorch only: eager
+#              FlexAttention materialises the scores, so no eager row. MFU counts full causal
+#              attention FLOPs, as every other row
 # Runs that differ only in ours' settings (e.g. qwen2.5-1.5b and qwen2.5-1.5b+wgmma) share one
 # PyTorch measurement of this call.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
@@ -55,7 +64,7 @@ for run in "${runs[@]}"; do
   fi
   [[ $seq =~ ^[0-9]+$ && $mb =~ ^[0-9]+$ ]] || { echo "run '$run': bad @SEQxMB" >&2; exit 2; }
   [[ -d $root/bench/shapes/$shape ]] || { echo "run '$run': no bench/shapes/$shape" >&2; exit 2; }
-  ours_args=() torch_args=() ours_env=() ours_bin=$bin
+  ours_args=() torch_args=() ours_env=() ours_bin=$bin docs=
   for mod in ${mods//+/ }; do
     case $mod in
       ckpt) ours_args+=(--train.activation_checkpointing=full) torch_args+=(--checkpointing) ;;
@@ -66,13 +75,20 @@ for run in "${runs[@]}"; do
         ours_bin=$(dirname "$bin")/shardtrain_test_worker ;;
       lora) ours_args+=(--lora.enabled=true --lora.rank=16 --lora.alpha=32
         --lora.target_modules=all-linear) torch_args+=(--lora 16) ;;
-      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, lora)" >&2; exit 2 ;;
+      docs) docs=1 ;;
+      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, lora, docs)" >&2; exit 2 ;;
     esac
   done
   config=$root/bench/shapes/$shape/config.json
   flops=$(python3 "$lib" flops "$config" "$seq")
-  tokens=$out/tokens-$shape-$seq.bin  # random ids below the shape's vocab_size
-  [[ -f $tokens ]] || python3 "$lib" tokens "$config" "$tokens" "$seq" 64
+  if [[ -n $docs ]]; then  # random ids cut into documents, for both engines
+    tokens=$out/doc-tokens-$shape-$seq.bin
+    [[ -f $tokens ]] || python3 "$lib" doc-tokens "$config" "$tokens" "$seq" 64
+    ours_args+=(--data.packing=documents) torch_args+=(--documents "$tokens")
+  else
+    tokens=$out/tokens-$shape-$seq.bin  # random ids below the shape's vocab_size
+    [[ -f $tokens ]] || python3 "$lib" tokens "$config" "$tokens" "$seq" 64
+  fi
   job=(--config "$root/bench/bench.toml" --model.path="$root/bench/shapes/$shape"
     --data.path="$tokens" --data.seq_len="$seq" --train.micro_batch="$mb" "${ours_args[@]}")
   "$bin" plan "${job[@]}" --world-size 1 --gpu-memory "$gpu_memory" >"$out/$run-plan.txt"
@@ -99,7 +115,7 @@ for run in "${runs[@]}"; do
     torch_tps[$torch_key]=$theirs torch_peak[$torch_key]=$torch_mib
   fi
   eager=()
-  if [[ ${BENCH_EAGER:-1} != 0 ]]; then
+  if [[ ${BENCH_EAGER:-1} != 0 && -z $docs ]]; then
     if [[ -n ${eager_tps_of[$torch_key]:-} ]]; then
       eager_tps=${eager_tps_of[$torch_key]} eager_mib=${eager_peak_of[$torch_key]}
       echo "$run: eager PyTorch's figures of this call reused ($torch_key)" \

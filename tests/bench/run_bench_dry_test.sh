@@ -2,7 +2,9 @@
 # bench/run_bench.sh without a GPU (BENCH_DRY=1: every command written to its log, nothing run):
 # run specs parse into the right flags for both engines, +wgmma runs ours as the test worker with
 # the cp.async-wgmma attention hook (the shipped binary reads no test variable), runs that differ only in ours' settings share one PyTorch measurement of
-# the call, a bad spec exits 2 naming it; and benchlib.py loss-diff compares two metrics files.
+# the call, +docs gives both engines one token file of documents (ours masked apart, PyTorch with
+# FlexAttention, no eager row), a bad spec exits 2 naming it; and benchlib.py loss-diff compares
+# two metrics files.
 # Usage: run_bench_dry_test.sh SHARDTRAIN_BIN SOURCE_DIR
 set -euo pipefail
 bin=$1 src=$2
@@ -39,6 +41,25 @@ BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/noeager" 
   >/dev/null 2>&1 || fail "BENCH_EAGER=0 dry run"
 if grep -q "eager" "$work/noeager/table.txt"; then fail "BENCH_EAGER=0 still ran eager"; fi
 
+# +docs: both engines read one version 3 token file of documents; ours masks them apart
+# (data.packing = documents), PyTorch with FlexAttention (compiled only: no eager row).
+BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/docs" qwen2.5-1.5b@4096 \
+  qwen2.5-1.5b@4096+docs llama3.2-1b@16384x1+docs >"$work/docs.txt" 2>&1 ||
+  { cat "$work/docs.txt"; fail "+docs dry run"; }
+docs=$work/docs/doc-tokens-qwen2.5-1.5b-4096.bin
+python3 -c "import sys; sys.path.insert(0, '$src/bench'); import benchlib; \
+benchlib.read_document_tokens('$docs')" || fail "+docs: $docs is not a version 3 token file"
+grep -q -- "--data.path=$docs .*--data.packing=documents" \
+  "$work/docs/qwen2.5-1.5b@4096+docs-shardtrain.log" || fail "+docs: ours' data or packing"
+grep -q -- "pytorch_fsdp2.py .* --documents $docs --compile" \
+  "$work/docs/qwen2.5-1.5b@4096+docs-pytorch.log" || fail "+docs: PyTorch's command"
+grep -q -- "--documents .*doc-tokens-llama3.2-1b-16384.bin" \
+  "$work/docs/llama3.2-1b@16384x1+docs-pytorch.log" || fail "+docs: llama's token file"
+if grep -q -- "--documents" "$work/docs/qwen2.5-1.5b@4096-pytorch.log"; then
+  fail "the plain run reads documents"
+fi
+[[ $(grep -c " ratio eager " "$work/docs/table.txt") == 1 ]] || fail "+docs ran eager PyTorch"
+
 rc=0
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" qwen2.5-1.5b+bogus \
   >"$work/bad.txt" 2>&1 || rc=$?
@@ -53,4 +74,4 @@ printf '{"loss":2.0}\n' >"$work/c.jsonl"
 if python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/c.jsonl" 2>/dev/null; then
   fail "loss-diff accepted runs of different lengths"
 fi
-echo "run_bench dry run: specs, +wgmma hook, shared PyTorch measurements, eager by default, bad spec, loss-diff: ok"
+echo "run_bench dry run: specs, +wgmma hook, shared PyTorch measurements, eager by default, +docs, bad spec, loss-diff: ok"
