@@ -96,6 +96,8 @@ TEST(Fp8NumericsGpu, Fp8LossCurveFollowsBf16) {
   ASSERT_EQ(bf16.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(fp8.losses.size(), bf16.losses.size());
   ASSERT_EQ(fp8_e4m3.losses.size(), bf16.losses.size());
+  // FP8 really ran (shapes off the multiple of 16 would have run bf16, bit for bit the same).
+  ASSERT_NE(fp8.losses, bf16.losses) << "the fp8 run computed every linear in bf16";
   double worst_drift = 0;
   for (size_t end = kWindow; end <= bf16.losses.size(); ++end) {
     ASSERT_TRUE(std::isfinite(fp8.losses[end - 1])) << "fp8 loss at step " << end;
