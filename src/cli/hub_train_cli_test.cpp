@@ -115,6 +115,11 @@ TEST_F(HubTrainCliTest, EvalGeneratePrepareAndExportTakeHubIds) {
                                     " --seq-len 8 --out " + path("prepared.bin"));
   EXPECT_EQ(prepare.exit_code, 0) << prepare.output;
   EXPECT_TRUE(fs::exists(path("prepared.bin"))) << prepare.output;
+  // --revision picks the tokenizer's revision (a tag here), as model.revision does the model's.
+  const CommandResult tagged = run("prepare --tokenizer Org/Demo --revision v1 --data " +
+                                   path("text.jsonl") + " --seq-len 8 --out " + path("tagged.bin"));
+  EXPECT_EQ(tagged.exit_code, 0) << tagged.output;
+  EXPECT_EQ(testing::read_text(path("tagged.bin")), testing::read_text(path("prepared.bin")));
   // The tokenizer set leaves the weights out.
   EXPECT_EQ(hub_->count({"cdn GET"}), 1);  // eval's weights only
 }
@@ -134,6 +139,15 @@ TEST_F(HubTrainCliTest, BadInputsEndInOneLineAndExitCode2) {
   EXPECT_EQ(with_token.exit_code, 0) << with_token.output;
   const std::string revision = the_error(train("Org/Tiny", "--model.revision v9"));
   EXPECT_TRUE(contains(revision, "Org/Tiny has no revision 'v9'")) << revision;
+  const std::string prepare_revision =
+      the_error(run("prepare --tokenizer Org/Demo --revision v9 --data " + path("data.jsonl") +
+                    " --seq-len 8 --out " + path("never.bin")));
+  EXPECT_TRUE(contains(prepare_revision, "Org/Demo has no revision 'v9'")) << prepare_revision;
+  EXPECT_FALSE(fs::exists(path("never.bin")));
+  const std::string export_revision = the_error(run(
+      "export " + path("no_checkpoint") + " --out " + path("x") +
+      " --tokenizer Org/Demo --revision v9"));
+  EXPECT_TRUE(contains(export_revision, "Org/Demo has no revision 'v9'")) << export_revision;
   const std::string offline = the_error(train("Org/Sharded", "", "HF_HUB_OFFLINE=1"));
   EXPECT_TRUE(contains(offline, "HF_HUB_OFFLINE is set and the cache at " + cache_)) << offline;
   const std::string bad_flag = the_error(train("Org/Tiny", "", "HF_HUB_OFFLINE=perhaps"));

@@ -73,7 +73,8 @@ TEST_P(ActivationCheckpointing, GradientsAreBitIdenticalAndMemoryIsSmaller) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, ActivationCheckpointing,
-                         ::testing::Values("llama_gqa", "qwen2_tied_bias", "llama3_rope"));
+                         ::testing::Values("llama_gqa", "qwen2_tied_bias", "llama3_rope",
+                                           "gemma3_text"));
 
 }  // namespace
 }  // namespace shardtrain

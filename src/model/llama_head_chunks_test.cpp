@@ -93,7 +93,7 @@ TEST_P(HeadChunks, SeveralChunksEqualOneChunk) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, HeadChunks,
-                         ::testing::Values("llama_gqa", "qwen2_tied_bias"));
+                         ::testing::Values("llama_gqa", "qwen2_tied_bias", "gemma3_text"));
 
 }  // namespace
 }  // namespace shardtrain
