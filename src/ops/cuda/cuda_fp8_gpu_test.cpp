@@ -116,6 +116,8 @@ class Fp8Test : public CudaOpsTest {
     buffers_.emplace_back(*gpu_, n);
     void* p = buffers_.back().data();
     SHARDTRAIN_CUDA_CHECK(cudaMemset(p, 0xA5, n));  // poison: every byte must be written
+    // The default stream does not order against the ops' non-blocking stream: finish here.
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
     return p;
   }
 };
