@@ -4,14 +4,16 @@
 // byte tokenizer's) trained one step from random init on the CPU and exported, then asked a
 // question. The rendered prompt is byte for byte what transformers' apply_chat_template gives
 // for the same conversation (tests/chat_template/goldens/, conversation 9 with the generation
-// prompt).
+// prompt). A Gemma 3 config that cannot be trained stops `train` with one line and exit code 2.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/testing/test_support.h"
 #include "data/testing/tiny_tokenizer.h"
@@ -81,6 +83,45 @@ TEST_P(FamilyChatCliTest, GenerateChatRendersTheFamilysOwnTemplate) {
   EXPECT_NE(chat.output.find(rendered), std::string::npos)
       << "want the prompt " << rendered << " in:\n"
       << chat.output;
+}
+
+// A Gemma 3 config.json that cannot be trained stops `train` before anything runs: one error
+// line naming the file and the key, exit code 2.
+TEST_F(FamilyChatCliTest, BadGemmaConfigIsOneLineAndExitCode2) {
+  testing::write_random_sequences(path("data.jsonl"), 8, 5, 96);
+  const auto train_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    fs::remove_all(dir_ / "bad");
+    fs::create_directories(dir_ / "bad");
+    nlohmann::json config =
+        nlohmann::json::parse(testing::read_text(testing::kGolden + "gemma3_text/config.json"));
+    edit(config);
+    std::ofstream(dir_ / "bad" / "config.json") << config.dump(2);
+    return testing::run_command(testing::kBinary + " train --model.path " + path("bad") +
+                                " --model.init random --data.path " + path("data.jsonl") +
+                                " --data.seq_len 16 --train.steps 1 --train.device cpu");
+  };
+  struct Bad {
+    std::function<void(nlohmann::json&)> edit;
+    std::vector<std::string> needles;
+  };
+  const Bad cases[] = {
+      {[](nlohmann::json& c) { c["layer_types"] = {"sliding_attention"}; },
+       {"'layer_types'", "1 layers", "num_hidden_layers = 2"}},
+      {[](nlohmann::json& c) { c.erase("hidden_size"); }, {"'hidden_size'", "missing"}},
+      {[](nlohmann::json& c) { c["hidden_activation"] = "silu"; }, {"'hidden_activation'", "silu"}},
+      {[](nlohmann::json& c) { c["model_type"] = "gemma2"; },
+       {"'gemma2' is not supported", "gemma3_text", "qwen3"}},
+  };
+  for (const Bad& bad : cases) {
+    const CommandResult r = train_with(bad.edit);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    const std::vector<std::string> errors = r.error_lines();
+    ASSERT_EQ(errors.size(), 1u) << r.output;
+    EXPECT_NE(errors[0].find(path("bad") + "/config.json"), std::string::npos) << errors[0];
+    for (const std::string& needle : bad.needles) {
+      EXPECT_NE(errors[0].find(needle), std::string::npos) << errors[0] << " lacks " << needle;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
