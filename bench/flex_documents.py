@@ -47,7 +47,8 @@ class DocumentBatches:
                              f"{micro_batch}")
         if max(ids) >= vocab_size:
             raise ValueError(f"{token_file}: id {max(ids)} >= vocab_size {vocab_size}")
-        all_ids = torch.tensor(ids[:len(windows) * seq_len], dtype=torch.long).view(-1, seq_len)
+        all_ids = torch.tensor(list(ids[:len(windows) * seq_len]), dtype=torch.long)
+        all_ids = all_ids.view(-1, seq_len)
         layouts = [window_layout(w, seq_len) for w in windows]
         self.ids = all_ids.cuda()
         self.documents = torch.tensor([l[0] for l in layouts], dtype=torch.int32).cuda()
