@@ -43,8 +43,8 @@ if grep -q "eager" "$work/noeager/table.txt"; then fail "BENCH_EAGER=0 still ran
 
 # +docs: both engines read one version 3 token file of documents; ours masks them apart
 # (data.packing = documents), PyTorch with FlexAttention (compiled only: no eager row).
-BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/docs" qwen2.5-1.5b@4096 \
-  qwen2.5-1.5b@4096+docs llama3.2-1b@16384x1+docs >"$work/docs.txt" 2>&1 ||
+BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/docs" qwen2.5-1.5b@4096+docs \
+  llama3.2-1b@16384x1+docs >"$work/docs.txt" 2>&1 ||
   { cat "$work/docs.txt"; fail "+docs dry run"; }
 docs=$work/docs/doc-tokens-qwen2.5-1.5b-4096.bin
 python3 -c "import sys; sys.path.insert(0, '$src/bench'); import benchlib; \
@@ -55,10 +55,10 @@ grep -q -- "pytorch_fsdp2.py .* --documents $docs --compile" \
   "$work/docs/qwen2.5-1.5b@4096+docs-pytorch.log" || fail "+docs: PyTorch's command"
 grep -q -- "--documents .*doc-tokens-llama3.2-1b-16384.bin" \
   "$work/docs/llama3.2-1b@16384x1+docs-pytorch.log" || fail "+docs: llama's token file"
-if grep -q -- "--documents" "$work/docs/qwen2.5-1.5b@4096-pytorch.log"; then
+if grep -q -- "--documents" "$out/qwen2.5-1.5b-pytorch.log"; then
   fail "the plain run reads documents"
 fi
-[[ $(grep -c " ratio eager " "$work/docs/table.txt") == 1 ]] || fail "+docs ran eager PyTorch"
+if grep -q "eager" "$work/docs/table.txt"; then fail "+docs ran eager PyTorch"; fi
 
 rc=0
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" qwen2.5-1.5b+bogus \
