@@ -1,24 +1,44 @@
 #!/usr/bin/env bash
-# On the GPU machine (which has transformers): trains the demo model and a Qwen2-style variant
-# (tied embeddings, q/k/v biases) for a few steps with shardtrain, saves each as a Hugging Face
-# checkpoint, and checks that transformers loads it and computes the same loss as
-# `shardtrain eval` on the same sequences (tools/check_hf_compat.py, 1e-5 relative).
+# On the GPU machine (which has transformers): trains the demo model and Qwen2-style (tied
+# embeddings, q/k/v biases), Qwen3-style (q/k norms, head_dim 64) and Gemma-3-style (1 + weight
+# and sandwich norms, GeGLU, scaled embeddings, local layers with a 32-token window and their own
+# rope, a global layer, final logit soft cap) variants for a few steps with shardtrain, saves
+# each as a Hugging Face checkpoint, and checks that transformers loads it and computes the same
+# loss as `shardtrain eval` on the same sequences (tools/check_hf_compat.py, 1e-5 relative).
 # REQUIRES: shardtrain built (tools/device/build_on_device.sh) at $1.
 set -euo pipefail
 bin=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/device/common.sh"  # .devkit libraries, NCCL_NVLS_ENABLE=0
 work=$(mktemp -d)
-mkdir -p "$work/qwen2"
-python3 - "$root/examples/demo-model/config.json" "$work/qwen2/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"], tie_word_embeddings=True,
-         use_sliding_window=False)
-json.dump(c, open(sys.argv[2], "w"))
+mkdir -p "$work/qwen2" "$work/qwen3" "$work/gemma3"
+python3 - "$root/examples/demo-model/config.json" "$work" <<'PY'
+import json, os, sys
+base = json.load(open(sys.argv[1]))
+def write(name, **keys):
+    c = dict(base, **keys)
+    json.dump(c, open(os.path.join(sys.argv[2], name, "config.json"), "w"))
+write("qwen2", model_type="qwen2", architectures=["Qwen2ForCausalLM"], tie_word_embeddings=True,
+      use_sliding_window=False)
+write("qwen3", model_type="qwen3", architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True,
+      use_sliding_window=False, head_dim=64)
+gemma = dict(base, model_type="gemma3_text", architectures=["Gemma3ForCausalLM"], head_dim=64,
+             tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+             query_pre_attn_scalar=48, sliding_window=32, final_logit_softcapping=30.0,
+             attn_logit_softcapping=None,
+             layer_types=["sliding_attention"] * 3 + ["full_attention"],
+             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
+for key in ("hidden_act", "mlp_bias", "rope_theta"):
+    gemma.pop(key)
+json.dump(gemma, open(os.path.join(sys.argv[2], "gemma3", "config.json"), "w"))
 PY
+for variant in qwen2 qwen3 gemma3; do  # the demo's tokenizer (the data is raw text)
+  cp "$root/examples/demo-model/tokenizer.json" "$root/examples/demo-model/tokenizer_config.json" \
+    "$work/$variant/"
+done
 status=0
-for variant in "$root/examples/demo-model" "$work/qwen2"; do
+for variant in "$root/examples/demo-model" "$work/qwen2" "$work/qwen3" "$work/gemma3"; do
   for dtype in fp32 bf16; do
     out=$work/out-$(basename "$variant")-$dtype
     "$bin" train --config "$root/examples/demo.toml" --steps 5 --optim.warmup_steps=1 --model.path="$variant" \
