@@ -20,7 +20,8 @@ Usage: [torchrun --standalone --nproc-per-node N] python3 bench/pytorch_fsdp2.py
        SEQ_LEN MICRO_BATCH STEPS [--checkpointing] [--strategy full_shard|shard_grad_op]
        [--compile] [--lora R] [--documents TOKEN_FILE]
 Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib (allocated),
-peak_reserved_gib, step_ms.
+peak_reserved_gib, step_ms, graphs_compiled_while_timed (torch.compile graphs built after the
+warm-up: 0 unless something recompiled inside the timed steps).
 """
 import argparse
 import contextlib
@@ -37,6 +38,7 @@ def run_steps(model, optimizer, next_batch, warmup, steps):
         if step == warmup:
             torch.cuda.synchronize()
             run_steps.start = time.perf_counter()
+            run_steps.graphs_at_start = compiled_graphs()
         loss = model(**next_batch()).loss
         loss.backward()
         optimizer.step()
@@ -141,15 +143,21 @@ def main():
               "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "lora": args.lora,
               "checkpointing": checkpointing, "loss": run_steps.loss,
               "documents_per_sequence": documents and documents.mean_documents(),
-              "compiled_graphs": compiled_graphs()}
+              "graphs_compiled_while_timed": graphs_since(run_steps.graphs_at_start)}
     if dist.get_rank() == 0:
         print(json.dumps(result), flush=True)
     dist.destroy_process_group()
 
 
+def graphs_since(before):
+    """Graphs torch.compile built since `before` (compiled_graphs()): not 0 after the warm-up
+    means recompilation inside the timed steps; None when unknown."""
+    now = compiled_graphs()
+    return None if now is None or before is None else now - before
+
+
 def compiled_graphs():
-    """Graphs torch.compile built in this process: a figure that grows with the steps would
-    mean recompilation inside the timed steps."""
+    """Graphs torch.compile built in this process so far (None when torch does not say)."""
     try:
         from torch._dynamo.utils import counters
         return counters["stats"]["unique_graphs"]
