@@ -20,6 +20,7 @@
 #include "model/init_weights.h"
 #include "model/model_flops.h"
 #include "model/param_layout.h"
+#include "model/save_hf.h"
 
 namespace shardtrain {
 namespace {
@@ -241,6 +242,38 @@ TEST_F(MoeConfigTest, RefusesACheckpointMissingAnExpert) {
 TEST_F(MoeConfigTest, RefusesAMisShapedExpert) {
   const std::string bad = "model.layers.0.mlp.experts.3.down_proj.weight";
   expect_load_error(broken_checkpoint(dir_, "", bad), bad);
+}
+
+// A loaded checkpoint saved again has the Hub's per-expert names, shapes and values, and a
+// config that reads back as the same model.
+TEST_F(MoeConfigTest, SavesTheHubsPerExpertNames) {
+  for (const char* name : {"qwen3_moe", "mixtral"}) {
+    const std::string fixture = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/" + name;
+    const HfCheckpoint source = HfCheckpoint::open(fixture);
+    const ModelConfig config = read_hf_config(source.config_json_path());
+    const ParamLayout layout = make_param_layout(config);
+    std::vector<std::vector<float>> units;
+    for (const UnitLayout& unit : layout.units) {
+      units.emplace_back(unit.numel);
+      load_unit_from_checkpoint(source, unit, units.back().data());
+    }
+    const std::string out = (dir_ / name).string();
+    save_hf_checkpoint(out, config, layout, [&](int u) { return units[u].data(); }, DType::kF32);
+    const HfCheckpoint saved = HfCheckpoint::open(out);
+    EXPECT_EQ(saved.tensor_names().size(), source.tensor_names().size()) << name;
+    for (const std::string& tensor : source.tensor_names()) {
+      const SafetensorsEntry* want = source.find(tensor);
+      ASSERT_NE(saved.find(tensor), nullptr) << name << " lacks " << tensor;
+      std::vector<float> a(want->shape.numel()), b(want->shape.numel());
+      source.read_into_f32(tensor, want->shape, a.data());
+      saved.read_into_f32(tensor, want->shape, b.data());
+      EXPECT_EQ(a, b) << tensor;
+    }
+    const ModelConfig again = read_hf_config(saved.config_json_path());
+    EXPECT_EQ(again.moe.num_experts, config.moe.num_experts) << name;
+    EXPECT_EQ(again.moe.mlp_only_layers, config.moe.mlp_only_layers) << name;
+    EXPECT_EQ(again.parameter_count(), config.parameter_count()) << name;
+  }
 }
 
 }  // namespace
