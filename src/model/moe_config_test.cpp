@@ -93,8 +93,8 @@ TEST_F(MoeConfigTest, ReadsQwen3MoeAsTheHubWritesIt) {
 }
 
 TEST_F(MoeConfigTest, SparseStepAndMlpOnlyLayersPickTheSparseBlocks) {
-  std::string text = edited(kQwen3_30B_A3B, R"("decoder_sparse_step": 1)",
-                            R"("decoder_sparse_step": 2)");
+  std::string text =
+      edited(kQwen3_30B_A3B, R"("decoder_sparse_step": 1)", R"("decoder_sparse_step": 2)");
   text = edited(text, R"("mlp_only_layers": [])", R"("mlp_only_layers": [3])");
   const ModelConfig c = read_hf_config(write(text));
   EXPECT_FALSE(c.moe.sparse_layer(0));  // (0 + 1) % 2 != 0
@@ -104,13 +104,12 @@ TEST_F(MoeConfigTest, SparseStepAndMlpOnlyLayersPickTheSparseBlocks) {
   EXPECT_EQ(c.moe.sparse_layer_count(c.num_hidden_layers), 23);
   const ParamLayout layout = make_param_layout(c);
   EXPECT_GE(layout.units[block_unit(0)].find("model.layers.0.mlp.gate_proj.weight"), 0);
-  EXPECT_GE(layout.units[block_unit(1)].find("model.layers.1.mlp.experts.127.down_proj.weight"),
-            0);
+  EXPECT_GE(layout.units[block_unit(1)].find("model.layers.1.mlp.experts.127.down_proj.weight"), 0);
 }
 
 TEST_F(MoeConfigTest, ReadsTransformers5sNumLocalExpertsForQwen3Moe) {
-  const ModelConfig c = read_hf_config(write(
-      edited(kQwen3_30B_A3B, R"("num_experts": 128)", R"("num_local_experts": 64)")));
+  const ModelConfig c = read_hf_config(
+      write(edited(kQwen3_30B_A3B, R"("num_experts": 128)", R"("num_local_experts": 64)")));
   EXPECT_EQ(c.moe.num_experts, 64);
 }
 
@@ -128,8 +127,10 @@ TEST_F(MoeConfigTest, ReadsMixtral) {
   const UnitLayout& block = layout.units[block_unit(0)];
   EXPECT_GE(block.find("model.layers.0.block_sparse_moe.gate.weight"), 0);
   // Each projection's experts back to back: one (E, O, I) tensor for the grouped GEMM.
-  const ParamSpec& w1_0 = block.params[block.find("model.layers.0.block_sparse_moe.experts.0.w1.weight")];
-  const ParamSpec& w1_7 = block.params[block.find("model.layers.0.block_sparse_moe.experts.7.w1.weight")];
+  const ParamSpec& w1_0 =
+      block.params[block.find("model.layers.0.block_sparse_moe.experts.0.w1.weight")];
+  const ParamSpec& w1_7 =
+      block.params[block.find("model.layers.0.block_sparse_moe.experts.7.w1.weight")];
   EXPECT_EQ(w1_7.offset, w1_0.offset + 7 * 14336 * 4096);
   EXPECT_EQ(block.find("model.layers.0.mlp.gate_proj.weight"), -1);
 }
@@ -154,8 +155,9 @@ TEST_F(MoeConfigTest, WritesConfigsThatReadBackTheSame) {
 }
 
 TEST_F(MoeConfigTest, RefusesMoreExpertsPerTokenThanExperts) {
-  expect_error(edited(kQwen3_30B_A3B, R"("num_experts_per_tok": 8)", R"("num_experts_per_tok": 129)"),
-               {"num_experts_per_tok", "129", "128"});
+  expect_error(
+      edited(kQwen3_30B_A3B, R"("num_experts_per_tok": 8)", R"("num_experts_per_tok": 129)"),
+      {"num_experts_per_tok", "129", "128"});
   expect_error(edited(kMixtral, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 9)"),
                {"num_experts_per_tok", "9"});
   expect_error(edited(kMixtral, R"("num_experts_per_tok": 2)", R"("num_experts_per_tok": 0)"),
@@ -177,8 +179,8 @@ TEST_F(MoeConfigTest, PlanCountsExpertActivationsAndFlopsCountActiveParameters) 
   ModelConfig c = read_hf_config(write(kQwen3_30B_A3B));
   c.num_hidden_layers = 8;
   using Checkpointing = DecoderModel::Checkpointing;
-  const auto bytes = DecoderModel::activation_breakdown_for(c, 1, 4096, DType::kBF16,
-                                                           Checkpointing::kNone);
+  const auto bytes =
+      DecoderModel::activation_breakdown_for(c, 1, 4096, DType::kBF16, Checkpointing::kNone);
   // Per sparse block at least the routed rows (N*k = 32768) of x, gate, up, act and y in bf16.
   const double routed = 32768.0 * (2 * 2048 + 3 * 768) * 2;
   EXPECT_GE(static_cast<double>(bytes.block_sets), 8 * routed);
@@ -190,9 +192,9 @@ TEST_F(MoeConfigTest, PlanCountsExpertActivationsAndFlopsCountActiveParameters) 
   // 6 x active matmul parameters (not all 128 experts) + attention.
   const double flops = training_flops_per_token(c, 4096);
   const double attention = 6.0 * 8 * 4096 * 32 * 128;
-  const double active_matmul = 8 * (2.0 * 2048 * 4096 + 2.0 * 2048 * 512 + 2048.0 * 128 +
-                                    8 * 3.0 * 2048 * 768) +
-                               151936.0 * 2048;
+  const double active_matmul =
+      8 * (2.0 * 2048 * 4096 + 2.0 * 2048 * 512 + 2048.0 * 128 + 8 * 3.0 * 2048 * 768) +
+      151936.0 * 2048;
   EXPECT_NEAR(flops, 6 * active_matmul + attention, 1e-6 * flops);
 }
 
@@ -258,7 +260,8 @@ TEST_F(MoeConfigTest, SavesTheHubsPerExpertNames) {
       load_unit_from_checkpoint(source, unit, units.back().data());
     }
     const std::string out = (dir_ / name).string();
-    save_hf_checkpoint(out, config, layout, [&](int u) { return units[u].data(); }, DType::kF32);
+    save_hf_checkpoint(
+        out, config, layout, [&](int u) { return units[u].data(); }, DType::kF32);
     const HfCheckpoint saved = HfCheckpoint::open(out);
     EXPECT_EQ(saved.tensor_names().size(), source.tensor_names().size()) << name;
     for (const std::string& tensor : source.tensor_names()) {

@@ -93,8 +93,8 @@ void check_with_aux(const std::string& name, DecoderModel::Checkpointing checkpo
   const double expected_aux = entry_f32(*expected.find("aux_loss"))[0];
   const double total = grads.loss_sum / batch.target_count + config.moe.router_aux_loss_coef * aux;
   const double expected_total = entry_f32(*expected.find("loss_with_aux"))[0];
-  std::printf("%s: aux %.7f vs %.7f, loss with aux %.7f vs %.7f\n", name.c_str(), aux,
-              expected_aux, total, expected_total);
+  std::printf("%s: aux %.7f vs %.7f, loss with aux %.7f vs %.7f\n", name.c_str(), aux, expected_aux,
+              total, expected_total);
   EXPECT_NEAR(aux, expected_aux, 1e-5 * expected_aux);
   EXPECT_NEAR(total, expected_total, 1e-5 * expected_total);
   const double worst = check_gradients(golden.model, grads, expected, "grad_aux.");

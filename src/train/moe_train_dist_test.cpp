@@ -63,8 +63,12 @@ class MoeTrainDistTest : public ::testing::Test {
     const std::string run_dir = dir_ + "/" + name;
     fs::create_directories(run_dir + "/store");
     const std::string metrics = run_dir + "/metrics.jsonl";
-    std::vector<std::string> args = {SHARDTRAIN_BINARY, "train", "--config", dir_ + "/job.toml",
-                                     "--metrics", metrics,
+    std::vector<std::string> args = {SHARDTRAIN_BINARY,
+                                     "train",
+                                     "--config",
+                                     dir_ + "/job.toml",
+                                     "--metrics",
+                                     metrics,
                                      "--train.output_dir=" + run_dir + "/out"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<pid_t> pids;
@@ -96,7 +100,8 @@ class MoeTrainDistTest : public ::testing::Test {
       std::stringstream text;
       text << in.rdbuf();
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-          << name << " rank " << rank << ":\n" << text.str();
+          << name << " rank " << rank << ":\n"
+          << text.str();
     }
     RunResult result;
     std::ifstream lines(metrics);
@@ -126,12 +131,11 @@ TEST_F(MoeTrainDistTest, LossesAndAuxLossesAgreeAtWorldSizesOneAndTwo) {
   ASSERT_EQ(two.aux_losses.size(), static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s) {
     EXPECT_NEAR(two.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "step " << s + 1;
-    EXPECT_NEAR(two.aux_losses[s], one.aux_losses[s], 1e-5 * one.aux_losses[s])
-        << "step " << s + 1;
+    EXPECT_NEAR(two.aux_losses[s], one.aux_losses[s], 1e-5 * one.aux_losses[s]) << "step " << s + 1;
     EXPECT_GT(one.aux_losses[s], 0.0);
   }
-  std::printf("loss %.5f -> %.5f, aux_loss %.5f -> %.5f\n", one.losses.front(),
-              one.losses.back(), one.aux_losses.front(), one.aux_losses.back());
+  std::printf("loss %.5f -> %.5f, aux_loss %.5f -> %.5f\n", one.losses.front(), one.losses.back(),
+              one.aux_losses.front(), one.aux_losses.back());
   double first = 0, second = 0;
   for (int s = 0; s < kSteps / 2; ++s) {
     first += one.losses[s];
@@ -142,7 +146,7 @@ TEST_F(MoeTrainDistTest, LossesAndAuxLossesAgreeAtWorldSizesOneAndTwo) {
   const RunResult plain = run("no_aux", 1, {"--model.router_aux_loss=false"});
   ASSERT_EQ(plain.losses.size(), static_cast<size_t>(kSteps));
   EXPECT_FALSE(plain.aux_logged);
-  EXPECT_DOUBLE_EQ(plain.losses[0], one.losses[0]);  // same first step (no update yet)
+  EXPECT_DOUBLE_EQ(plain.losses[0], one.losses[0]);   // same first step (no update yet)
   EXPECT_NE(plain.losses.back(), one.losses.back());  // the aux gradient changed the updates
 }
 

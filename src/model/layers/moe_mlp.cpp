@@ -60,9 +60,12 @@ MoeScratch MoeScratch::declare(ActivationPlan& plan, const LayerDims& d) {
 MoeScratch MoeScratch::sized(const LayerDims& d) const {
   if (d.experts == 0 || !dy_MC.defined()) return MoeScratch{};
   const int64_t N = d.tokens(), M = d.routed_rows(), C = d.hidden, F = d.expert_intermediate;
-  return MoeScratch{fit(dy_MC, {M, C}),    fit(dx_MC, {M, C}),
-                    fit(dact_MF, {M, F}),  fit(dgate_MF, {M, F}),
-                    fit(dup_MF, {M, F}),   fit(dweight_NK, {N, d.experts_per_token}),
+  return MoeScratch{fit(dy_MC, {M, C}),
+                    fit(dx_MC, {M, C}),
+                    fit(dact_MF, {M, F}),
+                    fit(dgate_MF, {M, F}),
+                    fit(dup_MF, {M, F}),
+                    fit(dweight_NK, {N, d.experts_per_token}),
                     fit(dlogits_NE, {N, d.experts})};
 }
 
@@ -87,8 +90,8 @@ void MoeMlp::forward(Ops& ops, const MoeWeights& w, Tensor x_NC, Tensor residual
 }
 
 void MoeMlp::backward(Ops& ops, const MoeWeights& w, const MoeWeights& grad, bool accumulate,
-                      Tensor dout_NC, Tensor x_NC, const MoeSaved& saved,
-                      const MoeScratch& scratch, const MoeAux& aux, Tensor dx_NC) const {
+                      Tensor dout_NC, Tensor x_NC, const MoeSaved& saved, const MoeScratch& scratch,
+                      const MoeAux& aux, Tensor dx_NC) const {
   const std::vector<int64_t>& rows = *saved.rows_E;
   ops.moe_combine_backward(dout_NC, saved.y_MC, saved.row_NK, saved.weight_NK, scratch.dy_MC,
                            scratch.dweight_NK);

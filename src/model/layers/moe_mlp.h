@@ -33,7 +33,7 @@ struct MoeSaved {
   Tensor source_M, row_NK;  // i32: the grouping permutation and its inverse
   Tensor x_MC;              // the input, one row per (token, expert)
   Tensor gate_MF, up_MF, act_MF;
-  Tensor y_MC;              // the experts' outputs, before weighting
+  Tensor y_MC;  // the experts' outputs, before weighting
   // Rows per expert (moe_dispatch), on the host: forward writes them, backward reads them.
   std::shared_ptr<std::vector<int64_t>> rows_E;
 

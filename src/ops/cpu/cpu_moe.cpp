@@ -193,10 +193,9 @@ void CpuOps::moe_combine_backward(Tensor dout_NC, Tensor y_MC, Tensor row_NK, Te
 
 void CpuOps::grouped_linear_forward(Tensor x_MI, Tensor weight_EOI,
                                     const std::vector<int64_t>& rows_E, Tensor out_MO) {
-  SHARDTRAIN_CHECK(weight_EOI.shape().rank() == 3 &&
-                       weight_EOI.dim(0) == static_cast<int64_t>(rows_E.size()),
-                   "grouped linear: weights {} for {} experts", weight_EOI.shape().to_string(),
-                   rows_E.size());
+  SHARDTRAIN_CHECK(
+      weight_EOI.shape().rank() == 3 && weight_EOI.dim(0) == static_cast<int64_t>(rows_E.size()),
+      "grouped linear: weights {} for {} experts", weight_EOI.shape().to_string(), rows_E.size());
   const std::vector<int64_t> start = row_starts(rows_E, x_MI.dim(0));
   for (size_t e = 0; e < rows_E.size(); ++e) {
     if (rows_E[e] == 0) continue;

@@ -84,8 +84,8 @@ bool CudaGroupedGemm::run(bool transpose_a, bool transpose_b, DType ab_dtype, DT
   const cublasStatus_t status = cublasGemmGroupedBatchedEx(
       handle_, op_a.data(), op_b.data(), m.data(), n.data(), k.data(), alpha.data(),
       const_cast<const void* const*>(device_pointers_), grouped_type(ab_dtype), lda.data(),
-      const_cast<const void* const*>(device_pointers_ + count), grouped_type(ab_dtype),
-      ldb.data(), betas.data(), device_pointers_ + 2 * count, grouped_type(c_dtype), ldc.data(),
+      const_cast<const void* const*>(device_pointers_ + count), grouped_type(ab_dtype), ldb.data(),
+      betas.data(), device_pointers_ + 2 * count, grouped_type(c_dtype), ldc.data(),
       static_cast<int>(count), size.data(), CUBLAS_COMPUTE_32F);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
     log::info("cuBLAS runs no grouped GEMM of {} inputs into {}: one GEMM per expert instead",

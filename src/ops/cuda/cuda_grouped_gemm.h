@@ -45,8 +45,8 @@ class CudaGroupedGemm {
  private:
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
-  void** device_pointers_ = nullptr;  // A, B and C arrays, back to back
-  size_t device_capacity_ = 0;        // pointers
+  void** device_pointers_ = nullptr;                  // A, B and C arrays, back to back
+  size_t device_capacity_ = 0;                        // pointers
   std::vector<std::pair<DType, DType>> unsupported_;  // (ab, c) combinations cuBLAS refused
 };
 

@@ -63,30 +63,45 @@ __device__ void next_choice(const T* logits, int64_t E, float max, float sum, co
   }
 }
 
+// prob_sum: each block sums its tokens' probabilities in shared memory (E floats, dynamic) and
+// adds them with one atomic per expert, not one per token and expert.
 template <typename T>
 __global__ void route_kernel(const T* logits, int64_t N, int64_t E, int K, bool renormalize,
                              int32_t* expert, float* weight, float* prob_sum) {
+  extern __shared__ float block_prob_sum[];
   const int64_t n = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  if (n >= N) return;
   const int lane = threadIdx.x % 32;
-  const T* row = logits + n * E;
-  float max, sum;
-  softmax_stats(row, E, max, sum);
   if (prob_sum != nullptr) {
-    for (int64_t e = lane; e < E; e += 32) atomicAdd(prob_sum + e, expf(to_float(row[e]) - max) / sum);
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x) block_prob_sum[e] = 0;
+    __syncthreads();
   }
-  int chosen[kMaxTopK];
-  float p[kMaxTopK];
-  float total = 0;
-  for (int k = 0; k < K; ++k) {
-    next_choice(row, E, max, sum, chosen, k, p[k], chosen[k]);
-    total += p[k];
-  }
-  if (lane == 0) {
-    for (int k = 0; k < K; ++k) {
-      expert[n * K + k] = chosen[k];
-      weight[n * K + k] = renormalize ? p[k] / total : p[k];
+  if (n < N) {
+    const T* row = logits + n * E;
+    float max, sum;
+    softmax_stats(row, E, max, sum);
+    if (prob_sum != nullptr) {
+      for (int64_t e = lane; e < E; e += 32) {
+        atomicAdd(block_prob_sum + e, expf(to_float(row[e]) - max) / sum);
+      }
     }
+    int chosen[kMaxTopK];
+    float p[kMaxTopK];
+    float total = 0;
+    for (int k = 0; k < K; ++k) {
+      next_choice(row, E, max, sum, chosen, k, p[k], chosen[k]);
+      total += p[k];
+    }
+    if (lane == 0) {
+      for (int k = 0; k < K; ++k) {
+        expert[n * K + k] = chosen[k];
+        weight[n * K + k] = renormalize ? p[k] / total : p[k];
+      }
+    }
+  }
+  if (prob_sum != nullptr) {
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < E; e += blockDim.x)
+      atomicAdd(prob_sum + e, block_prob_sum[e]);
   }
 }
 
@@ -219,8 +234,8 @@ __global__ void combine_kernel(const T* y, const int32_t* row, const float* weig
 }
 
 template <typename T>
-__global__ void combine_dy_kernel(const T* dout, const int32_t* row, const float* weight,
-                                  int64_t N, int64_t K, int64_t C, T* dy) {
+__global__ void combine_dy_kernel(const T* dout, const int32_t* row, const float* weight, int64_t N,
+                                  int64_t K, int64_t C, T* dy) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * K * C;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t slot = i / C, c = i % C, n = slot / K;
@@ -249,9 +264,10 @@ void route(DType act, const void* logits, int64_t N, int64_t E, int64_t K, bool 
            int32_t* expert, float* weight, float* prob_sum, cudaStream_t stream) {
   if (N == 0) return;
   SHARDTRAIN_DISPATCH_FLOAT(act, T, {
-    route_kernel<T><<<warp_blocks(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(logits), N, E, static_cast<int>(K), renormalize, expert, weight,
-        prob_sum);
+    route_kernel<T>
+        <<<warp_blocks(N), kThreads, prob_sum != nullptr ? E * sizeof(float) : 0, stream>>>(
+            static_cast<const T*>(logits), N, E, static_cast<int>(K), renormalize, expert, weight,
+            prob_sum);
   });
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
@@ -276,8 +292,8 @@ void count_rows(const int32_t* expert, int64_t slots, int64_t E, int32_t* rows,
 
 void group_rows(const int32_t* expert, int64_t slots, int64_t E, const int32_t* rows,
                 int32_t* source, int32_t* row, cudaStream_t stream) {
-  group_rows_kernel<<<static_cast<unsigned>(E), kThreads, 0, stream>>>(expert, slots, rows,
-                                                                        source, row);
+  group_rows_kernel<<<static_cast<unsigned>(E), kThreads, 0, stream>>>(expert, slots, rows, source,
+                                                                       row);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 

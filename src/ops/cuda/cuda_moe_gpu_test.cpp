@@ -53,7 +53,8 @@ TEST_F(CudaMoeTest, RoutingForwardAndBackwardMatchTheCpu) {
 TEST_F(CudaMoeTest, DispatchGatherCombineMatchTheCpu) {
   Pair logits, expert, weight, prob_sum;
   route(true, logits, expert, weight, prob_sum);
-  Pair source = ints(std::vector<int32_t>(M, -1), {M}), row = ints(std::vector<int32_t>(M, -1), {N, K});
+  Pair source = ints(std::vector<int32_t>(M, -1), {M}),
+       row = ints(std::vector<int32_t>(M, -1), {N, K});
   const std::vector<int64_t> rows_cpu = cpu_->moe_dispatch(expert.cpu, E, source.cpu, row.cpu);
   const std::vector<int64_t> rows_gpu = gpu_->moe_dispatch(expert.gpu, E, source.gpu, row.gpu);
   EXPECT_EQ(rows_gpu, rows_cpu);
@@ -106,8 +107,8 @@ TEST_F(CudaMoeTest, GroupedLinearsMatchTheCpuWithEmptyExperts) {
   const Pair dout = random_input({M, F});
   for (bool accumulate : {false, true}) {
     const Pair dx = accumulate ? random_input({M, C}) : output({M, C});
-    const Pair dw = accumulate ? random_input({E, F, C}, DType::kF32)
-                               : output({E, F, C}, DType::kF32);
+    const Pair dw =
+        accumulate ? random_input({E, F, C}, DType::kF32) : output({E, F, C}, DType::kF32);
     cpu_->grouped_linear_backward(dout.cpu, x.cpu, w.cpu, rows, dx.cpu, dw.cpu, accumulate,
                                   accumulate);
     gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, rows, dx.gpu, dw.gpu, accumulate,
@@ -126,8 +127,7 @@ TEST_F(CudaMoeTest, DISABLED_GroupedForwardTiming) {
   const Pair x = random_input({rows_total, hidden});
   const Pair w = random_input({experts, ffn, hidden}, DType::kBF16, -0.05f, 0.05f);
   const Pair out = output({rows_total, ffn});
-  const double ms = time_ms([&] { gpu_->grouped_linear_forward(x.gpu, w.gpu, rows, out.gpu); },
-                            20);
+  const double ms = time_ms([&] { gpu_->grouped_linear_forward(x.gpu, w.gpu, rows, out.gpu); }, 20);
   const double tflops = 2.0 * rows_total * hidden * ffn / (ms * 1e-3) / 1e12;
   std::printf("grouped forward %lld x %lld -> %lld over %lld experts: %.3f ms, %.0f TFLOP/s\n",
               static_cast<long long>(rows_total), static_cast<long long>(hidden),

@@ -37,8 +37,7 @@ void gather_backward(DType act, const void* dx_MC, const int32_t* row, int64_t N
                      int64_t C, void* dx_NC, bool accumulate, cudaStream_t stream);
 // Ops::moe_combine (out may alias residual).
 void combine(DType act, const void* y, const int32_t* row, const float* weight,
-             const void* residual, int64_t N, int64_t K, int64_t C, void* out,
-             cudaStream_t stream);
+             const void* residual, int64_t N, int64_t K, int64_t C, void* out, cudaStream_t stream);
 // Ops::moe_combine_backward.
 void combine_backward(DType act, const void* dout, const void* y, const int32_t* row,
                       const float* weight, int64_t N, int64_t K, int64_t C, void* dy,

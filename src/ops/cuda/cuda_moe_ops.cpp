@@ -21,8 +21,8 @@ void require_float_cuda(const Tensor& t, const char* what) {
 }
 
 void require(const Tensor& t, DType dtype, const char* what) {
-  SHARDTRAIN_CHECK(t.device() == Device::kCuda && t.dtype() == dtype, "{}: {} on {}, want {}",
-                   what, dtype_name(t.dtype()), t.device() == Device::kCuda ? "GPU" : "host",
+  SHARDTRAIN_CHECK(t.device() == Device::kCuda && t.dtype() == dtype, "{}: {} on {}, want {}", what,
+                   dtype_name(t.dtype()), t.device() == Device::kCuda ? "GPU" : "host",
                    dtype_name(dtype));
 }
 
@@ -36,13 +36,12 @@ RouteShape route_shape(const Tensor& logits_NE, const Tensor& expert_NK, const T
   require(weight_NK, DType::kF32, "moe weights");
   SHARDTRAIN_CHECK(logits_NE.shape().rank() == 2 && expert_NK.shape() == weight_NK.shape() &&
                        expert_NK.shape().rank() == 2 && expert_NK.dim(0) == logits_NE.dim(0),
-                   "moe routing: logits {}, experts {}, weights {}",
-                   logits_NE.shape().to_string(), expert_NK.shape().to_string(),
-                   weight_NK.shape().to_string());
+                   "moe routing: logits {}, experts {}, weights {}", logits_NE.shape().to_string(),
+                   expert_NK.shape().to_string(), weight_NK.shape().to_string());
   const RouteShape s{logits_NE.dim(0), logits_NE.dim(1), expert_NK.dim(1)};
   SHARDTRAIN_CHECK(s.K >= 1 && s.K <= s.E && s.K <= cuda_moe::kMaxTopK,
-                   "moe routing: top-{} of {} experts (the CUDA router holds at most {})", s.K,
-                   s.E, cuda_moe::kMaxTopK);
+                   "moe routing: top-{} of {} experts (the CUDA router holds at most {})", s.K, s.E,
+                   cuda_moe::kMaxTopK);
   return s;
 }
 
@@ -65,8 +64,8 @@ std::vector<int64_t> row_starts(const std::vector<int64_t>& rows_E, int64_t M) {
 
 // The problems in one grouped launch, or one cuBLASLt GEMM each where cuBLAS runs no grouped
 // GEMM of these dtypes (bf16 inputs into the fp32 weight gradient, on some versions).
-void run_grouped(CudaGroupedGemm& grouped, CublasLtGemm& gemm, bool transpose_a,
-                 bool transpose_b, DType ab_dtype, DType c_dtype, float beta,
+void run_grouped(CudaGroupedGemm& grouped, CublasLtGemm& gemm, bool transpose_a, bool transpose_b,
+                 DType ab_dtype, DType c_dtype, float beta,
                  const std::vector<GroupedGemmProblem>& problems) {
   if (grouped.run(transpose_a, transpose_b, ab_dtype, c_dtype, beta, problems)) return;
   for (const GroupedGemmProblem& p : problems) {
@@ -97,9 +96,8 @@ void CudaOps::moe_route(Tensor logits_NE, bool renormalize, Tensor expert_NK, Te
                         Tensor prob_sum_E) {
   const RouteShape s = route_shape(logits_NE, expert_NK, weight_NK);
   if (prob_sum_E.defined()) require(prob_sum_E, DType::kF32, "moe router mass");
-  cuda_moe::route(logits_NE.dtype(), logits_NE.data(), s.N, s.E, s.K, renormalize,
-                  expert_NK.i32(), weight_NK.f32(),
-                  prob_sum_E.defined() ? prob_sum_E.f32() : nullptr, stream_);
+  cuda_moe::route(logits_NE.dtype(), logits_NE.data(), s.N, s.E, s.K, renormalize, expert_NK.i32(),
+                  weight_NK.f32(), prob_sum_E.defined() ? prob_sum_E.f32() : nullptr, stream_);
 }
 
 void CudaOps::moe_route_backward(Tensor dweight_NK, Tensor logits_NE, Tensor expert_NK,
@@ -109,8 +107,8 @@ void CudaOps::moe_route_backward(Tensor dweight_NK, Tensor logits_NE, Tensor exp
   require(dweight_NK, DType::kF32, "moe dweight");
   require(dlogits_NE, logits_NE.dtype(), "moe dlogits");
   if (aux_grad_E.defined()) require(aux_grad_E, DType::kF32, "moe aux gradient");
-  cuda_moe::route_backward(logits_NE.dtype(), dweight_NK.f32(), logits_NE.data(),
-                           expert_NK.i32(), weight_NK.f32(), s.N, s.E, s.K, renormalize,
+  cuda_moe::route_backward(logits_NE.dtype(), dweight_NK.f32(), logits_NE.data(), expert_NK.i32(),
+                           weight_NK.f32(), s.N, s.E, s.K, renormalize,
                            aux_grad_E.defined() ? aux_grad_E.f32() : nullptr, dlogits_NE.data(),
                            stream_);
 }
@@ -126,8 +124,8 @@ std::vector<int64_t> CudaOps::moe_dispatch(Tensor expert_NK, int64_t experts, Te
                    source_M.numel(), row_NK.numel(), experts);
   auto* rows_device = reinterpret_cast<int32_t*>(scratch_floats(static_cast<size_t>(experts)));
   cuda_moe::count_rows(expert_NK.i32(), slots, experts, rows_device, stream_);
-  cuda_moe::group_rows(expert_NK.i32(), slots, experts, rows_device, source_M.i32(),
-                       row_NK.i32(), stream_);
+  cuda_moe::group_rows(expert_NK.i32(), slots, experts, rows_device, source_M.i32(), row_NK.i32(),
+                       stream_);
   std::vector<int32_t> rows32(experts);
   SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(rows32.data(), rows_device, experts * sizeof(int32_t),
                                         cudaMemcpyDeviceToHost, stream_));
@@ -141,8 +139,7 @@ void CudaOps::moe_gather(Tensor x_NC, Tensor source_M, Tensor x_MC) {
   require(source_M, DType::kI32, "moe source rows");
   const int64_t N = x_NC.dim(0), C = x_NC.dim(1), M = x_MC.dim(0);
   SHARDTRAIN_CHECK(N > 0 && x_MC.dim(1) == C && M % N == 0 && source_M.numel() == M,
-                   "moe gather: x {} into {}", x_NC.shape().to_string(),
-                   x_MC.shape().to_string());
+                   "moe gather: x {} into {}", x_NC.shape().to_string(), x_MC.shape().to_string());
   cuda_moe::gather(x_NC.dtype(), x_NC.data(), source_M.i32(), M, M / N, C, x_MC.data(), stream_);
 }
 
@@ -170,8 +167,8 @@ void CudaOps::moe_combine(Tensor y_MC, Tensor row_NK, Tensor weight_NK, Tensor r
                        y_MC.numel() == row_NK.numel() * C,
                    "moe combine: y {} into {}", y_MC.shape().to_string(),
                    out_NC.shape().to_string());
-  cuda_moe::combine(out_NC.dtype(), y_MC.data(), row_NK.i32(), weight_NK.f32(),
-                    residual_NC.data(), N, row_NK.numel() / N, C, out_NC.data(), stream_);
+  cuda_moe::combine(out_NC.dtype(), y_MC.data(), row_NK.i32(), weight_NK.f32(), residual_NC.data(),
+                    N, row_NK.numel() / N, C, out_NC.data(), stream_);
 }
 
 void CudaOps::moe_combine_backward(Tensor dout_NC, Tensor y_MC, Tensor row_NK, Tensor weight_NK,
@@ -199,9 +196,8 @@ void CudaOps::grouped_linear_forward(Tensor x_MI, Tensor weight_EOI,
   SHARDTRAIN_CHECK(weight_EOI.shape().rank() == 3 &&
                        weight_EOI.dim(0) == static_cast<int64_t>(rows_E.size()) &&
                        x_MI.dim(1) == weight_EOI.dim(2) && out_MO.dim(1) == weight_EOI.dim(1),
-                   "grouped linear: x {}, weights {}, out {}, {} experts",
-                   x_MI.shape().to_string(), weight_EOI.shape().to_string(),
-                   out_MO.shape().to_string(), rows_E.size());
+                   "grouped linear: x {}, weights {}, out {}, {} experts", x_MI.shape().to_string(),
+                   weight_EOI.shape().to_string(), out_MO.shape().to_string(), rows_E.size());
   const int64_t O = weight_EOI.dim(1), I = weight_EOI.dim(2);
   const std::vector<int64_t> start = row_starts(rows_E, x_MI.dim(0));
   // out_e^T (O x rows) = W_e (col-major I x O, transposed) x_e^T (col-major I x rows).
@@ -247,8 +243,8 @@ void CudaOps::grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight
     char* dweight = const_cast<char*>(expert_pointer(dweight_EOI, e));
     if (rows_E[e] == 0) {  // no rows: the GEMM would not run; the gradient is zero
       if (!accumulate_dweight) {
-        SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(
-            dweight, 0, O * I * dtype_size(dweight_EOI.dtype()), stream_));
+        SHARDTRAIN_CUDA_CHECK(
+            cudaMemsetAsync(dweight, 0, O * I * dtype_size(dweight_EOI.dtype()), stream_));
       }
       continue;
     }
