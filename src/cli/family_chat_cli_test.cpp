@@ -42,8 +42,8 @@ std::string golden_rendering(const std::string& template_name) {
 }
 
 struct Case {
-  std::string fixture;         // tests/golden/ config the model copies
-  std::string template_name;   // tests/chat_template/templates/ entry
+  std::string fixture;               // tests/golden/ config the model copies
+  std::string template_name;         // tests/chat_template/templates/ entry
   std::string bos_token, eos_token;  // tokenizer_config.json's (bos: none when empty)
 };
 
@@ -72,7 +72,8 @@ TEST_P(FamilyChatCliTest, GenerateChatRendersTheFamilysOwnTemplate) {
       binary + " train --model.path " + model.string() +
       " --model.init random --model.dtype fp32 --data.path " + path("data.jsonl") +
       " --data.seq_len 16 --train.steps 1 --train.micro_batch 2 --train.device cpu"
-      " --train.output_dir " + path("out") + " --train.checkpoint_dir " + path("ckpt"));
+      " --train.output_dir " +
+      path("out") + " --train.checkpoint_dir " + path("ckpt"));
   ASSERT_EQ(train.exit_code, 0) << train.output;
 
   const CommandResult chat = testing::run_command(
@@ -124,11 +125,12 @@ TEST_F(FamilyChatCliTest, BadGemmaConfigIsOneLineAndExitCode2) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    OwnTemplates, FamilyChatCliTest,
-    ::testing::Values(Case{"qwen3", "qwen3", "", "<|im_end|>"},
-                      Case{"gemma3_text", "gemma3", "<bos>", "<eos>"}),
-    [](const ::testing::TestParamInfo<Case>& info) { return info.param.template_name; });
+INSTANTIATE_TEST_SUITE_P(OwnTemplates, FamilyChatCliTest,
+                         ::testing::Values(Case{"qwen3", "qwen3", "", "<|im_end|>"},
+                                           Case{"gemma3_text", "gemma3", "<bos>", "<eos>"}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.template_name;
+                         });
 
 }  // namespace
 }  // namespace shardtrain

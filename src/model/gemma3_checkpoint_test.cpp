@@ -46,7 +46,8 @@ void write_renamed(const std::string& from, const std::string& to,
                    const std::map<std::string, Shape>& extra) {
   const SafetensorsFile source = SafetensorsFile::open(from);
   std::vector<SafetensorsTensorSpec> specs;
-  for (const SafetensorsEntry& e : source.entries()) specs.push_back({rename(e.name), e.dtype, e.shape});
+  for (const SafetensorsEntry& e : source.entries())
+    specs.push_back({rename(e.name), e.dtype, e.shape});
   for (const auto& [name, shape] : extra) specs.push_back({name, DType::kF32, shape});
   SafetensorsWriter writer(to, specs);
   for (const SafetensorsEntry& e : source.entries()) {

@@ -97,8 +97,7 @@ TEST_F(Gemma3ConfigTest, ReadsMultimodalTextConfigWithOlderKeys) {
   EXPECT_EQ(c.eos_token_id, 1);
   ASSERT_EQ(c.layer_types.size(), 12u);
   for (int64_t l = 0; l < 12; ++l) {
-    EXPECT_EQ(c.layer_types[l],
-              (l + 1) % 6 == 0 ? LayerAttention::kFull : LayerAttention::kSliding)
+    EXPECT_EQ(c.layer_types[l], (l + 1) % 6 == 0 ? LayerAttention::kFull : LayerAttention::kSliding)
         << l;
   }
   const BlockRecipe global = block_recipe(c, 5);
@@ -130,7 +129,8 @@ TEST_F(Gemma3ConfigTest, RoundTripsThroughWriteHfConfigJson) {
 TEST_F(Gemma3ConfigTest, BadInputsAreOneLineNamingTheKey) {
   // layer_types of the wrong length, an unknown layer type, another activation.
   std::string body = kGemma1bBody;
-  const std::string six = R"("layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+  const std::string six =
+      R"("layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
                   "sliding_attention", "sliding_attention", "full_attention"],)";
   ASSERT_NE(body.find(six), std::string::npos);
   auto with = [&](const std::string& layer_types) {

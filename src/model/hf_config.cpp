@@ -191,9 +191,8 @@ void read_gemma_keys(const std::string& path, const KeyReader& top, ModelConfig&
     for (const Json& type : *types) {
       const std::string name = type.is_string() ? type.get<std::string>() : type.dump();
       if (name != "sliding_attention" && name != "full_attention") {
-        fail(
-            "{}: key 'layer_types' holds '{}' (supported: sliding_attention, full_attention); {}",
-            path, name, kFixHint);
+        fail("{}: key 'layer_types' holds '{}' (supported: sliding_attention, full_attention); {}",
+             path, name, kFixHint);
       }
       c.layer_types.push_back(name == "sliding_attention" ? LayerAttention::kSliding
                                                           : LayerAttention::kFull);

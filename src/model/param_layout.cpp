@@ -30,7 +30,8 @@ void mark_norms_zero_init(UnitLayout& unit) {
   const std::string suffix = "norm.weight";
   for (ParamSpec& spec : unit.params) {
     const std::string& n = spec.name;
-    if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (n.size() >= suffix.size() &&
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
       spec.zero_init = true;
     }
   }

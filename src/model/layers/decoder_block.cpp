@@ -3,8 +3,7 @@
 namespace shardtrain {
 
 BlockActivations BlockActivations::declare(ActivationPlan& plan, ActivationUse use,
-                                           const LayerDims& d, bool qk_norm,
-                                           bool sandwich_norms) {
+                                           const LayerDims& d, bool qk_norm, bool sandwich_norms) {
   const int64_t N = d.tokens(), C = d.hidden;
   BlockActivations a;
   a.x_in_NC = plan.take(use, {N, C});

@@ -124,7 +124,8 @@ TEST(ActivationPlanTest, GemmaSandwichNormsAndSoftCapAreDeclared) {
     const auto uncapped =
         DecoderModel::activation_breakdown_for(gemma, B, T, DType::kF32, mode, 1024);
     gemma.final_logit_softcapping = 30;
-    const auto capped = DecoderModel::activation_breakdown_for(gemma, B, T, DType::kF32, mode, 1024);
+    const auto capped =
+        DecoderModel::activation_breakdown_for(gemma, B, T, DType::kF32, mode, 1024);
     EXPECT_EQ(uncapped.head_logits, 10u * 96 * 4);
     EXPECT_EQ(capped.head_logits, 2u * 5 * 96 * 4);
   }

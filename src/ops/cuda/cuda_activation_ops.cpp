@@ -35,9 +35,9 @@ void CudaOps::rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor 
   require_float_on_gpu(weight_C, "rmsnorm1p weight");
   require_float_on_gpu(out_NC, "rmsnorm1p out");
   SHARDTRAIN_CHECK(rstd_N.dtype() == DType::kF32, "rmsnorm1p rstd must be f32");
-  cuda_kernels::rmsnorm1p_forward(x_NC.dtype(), x_NC.data(), weight_C.dtype(), weight_C.data(),
-                                  eps, row_count(x_NC), row_width(x_NC), out_NC.dtype(),
-                                  out_NC.data(), rstd_N.f32(), stream_);
+  cuda_kernels::rmsnorm1p_forward(x_NC.dtype(), x_NC.data(), weight_C.dtype(), weight_C.data(), eps,
+                                  row_count(x_NC), row_width(x_NC), out_NC.dtype(), out_NC.data(),
+                                  rstd_N.f32(), stream_);
 }
 
 void CudaOps::rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
@@ -56,8 +56,7 @@ void CudaOps::rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, T
     if (!accumulate_dweight) fill_zero(dweight_C);
     return;
   }
-  float* scratch =
-      scratch_floats(cuda_kernels::rmsnorm1p_backward_scratch_floats(rows, channels));
+  float* scratch = scratch_floats(cuda_kernels::rmsnorm1p_backward_scratch_floats(rows, channels));
   cuda_kernels::rmsnorm1p_backward(x_NC.dtype(), dout_NC.data(), x_NC.data(), weight_C.dtype(),
                                    weight_C.data(), rstd_N.f32(), rows, channels, dx_NC.data(),
                                    accumulate_dx, dweight_C.dtype(), dweight_C.data(),

@@ -51,9 +51,9 @@ __global__ void rmsnorm1p_forward_kernel(const Act* x_NC, const Weight* weight_C
 // dw_c += dy_c x_c r.
 template <typename Act, typename Weight>
 __global__ void rmsnorm1p_backward_kernel(const Act* dout_NC, const Act* x_NC,
-                                          const Weight* weight_C, const float* rstd_N,
-                                          int64_t rows, int64_t channels, Act* dx_NC,
-                                          bool accumulate_dx, float* partials_PC) {
+                                          const Weight* weight_C, const float* rstd_N, int64_t rows,
+                                          int64_t channels, Act* dx_NC, bool accumulate_dx,
+                                          float* partials_PC) {
   extern __shared__ float dweight_partial[];  // [channels]
   __shared__ float shared[32];
   for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) dweight_partial[c] = 0;
@@ -64,8 +64,7 @@ __global__ void rmsnorm1p_backward_kernel(const Act* dout_NC, const Act* x_NC,
     const float r = rstd_N[n];
     float weighted_dot = 0;
     for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-      weighted_dot +=
-          to_float(dout_row[c]) * (1.0f + to_float(weight_C[c])) * to_float(x_row[c]);
+      weighted_dot += to_float(dout_row[c]) * (1.0f + to_float(weight_C[c])) * to_float(x_row[c]);
     }
     // block_sum's barriers also order this row's dout reads before dx writes (dx may alias dout).
     weighted_dot = block_sum(weighted_dot, shared);

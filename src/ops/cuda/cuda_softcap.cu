@@ -45,8 +45,8 @@ void softcap_forward(DType dtype, const void* x, float cap, void* out, int64_t n
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void softcap_backward(DType dtype, const void* dout, const void* x, float cap, void* dx,
-                      int64_t n, cudaStream_t stream) {
+void softcap_backward(DType dtype, const void* dout, const void* x, float cap, void* dx, int64_t n,
+                      cudaStream_t stream) {
   if (n == 0) return;
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T, {
     softcap_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
