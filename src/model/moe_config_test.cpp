@@ -18,6 +18,7 @@
 #include "model/decoder_model.h"
 #include "model/hf_config.h"
 #include "model/init_weights.h"
+#include "model/lora_config.h"
 #include "model/model_flops.h"
 #include "model/param_layout.h"
 #include "model/save_hf.h"
@@ -244,6 +245,20 @@ TEST_F(MoeConfigTest, RefusesACheckpointMissingAnExpert) {
 TEST_F(MoeConfigTest, RefusesAMisShapedExpert) {
   const std::string bad = "model.layers.0.mlp.experts.3.down_proj.weight";
   expect_load_error(broken_checkpoint(dir_, "", bad), bad);
+}
+
+TEST_F(MoeConfigTest, RefusesLoraOnAMixtureOfExperts) {
+  const ModelConfig c = read_hf_config(write(kMixtral));
+  LoraConfig lora;
+  lora.enabled = true;
+  try {
+    make_param_layout(c, lora);
+    ADD_FAILURE() << "no Error for LoRA on mixtral";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("lora.enabled"), std::string::npos) << message;
+    EXPECT_NE(message.find("mixtral"), std::string::npos) << message;
+  }
 }
 
 // A loaded checkpoint saved again has the Hub's per-expert names, shapes and values, and a

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/error.h"
 #include "model/family_table.h"
 
 namespace shardtrain {
@@ -110,6 +111,12 @@ int64_t ParamLayout::parameter_count() const {
 }
 
 ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
+  if (lora.enabled && c.moe.enabled()) {  // the grouped expert GEMMs have no frozen path
+    fail(
+        "lora.enabled = true is not supported for the mixture-of-experts model_type '{}' (its "
+        "experts train in full only); HINT: set lora.enabled = false",
+        c.model_type);
+  }
   ParamLayout layout;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
