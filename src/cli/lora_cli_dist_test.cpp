@@ -161,6 +161,27 @@ TEST_F(LoraCliTest, ResumeIsExactAndEvalOfAdapterEqualsTheMergedExport) {
   EXPECT_GT(std::abs(eval_loss(adapted) - eval_loss(base)), 1e-3) << "the adapter matters";
 }
 
+TEST_F(LoraCliTest, PlanFitsLlama2_70BLoraOnOneNodeOf80GBGpus) {
+  const std::string toml = dir() + "/plan.toml";
+  std::ofstream(toml) << "[model]\npath = \"" << SHARDTRAIN_SOURCE_DIR
+                      << "/bench/shapes/llama2-70b\"\ninit = \"random\"\n"
+                      << "[data]\npath = \"x.bin\"\nseq_len = 4096\n[train]\nmicro_batch = 1\n";
+  const std::string plan = kBinary + " plan --config " + toml + " --world-size 8 --gpu-memory 80GB";
+  const CommandResult lora = run_command(plan + " --lora.enabled=true --lora.rank=16 " +
+                                         "--lora.target_modules=all-linear");
+  ASSERT_EQ(lora.exit_code, 0) << lora.output;
+  EXPECT_NE(lora.output.find("lora: rank 16 on all-linear: 207093760 trainable"),
+            std::string::npos)
+      << lora.output;
+  EXPECT_NE(lora.output.find("smallest setting that fits: --fsdp.strategy=FULL_SHARD "
+                             "--train.activation_checkpointing=full"),
+            std::string::npos)
+      << lora.output;
+  // Full fine-tuning of the same model does not fit there (16 bytes of state per parameter).
+  const CommandResult full = run_command(plan);
+  EXPECT_EQ(full.output.find("smallest setting that fits"), std::string::npos) << full.output;
+}
+
 TEST_F(LoraCliTest, BadInputsAreOneLineAndExitTwo) {
   const auto expect_one_line = [](const CommandResult& r, const std::string& want) {
     EXPECT_EQ(r.exit_code, 2) << r.output;

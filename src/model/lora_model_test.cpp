@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/init_weights.h"
+#include "model/model_flops.h"
 #include "model/peft_adapter.h"
 #include "testing/golden_fixture.h"
 
@@ -182,6 +183,21 @@ TEST(LoraModelTest, CheckpointingGivesTheSameGradientsWithDropout) {
       EXPECT_LE(testing::max_relative_error(recomputed[u], plain[u]), 1e-6) << "unit " << u;
     }
   }
+}
+
+TEST(LoraFlopsTest, BaseRunsNoWeightGradientGemmAdaptersCountInFull) {
+  ModelConfig c = tiny_config();  // C 64, F 96, H 4 x D 16, K 2, V 96, L 2
+  const double full = training_flops_per_token(c, 12);
+  LoraConfig lora = lora_config();
+  const double adapted = training_flops_per_token(c, 12, lora);
+  const double matmul = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 96) + 96 * 64;
+  const double attention = 6 * 2 * 12 * 64;
+  EXPECT_DOUBLE_EQ(full, 6 * matmul + attention);
+  // r (I + O) per module: q, o 4 (64 + 64); k, v 4 (64 + 32); gate, up, down 4 (64 + 96).
+  const double adapters = 2 * 4 * 128 + 2 * 4 * 96 + 3 * 4 * 160;
+  EXPECT_DOUBLE_EQ(adapted, 4 * matmul + 6 * 2 * adapters + attention);
+  lora.target_modules = "q_proj";
+  EXPECT_DOUBLE_EQ(training_flops_per_token(c, 12, lora), 4 * matmul + 6 * 2 * 4 * 128 + attention);
 }
 
 }  // namespace
