@@ -5,7 +5,8 @@
 // parameters follow Hugging Face module order (the order of `model.named_parameters()`), each
 // starting at an offset that is a multiple of kParamAlignElems elements (128 bytes in bf16), with
 // one exception: a block's q_proj, k_proj and v_proj weights are packed back to back, then their
-// biases, so one GEMM computes all three projections (BlockWeights::qkv_proj). The layout is a pure
+// biases, so one GEMM computes all three projections (BlockWeights::qkv_proj). LoRA adapters
+// follow a block's base parameters (make_param_layout below). The layout is a pure
 // function of the ModelConfig, so it is identical on every rank and across runs.
 #pragma once
 
