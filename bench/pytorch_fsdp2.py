@@ -83,10 +83,14 @@ def main():
     config = transformers.AutoConfig.from_pretrained(os.path.dirname(config_path))
     config.use_cache = False
     torch.manual_seed(0)
+    # Mixture of experts: transformers' grouped-GEMM experts (torch grouped_mm over tokens sorted
+    # by expert), not its default loop over experts.
+    moe = getattr(config, "num_experts", 0) or getattr(config, "num_local_experts", 0)
+    experts = {"experts_implementation": "grouped_mm"} if moe else {}
     with torch.device("cuda"):
         model = transformers.AutoModelForCausalLM.from_config(
             config, attn_implementation="flex_attention" if args.documents else "sdpa",
-            dtype=torch.bfloat16 if args.lora else torch.float32)
+            dtype=torch.bfloat16 if args.lora else torch.float32, **experts)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     layers = model.model.layers
