@@ -190,6 +190,7 @@ TrainConfig with_absolute_paths(TrainConfig config) {
   config.data.cache_dir = absolute_path(config.data.cache_dir);
   config.train.output_dir = absolute_path(config.train.output_dir);
   config.train.checkpoint_dir = absolute_path(config.train.checkpoint_dir);
+  config.lora.adapter = absolute_path(config.lora.adapter);
   if (config.train.resume != "auto" && config.train.resume != "never") {
     config.train.resume = absolute_path(config.train.resume);
   }
