@@ -75,10 +75,9 @@ class LoraCliTest : public ::testing::Test {
   }
   CommandResult train(int world, const std::string& toml, const std::string& name,
                       const std::string& extra = "") {
-    return run_command(kBinary + " launch --standalone --nproc-per-node " +
-                       std::to_string(world) + " -- train --config " + toml + " --metrics " +
-                       dir() + "/" + name + ".jsonl --train.output_dir=" + dir() + "/" + name +
-                       "_out " + extra);
+    return run_command(kBinary + " launch --standalone --nproc-per-node " + std::to_string(world) +
+                       " -- train --config " + toml + " --metrics " + dir() + "/" + name +
+                       ".jsonl --train.output_dir=" + dir() + "/" + name + "_out " + extra);
   }
 
   testing::TempDir tmp_{"shardtrain_lora_cli_"};
@@ -96,8 +95,8 @@ TEST_F(LoraCliTest, EqualLossesAtWorldSizesOneTwoFourAndAPeftAdapterOut) {
   }
   for (size_t w = 1; w < losses.size(); ++w) {
     for (size_t s = 0; s < 3; ++s) {
-      EXPECT_NEAR(losses[w][s], losses[0][s], 1e-5 * losses[0][s]) << "world " << w << " step "
-                                                                   << s + 1;
+      EXPECT_NEAR(losses[w][s], losses[0][s], 1e-5 * losses[0][s])
+          << "world " << w << " step " << s + 1;
     }
   }
   const std::string out = dir() + "/w2_out";
@@ -153,8 +152,7 @@ TEST_F(LoraCliTest, ResumeIsExactAndEvalOfAdapterEqualsTheMergedExport) {
   const CommandResult adapted = run_command(kBinary + " eval --model " + kGolden + "llama_gqa" +
                                             " --adapter " + dir() + "/straight_out" + data);
   ASSERT_EQ(adapted.exit_code, 0) << adapted.output;
-  const CommandResult merged =
-      run_command(kBinary + " eval --model " + dir() + "/merged" + data);
+  const CommandResult merged = run_command(kBinary + " eval --model " + dir() + "/merged" + data);
   ASSERT_EQ(merged.exit_code, 0) << merged.output;
   const CommandResult base = run_command(kBinary + " eval --model " + kGolden + "llama_gqa" + data);
   EXPECT_NEAR(eval_loss(adapted), eval_loss(merged), 2e-4) << adapted.output << merged.output;
@@ -170,8 +168,7 @@ TEST_F(LoraCliTest, PlanFitsLlama2_70BLoraOnOneNodeOf80GBGpus) {
   const CommandResult lora = run_command(plan + " --lora.enabled=true --lora.rank=16 " +
                                          "--lora.target_modules=all-linear");
   ASSERT_EQ(lora.exit_code, 0) << lora.output;
-  EXPECT_NE(lora.output.find("lora: rank 16 on all-linear: 207093760 trainable"),
-            std::string::npos)
+  EXPECT_NE(lora.output.find("lora: rank 16 on all-linear: 207093760 trainable"), std::string::npos)
       << lora.output;
   EXPECT_NE(lora.output.find("smallest setting that fits: --fsdp.strategy=FULL_SHARD "
                              "--train.activation_checkpointing=full"),
@@ -212,9 +209,9 @@ TEST_F(LoraCliTest, BadInputsAreOneLineAndExitTwo) {
       << warned.output;
   config["r"] = 8;
   std::ofstream(adapter + "/adapter_config.json") << config.dump();
-  expect_one_line(run_command(kBinary + " eval --model " + kGolden + "llama_gqa --adapter " +
-                              adapter + data),
-                  "the model needs [8, 64]");
+  expect_one_line(
+      run_command(kBinary + " eval --model " + kGolden + "llama_gqa --adapter " + adapter + data),
+      "the model needs [8, 64]");
 
   // --merge of a run without LoRA.
   const std::string plain = dir() + "/plain.toml";

@@ -41,15 +41,16 @@ const std::vector<std::string>& lora_module_names() {
 void check_lora_supports(const std::string& model_type) {
   static const std::vector<std::string> supported = {"llama", "qwen2", "qwen3", "mistral"};
   if (std::find(supported.begin(), supported.end(), model_type) == supported.end()) {
-    fail("[lora] is not supported for model_type {} yet (it is for {}); HINT: train it without "
-         "lora.enabled",
-         model_type, fmt::join(supported, ", "));
+    fail(
+        "[lora] is not supported for model_type {} yet (it is for {}); HINT: train it without "
+        "lora.enabled",
+        model_type, fmt::join(supported, ", "));
   }
 }
 
 std::string lora_module_path(const std::string& module) {
-  const bool attention = module == "q_proj" || module == "k_proj" || module == "v_proj" ||
-                         module == "o_proj";
+  const bool attention =
+      module == "q_proj" || module == "k_proj" || module == "v_proj" || module == "o_proj";
   return (attention ? "self_attn." : "mlp.") + module;
 }
 
@@ -83,7 +84,9 @@ void LoraConfig::validate() const {
   }
   const std::vector<std::string> names = split_names(target_modules);
   if (names.empty()) {
-    fail("config key 'lora.target_modules' is empty; HINT: \"all-linear\" or e.g. \"q_proj,v_proj\"");
+    fail(
+        "config key 'lora.target_modules' is empty; HINT: \"all-linear\" or e.g. "
+        "\"q_proj,v_proj\"");
   }
   const std::vector<std::string>& known = lora_module_names();
   for (const std::string& name : names) {

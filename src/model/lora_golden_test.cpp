@@ -15,8 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,8 +85,8 @@ struct AdaptedModel {
 };
 
 // Skips (visibly) when the fixture has not been generated yet.
-#define SKIP_WITHOUT_FIXTURE(path)                                                              \
-  if (!fs::exists(path)) {                                                                      \
+#define SKIP_WITHOUT_FIXTURE(path)                                                             \
+  if (!fs::exists(path)) {                                                                     \
     GTEST_SKIP() << path << " not generated yet: run tools/make_lora_fixture.py --ours where " \
                  << "transformers and peft are, and commit tests/golden/lora/";                \
   }
@@ -100,8 +100,8 @@ TEST_P(LoraGoldenTest, PeftAdapterGivesPeftsLogitsLossAndGradients) {
   const Batch batch = testing::golden_batch(expected);
   AdaptedModel adapted(dir, batch);
   const testing::GoldenModel::Forward forward = adapted.forward(batch);
-  const double logits_error = max_relative_error(forward.logits,
-                                                 entry_f32(*expected.find("logits")));
+  const double logits_error =
+      max_relative_error(forward.logits, entry_f32(*expected.find("logits")));
   const double want_loss = entry_f32(*expected.find("loss"))[0];
   EXPECT_LE(logits_error, 1e-4);
   EXPECT_NEAR(forward.loss, want_loss, 1e-5 * want_loss);
@@ -179,8 +179,8 @@ TEST(LoraGoldenOursTest, OurAdapterHasPeftsNamesShapesAndConfigKeys) {
   testing::TempDir out("shardtrain_lora_golden_");
   std::vector<std::vector<float>> values;
   for (const UnitLayout& unit : layout.units) values.emplace_back(unit.numel, 0.0f);
-  save_peft_adapter(out.path(), config.lora, layout, [&](int u) { return values[u].data(); },
-                    SavePeftOptions{});
+  save_peft_adapter(
+      out.path(), config.lora, layout, [&](int u) { return values[u].data(); }, SavePeftOptions{});
   const auto tensors = [](const std::string& path) {
     std::set<std::pair<std::string, std::string>> named;
     for (const SafetensorsEntry& e : SafetensorsFile::open(path).entries()) {

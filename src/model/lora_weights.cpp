@@ -41,8 +41,8 @@ LoraAdapter adapter_for(const UnitLayout& unit, Tensor flat, int64_t base, int64
     const Tensor A = view_at(unit, flat, base, lora_param_name(layer, modules[m], 'A'));
     if (!first_A.defined()) first_A = A;
     // The layout packs a Linear's A matrices back to back (make_param_layout).
-    SHARDTRAIN_CHECK(static_cast<const char*>(first_A.data()) + rows * A.dim(1) *
-                             static_cast<int64_t>(dtype_size(A.dtype())) ==
+    SHARDTRAIN_CHECK(static_cast<const char*>(first_A.data()) +
+                             rows * A.dim(1) * static_cast<int64_t>(dtype_size(A.dtype())) ==
                          A.data(),
                      "LoRA A matrices of layer {} are not packed", layer);
     rows += A.dim(0);
@@ -58,7 +58,6 @@ LoraAdapter adapter_for(const UnitLayout& unit, Tensor flat, int64_t base, int64
   adapter.scratch = run.scratch;
   return adapter;
 }
-
 
 template <typename Visit>
 void for_each_linear(BlockWeights& w, int64_t q_width, int64_t kv_width, Visit&& visit) {
@@ -111,15 +110,14 @@ BlockWeights lora_block_grads(const UnitLayout& unit, const GradBuffer& grads, i
                   [&](Linear& linear, const std::vector<std::string>& modules,
                       const std::vector<int64_t>& columns, uint64_t index) {
                     linear.frozen = true;  // weight_OI and bias_O stay undefined
-                    linear.lora =
-                        adapter_for(unit, grads.flat, grads.offset, layer, modules, columns, run,
-                                    index);
+                    linear.lora = adapter_for(unit, grads.flat, grads.offset, layer, modules,
+                                              columns, run, index);
                   });
   return g;
 }
 
-LoraScratch declare_lora_scratch(ActivationPlan& plan, const ModelConfig& c,
-                                 const LoraConfig& lora, int64_t tokens) {
+LoraScratch declare_lora_scratch(ActivationPlan& plan, const ModelConfig& c, const LoraConfig& lora,
+                                 int64_t tokens) {
   const int64_t q_width = c.num_attention_heads * c.head_dim;
   const int64_t kv_width = c.num_key_value_heads * c.head_dim;
   int64_t qkv_slices = 0;

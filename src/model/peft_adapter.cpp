@@ -58,9 +58,10 @@ bool is_lora_param(const ParamSpec& spec) {
 PeftAdapterConfig read_peft_adapter_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / kConfigFile).string();
   if (!fs::is_regular_file(path)) {
-    fail("{} not found; HINT: lora.adapter / --adapter takes a PEFT adapter dir (the one "
-         "save_pretrained writes)",
-         path);
+    fail(
+        "{} not found; HINT: lora.adapter / --adapter takes a PEFT adapter dir (the one "
+        "save_pretrained writes)",
+        path);
   }
   nlohmann::json j;
   try {
@@ -133,9 +134,10 @@ PeftAdapterWeights PeftAdapterWeights::open(const std::string& dir, const ParamL
   const std::string path = (fs::path(dir) / kWeightsFile).string();
   if (!fs::is_regular_file(path)) {
     if (fs::is_regular_file(fs::path(dir) / "adapter_model.bin")) {
-      fail("{} not found (adapter_model.bin is a pickle); HINT: save the adapter with "
-           "save_pretrained(..., safe_serialization=True)",
-           path);
+      fail(
+          "{} not found (adapter_model.bin is a pickle); HINT: save the adapter with "
+          "save_pretrained(..., safe_serialization=True)",
+          path);
     }
     fail("{} not found; HINT: a PEFT adapter dir holds adapter_model.safetensors", path);
   }
@@ -148,22 +150,25 @@ PeftAdapterWeights PeftAdapterWeights::open(const std::string& dir, const ParamL
       expected.insert(name);
       const SafetensorsEntry* entry = file.find(name);
       if (entry == nullptr) {
-        fail("{}: tensor {} is missing (the model and lora targets need it); HINT: was the "
-             "adapter trained for this model and these target_modules?",
-             path, name);
+        fail(
+            "{}: tensor {} is missing (the model and lora targets need it); HINT: was the "
+            "adapter trained for this model and these target_modules?",
+            path, name);
       }
       if (entry->shape != spec.shape) {
-        fail("{}: tensor {} has shape {}, the model needs {}; HINT: the adapter belongs to "
-             "another base model or rank",
-             path, name, entry->shape.to_string(), spec.shape.to_string());
+        fail(
+            "{}: tensor {} has shape {}, the model needs {}; HINT: the adapter belongs to "
+            "another base model or rank",
+            path, name, entry->shape.to_string(), spec.shape.to_string());
       }
     }
   }
   for (const SafetensorsEntry& entry : file.entries()) {
     if (expected.count(entry.name) == 0) {
-      fail("{}: tensor {} is not an adapter of this model's targets; HINT: was the adapter "
-           "trained for this model (its adapter_config.json target_modules)?",
-           path, entry.name);
+      fail(
+          "{}: tensor {} is not an adapter of this model's targets; HINT: was the adapter "
+          "trained for this model (its adapter_config.json target_modules)?",
+          path, entry.name);
     }
   }
   return PeftAdapterWeights(std::move(file));
@@ -211,7 +216,8 @@ void save_peft_adapter(const std::string& out_dir, const LoraConfig& lora,
   std::vector<SafetensorsTensorSpec> specs;
   for (const UnitLayout& unit : layout.units) {
     for (const ParamSpec& spec : unit.params) {
-      if (is_lora_param(spec)) specs.push_back({peft_tensor_name(spec.name), options.dtype, spec.shape});
+      if (is_lora_param(spec))
+        specs.push_back({peft_tensor_name(spec.name), options.dtype, spec.shape});
     }
   }
   SafetensorsWriter writer((out / kWeightsFile).string(), specs, {{"format", "pt"}});
@@ -267,11 +273,11 @@ void merge_lora_unit(const LoraConfig& lora, const UnitLayout& unit, float* valu
   const float scale = lora.scale();
   for (const ParamSpec& a : unit.params) {
     if (!ends_with(a.name, ".lora_A.weight")) continue;
-    const std::string module = a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
+    const std::string module =
+        a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
     const int b_index = unit.find(module + ".lora_B.weight");
     const int w_index = unit.find(module + ".weight");
-    SHARDTRAIN_CHECK(b_index >= 0 && w_index >= 0, "LoRA module {} in unit {}", module,
-                     unit.name);
+    SHARDTRAIN_CHECK(b_index >= 0 && w_index >= 0, "LoRA module {} in unit {}", module, unit.name);
     const ParamSpec& b = unit.params[b_index];
     const ParamSpec& w = unit.params[w_index];
     const int64_t O = w.shape[0], I = w.shape[1], r = a.shape[0];

@@ -36,7 +36,8 @@ std::vector<std::vector<float>> numbered(const ParamLayout& layout) {
   std::vector<std::vector<float>> values;
   for (const UnitLayout& unit : layout.units) {
     values.emplace_back(unit.numel, 0.0f);
-    for (int64_t i = 0; i < unit.numel; ++i) values.back()[i] = 0.001f * static_cast<float>(i % 997);
+    for (int64_t i = 0; i < unit.numel; ++i)
+      values.back()[i] = 0.001f * static_cast<float>(i % 997);
   }
   return values;
 }
@@ -57,8 +58,8 @@ class PeftAdapterTest : public ::testing::Test {
     values_ = numbered(layout_);
     SavePeftOptions options;
     options.base_model_name_or_path = "meta-llama/Llama-2-7b-hf";
-    save_peft_adapter(dir(), lora_config(), layout_,
-                      [this](int u) { return values_[u].data(); }, options);
+    save_peft_adapter(
+        dir(), lora_config(), layout_, [this](int u) { return values_[u].data(); }, options);
   }
   std::string dir() const { return tmp_.path() + "/adapter"; }
   // Rewrites adapter_model.safetensors with `edit` applied to the list of (name, shape).
@@ -136,9 +137,8 @@ TEST_F(PeftAdapterTest, ShapeMismatchMissingAndExtraTensorsAreOneLine) {
   // Another rank in the model than in the file.
   LoraConfig wider = lora_config();
   wider.rank = 8;
-  const std::string shape = error_of([&] {
-    PeftAdapterWeights::open(dir(), make_param_layout(golden_config(), wider));
-  });
+  const std::string shape =
+      error_of([&] { PeftAdapterWeights::open(dir(), make_param_layout(golden_config(), wider)); });
   EXPECT_NE(shape.find("has shape [4, 64], the model needs [8, 64]"), std::string::npos) << shape;
 
   rewrite_weights([](std::vector<SafetensorsTensorSpec>& specs) { specs.pop_back(); });
@@ -147,8 +147,8 @@ TEST_F(PeftAdapterTest, ShapeMismatchMissingAndExtraTensorsAreOneLine) {
   EXPECT_NE(missing.find("adapter_model.safetensors"), std::string::npos) << missing;
 
   rewrite_weights([](std::vector<SafetensorsTensorSpec>& specs) {
-    specs.push_back({"base_model.model.model.layers.0.mlp.extra.lora_A.weight", DType::kF32,
-                     Shape{4, 64}});
+    specs.push_back(
+        {"base_model.model.model.layers.0.mlp.extra.lora_A.weight", DType::kF32, Shape{4, 64}});
   });
   const std::string extra = error_of([&] { PeftAdapterWeights::open(dir(), layout_); });
   EXPECT_NE(extra.find("layers.0.mlp.extra.lora_A.weight is not an adapter"), std::string::npos)

@@ -35,7 +35,7 @@ void LoraAdapter::forward(Ops& ops, Tensor x_NI, Tensor out_NO) const {
   const Tensor h_NS = fit(scratch->h_NS, {N, S * r});
   ops.linear_forward(dropped_input(ops, x_NI), A_SI, Tensor(), h_NS);
   if (whole_output(out_NO)) {
-    ops.copy_columns(h_NS, 0, h_NS, 0, r, scale, false);           // h *= scale, in place
+    ops.copy_columns(h_NS, 0, h_NS, 0, r, scale, false);                // h *= scale, in place
     ops.linear_forward_residual(h_NS, slices[0].B_OR, out_NO, out_NO);  // out += h @ B^T
     return;
   }
@@ -50,8 +50,8 @@ void LoraAdapter::forward(Ops& ops, Tensor x_NI, Tensor out_NO) const {
   }
 }
 
-void LoraAdapter::backward(Ops& ops, const LoraAdapter& grad, bool accumulate_grad,
-                           Tensor dout_NO, Tensor x_NI, Tensor dx_NI) const {
+void LoraAdapter::backward(Ops& ops, const LoraAdapter& grad, bool accumulate_grad, Tensor dout_NO,
+                           Tensor x_NI, Tensor dx_NI) const {
   const int64_t N = x_NI.dim(0), r = rank;
   const int64_t S = static_cast<int64_t>(slices.size());
   SHARDTRAIN_CHECK(grad.slices.size() == slices.size(), "LoRA gradient views");

@@ -27,16 +27,15 @@ namespace shardtrain {
 
 // Scratch every LoRA Linear shares (one Linear runs at a time), sized for the largest.
 struct LoraScratch {
-  Tensor h_NS, dh_NS;        // x @ A^T of every slice, and its gradient (S = slices x r)
-  Tensor hs_NR, dhs_NR;      // one slice's scaled h, and d(that slice's h)
-  Tensor slice_NO;           // one slice's output block (forward) or d(output block) (backward)
-  Tensor xd_NI, dxd_NI;      // dropout(x) and d(dropout(x)); declared only with dropout > 0
+  Tensor h_NS, dh_NS;    // x @ A^T of every slice, and its gradient (S = slices x r)
+  Tensor hs_NR, dhs_NR;  // one slice's scaled h, and d(that slice's h)
+  Tensor slice_NO;       // one slice's output block (forward) or d(output block) (backward)
+  Tensor xd_NI, dxd_NI;  // dropout(x) and d(dropout(x)); declared only with dropout > 0
 
   // rank: r; max_slices: the most slices one Linear has (3 for q/k/v); slice_width: the widest
   // slice of a packed Linear (0: none packed); max_in: the widest Linear input (I).
-  static LoraScratch declare(ActivationPlan& plan, int64_t tokens, int64_t rank,
-                             int64_t max_slices, int64_t slice_width, int64_t max_in,
-                             bool dropout);
+  static LoraScratch declare(ActivationPlan& plan, int64_t tokens, int64_t rank, int64_t max_slices,
+                             int64_t slice_width, int64_t max_in, bool dropout);
 };
 
 struct LoraSlice {
@@ -49,8 +48,8 @@ struct LoraAdapter {
   std::vector<LoraSlice> slices;  // in A_SI's row order
   int64_t rank = 0;
   float scale = 0;
-  float dropout = 0;           // 0 in evaluation
-  uint64_t dropout_seed = 0;   // this Linear's mask in this micro-batch
+  float dropout = 0;          // 0 in evaluation
+  uint64_t dropout_seed = 0;  // this Linear's mask in this micro-batch
   const LoraScratch* scratch = nullptr;
 
   bool defined() const { return A_SI.defined(); }

@@ -54,8 +54,8 @@ TEST(LoraLinearTest, PackedSlicesWithDropoutMatchPeftsFormula) {
   HostTensor h(DType::kF32, {N, 2 * r}), dh(DType::kF32, {N, 2 * r}), hs(DType::kF32, {N, r}),
       dhs(DType::kF32, {N, r}), slice(DType::kF32, {N, ref.Oq}), xd(DType::kF32, {N, I}),
       dxd(DType::kF32, {N, I});
-  scratch = LoraScratch{h.tensor,     dh.tensor, hs.tensor, dhs.tensor,
-                        slice.tensor, xd.tensor, dxd.tensor};
+  scratch =
+      LoraScratch{h.tensor, dh.tensor, hs.tensor, dhs.tensor, slice.tensor, xd.tensor, dxd.tensor};
   Linear linear{w.tensor, Tensor(), true};
   linear.lora.A_SI = a.tensor;
   linear.lora.slices = {{bq.tensor, 0}, {bv.tensor, ref.Oq + ref.Ok}};
@@ -240,7 +240,8 @@ ModelConfig tiny_config() {
 
 TEST(LoraLayoutTest, BaseFrozenFirstAdaptersAfterWithQkvAPacked) {
   const ParamLayout plain = make_param_layout(tiny_config());
-  const ParamLayout layout = make_param_layout(tiny_config(), enabled_lora("q_proj,v_proj,down_proj"));
+  const ParamLayout layout =
+      make_param_layout(tiny_config(), enabled_lora("q_proj,v_proj,down_proj"));
   ASSERT_EQ(layout.units.size(), plain.units.size());
   for (const ParamSpec& p : layout.units[kRootUnit].params) EXPECT_FALSE(p.trainable) << p.name;
   const UnitLayout& block = layout.units[block_unit(1)];
@@ -257,10 +258,11 @@ TEST(LoraLayoutTest, BaseFrozenFirstAdaptersAfterWithQkvAPacked) {
     adapters.push_back(block.params[i].name);
   }
   const std::string p = "model.layers.1.";
-  EXPECT_EQ(adapters, (std::vector<std::string>{
-                          p + "self_attn.q_proj.lora_A.weight", p + "self_attn.v_proj.lora_A.weight",
-                          p + "self_attn.q_proj.lora_B.weight", p + "self_attn.v_proj.lora_B.weight",
-                          p + "mlp.down_proj.lora_A.weight", p + "mlp.down_proj.lora_B.weight"}));
+  EXPECT_EQ(adapters,
+            (std::vector<std::string>{
+                p + "self_attn.q_proj.lora_A.weight", p + "self_attn.v_proj.lora_A.weight",
+                p + "self_attn.q_proj.lora_B.weight", p + "self_attn.v_proj.lora_B.weight",
+                p + "mlp.down_proj.lora_A.weight", p + "mlp.down_proj.lora_B.weight"}));
   const ParamSpec& aq = block.params[block.find(p + "self_attn.q_proj.lora_A.weight")];
   const ParamSpec& av = block.params[block.find(p + "self_attn.v_proj.lora_A.weight")];
   EXPECT_EQ(aq.shape, (Shape{4, 64}));

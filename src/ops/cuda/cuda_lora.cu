@@ -61,8 +61,7 @@ void dropout(DType dtype, const void* x, void* out, int64_t n, float p, uint64_t
   const float keep_scale = 1.0f / (1.0f - p);
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T, {
     dropout_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(out), n, threshold, keep_scale, seed,
-        accumulate);
+        static_cast<const T*>(x), static_cast<T*>(out), n, threshold, keep_scale, seed, accumulate);
   });
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
