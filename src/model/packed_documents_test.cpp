@@ -2,8 +2,9 @@
 // micro-batch equals the token-weighted mean of the losses of its documents evaluated alone,
 // and its parameter gradients equal the sum of theirs (both scaled by the packed target count),
 // within 1e-5 relative, for tiny transformers fixtures (llama with GQA; qwen3 with q/k norms;
-// mistral with a sliding window shorter than the documents; llama with full activation
-// checkpointing, whose backward recomputes attention). Without the document mask the same
+// mistral with a sliding window shorter than the documents; gemma3_text with a sliding and a
+// global layer, sandwich norms and a final soft cap, with and without recompute; llama with
+// full activation checkpointing, whose backward recomputes attention). Without the document mask the same
 // tokens and targets give another loss, so the comparison can fail.
 #include <gtest/gtest.h>
 
@@ -151,6 +152,8 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, PackedDocuments,
                          ::testing::Values(Case{"llama_gqa", DecoderModel::Checkpointing::kNone},
                                            Case{"qwen3", DecoderModel::Checkpointing::kNone},
                                            Case{"mistral_window", DecoderModel::Checkpointing::kNone},
+                                           Case{"gemma3_text", DecoderModel::Checkpointing::kNone},
+                                           Case{"gemma3_text", DecoderModel::Checkpointing::kFull},
                                            Case{"llama_gqa", DecoderModel::Checkpointing::kFull}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return info.param.model +
