@@ -183,7 +183,8 @@ TEST(LoraGoldenOursTest, OurAdapterHasPeftsNamesShapesAndConfigKeys) {
       out.path(), config.lora, layout, [&](int u) { return values[u].data(); }, SavePeftOptions{});
   const auto tensors = [](const std::string& path) {
     std::set<std::pair<std::string, std::string>> named;
-    for (const SafetensorsEntry& e : SafetensorsFile::open(path).entries()) {
+    const SafetensorsFile file = SafetensorsFile::open(path);  // entries() refer into it
+    for (const SafetensorsEntry& e : file.entries()) {
       named.insert({e.name, e.shape.to_string()});
     }
     return named;
@@ -193,7 +194,8 @@ TEST(LoraGoldenOursTest, OurAdapterHasPeftsNamesShapesAndConfigKeys) {
   const auto keys = [](const std::string& path) {
     std::ifstream in(path);
     std::set<std::string> names;
-    for (const auto& [key, value] : nlohmann::json::parse(in).items()) names.insert(key);
+    const nlohmann::json config = nlohmann::json::parse(in);  // items() refers into it
+    for (const auto& [key, value] : config.items()) names.insert(key);
     return names;
   };
   const std::set<std::string> ours = keys(out.path() + "/adapter_config.json");
