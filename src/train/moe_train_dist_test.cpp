@@ -1,7 +1,7 @@
 // Mixture-of-experts training across world sizes, with real worker processes (`shardtrain
 // train`, Gloo over loopback, a FileStore rendezvous): tests/golden/qwen3_moe (sparse and dense
 // blocks, experts sharded like every parameter) for 16 steps with the load-balancing loss on. The
-// global batch (4 sequences, micro-batch 1) is the same at world sizes 1 and 2, so the per-step
+// global batch (4 sequences, micro-batch 1) is the same at world sizes 1, 2 and 4, so the per-step
 // loss and aux_loss (metrics JSONL) must agree within 1e-5 relative; the second pass over the
 // data must have a lower mean loss than the first, and
 // with model.router_aux_loss = false no aux_loss is logged and the losses differ (its gradient
@@ -121,18 +121,22 @@ class MoeTrainDistTest : public ::testing::Test {
 
 std::string MoeTrainDistTest::dir_;
 
-TEST_F(MoeTrainDistTest, LossesAndAuxLossesAgreeAtWorldSizesOneAndTwo) {
+TEST_F(MoeTrainDistTest, LossesAndAuxLossesAgreeAtWorldSizesOneTwoAndFour) {
   const RunResult one = run("world1", 1, {});
-  const RunResult two = run("world2", 2, {});
   ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(two.losses.size(), static_cast<size_t>(kSteps));
   ASSERT_TRUE(one.aux_logged);
   ASSERT_EQ(one.aux_losses.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(two.aux_losses.size(), static_cast<size_t>(kSteps));
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(two.losses[s], one.losses[s], 1e-5 * one.losses[s]) << "step " << s + 1;
-    EXPECT_NEAR(two.aux_losses[s], one.aux_losses[s], 1e-5 * one.aux_losses[s]) << "step " << s + 1;
-    EXPECT_GT(one.aux_losses[s], 0.0);
+  for (const int world : {2, 4}) {
+    const RunResult many = run("world" + std::to_string(world), world, {});
+    ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps)) << world << " ranks";
+    ASSERT_EQ(many.aux_losses.size(), static_cast<size_t>(kSteps)) << world << " ranks";
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_NEAR(many.losses[s], one.losses[s], 1e-5 * one.losses[s])
+          << world << " ranks, step " << s + 1;
+      EXPECT_NEAR(many.aux_losses[s], one.aux_losses[s], 1e-5 * one.aux_losses[s])
+          << world << " ranks, step " << s + 1;
+      EXPECT_GT(one.aux_losses[s], 0.0);
+    }
   }
   std::printf("loss %.5f -> %.5f, aux_loss %.5f -> %.5f\n", one.losses.front(), one.losses.back(),
               one.aux_losses.front(), one.aux_losses.back());
