@@ -60,6 +60,16 @@ if grep -q -- "--documents" "$out/qwen2.5-1.5b-pytorch.log"; then
 fi
 if grep -q "eager" "$work/docs/table.txt"; then fail "+docs ran eager PyTorch"; fi
 
+# +fp8: ours in FP8, PyTorch's bf16 run of the plain shape reused (the same PyTorch settings).
+BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/fp8" qwen2.5-1.5b \
+  qwen2.5-1.5b+fp8 >"$work/fp8.txt" 2>&1 || { cat "$work/fp8.txt"; fail "+fp8 dry run"; }
+grep -q -- "--train.precision=fp8" "$work/fp8/qwen2.5-1.5b+fp8-shardtrain.log" ||
+  fail "+fp8: ours' precision"
+if grep -q -- "--train.precision" "$work/fp8/qwen2.5-1.5b-shardtrain.log"; then
+  fail "the plain run is fp8"
+fi
+grep -q "reused" "$work/fp8/qwen2.5-1.5b+fp8-pytorch.log" || fail "+fp8: PyTorch ran twice"
+
 rc=0
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" qwen2.5-1.5b+bogus \
   >"$work/bad.txt" 2>&1 || rc=$?
@@ -74,4 +84,4 @@ printf '{"loss":2.0}\n' >"$work/c.jsonl"
 if python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/c.jsonl" 2>/dev/null; then
   fail "loss-diff accepted runs of different lengths"
 fi
-echo "run_bench dry run: specs, +wgmma hook, shared PyTorch measurements, eager by default, +docs, bad spec, loss-diff: ok"
+echo "run_bench dry run: specs, +wgmma hook, shared PyTorch measurements, eager by default, +docs, +fp8, bad spec, loss-diff: ok"
