@@ -8,7 +8,8 @@ FLOPs per token (the one formula behind every MFU figure in bench/RESULTS.md):
 MFU = tokens/s per GPU x FLOPs per token / 790 TFLOP/s (the H200's measured bf16 matmul ceiling).
 
 Subcommands:
-  flops CONFIG_JSON SEQ_LEN             FLOPs per token
+  flops CONFIG_JSON SEQ_LEN [LORA_RANK] FLOPs per token (with LORA_RANK: LoRA on all seven
+                                        projections over a frozen base, the work actually done)
   bench-rows SHAPE OURS_TPS TORCH_TPS FLOPS OURS_MIB TORCH_MIB [PLAN_MIB [EAGER_TPS EAGER_MIB]]
                                         run_bench.sh's table rows for one shape: ours (with the
                                         plan's prediction and measured / plan), compiled
@@ -48,7 +49,7 @@ import sys
 PEAK_FLOPS = 790e12
 
 
-def flops_per_token(config_path, seq_len):
+def flops_per_token(config_path, seq_len, lora_rank=0):
     with open(config_path) as f:
         c = json.load(f)
     C, F, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
@@ -67,7 +68,15 @@ def flops_per_token(config_path, seq_len):
         Fe = F if mixtral else c.get("moe_intermediate_size", 768)
         moe = C * E + 3 * C * Fe * c.get("num_experts_per_tok", 2 if mixtral else 8)
     matmul = L * attention + (L - sparse) * 3 * C * F + (sparse * moe if sparse else 0) + V * C
-    return 6 * matmul + 6 * L * int(seq_len) * H * D
+    attention_scores = 6 * L * int(seq_len) * H * D
+    r = int(lora_rank)
+    if r > 0:
+        # A frozen base runs forward and the input-gradient GEMM only (4 x its matmuls); each
+        # adapter (r x I down, O x r up on q, k, v, o, gate, up, down) all three GEMMs
+        # (model/model_flops.cpp counts the same).
+        adapters = L * r * ((C + H * D) * 2 + (C + K * D) * 2 + (C + F) * 2 + (F + C))
+        return 4 * matmul + 6 * adapters + attention_scores
+    return 6 * matmul + attention_scores
 
 
 def mfu_percent(tokens_per_s, flops):
@@ -346,7 +355,7 @@ def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
     command, args = argv[1], argv[2:]
-    if command == "flops" and len(args) == 2:
+    if command == "flops" and len(args) in (2, 3):
         print(flops_per_token(*args))
     elif command == "bench-rows" and len(args) in (6, 7, 9):
         print(bench_rows(*args))

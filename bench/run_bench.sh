@@ -18,8 +18,8 @@
 #              (shardtrain_test_worker, the same program plus its test hooks) with
 #              SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma; the shipped binary reads no such variable
 #   +lora      LoRA rank 16, alpha 32, all seven projections, on both: ours --lora.* against
-#              PEFT's get_peft_model on a bf16 model (pytorch_fsdp2.py --lora 16); MFU then
-#              counts full fine-tuning's FLOPs (ours logs LoRA's own, model/model_flops.h)
+#              PEFT's get_peft_model on a bf16 model (pytorch_fsdp2.py --lora 16); MFU counts
+#              the work done: no weight-gradient GEMM on the frozen base (benchlib.py flops)
 #   +docs      packed documents instead of one random stream: both engines read one token file
 #              (OUT_DIR/doc-tokens-SHAPE-SEQ.bin, benchlib.py doc-tokens: random ids, documents
 #              of 200-3000 tokens drawn uniformly, seeded, in a version 3 document table), cut
@@ -67,7 +67,7 @@ for run in "${runs[@]}"; do
   fi
   [[ $seq =~ ^[0-9]+$ && $mb =~ ^[0-9]+$ ]] || { echo "run '$run': bad @SEQxMB" >&2; exit 2; }
   [[ -d $root/bench/shapes/$shape ]] || { echo "run '$run': no bench/shapes/$shape" >&2; exit 2; }
-  ours_args=() torch_args=() ours_env=() ours_bin=$bin docs=
+  ours_args=() torch_args=() ours_env=() ours_bin=$bin docs= lora_rank=0
   for mod in ${mods//+/ }; do
     case $mod in
       ckpt) ours_args+=(--train.activation_checkpointing=full) torch_args+=(--checkpointing) ;;
@@ -77,14 +77,14 @@ for run in "${runs[@]}"; do
       wgmma) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma)
         ours_bin=$(dirname "$bin")/shardtrain_test_worker ;;
       lora) ours_args+=(--lora.enabled=true --lora.rank=16 --lora.alpha=32
-        --lora.target_modules=all-linear) torch_args+=(--lora 16) ;;
+        --lora.target_modules=all-linear) torch_args+=(--lora 16) lora_rank=16 ;;
       docs) docs=1 ;;
       fp8) ours_args+=(--train.precision=fp8) ;;
       *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, lora, docs, fp8)" >&2; exit 2 ;;
     esac
   done
   config=$root/bench/shapes/$shape/config.json
-  flops=$(python3 "$lib" flops "$config" "$seq")
+  flops=$(python3 "$lib" flops "$config" "$seq" "$lora_rank")
   if [[ -n $docs ]]; then  # random ids cut into documents, for both engines
     tokens=$out/doc-tokens-$shape-$seq.bin
     [[ -f $tokens ]] || python3 "$lib" doc-tokens "$config" "$tokens" "$seq" 64

@@ -23,6 +23,18 @@ class FlopsTest(unittest.TestCase):
         config = os.path.join(ROOT, "bench", "shapes", "qwen2.5-1.5b", "config.json")
         self.assertEqual(int(benchlib.flops_per_token(config, seq)), expected)
 
+    def test_lora_counts_the_work_done(self):
+        # LoRA r 16 on all seven projections: the frozen base runs forward and dgrad only
+        # (4 x its matmuls), each adapter all three GEMMs on r x (in + out) weights.
+        h, kv, f, layers, vocab, seq, heads, dim, r = 1536, 256, 8960, 28, 151936, 4096, 12, 128, 16
+        matmul = layers * (2 * h * h + 2 * h * kv + 3 * h * f) + h * vocab
+        adapters = layers * r * (2 * (h + h) + 2 * (h + kv) + 3 * (h + f))
+        expected = 4 * matmul + 6 * adapters + 6 * layers * seq * heads * dim
+        config = os.path.join(ROOT, "bench", "shapes", "qwen2.5-1.5b", "config.json")
+        self.assertEqual(int(benchlib.flops_per_token(config, seq, r)), expected)
+        self.assertEqual(benchlib.flops_per_token(config, seq, 0),
+                         benchlib.flops_per_token(config, seq))
+
 
 class ScalingTableTest(unittest.TestCase):
     def setUp(self):
