@@ -225,18 +225,6 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
 
 }  // namespace
 
-const ChoiceNames<BadLinePolicy>& bad_line_policy_names() {
-  static const ChoiceNames<BadLinePolicy> names = {{"fail", BadLinePolicy::kFail},
-                                                   {"skip", BadLinePolicy::kSkip}};
-  return names;
-}
-
-const ChoiceNames<InvalidUtf8Policy>& invalid_utf8_policy_names() {
-  static const ChoiceNames<InvalidUtf8Policy> names = {{"fail", InvalidUtf8Policy::kFail},
-                                                       {"replace", InvalidUtf8Policy::kReplace}};
-  return names;
-}
-
 void validate_prepare_options(const PrepareOptions& options) {
   if (options.seq_len < 2) fail("seq_len is {}; it must be at least 2", options.seq_len);
   if (options.threads < 0) fail("threads is {}; use 0 (all cores) or more", options.threads);
