@@ -308,7 +308,10 @@ ModelConfig read_hf_config(const std::string& path) {
     }
   }
   const KeyReader top(path, root, text_config ? std::string(wrapper->text_key) + "." : "");
-  if (wrapper != nullptr) c.model_type = top.string("model_type", wrapper->text_model_type);
+  if (wrapper != nullptr) {
+    c.multimodal_model_type = c.model_type;
+    c.model_type = top.string("model_type", wrapper->text_model_type);
+  }
   const ModelFamily* family = find_model_family(c.model_type);
   if (family == nullptr) {
     fail(

@@ -38,13 +38,21 @@ const std::vector<std::string>& lora_module_names() {
   return names;
 }
 
-void check_lora_supports(const std::string& model_type) {
-  static const std::vector<std::string> supported = {"llama", "qwen2", "qwen3", "mistral"};
-  if (std::find(supported.begin(), supported.end(), model_type) == supported.end()) {
+void check_lora_supports(const ModelConfig& config) {
+  if (!config.multimodal_model_type.empty()) {
+    fail(
+        "[lora] is not supported for the multimodal model_type {} yet (its PEFT adapter names "
+        "the text model's modules under model.language_model); HINT: train the text-only "
+        "checkpoint ({}) with LoRA, or this one without lora.enabled",
+        config.multimodal_model_type, config.model_type);
+  }
+  static const std::vector<std::string> supported = {"llama", "qwen2", "qwen3", "mistral",
+                                                     "gemma3_text"};
+  if (std::find(supported.begin(), supported.end(), config.model_type) == supported.end()) {
     fail(
         "[lora] is not supported for model_type {} yet (it is for {}); HINT: train it without "
         "lora.enabled",
-        model_type, fmt::join(supported, ", "));
+        config.model_type, fmt::join(supported, ", "));
   }
 }
 

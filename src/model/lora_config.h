@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "model/model_config.h"
 
 namespace shardtrain {
 
@@ -46,9 +47,11 @@ struct LoraConfig {
   bool targets(const std::string& module) const;
 };
 
-// Throws Error (one line) for a model_type whose blocks LoRA does not attach to yet (the dense
-// llama, qwen2, qwen3 and mistral blocks are supported; Gemma's extra norms and MoE experts not).
-void check_lora_supports(const std::string& model_type);
+// Throws Error (one line) for a model LoRA does not attach to: the dense llama, qwen2, qwen3,
+// mistral and gemma3_text blocks are supported; MoE experts are not (make_param_layout refuses
+// them), nor the text part of a multimodal checkpoint (gemma3), whose PEFT adapter names its
+// modules under model.language_model and whose all-linear reaches the vision tower too.
+void check_lora_supports(const ModelConfig& config);
 
 // The linear modules of a decoder block LoRA can target, in Hugging Face module order.
 const std::vector<std::string>& lora_module_names();

@@ -1,16 +1,24 @@
-// The decoder with LoRA adapters on every linear (fp32 CPU, whole units in one process):
+// The decoder with LoRA adapters on every linear (fp32 CPU, whole units in one process), for a
+// Llama block and for Gemma 3's (tests/golden/gemma3_text: sandwich norms with 1 + weight,
+// GeGLU, scaled embeddings, sliding layers, the final soft cap, tied embeddings):
 //  - its loss and logits equal those of the plain model whose weights have the adapters merged
 //    in (W + scale B A), which checks the packed q/k/v slices and the merge (--merge) at once;
 //  - the adapters' gradients equal central finite differences of the loss;
 //  - the frozen base gets no gradient (its region of the buffer is left as it was);
 //  - activation checkpointing (full, selective) gives the same adapter gradients as none, with
 //    dropout on (backward and recompute regenerate forward's masks).
+// The multimodal Gemma 3 (model_type gemma3) is refused with one line.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
+#include "core/error.h"
+#include "core/testing/test_support.h"
+#include "model/hf_config.h"
 #include "model/init_weights.h"
 #include "model/model_flops.h"
 #include "model/peft_adapter.h"
@@ -32,6 +40,12 @@ ModelConfig tiny_config() {
   c.max_position_embeddings = 64;
   c.tie_word_embeddings = false;
   return c;
+}
+
+// The model each parameterised test runs on: "llama" (tiny_config) or a golden fixture's.
+ModelConfig config_named(const std::string& name) {
+  if (name == "llama") return tiny_config();
+  return read_hf_config(testing::kGolden + name + "/config.json");
 }
 
 LoraConfig lora_config(double dropout = 0.0) {
@@ -77,9 +91,10 @@ struct Model {
   DecoderModel model;
   LocalUnits units;
   Batch batch = tiny_batch();
-  Model(const LoraConfig& lora, const std::vector<std::vector<float>>& values,
+  Model(const ModelConfig& config, const LoraConfig& lora,
+        const std::vector<std::vector<float>>& values,
         DecoderModel::Checkpointing checkpointing = DecoderModel::Checkpointing::kNone)
-      : model(tiny_config(), *ops, lora), units(*ops, model.layout(), true) {
+      : model(config, *ops, lora), units(*ops, model.layout(), true) {
     for (int u = 0; u < model.unit_count(); ++u) {
       std::vector<float> unit(model.layout().units[u].numel);
       std::copy(values[u].begin(), values[u].begin() + static_cast<int64_t>(unit.size()),
@@ -115,32 +130,37 @@ struct Model {
   }
 };
 
-TEST(LoraModelTest, EqualsThePlainModelWithMergedWeights) {
+class LoraModelTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  const ModelConfig config_ = config_named(GetParam());
+};
+
+TEST_P(LoraModelTest, EqualsThePlainModelWithMergedWeights) {
   const LoraConfig lora = lora_config();
-  const ParamLayout layout = make_param_layout(tiny_config(), lora);
+  const ParamLayout layout = make_param_layout(config_, lora);
   std::vector<std::vector<float>> values = lora_values(layout);
-  Model adapted(lora, values);
+  Model adapted(config_, lora, values);
   std::vector<float> adapted_logits;
   const double adapted_loss = adapted.loss(&adapted_logits);
 
   for (int u = 1; u < static_cast<int>(layout.units.size()); ++u) {
     merge_lora_unit(lora, layout.units[u], values[u].data());
   }
-  Model merged(LoraConfig(), values);  // the plain layout is the LoRA one's base part
+  Model merged(config_, LoraConfig(), values);  // the plain layout is the LoRA one's base part
   std::vector<float> merged_logits;
   const double merged_loss = merged.loss(&merged_logits);
   EXPECT_NEAR(adapted_loss, merged_loss, 1e-5 * merged_loss);
   EXPECT_LE(testing::max_relative_error(adapted_logits, merged_logits), 2e-5);
 
-  Model base_only(LoraConfig(), lora_values(layout));  // adapters dropped: another loss
+  Model base_only(config_, LoraConfig(), lora_values(layout));  // adapters dropped: another loss
   EXPECT_GT(std::abs(base_only.loss() - adapted_loss), 1e-3);
 }
 
-TEST(LoraModelTest, AdapterGradientsAreFiniteDifferencesAndTheBaseGetsNone) {
+TEST_P(LoraModelTest, AdapterGradientsAreFiniteDifferencesAndTheBaseGetsNone) {
   const LoraConfig lora = lora_config();
-  const ParamLayout layout = make_param_layout(tiny_config(), lora);
+  const ParamLayout layout = make_param_layout(config_, lora);
   const std::vector<std::vector<float>> values = lora_values(layout);
-  Model model(lora, values);
+  Model model(config_, lora, values);
   const std::vector<std::vector<float>> grads = model.grads();
   int checked = 0;
   for (int u = 1; u < static_cast<int>(layout.units.size()); ++u) {
@@ -156,9 +176,9 @@ TEST(LoraModelTest, AdapterGradientsAreFiniteDifferencesAndTheBaseGetsNone) {
         std::vector<std::vector<float>> shifted = values;
         const float eps = 1e-2f;
         shifted[u][e] = values[u][e] + eps;
-        const double up = Model(lora, shifted).loss();
+        const double up = Model(config_, lora, shifted).loss();
         shifted[u][e] = values[u][e] - eps;
-        const double down = Model(lora, shifted).loss();
+        const double down = Model(config_, lora, shifted).loss();
         const double numeric = (up - down) / (2.0 * eps);
         EXPECT_NEAR(grads[u][e], numeric, 2e-3 * std::max(1.0, std::abs(numeric)) + 2e-4)
             << spec.name << "[" << i << "]";
@@ -169,20 +189,65 @@ TEST(LoraModelTest, AdapterGradientsAreFiniteDifferencesAndTheBaseGetsNone) {
   EXPECT_EQ(checked, 2 * 14 * 3);  // 2 blocks x 7 modules x (A, B) x 3 elements
 }
 
-TEST(LoraModelTest, CheckpointingGivesTheSameGradientsWithDropout) {
+TEST_P(LoraModelTest, CheckpointingGivesTheSameGradientsWithDropout) {
   const LoraConfig lora = lora_config(0.2);
-  const ParamLayout layout = make_param_layout(tiny_config(), lora);
+  const ParamLayout layout = make_param_layout(config_, lora);
   const std::vector<std::vector<float>> values = lora_values(layout);
-  const std::vector<std::vector<float>> plain = Model(lora, values).grads();
-  const std::vector<std::vector<float>> without_dropout = Model(lora_config(0.0), values).grads();
+  const std::vector<std::vector<float>> plain = Model(config_, lora, values).grads();
+  const std::vector<std::vector<float>> without_dropout =
+      Model(config_, lora_config(0.0), values).grads();
   EXPECT_GT(testing::max_relative_error(plain[1], without_dropout[1]), 1e-3)
       << "dropout changes the gradients";
   for (auto mode : {DecoderModel::Checkpointing::kFull, DecoderModel::Checkpointing::kSelective}) {
-    const std::vector<std::vector<float>> recomputed = Model(lora, values, mode).grads();
+    const std::vector<std::vector<float>> recomputed = Model(config_, lora, values, mode).grads();
     for (size_t u = 0; u < plain.size(); ++u) {
       EXPECT_LE(testing::max_relative_error(recomputed[u], plain[u]), 1e-6) << "unit " << u;
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, LoraModelTest, ::testing::Values("llama", "gemma3_text"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// Gemma 3 4B-27B: the text part of a multimodal config.json (model_type gemma3, text_config).
+TEST(LoraSupportTest, RefusesMultimodalGemma3WithOneLine) {
+  const testing::TempDir dir("shardtrain_lora_gemma3_");
+  nlohmann::json text;
+  std::ifstream(testing::kGolden + "gemma3_text/config.json") >> text;
+  const nlohmann::json wrapper = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                                  {"model_type", "gemma3"},
+                                  {"text_config", text}};
+  std::ofstream(dir.path() + "/config.json") << wrapper.dump(2);
+  const ModelConfig config = read_hf_config(dir.path() + "/config.json");
+  EXPECT_EQ(config.multimodal_model_type, "gemma3");
+  EXPECT_EQ(config_named("gemma3_text").multimodal_model_type, "");
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  std::string message;
+  try {
+    DecoderModel model(config, *ops, lora_config());
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("multimodal model_type gemma3"), std::string::npos) << message;
+  EXPECT_NE(message.find("lora.enabled"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  DecoderModel plain(config, *ops);  // without LoRA it trains as before
+  EXPECT_GT(plain.unit_count(), 1);
+}
+
+TEST(LoraSupportTest, RefusesMixtureOfExpertsWithOneLine) {
+  const ModelConfig config = config_named("qwen3_moe");
+  std::unique_ptr<Ops> ops = make_cpu_ops();
+  std::string message;
+  try {
+    DecoderModel model(config, *ops, lora_config());
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("mixture-of-experts"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 TEST(LoraFlopsTest, BaseRunsNoWeightGradientGemmAdaptersCountInFull) {

@@ -99,6 +99,11 @@ BlockWeights lora_block_grads(const UnitLayout& unit, const GradBuffer& grads, i
   const int64_t hidden = unit.params[unit.find(p + "input_layernorm.weight")].numel();
   g.input_norm_C = sink_of(hidden);
   g.post_attention_norm_C = sink_of(hidden);
+  // Gemma's sandwich norms: the MLP's input and output norms are frozen too.
+  if (unit.find(p + "pre_feedforward_layernorm.weight") >= 0) {
+    g.pre_feedforward_norm_C = sink_of(hidden);
+    g.post_feedforward_norm_C = sink_of(hidden);
+  }
   const int q_norm = unit.find(p + "self_attn.q_norm.weight");
   if (q_norm >= 0) {
     g.attention.q_norm_D = sink_of(unit.params[q_norm].numel());

@@ -44,6 +44,9 @@ enum class LayerAttention { kFull, kSliding };
 
 struct ModelConfig {
   std::string model_type = "llama";  // a model_type of model/family_table.h
+  // The multimodal model_type config.json named when this is its text part ("gemma3", whose
+  // text_config was read: weights under a language-model prefix); "" for a text model.
+  std::string multimodal_model_type;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

@@ -2,6 +2,7 @@
 // back into the same values, and every bad adapter dir is one Error line naming the file.
 #include "model/peft_adapter.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -111,6 +112,54 @@ TEST_F(PeftAdapterTest, WritesPeftsNamesShapesAndConfigKeys) {
   EXPECT_EQ(j["base_model_name_or_path"], "meta-llama/Llama-2-7b-hf");
   EXPECT_EQ(j["target_modules"].size(), 7u);
   EXPECT_FALSE(fs::exists(dir() + "/model.safetensors")) << "the base is not copied";
+}
+
+// Gemma 3's text model (Gemma3ForCausalLM) under PEFT: the same module paths as Llama's, and
+// only the adapters: no tensor of its extra norms.
+TEST(PeftGemma3Test, WritesPeftsNamesForTheTextModelAndReadsThemBack) {
+  const ModelConfig config = read_hf_config(testing::kGolden + "gemma3_text/config.json");
+  const ParamLayout layout = make_param_layout(config, lora_config());
+  const std::vector<std::vector<float>> values = numbered(layout);
+  const testing::TempDir tmp("shardtrain_peft_gemma3_");
+  save_peft_adapter(
+      tmp.path(), lora_config(), layout, [&values](int u) { return values[u].data(); },
+      SavePeftOptions());
+  const SafetensorsFile file = SafetensorsFile::open(tmp.path() + "/adapter_model.safetensors");
+  std::set<std::string> names;
+  for (const SafetensorsEntry& e : file.entries()) names.insert(e.name);
+  std::set<std::string> expected;
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                          "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+      for (const char* which : {"A", "B"}) {
+        expected.insert(
+            fmt::format("base_model.model.model.layers.{}.{}.lora_{}.weight", layer, m, which));
+      }
+    }
+  }
+  EXPECT_EQ(names, expected);
+  // q: 4 heads x head_dim 32 from hidden 64; gate: intermediate 128 from 64; down: 64 from 128.
+  const auto shape_of = [&file](const std::string& name) {
+    const SafetensorsEntry* e = file.find("base_model.model.model.layers.1." + name);
+    return e ? e->shape : Shape{};
+  };
+  EXPECT_EQ(shape_of("self_attn.q_proj.lora_B.weight"), (Shape{128, 4}));
+  EXPECT_EQ(shape_of("self_attn.k_proj.lora_B.weight"), (Shape{64, 4}));
+  EXPECT_EQ(shape_of("self_attn.o_proj.lora_A.weight"), (Shape{4, 128}));
+  EXPECT_EQ(shape_of("mlp.gate_proj.lora_B.weight"), (Shape{128, 4}));
+  EXPECT_EQ(shape_of("mlp.down_proj.lora_A.weight"), (Shape{4, 128}));
+
+  const PeftAdapterWeights adapter = PeftAdapterWeights::open(tmp.path(), layout);
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    for (const ParamSpec& spec : layout.units[u].params) {
+      if (!is_lora_param(spec)) continue;
+      std::vector<float> read(spec.numel());
+      adapter.read_range(spec, 0, spec.numel(), read.data());
+      for (int64_t i = 0; i < spec.numel(); ++i) {
+        ASSERT_EQ(read[i], values[u][spec.offset + i]) << spec.name << "[" << i << "]";
+      }
+    }
+  }
 }
 
 TEST_F(PeftAdapterTest, ReadsBackTheConfigAndTheValues) {
