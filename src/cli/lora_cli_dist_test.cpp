@@ -5,6 +5,8 @@
 //    (the checkpoint holds only the adapters and their optimizer state);
 //  - `eval --adapter` on the base equals `eval` of `export --merge`'s model, and `export` of
 //    the checkpoint writes the same adapter the run wrote;
+//  - Gemma 3 (gemma3_text): equal losses at world sizes 1 and 2, PEFT's names in the adapter,
+//    and its `eval --adapter` equals the merged export's;
 //  - bad inputs are one line and exit 2: a target that is no module of the model, rank 0, an
 //    adapter of another rank, --merge of a run without LoRA; another base_model_name_or_path
 //    is one warning line.
@@ -60,10 +62,12 @@ class LoraCliTest : public ::testing::Test {
   void SetUp() override { testing::write_random_sequences(dir() + "/data.jsonl", 16, 11, 96); }
   std::string dir() const { return tmp_.path(); }
 
-  // A job training LoRA adapters on the llama_gqa golden model (4 sequences a step).
-  std::string job(const std::string& name, const std::string& lora_keys, int steps = 3) {
+  // A job training LoRA adapters on a golden model (llama_gqa unless `model`; 4 sequences a
+  // step).
+  std::string job(const std::string& name, const std::string& lora_keys, int steps = 3,
+                  const std::string& model = "llama_gqa") {
     const std::string path = dir() + "/" + name + ".toml";
-    std::ofstream(path) << "[model]\npath = \"" << kGolden << "llama_gqa\"\ndtype = \"fp32\"\n"
+    std::ofstream(path) << "[model]\npath = \"" << kGolden << model << "\"\ndtype = \"fp32\"\n"
                         << "[data]\npath = \"" << dir() << "/data.jsonl\"\nseq_len = 16\n"
                         << "[train]\nsteps = " << steps << "\nmicro_batch = 1\nglobal_batch = 4\n"
                         << "seed = 7\ndevice = \"cpu\"\n"
@@ -155,6 +159,49 @@ TEST_F(LoraCliTest, ResumeIsExactAndEvalOfAdapterEqualsTheMergedExport) {
   const CommandResult merged = run_command(kBinary + " eval --model " + dir() + "/merged" + data);
   ASSERT_EQ(merged.exit_code, 0) << merged.output;
   const CommandResult base = run_command(kBinary + " eval --model " + kGolden + "llama_gqa" + data);
+  EXPECT_NEAR(eval_loss(adapted), eval_loss(merged), 2e-4) << adapted.output << merged.output;
+  EXPECT_GT(std::abs(eval_loss(adapted) - eval_loss(base)), 1e-3) << "the adapter matters";
+}
+
+TEST_F(LoraCliTest, Gemma3TextTrainsAtWorldSizesOneTwoAndItsAdapterEvalEqualsTheMerge) {
+  const std::string toml = job("gemma", "target_modules = \"all-linear\"\n", 3, "gemma3_text");
+  const std::string ckpt = dir() + "/ckpt_gemma";
+  CommandResult r = train(1, toml, "gemma1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = train(2, toml, "gemma2", "--checkpoint-dir " + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> one = metric_losses(dir() + "/gemma1.jsonl");
+  const std::vector<double> two = metric_losses(dir() + "/gemma2.jsonl");
+  ASSERT_EQ(one.size(), 3u) << r.output;
+  ASSERT_EQ(two.size(), 3u) << r.output;
+  for (size_t s = 0; s < 3; ++s) {
+    EXPECT_NEAR(two[s], one[s], 1e-5 * one[s]) << "step " << s + 1;
+  }
+  const std::string out = dir() + "/gemma2_out";
+  const SafetensorsFile adapter = SafetensorsFile::open(out + "/adapter_model.safetensors");
+  EXPECT_EQ(adapter.entries().size(), 2u * 7u * 2u);
+  // B starts at zero (PEFT's init) and trained away from it.
+  const SafetensorsEntry* gate_b =
+      adapter.find("base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight");
+  ASSERT_NE(gate_b, nullptr);
+  ASSERT_EQ(gate_b->dtype, DType::kF32);
+  const float* b = static_cast<const float*>(gate_b->data);
+  float largest = 0;
+  for (int64_t i = 0; i < gate_b->shape.numel(); ++i) largest = std::max(largest, std::abs(b[i]));
+  EXPECT_GT(largest, 1e-3f) << "the adapters learn";
+
+  r = run_command(kBinary + " export " + ckpt + " --out " + dir() + "/gemma_merged --merge " +
+                  "--dtype fp32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string data = " --data " + dir() + "/data.jsonl --seq-len 16 --device cpu";
+  const std::string base_dir = kGolden + "gemma3_text";
+  const CommandResult adapted =
+      run_command(kBinary + " eval --model " + base_dir + " --adapter " + out + data);
+  ASSERT_EQ(adapted.exit_code, 0) << adapted.output;
+  const CommandResult merged =
+      run_command(kBinary + " eval --model " + dir() + "/gemma_merged" + data);
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  const CommandResult base = run_command(kBinary + " eval --model " + base_dir + data);
   EXPECT_NEAR(eval_loss(adapted), eval_loss(merged), 2e-4) << adapted.output << merged.output;
   EXPECT_GT(std::abs(eval_loss(adapted) - eval_loss(base)), 1e-3) << "the adapter matters";
 }
