@@ -111,7 +111,8 @@ TokenFileLayout checked_layout(const std::string& path, const Header& header, si
   layout.has_mask = (header.flags & kTokenFileHasLossMask) != 0;
   layout.has_table = header.version == kTokenFileVersionDocuments;
   const uint64_t bytes_per_token = layout.has_mask ? 5 : 4;
-  constexpr uint64_t kMaxTokens = (UINT64_MAX - kTokenFileHeaderBytes) / 5;
+  // Bounded so that the data's end plus a document table's count (8 bytes) cannot wrap around.
+  constexpr uint64_t kMaxTokens = (UINT64_MAX - kTokenFileHeaderBytes - 8) / 5;
   if (header.n_tokens > kMaxTokens) {
     fail(
         "token file {}: header claims {} tokens, which cannot fit in any file; the header is "

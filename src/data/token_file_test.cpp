@@ -164,6 +164,24 @@ TEST_F(TokenFileTest, HugeTokenCountDoesNotOverflow) {
             std::string::npos);
 }
 
+// A version 3 header whose token count leaves no room for the document table's count before
+// UINT64_MAX (a fuzzer's find): the size check must not wrap around and read past the mapping.
+TEST_F(TokenFileTest, HugeTokenCountWithADocumentTableDoesNotWrap) {
+  std::string bytes = "SHTOKENS";
+  const auto put = [&](uint64_t value, int width) {
+    for (int i = 0; i < width; ++i) bytes.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  };
+  put(3, 4);                      // version 3: a document table follows the data
+  put(1, 4);                      // flags: loss mask
+  put(0x333333333333332cull, 8);  // n_tokens: 32 + 5 n fits in 64 bits, + 8 does not
+  put(64, 8);                     // packed seq_len
+  bytes.resize(32, '\0');
+  bytes += std::string(24, '\x21');
+  write_bytes(path("w.bin"), bytes);
+  const std::string message = error_of([&] { TokenFile f(path("w.bin")); });
+  EXPECT_NE(message.find("header is corrupt"), std::string::npos) << message;
+}
+
 TEST_F(TokenFileTest, MissingFile) {
   EXPECT_NE(error_of([&] { TokenFile f(path("none.bin")); }).find("cannot open"),
             std::string::npos);
