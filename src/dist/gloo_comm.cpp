@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -131,7 +132,7 @@ class GlooComm final : public Comm {
     if (size_ == 1) return;
     gloo::AllgatherOptions opts(context_);
     opts.setOutput(out_data, static_cast<size_t>(out.numel()));
-    gloo::allgather(opts);
+    run("all_gather", [&] { gloo::allgather(opts); });
   }
 
   void reduce_scatter(Tensor out, Tensor in, ReduceOp op) override {
@@ -167,13 +168,13 @@ class GlooComm final : public Comm {
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(static_cast<float*>(inout.data()), static_cast<size_t>(inout.numel()));
     opts.setRoot(root);
-    gloo::broadcast(opts);
+    run("broadcast", [&] { gloo::broadcast(opts); });
   }
 
   void barrier() override {
     if (size_ == 1) return;
     gloo::BarrierOptions opts(context_);
-    gloo::barrier(opts);
+    run("barrier", [&] { gloo::barrier(opts); });
   }
 
   std::unique_ptr<Comm> split(int color, int key) override {
@@ -209,7 +210,25 @@ class GlooComm final : public Comm {
     opts.setOutput(data, count);
     void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
     opts.setReduceFunction(sum);
-    gloo::allreduce(opts);
+    run("all_reduce", [&] { gloo::allreduce(opts); });
+  }
+
+  // A collective whose peer went away (its connection closed or timed out: Gloo's IoException)
+  // means another rank died or hangs, neither a bug here nor a user error: one line naming the
+  // collective and this rank, and the process ends with code 1 at once (the launcher restarts
+  // or reports the group; waiting on would only hang), as a failed NCCL collective aborts.
+  template <typename Collective>
+  void run(const char* name, Collective&& collective) {
+    try {
+      collective();
+    } catch (const gloo::IoException& e) {
+      std::fprintf(stderr,
+                   "shardtrain: Gloo %s failed on rank %d of %d (group '%s'): %s\nHINT: another "
+                   "rank probably died or is stuck: check its log first\n",
+                   name, rank_, size_, prefix_.c_str(), e.what());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
   }
 
   Store& store_;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "core/testing/test_support.h"
 #include "dist/file_store.h"
@@ -108,6 +109,27 @@ TEST(GlooCommSplit, FourRanksSplitIntoTwoByTwoMesh) {
     std::unique_ptr<Comm> reversed = comm.split(0, -comm.rank());
     EXPECT_EQ(reversed->rank(), 3 - comm.rank());
   });
+}
+
+// A peer that goes away during a collective is a dead rank, not a bug: the survivor prints one
+// line naming the collective and its rank and exits with code 1 (not the internal-error line).
+TEST(GlooCommDeath, APeerThatLeavesEndsTheCollectiveWithOneLine) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        testing::TempDir dir("shardtrain_gloo_death_");
+        FileStore store(dir.path());
+        std::unique_ptr<Comm> survivor;
+        std::thread leaver([&] {
+          std::unique_ptr<Comm> comm = make_gloo_comm(store, 1, 2, "death");
+          comm.reset();  // closes its connections without joining the all-reduce
+        });
+        survivor = make_gloo_comm(store, 0, 2, "death");
+        leaver.join();
+        std::vector<float> values(1024, 1.0f);
+        survivor->all_reduce(view(values), ReduceOp::kSum);
+      },
+      ::testing::ExitedWithCode(1), "Gloo all_reduce failed on rank 0 of 2 .*another rank");
 }
 
 TEST(FileStoreTest, AddCompareSetAndTimeoutNamesKey) {
