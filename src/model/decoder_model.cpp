@@ -42,7 +42,6 @@ bool any_qk_norm(const ModelConfig& c) {
 
 DecoderModel::DecoderModel(const ModelConfig& config, Ops& ops, const LoraConfig& lora)
     : config_(config), lora_(lora), layout_(make_param_layout(config, lora)), ops_(ops) {
-  if (lora.enabled) check_lora_supports(config);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     recipes_.push_back(block_recipe(config, l));
   }

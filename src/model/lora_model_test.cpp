@@ -233,6 +233,14 @@ TEST(LoraSupportTest, RefusesMultimodalGemma3WithOneLine) {
   EXPECT_NE(message.find("multimodal model_type gemma3"), std::string::npos) << message;
   EXPECT_NE(message.find("lora.enabled"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  // The layout refuses it too, so plan, export and eval say the same as training.
+  std::string layout_message;
+  try {
+    make_param_layout(config, lora_config());
+  } catch (const Error& e) {
+    layout_message = e.what();
+  }
+  EXPECT_EQ(layout_message, message);
   DecoderModel plain(config, *ops);  // without LoRA it trains as before
   EXPECT_GT(plain.unit_count(), 1);
 }

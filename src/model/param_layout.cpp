@@ -117,6 +117,8 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
         "experts train in full only); HINT: set lora.enabled = false",
         c.model_type);
   }
+  // Here, not only in the model, so plan, export and eval refuse what training would.
+  if (lora.enabled) check_lora_supports(c);
   ParamLayout layout;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
