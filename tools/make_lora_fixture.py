@@ -36,6 +36,9 @@ CASES = [
     ("qwen2_qv_down_rslora", "qwen2_tied_bias",
      dict(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"],
           lora_dropout=0.0, use_rslora=True)),
+    # Gemma 3 text: 1 + weight and sandwich norms (frozen), GeGLU, a sliding and a global layer.
+    ("gemma3_text_all_linear", "gemma3_text",
+     dict(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)),
 ]
 
 

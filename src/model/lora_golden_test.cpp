@@ -137,7 +137,8 @@ TEST_P(LoraGoldenTest, PeftAdapterGivesPeftsLogitsLossAndGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PeftFixtures, LoraGoldenTest,
-                         ::testing::Values("llama_gqa_all_linear", "qwen2_qv_down_rslora"));
+                         ::testing::Values("llama_gqa_all_linear", "qwen2_qv_down_rslora",
+                                           "gemma3_text_all_linear"));
 
 // Each ours_* dir: shardtrain's adapter, and what PEFT and transformers computed from it.
 std::vector<std::string> ours_dirs() {
