@@ -12,32 +12,13 @@
 #include "core/testing/test_support.h"
 #include "model/family_table.h"
 #include "model/hf_config.h"
+#include "model/testing/hf_config_file_test.h"
 #include "model/testing/expect_model_config.h"
 
 namespace shardtrain {
 namespace {
 
-class Gemma3ConfigTest : public testing::TempDirTest {
- protected:
-  std::string write(const std::string& text) {
-    const std::string path = (dir_ / "config.json").string();
-    std::ofstream(path, std::ios::trunc) << text;
-    return path;
-  }
-  void expect_error(const std::string& text, const std::vector<std::string>& needles) {
-    const std::string path = write(text);
-    try {
-      read_hf_config(path);
-      ADD_FAILURE() << "no Error for config " << text;
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find(path), std::string::npos) << message;
-      for (const std::string& needle : needles)
-        EXPECT_NE(message.find(needle), std::string::npos) << message << " lacks " << needle;
-      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    }
-  }
-};
+using Gemma3ConfigTest = testing::HfConfigFileTest;
 
 // google/gemma-3-1b-it as transformers 5 writes it (26 layers cut to 6 for the test).
 const std::string kGemma1bBody = R"(

@@ -11,35 +11,14 @@
 #include "core/error.h"
 #include "core/testing/test_support.h"
 #include "model/testing/expect_model_config.h"
+#include "model/testing/hf_config_file_test.h"
 
 namespace shardtrain {
 namespace {
 
 namespace fs = std::filesystem;
 
-class HfConfigTest : public testing::TempDirTest {
- protected:
-  std::string write(const std::string& text) {
-    const std::string path = (dir_ / "config.json").string();
-    std::ofstream(path, std::ios::trunc) << text;
-    return path;
-  }
-
-  // Expects read_hf_config on `text` to throw Error mentioning the file and each needle.
-  void expect_error(const std::string& text, const std::vector<std::string>& needles) {
-    const std::string path = write(text);
-    try {
-      read_hf_config(path);
-      ADD_FAILURE() << "no Error for config " << text;
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find(path), std::string::npos) << message;
-      for (const std::string& needle : needles)
-        EXPECT_NE(message.find(needle), std::string::npos) << message << " lacks " << needle;
-      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    }
-  }
-};
+using HfConfigTest = testing::HfConfigFileTest;
 
 // TinyLlama-1.1B style: GQA 32 heads over 4 kv heads.
 const char* kLlamaGqa = R"({
