@@ -67,17 +67,19 @@ uint8_t* Fp8Linear::workspace(size_t bytes) {
   return static_cast<uint8_t*>(buffer_);
 }
 
+void Fp8Linear::quantize(int operand, const void* src, int64_t rows, int64_t cols,
+                         Fp8Format format, uint8_t* row_major, uint8_t* transposed) {
+  cuda_kernels::fp8_amax(DType::kBF16, src, rows * cols, scalar(kAmaxA + operand), stream_);
+  cuda_kernels::fp8_cast(DType::kBF16, src, rows, cols, format, scalar(kAmaxA + operand),
+                         row_major, transposed, scalar(kScaleA + operand), stream_);
+}
+
 void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weight,
                         const void* bias, const void* residual, void* out) {
   uint8_t* x_q = workspace(forward_bytes(s));
   uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
-  cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalar(kAmaxA), stream_);
-  cuda_kernels::fp8_cast(DType::kBF16, x, s.rows, s.in_features, Fp8Format::kE4M3,
-                         scalar(kAmaxA), x_q, nullptr, scalar(kScaleA), stream_);
-  cuda_kernels::fp8_amax(DType::kBF16, weight, s.out_features * s.in_features, scalar(kAmaxB),
-                         stream_);
-  cuda_kernels::fp8_cast(DType::kBF16, weight, s.out_features, s.in_features, Fp8Format::kE4M3,
-                         scalar(kAmaxB), w_q, nullptr, scalar(kScaleB), stream_);
+  quantize(kAmaxA, x, s.rows, s.in_features, Fp8Format::kE4M3, x_q, nullptr);
+  quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, w_q, nullptr);
   Fp8GemmCall call;
   call.m = s.out_features;
   call.n = s.rows;
@@ -108,15 +110,10 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
   uint8_t* dout_t = dout_q + aligned(s.rows * s.out_features);
   uint8_t* w_t = dout_t + aligned(s.rows * s.out_features);
   uint8_t* x_t = w_t + aligned(s.out_features * s.in_features);
-  cuda_kernels::fp8_amax(DType::kBF16, dout, s.rows * s.out_features, scalar(kAmaxA), stream_);
-  cuda_kernels::fp8_cast(DType::kBF16, dout, s.rows, s.out_features, grad_format_,
-                         scalar(kAmaxA), dx != nullptr ? dout_q : nullptr,
-                         dweight != nullptr ? dout_t : nullptr, scalar(kScaleA), stream_);
+  quantize(kAmaxA, dout, s.rows, s.out_features, grad_format_, dx != nullptr ? dout_q : nullptr,
+           dweight != nullptr ? dout_t : nullptr);
   if (dx != nullptr) {
-    cuda_kernels::fp8_amax(DType::kBF16, weight, s.out_features * s.in_features,
-                           scalar(kAmaxB), stream_);
-    cuda_kernels::fp8_cast(DType::kBF16, weight, s.out_features, s.in_features, Fp8Format::kE4M3,
-                           scalar(kAmaxB), nullptr, w_t, scalar(kScaleB), stream_);
+    quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, nullptr, w_t);
     Fp8GemmCall call;
     call.m = s.in_features;
     call.n = s.rows;
@@ -133,9 +130,7 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
     gemm_.run(call);
   }
   if (dweight != nullptr) {
-    cuda_kernels::fp8_amax(DType::kBF16, x, s.rows * s.in_features, scalar(kAmaxC), stream_);
-    cuda_kernels::fp8_cast(DType::kBF16, x, s.rows, s.in_features, Fp8Format::kE4M3,
-                           scalar(kAmaxC), nullptr, x_t, scalar(kScaleC), stream_);
+    quantize(kAmaxC, x, s.rows, s.in_features, Fp8Format::kE4M3, nullptr, x_t);
     Fp8GemmCall call;
     call.m = s.in_features;
     call.n = s.out_features;
