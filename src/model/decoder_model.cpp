@@ -75,8 +75,14 @@ DecoderModel::Checkpointing DecoderModel::checkpointing_from_name(const std::str
 BlockWeights DecoderModel::weights_of(int unit, Tensor flat, int64_t layer) const {
   BlockWeights w = block_weights(layout_.units[unit], flat, layer);
   const bool fp8 = block_uses_fp8(layer);
-  for (Linear* linear : {&w.attention.qkv, &w.attention.o, &w.mlp.gate, &w.mlp.up, &w.mlp.down})
+  // Each FP8 linear gets its own id (its delayed-scaling state in the backend); up reads the
+  // same x as gate right before it (Mlp::forward and backward), so it may reuse gate's FP8 x.
+  constexpr int64_t kFp8LinearsPerBlock = 5;
+  int64_t id = layer * kFp8LinearsPerBlock;
+  for (Linear* linear : {&w.attention.qkv, &w.attention.o, &w.mlp.gate, &w.mlp.up, &w.mlp.down}) {
     linear->fp8 = fp8;
+    linear->fp8_site = Fp8Site{id++, linear == &w.mlp.up};
+  }
   if (lora_.enabled) attach_lora(w, layout_.units[unit], flat, layer, lora_run());
   return w;
 }
@@ -163,8 +169,6 @@ void DecoderModel::reserve(int64_t batch, int64_t seq_len) {
     const int64_t sink = std::max(c.hidden_size, c.head_dim);
     lora_grad_sink_ = DeviceBuffer(ops_, static_cast<size_t>(sink) * sizeof(float));
   }
-  const Tensor zero_positions = acts_.block_scratch.attention.zero_positions_N;
-  if (zero_positions.defined()) ops_.fill_zero(zero_positions);
   build_rope_tables(seq_len);
 }
 

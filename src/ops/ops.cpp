@@ -27,11 +27,11 @@ std::string Ops::fp8_unsupported_reason() const {
   return "this backend has no FP8 matmuls (they run on CUDA GPUs of compute capability 8.9+)";
 }
 
-void Ops::linear_forward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor) {
+void Ops::linear_forward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor, Fp8Site) {
   throw Error(fp8_unsupported_reason());
 }
 
-void Ops::linear_backward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, bool, bool) {
+void Ops::linear_backward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, bool, bool, Fp8Site) {
   throw Error(fp8_unsupported_reason());
 }
 

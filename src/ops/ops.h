@@ -51,6 +51,18 @@ struct AdamWSegment {
   bool zero_grad = false;  // grad is zero-filled after it is read
 };
 
+// Which FP8 linear a call of Ops::linear_*_fp8 is. id >= 0 names one linear of the model
+// (DecoderModel numbers them): the backend keeps its scaling state across calls and scales by
+// delayed scaling (each operand's scale from the amax history of that linear's earlier calls,
+// the amax of this call taken in the same pass as its cast). id -1: per-tensor current scaling
+// (this call's own amax, one extra pass over each operand). same_input_as_previous: x is the
+// previous FP8 call's x, unchanged (the MLP's up after gate, in forward and in backward), so
+// the backend may reuse its FP8 copies (it checks the pointer and shape too).
+struct Fp8Site {
+  int64_t id = -1;
+  bool same_input_as_previous = false;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -269,17 +281,17 @@ class Ops {
   // capability 8.9+ overrides).
   virtual std::string fp8_unsupported_reason() const;
   // out_NO = x_NI @ weight_OI^T (+ bias_O) (+ residual_NO when defined; out may alias it) with
-  // the GEMM in FP8: x and weight quantised to e4m3 with per-tensor current scales (scale =
-  // fp8_max / amax of the tensor now), fp32 accumulation, bf16 out. Shapes the FP8 GEMM cannot
-  // run compute as linear_forward(_residual). REQUIRES: no bias with a residual. Default:
-  // throws Error(fp8_unsupported_reason()).
+  // the GEMM in FP8: x and weight quantised to e4m3 with per-tensor scales (scale = fp8_max /
+  // amax: current or delayed as `site` says), fp32 accumulation, bf16 out. Shapes the FP8 GEMM
+  // cannot run compute as linear_forward(_residual). REQUIRES: no bias with a residual.
+  // Default: throws Error(fp8_unsupported_reason()).
   virtual void linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor residual_NO,
-                                  Tensor out_NO);
+                                  Tensor out_NO, Fp8Site site);
   // linear_backward's contract with both GEMMs in FP8 (dout quantised to e5m2, weight and x to
-  // e4m3, per-tensor current scales); the bias gradient is dout's column sum as in bf16.
+  // e4m3, per-tensor scales as `site` says); the bias gradient is dout's column sum as in bf16.
   virtual void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                    Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
-                                   bool accumulate_dweight);
+                                   bool accumulate_dweight, Fp8Site site);
 
  protected:
   // What attention_forward / attention_backward run (the causal default lives in one place).

@@ -225,17 +225,17 @@ void ProfiledOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   record_gemm(true, x_NI, weight_OI, (dx_NI.defined() ? 1 : 0) + (dweight_OI.defined() ? 1 : 0));
 }
 void ProfiledOps::linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O,
-                                     Tensor residual_NO, Tensor out_NO) {
+                                     Tensor residual_NO, Tensor out_NO, Fp8Site site) {
   timed(__func__, OpClass::kGemm,
-        [&] { inner_->linear_forward_fp8(x_NI, weight_OI, bias_O, residual_NO, out_NO); });
+        [&] { inner_->linear_forward_fp8(x_NI, weight_OI, bias_O, residual_NO, out_NO, site); });
   record_gemm(false, x_NI, weight_OI, 1);
 }
 void ProfiledOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                       Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
-                                      bool accumulate_dweight) {
+                                      bool accumulate_dweight, Fp8Site site) {
   timed(__func__, OpClass::kGemm, [&] {
     inner_->linear_backward_fp8(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O,
-                                accumulate_dx, accumulate_dweight);
+                                accumulate_dx, accumulate_dweight, site);
   });
   record_gemm(true, x_NI, weight_OI, (dx_NI.defined() ? 1 : 0) + (dweight_OI.defined() ? 1 : 0));
 }

@@ -87,10 +87,10 @@ class ProfiledOps final : public Ops {
                        bool accumulate_dweight) override;
   std::string fp8_unsupported_reason() const override { return inner_->fp8_unsupported_reason(); }
   void linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor residual_NO,
-                          Tensor out_NO) override;
+                          Tensor out_NO, Fp8Site site) override;
   void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                            Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
-                           bool accumulate_dweight) override;
+                           bool accumulate_dweight, Fp8Site site) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,

@@ -6,7 +6,7 @@ namespace shardtrain {
 
 void Linear::forward(Ops& ops, Tensor x_NI, Tensor out_NO) const {
   if (fp8) {
-    ops.linear_forward_fp8(x_NI, weight_OI, bias_O, Tensor(), out_NO);
+    ops.linear_forward_fp8(x_NI, weight_OI, bias_O, Tensor(), out_NO, fp8_site);
   } else {
     ops.linear_forward(x_NI, weight_OI, bias_O, out_NO);
   }
@@ -16,7 +16,7 @@ void Linear::forward(Ops& ops, Tensor x_NI, Tensor out_NO) const {
 void Linear::forward_residual(Ops& ops, Tensor x_NI, Tensor residual_NO, Tensor out_NO) const {
   SHARDTRAIN_CHECK(!bias_O.defined(), "a residual linear has no bias");
   if (fp8) {
-    ops.linear_forward_fp8(x_NI, weight_OI, Tensor(), residual_NO, out_NO);
+    ops.linear_forward_fp8(x_NI, weight_OI, Tensor(), residual_NO, out_NO, fp8_site);
   } else {
     ops.linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
   }
@@ -30,7 +30,7 @@ void Linear::backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor
   const Tensor dbias_O = frozen ? Tensor() : grad.bias_O;
   if (fp8) {
     ops.linear_backward_fp8(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
-                            accumulate_grad);
+                            accumulate_grad, fp8_site);
   } else {
     ops.linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
                         accumulate_grad);

@@ -26,9 +26,11 @@ struct Linear {
   Tensor bias_O;        // (O) or undefined
   bool frozen = false;  // a weight that is not trained: backward runs no weight-gradient GEMM
   LoraAdapter lora{};   // undefined: none (in `grad`: the adapters' gradient views)
-  // The GEMMs in FP8 with per-tensor current scaling (Ops::linear_*_fp8; train.precision =
-  // "fp8", set per block by DecoderModel). The adapters stay bf16.
+  // The GEMMs in FP8 (Ops::linear_*_fp8; train.precision = "fp8", set per block by
+  // DecoderModel, which also numbers the linear in fp8_site for delayed scaling). The adapters
+  // stay bf16.
   bool fp8 = false;
+  Fp8Site fp8_site{};
 
   void forward(Ops& ops, Tensor x_NI, Tensor out_NO) const;
   // REQUIRES: no bias (the fused epilogue adds the residual only). out_NO may alias residual_NO.

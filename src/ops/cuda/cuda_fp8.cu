@@ -3,7 +3,7 @@
 //
 // amax: grid-stride max of |x| (16-byte loads for bf16), one block reduction, one atomicMax a
 // block on the float's bits (non-negative floats order like their unsigned bit patterns).
-// cast: 64 x 64 tiles, 256 threads; each thread loads 4 consecutive elements of a row, writes
+// cast: 64 x 64 tiles, 256 threads (delayed scaling: the same kernel also takes the amax); each thread loads 4 consecutive elements of a row, writes
 // their 4 FP8 bytes to the row-major copy (one 4-byte store) and to a shared tile; the
 // transposed copy is then written from the tile, 4 bytes (4 source rows) a thread, so both
 // outputs are written with coalesced 4-byte stores and x is read once.
@@ -28,6 +28,7 @@ constexpr int kGroup = 4;                      // elements a thread converts at 
 constexpr int kThreadsPerRow = kTile / kGroup;  // 16
 constexpr int kRowsPerPass = kCastThreads / kThreadsPerRow;  // 16
 constexpr int kTilePitch = kTile + 4;                        // bytes; keeps 4-byte alignment
+constexpr int kPasses = kTile / kRowsPerPass;                // 4 rows of a tile a thread
 
 __device__ __forceinline__ float abs_max(float m, float x) { return fmaxf(m, fabsf(x)); }
 
@@ -59,34 +60,75 @@ __device__ __forceinline__ uint8_t to_fp8(float v, __nv_fp8_interpretation_t kin
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kind));
 }
 
-// One 64 x 64 tile of x per block (blockIdx.x: column tile, blockIdx.y: row tile).
-template <typename T>
+// Delayed scaling's bookkeeping in the cast (kDelayed): every block folds its |x| max into the
+// running amax, the last block to finish (a ticket counter, as CUDA's threadFenceReduction
+// sample) records it in the history and sets the next scale amax. All blocks read the scale
+// amax before they take a ticket, so the last block's update cannot change a scale in use.
+__device__ void finish_delayed(float block_amax, float* state, int history_pos) {
+  unsigned* running = reinterpret_cast<unsigned*>(state + kFp8ScaleAmaxIndex + 1);
+  unsigned* counter = reinterpret_cast<unsigned*>(state + kFp8ScaleAmaxIndex + 2);
+  atomicMax(running, __float_as_uint(block_amax));  // |x| >= 0: float order = bit order
+  __threadfence();
+  const unsigned blocks = gridDim.x * gridDim.y;
+  if (atomicAdd(counter, 1u) != blocks - 1) return;
+  __threadfence();
+  const float amax = __uint_as_float(atomicExch(running, 0u));
+  if (isfinite(amax)) state[history_pos] = amax;
+  float next = 0.0f;
+  for (int i = 0; i < kFp8AmaxHistory; ++i) next = fmaxf(next, state[i]);
+  state[kFp8ScaleAmaxIndex] = next;
+  atomicExch(counter, 0u);
+}
+
+// One 64 x 64 tile of x per block (blockIdx.x: column tile, blockIdx.y: row tile). kDelayed:
+// `amax` is state + kFp8ScaleAmaxIndex, and the block's amax goes to finish_delayed.
+template <typename T, bool kDelayed>
 __global__ void cast_kernel(const T* x, int64_t rows, int64_t cols, __nv_fp8_interpretation_t kind,
                             float max_value, const float* amax, uint8_t* out, uint8_t* out_t,
-                            float* inv_scale) {
+                            float* inv_scale, float* state, int history_pos) {
   __shared__ __align__(4) uint8_t tile[kTile][kTilePitch];
+  float local_amax = 0.0f;
   const float a = *amax;
   const float scale = a > 0.0f ? max_value / a : 1.0f;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv_scale = 1.0f / scale;
 
   const int64_t row0 = int64_t{blockIdx.y} * kTile, col0 = int64_t{blockIdx.x} * kTile;
   const int group_col = (threadIdx.x % kThreadsPerRow) * kGroup;
-  for (int r = threadIdx.x / kThreadsPerRow; r < kTile; r += kRowsPerPass) {
-    const int64_t row = row0 + r, col = col0 + group_col;
+  // All of the thread's loads first (kPasses rows of the tile), then the conversions: the loads
+  // are in flight together instead of one at a time.
+  const int first_row = threadIdx.x / kThreadsPerRow;
+  const int64_t col = col0 + group_col;
+  float v[kPasses][kGroup];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int64_t row = row0 + first_row + p * kRowsPerPass;
     if (row >= rows || col >= cols) continue;  // rows, cols multiples of kGroup: all or none
-    float v[kGroup];
     if constexpr (sizeof(T) == 2) {
       const uint2 raw = *reinterpret_cast<const uint2*>(x + row * cols + col);
       const bf16* h = reinterpret_cast<const bf16*>(&raw);
-      for (int j = 0; j < kGroup; ++j) v[j] = to_float(h[j]);
+      for (int j = 0; j < kGroup; ++j) v[p][j] = to_float(h[j]);
     } else {
       const float4 raw = *reinterpret_cast<const float4*>(x + row * cols + col);
-      v[0] = raw.x, v[1] = raw.y, v[2] = raw.z, v[3] = raw.w;
+      v[p][0] = raw.x, v[p][1] = raw.y, v[p][2] = raw.z, v[p][3] = raw.w;
     }
+  }
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = first_row + p * kRowsPerPass;
+    const int64_t row = row0 + r;
+    if (row >= rows || col >= cols) continue;
     uint32_t packed = 0;
-    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{to_fp8(v[j] * scale, kind)} << (8 * j);
+    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{to_fp8(v[p][j] * scale, kind)} << (8 * j);
+    if constexpr (kDelayed) {
+      for (int j = 0; j < kGroup; ++j) local_amax = abs_max(local_amax, v[p][j]);
+    }
     if (out != nullptr) *reinterpret_cast<uint32_t*>(out + row * cols + col) = packed;
     *reinterpret_cast<uint32_t*>(&tile[r][group_col]) = packed;
+  }
+  if constexpr (kDelayed) {
+    __shared__ float shared[32];
+    local_amax = cuda_detail::block_max(local_amax, shared);  // every thread reaches it
+    if (threadIdx.x == 0) finish_delayed(local_amax, state, history_pos);
   }
   if (out_t == nullptr) return;  // uniform over the block: no thread waits at the barrier
   __syncthreads();
@@ -149,9 +191,34 @@ void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format 
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
-                            cast_kernel<T><<<grid, kCastThreads, 0, stream>>>(
+                            cast_kernel<T, false><<<grid, kCastThreads, 0, stream>>>(
                                 static_cast<const T*>(x), rows, cols, interpretation(format),
-                                fp8_max(format), amax, out, out_t, inv_scale));
+                                fp8_max(format), amax, out, out_t, inv_scale, nullptr, 0));
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format format,
+                      float* state, int history_pos, uint8_t* out, uint8_t* out_t,
+                      float* inv_scale, cudaStream_t stream) {
+  const size_t vector_bytes = kGroup * dtype_size(dtype);
+  if (rows <= 0 || cols <= 0 || rows % kGroup != 0 || cols % kGroup != 0 ||
+      reinterpret_cast<uintptr_t>(x) % vector_bytes != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 4 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0 ||
+      history_pos < 0 || history_pos >= kFp8AmaxHistory) {
+    std::fprintf(stderr,
+                 "%s:%d: fp8_cast_delayed of %lld x %lld (history slot %d) needs positive "
+                 "multiples of %d, aligned pointers, a slot below %d\n",
+                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
+                 history_pos, kGroup, kFp8AmaxHistory);
+    std::abort();
+  }
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
+                            cast_kernel<T, true><<<grid, kCastThreads, 0, stream>>>(
+                                static_cast<const T*>(x), rows, cols, interpretation(format),
+                                fp8_max(format), state + kFp8ScaleAmaxIndex, out, out_t,
+                                inv_scale, state, history_pos));
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 

@@ -39,4 +39,26 @@ void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format 
               const float* amax, uint8_t* out, uint8_t* out_t, float* inv_scale,
               cudaStream_t stream);
 
+// ---- Delayed scaling (one pass per operand) ----
+// The state of one operand of one linear, kFp8StateFloats floats in device memory, zeroed before
+// first use: the amax history of its last kFp8AmaxHistory casts (a ring), at
+// kFp8ScaleAmaxIndex the amax the next cast scales by (the history's max), then the running amax
+// and the block counter the cast uses internally (both back at 0 when a cast is done).
+constexpr int kFp8AmaxHistory = 16;
+constexpr int kFp8ScaleAmaxIndex = kFp8AmaxHistory;
+constexpr int kFp8StateFloats = 64;  // 256 bytes: a state's scale amax keeps 16-byte alignment
+
+// fp8_cast with scale = fp8_max / state[kFp8ScaleAmaxIndex] (the earlier casts' amax), taking
+// this tensor's amax in the same pass: the cast's last block then stores it at
+// history[history_pos] and sets state[kFp8ScaleAmaxIndex] to the history's max, so the next
+// cast of the operand scales by it. Overflow policy: entries beyond the delayed amax saturate
+// to +-fp8_max (this call only: its amax enters the history); a non-finite amax (inf/NaN in x)
+// is not recorded, so one bad step does not zero the next 16 steps' scales. A first cast
+// (empty history) needs state[kFp8ScaleAmaxIndex] set to the tensor's own amax (fp8_amax)
+// beforehand: current scaling for that call. REQUIRES: as fp8_cast, rows and cols > 0,
+// 0 <= history_pos < kFp8AmaxHistory, no other cast with the same state in flight.
+void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format format,
+                      float* state, int history_pos, uint8_t* out, uint8_t* out_t,
+                      float* inv_scale, cudaStream_t stream);
+
 }  // namespace shardtrain::cuda_kernels

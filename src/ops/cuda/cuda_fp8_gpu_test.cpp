@@ -2,10 +2,11 @@
 // conversion (cuda_fp8.h's __nv_cvt_float_to_fp8, round-to-nearest-even, saturating), and the
 // FP8 linears' three GEMMs (forward x W^T, dgrad dout W, wgrad dout^T x) against an fp64
 // reference over the same quantised inputs (the host quantises exactly as the kernels do, which
-// the first test proves). Also: the bf16 fallback for shapes off the multiple of 16, the
-// refusal below compute capability 8.9, and the gradient format measurement (e4m3 vs e5m2 on
-// heavy-tailed gradients) behind kDefaultFp8GradFormat. Skipped without a GPU, and (but for the
-// refusal test) on GPUs without FP8.
+// the first test proves). Also: delayed scaling (the one-pass cast against its amax history,
+// and the linears' sites across calls), the bf16 fallback for shapes off the multiple of 16,
+// the refusal below compute capability 8.9, and the gradient format measurement (e4m3 vs e5m2
+// on heavy-tailed gradients) behind kDefaultFp8GradFormat. Skipped without a GPU, and (but for
+// the refusal test) on GPUs without FP8.
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
@@ -47,10 +48,17 @@ double decode(uint8_t byte, Fp8Format format) {
   return sign * (1.0 + fraction) * std::ldexp(1.0, exponent - bias);
 }
 
-// A tensor's values as the FP8 GEMM sees them: quantised with its current scale, dequantised.
-std::vector<double> dequantized(const std::vector<float>& x, Fp8Format format) {
+float amax_of(const std::vector<float>& x) {
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
+  return amax;
+}
+
+// A tensor's values as the FP8 GEMM sees them: quantised with the scale of `amax` (default: its
+// own, current scaling; delayed scaling passes the history's), dequantised.
+std::vector<double> dequantized(const std::vector<float>& x, Fp8Format format,
+                                float amax = -1.0f) {
+  if (amax < 0) amax = amax_of(x);
   const float scale = scale_for(amax, format);
   const double inv_scale = 1.0f / scale;
   std::vector<double> out(x.size());
@@ -197,11 +205,11 @@ TEST_F(Fp8Test, LinearGemmsMatchAnFp64ReferenceOfTheQuantizedInputs) {
       for (int64_t o = 0; o < c.out; ++o) want[r * c.out + o] += bias[o];
     Tensor out_g = gpu_tensor(residual, DType::kBF16, Shape{c.rows, c.out});
     poison(out_g);
-    gpu_->linear_forward_fp8(x_g, w_g, bias_g, Tensor(), out_g);
+    gpu_->linear_forward_fp8(x_g, w_g, bias_g, Tensor(), out_g, Fp8Site());
     EXPECT_LE(relative_error(download(out_g), want), 5e-3) << "forward";
     // forward with the residual in the epilogue, in place (out aliases the residual)
     for (size_t i = 0; i < want.size(); ++i) want[i] = xw[i] + residual[i];
-    gpu_->linear_forward_fp8(x_g, w_g, Tensor(), residual_g, residual_g);
+    gpu_->linear_forward_fp8(x_g, w_g, Tensor(), residual_g, residual_g, Fp8Site());
     EXPECT_LE(relative_error(download(residual_g), want), 5e-3) << "forward + residual";
 
     // dgrad accumulated into bf16 dx, wgrad accumulated into f32 dW
@@ -214,15 +222,140 @@ TEST_F(Fp8Test, LinearGemmsMatchAnFp64ReferenceOfTheQuantizedInputs) {
     for (size_t i = 0; i < wgrad.size(); ++i) want_dw[i] = wgrad[i] + dw_before[i];
     const Tensor dx_g = gpu_tensor(dx_before, DType::kBF16, Shape{c.rows, c.in});
     const Tensor dw_g = gpu_tensor(dw_before, DType::kF32, Shape{c.out, c.in});
-    gpu_->linear_backward_fp8(dout_g, x_g, w_g, dx_g, dw_g, Tensor(), true, true);
+    gpu_->linear_backward_fp8(dout_g, x_g, w_g, dx_g, dw_g, Tensor(), true, true, Fp8Site());
     EXPECT_LE(relative_error(download(dx_g), want_dx), 5e-3) << "dgrad";
     EXPECT_LE(relative_error(download(dw_g), want_dw), 1e-3) << "wgrad";
     // Overwriting (not accumulating), dW in bf16, dx skipped (a first layer's input).
     const Tensor dw16_g = gpu_tensor(dw_before, DType::kBF16, Shape{c.out, c.in});
     poison(dw16_g);
-    gpu_->linear_backward_fp8(dout_g, x_g, w_g, Tensor(), dw16_g, Tensor(), false, false);
+    gpu_->linear_backward_fp8(dout_g, x_g, w_g, Tensor(), dw16_g, Tensor(), false, false,
+                              Fp8Site());
     EXPECT_LE(relative_error(download(dw16_g), wgrad), 5e-3) << "wgrad, bf16, overwritten";
   }
+}
+
+// Delayed scaling's cast: scale from the state's amax, this tensor's amax recorded in the same
+// pass (several blocks: the last one updates the state), the overflow policy (saturate this
+// call; a non-finite amax is not recorded).
+TEST_F(Fp8Test, DelayedCastScalesByTheHistoryAndRecordsTheAmax) {
+  using cuda_kernels::kFp8ScaleAmaxIndex;
+  using cuda_kernels::kFp8StateFloats;
+  const cudaStream_t stream = gpu_ref().stream();
+  const int64_t rows = 132, cols = 1028, n = rows * cols;  // 17 x 3 blocks, partial tiles
+  const std::vector<float> x1 = normal(n, 1.0f);
+  std::vector<float> x2 = x1, x3 = x1;
+  for (float& v : x2) v *= 4.0f;  // exact in bf16
+  x3[n / 2] = INFINITY;
+  const float amax1 = amax_of(x1);
+  auto* state = static_cast<float*>(device_bytes(kFp8StateFloats * sizeof(float)));
+  SHARDTRAIN_CUDA_CHECK(cudaMemset(state, 0, kFp8StateFloats * sizeof(float)));
+  SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+  auto* inv_scale = static_cast<float*>(device_bytes(256));
+  auto* out = static_cast<uint8_t*>(device_bytes(n));
+  auto* out_t = static_cast<uint8_t*>(device_bytes(n));
+  struct Step {
+    const std::vector<float>* x;
+    float scale_amax;  // what the cast must scale by
+    float recorded;    // what it must write to its history slot
+    float next;        // the scale amax it must leave
+  };
+  // 1: bootstrap (the amax pass fills the scale slot): current scaling, amax1 recorded.
+  // 2: 4 x1 scaled by amax1: three quarters of the range saturate; 4 amax1 recorded.
+  // 3: x1 with an inf, scaled by the history's max; the inf is not recorded.
+  const Step steps[] = {{&x1, amax1, amax1, amax1},
+                        {&x2, amax1, 4 * amax1, 4 * amax1},
+                        {&x3, 4 * amax1, 0.0f, 4 * amax1}};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(::testing::Message() << "cast " << i + 1);
+    const Step& step = steps[i];
+    const Tensor input = gpu_tensor(*step.x, DType::kBF16, Shape{rows, cols});
+    if (i == 0) {
+      cuda_kernels::fp8_amax(DType::kBF16, input.data(), n, state + kFp8ScaleAmaxIndex, stream);
+    }
+    cuda_kernels::fp8_cast_delayed(DType::kBF16, input.data(), rows, cols, Fp8Format::kE4M3,
+                                   state, i, out, out_t, inv_scale, stream);
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> got_state(kFp8StateFloats);
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpy(got_state.data(), state, kFp8StateFloats * sizeof(float),
+                                     cudaMemcpyDeviceToHost));
+    float got_inv_scale = 0;
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpy(&got_inv_scale, inv_scale, sizeof(float), cudaMemcpyDeviceToHost));
+    const float scale = scale_for(step.scale_amax, Fp8Format::kE4M3);
+    ASSERT_EQ(got_inv_scale, 1.0f / scale);
+    ASSERT_EQ(got_state[i], step.recorded);
+    ASSERT_EQ(got_state[kFp8ScaleAmaxIndex], step.next);
+    ASSERT_EQ(got_state[kFp8ScaleAmaxIndex + 1], 0.0f) << "running amax left behind";
+    ASSERT_EQ(got_state[kFp8ScaleAmaxIndex + 2], 0.0f) << "block counter left behind";
+    const std::vector<uint8_t> got = download_bytes(out, n), got_t = download_bytes(out_t, n);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col) {
+        const uint8_t want = quantize((*step.x)[r * cols + col], scale, Fp8Format::kE4M3);
+        ASSERT_EQ(got[r * cols + col], want) << "row " << r << " col " << col;
+        ASSERT_EQ(got_t[col * rows + r], want) << "transposed, row " << r << " col " << col;
+      }
+  }
+}
+
+// The FP8 linears with a site (what the model passes): delayed scaling across calls of one site,
+// and the reuse of the previous call's x (gate then up) only when it is that same x.
+TEST_F(Fp8Test, SitesScaleByTheirHistoryAndReuseOnlyTheSameInput) {
+  const int64_t rows = 256, in = 128, out = 192;
+  const std::vector<float> x1 = normal(rows * in, 1.0f), xb = normal(rows * in, 2.0f);
+  std::vector<float> x2 = x1;
+  for (float& v : x2) v *= 4.0f;
+  const std::vector<float> w = normal(out * in, 0.05f);
+  const float amax1 = amax_of(x1);
+  const Tensor x1_g = gpu_tensor(x1, DType::kBF16, Shape{rows, in});
+  const Tensor x2_g = gpu_tensor(x2, DType::kBF16, Shape{rows, in});
+  const Tensor xb_g = gpu_tensor(xb, DType::kBF16, Shape{rows, in});
+  const Tensor w_g = gpu_tensor(w, DType::kBF16, Shape{out, in});
+  const std::vector<double> wq = dequantized(w, Fp8Format::kE4M3);
+  auto forward = [&](const Tensor& x, Fp8Site site) {
+    const Tensor y = gpu_tensor(std::vector<float>(rows * out), DType::kBF16, Shape{rows, out});
+    poison(y);
+    gpu_->linear_forward_fp8(x, w_g, Tensor(), Tensor(), y, site);
+    return download(y);
+  };
+  auto reference = [&](const std::vector<float>& x, float amax) {
+    return matmul_nt(dequantized(x, Fp8Format::kE4M3, amax), wq, rows, out, in);
+  };
+  const Fp8Site site{0, false};
+  // First call: no history, so current scaling, bit for bit.
+  EXPECT_EQ(forward(x1_g, site), forward(x1_g, Fp8Site())) << "bootstrap";
+  // Second: 4 x1 scaled by amax1 (saturating), not by its own amax.
+  const std::vector<float> second = forward(x2_g, site);
+  EXPECT_LE(relative_error(second, reference(x2, amax1)), 5e-3) << "delayed";
+  EXPECT_GT(relative_error(second, reference(x2, 4 * amax1)), 5e-2) << "scaled as current";
+  // Third: x1 scaled by the history's max, 4 amax1.
+  EXPECT_LE(relative_error(forward(x1_g, site), reference(x1, 4 * amax1)), 5e-3) << "history max";
+
+  // Reuse: a different x after the previous call must be quantised, the same x may be reused.
+  forward(x1_g, Fp8Site{1, false});
+  EXPECT_LE(relative_error(forward(xb_g, Fp8Site{2, true}), reference(xb, -1)), 5e-3)
+      << "other x";
+  EXPECT_LE(relative_error(forward(xb_g, Fp8Site{3, true}), reference(xb, -1)), 5e-3)
+      << "same x";
+
+  // Backward: wgrad of up after gate (same x: reused x^T), then with another x (not reused).
+  const std::vector<float> dout = normal(rows * out, 1e-3f, 1.0f);
+  const Tensor dout_g = gpu_tensor(dout, DType::kBF16, Shape{rows, out});
+  const std::vector<double> dq = dequantized(dout, cuda_kernels::kDefaultFp8GradFormat);
+  auto wgrad = [&](const Tensor& x, Fp8Site site) {
+    const Tensor dw = gpu_tensor(std::vector<float>(out * in), DType::kF32, Shape{out, in});
+    poison(dw);
+    gpu_->linear_backward_fp8(dout_g, x, w_g, Tensor(), dw, Tensor(), false, false, site);
+    return download(dw);
+  };
+  auto wgrad_reference = [&](const std::vector<float>& x) {
+    return matmul_nt(transposed(dq, rows, out),
+                     transposed(dequantized(x, Fp8Format::kE4M3), rows, in), out, in, rows);
+  };
+  wgrad(x1_g, Fp8Site{10, false});
+  EXPECT_LE(relative_error(wgrad(x1_g, Fp8Site{11, true}), wgrad_reference(x1)), 1e-3)
+      << "wgrad, reused x";
+  EXPECT_LE(relative_error(wgrad(xb_g, Fp8Site{12, true}), wgrad_reference(xb)), 1e-3)
+      << "wgrad, other x";
 }
 
 TEST_F(Fp8Test, ShapesOffTheMultipleOf16RunTheBf16Path) {
@@ -232,7 +365,7 @@ TEST_F(Fp8Test, ShapesOffTheMultipleOf16RunTheBf16Path) {
   const Tensor fp8_out = gpu_tensor(std::vector<float>(40 * 24), DType::kBF16, Shape{40, 24});
   const Tensor bf16_out = gpu_tensor(std::vector<float>(40 * 24), DType::kBF16, Shape{40, 24});
   poison(fp8_out);
-  gpu_->linear_forward_fp8(x, w, Tensor(), Tensor(), fp8_out);
+  gpu_->linear_forward_fp8(x, w, Tensor(), Tensor(), fp8_out, Fp8Site());
   gpu_->linear_forward(x, w, Tensor(), bf16_out);
   EXPECT_EQ(download(fp8_out), download(bf16_out));
 }
@@ -256,7 +389,8 @@ TEST_F(Fp8Test, GradientFormatErrorOnHeavyTailedGradients) {
       const Tensor dx_g = gpu_tensor(std::vector<float>(rows * in), DType::kBF16, Shape{rows, in});
       poison(dx_g);
       const Tensor x_g = gpu_tensor(normal(rows * in, 1.0f), DType::kBF16, Shape{rows, in});
-      gpu_->linear_backward_fp8(dout_g, x_g, w_g, dx_g, Tensor(), Tensor(), false, false);
+      gpu_->linear_backward_fp8(dout_g, x_g, w_g, dx_g, Tensor(), Tensor(), false, false,
+                                Fp8Site());
       errors[format == Fp8Format::kE5M2] = relative_error(download(dx_g), exact);
     }
     gpu_ref().set_fp8_gradient_format(cuda_kernels::kDefaultFp8GradFormat);
@@ -284,7 +418,7 @@ TEST(Fp8Refusal, BelowComputeCapability89) {
               std::string::npos);
     DeviceBuffer buffer(*ops, 16 * 16 * 2);
     const Tensor t = buffer.view(DType::kBF16, Shape{16, 16});
-    EXPECT_THROW(ops->linear_forward_fp8(t, t, Tensor(), Tensor(), t), Error);
+    EXPECT_THROW(ops->linear_forward_fp8(t, t, Tensor(), Tensor(), t, Fp8Site()), Error);
   }
   cuda_kernels::set_device_limits_override(std::nullopt);
 }

@@ -53,6 +53,7 @@ Fp8Linear::~Fp8Linear() {
   cudaStreamSynchronize(stream_);
   cudaFree(scalars_);
   if (buffer_ != nullptr) cudaFree(buffer_);
+  for (auto& [id, state] : sites_) cudaFree(state.device);
 }
 
 uint8_t* Fp8Linear::workspace(size_t bytes) {
@@ -61,25 +62,67 @@ uint8_t* Fp8Linear::workspace(size_t bytes) {
     if (buffer_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFree(buffer_));
     buffer_ = nullptr;
     capacity_ = 0;
+    last_input_ = LastInput{};  // its copy lived in the old buffer
     SHARDTRAIN_CUDA_CHECK(cudaMalloc(&buffer_, bytes));
     capacity_ = bytes;
   }
   return static_cast<uint8_t*>(buffer_);
 }
 
-void Fp8Linear::quantize(int operand, const void* src, int64_t rows, int64_t cols,
-                         Fp8Format format, uint8_t* row_major, uint8_t* transposed) {
-  cuda_kernels::fp8_amax(DType::kBF16, src, rows * cols, scalar(kAmaxA + operand), stream_);
-  cuda_kernels::fp8_cast(DType::kBF16, src, rows, cols, format, scalar(kAmaxA + operand),
-                         row_major, transposed, scalar(kScaleA + operand), stream_);
+Fp8Linear::SiteState* Fp8Linear::site_state(const Fp8Site& site) {
+  if (site.id < 0) return nullptr;
+  auto found = sites_.find(site.id);
+  if (found != sites_.end()) return &found->second;
+  // First call of this linear: its state, zeroed (empty histories, counters at 0). cudaMalloc
+  // returns 256-byte aligned memory; each operand's state is 256 bytes.
+  SiteState state;
+  const size_t bytes = kOperands * cuda_kernels::kFp8StateFloats * sizeof(float);
+  SHARDTRAIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&state.device), bytes));
+  SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(state.device, 0, bytes, stream_));
+  return &sites_.emplace(site.id, state).first->second;
+}
+
+void Fp8Linear::quantize(int slot, const void* src, int64_t rows, int64_t cols, Fp8Format format,
+                         uint8_t* row_major, uint8_t* transposed, SiteState* site,
+                         Operand operand) {
+  if (site == nullptr) {
+    cuda_kernels::fp8_amax(DType::kBF16, src, rows * cols, scalar(kAmaxA + slot), stream_);
+    cuda_kernels::fp8_cast(DType::kBF16, src, rows, cols, format, scalar(kAmaxA + slot),
+                           row_major, transposed, scalar(kScaleA + slot), stream_);
+    return;
+  }
+  float* state = site->device + operand * cuda_kernels::kFp8StateFloats;
+  int64_t& casts = site->casts[operand];
+  // Bootstrap: with no history yet, this call scales by its own amax.
+  if (casts == 0) {
+    cuda_kernels::fp8_amax(DType::kBF16, src, rows * cols, state + cuda_kernels::kFp8ScaleAmaxIndex,
+                           stream_);
+  }
+  cuda_kernels::fp8_cast_delayed(DType::kBF16, src, rows, cols, format, state,
+                                 static_cast<int>(casts % cuda_kernels::kFp8AmaxHistory),
+                                 row_major, transposed, scalar(kScaleA + slot), stream_);
+  ++casts;
+}
+
+bool Fp8Linear::reusable_input(const Fp8Site& site, bool backward, const void* x, int64_t rows,
+                               int64_t cols, const uint8_t* copy) const {
+  return site.same_input_as_previous && last_input_.copy == copy &&
+         last_input_.backward == backward && last_input_.x == x && last_input_.rows == rows &&
+         last_input_.cols == cols;
 }
 
 void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weight,
-                        const void* bias, const void* residual, void* out) {
+                        const void* bias, const void* residual, void* out, const Fp8Site& site) {
   uint8_t* x_q = workspace(forward_bytes(s));
   uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
-  quantize(kAmaxA, x, s.rows, s.in_features, Fp8Format::kE4M3, x_q, nullptr);
-  quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, w_q, nullptr);
+  SiteState* state = site_state(site);
+  // x's copy and scale (slot A) stay from the previous call when it quantised this same x.
+  if (!reusable_input(site, false, x, s.rows, s.in_features, x_q)) {
+    quantize(kAmaxA, x, s.rows, s.in_features, Fp8Format::kE4M3, x_q, nullptr, state, kX);
+  }
+  last_input_ = LastInput{false, x, s.rows, s.in_features, x_q};
+  quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, w_q, nullptr, state,
+           kW);
   Fp8GemmCall call;
   call.m = s.out_features;
   call.n = s.rows;
@@ -104,16 +147,23 @@ void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weig
 
 void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* x,
                          const void* weight, void* dx, bool accumulate_dx, void* dweight,
-                         DType dweight_dtype, bool accumulate_dweight) {
-  if (dx == nullptr && dweight == nullptr) return;
+                         DType dweight_dtype, bool accumulate_dweight, const Fp8Site& site) {
+  if (dx == nullptr && dweight == nullptr) {
+    last_input_ = LastInput{};
+    return;
+  }
   uint8_t* dout_q = workspace(backward_bytes(s));
   uint8_t* dout_t = dout_q + aligned(s.rows * s.out_features);
   uint8_t* w_t = dout_t + aligned(s.rows * s.out_features);
   uint8_t* x_t = w_t + aligned(s.out_features * s.in_features);
+  SiteState* state = site_state(site);
   quantize(kAmaxA, dout, s.rows, s.out_features, grad_format_, dx != nullptr ? dout_q : nullptr,
-           dweight != nullptr ? dout_t : nullptr);
+           dweight != nullptr ? dout_t : nullptr, state, kDout);
+  const bool reuse_x = reusable_input(site, true, x, s.rows, s.in_features, x_t);
+  last_input_ = LastInput{true, x, s.rows, s.in_features, dweight != nullptr ? x_t : nullptr};
   if (dx != nullptr) {
-    quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, nullptr, w_t);
+    quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, nullptr, w_t, state,
+             kW);
     Fp8GemmCall call;
     call.m = s.in_features;
     call.n = s.rows;
@@ -130,7 +180,10 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
     gemm_.run(call);
   }
   if (dweight != nullptr) {
-    quantize(kAmaxC, x, s.rows, s.in_features, Fp8Format::kE4M3, nullptr, x_t);
+    // x^T and its scale (slot C) stay from the previous call when it quantised this same x.
+    if (!reuse_x) {
+      quantize(kAmaxC, x, s.rows, s.in_features, Fp8Format::kE4M3, nullptr, x_t, state, kX);
+    }
     Fp8GemmCall call;
     call.m = s.in_features;
     call.n = s.out_features;
@@ -196,7 +249,7 @@ Fp8Linear& CudaOps::fp8() {
 }
 
 void CudaOps::linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor residual_NO,
-                                 Tensor out_NO) {
+                                 Tensor out_NO, Fp8Site site) {
   const Fp8LinearShape s = shape_of(x_NI, weight_OI);
   // Shapes FP8 cannot run (sizes off the multiple of 16, f32 tensors, unaligned views) take the
   // bf16 path, which also checks every shape and dtype.
@@ -206,6 +259,7 @@ void CudaOps::linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, T
                         all_bf16({&x_NI, &weight_OI, &bias_O, &residual_NO, &out_NO}) &&
                         aligned16({&x_NI, &weight_OI, &residual_NO, &out_NO});
   if (!fp8_path) {
+    if (fp8_) fp8_->forget_input();
     if (residual_NO.defined()) {
       SHARDTRAIN_CHECK(!bias_O.defined(), "a residual linear has no bias");
       linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
@@ -220,12 +274,12 @@ void CudaOps::linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, T
                    "linear residual {} for out {}", residual_NO.shape().to_string(),
                    out_NO.shape().to_string());
   fp8().forward(s, x_NI.data(), weight_OI.data(), bias_O.defined() ? bias_O.data() : nullptr,
-                residual_NO.defined() ? residual_NO.data() : nullptr, out_NO.data());
+                residual_NO.defined() ? residual_NO.data() : nullptr, out_NO.data(), site);
 }
 
 void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                   Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
-                                  bool accumulate_dweight) {
+                                  bool accumulate_dweight, Fp8Site site) {
   const Fp8LinearShape s = shape_of(x_NI, weight_OI);
   const bool frozen = !dweight_OI.defined();
   const bool fp8_path =
@@ -237,6 +291,7 @@ void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
       (frozen || dweight_OI.dtype() == DType::kBF16 || dweight_OI.dtype() == DType::kF32) &&
       aligned16({&dout_NO, &x_NI, &weight_OI, &dx_NI, &dweight_OI});
   if (!fp8_path) {
+    if (fp8_) fp8_->forget_input();
     linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
                     accumulate_dweight);
     return;
@@ -244,7 +299,7 @@ void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   fp8().backward(s, dout_NO.data(), x_NI.data(), weight_OI.data(),
                  dx_NI.defined() ? dx_NI.data() : nullptr, accumulate_dx,
                  frozen ? nullptr : dweight_OI.data(),
-                 frozen ? DType::kF32 : dweight_OI.dtype(), accumulate_dweight);
+                 frozen ? DType::kF32 : dweight_OI.dtype(), accumulate_dweight, site);
   if (frozen || !dbias_O.defined()) return;
   // The bias gradient is a column sum of dout (not a GEMM): the same bf16-input kernel as the
   // bf16 path.

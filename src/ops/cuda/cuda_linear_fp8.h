@@ -5,10 +5,21 @@
 //   dgrad    dx_NI = dout_NO W_OI:   dout -> grad format (N x O), W -> e4m3 W^T (I x O); K = O
 //   wgrad    dW_OI = dout^T x_NI:    dout -> grad format dout^T (O x N), x -> e4m3 x^T (I x N);
 //                                    K = N
-// Each operand's amax is taken over the whole tensor (one pass), then one cast pass writes its
-// FP8 copies (dout: both layouts in the same pass) and its dequantisation factor; nothing
-// waits for the host. The weight's amax is over the gathered bf16 weight the GEMM reads, so
-// every rank quantises the same values the same way.
+// Scaling, per call (Fp8Site, ops/ops.h):
+//  - current (site id -1): each operand's amax over the whole tensor (one pass), then one cast
+//    pass writes its FP8 copies (dout: both layouts in the same pass) and its dequantisation
+//    factor;
+//  - delayed (site id >= 0): the linear keeps, per operand (x, W, dout), an amax history of its
+//    last kFp8AmaxHistory casts on the device (cuda_fp8.h fp8_cast_delayed); a cast scales by
+//    the history's max and records its own amax in the same pass, so each operand is read once.
+//    The first cast of an operand (empty history) runs the amax pass first. x and W enter their
+//    history in forward, so backward's x^T and W^T casts never saturate; dout can, for one call,
+//    when it outgrows its last 16 amaxes (the overflow policy of cuda_fp8.h).
+// Nothing waits for the host. The weight's amax is over the gathered bf16 weight the GEMM reads,
+// so every rank quantises the same values the same way.
+// With Fp8Site::same_input_as_previous the previous call's FP8 copy of x (and its scale) is
+// reused when that call was in the same direction, made the copy, and had the same x pointer
+// and shape (the MLP's up after gate).
 //
 // Gradients default to e5m2 (cuda_fp8_support.h kDefaultFp8GradFormat says why); e4m3 is
 // selectable for measurements (CudaOps::set_fp8_gradient_format).
@@ -22,10 +33,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 
 #include "core/dtype.h"
 #include "ops/cuda/cuda_fp8.h"
 #include "ops/cuda/cuda_gemm_fp8.h"
+#include "ops/ops.h"
 
 namespace shardtrain {
 
@@ -51,21 +64,42 @@ class Fp8Linear {
   // out = x W^T (+ bias) (+ residual: beta 1, out may alias it). x, W, bias, residual, out bf16.
   // REQUIRES: fp8_linear_shape_ok(shape).
   void forward(const Fp8LinearShape& shape, const void* x, const void* weight, const void* bias,
-               const void* residual, void* out);
+               const void* residual, void* out, const Fp8Site& site = Fp8Site());
   // dx = dout W (= or +=; skipped when dx is null); dweight = or += dout^T x (skipped when
   // null), dweight bf16 or f32.
   void backward(const Fp8LinearShape& shape, const void* dout, const void* x, const void* weight,
                 void* dx, bool accumulate_dx, void* dweight, DType dweight_dtype,
-                bool accumulate_dweight);
+                bool accumulate_dweight, const Fp8Site& site = Fp8Site());
 
   size_t workspace_bytes() const { return capacity_; }
+  // A linear ran outside this class (the bf16 fallback): no x copy is reusable after it.
+  void forget_input() { last_input_ = LastInput{}; }
 
  private:
   uint8_t* workspace(size_t bytes);  // at least `bytes`, 256-byte aligned
-  // Operand `operand` (0, 1, 2: its amax and scale slots) = the bf16 (rows, cols) `src` in FP8:
-  // its amax, then the row-major and/or transposed copies (either may be null) and the scale.
-  void quantize(int operand, const void* src, int64_t rows, int64_t cols,
-                cuda_kernels::Fp8Format format, uint8_t* row_major, uint8_t* transposed);
+  // Delayed-scaling state of one linear: per operand (kX, kW, kDout) kFp8StateFloats device
+  // floats, and how many casts each has had (the next history slot; 0: bootstrap).
+  enum Operand { kX = 0, kW = 1, kDout = 2, kOperands = 3 };
+  struct SiteState {
+    float* device = nullptr;
+    int64_t casts[kOperands] = {0, 0, 0};
+  };
+  SiteState* site_state(const Fp8Site& site);  // null for id -1 (current scaling)
+  // Operand slot `slot` (0, 1, 2: its amax and scale slots) = the bf16 (rows, cols) `src` in FP8:
+  // the row-major and/or transposed copies (either may be null) and the scale; current scaling
+  // when `site` is null, else delayed with the site's state of `operand`.
+  void quantize(int slot, const void* src, int64_t rows, int64_t cols,
+                cuda_kernels::Fp8Format format, uint8_t* row_major, uint8_t* transposed,
+                SiteState* site, Operand operand);
+  // What the last call's x copy was, for Fp8Site::same_input_as_previous.
+  struct LastInput {
+    bool backward = false;
+    const void* x = nullptr;
+    int64_t rows = 0, cols = 0;
+    uint8_t* copy = nullptr;  // null: the call made no copy of x
+  };
+  bool reusable_input(const Fp8Site& site, bool backward, const void* x, int64_t rows,
+                      int64_t cols, const uint8_t* copy) const;
 
   cudaStream_t stream_;
   Fp8Gemm gemm_;
@@ -79,6 +113,8 @@ class Fp8Linear {
   float* scalars_ = nullptr;
   void* buffer_ = nullptr;
   size_t capacity_ = 0;
+  std::unordered_map<int64_t, SiteState> sites_;
+  LastInput last_input_;
 };
 
 }  // namespace shardtrain

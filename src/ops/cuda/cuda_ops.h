@@ -107,10 +107,10 @@ class CudaOps final : public Ops {
 
   // ---- FP8 linear (cuda_linear_fp8.cpp): Fp8Linear, made at the first call ----
   void linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor residual_NO,
-                          Tensor out_NO) override;
+                          Tensor out_NO, Fp8Site site) override;
   void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                            Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
-                           bool accumulate_dweight) override;
+                           bool accumulate_dweight, Fp8Site site) override;
   // Outside the interface: the gradient format (default e5m2; the GPU tests measure e4m3) and
   // the bytes of FP8 copies held now.
   void set_fp8_gradient_format(cuda_kernels::Fp8Format format);
