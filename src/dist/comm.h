@@ -38,6 +38,15 @@ class Comm {
   virtual void all_reduce(Tensor inout, ReduceOp op) = 0;
   virtual void broadcast(Tensor inout, int root) = 0;
   virtual void barrier() = 0;
+  // All-to-all with variable sizes (MoE token dispatch). `in` holds this rank's elements for
+  // every rank back to back in rank order, send_counts[r] of them for rank r; `out` receives
+  // recv_counts[r] elements from rank r, back to back in rank order. REQUIRES: both vectors
+  // have size() entries, their sums are in.numel() and out.numel(), every rank's
+  // send_counts[r] equals rank r's recv_counts[this rank], in and out do not overlap, and
+  // out and in have the same dtype. Blocking like the other collectives (enqueued on the
+  // compute stream on NCCL).
+  virtual void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                            const std::vector<int64_t>& send_counts) = 0;
 
   // Overlap (FSDP prefetch and gradient reduction). start_* enqueues the collective so that it
   // runs after all work already enqueued on the backend's compute stream, on the comm's own

@@ -2,6 +2,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "dist/all_to_all_counts.h"
 #include "dist/host_name.h"
 
 namespace shardtrain {
@@ -169,6 +171,25 @@ class GlooComm final : public Comm {
     opts.setOutput(static_cast<float*>(inout.data()), static_cast<size_t>(inout.numel()));
     opts.setRoot(root);
     run("broadcast", [&] { gloo::broadcast(opts); });
+  }
+
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                    const std::vector<int64_t>& send_counts) override {
+    check_cpu_f32(out, "all_to_all_v");
+    check_cpu_f32(in, "all_to_all_v");
+    check_all_to_all_counts(size_, out, recv_counts, in, send_counts);
+    if (size_ == 1) {
+      if (in.numel() > 0) std::memcpy(out.data(), in.data(), in.bytes());
+      return;
+    }
+    // Gloo needs a buffer even where this rank sends or receives nothing.
+    float empty = 0;
+    float* in_data = in.numel() > 0 ? static_cast<float*>(in.data()) : &empty;
+    float* out_data = out.numel() > 0 ? static_cast<float*>(out.data()) : &empty;
+    gloo::AlltoallvOptions opts(context_);
+    opts.setInput(in_data, send_counts);
+    opts.setOutput(out_data, recv_counts);
+    run("all_to_all_v", [&] { gloo::alltoallv(opts); });
   }
 
   void barrier() override {

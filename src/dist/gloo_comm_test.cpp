@@ -88,6 +88,36 @@ TEST_P(GlooCommTest, AllReduceBroadcastBarrier) {
   });
 }
 
+// Rank s sends (s + d) % 3 elements to rank d, valued 1000 s + 100 d + i; rank 1 sends nothing
+// at all (a rank with no tokens for any expert still joins the exchange).
+int64_t a2a_count(int from, int to) { return from == 1 ? 0 : (from + to) % 3; }
+
+TEST_P(GlooCommTest, AllToAllVMovesEachRanksSliceToItsPeer) {
+  const int world = GetParam();
+  run_ranks(world, [world](Comm& comm) {
+    const int me = comm.rank();
+    std::vector<int64_t> send(world), recv(world);
+    std::vector<float> in;
+    for (int d = 0; d < world; ++d) {
+      send[d] = a2a_count(me, d);
+      recv[d] = a2a_count(d, me);
+      for (int64_t i = 0; i < send[d]; ++i) in.push_back(1000.0f * me + 100.0f * d + i);
+    }
+    int64_t total = 0;
+    for (int64_t n : recv) total += n;
+    std::vector<float> out(static_cast<size_t>(total), -1.0f);
+    comm.all_to_all_v(Tensor(out.data(), DType::kF32, {total}), recv,
+                      Tensor(in.data(), DType::kF32, {static_cast<int64_t>(in.size())}), send);
+    size_t at = 0;
+    for (int s = 0; s < world; ++s) {
+      for (int64_t i = 0; i < recv[s]; ++i) {
+        EXPECT_EQ(out[at++], 1000.0f * s + 100.0f * me + i) << "from " << s << " element " << i;
+      }
+    }
+    EXPECT_EQ(at, out.size());
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, GlooCommTest, ::testing::Values(1, 2, 4));
 
 TEST(GlooCommSplit, FourRanksSplitIntoTwoByTwoMesh) {

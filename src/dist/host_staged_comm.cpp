@@ -1,9 +1,11 @@
 #include "dist/host_staged_comm.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
+#include "dist/all_to_all_counts.h"
 #include "core/host_buffer.h"
 
 namespace shardtrain {
@@ -86,6 +88,20 @@ class HostStagedComm final : public Comm {
   }
 
   void barrier() override { host_->barrier(); }
+
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                    const std::vector<int64_t>& send_counts) override {
+    check_all_to_all_counts(size(), out, recv_counts, in, send_counts);
+    // A rank may send or receive nothing while its peers exchange rows: it still joins.
+    if (in.numel() > 0) check_operand(in, "all_to_all_v");
+    if (out.numel() > 0) check_operand(out, "all_to_all_v");
+    float* sent = primary_.reserve_floats(std::max<int64_t>(in.numel(), 1));
+    float* received = secondary_.reserve_floats(std::max<int64_t>(out.numel(), 1));
+    if (in.numel() > 0) to_host(in, sent);
+    host_->all_to_all_v(host_f32(received, out.numel()), recv_counts, host_f32(sent, in.numel()),
+                        send_counts);
+    if (out.numel() > 0) to_device(received, out);
+  }
 
   std::unique_ptr<Comm> split(int color, int key) override {
     return std::make_unique<HostStagedComm>(host_->split(color, key), ops_);

@@ -56,6 +56,12 @@ class ProbeComm final : public Comm {
     inner_->broadcast(inout, root);
   }
   void barrier() override { inner_->barrier(); }
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                    const std::vector<int64_t>& send_counts) override {
+    record(out);
+    record(in);
+    inner_->all_to_all_v(out, recv_counts, in, send_counts);
+  }
   std::unique_ptr<Comm> split(int color, int key) override {
     return std::make_unique<ProbeComm>(inner_->split(color, key), seen_);
   }
@@ -156,6 +162,33 @@ TEST_P(HostStagedCommTest, AllGatherInRankOrderAndInPlace) {
       for (int r = 0; r < world; ++r)
         for (int i = 0; i < 3; ++i) EXPECT_EQ(gathered[3 * r + i], 10.0f * r + i);
       expect_staged(rank, {&inplace});
+    });
+  }
+}
+
+TEST_P(HostStagedCommTest, AllToAllVMovesEachRanksSliceToItsPeer) {
+  const DType dtype = GetParam();
+  for (int world : {2, 4}) {
+    run_ranks(world, [&](Rank& rank) {
+      const int me = rank.comm.rank();
+      // Rank s sends s + d + 1 elements to rank d, valued 8 s + d + 0.5 i (exact in bf16).
+      std::vector<int64_t> send(world), recv(world);
+      std::vector<float> values;
+      int64_t received = 0;
+      for (int d = 0; d < world; ++d) {
+        send[d] = me + d + 1;
+        recv[d] = d + me + 1;
+        received += recv[d];
+        for (int64_t i = 0; i < send[d]; ++i) values.push_back(8.0f * me + d + 0.5f * i);
+      }
+      DeviceTensor in(rank.ops, dtype, values);
+      DeviceTensor out(rank.ops, dtype, std::vector<float>(received, -1.0f));
+      rank.comm.all_to_all_v(out.tensor, recv, in.tensor, send);
+      const std::vector<float> got = out.read(rank.ops);
+      size_t at = 0;
+      for (int s = 0; s < world; ++s)
+        for (int64_t i = 0; i < recv[s]; ++i) EXPECT_EQ(got[at++], 8.0f * s + me + 0.5f * i);
+      expect_staged(rank, {&in, &out});
     });
   }
 }

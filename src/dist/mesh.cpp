@@ -7,7 +7,8 @@
 
 namespace shardtrain {
 
-Mesh::Mesh(Comm& world, int group_size, Ops& ops) : world_(world), ops_(ops) {
+Mesh::Mesh(Comm& world, int group_size, Ops& ops, int expert_parallel)
+    : world_(world), ops_(ops) {
   SHARDTRAIN_CHECK(group_size >= 1 && world.size() % group_size == 0, "group {} world {}",
                    group_size, world.size());
   if (group_size == world.size()) {
@@ -25,6 +26,30 @@ Mesh::Mesh(Comm& world, int group_size, Ops& ops) : world_(world), ops_(ops) {
     shard_ = owned_shard_.get();
     replicate_ = owned_replicate_.get();
   }
+  SHARDTRAIN_CHECK(expert_parallel >= 1 && group_size % expert_parallel == 0,
+                   "expert parallel {} in a shard group of {}", expert_parallel, group_size);
+  const int rank = world.rank();
+  if (expert_parallel == 1) {
+    owned_expert_ = make_single_rank_comm();
+    expert_ = owned_expert_.get();
+    expert_shard_ = shard_;
+    return;
+  }
+  // Every split is collective over the world: all ranks take the same branches.
+  if (expert_parallel == world.size()) {
+    expert_ = &world;
+  } else {
+    owned_expert_ = world.split(rank / expert_parallel, rank);
+    expert_ = owned_expert_.get();
+  }
+  if (expert_parallel == group_size) {
+    owned_expert_shard_ = make_single_rank_comm();
+  } else {
+    // Same shard group, same expert rank.
+    owned_expert_shard_ =
+        world.split((rank / group_size) * expert_parallel + rank % expert_parallel, rank);
+  }
+  expert_shard_ = owned_expert_shard_.get();
 }
 
 std::vector<double> Mesh::sum(const std::vector<double>& values, const std::string& what) {

@@ -17,13 +17,14 @@ namespace shardtrain {
 namespace {
 
 // Runs body(mesh) on `world` Gloo ranks with shard groups of `group`.
-void run_mesh(int world, int group, const std::function<void(Mesh&)>& body) {
+void run_mesh(int world, int group, const std::function<void(Mesh&)>& body,
+              int expert_parallel = 1) {
   testing::TempDir dir("shardtrain_mesh_");
   FileStore store(dir.path());
   testing::run_threads(world, [&](int rank) {
     std::unique_ptr<Ops> ops = make_ops(DeviceChoice::kCpu);
     std::unique_ptr<Comm> comm = make_gloo_comm(store, rank, world, "mesh");
-    Mesh mesh(*comm, group, *ops);
+    Mesh mesh(*comm, group, *ops, expert_parallel);
     body(mesh);
   });
 }
@@ -52,6 +53,48 @@ TEST(Mesh, HybridGroupsAreConsecutiveShardsAndStridedReplicas) {
     const std::vector<int> replicate = members(mesh.replicate(), r, 4);
     EXPECT_EQ(shard, (r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
     EXPECT_EQ(replicate, (r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+  });
+}
+
+TEST(Mesh, ExpertGroupsAreConsecutiveAndExpertShardsJoinTheSameExpertRank) {
+  // FULL_SHARD on 4 ranks, 2-way expert parallel: experts {0,1}, {2,3}; same experts {0,2}, {1,3}.
+  run_mesh(
+      4, 4,
+      [](Mesh& mesh) {
+        const int r = mesh.world_rank();
+        EXPECT_EQ(mesh.expert_size(), 2);
+        EXPECT_EQ(mesh.expert_rank(), r % 2);
+        EXPECT_EQ(mesh.expert_shard_size(), 2);
+        EXPECT_EQ(members(mesh.expert(), r, 4),
+                  (r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
+        EXPECT_EQ(members(mesh.expert_shard(), r, 4),
+                  (r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3}));
+      },
+      2);
+  // HYBRID_SHARD 2 x 2 with expert parallel 2: the expert group is the shard group, each expert
+  // held whole by one rank of it and replicated across the replicate group.
+  run_mesh(
+      4, 2,
+      [](Mesh& mesh) {
+        const int r = mesh.world_rank();
+        EXPECT_EQ(members(mesh.expert(), r, 4),
+                  (r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3}));
+        EXPECT_EQ(mesh.expert_shard_size(), 1);
+      },
+      2);
+  // 4-way on 4 ranks: the world is the expert group.
+  run_mesh(
+      4, 4,
+      [](Mesh& mesh) {
+        EXPECT_EQ(&mesh.expert(), &mesh.world());
+        EXPECT_EQ(mesh.expert_rank(), mesh.world_rank());
+        EXPECT_EQ(mesh.expert_shard_size(), 1);
+      },
+      4);
+  // Without expert parallelism the expert shard group is the shard group.
+  run_mesh(2, 2, [](Mesh& mesh) {
+    EXPECT_EQ(mesh.expert_size(), 1);
+    EXPECT_EQ(&mesh.expert_shard(), &mesh.shard());
   });
 }
 

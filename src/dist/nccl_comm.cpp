@@ -1,6 +1,7 @@
 #include "dist/nccl_comm.h"
 
 #include "core/error.h"
+#include "dist/all_to_all_counts.h"
 
 #if defined(SHARDTRAIN_WITH_NCCL)
 
@@ -232,6 +233,48 @@ class NcclComm final : public Comm {
                                nccl_type(inout.dtype()), root, comm_, stream_),
                  "broadcast", "ncclBroadcast");
     track_locked("broadcast", stream_);
+  }
+
+  // Grouped point-to-point calls: one send and one receive per peer with elements to move
+  // (NCCL has no all-to-all-v of its own); our own slice is a device copy in the same group.
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                    const std::vector<int64_t>& send_counts) override {
+    check_all_to_all_counts(size_, out, recv_counts, in, send_counts);
+    if (in.numel() > 0) check_device_tensor(in, "all_to_all_v");
+    if (out.numel() > 0) check_device_tensor(out, "all_to_all_v");
+    const DType dtype = in.numel() > 0 ? in.dtype() : out.dtype();
+    const size_t element = dtype_size(dtype);
+    const std::vector<int64_t> send_offsets = count_offsets(send_counts);
+    const std::vector<int64_t> recv_offsets = count_offsets(recv_counts);
+    char* in_bytes = static_cast<char*>(in.data());
+    char* out_bytes = static_cast<char*>(out.data());
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_locked(ncclGroupStart(), "all_to_all_v", "ncclGroupStart");
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      if (send_counts[peer] > 0) {
+        check_locked(ncclSend(in_bytes + send_offsets[peer] * element,
+                              static_cast<size_t>(send_counts[peer]), nccl_type(dtype), peer,
+                              comm_, stream_),
+                     "all_to_all_v", "ncclSend");
+      }
+      if (recv_counts[peer] > 0) {
+        check_locked(ncclRecv(out_bytes + recv_offsets[peer] * element,
+                              static_cast<size_t>(recv_counts[peer]), nccl_type(dtype), peer,
+                              comm_, stream_),
+                     "all_to_all_v", "ncclRecv");
+      }
+    }
+    check_locked(ncclGroupEnd(), "all_to_all_v", "ncclGroupEnd");
+    SHARDTRAIN_CHECK(send_counts[rank_] == recv_counts[rank_], "all_to_all_v: own slice {} vs {}",
+                     send_counts[rank_], recv_counts[rank_]);
+    if (send_counts[rank_] > 0) {
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(out_bytes + recv_offsets[rank_] * element,
+                                            in_bytes + send_offsets[rank_] * element,
+                                            static_cast<size_t>(send_counts[rank_]) * element,
+                                            cudaMemcpyDeviceToDevice, stream_));
+    }
+    track_locked("all_to_all_v", stream_);
   }
 
   // A one-element all-reduce, then a host wait for it (and for everything enqueued before it

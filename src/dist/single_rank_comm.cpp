@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "dist/all_to_all_counts.h"
 
 namespace shardtrain {
 namespace {
@@ -17,6 +18,11 @@ class SingleRankComm final : public Comm {
   void all_reduce(Tensor, ReduceOp) override {}
   void broadcast(Tensor, int) override {}
   void barrier() override {}
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                    const std::vector<int64_t>& send_counts) override {
+    check_all_to_all_counts(1, out, recv_counts, in, send_counts);
+    if (in.numel() > 0) copy(out, in);
+  }
   std::unique_ptr<Comm> split(int, int) override { return make_single_rank_comm(); }
 
  private:

@@ -26,6 +26,10 @@ class BlockingCommTime final : public Comm {
   void barrier() override {
     timed([&] { inner_->barrier(); });
   }
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                    const std::vector<int64_t>& send_counts) override {
+    timed([&] { inner_->all_to_all_v(out, recv_counts, in, send_counts); });
+  }
   CommWork start_all_gather(Tensor out, Tensor in) override {
     CommWork work;
     timed([&] { work = inner_->start_all_gather(out, in); });

@@ -75,6 +75,11 @@ class HeartbeatComm final : public Comm {
     Waiting w(*this, "barrier");
     inner_->barrier();
   }
+  void all_to_all_v(Tensor out, const std::vector<int64_t>& recv_counts, Tensor in,
+                    const std::vector<int64_t>& send_counts) override {
+    Waiting w(*this, "all_to_all_v");
+    inner_->all_to_all_v(out, recv_counts, in, send_counts);
+  }
   // The overlapped collectives must reach the inner Comm as such: Comm's defaults would turn
   // them into blocking calls (on NCCL: enqueued on the compute stream, no overlap). On NCCL
   // they return at once, so the phase names the last collective started.

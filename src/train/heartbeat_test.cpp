@@ -22,6 +22,10 @@ class RecordingComm final : public Comm {
   void all_reduce(Tensor, ReduceOp) override { calls_.push_back("all_reduce"); }
   void broadcast(Tensor, int) override { calls_.push_back("broadcast"); }
   void barrier() override { calls_.push_back("barrier"); }
+  void all_to_all_v(Tensor, const std::vector<int64_t>&, Tensor,
+                    const std::vector<int64_t>&) override {
+    calls_.push_back("all_to_all_v");
+  }
   CommWork start_all_gather(Tensor, Tensor) override {
     calls_.push_back("start_all_gather");
     return {1};
