@@ -79,7 +79,7 @@ void DecoderBlock::forward(Ops& ops, const BlockWeights& w, const BlockInputs& i
                   RmsNormSaved{a.h_NC, a.post_attention_rstd_N});
     ops.add(a.h_NC, a.h_NC, a.x_in_NC);
     norm_.forward(ops, w.pre_feedforward_norm_C, a.h_NC, a.norm2);
-    mlp_.forward(ops, w.mlp, a.norm2.out_RC, Tensor(), a.mlp, a.mlp_out_NC);
+    mlp_.forward(ops, w.mlp, a.norm2.out_RC, Tensor(), a.mlp, s.mlp, a.mlp_out_NC);
     norm_.forward(ops, w.post_feedforward_norm_C, a.mlp_out_NC,
                   RmsNormSaved{out_NC, a.post_feedforward_rstd_N});
     ops.add(out_NC, out_NC, a.h_NC);
@@ -91,7 +91,7 @@ void DecoderBlock::forward(Ops& ops, const BlockWeights& w, const BlockInputs& i
   if (sparse_) {
     moe_.forward(ops, w.moe, a.norm2.out_RC, a.h_NC, a.moe, in.moe, out_NC);
   } else {
-    mlp_.forward(ops, w.mlp, a.norm2.out_RC, a.h_NC, a.mlp, out_NC);
+    mlp_.forward(ops, w.mlp, a.norm2.out_RC, a.h_NC, a.mlp, s.mlp, out_NC);
   }
 }
 

@@ -4,45 +4,53 @@ namespace shardtrain {
 
 MlpSaved MlpSaved::declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d) {
   const int64_t N = d.tokens(), F = d.intermediate;
-  return MlpSaved{plan.take(use, {N, F}), plan.take(use, {N, F}), plan.take(use, {N, F})};
+  return MlpSaved{plan.take(use, {N, F}), plan.take(use, {N, F})};
 }
 
 MlpSaved MlpSaved::sized(const LayerDims& d) const {
   const Shape NF{d.tokens(), d.intermediate};
-  return MlpSaved{fit(gate_NF, NF), fit(up_NF, NF), fit(act_NF, NF)};
+  return MlpSaved{fit(gate_NF, NF), fit(up_NF, NF)};
 }
 
 MlpScratch MlpScratch::declare(ActivationPlan& plan, const LayerDims& d) {
   const int64_t N = d.tokens(), F = d.intermediate;
   const ActivationUse use = ActivationUse::kScratch;
-  return MlpScratch{plan.take(use, {N, F}), plan.take(use, {N, F}), plan.take(use, {N, F})};
+  return MlpScratch{plan.take(use, {N, F}), plan.take(use, {N, F}), plan.take(use, {N, F}),
+                    plan.take(use, {N, F})};
 }
 
 MlpScratch MlpScratch::sized(const LayerDims& d) const {
   const Shape NF{d.tokens(), d.intermediate};
-  return MlpScratch{fit(dgate_NF, NF), fit(dup_NF, NF), fit(dact_NF, NF)};
+  return MlpScratch{fit(dgate_NF, NF), fit(dup_NF, NF), fit(dact_NF, NF), fit(act_NF, NF)};
+}
+
+void Mlp::activate(Ops& ops, const MlpSaved& saved, Tensor act_NF) const {
+  if (activation == HiddenActivation::kGeluTanh) {
+    ops.geglu_forward(saved.gate_NF, saved.up_NF, act_NF);
+  } else {
+    ops.swiglu_forward(saved.gate_NF, saved.up_NF, act_NF);
+  }
 }
 
 void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC,
-                  const MlpSaved& saved, Tensor out_NC) const {
+                  const MlpSaved& saved, const MlpScratch& scratch, Tensor out_NC) const {
   w.gate.forward(ops, x_NC, saved.gate_NF);
   w.up.forward(ops, x_NC, saved.up_NF);
-  if (activation == HiddenActivation::kGeluTanh) {
-    ops.geglu_forward(saved.gate_NF, saved.up_NF, saved.act_NF);
-  } else {
-    ops.swiglu_forward(saved.gate_NF, saved.up_NF, saved.act_NF);
-  }
+  activate(ops, saved, scratch.act_NF);
   if (!residual_NC.defined()) {
-    w.down.forward(ops, saved.act_NF, out_NC);
+    w.down.forward(ops, scratch.act_NF, out_NC);
     return;
   }
-  w.down.forward_residual(ops, saved.act_NF, residual_NC, out_NC);  // out = residual + down(act)
+  w.down.forward_residual(ops, scratch.act_NF, residual_NC, out_NC);  // out = residual + down(act)
 }
 
 void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool accumulate,
                    Tensor dout_NC, Tensor x_NC, const MlpSaved& saved, const MlpScratch& scratch,
                    Tensor dx_NC) const {
-  w.down.backward(ops, grad.down, accumulate, dout_NC, saved.act_NF, scratch.dact_NF, false);
+  // down's input is read by its weight gradient and its adapters' gradients only (a frozen
+  // down without adapters reads its shape, not its values).
+  if (!w.down.frozen || w.down.lora.defined()) activate(ops, saved, scratch.act_NF);
+  w.down.backward(ops, grad.down, accumulate, dout_NC, scratch.act_NF, scratch.dact_NF, false);
   if (activation == HiddenActivation::kGeluTanh) {
     ops.geglu_backward(scratch.dact_NF, saved.gate_NF, saved.up_NF, scratch.dgate_NF,
                        scratch.dup_NF);
