@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/ops.h"
 
 namespace shardtrain::op_checks {
 
@@ -59,6 +60,20 @@ inline PackedQkv check_packed_qkv(const Tensor& qkv, const Tensor& q, const Tens
                    qkv.shape().to_string(), q.shape().to_string(), k.shape().to_string(),
                    v.shape().to_string());
   return p;
+}
+
+// Per-head q/k norms (Ops::split_qkv_norm_rope): q_raw and q (N, H, D), k_raw and k (N, K, D)
+// as check_packed_qkv wants them, each norm weight (D).
+inline void check_qk_norm(const PackedQkv& p, const Tensor& q_raw, const Tensor& k_raw,
+                          const Tensor& q, const Tensor& k, const QkNorm& norm) {
+  SHARDTRAIN_CHECK(q_raw.shape() == q.shape() && k_raw.shape() == k.shape() &&
+                       q.numel() == p.tokens * p.q_width() && k.numel() == p.tokens * p.kv_width() &&
+                       norm.q_weight_D.numel() == p.head_dim &&
+                       norm.k_weight_D.numel() == p.head_dim,
+                   "q/k norm: q_raw {}, q {}, k_raw {}, k {}, weights {} and {} for head dim {}",
+                   q_raw.shape().to_string(), q.shape().to_string(), k_raw.shape().to_string(),
+                   k.shape().to_string(), norm.q_weight_D.shape().to_string(),
+                   norm.k_weight_D.shape().to_string(), p.head_dim);
 }
 
 }  // namespace shardtrain::op_checks

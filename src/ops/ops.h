@@ -63,6 +63,14 @@ struct Fp8Site {
   bool same_input_as_previous = false;
 };
 
+// The per-head q/k norms of one attention layer (Ops::split_qkv_norm_rope): weights (D) for q
+// and k, scaled by weight, or by 1 + weight when one_plus_weight (Gemma).
+struct QkNorm {
+  Tensor q_weight_D, k_weight_D;
+  float eps = 1e-6f;
+  bool one_plus_weight = false;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -150,7 +158,7 @@ class Ops {
   // convention): for token n at position p = positions_N[n] and pair index i < D/2,
   //   (x[i], x[i+D/2]) <- (x[i] cos - x[i+D/2] sin, x[i+D/2] cos + x[i] sin),
   // with cos/sin = cos_PR/sin_PR[p][i] (R = D/2; fp32 tables built by model/rope). Position 0
-  // is the identity (cos 1, sin 0), so all-zero positions split without rotating.
+  // is the identity (cos 1, sin 0).
   virtual void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                               Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) = 0;
   // The transpose: each row of dqkv_NX (overwritten) becomes (dq rotated by -angle, dk rotated
@@ -158,10 +166,34 @@ class Ops {
   virtual void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
                                       Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                       Tensor dqkv_NX) = 0;
-  // The rotation alone, in place, for blocks that transform q and k between the split and the
-  // rotation (per-head q/k norms); backward rotates the gradient by -angle.
-  virtual void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
-  virtual void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) = 0;
+
+  // ---- packed q/k/v with per-head RMSNorm of q and k before the rotation (Qwen3, Gemma 3) ----
+  // Every head row x (D values) of q and k becomes rope(norm(x)): norm(x) = x * r * w with
+  // r = 1 / sqrt(mean(x^2) + eps) in fp32, w = weight (rounded as rmsnorm_forward: x * r to the
+  // activation dtype, then times the weight) or 1 + weight when one_plus_weight (rounded once,
+  // as rmsnorm1p_forward); the normed row is rounded to the activation dtype before the
+  // rotation (split_qkv_rope's, at the token's position). Nothing but q_raw and k_raw is needed
+  // later: backward recomputes r from them.
+  // Splits qkv_NX (split_qkv_rope's layout): q_raw_NHD, k_raw_NKD and v_NKD get the projections
+  // as they are, q_NHD and k_NKD the normed and rotated heads.
+  virtual void split_qkv_norm_rope(Tensor qkv_NX, const QkNorm& norm, Tensor positions_N,
+                                   Tensor cos_PR, Tensor sin_PR, Tensor q_raw_NHD,
+                                   Tensor k_raw_NKD, Tensor v_NKD, Tensor q_NHD, Tensor k_NKD) = 0;
+  // q_NHD and k_NKD again from q_raw_NHD and k_raw_NKD (what backward remakes for attention's
+  // backward instead of keeping them), equal to split_qkv_norm_rope's.
+  virtual void qk_norm_rope(Tensor q_raw_NHD, Tensor k_raw_NKD, const QkNorm& norm,
+                            Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
+                            Tensor k_NKD) = 0;
+  // The backward: each row of dqkv_NX (overwritten) becomes (dq through the rotation and q's
+  // norm, dk likewise, dv) of that token; the norms' weight gradients (sum over rows of
+  // d(norm out) * x * r) go to dq_weight_D and dk_weight_D, added when accumulate_dweight, else
+  // overwritten. The roundings of the forward pass the gradient straight through (as in
+  // rmsnorm_backward). dq, dk, dv, q_raw and k_raw are read only.
+  virtual void pack_qkv_norm_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
+                                           Tensor q_raw_NHD, Tensor k_raw_NKD, const QkNorm& norm,
+                                           Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
+                                           Tensor dq_weight_D, Tensor dk_weight_D,
+                                           bool accumulate_dweight, Tensor dqkv_NX) = 0;
 
   // ---- grouped-query attention under a mask: query head h reads kv head h / (H / K) ----
   // out_BTHD = softmax(q k^T * scale + mask) v; lse_BHT = log-sum-exp per row (fp32). The mask

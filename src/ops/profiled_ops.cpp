@@ -251,13 +251,32 @@ void ProfiledOps::pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv
     inner_->pack_qkv_rope_backward(dq_NHD, dk_NKD, dv_NKD, positions_N, cos_PR, sin_PR, dqkv_NX);
   });
 }
-void ProfiledOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise,
-        [&] { inner_->rope_forward(x_NHD, positions_N, cos_PR, sin_PR); });
+void ProfiledOps::split_qkv_norm_rope(Tensor qkv_NX, const QkNorm& norm, Tensor positions_N,
+                                      Tensor cos_PR, Tensor sin_PR, Tensor q_raw_NHD,
+                                      Tensor k_raw_NKD, Tensor v_NKD, Tensor q_NHD, Tensor k_NKD) {
+  timed(__func__, OpClass::kNorm, [&] {
+    inner_->split_qkv_norm_rope(qkv_NX, norm, positions_N, cos_PR, sin_PR, q_raw_NHD, k_raw_NKD,
+                                v_NKD, q_NHD, k_NKD);
+  });
 }
-void ProfiledOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  timed(__func__, OpClass::kElementwise,
-        [&] { inner_->rope_backward(dx_NHD, positions_N, cos_PR, sin_PR); });
+void ProfiledOps::qk_norm_rope(Tensor q_raw_NHD, Tensor k_raw_NKD, const QkNorm& norm,
+                               Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
+                               Tensor k_NKD) {
+  timed(__func__, OpClass::kNorm, [&] {
+    inner_->qk_norm_rope(q_raw_NHD, k_raw_NKD, norm, positions_N, cos_PR, sin_PR, q_NHD, k_NKD);
+  });
+}
+void ProfiledOps::pack_qkv_norm_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD,
+                                              Tensor q_raw_NHD, Tensor k_raw_NKD,
+                                              const QkNorm& norm, Tensor positions_N,
+                                              Tensor cos_PR, Tensor sin_PR, Tensor dq_weight_D,
+                                              Tensor dk_weight_D, bool accumulate_dweight,
+                                              Tensor dqkv_NX) {
+  timed(__func__, OpClass::kNorm, [&] {
+    inner_->pack_qkv_norm_rope_backward(dq_NHD, dk_NKD, dv_NKD, q_raw_NHD, k_raw_NKD, norm,
+                                        positions_N, cos_PR, sin_PR, dq_weight_D, dk_weight_D,
+                                        accumulate_dweight, dqkv_NX);
+  });
 }
 // Named by the public method, as the profile's tables always were.
 void ProfiledOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,

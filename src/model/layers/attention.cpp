@@ -4,43 +4,40 @@
 
 namespace shardtrain {
 
-AttentionSaved AttentionSaved::declare(ActivationPlan& plan, ActivationUse use,
-                                       const LayerDims& d, bool qk_norm) {
+AttentionSaved AttentionSaved::declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
+                                       bool qk_norm) {
   const int64_t N = d.tokens();
   AttentionSaved s;
-  s.q_NHD = plan.take(use, {N, d.q_width()});
-  s.k_NKD = plan.take(use, {N, d.kv_width()});
-  s.v_NKD = plan.take(use, {N, d.kv_width()});
-  s.attn_NHD = plan.take(use, {N, d.q_width()});
-  s.lse_BHT = plan.take(use, DType::kF32, {d.batch, d.heads, d.seq});
   if (qk_norm) {
     s.q_raw_NHD = plan.take(use, {N, d.q_width()});
     s.k_raw_NKD = plan.take(use, {N, d.kv_width()});
-    s.q_rstd_NH = plan.take(use, DType::kF32, {N * d.heads});
-    s.k_rstd_NK = plan.take(use, DType::kF32, {N * d.kv_heads});
+  } else {
+    s.q_NHD = plan.take(use, {N, d.q_width()});
+    s.k_NKD = plan.take(use, {N, d.kv_width()});
   }
+  s.v_NKD = plan.take(use, {N, d.kv_width()});
+  s.attn_NHD = plan.take(use, {N, d.q_width()});
+  s.lse_BHT = plan.take(use, DType::kF32, {d.batch, d.heads, d.seq});
   return s;
 }
 
 AttentionSaved AttentionSaved::sized(const LayerDims& d) const {
   const int64_t N = d.tokens();
   AttentionSaved s;
-  s.q_NHD = fit(q_NHD, {N, d.q_width()});
-  s.k_NKD = fit(k_NKD, {N, d.kv_width()});
-  s.v_NKD = fit(v_NKD, {N, d.kv_width()});
-  s.attn_NHD = fit(attn_NHD, {N, d.q_width()});
-  s.lse_BHT = fit(lse_BHT, {d.batch, d.heads, d.seq});
   if (q_raw_NHD.defined()) {
     s.q_raw_NHD = fit(q_raw_NHD, {N, d.q_width()});
     s.k_raw_NKD = fit(k_raw_NKD, {N, d.kv_width()});
-    s.q_rstd_NH = fit(q_rstd_NH, {N * d.heads});
-    s.k_rstd_NK = fit(k_rstd_NK, {N * d.kv_heads});
+  } else {
+    s.q_NHD = fit(q_NHD, {N, d.q_width()});
+    s.k_NKD = fit(k_NKD, {N, d.kv_width()});
   }
+  s.v_NKD = fit(v_NKD, {N, d.kv_width()});
+  s.attn_NHD = fit(attn_NHD, {N, d.q_width()});
+  s.lse_BHT = fit(lse_BHT, {d.batch, d.heads, d.seq});
   return s;
 }
 
-AttentionScratch AttentionScratch::declare(ActivationPlan& plan, const LayerDims& d,
-                                           bool qk_norm) {
+AttentionScratch AttentionScratch::declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm) {
   const int64_t N = d.tokens();
   const ActivationUse use = ActivationUse::kScratch;
   AttentionScratch s;
@@ -50,9 +47,8 @@ AttentionScratch AttentionScratch::declare(ActivationPlan& plan, const LayerDims
   s.dv_NKD = plan.take(use, {N, d.kv_width()});
   s.qkv_NX = plan.take(use, {N, d.q_width() + 2 * d.kv_width()});
   if (qk_norm) {
-    s.dq_raw_NHD = plan.take(use, {N, d.q_width()});
-    s.dk_raw_NKD = plan.take(use, {N, d.kv_width()});
-    s.zero_positions_N = plan.take(use, DType::kI32, {N});
+    s.q_NHD = plan.take(use, {N, d.q_width()});
+    s.k_NKD = plan.take(use, {N, d.kv_width()});
   }
   return s;
 }
@@ -65,10 +61,9 @@ AttentionScratch AttentionScratch::sized(const LayerDims& d) const {
   s.dq_NHD = fit(dq_NHD, {N, d.q_width()});
   s.dk_NKD = fit(dk_NKD, {N, d.kv_width()});
   s.dv_NKD = fit(dv_NKD, {N, d.kv_width()});
-  if (zero_positions_N.defined()) {
-    s.dq_raw_NHD = fit(dq_raw_NHD, {N, d.q_width()});
-    s.dk_raw_NKD = fit(dk_raw_NKD, {N, d.kv_width()});
-    s.zero_positions_N = fit(zero_positions_N, {N});
+  if (q_NHD.defined()) {
+    s.q_NHD = fit(q_NHD, {N, d.q_width()});
+    s.k_NKD = fit(k_NKD, {N, d.kv_width()});
   }
   return s;
 }
@@ -76,19 +71,20 @@ AttentionScratch AttentionScratch::sized(const LayerDims& d) const {
 Attention::Attention(const LayerDims& d, const BlockRecipe& recipe, float norm_eps)
     : d_(d),
       recipe_(recipe),
-      qk_norm_{norm_eps, recipe.one_plus_norm_weights},
+      norm_eps_(norm_eps),
       scale_(recipe.attention_scale > 0 ? static_cast<float>(recipe.attention_scale)
                                         : 1.0f / std::sqrt(static_cast<float>(d.head_dim))),
       mask_(AttentionMask::sliding_window(recipe.sliding_window, d.seq)) {
   mask_.logit_softcap = static_cast<float>(recipe.attn_logit_softcap);
 }
 
-// q, k, v of x into saved (q and k normed and rotated).
+// q, k, v of x: v into saved; q and k normed (q/k norms) and rotated where attention reads them.
 void Attention::project(Ops& ops, const AttentionWeights& w, Tensor positions_N,
                         const RopeTablesView& rope, Tensor x_NC, const AttentionSaved& saved,
                         const AttentionScratch& scratch) const {
   const int64_t N = d_.tokens(), H = d_.heads, K = d_.kv_heads, D = d_.head_dim;
-  // One GEMM for q, k and v (packed weights), then split with rope applied to q and k.
+  // One GEMM for q, k and v (packed weights), then one pass splits them, normalising (q/k
+  // norms) and rotating q and k.
   w.qkv.forward(ops, x_NC, scratch.qkv_NX);
   if (!recipe_.qk_norm) {
     ops.split_qkv_rope(scratch.qkv_NX, positions_N, rope.cos_PR, rope.sin_PR,
@@ -96,16 +92,10 @@ void Attention::project(Ops& ops, const AttentionWeights& w, Tensor positions_N,
                        saved.v_NKD.reshaped({N, K, D}));
     return;
   }
-  // The norm sits between the split and the rotation: split unrotated, norm, then rotate.
-  ops.split_qkv_rope(scratch.qkv_NX, scratch.zero_positions_N, rope.cos_PR, rope.sin_PR,
-                     saved.q_raw_NHD.reshaped({N, H, D}), saved.k_raw_NKD.reshaped({N, K, D}),
-                     saved.v_NKD.reshaped({N, K, D}));
-  qk_norm_.forward(ops, w.q_norm_D, saved.q_raw_NHD.reshaped({N * H, D}),
-                   RmsNormSaved{saved.q_NHD.reshaped({N * H, D}), saved.q_rstd_NH});
-  qk_norm_.forward(ops, w.k_norm_D, saved.k_raw_NKD.reshaped({N * K, D}),
-                   RmsNormSaved{saved.k_NKD.reshaped({N * K, D}), saved.k_rstd_NK});
-  ops.rope_forward(saved.q_NHD.reshaped({N, H, D}), positions_N, rope.cos_PR, rope.sin_PR);
-  ops.rope_forward(saved.k_NKD.reshaped({N, K, D}), positions_N, rope.cos_PR, rope.sin_PR);
+  ops.split_qkv_norm_rope(scratch.qkv_NX, qk_norm(w), positions_N, rope.cos_PR, rope.sin_PR,
+                          saved.q_raw_NHD.reshaped({N, H, D}), saved.k_raw_NKD.reshaped({N, K, D}),
+                          saved.v_NKD.reshaped({N, K, D}), scratch.q_NHD.reshaped({N, H, D}),
+                          scratch.k_NKD.reshaped({N, K, D}));
 }
 
 AttentionMask Attention::mask_for(Tensor document_start_N) const {
@@ -123,10 +113,11 @@ void Attention::forward(Ops& ops, const AttentionWeights& w, Tensor positions_N,
                         bool reuse_attention) const {
   project(ops, w, positions_N, rope, x_NC, saved, scratch);
   if (!reuse_attention) {
-    ops.attention_forward(
-        saved.q_NHD.reshaped(bthd(d_.heads)), saved.k_NKD.reshaped(bthd(d_.kv_heads)),
-        saved.v_NKD.reshaped(bthd(d_.kv_heads)), scale_, saved.attn_NHD.reshaped(bthd(d_.heads)),
-        saved.lse_BHT, mask_for(document_start_N));
+    ops.attention_forward(rotated_q(saved, scratch).reshaped(bthd(d_.heads)),
+                          rotated_k(saved, scratch).reshaped(bthd(d_.kv_heads)),
+                          saved.v_NKD.reshaped(bthd(d_.kv_heads)), scale_,
+                          saved.attn_NHD.reshaped(bthd(d_.heads)), saved.lse_BHT,
+                          mask_for(document_start_N));
   }
   if (!residual_NC.defined()) {  // Gemma: the output is normalised before its residual add
     w.o.forward(ops, saved.attn_NHD, out_NC);
@@ -142,29 +133,27 @@ void Attention::backward(Ops& ops, const AttentionWeights& w, const AttentionWei
                          Tensor dx_NC) const {
   const int64_t N = d_.tokens(), H = d_.heads, K = d_.kv_heads, D = d_.head_dim;
   const AttentionScratch& s = scratch;
+  if (recipe_.qk_norm) {  // attention's q and k again, from the saved projections
+    ops.qk_norm_rope(saved.q_raw_NHD.reshaped({N, H, D}), saved.k_raw_NKD.reshaped({N, K, D}),
+                     qk_norm(w), positions_N, rope.cos_PR, rope.sin_PR, s.q_NHD.reshaped({N, H, D}),
+                     s.k_NKD.reshaped({N, K, D}));
+  }
   w.o.backward(ops, grad.o, accumulate, dout_NC, saved.attn_NHD, s.dattn_NHD, false);
-  ops.attention_backward(s.dattn_NHD.reshaped(bthd(H)), saved.q_NHD.reshaped(bthd(H)),
-                         saved.k_NKD.reshaped(bthd(K)), saved.v_NKD.reshaped(bthd(K)),
+  ops.attention_backward(s.dattn_NHD.reshaped(bthd(H)), rotated_q(saved, s).reshaped(bthd(H)),
+                         rotated_k(saved, s).reshaped(bthd(K)), saved.v_NKD.reshaped(bthd(K)),
                          saved.attn_NHD.reshaped(bthd(H)), saved.lse_BHT, scale_,
                          s.dq_NHD.reshaped(bthd(H)), s.dk_NKD.reshaped(bthd(K)),
                          s.dv_NKD.reshaped(bthd(K)), mask_for(document_start_N));
   const Tensor dqkv_NX = s.qkv_NX;
   if (!recipe_.qk_norm) {
     ops.pack_qkv_rope_backward(s.dq_NHD.reshaped({N, H, D}), s.dk_NKD.reshaped({N, K, D}),
-                               s.dv_NKD.reshaped({N, K, D}), positions_N, rope.cos_PR,
-                               rope.sin_PR, dqkv_NX);
+                               s.dv_NKD.reshaped({N, K, D}), positions_N, rope.cos_PR, rope.sin_PR,
+                               dqkv_NX);
   } else {
-    ops.rope_backward(s.dq_NHD.reshaped({N, H, D}), positions_N, rope.cos_PR, rope.sin_PR);
-    ops.rope_backward(s.dk_NKD.reshaped({N, K, D}), positions_N, rope.cos_PR, rope.sin_PR);
-    qk_norm_.backward(ops, w.q_norm_D, grad.q_norm_D, accumulate, s.dq_NHD.reshaped({N * H, D}),
-                      saved.q_raw_NHD.reshaped({N * H, D}), RmsNormSaved{Tensor(), saved.q_rstd_NH},
-                      s.dq_raw_NHD.reshaped({N * H, D}), false);
-    qk_norm_.backward(ops, w.k_norm_D, grad.k_norm_D, accumulate, s.dk_NKD.reshaped({N * K, D}),
-                      saved.k_raw_NKD.reshaped({N * K, D}), RmsNormSaved{Tensor(), saved.k_rstd_NK},
-                      s.dk_raw_NKD.reshaped({N * K, D}), false);
-    ops.pack_qkv_rope_backward(s.dq_raw_NHD.reshaped({N, H, D}), s.dk_raw_NKD.reshaped({N, K, D}),
-                               s.dv_NKD.reshaped({N, K, D}), s.zero_positions_N, rope.cos_PR,
-                               rope.sin_PR, dqkv_NX);
+    ops.pack_qkv_norm_rope_backward(
+        s.dq_NHD.reshaped({N, H, D}), s.dk_NKD.reshaped({N, K, D}), s.dv_NKD.reshaped({N, K, D}),
+        saved.q_raw_NHD.reshaped({N, H, D}), saved.k_raw_NKD.reshaped({N, K, D}), qk_norm(w),
+        positions_N, rope.cos_PR, rope.sin_PR, grad.q_norm_D, grad.k_norm_D, accumulate, dqkv_NX);
   }
   w.qkv.backward(ops, grad.qkv, accumulate, dqkv_NX, x_NC, dx_NC, false);
 }

@@ -1,5 +1,6 @@
 // Attention: the q/k/v projections (one packed Linear), optional per-head RMSNorm of q and k
-// (Qwen3), the rotary embedding (this block's rope tables), grouped-query attention under the
+// (Qwen3, Gemma 3: fused with the split and the rotation, Ops::split_qkv_norm_rope), the rotary
+// embedding (this block's rope tables), grouped-query attention under the
 // block's mask (ops/attention_mask.h: causal, optionally a sliding window, and the micro-batch's
 // packed documents when document_start_N is defined) and the output projection with the
 // residual add in its epilogue:
@@ -16,7 +17,6 @@
 #include "model/family_table.h"
 #include "model/layers/activation_plan.h"
 #include "model/layers/layer_dims.h"
-#include "model/layers/rms_norm.h"
 #include "model/weights.h"
 #include "ops/ops.h"
 
@@ -24,11 +24,14 @@ namespace shardtrain {
 
 // Saved for backward, per block.
 struct AttentionSaved {
-  Tensor q_NHD, k_NKD, v_NKD;  // q and k as attention reads them (after norm and rope)
-  Tensor attn_NHD;             // attention output (the o projection's input)
-  Tensor lse_BHT;              // fp32 log-sum-exp per query row
-  // With q/k norms: q and k as the projection wrote them, and 1/rms per head (fp32).
-  Tensor q_raw_NHD, k_raw_NKD, q_rstd_NH, k_rstd_NK;
+  // q and k as attention reads them (rotated); undefined with q/k norms, whose backward remakes
+  // them in AttentionScratch from q_raw and k_raw (Ops::qk_norm_rope) instead of keeping both.
+  Tensor q_NHD, k_NKD;
+  Tensor v_NKD;
+  Tensor attn_NHD;  // attention output (the o projection's input)
+  Tensor lse_BHT;   // fp32 log-sum-exp per query row
+  // With q/k norms: q and k as the projection wrote them (before the norm).
+  Tensor q_raw_NHD, k_raw_NKD;
 
   static AttentionSaved declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
                                 bool qk_norm);
@@ -40,9 +43,9 @@ struct AttentionSaved {
 struct AttentionScratch {
   Tensor qkv_NX;  // X = (H + 2K) * D
   Tensor dattn_NHD, dq_NHD, dk_NKD, dv_NKD;
-  // With q/k norms: d(q), d(k) before the norm, and all-zero positions (the identity rotation:
-  // split q/k/v without rotating, rotate after the norm).
-  Tensor dq_raw_NHD, dk_raw_NKD, zero_positions_N;
+  // With q/k norms: q and k as attention reads them (normed and rotated), made by the forward
+  // and made again by the backward.
+  Tensor q_NHD, k_NKD;
 
   static AttentionScratch declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm);
   AttentionScratch sized(const LayerDims& d) const;
@@ -73,13 +76,24 @@ class Attention {
  private:
   void project(Ops& ops, const AttentionWeights& w, Tensor positions_N, const RopeTablesView& rope,
                Tensor x_NC, const AttentionSaved& saved, const AttentionScratch& scratch) const;
+  // The q/k norms' weights and settings (recipe qk_norm).
+  QkNorm qk_norm(const AttentionWeights& w) const {
+    return QkNorm{w.q_norm_D, w.k_norm_D, norm_eps_, recipe_.one_plus_norm_weights};
+  }
+  // Attention's q and k inputs: saved, or in scratch with q/k norms.
+  Tensor rotated_q(const AttentionSaved& saved, const AttentionScratch& scratch) const {
+    return recipe_.qk_norm ? scratch.q_NHD : saved.q_NHD;
+  }
+  Tensor rotated_k(const AttentionSaved& saved, const AttentionScratch& scratch) const {
+    return recipe_.qk_norm ? scratch.k_NKD : saved.k_NKD;
+  }
   Shape bthd(int64_t heads) const { return {d_.batch, d_.seq, heads, d_.head_dim}; }
   // The block's mask with this micro-batch's document boundaries.
   AttentionMask mask_for(Tensor document_start_N) const;
 
   LayerDims d_;
   BlockRecipe recipe_;
-  RmsNorm qk_norm_;
+  float norm_eps_;
   float scale_;
   AttentionMask mask_;
 };

@@ -43,103 +43,63 @@ struct RopeFixture {
   }
 };
 
-// split_qkv_rope is "copy q, k, v out of each packed row, then rope_forward q and k";
-// pack_qkv_rope_backward is "rope_backward dq and dk, then copy the three into the packed row".
-TEST_F(CpuOpsTest, PackedQkvEqualsCopiesAndRope) {
+// The packed row's q and k heads rotated by the rotate-half formula (in double), v copied; position
+// 0 is the identity.
+TEST_F(CpuOpsTest, SplitQkvRopeMatchesRotateHalfFormula) {
   RopeFixture rope;
-  const int64_t N = RopeFixture::kTokens, D = RopeFixture::kHeadDim, H = 3, K = 1;
-  const int64_t row = (H + 2 * K) * D;
+  const int64_t N = RopeFixture::kTokens, D = RopeFixture::kHeadDim, H = RopeFixture::kHeads, K = 1;
+  const int64_t half = RopeFixture::kHalf, row = (H + 2 * K) * D;
   const std::vector<float> packed = random_values(N * row, 17);
-  std::vector<float> q(N * H * D), k(N * K * D), v(N * K * D);
+  std::vector<double> q_want(N * H * D), k_want(N * K * D);
+  std::vector<float> v_want(N * K * D);
   for (int64_t n = 0; n < N; ++n) {
-    const float* r = packed.data() + n * row;
-    std::copy(r, r + H * D, q.begin() + n * H * D);
-    std::copy(r + H * D, r + (H + K) * D, k.begin() + n * K * D);
-    std::copy(r + (H + K) * D, r + row, v.begin() + n * K * D);
+    const int32_t p = rope.positions.tensor.i32()[n];
+    for (int64_t head = 0; head < H + K; ++head) {
+      const float* x = packed.data() + n * row + head * D;
+      double* out = head < H ? &q_want[(n * H + head) * D] : &k_want[(n * K + head - H) * D];
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = p * std::pow(10000.0, -2.0 * i / D);
+        out[i] = x[i] * std::cos(angle) - x[i + half] * std::sin(angle);
+        out[i + half] = x[i + half] * std::cos(angle) + x[i] * std::sin(angle);
+      }
+    }
+    std::copy(packed.begin() + n * row + (H + K) * D, packed.begin() + (n + 1) * row,
+              v_want.begin() + n * K * D);
   }
-  HostTensor q_want = make_tensor({N, H, D}, q), k_want = make_tensor({N, K, D}, k);
-  ops.rope_forward(q_want.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                   rope.sin_table.tensor);
-  ops.rope_forward(k_want.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                   rope.sin_table.tensor);
   const HostTensor qkv = make_tensor({N, row}, packed);
-  HostTensor q_got{DType::kF32, {N, H, D}}, k_got{DType::kF32, {N, K, D}},
-      v_got{DType::kF32, {N, K, D}};
+  HostTensor q{DType::kF32, {N, H, D}}, k{DType::kF32, {N, K, D}}, v{DType::kF32, {N, K, D}};
   ops.split_qkv_rope(qkv.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                     rope.sin_table.tensor, q_got.tensor, k_got.tensor, v_got.tensor);
-  EXPECT_EQ(to_vector(q_got.tensor), to_vector(q_want.tensor));
-  EXPECT_EQ(to_vector(k_got.tensor), to_vector(k_want.tensor));
-  EXPECT_EQ(to_vector(v_got.tensor), v);
+                     rope.sin_table.tensor, q.tensor, k.tensor, v.tensor);
+  expect_close(to_vector(q.tensor), q_want, 1e-6, "q");
+  expect_close(to_vector(k.tensor), k_want, 1e-6, "k");
+  EXPECT_EQ(to_vector(v.tensor), v_want);
+  for (int64_t d = 0; d < H * D; ++d) EXPECT_EQ(q.tensor.f32()[d], packed[d]) << "position 0";
+}
 
-  // Backward: the transpose rotation of dq and dk, dv copied, packed per row.
+// pack_qkv_rope_backward is split_qkv_rope's gradient: finite differences of
+// L = sum(q Rq) + sum(k Rk) + sum(v Rv) over the packed input; dq, dk, dv are left unchanged.
+TEST_F(CpuOpsTest, PackQkvRopeBackwardMatchesFiniteDifferences) {
+  RopeFixture rope;
+  const int64_t N = RopeFixture::kTokens, D = RopeFixture::kHeadDim, H = RopeFixture::kHeads, K = 1;
+  const int64_t row = (H + 2 * K) * D;
+  HostTensor qkv = make_tensor({N, row}, random_values(N * row, 21));
   HostTensor dq = make_tensor({N, H, D}, random_values(N * H * D, 18));
   HostTensor dk = make_tensor({N, K, D}, random_values(N * K * D, 19));
-  const HostTensor dv = make_tensor({N, K, D}, random_values(N * K * D, 20));
+  HostTensor dv = make_tensor({N, K, D}, random_values(N * K * D, 20));
   const std::vector<float> dq_before = to_vector(dq.tensor), dk_before = to_vector(dk.tensor);
   HostTensor dqkv{DType::kF32, {N, row}};
   ops.pack_qkv_rope_backward(dq.tensor, dk.tensor, dv.tensor, rope.positions.tensor,
                              rope.cos_table.tensor, rope.sin_table.tensor, dqkv.tensor);
   EXPECT_EQ(to_vector(dq.tensor), dq_before) << "inputs are left unchanged";
   EXPECT_EQ(to_vector(dk.tensor), dk_before);
-  ops.rope_backward(dq.tensor, rope.positions.tensor, rope.cos_table.tensor, rope.sin_table.tensor);
-  ops.rope_backward(dk.tensor, rope.positions.tensor, rope.cos_table.tensor, rope.sin_table.tensor);
-  const std::vector<float> got = to_vector(dqkv.tensor);
-  const std::vector<float> dq_rot = to_vector(dq.tensor), dk_rot = to_vector(dk.tensor),
-                           dv_values = to_vector(dv.tensor);
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t j = 0; j < row; ++j) {
-      const float want = j < H * D         ? dq_rot[n * H * D + j]
-                         : j < (H + K) * D ? dk_rot[n * K * D + j - H * D]
-                                           : dv_values[n * K * D + j - (H + K) * D];
-      ASSERT_EQ(got[n * row + j], want) << "token " << n << " column " << j;
-    }
-  }
-}
-
-TEST_F(CpuOpsTest, RopeForwardMatchesRotateHalfFormula) {
-  RopeFixture rope;
-  const int64_t count = RopeFixture::kTokens * RopeFixture::kHeads * RopeFixture::kHeadDim;
-  const std::vector<float> x = random_values(count, 13);
-  HostTensor x_tensor =
-      make_tensor({RopeFixture::kTokens, RopeFixture::kHeads, RopeFixture::kHeadDim}, x);
-  ops.rope_forward(x_tensor.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                   rope.sin_table.tensor);
-  std::vector<double> expected(count);
-  const int64_t half = RopeFixture::kHalf;
-  for (int64_t n = 0; n < RopeFixture::kTokens; ++n) {
-    const int32_t p = rope.positions.tensor.i32()[n];
-    for (int64_t h = 0; h < RopeFixture::kHeads; ++h) {
-      const int64_t base = (n * RopeFixture::kHeads + h) * RopeFixture::kHeadDim;
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = p * std::pow(10000.0, -2.0 * i / RopeFixture::kHeadDim);
-        const double first = x[base + i], second = x[base + i + half];
-        expected[base + i] = first * std::cos(angle) - second * std::sin(angle);
-        expected[base + i + half] = second * std::cos(angle) + first * std::sin(angle);
-      }
-    }
-  }
-  expect_close(to_vector(x_tensor.tensor), expected, 1e-6, "rope");
-  // Position 0 is the identity.
-  for (int64_t d = 0; d < RopeFixture::kHeadDim; ++d) EXPECT_EQ(x_tensor.tensor.f32()[d], x[d]);
-}
-
-TEST_F(CpuOpsTest, RopeBackwardMatchesFiniteDifferences) {
-  RopeFixture rope;
-  const Shape shape = {RopeFixture::kTokens, RopeFixture::kHeads, RopeFixture::kHeadDim};
-  const int64_t count = shape.numel();
-  HostTensor x = make_tensor(shape, random_values(count, 14));
-  HostTensor rotated(DType::kF32, shape);
-  const std::vector<float> weights = random_values(count, 15);
+  HostTensor q{DType::kF32, {N, H, D}}, k{DType::kF32, {N, K, D}}, v{DType::kF32, {N, K, D}};
   const auto loss = [&] {
-    std::copy(x.tensor.f32(), x.tensor.f32() + count, rotated.tensor.f32());
-    ops.rope_forward(rotated.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                     rope.sin_table.tensor);
-    return weighted_sum(rotated.tensor, weights);
+    ops.split_qkv_rope(qkv.tensor, rope.positions.tensor, rope.cos_table.tensor,
+                       rope.sin_table.tensor, q.tensor, k.tensor, v.tensor);
+    return weighted_sum(q.tensor, dq_before) + weighted_sum(k.tensor, dk_before) +
+           weighted_sum(v.tensor, to_vector(dv.tensor));
   };
-  HostTensor grad = make_tensor(shape, weights);
-  ops.rope_backward(grad.tensor, rope.positions.tensor, rope.cos_table.tensor,
-                    rope.sin_table.tensor);
-  expect_matches_finite_differences(x.tensor.f32(), to_vector(grad.tensor), loss, 1e-2f, "dx");
+  expect_matches_finite_differences(qkv.tensor.f32(), to_vector(dqkv.tensor), loss, 1e-2f, "dqkv");
 }
 
 // ---- attention ----

@@ -268,26 +268,7 @@ void rotate_rows(const float* src, int64_t src_row, float* dst, int64_t dst_row,
   }
 }
 
-// rotate_rows in place over x_NHD.
-void rotate_pairs(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, float direction) {
-  const int64_t tokens = positions_N.numel();
-  const int64_t head_dim = row_width(x_NHD);
-  SHARDTRAIN_CHECK(head_dim % 2 == 0 && tokens > 0 && x_NHD.numel() % (tokens * head_dim) == 0,
-                   "rope: x {} for {} positions", x_NHD.shape().to_string(), tokens);
-  const int64_t heads = x_NHD.numel() / (tokens * head_dim);
-  rotate_rows(x_NHD.f32(), heads * head_dim, x_NHD.f32(), heads * head_dim, tokens, heads, head_dim,
-              positions_N, cos_PR, sin_PR, direction);
-}
-
 }  // namespace
-
-void CpuOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  rotate_pairs(x_NHD, positions_N, cos_PR, sin_PR, 1.0f);
-}
-
-void CpuOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  rotate_pairs(dx_NHD, positions_N, cos_PR, sin_PR, -1.0f);
-}
 
 void CpuOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                             Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {

@@ -391,4 +391,16 @@ bool qkv_rope_fused(DType dtype, int64_t head_dim, bool aligned) {
   return dtype == DType::kBF16 && head_dim % 2 == 0 && (head_dim / 2) % 8 == 0 && aligned;
 }
 
+QkNormRopeKernel choose_qk_norm_rope(DType dtype, int64_t head_dim, bool aligned) {
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kQkNormRopeMaxHeadDim) {
+    throw Error(fmt::format(
+        "the CUDA q/k norm kernels take even head dims up to {}, not {}; HINT: train this model "
+        "on CPU (train.device = cpu)",
+        kQkNormRopeMaxHeadDim, head_dim));
+  }
+  const bool vector_width = head_dim == 64 || head_dim == 128 || head_dim == 256;
+  return dtype == DType::kBF16 && vector_width && aligned ? QkNormRopeKernel::kVector
+                                                          : QkNormRopeKernel::kScalar;
+}
+
 }  // namespace shardtrain::cuda_kernels

@@ -24,6 +24,9 @@
 //                      | block per row, scalar (C floats of shared)       | any, if it fits
 //   split/pack q,k,v   | one fused 16-byte kernel (bf16, D/2 % 8 == 0)    | any
 //                      | rope_rows + a strided copy                       | any
+//   q/k norm + rope    | D/16 lanes a head row, 16-byte (bf16, D 64, 128  | any
+//   (+ split / pack)   |   or 256)                                        |
+//                      | a warp a head row, scalar (f32, other D <= 512)  | any
 //   GEMM               | cuBLASLt (its own heuristics per architecture)   | any
 //   collectives        | NCCL                                             | any
 // "if it fits": the kernel's dynamic shared memory is at most the device's opt-in limit per
@@ -191,5 +194,13 @@ void require_rmsnorm_backward_fits(int64_t channels, const DeviceLimits& limits)
 
 // True when the fused kernel applies: bf16, head_dim / 2 a multiple of 8, all pointers aligned.
 bool qkv_rope_fused(DType dtype, int64_t head_dim, bool aligned);
+
+// ---- per-head q/k norms with the split and rope ----
+
+enum class QkNormRopeKernel { kVector, kScalar };
+constexpr int64_t kQkNormRopeMaxHeadDim = 512;  // both kernels' per-block weight-gradient sums
+// kVector: bf16, head_dim 64, 128 or 256 (D / 16 lanes a row, 8 rotation pairs a lane), every
+// pointer 16-byte aligned. Throws Error (exit 2) for an odd head dim or one above kQkNormRopeMaxHeadDim.
+QkNormRopeKernel choose_qk_norm_rope(DType dtype, int64_t head_dim, bool aligned);
 
 }  // namespace shardtrain::cuda_kernels

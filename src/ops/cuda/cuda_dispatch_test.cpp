@@ -235,5 +235,19 @@ TEST(CudaDispatch, FusedQkvRopeNeedsBf16AndWholeVectors) {
   EXPECT_FALSE(qkv_rope_fused(DType::kBF16, 128, false));
 }
 
+TEST(CudaDispatch, QkNormRopeVectorKernelNeedsBf16AndItsHeadDims) {
+  for (const int64_t head_dim : {64, 128, 256}) {
+    EXPECT_EQ(choose_qk_norm_rope(DType::kBF16, head_dim, true), QkNormRopeKernel::kVector)
+        << head_dim;
+  }
+  EXPECT_EQ(choose_qk_norm_rope(DType::kBF16, 96, true), QkNormRopeKernel::kScalar);
+  EXPECT_EQ(choose_qk_norm_rope(DType::kBF16, 512, true), QkNormRopeKernel::kScalar);
+  EXPECT_EQ(choose_qk_norm_rope(DType::kBF16, 6, true), QkNormRopeKernel::kScalar);
+  EXPECT_EQ(choose_qk_norm_rope(DType::kF32, 128, true), QkNormRopeKernel::kScalar);
+  EXPECT_EQ(choose_qk_norm_rope(DType::kBF16, 128, false), QkNormRopeKernel::kScalar);
+  EXPECT_THROW(choose_qk_norm_rope(DType::kBF16, 1024, true), Error);
+  EXPECT_THROW(choose_qk_norm_rope(DType::kF32, 7, true), Error);
+}
+
 }  // namespace
 }  // namespace shardtrain::cuda_kernels

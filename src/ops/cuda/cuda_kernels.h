@@ -148,13 +148,9 @@ void softcap_backward(DType dtype, const void* dout, const void* x, float cap, v
                       int64_t n, cudaStream_t stream);
 
 // ---- cuda_rope.cu ----
-// In place on x_NHD; direction +1 rotates by +angle (forward), -1 by -angle (backward).
-// REQUIRES: 0 <= positions < P (the caller's tables cover every position).
-void rope(DType dtype, void* x_NHD, const int32_t* positions_N, int64_t tokens, int64_t heads,
-          int64_t head_dim, const float* cos_PR, const float* sin_PR, float direction,
-          cudaStream_t stream);
-// The same rotation from src to dst: token n's `heads` heads are read at src + n * src_row and
-// written at dst + n * dst_row (elements). src == dst with equal strides is the in-place rope.
+// Rotates token n's `heads` heads read at src + n * src_row and writes them at dst + n * dst_row
+// (elements); direction +1 rotates by +angle (forward), -1 by -angle (backward). REQUIRES:
+// 0 <= positions < P (the caller's tables cover every position).
 void rope_rows(DType dtype, const void* src, int64_t src_row, void* dst, int64_t dst_row,
                const int32_t* positions_N, int64_t tokens, int64_t heads, int64_t head_dim,
                const float* cos_PR, const float* sin_PR, float direction, cudaStream_t stream);
@@ -168,6 +164,37 @@ bool rope_qkv_packed(DType dtype, void* packed, void* q, void* k, void* v,
                      const int32_t* positions_N, int64_t tokens, int64_t q_heads, int64_t kv_heads,
                      int64_t head_dim, const float* cos_PR, const float* sin_PR, bool to_packed,
                      cudaStream_t stream);
+
+// ---- cuda_qk_norm_rope.cu ---- (per-head RMSNorm of q and k fused with the packed split and
+// rope: ops/ops.h split_qkv_norm_rope, qk_norm_rope, pack_qkv_norm_rope_backward; activations
+// f32 or bf16, weights and weight gradients f32 or bf16)
+struct QkNormRope {
+  int64_t tokens = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+  const int32_t* positions_N = nullptr;  // REQUIRES: 0 <= positions < the tables' rows
+  const float* cos_PR = nullptr;         // (positions, head_dim / 2)
+  const float* sin_PR = nullptr;
+  DType weight_dtype = DType::kF32;
+  const void* q_weight_D = nullptr;
+  const void* k_weight_D = nullptr;
+  float eps = 1e-6f;
+  bool one_plus_weight = false;
+};
+// packed (tokens, (q_heads + 2 kv_heads) * head_dim) -> q_raw, k_raw, v (copies) and q, k
+// (normed and rotated), one pass.
+void split_qkv_norm_rope(DType dtype, const QkNormRope& shape, const void* packed, void* q_raw,
+                         void* k_raw, void* v, void* q, void* k, cudaStream_t stream);
+// q, k (normed and rotated) from q_raw, k_raw: bit for bit split_qkv_norm_rope's.
+void qk_norm_rope(DType dtype, const QkNormRope& shape, const void* q_raw, const void* k_raw,
+                  void* q, void* k, cudaStream_t stream);
+size_t qk_norm_rope_backward_scratch_floats(const QkNormRope& shape);
+// packed (overwritten) = (dq, dk through the rotation and the norms, dv); dq_weight_D and
+// dk_weight_D (of dweight_dtype) += or = the norms' weight gradients (a fixed-order reduction
+// of per-block partials in scratch: deterministic).
+void pack_qkv_norm_rope_backward(DType dtype, const QkNormRope& shape, const void* dq,
+                                 const void* dk, const void* dv, const void* q_raw,
+                                 const void* k_raw, DType dweight_dtype, void* dq_weight_D,
+                                 void* dk_weight_D, bool accumulate_dweight, void* packed,
+                                 float* scratch, cudaStream_t stream);
 
 // ---- cuda_swiglu.cu ---- (all tensors of `dtype`; outputs may alias inputs)
 void swiglu_forward(DType dtype, const void* gate, const void* up, void* out, int64_t n,

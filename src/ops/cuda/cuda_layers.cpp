@@ -140,24 +140,6 @@ void CudaOps::rmsnorm_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Ten
                                  accumulate_dweight, scratch, stream_);
 }
 
-// ---- rotary embedding ----
-
-void CudaOps::rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  check_rope(x_NHD, positions_N, cos_PR, sin_PR);
-  const int64_t tokens = positions_N.numel(), head_dim = row_width(x_NHD);
-  cuda_kernels::rope(x_NHD.dtype(), x_NHD.data(), positions_N.i32(), tokens,
-                     x_NHD.numel() / (tokens * head_dim), head_dim, cos_PR.f32(), sin_PR.f32(),
-                     1.0f, stream_);
-}
-
-void CudaOps::rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) {
-  check_rope(dx_NHD, positions_N, cos_PR, sin_PR);
-  const int64_t tokens = positions_N.numel(), head_dim = row_width(dx_NHD);
-  cuda_kernels::rope(dx_NHD.dtype(), dx_NHD.data(), positions_N.i32(), tokens,
-                     dx_NHD.numel() / (tokens * head_dim), head_dim, cos_PR.f32(), sin_PR.f32(),
-                     -1.0f, stream_);
-}
-
 // ---- packed q/k/v ----
 
 namespace {

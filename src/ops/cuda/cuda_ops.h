@@ -74,8 +74,17 @@ class CudaOps final : public Ops {
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,
                               Tensor cos_PR, Tensor sin_PR, Tensor dqkv_NX) override;
-  void rope_forward(Tensor x_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
-  void rope_backward(Tensor dx_NHD, Tensor positions_N, Tensor cos_PR, Tensor sin_PR) override;
+  // ---- per-head q/k norms with the split and rope (cuda_qk_norm_rope_ops.cpp) ----
+  void split_qkv_norm_rope(Tensor qkv_NX, const QkNorm& norm, Tensor positions_N, Tensor cos_PR,
+                           Tensor sin_PR, Tensor q_raw_NHD, Tensor k_raw_NKD, Tensor v_NKD,
+                           Tensor q_NHD, Tensor k_NKD) override;
+  void qk_norm_rope(Tensor q_raw_NHD, Tensor k_raw_NKD, const QkNorm& norm, Tensor positions_N,
+                    Tensor cos_PR, Tensor sin_PR, Tensor q_NHD, Tensor k_NKD) override;
+  void pack_qkv_norm_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor q_raw_NHD,
+                                   Tensor k_raw_NKD, const QkNorm& norm, Tensor positions_N,
+                                   Tensor cos_PR, Tensor sin_PR, Tensor dq_weight_D,
+                                   Tensor dk_weight_D, bool accumulate_dweight,
+                                   Tensor dqkv_NX) override;
   // ---- LoRA column blocks and dropout (cuda_lora_ops.cpp) ----
   void copy_columns(Tensor src_NX, int64_t src_col, Tensor dst_NY, int64_t dst_col, int64_t width,
                     float alpha, bool accumulate) override;

@@ -222,10 +222,13 @@ TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
   }
 }
 
-// Head dim 64: the bf16 kernel rotating two pairs per thread; 6 (3 pairs): the scalar kernel.
+// Packed q/k/v (one GEMM output per token: q of 4 heads, k and v of 2), split with rope, and the
+// gradient packed back. Head dims 128, 64, 16: the fused 16-byte kernel (half a multiple of 8);
+// 12: rope_rows' bf16 kernel rotating two pairs a thread, and a copy; 6 (3 pairs): its scalar
+// kernel.
 class CudaRopeTest : public CudaOpsTest, public ::testing::WithParamInterface<int64_t> {};
 
-TEST_P(CudaRopeTest, RopeForwardAndBackward) {
+TEST_P(CudaRopeTest, SplitAndPackWithRope) {
   const int64_t tokens = 48, heads = 4, head_dim = GetParam(), positions = 64, half = head_dim / 2;
   std::vector<float> cos_values(positions * half), sin_values(positions * half);
   for (int64_t p = 0; p < positions; ++p) {
@@ -241,17 +244,6 @@ TEST_P(CudaRopeTest, RopeForwardAndBackward) {
   for (int64_t n = 0; n < tokens; ++n)
     position_values[n] = static_cast<int32_t>((n * 13) % positions);
   Pair pos = ints(position_values, {tokens});
-  Pair x = random_input({tokens, heads, head_dim});
-  cpu_ref().rope_forward(x.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
-  gpu_ref().rope_forward(x.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
-  EXPECT_BF16_CLOSE(x);
-  Pair dx = random_input({tokens, heads, head_dim});
-  cpu_ref().rope_backward(dx.cpu, pos.cpu, cos_table.cpu, sin_table.cpu);
-  gpu_ref().rope_backward(dx.gpu, pos.gpu, cos_table.gpu, sin_table.gpu);
-  EXPECT_BF16_CLOSE(dx);
-
-  // Packed q/k/v (one GEMM output per token: q of 4 heads, k and v of 2), split with rope, and
-  // the gradient packed back.
   const int64_t kv_heads = 2, row = (heads + 2 * kv_heads) * head_dim;
   Pair qkv = random_input({tokens, row});
   Pair q = output({tokens, heads, head_dim}), k = output({tokens, kv_heads, head_dim});
@@ -269,8 +261,7 @@ TEST_P(CudaRopeTest, RopeForwardAndBackward) {
   EXPECT_BF16_CLOSE(dqkv);
 }
 
-// 128, 64, 16: the fused 16-byte packed q/k/v kernel (half a multiple of 8); 6: the generic one.
-INSTANTIATE_TEST_SUITE_P(HeadDims, CudaRopeTest, ::testing::Values(128, 64, 16, 6));
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaRopeTest, ::testing::Values(128, 64, 16, 12, 6));
 
 TEST_F(CudaOpsTest, SwiGlu) {
   for (const Shape& shape : {Shape{33, 250}, Shape{32, 256}}) {  // scalar, then vector kernels

@@ -1,5 +1,5 @@
 // Rotary embedding (HF rotate-half), one thread per (token, head, pair), or per two adjacent
-// pairs for bf16 (4-byte accesses): in place, or from the rows of one buffer to another. Packed
+// pairs for bf16 (4-byte accesses), from the rows of one buffer to another. Packed
 // q/k/v in bf16 take one fused pass instead (rope_qkv_packed: 8 pairs a thread, 16-byte
 // accesses, v copied in the same launch).
 #include "ops/cuda/cuda_device_utils.cuh"
@@ -176,13 +176,6 @@ void rope_rows(DType dtype, const void* src, int64_t src_row, void* dst, int64_t
         heads, head_dim / 2, cos_PR, sin_PR, direction);
   });
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
-}
-
-void rope(DType dtype, void* x_NHD, const int32_t* positions_N, int64_t tokens, int64_t heads,
-          int64_t head_dim, const float* cos_PR, const float* sin_PR, float direction,
-          cudaStream_t stream) {
-  rope_rows(dtype, x_NHD, heads * head_dim, x_NHD, heads * head_dim, positions_N, tokens, heads,
-            head_dim, cos_PR, sin_PR, direction, stream);
 }
 
 }  // namespace shardtrain::cuda_kernels

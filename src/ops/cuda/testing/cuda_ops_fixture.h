@@ -146,7 +146,7 @@ class CudaOpsTest : public ::testing::Test {
   }
 
   std::unique_ptr<Ops> gpu_, cpu_;
-  // For the reference pieces outside the Ops interface (scale, rope_*, one-range adamw).
+  // For the reference pieces outside the Ops interface (scale, one-range adamw).
   CudaOps& gpu_ref() { return static_cast<CudaOps&>(*gpu_); }
   CpuOps& cpu_ref() { return static_cast<CpuOps&>(*cpu_); }
   std::deque<DeviceBuffer> buffers_;
