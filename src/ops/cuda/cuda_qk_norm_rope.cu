@@ -385,6 +385,7 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32;
   float* warp_sums = sums_W2D + threadIdx.x / 32 * 2 * p.head_dim;
   for (int c = lane; c < 2 * p.head_dim; c += 32) warp_sums[c] = 0;
+  __syncwarp();  // a lane adds into channels another lane zeroed
   const int heads = p.q_heads + 2 * p.kv_heads;
   const int64_t rows = p.tokens * heads;
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
