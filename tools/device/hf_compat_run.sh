@@ -6,8 +6,13 @@
 # each as a Hugging Face checkpoint, and checks that transformers loads it and computes the same
 # loss as `shardtrain eval` on the same sequences (tools/check_hf_compat.py, 1e-5 relative).
 # REQUIRES: shardtrain built (tools/device/build_on_device.sh) at $1.
+# Usage: tools/device/hf_compat_run.sh BIN [VARIANT...]   (demo-model qwen2 qwen3 gemma3; default
+# all: each trains on the CPU, ~30-60 s a variant)
 set -euo pipefail
 bin=$1
+shift
+wanted=("$@")
+((${#wanted[@]})) || wanted=(demo-model qwen2 qwen3 gemma3)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/tools/device/common.sh"  # .devkit libraries, NCCL_NVLS_ENABLE=0
 work=$(mktemp -d)
@@ -39,6 +44,7 @@ for variant in qwen2 qwen3 gemma3; do  # the demo's tokenizer (the data is raw t
 done
 status=0
 for variant in "$root/examples/demo-model" "$work/qwen2" "$work/qwen3" "$work/gemma3"; do
+  [[ " ${wanted[*]} " == *" $(basename "$variant") "* ]] || continue
   for dtype in fp32 bf16; do
     out=$work/out-$(basename "$variant")-$dtype
     "$bin" train --config "$root/examples/demo.toml" --steps 5 --optim.warmup_steps=1 --model.path="$variant" \
