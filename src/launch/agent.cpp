@@ -20,13 +20,12 @@
 #include "dist/tcp_store.h"
 #include "launch/agent_liveness.h"
 #include "launch/agent_stores.h"
+#include "launch/hang_watch.h"
 #include "launch/launcher.h"
 #include "launch/node_metrics.h"
-#include "launch/process_watchdog.h"
 #include "launch/rendezvous.h"
 #include "launch/run_files.h"
 #include "launch/stop_grace.h"
-#include "launch/watchdog.h"
 #include "launch/worker_group.h"
 #include "launch/worker_specs.h"
 
@@ -97,8 +96,8 @@ struct AttemptEnd {
 };
 
 // What every agent of a generation's group watches while its workers run (each 200 ms): a
-// signal, the watchdog (group rank 0), a failure posted by another agent, and, every liveness
-// check, a member that is gone and agents waiting to join a group smaller than max_nodes.
+// signal, the hang watch (launch/hang_watch.h), a failure posted by another agent, and, every
+// liveness check, a member that is gone and agents waiting to join a group smaller than max_nodes.
 // Whatever this agent notices first it posts as the generation's failure (the first post wins).
 class GroupWatch {
  public:
@@ -111,24 +110,14 @@ class GroupWatch {
         liveness_(liveness),
         next_check_(Clock::now() + liveness.check_interval()) {}
 
-  void watch_hangs(Watchdog* watchdog) { watchdog_ = watchdog; }
-  // Workers without heartbeats: a process-level check of this node's workers.
-  void watch_processes(ProcessWatchdog* watchdog, std::vector<ProcessWatchdog::Worker> workers) {
-    process_watchdog_ = watchdog;
-    processes_ = std::move(workers);
-  }
+  // While the workers run: their hang check (nullptr: none).
+  void watch_hangs(HangWatch* hang) { hang_ = hang; }
 
   // Whether the workers must stop; then failure() says why (unless a signal came).
   bool should_stop(bool workers_running) {
     if (g_received_signal != 0) return true;
-    if (const std::optional<std::string> hang = watchdog_ ? watchdog_->report() : std::nullopt) {
+    if (const std::optional<std::string> hang = hang_ ? hang_->check() : std::nullopt) {
       return post("restart|" + *hang);
-    }
-    if (process_watchdog_ != nullptr && workers_running) {
-      if (const std::optional<std::string> hang = process_watchdog_->check(processes_)) {
-        log::warn("launch: watchdog: {}", *hang);
-        return post("restart|" + *hang);
-      }
     }
     posted_ = keys_.try_get("failed");
     if (posted_) return true;
@@ -170,9 +159,7 @@ class GroupWatch {
   Store& keys_;
   Rendezvous& rendezvous_;
   AgentLiveness& liveness_;
-  Watchdog* watchdog_ = nullptr;
-  ProcessWatchdog* process_watchdog_ = nullptr;
-  std::vector<ProcessWatchdog::Worker> processes_;
+  HangWatch* hang_ = nullptr;
   std::optional<std::string> posted_;  // the generation's "failed" value, once seen
   Clock::time_point next_check_;
 };
@@ -212,36 +199,23 @@ void stop_workers(const GenerationContext& c, WorkerGroup& group, int sig) {
   }
 }
 
-// The hang watchdogs for generation `gen`'s workers: heartbeats (shardtrain workers, read by
-// group rank 0 over its own connection) or this node's processes (other commands).
-struct HangWatch {
-  std::unique_ptr<TcpStoreClient> client;
-  std::unique_ptr<Watchdog> heartbeats;
-  std::unique_ptr<ProcessWatchdog> processes;
-};
-
-HangWatch start_hang_watch(const GenerationContext& c, const WorkerGroup& group,
-                           GroupWatch& watch) {
-  HangWatch hang;
-  if (c.config.watchdog_timeout.count() <= 0) return hang;
+// The hang check of generation `gen`'s workers: heartbeats (shardtrain workers, read by group
+// rank 0 over a connection of its own) or this node's processes (other commands).
+HangWatch start_hang_watch(const GenerationContext& c, const WorkerGroup& group) {
+  if (c.config.watchdog_timeout.count() <= 0) return HangWatch();
   if (!c.config.shardtrain_worker) {
-    hang.processes = std::make_unique<ProcessWatchdog>(c.config.watchdog_timeout);
     std::vector<ProcessWatchdog::Worker> workers;
     const std::vector<pid_t> pids = group.pids();
     for (size_t i = 0; i < pids.size(); ++i) {
       workers.push_back({c.gen.first_rank() + static_cast<int>(i), pids[i]});
     }
-    watch.watch_processes(hang.processes.get(), std::move(workers));
-    return hang;
+    return HangWatch(c.config.watchdog_timeout, std::move(workers));
   }
-  if (c.gen.group_rank != 0) return hang;
-  hang.client = std::make_unique<TcpStoreClient>(c.endpoints.store.host, c.endpoints.store.port,
-                                                 c.config.join_timeout, c.endpoints.store_secret);
-  hang.heartbeats =
-      std::make_unique<Watchdog>(*hang.client, store_keys::worker_attempt(c.run_id, c.gen.attempt),
-                                 c.gen.world_size(), c.config.watchdog_timeout);
-  watch.watch_hangs(hang.heartbeats.get());
-  return hang;
+  if (c.gen.group_rank != 0) return HangWatch();
+  return HangWatch(
+      HeartbeatSource{c.endpoints.store.host, c.endpoints.store.port, c.endpoints.store_secret,
+                      store_keys::worker_attempt(c.run_id, c.gen.attempt), c.gen.world_size()},
+      c.config.join_timeout, c.config.watchdog_timeout);
 }
 
 // After this node's workers all exited 0: waits until every node's did (or a failure).
@@ -290,13 +264,13 @@ AttemptEnd run_generation(const LaunchConfig& config, const std::string& run_id,
   WorkerGroup group(command, worker_specs(config, gen, *endpoints, run_id,
                                           files.attempt_dir(gen.attempt, config.nproc_per_node),
                                           metrics != nullptr ? metrics->dir() : ""));
-  HangWatch hang = start_hang_watch(context, group, watch);
+  HangWatch hang = start_hang_watch(context, group);
+  watch.watch_hangs(&hang);
   const WorkerGroup::Outcome outcome = group.wait([&] { return watch.should_stop(true); },
                                                   config.monitor_interval, g_signal_pipe[0]);
   // The workers are done or stopping: their heartbeats no longer count.
   watch.watch_hangs(nullptr);
-  watch.watch_processes(nullptr, {});
-  hang = HangWatch{};
+  hang.stop();
   if (outcome == WorkerGroup::Outcome::kSucceeded) {
     const AttemptEnd end = wait_for_all_done(keys, watch, nodes);
     if (end.kind == AttemptEnd::Kind::kSucceeded) return end;
