@@ -144,10 +144,10 @@ def dense(q, k, v, dout, starts, window, scale):
 
 
 def flex_runner(batch, seq, index, window, device):
-    """attend(q, k, v, scale) -> (out, lse natural log): torch.compile'd flex_attention under
-    causal & same document & window, and a line saying which call it is. Newer PyTorch returns
-    the lse through return_aux=AuxRequest(lse=True) (return_lse deprecated), older through
-    return_lse; the first call that works is kept."""
+    """The block mask (causal & same document & window) and the ways to call flex_attention
+    under it, in order of preference: (description, attend(q, k, v, scale) -> (out, lse in
+    natural log)). Newer PyTorch returns the lse through return_aux=AuxRequest(lse=True)
+    (return_lse deprecated), older through return_lse; run_case keeps the first that works."""
     import inspect
     from torch.nn.attention import flex_attention as fa
     document = index.to(device)
@@ -161,20 +161,24 @@ def flex_runner(batch, seq, index, window, device):
     block_mask = fa.create_block_mask(mask_mod, B=batch, H=None, Q_LEN=seq, KV_LEN=seq,
                                       device=device)
     compiled = torch.compile(fa.flex_attention, dynamic=False)
+    parameters = inspect.signature(fa.flex_attention).parameters
     calls = []
-    if "return_aux" in inspect.signature(fa.flex_attention).parameters:
-        request = fa.AuxRequest(lse=True)
+    # Compiled first (the fused kernels, what users run); the eager, unfused implementation only
+    # when compiling fails, and `reference` then says so.
+    for mode, flex in (("torch.compile", compiled), ("eager", fa.flex_attention)):
+        if "return_aux" in parameters:
+            request = fa.AuxRequest(lse=True)
 
-        def with_aux(q, k, v, scale):
-            out, aux = compiled(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
+            def with_aux(q, k, v, scale, flex=flex, request=request):
+                out, aux = flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
                                 return_aux=request)
-            return out, aux.lse
-        calls.append(("return_aux=AuxRequest(lse=True)", with_aux))
-    if "return_lse" in inspect.signature(fa.flex_attention).parameters:
-        def with_lse(q, k, v, scale):
-            return compiled(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
+                return out, aux.lse
+            calls.append((f"{mode}, return_aux=AuxRequest(lse=True)", with_aux))
+        if "return_lse" in parameters:
+            def with_lse(q, k, v, scale, flex=flex):
+                return flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True,
                             return_lse=True)
-        calls.append(("return_lse=True", with_lse))
+            calls.append((f"{mode}, return_lse=True", with_lse))
     return block_mask, calls
 
 
@@ -267,8 +271,10 @@ def run_case(case, out_dir, device, stand_in):
             raise RuntimeError(f"{name}: flex_attention's lse is {rel_l2(flex[1], exact[1]):.3g} "
                                f"from the dense natural-log lse (x ln2: "
                                f"{rel_l2(flex[1] * LN2, exact[1]):.3g})")
-        reference = (f"flex_attention (torch.compile, enable_gqa, {how}, block mask "
+        reference = (f"flex_attention ({how}, enable_gqa, block mask "
                      f"{tuple(block_mask.BLOCK_SIZE)}), torch {torch.__version__}")
+        if problems:
+            print(f"{name}: {'; '.join(problems)}", flush=True)
         if device == "cuda":
             # The forward timed with the same (grad-enabled) compiled graph: no second compile.
             def forward():
