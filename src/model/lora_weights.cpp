@@ -127,11 +127,11 @@ LoraScratch declare_lora_scratch(ActivationPlan& plan, const ModelConfig& c, con
   const int64_t kv_width = c.num_key_value_heads * c.head_dim;
   int64_t qkv_slices = 0;
   for (const char* module : {"q_proj", "k_proj", "v_proj"}) qkv_slices += lora.targets(module);
-  // Column copies run for q/k/v whenever they have an adapter: one of them alone is a slice.
-  const int64_t slice_width = qkv_slices > 0 ? std::max(q_width, kv_width) : 0;
+  // q/k/v is one packed Linear: a block-diagonal B whenever one of them has an adapter.
+  const int64_t packed_width = qkv_slices > 0 ? q_width + 2 * kv_width : 0;
   const int64_t max_in = std::max({c.hidden_size, c.intermediate_size, q_width});
   return LoraScratch::declare(plan, tokens, lora.rank, std::max<int64_t>(qkv_slices, 1),
-                              slice_width, max_in, lora.dropout > 0.0);
+                              packed_width, max_in, lora.dropout > 0.0);
 }
 
 }  // namespace shardtrain

@@ -3,16 +3,20 @@
 // A Linear that packs several projections (q, k and v: one (Oq + Ok + Ov, I) weight) has one
 // adapter per targeted projection, each writing its own block of output columns; their A
 // matrices lie back to back (A_SI, S = slices x r rows), so one GEMM computes every slice's
-// x @ A^T, and each slice's B adds into its columns (Ops::copy_columns).
+// h = x @ A^T. Their B matrices are laid into one block-diagonal (O, S) matrix (slice s's B in
+// its output rows and its r columns, zeros elsewhere), so one GEMM adds every slice's output
+// into the packed output and one GEMM gives every slice's d(h) and d(B): the zeros cost
+// O x S x N multiply-adds (S = 3 x 16 against O = 6144: nothing), where per-slice GEMMs and
+// column copies cost several passes over N x O.
 //
 // Saved activations: none. Backward recomputes h = dropout(x) @ A^T from the input x (which
 // the base Linear's backward reads anyway) and regenerates the dropout mask from its seed
 // (Ops::dropout), so LoRA adds no per-block activation memory, only LoraScratch, shared by
 // every Linear.
 //
-// Backward (with g_s = d(out) restricted to slice s's columns, hs_s = scale * h_s):
-//   dB_s = g_s^T @ hs_s;  dh_s = scale * g_s @ B_s;  dA = dh^T @ dropout(x);
-//   dx += dropout'(dh @ A)
+// Backward (g = d(out), hs = scale * h, Bd the block-diagonal B):
+//   dBd = g^T @ hs (its diagonal blocks are the slices' dB);  dh = scale * g @ Bd;
+//   dA = dh^T @ dropout(x);  dx += dropout'(dh @ A)
 #pragma once
 
 #include <cstdint>
@@ -28,14 +32,13 @@ namespace shardtrain {
 // Scratch every LoRA Linear shares (one Linear runs at a time), sized for the largest.
 struct LoraScratch {
   Tensor h_NS, dh_NS;    // x @ A^T of every slice, and its gradient (S = slices x r)
-  Tensor hs_NR, dhs_NR;  // one slice's scaled h, and d(that slice's h)
-  Tensor slice_NO;       // one slice's output block (forward) or d(output block) (backward)
+  Tensor B_OS, dB_OS;    // a packed Linear's block-diagonal B, and its gradient
   Tensor xd_NI, dxd_NI;  // dropout(x) and d(dropout(x)); declared only with dropout > 0
 
-  // rank: r; max_slices: the most slices one Linear has (3 for q/k/v); slice_width: the widest
-  // slice of a packed Linear (0: none packed); max_in: the widest Linear input (I).
+  // rank: r; max_slices: the most slices one Linear has (3 for q/k/v); packed_width: the
+  // output width of the packed Linear with adapters (0: none); max_in: the widest input (I).
   static LoraScratch declare(ActivationPlan& plan, int64_t tokens, int64_t rank, int64_t max_slices,
-                             int64_t slice_width, int64_t max_in, bool dropout);
+                             int64_t packed_width, int64_t max_in, bool dropout);
 };
 
 struct LoraSlice {
@@ -63,6 +66,8 @@ struct LoraAdapter {
  private:
   // dropout(x) (x itself without dropout).
   Tensor dropped_input(Ops& ops, Tensor x_NI) const;
+  // The block-diagonal B of a packed Linear with out_width output columns, in scratch.
+  Tensor block_diagonal_B(Ops& ops, int64_t out_width) const;
   // The single slice covers every output column: no column copies.
   bool whole_output(Tensor out_NO) const {
     return slices.size() == 1 && slices[0].out_col == 0 && slices[0].B_OR.dim(0) == out_NO.dim(1);

@@ -51,11 +51,9 @@ TEST(LoraLinearTest, PackedSlicesWithDropoutMatchPeftsFormula) {
   HostTensor dout = filled({N, O}, 0.05f, 19);
 
   LoraScratch scratch;
-  HostTensor h(DType::kF32, {N, 2 * r}), dh(DType::kF32, {N, 2 * r}), hs(DType::kF32, {N, r}),
-      dhs(DType::kF32, {N, r}), slice(DType::kF32, {N, ref.Oq}), xd(DType::kF32, {N, I}),
-      dxd(DType::kF32, {N, I});
-  scratch =
-      LoraScratch{h.tensor, dh.tensor, hs.tensor, dhs.tensor, slice.tensor, xd.tensor, dxd.tensor};
+  HostTensor h(DType::kF32, {N, 2 * r}), dh(DType::kF32, {N, 2 * r}), b(DType::kF32, {O, 2 * r}),
+      db(DType::kF32, {O, 2 * r}), xd(DType::kF32, {N, I}), dxd(DType::kF32, {N, I});
+  scratch = LoraScratch{h.tensor, dh.tensor, b.tensor, db.tensor, xd.tensor, dxd.tensor};
   Linear linear{w.tensor, Tensor(), true};
   linear.lora.A_SI = a.tensor;
   linear.lora.slices = {{bq.tensor, 0}, {bv.tensor, ref.Oq + ref.Ok}};
