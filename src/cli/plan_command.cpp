@@ -21,6 +21,7 @@
 #include "fsdp/shard_plan.h"
 #include "model/decoder_model.h"
 #include "model/fp8_memory.h"
+#include "model/moe_memory.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
 #include "train/job_model_config.h"
@@ -191,6 +192,7 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
               "fp32 master", "compute copy", "moments", "grad shard", "full grads", "gathered",
               "activations", "total");
   std::string copy_note;  // what fsdp.compute_copy resolved to at a shard group of one
+  std::string expert_note;  // fsdp.expert_parallel's all-to-all buffers
   for (FsdpStrategy strategy : {FsdpStrategy::kFullShard, FsdpStrategy::kShardGradOp,
                                 FsdpStrategy::kHybridShard, FsdpStrategy::kNoShard}) {
     const MemorySetting setting{strategy, checkpointing};
@@ -203,12 +205,26 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
       std::printf("%-14s (not possible: %s)\n", fsdp_strategy_name(strategy), e.what());
       continue;
     }
+    // Expert parallelism: the all-to-all buffers at their worst case count as activations.
+    const int experts = expert_parallel_at(job, group);
+    const ExpertExchangeBytes exchange = expert_exchange_bytes(
+        job.model, job.micro_batch * job.seq_len, experts, job.activation_dtype,
+        checkpointing != ActivationCheckpointing::kNone);
+    if (exchange.worst > 0 && expert_note.empty()) {
+      expert_note = fmt::format(
+          "fsdp.expert_parallel = {}: each rank holds {} of {} experts per sparse block (its "
+          "units of experts sharded over {} ranks); all-to-all buffers {} at worst (every "
+          "peer's rows to one rank, in activations), {} with balanced routing",
+          experts, job.model.moe.num_experts / experts, job.model.moe.num_experts,
+          group / experts, mib(exchange.worst), mib(exchange.balanced));
+    }
+    const size_t activations = acts.total() + fp8 + exchange.worst;
     std::printf("%-14s %5d %13s %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),
                 group, mib(m.master_bytes).c_str(),
                 mib(m.compute_shard_bytes + m.frozen_shard_bytes).c_str(),
                 mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
                 mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
-                mib(acts.total() + fp8).c_str(), mib(m.total() + acts.total() + fp8).c_str());
+                mib(activations).c_str(), mib(m.total() + activations).c_str());
     if (group == 1 && job.activation_dtype != DType::kF32 && copy_note.empty()) {
       copy_note = resolve_compute_copy(job, setting) == ComputeCopy::kKeep
                       ? "kept (persistent, written by the optimizer step)"
@@ -216,6 +232,7 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
     }
   }
   if (!copy_note.empty()) std::printf("shard group of one: compute copy %s\n", copy_note.c_str());
+  if (!expert_note.empty()) std::printf("%s\n", expert_note.c_str());
   std::printf(
       "activations: block sets %s, checkpoints %s, lm-head logits chunk %s, scratch %s "
       "(plan leaves out the CUDA context and library workspaces: see the fit reserve)\n",

@@ -50,4 +50,31 @@ int shard_group_size_for(FsdpStrategy strategy, int world, int local_world, int 
   return world;
 }
 
+int expert_parallel_for(int64_t requested, int shard_group, int64_t experts) {
+  if (requested < 1) {
+    fail("config key 'fsdp.expert_parallel' ({}) must be >= 1; HINT: 1 = no expert parallelism",
+         requested);
+  }
+  if (requested == 1) return 1;
+  if (experts == 0) {
+    fail(
+        "config key 'fsdp.expert_parallel' ({}) needs a mixture-of-experts model (qwen3_moe, "
+        "mixtral); HINT: set it to 1 for a dense model",
+        requested);
+  }
+  if (shard_group % requested != 0) {
+    fail(
+        "config key 'fsdp.expert_parallel' ({}) must divide the shard group size {} (the "
+        "strategy's; HYBRID_SHARD: fsdp.shard_group_size); HINT: use a divisor of {}",
+        requested, shard_group, shard_group);
+  }
+  if (experts % requested != 0) {
+    fail(
+        "config key 'fsdp.expert_parallel' ({}) must divide the model's {} experts; HINT: use a "
+        "divisor of {} that also divides the shard group size {}",
+        requested, experts, experts, shard_group);
+  }
+  return static_cast<int>(requested);
+}
+
 }  // namespace shardtrain

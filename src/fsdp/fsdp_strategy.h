@@ -6,6 +6,7 @@
 // per node); NO_SHARD is G = 1 (every rank holds everything, grads all-reduced).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace shardtrain {
@@ -19,5 +20,10 @@ const char* fsdp_strategy_name(FsdpStrategy strategy);
 // Shard group size for `strategy` on `world` ranks. requested_group: fsdp.shard_group_size
 // (0 = local_world). Throws Error naming the key when HYBRID's group does not divide the world.
 int shard_group_size_for(FsdpStrategy strategy, int world, int local_world, int requested_group);
+
+// Checks fsdp.expert_parallel (N) against the shard group and the model's experts (0: a dense
+// model) and returns it. Throws Error naming the key when N < 1, or N > 1 with a dense model,
+// or N does not divide the shard group size or the expert count.
+int expert_parallel_for(int64_t requested, int shard_group, int64_t experts);
 
 }  // namespace shardtrain

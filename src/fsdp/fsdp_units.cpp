@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace shardtrain {
@@ -19,18 +21,24 @@ bool keeps_compute_copy(const ShardPlan& plan, const FsdpOptions& options) {
 }  // namespace
 
 FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, Mesh& mesh, FsdpOptions options)
-    : layout_(layout),
+    : ops_(ops),
+      layout_(layout),
       mesh_(mesh),
       options_(options),
-      plan_(make_shard_plan(layout, mesh.shard_size())),
-      shards_(ops, layout, plan_, mesh.shard_rank(), keeps_compute_copy(plan_, options),
+      plan_(make_shard_plan(layout, mesh.shard_size(), mesh.expert_shard_size())),
+      shards_(ops, layout, plan_, mesh.shard_rank(), mesh.expert_shard_rank(),
+              keeps_compute_copy(plan_, options),
               /*keep_grad_shards=*/!options.update_in_backward),
-      gatherer_(ops, layout, plan_, shards_, mesh.shard(), options.strategy),
+      gatherer_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), options.strategy),
       reducer_(ops, layout, plan_, shards_, mesh, options.reduce_on_last_micro_batch,
                options.update_in_backward),
-      io_(ops, layout, plan_, shards_, mesh.shard(), mesh.world_rank() == 0) {
+      io_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), mesh.world_rank() == 0) {
   SHARDTRAIN_CHECK(!options_.update_in_backward || mesh.world_size() == 1,
                    "update_in_backward on {} ranks", mesh.world_size());
+  // A layout of local experts is made for this mesh's expert group (model/param_layout.h).
+  SHARDTRAIN_CHECK(layout.expert_parallel == mesh.expert_size(),
+                   "layout for {}-way expert parallelism on a mesh of {}", layout.expert_parallel,
+                   mesh.expert_size());
 }
 
 double FsdpUnits::begin_step(int64_t local_targets) {
@@ -71,6 +79,23 @@ void FsdpUnits::apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t st
   optimizer.step(shards_.optimizer_view(), lr, step, grad_scale,
                  next_backward_overwrites ? GradsAfterStep::kKeep : GradsAfterStep::kZero);
   if (!next_backward_overwrites) reducer_.note_grads_zeroed();
+}
+
+void FsdpUnits::gather_experts_to_host(int unit, float* host_values) {
+  SHARDTRAIN_CHECK(layout_.units[unit].experts, "unit {} holds no experts", unit);
+  const int64_t numel = layout_.units[unit].numel;
+  std::vector<float> mine(static_cast<size_t>(numel));
+  io_.gather_to_host(unit, mine.data());  // over the expert shard group
+  // Then over the expert group: each rank contributes its experts (device tensors: NCCL).
+  const int ranks = mesh_.expert_size();
+  DeviceBuffer all(ops_, static_cast<size_t>(numel) * ranks * sizeof(float));
+  const Tensor all_flat = all.view(DType::kF32, {numel * ranks});
+  const Tensor own = all_flat.rows(numel * mesh_.expert_rank(), numel * (mesh_.expert_rank() + 1));
+  ops_.copy_from_host(own, mine.data());
+  mesh_.expert().set_context(fmt::format("unit {} ({}) export gather", unit,
+                                         layout_.units[unit].name));
+  mesh_.expert().all_gather(all_flat, own);
+  ops_.copy_to_host(host_values, all_flat);
 }
 
 GradBuffer FsdpUnits::acquire_grads(int unit) {

@@ -108,6 +108,10 @@ class FsdpUnits final : public UnitAccess {
   // Collective over the shard group: fills host_values (unit numel) with the whole unit as fp32
   // (trainable parameters from the masters, frozen ones from their compute-dtype shards).
   void gather_unit_to_host(int unit, float* host_values) { io_.gather_to_host(unit, host_values); }
+  // Expert parallelism: collective over the world (the expert shard and expert groups): fills
+  // host_values (expert group size x the unit's numel) with every expert rank's unit of experts
+  // `unit` (UnitLayout::experts), in expert rank order, as fp32.
+  void gather_experts_to_host(int unit, float* host_values);
 
   // ---- one optimizer step (the header comment's order; every call collective) ----
   // Starts a step whose accumulation window holds `local_targets` loss targets on this rank:
@@ -157,6 +161,7 @@ class FsdpUnits final : public UnitAccess {
   void grads_ready(int unit) override;
 
  private:
+  Ops& ops_;
   const ParamLayout& layout_;
   Mesh& mesh_;
   const FsdpOptions options_;

@@ -23,7 +23,7 @@ GradReducer::GradReducer(Ops& ops, const ParamLayout& layout, const ShardPlan& p
       state_(plan.units.size()),
       norm_scratch_(ops, sizeof(float)) {
   if (update_in_backward_) backward_norm_ = DeviceBuffer(ops, sizeof(float));
-  if (sharded()) {
+  if (plan_.group_size > 1) {
     int64_t largest_shard = 0;
     for (const UnitShard& unit : plan_.units) {
       largest_shard = std::max(largest_shard, unit.shard_numel);
@@ -56,7 +56,7 @@ void GradReducer::begin_step() {
     ops_.fill_zero(backward_norm_.view(DType::kF32, {1}));
   }
   for (int u = 0; u < static_cast<int>(state_.size()); ++u) {
-    if (!sharded()) {
+    if (!sharded(u)) {
       state_[u].grads_stale = true;  // the next backward overwrites the shard
     } else if (!grad_shards_zero_) {
       ops_.fill_zero(shards_.grad_shard(u));  // reductions add into it
@@ -67,7 +67,8 @@ void GradReducer::begin_step() {
     }
   }
   SHARDTRAIN_CHECK(pending_.empty(), "begin_step with {} reductions in flight", pending_.size());
-  grad_shards_zero_ = sharded();
+  // Units at G = 1 are overwritten by their next backward instead (grads_stale).
+  grad_shards_zero_ = plan_.group_size > 1;
 }
 
 GradBuffer GradReducer::acquire(int unit) {
@@ -81,7 +82,7 @@ GradBuffer GradReducer::acquire(int unit) {
     take_full_grad(unit);
     return {full_grad(unit).rows(0, trainable), false, frozen};
   }
-  if (!sharded()) {
+  if (!sharded(unit)) {
     // The first backward of a step overwrites the shard (begin_step left it stale).
     const bool accumulate = !state.grads_stale;
     state.grads_stale = false;
@@ -105,17 +106,17 @@ void GradReducer::ready(int unit) {
   }
   const Tensor shard = shards_.grad_shard(unit);
   const std::string context = fmt::format("unit {} ({})", unit, layout_.units[unit].name);
-  if (sharded()) {
+  if (sharded(unit)) {
     if (!reduce_on_last_micro_batch_ || last_micro_batch_) {
       // At most one reduction is pending here (see the end of this function): its output
       // buffer is busy, the other one is free.
       SHARDTRAIN_CHECK(pending_.size() <= 1, "{} reductions in flight", pending_.size());
       const int slot = !pending_.empty() && pending_.back().reduced_slot == 0 ? 1 : 0;
       const Tensor reduced = reduced_[slot].view(DType::kF32, {shard.numel()});
-      mesh_.shard().set_context(context + " gradient reduce-scatter");
+      shard_comm(unit).set_context(context + " gradient reduce-scatter");
       PendingReduction p;
       p.unit = unit;
-      p.work = mesh_.shard().start_reduce_scatter(reduced, full_grad(unit), ReduceOp::kSum);
+      p.work = shard_comm(unit).start_reduce_scatter(reduced, full_grad(unit), ReduceOp::kSum);
       p.reduced_slot = slot;
       p.full_grad_slot = state.full_grad_slot;
       state.full_grad_slot = -1;  // owned by the pending reduction until it completes

@@ -76,14 +76,17 @@ class GradReducer {
     int full_grad_slot = -1;   // pool slot, -1 = none
     bool grads_stale = false;  // G = 1: begin_step ran and no backward has written since
   };
-  bool sharded() const { return plan_.group_size > 1; }
+  bool sharded(int unit) const { return plan_.sharded(unit); }
+  // The group a unit's gradient is reduce-scattered over: the shard group, or the expert shard
+  // group for a unit of experts (the ranks that hold the same experts; dist/mesh.h).
+  Comm& shard_comm(int unit) { return plan_.units[unit].experts ? mesh_.expert_shard() : mesh_.shard(); }
   Tensor full_grad(int unit) const;
   // A fresh pool buffer for the unit's trainable region, its padding zeroed (backward never
   // writes it; the reduce-scatter and the norm read it).
   void take_full_grad(int unit);
   void complete_oldest_reduction();
   Comm& reduction_comm(const PendingReduction& p) {
-    return p.replicate ? mesh_.replicate() : mesh_.shard();
+    return p.replicate ? mesh_.replicate() : shard_comm(p.unit);
   }
   // update_in_backward: the unit's gradient norm term and optimizer step, then frees its buffer.
   void update_unit_in_backward(int unit);

@@ -7,12 +7,14 @@
 namespace shardtrain {
 
 ParamGatherer::ParamGatherer(Ops& ops, const ParamLayout& layout, const ShardPlan& plan,
-                             UnitShards& shards, Comm& shard, FsdpStrategy strategy)
+                             UnitShards& shards, Comm& shard, Comm& expert_shard,
+                             FsdpStrategy strategy)
     : ops_(ops),
       layout_(layout),
       plan_(plan),
       shards_(shards),
       shard_(shard),
+      expert_shard_(expert_shard),
       strategy_(strategy),
       act_(ops.activation_dtype()),
       pool_(ops),
@@ -29,15 +31,16 @@ void ParamGatherer::start_gather(int unit) {
   const int64_t gathered_numel = shard.gathered_numel();
   state.slot = pool_.take(static_cast<size_t>(gathered_numel) * dtype_size(act_));
   const Tensor gathered = pool_.view(state.slot, act_, gathered_numel);
-  shard_.set_context(unit_context(unit, "parameter all-gather"));
+  Comm& group = group_of(unit);
+  group.set_context(unit_context(unit, "parameter all-gather"));
   // Frozen first: the trainable gather then overwrites the frozen region's padding (both on
   // the comm's stream, in this order).
   if (shard.frozen_shard_numel > 0) {
-    state.gathers[0] = shard_.start_all_gather(gathered.rows(0, shard.frozen_padded_numel),
+    state.gathers[0] = group.start_all_gather(gathered.rows(0, shard.frozen_padded_numel),
                                                shards_.frozen_shard(unit));
   }
   if (shard.shard_numel > 0) {
-    state.gathers[1] = shard_.start_all_gather(
+    state.gathers[1] = group.start_all_gather(
         gathered.rows(shard.frozen_numel, shard.frozen_numel + shard.padded_numel),
         shards_.trainable_forward_shard(unit));
   }
@@ -48,8 +51,8 @@ void ParamGatherer::finish_gather(int unit) {
   UnitState& state = state_[unit];
   if (!state.gather_in_flight) return;
   const UnitShard& shard = plan_.units[unit];
-  if (shard.frozen_shard_numel > 0) shard_.finish(state.gathers[0]);
-  if (shard.shard_numel > 0) shard_.finish(state.gathers[1]);
+  if (shard.frozen_shard_numel > 0) group_of(unit).finish(state.gathers[0]);
+  if (shard.shard_numel > 0) group_of(unit).finish(state.gathers[1]);
   state.gather_in_flight = false;
 }
 
@@ -73,16 +76,16 @@ Tensor ParamGatherer::acquire_on_demand_copy(int unit) {
 
 Tensor ParamGatherer::acquire(int unit) {
   const int64_t numel = layout_.units[unit].numel;
-  if (!sharded()) {
+  if (unit == kRootUnit) forward_phase_ = true;  // every pass starts at the root
+  if (!sharded(unit)) {
     if (!shards_.keeps_compute_copy()) return acquire_on_demand_copy(unit).rows(0, numel);
     return shards_.whole_unit(unit);
   }
-  if (unit == kRootUnit) forward_phase_ = true;  // every pass starts at the root
   start_gather(unit);
   finish_gather(unit);
   // Forward walks the units in order: gather the next one while this one computes.
-  const int unit_count = static_cast<int>(plan_.units.size());
-  if (forward_phase_ && unit + 1 < unit_count) start_gather(unit + 1);
+  const int next = next_dense(unit, +1);
+  if (forward_phase_ && next >= 0 && sharded(next)) start_gather(next);
   return pool_.view(state_[unit].slot, act_, plan_.units[unit].gathered_numel()).rows(0, numel);
 }
 
@@ -90,17 +93,26 @@ void ParamGatherer::release(int unit) {
   UnitState& state = state_[unit];
   if (state.slot < 0) return;
   // SHARD_GRAD_OP keeps forward's gather for backward; everything is freed after backward.
-  const bool keep = sharded() && strategy_ == FsdpStrategy::kShardGradOp && !state.in_backward;
+  const bool keep = sharded(unit) && strategy_ == FsdpStrategy::kShardGradOp && !state.in_backward;
   if (!keep) free_buffer(unit);
 }
 
 void ParamGatherer::begin_backward(int unit) {
   state_[unit].in_backward = true;
   forward_phase_ = false;
-  if (!sharded()) return;
+  if (plan_.units[unit].experts) return;
   // Backward walks the blocks in reverse after the root's head: gather the next one now.
-  const int next = unit == kRootUnit ? static_cast<int>(plan_.units.size()) - 1 : unit - 1;
-  if (next >= block_unit(0) && next != unit) start_gather(next);
+  const int next =
+      unit == kRootUnit ? next_dense(static_cast<int>(plan_.units.size()), -1) : unit - 1;
+  if (next >= block_unit(0) && next != unit && sharded(next)) start_gather(next);
+}
+
+int ParamGatherer::next_dense(int unit, int step) const {
+  const int count = static_cast<int>(plan_.units.size());
+  for (int u = unit + step; u >= 0 && u < count; u += step) {
+    if (!plan_.units[u].experts) return u;
+  }
+  return -1;
 }
 
 void ParamGatherer::release_all() {

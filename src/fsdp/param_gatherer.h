@@ -31,9 +31,10 @@ namespace shardtrain {
 
 class ParamGatherer {
  public:
-  // Everything passed must outlive this object. shard: the shard group's Comm.
+  // Everything passed must outlive this object. shard: the shard group's Comm; expert_shard:
+  // the expert shard group's (units of experts; dist/mesh.h).
   ParamGatherer(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, UnitShards& shards,
-                Comm& shard, FsdpStrategy strategy);
+                Comm& shard, Comm& expert_shard, FsdpStrategy strategy);
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
 
@@ -56,7 +57,11 @@ class ParamGatherer {
     bool gather_in_flight = false;  // started (prefetch) and not yet finished
     bool in_backward = false;       // begin_backward was called since the last end_backward
   };
-  bool sharded() const { return plan_.group_size > 1; }
+  bool sharded(int unit) const { return plan_.sharded(unit); }
+  Comm& group_of(int unit) { return plan_.units[unit].experts ? expert_shard_ : shard_; }
+  // The next unit of the model's walk (model/unit_access.h) that is not a unit of experts:
+  // units of experts are gathered when acquired, never prefetched. -1 when none.
+  int next_dense(int unit, int step) const;
   // Starts the all-gathers of `unit` into a pool buffer unless it is gathered or in flight.
   void start_gather(int unit);
   void finish_gather(int unit);
@@ -71,6 +76,7 @@ class ParamGatherer {
   const ShardPlan& plan_;
   UnitShards& shards_;
   Comm& shard_;
+  Comm& expert_shard_;
   const FsdpStrategy strategy_;
   const DType act_;
   BufferPool pool_;

@@ -16,17 +16,18 @@
 namespace shardtrain {
 
 ShardIo::ShardIo(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, UnitShards& shards,
-                 Comm& shard, bool log_progress)
+                 Comm& shard, Comm& expert_shard, bool log_progress)
     : ops_(ops),
       layout_(layout),
       plan_(plan),
       shards_(shards),
       shard_(shard),
+      expert_shard_(expert_shard),
       log_progress_(log_progress) {}
 
 void ShardIo::fill_shards(int unit, const UnitSource& source) {
   const UnitShard& shard = plan_.units[unit];
-  const int rank = shard_.rank();
+  const int rank = group_of(unit).rank();
   std::vector<float> values;
   // One region: this rank's slice [begin, begin + count) of region elements, which are unit
   // elements from `region_start` and exist up to `region_end` (zeros beyond: padding).
@@ -101,7 +102,7 @@ void ShardIo::gather_to_host(int unit, float* host_values) {
   const UnitShard& shard = plan_.units[unit];
   const int64_t numel = layout_.units[unit].numel;
   const DType act = ops_.activation_dtype();
-  const bool sharded = plan_.group_size > 1;
+  const bool sharded = plan_.sharded(unit);
   const std::string context =
       fmt::format("unit {} ({}) checkpoint gather", unit, layout_.units[unit].name);
   if (shard.frozen_numel > 0) {
@@ -111,8 +112,8 @@ void ShardIo::gather_to_host(int unit, float* host_values) {
     if (sharded) {
       gathered = DeviceBuffer(ops_, static_cast<size_t>(padded) * dtype_size(act));
       const Tensor whole = gathered.view(act, {padded});
-      shard_.set_context(context);
-      shard_.all_gather(whole, frozen);
+      group_of(unit).set_context(context);
+      group_of(unit).all_gather(whole, frozen);
       frozen = whole;
     }
     DeviceBuffer widened;
@@ -133,8 +134,8 @@ void ShardIo::gather_to_host(int unit, float* host_values) {
   }
   DeviceBuffer full(ops_, static_cast<size_t>(shard.padded_numel) * sizeof(float));
   const Tensor full_flat = full.view(DType::kF32, {shard.padded_numel});
-  shard_.set_context(context);
-  shard_.all_gather(full_flat, shards_.master_shard(unit));
+  group_of(unit).set_context(context);
+  group_of(unit).all_gather(full_flat, shards_.master_shard(unit));
   ops_.copy_to_host(trainable_values, full_flat.rows(0, trainable));
 }
 

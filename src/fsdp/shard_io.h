@@ -27,10 +27,11 @@ namespace shardtrain {
 
 class ShardIo {
  public:
-  // Everything passed must outlive this object. shard: the shard group's Comm; log_progress:
+  // Everything passed must outlive this object. shard: the shard group's Comm; expert_shard:
+  // the expert shard group's (units of experts, dist/mesh.h); log_progress:
   // this rank reports load progress (world rank 0).
   ShardIo(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, UnitShards& shards,
-          Comm& shard, bool log_progress);
+          Comm& shard, Comm& expert_shard, bool log_progress);
 
   void init_random(uint64_t seed, double std);
   void load_pretrained(const HfCheckpoint& checkpoint);
@@ -53,7 +54,10 @@ class ShardIo {
   const ParamLayout& layout_;
   const ShardPlan& plan_;
   UnitShards& shards_;
+  Comm& group_of(int unit) { return plan_.units[unit].experts ? expert_shard_ : shard_; }
+
   Comm& shard_;
+  Comm& expert_shard_;
   const bool log_progress_;
 };
 

@@ -49,18 +49,23 @@ int64_t round_up(int64_t n, int64_t quantum) { return (n + quantum - 1) / quantu
 
 }  // namespace
 
-ShardPlan make_shard_plan(const ParamLayout& layout, int group_size) {
-  SHARDTRAIN_CHECK(group_size >= 1, "group size {}", group_size);
+ShardPlan make_shard_plan(const ParamLayout& layout, int group_size, int expert_group_size) {
+  if (expert_group_size == 0) expert_group_size = group_size;
+  SHARDTRAIN_CHECK(group_size >= 1 && expert_group_size >= 1, "group sizes {} and {}", group_size,
+                   expert_group_size);
   ShardPlan plan;
   plan.group_size = group_size;
-  const int64_t quantum = group_size * kParamAlignElems;
+  plan.expert_group_size = expert_group_size;
   for (const UnitLayout& unit : layout.units) {
     UnitShard shard;
+    shard.experts = unit.experts;
+    shard.group_size = unit.experts ? expert_group_size : group_size;
+    const int64_t quantum = shard.group_size * kParamAlignElems;
     shard.frozen_numel = frozen_numel_of(unit);
     shard.frozen_padded_numel = round_up(shard.frozen_numel, quantum);
-    shard.frozen_shard_numel = shard.frozen_padded_numel / group_size;
+    shard.frozen_shard_numel = shard.frozen_padded_numel / shard.group_size;
     shard.padded_numel = round_up(unit.numel - shard.frozen_numel, quantum);
-    shard.shard_numel = shard.padded_numel / group_size;
+    shard.shard_numel = shard.padded_numel / shard.group_size;
     plan.units.push_back(shard);
   }
   return plan;
@@ -85,12 +90,25 @@ FsdpMemory estimate_fsdp_memory(const ShardPlan& plan, FsdpStrategy strategy,
   // Gathered units (frozen and trainable regions) and full gradients (trainable region only).
   size_t all_gathered = 0, all_grads = 0, blocks = 0, largest_shard = 0;
   size_t largest_gathered_block = 0, largest_grad_block = 0;
+  // Units of experts (expert parallelism): one is held beside its block, never prefetched; at
+  // an expert shard group of one it is the rank's own storage (no gather, no full gradient).
+  size_t largest_gathered_experts = 0, largest_grad_experts = 0;
   for (size_t u = 0; u < plan.units.size(); ++u) {
     const UnitShard& unit = plan.units[u];
     all_gathered += static_cast<size_t>(unit.gathered_numel());
     all_grads += static_cast<size_t>(unit.padded_numel);
     largest_shard = std::max(largest_shard, static_cast<size_t>(unit.shard_numel));
-    if (static_cast<int>(u) != kRootUnit) {
+    if (unit.experts) {
+      if (unit.group_size > 1) {
+        largest_gathered_experts =
+            std::max(largest_gathered_experts, static_cast<size_t>(unit.gathered_numel()));
+        largest_grad_experts =
+            std::max(largest_grad_experts, static_cast<size_t>(unit.padded_numel));
+      } else {
+        all_gathered -= static_cast<size_t>(unit.gathered_numel());
+        all_grads -= static_cast<size_t>(unit.padded_numel);
+      }
+    } else if (static_cast<int>(u) != kRootUnit) {
       largest_gathered_block =
           std::max(largest_gathered_block, static_cast<size_t>(unit.gathered_numel()));
       largest_grad_block = std::max(largest_grad_block, static_cast<size_t>(unit.padded_numel));
@@ -102,10 +120,11 @@ FsdpMemory estimate_fsdp_memory(const ShardPlan& plan, FsdpStrategy strategy,
   // The block being computed and the one prefetched (forward and backward), or the one being
   // computed and the one being reduced (backward); with the root, held through the pass.
   const size_t in_flight = std::min<size_t>(blocks, 2);
-  const size_t gathered_root_and_blocks =
-      static_cast<size_t>(root_unit.gathered_numel()) + in_flight * largest_gathered_block;
-  const size_t grad_root_and_blocks =
-      static_cast<size_t>(root_unit.padded_numel) + in_flight * largest_grad_block;
+  const size_t gathered_root_and_blocks = static_cast<size_t>(root_unit.gathered_numel()) +
+                                          in_flight * largest_gathered_block +
+                                          largest_gathered_experts;
+  const size_t grad_root_and_blocks = static_cast<size_t>(root_unit.padded_numel) +
+                                      in_flight * largest_grad_block + largest_grad_experts;
   // G = 1, built on demand: the root (held for the whole pass) and the block being computed.
   const size_t root_and_block = static_cast<size_t>(root_unit.padded_numel) +
                                 std::min<size_t>(blocks, 1) * largest_grad_block;

@@ -24,6 +24,10 @@
 namespace shardtrain {
 
 struct UnitShard {
+  // The group this unit is sharded over: the shard group, or for a unit of experts
+  // (UnitLayout::experts, expert parallelism) the expert shard group (dist/mesh.h).
+  int group_size = 1;
+  bool experts = false;
   // Frozen region, unit elements [0, frozen_numel): compute-dtype shards only.
   int64_t frozen_numel = 0;         // where the first trainable parameter starts (0: none frozen)
   int64_t frozen_padded_numel = 0;  // multiple of group_size * kParamAlignElems
@@ -38,8 +42,12 @@ struct UnitShard {
 };
 
 struct ShardPlan {
-  int group_size = 1;
+  int group_size = 1;             // the shard group's (dense units)
+  int expert_group_size = 1;      // the expert shard group's (units of experts)
   std::vector<UnitShard> units;  // parallel to ParamLayout::units
+
+  // Whether the unit is split over more than one rank (else its shard is the whole unit).
+  bool sharded(int unit) const { return units[unit].group_size > 1; }
 
   // Where group rank `group_rank`'s shard of the unit's trainable region starts, in elements of
   // that region (add frozen_numel for unit elements).
@@ -54,7 +62,8 @@ struct ShardPlan {
 
 // Aborts with file:line (a layout bug, not a user mistake) when a unit's frozen parameters do not
 // all come before its trainable ones.
-ShardPlan make_shard_plan(const ParamLayout& layout, int group_size);
+// expert_group_size: the group of the layout's units of experts (0: the shard group's size).
+ShardPlan make_shard_plan(const ParamLayout& layout, int group_size, int expert_group_size = 0);
 
 // Where a shard group of one (G = 1: one rank, or NO_SHARD) keeps the compute-dtype (bf16)
 // copy of its parameters. Both give the same values bit for bit (the same round-to-nearest cast
@@ -82,7 +91,10 @@ struct FsdpMemoryOptions {
 // gathered_u the gathered unit (UnitShard::gathered_numel):
 //   master = 4 * sum_u S_u; moments = 2 * master; grad_shard = master
 //   frozen_shard = act_bytes * sum_u Z_u (2 bytes per element in bf16; no master, moments, grad)
-//   B = min(2, blocks): the block in use and the one prefetched (or being reduced)
+//   B = min(2, blocks): the block in use and the one prefetched (or being reduced); with
+//   expert parallelism "blocks" are the dense units, and the largest unit of experts sharded
+//   over more than one rank adds once to gathered_peak and full_grad_peak (held beside its
+//   block; at an expert shard group of one it is the rank's own storage)
 //   gathered_peak = act_bytes * (gathered root + B * gathered largest block)  (FULL/HYBRID_SHARD)
 //                 = act_bytes * sum_u gathered_u                            (SHARD_GRAD_OP)
 //                 = 0 when G = 1 (the shard is the whole unit: no gather), except

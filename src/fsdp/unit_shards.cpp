@@ -5,11 +5,12 @@
 namespace shardtrain {
 
 UnitShards::UnitShards(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, int shard_rank,
-                       bool keep_compute_copy, bool keep_grad_shards)
+                       int expert_shard_rank, bool keep_compute_copy, bool keep_grad_shards)
     : ops_(ops),
       layout_(layout),
       plan_(plan),
       shard_rank_(shard_rank),
+      expert_shard_rank_(expert_shard_rank),
       act_(ops.activation_dtype()),
       keep_compute_copy_(keep_compute_copy),
       keep_grad_shards_(keep_grad_shards) {
@@ -81,7 +82,7 @@ Tensor UnitShards::trainable_forward_shard(int unit) const {
 }
 
 Tensor UnitShards::whole_unit(int unit) const {
-  SHARDTRAIN_CHECK(plan_.group_size == 1 && forward_[unit].bytes() > 0,
+  SHARDTRAIN_CHECK(!plan_.sharded(unit) && forward_[unit].bytes() > 0,
                    "the whole unit is held only at G = 1 with a forward buffer");
   return forward_[unit].view(act_, {layout_.units[unit].numel});
 }

@@ -23,16 +23,19 @@ namespace shardtrain {
 class UnitShards {
  public:
   // `ops`, `layout` and `plan` must outlive this object. shard_rank: this rank's index in the
-  // shard group. keep_compute_copy = false: ComputeCopy::kOnDemand (REQUIRES G = 1 and no
+  // shard group; expert_shard_rank: in the expert shard group (units of experts, expert
+  // parallelism; dist/mesh.h). keep_compute_copy = false: ComputeCopy::kOnDemand (REQUIRES G = 1 and no
   // frozen parameters). keep_grad_shards = false: update_in_backward (no grad shards).
   UnitShards(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, int shard_rank,
-             bool keep_compute_copy, bool keep_grad_shards);
+             int expert_shard_rank, bool keep_compute_copy, bool keep_grad_shards);
   UnitShards(const UnitShards&) = delete;
   UnitShards& operator=(const UnitShards&) = delete;
 
   int unit_count() const { return static_cast<int>(plan_.units.size()); }
   // Where this rank's trainable shard starts, in elements of the unit's trainable region.
-  int64_t shard_begin(int unit) const { return plan_.shard_begin(unit, shard_rank_); }
+  int64_t shard_begin(int unit) const {
+    return plan_.shard_begin(unit, plan_.units[unit].experts ? expert_shard_rank_ : shard_rank_);
+  }
   // The frozen shard (frozen_shard_numel, compute dtype); undefined when the unit has none.
   Tensor frozen_shard(int unit) const;
   // The trainable region's fp32 shards (shard_numel each). grad_shard is undefined without
@@ -64,7 +67,7 @@ class UnitShards {
   Ops& ops_;
   const ParamLayout& layout_;
   const ShardPlan& plan_;
-  const int shard_rank_;
+  const int shard_rank_, expert_shard_rank_;
   const DType act_;
   const bool keep_compute_copy_, keep_grad_shards_;
   std::vector<DeviceBuffer> forward_, master_, grad_, exp_avg_, exp_avg_sq_;

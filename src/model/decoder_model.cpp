@@ -72,6 +72,36 @@ DecoderModel::Checkpointing DecoderModel::checkpointing_from_name(const std::str
   return Checkpointing::kNone;
 }
 
+void DecoderModel::set_expert_dispatch(ExpertDispatch* dispatch) {
+  expert_dispatch_ = dispatch;
+  ExpertPlacement placement;
+  if (dispatch != nullptr) placement = ExpertPlacement{dispatch->size(), dispatch->rank()};
+  layout_ = make_param_layout(config_, lora_, placement);
+}
+
+void DecoderModel::acquire_local_experts(UnitAccess& units, int64_t layer, BlockWeights& w) const {
+  const int unit = layout_.expert_unit[layer];
+  if (unit < 0) return;
+  local_expert_weights(layout_.units[unit], units.acquire_params(unit), w.moe);
+}
+
+void DecoderModel::acquire_local_expert_grads(UnitAccess& units, int64_t layer,
+                                              BlockWeights& g) const {
+  const int unit = layout_.expert_unit[layer];
+  if (unit < 0) return;
+  const GradBuffer grads = units.acquire_grads(unit);
+  SHARDTRAIN_CHECK(grads.offset == 0, "unit {}: frozen experts", layout_.units[unit].name);
+  local_expert_weights(layout_.units[unit], grads.flat, g.moe);
+  g.moe.experts_accumulate = grads.accumulate ? 1 : 0;
+}
+
+void DecoderModel::release_local_experts(UnitAccess& units, int64_t layer, bool backward) const {
+  const int unit = layout_.expert_unit[layer];
+  if (unit < 0) return;
+  units.release_params(unit);
+  if (backward) units.grads_ready(unit);
+}
+
 BlockWeights DecoderModel::weights_of(int unit, Tensor flat, int64_t layer) const {
   BlockWeights w = block_weights(layout_.units[unit], flat, layer);
   const bool fp8 = block_uses_fp8(layer);
@@ -300,9 +330,11 @@ void DecoderModel::backward_blocks(UnitAccess& units) {
   const BlockScratch scratch = acts_.block_scratch.sized(dims());
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
     const int unit = block_unit(l);
-    const BlockWeights w = weights_of(unit, units.acquire_params(unit), l);
+    BlockWeights w = weights_of(unit, units.acquire_params(unit), l);
+    acquire_local_experts(units, l, w);
     const GradBuffer grads = units.acquire_grads(unit);
-    const BlockWeights g = block_grads(l, grads);
+    BlockWeights g = block_grads(l, grads);
+    acquire_local_expert_grads(units, l, g);
     const BlockActivations a = block_storage(l);
     const DecoderBlock decoder = block(l);
     // Recompute the block's activations from its saved input; the output (equal to the next
@@ -313,6 +345,7 @@ void DecoderModel::backward_blocks(UnitAccess& units) {
                       checkpointing_ == Checkpointing::kSelective);
     }
     decoder.backward(ops_, w, g, grads.accumulate, block_inputs(l), a, scratch, dresid);
+    release_local_experts(units, l, true);
     units.release_params(unit);
     units.grads_ready(unit);
   }
@@ -328,16 +361,20 @@ RootWeights DecoderModel::forward_blocks(UnitAccess& units) {
   // recompute, which must not count again) then gets only its gradient.
   moe_aux_loss_.configure(c.moe.num_experts, router_aux_loss_, router_aux_weight_);
   moe_aux_ = moe_aux_loss_.begin_forward(ops_);
+  moe_aux_.dispatch = expert_dispatch_;
   Embedding{root.embed_tokens, embedding_scale()}.forward(ops_, fit(acts_.ids_N, {N}),
                                        fit(acts_.blocks[0].x_in_NC, {N, C}));
   const BlockScratch scratch = acts_.block_scratch.sized(dims());
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int unit = block_unit(l);
-    const BlockWeights w = weights_of(unit, units.acquire_params(unit), l);
+    BlockWeights w = weights_of(unit, units.acquire_params(unit), l);
+    acquire_local_experts(units, l, w);
     block(l).forward(ops_, w, block_inputs(l), block_storage(l), scratch, block_output(l));
+    release_local_experts(units, l, false);
     units.release_params(unit);
   }
   moe_aux_ = moe_aux_loss_.end_forward(ops_, N, c.moe.sparse_layer_count(c.num_hidden_layers));
+  moe_aux_.dispatch = expert_dispatch_;
   return root;
 }
 

@@ -27,6 +27,7 @@
 #include "model/lora_config.h"
 #include "model/lora_weights.h"
 #include "model/model_config.h"
+#include "model/expert_dispatch.h"
 #include "model/moe_aux_loss.h"
 #include "model/param_layout.h"
 #include "model/unit_access.h"
@@ -47,6 +48,13 @@ class DecoderModel {
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
+
+  // Expert parallelism (fsdp.expert_parallel > 1; model/expert_dispatch.h): the layout becomes
+  // this rank's (ExpertPlacement{dispatch->size(), dispatch->rank()}: each sparse block's local
+  // experts in a unit of their own, acquired beside the block's) and sparse blocks move their
+  // rows through `dispatch`. Call before the layout is used (FSDP units are built on it).
+  // `dispatch` must outlive the model; null (the default) keeps every expert in its block.
+  void set_expert_dispatch(ExpertDispatch* dispatch);
   const LoraConfig& lora() const { return lora_; }
   int unit_count() const { return static_cast<int>(layout_.units.size()); }
 
@@ -167,6 +175,11 @@ class DecoderModel {
   // Block `layer`'s weights as the layers take them: block_weights() with the linears marked
   // FP8 where block_uses_fp8(layer), and with LoRA the base frozen and the adapters attached.
   BlockWeights weights_of(int unit, Tensor flat, int64_t layer) const;
+  // Expert parallelism: block `layer`'s unit of local experts (its parameters or gradients)
+  // acquired from `units` into w.moe; nothing for a block without one.
+  void acquire_local_experts(UnitAccess& units, int64_t layer, BlockWeights& w) const;
+  void acquire_local_expert_grads(UnitAccess& units, int64_t layer, BlockWeights& g) const;
+  void release_local_experts(UnitAccess& units, int64_t layer, bool backward) const;
   // The final norm, head and loss (Gemma: 1 + weight norm, final soft cap).
   LmHead lm_head() const;
   // What the embedding output is multiplied by: 1, or Gemma's sqrt(hidden_size) in the
@@ -217,6 +230,7 @@ class DecoderModel {
   float router_aux_weight_ = 0;
   MoeAuxLoss moe_aux_loss_;
   MoeAux moe_aux_;  // what block_inputs() hands the sparse blocks now (forward or backward)
+  ExpertDispatch* expert_dispatch_ = nullptr;  // set_expert_dispatch
   // LoRA: frozen norms' weight gradients land here (fp32, never read); the micro-batch count
   // seeds dropout (forward, recompute and backward of one micro-batch share the masks);
   // dropout applies in forward_backward only.

@@ -74,14 +74,19 @@ void add_lora_params(UnitLayout& block, const ModelConfig& c, const LoraConfig& 
 // projection's E expert weights back to back, so they are one (E, O, I) tensor for the grouped
 // GEMM (model/weights.h MoeWeights): gate (w1), then up (w3), then down (w2) of every expert,
 // where HF's module order interleaves them per expert.
-void add_moe_params(UnitLayout& block, const ModelConfig& c, const std::string& p) {
+// With expert parallelism the experts [first, first + count) go into `experts` instead (a
+// unit of their own), in the same order.
+void add_moe_params(UnitLayout& block, UnitLayout* experts, const ModelConfig& c,
+                    const std::string& p, int64_t first, int64_t count) {
   const bool mixtral = model_family(c).moe == ModelFamily::Moe::kMixtral;
   const std::string moe = p + (mixtral ? "block_sparse_moe." : "mlp.");
   const int64_t E = c.moe.num_experts, F = c.moe.expert_intermediate, C = c.hidden_size;
   add_param(block, moe + "gate.weight", {E, C}, true);
+  UnitLayout& target = experts != nullptr ? *experts : block;
   const auto projection = [&](const char* name, Shape shape) {
-    for (int64_t e = 0; e < E; ++e) {
-      add_param(block, fmt::format("{}experts.{}.{}.weight", moe, e, name), shape, true, e + 1 < E);
+    for (int64_t e = first; e < first + count; ++e) {
+      add_param(target, fmt::format("{}experts.{}.{}.weight", moe, e, name), shape, true,
+                e + 1 < first + count);
     }
   };
   projection(mixtral ? "w1" : "gate_proj", {F, C});
@@ -110,7 +115,8 @@ int64_t ParamLayout::parameter_count() const {
   return n;
 }
 
-ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
+ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora,
+                              ExpertPlacement placement) {
   if (lora.enabled && c.moe.enabled()) {  // the grouped expert GEMMs have no frozen path
     fail(
         "lora.enabled = true is not supported for the mixture-of-experts model_type '{}' (its "
@@ -120,6 +126,15 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
   // Here, not only in the model, so plan, export and eval refuse what training would.
   if (lora.enabled) check_lora_supports(c);
   ParamLayout layout;
+  SHARDTRAIN_CHECK(placement.size >= 1 && placement.rank >= 0 && placement.rank < placement.size &&
+                       (placement.size == 1 || (c.moe.enabled() &&
+                                                c.moe.num_experts % placement.size == 0)),
+                   "expert placement {}/{} for {} experts", placement.rank, placement.size,
+                   c.moe.num_experts);
+  layout.expert_parallel = placement.size;
+  layout.expert_unit.assign(c.num_hidden_layers, -1);
+  std::vector<UnitLayout> expert_units;
+  const int64_t local_experts = c.moe.num_experts / placement.size;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
 
@@ -153,8 +168,16 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
       add_param(block, p + "self_attn.q_norm.weight", {c.head_dim}, false);
       add_param(block, p + "self_attn.k_norm.weight", {c.head_dim}, false);
     }
-    if (block_recipe(c, l).moe) {
-      add_moe_params(block, c, p);
+    if (block_recipe(c, l).moe && placement.size > 1) {
+      UnitLayout& experts = expert_units.emplace_back();
+      experts.name = block.name + ".experts";
+      experts.experts = true;
+      add_moe_params(block, &experts, c, p, placement.rank * local_experts, local_experts);
+      // After the root and every block (ParamLayout::units).
+      layout.expert_unit[l] =
+          static_cast<int>(1 + c.num_hidden_layers + expert_units.size() - 1);
+    } else if (block_recipe(c, l).moe) {
+      add_moe_params(block, nullptr, c, p, 0, c.moe.num_experts);
     } else {
       add_param(block, p + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}, true);
       add_param(block, p + "mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}, true);
@@ -170,6 +193,7 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora) {
     if (lora.enabled) add_lora_params(block, c, lora, l);
     layout.units.push_back(std::move(block));
   }
+  for (UnitLayout& experts : expert_units) layout.units.push_back(std::move(experts));
   return layout;
 }
 

@@ -37,9 +37,13 @@ struct ParamSpec {
 };
 
 struct UnitLayout {
-  std::string name;               // "root" or "layers.3"
+  std::string name;               // "root", "layers.3" or "layers.3.experts"
   std::vector<ParamSpec> params;  // in HF module order (q/k/v packed, see above)
   int64_t numel = 0;              // padded total, a multiple of kParamAlignElems
+  // A unit of one rank's experts (expert parallelism, ExpertPlacement below): its contents
+  // differ between the ranks of an expert group, so FSDP shards it over the ranks that hold
+  // the same experts (fsdp/shard_plan.h).
+  bool experts = false;
   // Index into `params` of the parameter named `name`; -1 if absent.
   int find(const std::string& name) const;
 };
@@ -48,8 +52,20 @@ struct UnitLayout {
 inline constexpr int kRootUnit = 0;
 constexpr int block_unit(int64_t layer) { return static_cast<int>(1 + layer); }
 
+// Expert parallelism (fsdp.expert_parallel, docs/fsdp.md): `size` ranks share each sparse
+// block's E experts, rank `rank` holding experts [rank * E / size, (rank + 1) * E / size).
+struct ExpertPlacement {
+  int size = 1;
+  int rank = 0;
+};
+
 struct ParamLayout {
-  std::vector<UnitLayout> units;    // [kRootUnit] = root, [block_unit(l)] = block l
+  std::vector<UnitLayout> units;    // [kRootUnit] = root, [block_unit(l)] = block l, then the
+                                    // units of experts (expert parallelism)
+  // Expert parallelism: ExpertPlacement::size, and per block the unit of this rank's experts
+  // (-1 for a dense block, and for every block when size is 1: the experts are in the block).
+  int expert_parallel = 1;
+  std::vector<int> expert_unit;
   int64_t total_numel() const;      // padded, all units
   int64_t parameter_count() const;  // unpadded
 };
@@ -59,6 +75,12 @@ struct ParamLayout {
 // lora_B (O, r) (model/lora_config.h lora_param_name). The A matrices of the targeted q, k and
 // v projections lie back to back (one GEMM computes all three, as for their weights), then
 // their B matrices; then o, gate, up and down, A then B each. The root unit is all frozen.
-ParamLayout make_param_layout(const ModelConfig& config, const LoraConfig& lora = LoraConfig());
+//
+// With placement.size > 1 a sparse block's unit keeps its router, and its experts of
+// `placement.rank` (E / size of them, under their Hugging Face names) form a unit of their own,
+// "layers.L.experts", after all blocks: the same sizes on every rank, different experts.
+// REQUIRES: size divides E (train/train_config.cpp refuses the key otherwise).
+ParamLayout make_param_layout(const ModelConfig& config, const LoraConfig& lora = LoraConfig(),
+                              ExpertPlacement placement = ExpertPlacement());
 
 }  // namespace shardtrain

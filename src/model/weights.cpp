@@ -63,6 +63,11 @@ bool moe_weights(const UnitLayout& unit, Tensor flat, const std::string& p, MoeW
     if (!router.defined()) continue;
     const int64_t experts = router.dim(0);
     w.router.weight_OI = router;
+    // Expert parallelism: the experts are in a unit of their own (local_expert_weights).
+    if (unit.find(fmt::format("{}experts.0.{}.weight", moe, gate)) < 0 &&
+        unit.find(fmt::format("{}experts.{}.{}.weight", moe, experts - 1, gate)) < 0) {
+      return true;
+    }
     w.gate_EFC = experts_view(unit, flat, moe, experts, gate);
     w.up_EFC = experts_view(unit, flat, moe, experts, up);
     w.down_ECF = experts_view(unit, flat, moe, experts, down);
@@ -72,6 +77,20 @@ bool moe_weights(const UnitLayout& unit, Tensor flat, const std::string& p, MoeW
 }
 
 }  // namespace
+
+void local_expert_weights(const UnitLayout& unit, Tensor flat, MoeWeights& w) {
+  SHARDTRAIN_CHECK(unit.experts && unit.params.size() % 3 == 0 && !unit.params.empty(),
+                   "unit {} is not a unit of experts", unit.name);
+  const size_t local = unit.params.size() / 3;
+  const auto projection = [&](size_t first) {
+    const Tensor one = param_view(unit, flat, unit.params[first].name);
+    return Tensor(one.data(), one.dtype(), Shape{static_cast<int64_t>(local), one.dim(0), one.dim(1)},
+                  one.device());
+  };
+  w.gate_EFC = projection(0);
+  w.up_EFC = projection(local);
+  w.down_ECF = projection(2 * local);
+}
 
 BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer) {
   const std::string p = fmt::format("model.layers.{}.", layer);

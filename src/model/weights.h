@@ -27,6 +27,11 @@ struct MoeWeights {
   Linear router;            // (E, C): mlp.gate / block_sparse_moe.gate
   Tensor gate_EFC, up_EFC;  // experts' gate_proj (w1) and up_proj (w3)
   Tensor down_ECF;          // experts' down_proj (w2)
+  // Gradient views under expert parallelism only: the experts' gradients are another unit's
+  // buffer, overwritten (0) or added to (1) as that unit's GradBuffer says, which may differ
+  // from the block's (e.g. an expert shard group of one accumulates in place while the block's
+  // buffer is fresh each micro-batch). -1: the block's flag.
+  int experts_accumulate = -1;
 };
 
 struct BlockWeights {
@@ -51,5 +56,8 @@ Tensor param_view(const UnitLayout& unit, Tensor flat, const std::string& name);
 // Block `layer`'s views; biases and q/k norms where the layout has them.
 BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer);
 RootWeights root_weights(const UnitLayout& unit, Tensor flat, bool tied);
+// Expert parallelism: w's experts (gate_EFC, up_EFC, down_ECF, E = this rank's experts) from a
+// unit of experts (UnitLayout::experts: gate, then up, then down projections, back to back).
+void local_expert_weights(const UnitLayout& unit, Tensor flat, MoeWeights& w);
 
 }  // namespace shardtrain

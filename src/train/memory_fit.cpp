@@ -14,6 +14,7 @@
 #include "fsdp/shard_plan.h"
 #include "model/decoder_model.h"
 #include "model/fp8_memory.h"
+#include "model/moe_memory.h"
 #include "model/param_layout.h"
 #include "ops/backend.h"
 
@@ -65,10 +66,20 @@ size_t device_bytes_needed(size_t plan) { return plan + plan / 20 + kDeviceReser
 namespace {
 
 size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
+  // Expert parallelism's all-to-all buffers at their worst case (dropless routing).
+  size_t exchange = 0;
+  if (job.expert_parallel > 1) {
+    const int group =
+        shard_group_size_for(setting.strategy, job.world, job.local_world, job.shard_group_size);
+    exchange = expert_exchange_bytes(job.model, job.micro_batch * job.seq_len,
+                                     expert_parallel_at(job, group), job.activation_dtype,
+                                     setting.checkpointing != ActivationCheckpointing::kNone)
+                   .worst;
+  }
   return DecoderModel::activation_bytes_for(job.model, job.micro_batch, job.seq_len,
                                           job.activation_dtype, setting.checkpointing,
                                           DecoderModel::kDefaultHeadChunkLogits, job.lora) +
-         (job.fp8 ? fp8_workspace_bytes(job.model, job.micro_batch * job.seq_len) : 0);
+         (job.fp8 ? fp8_workspace_bytes(job.model, job.micro_batch * job.seq_len) : 0) + exchange;
 }
 
 FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, ComputeCopy copy) {
@@ -78,11 +89,22 @@ FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, 
   options.reduce_on_last_micro_batch = job.reduce_on_last_micro_batch;
   options.compute_copy = copy;
   options.update_in_backward = job.update_in_backward;
-  return estimate_fsdp_memory(make_shard_plan(make_param_layout(job.model, job.lora), group),
-                              setting.strategy, options, job.activation_dtype);
+  // Expert parallelism: rank 0's layout (every rank's has the same sizes), its units of
+  // experts over the expert shard group.
+  const int experts = expert_parallel_at(job, group);
+  const ParamLayout layout = make_param_layout(job.model, job.lora, ExpertPlacement{experts, 0});
+  return estimate_fsdp_memory(make_shard_plan(layout, group, group / experts), setting.strategy,
+                              options, job.activation_dtype);
 }
 
 }  // namespace
+
+int expert_parallel_at(const MemoryJob& job, int group) {
+  const int n = job.expert_parallel;
+  const bool applies = n > 1 && job.model.moe.enabled() && group % n == 0 &&
+                       job.model.moe.num_experts % n == 0;
+  return applies ? n : 1;
+}
 
 ComputeCopy resolve_compute_copy(const MemoryJob& job, const MemorySetting& setting) {
   const int group =
@@ -251,6 +273,7 @@ MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, in
   job.fp8 = config.train.precision == TrainPrecision::kFp8;
   job.capacity_bytes = capacity;
   job.lora = config.lora;
+  job.expert_parallel = static_cast<int>(config.fsdp.expert_parallel);
   return job;
 }
 

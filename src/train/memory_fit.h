@@ -49,7 +49,14 @@ struct MemoryJob {
   // [lora]: a frozen bf16 base (no master, moments or gradient) and trainable adapters, whose
   // shared scratch adds to the activations (model/lora_config.h).
   LoraConfig lora{};
+  // fsdp.expert_parallel: applied to each strategy whose shard group it divides (1 elsewhere);
+  // units of experts and the all-to-all buffers (model/moe_memory.h) follow it.
+  int expert_parallel = 1;
 };
+
+// The expert parallelism `job` runs with at a shard group of `group`: job.expert_parallel when it
+// divides the group and the model's experts, else 1.
+int expert_parallel_at(const MemoryJob& job, int group);
 
 struct MemorySetting {
   FsdpStrategy strategy = FsdpStrategy::kFullShard;

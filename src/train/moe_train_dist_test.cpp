@@ -6,15 +6,25 @@
 // data must have a lower mean loss than the first, and
 // with model.router_aux_loss = false no aux_loss is logged and the losses differ (its gradient
 // is real).
+//
+// Expert parallelism (fsdp.expert_parallel): the same global batch at world sizes 2 and 4 with
+// 2- and 4-way expert parallelism (FULL_SHARD, and HYBRID_SHARD 2 x 2) gives the one-rank
+// losses and aux losses, and its export (every rank's experts assembled into the Hub's names)
+// holds the one-rank export's tensors; a value that does not divide the shard group ends every
+// rank with one line naming the key and exit code 2.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/safetensors.h"
 #include <random>
 #include <sstream>
 #include <string>
@@ -30,6 +40,8 @@ constexpr int kSteps = 16;  // two passes over the 32 sequences
 struct RunResult {
   std::vector<double> losses, aux_losses;
   bool aux_logged = false;
+  std::vector<int> exit_codes;  // per rank
+  std::string rank0_log;
 };
 
 class MoeTrainDistTest : public ::testing::Test {
@@ -59,7 +71,8 @@ class MoeTrainDistTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  static RunResult run(const std::string& name, int world, const std::vector<std::string>& extra) {
+  static RunResult run(const std::string& name, int world, const std::vector<std::string>& extra,
+                       bool expect_success = true) {
     const std::string run_dir = dir_ + "/" + name;
     fs::create_directories(run_dir + "/store");
     const std::string metrics = run_dir + "/metrics.jsonl";
@@ -93,17 +106,21 @@ class MoeTrainDistTest : public ::testing::Test {
       }
       pids.push_back(pid);
     }
+    RunResult result;
     for (int rank = 0; rank < world; ++rank) {
       int status = 0;
       ::waitpid(pids[rank], &status, 0);
       std::ifstream in(run_dir + "/rank" + std::to_string(rank) + ".log");
       std::stringstream text;
       text << in.rdbuf();
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-          << name << " rank " << rank << ":\n"
-          << text.str();
+      result.exit_codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+      if (rank == 0) result.rank0_log = text.str();
+      if (expect_success) {
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            << name << " rank " << rank << ":\n"
+            << text.str();
+      }
     }
-    RunResult result;
     std::ifstream lines(metrics);
     for (std::string line; std::getline(lines, line);) {
       const nlohmann::json record = nlohmann::json::parse(line);
@@ -114,6 +131,12 @@ class MoeTrainDistTest : public ::testing::Test {
       }
     }
     return result;
+  }
+
+  // The one-rank run, made once for the tests that compare with it.
+  static const RunResult& one_rank() {
+    static const RunResult one = run("world1_reference", 1, {});
+    return one;
   }
 
   static std::string dir_;
@@ -152,6 +175,68 @@ TEST_F(MoeTrainDistTest, LossesAndAuxLossesAgreeAtWorldSizesOneTwoAndFour) {
   EXPECT_FALSE(plain.aux_logged);
   EXPECT_DOUBLE_EQ(plain.losses[0], one.losses[0]);   // same first step (no update yet)
   EXPECT_NE(plain.losses.back(), one.losses.back());  // the aux gradient changed the updates
+}
+
+// Every tensor of `name`'s export equals the one-rank export's within `tolerance` (relative to
+// the tensor's largest magnitude), and both hold the same names.
+void expect_same_export(const std::string& dir, const std::string& name, double tolerance) {
+  const SafetensorsFile want =
+      SafetensorsFile::open(dir + "/world1_reference/out/model.safetensors");
+  const SafetensorsFile got = SafetensorsFile::open(dir + "/" + name + "/out/model.safetensors");
+  std::set<std::string> want_names, got_names;
+  for (const SafetensorsEntry& e : want.entries()) want_names.insert(e.name);
+  for (const SafetensorsEntry& e : got.entries()) got_names.insert(e.name);
+  ASSERT_EQ(got_names, want_names) << name;
+  for (const SafetensorsEntry& e : want.entries()) {
+    const SafetensorsEntry* other = got.find(e.name);
+    ASSERT_EQ(e.dtype, DType::kF32) << e.name;
+    ASSERT_EQ(other->shape.to_string(), e.shape.to_string()) << e.name;
+    const float* a = static_cast<const float*>(e.data);
+    const float* b = static_cast<const float*>(other->data);
+    double largest = 0, worst = 0;
+    for (int64_t i = 0; i < e.shape.numel(); ++i) {
+      largest = std::max(largest, std::fabs(static_cast<double>(a[i])));
+      worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    EXPECT_LE(worst, tolerance * std::max(largest, 1e-6)) << name << " " << e.name;
+  }
+}
+
+TEST_F(MoeTrainDistTest, ExpertParallelLossesAndExportsAgreeWithOneRank) {
+  const RunResult& one = one_rank();
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+  struct Case {
+    const char* name;
+    int world;
+    std::vector<std::string> flags;
+  };
+  const std::vector<Case> cases = {
+      {"ep2_world2", 2, {"--fsdp.expert_parallel=2"}},
+      {"ep2_world4", 4, {"--fsdp.expert_parallel=2"}},
+      {"ep4_world4", 4, {"--fsdp.expert_parallel=4"}},
+      {"ep2_hybrid2x2",
+       4,
+       {"--fsdp.expert_parallel=2", "--fsdp.strategy=HYBRID_SHARD", "--fsdp.shard_group_size=2"}},
+  };
+  for (const Case& c : cases) {
+    const RunResult ep = run(c.name, c.world, c.flags);
+    ASSERT_EQ(ep.losses.size(), static_cast<size_t>(kSteps)) << c.name;
+    ASSERT_EQ(ep.aux_losses.size(), static_cast<size_t>(kSteps)) << c.name;
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_NEAR(ep.losses[s], one.losses[s], 1e-5 * one.losses[s]) << c.name << " step " << s + 1;
+      EXPECT_NEAR(ep.aux_losses[s], one.aux_losses[s], 1e-5 * one.aux_losses[s])
+          << c.name << " step " << s + 1;
+    }
+    expect_same_export(dir_, c.name, 1e-3);
+  }
+}
+
+TEST_F(MoeTrainDistTest, ExpertParallelThatDoesNotDivideTheShardGroupIsRefused) {
+  const RunResult bad = run("ep3_world2", 2, {"--fsdp.expert_parallel=3"}, false);
+  for (int code : bad.exit_codes) EXPECT_EQ(code, 2) << bad.rank0_log;
+  EXPECT_NE(bad.rank0_log.find("fsdp.expert_parallel"), std::string::npos) << bad.rank0_log;
+  EXPECT_NE(bad.rank0_log.find("shard group size 2"), std::string::npos) << bad.rank0_log;
+  EXPECT_TRUE(bad.losses.empty());
 }
 
 }  // namespace

@@ -186,6 +186,10 @@ void register_parallel_keys(ConfigSchema& schema, FsdpConfig& fsdp, DistConfig& 
                   "shard group of one: keep a bf16 copy of the parameters, or cast each unit "
                   "from fp32 when it is used (on_demand: 2 bytes/parameter less, same values); "
                   "auto = on_demand when the job would use over 3/4 of the GPU");
+  schema.add("fsdp.expert_parallel", &fsdp.expert_parallel,
+             "MoE models: ranks of a shard group that share each block's experts (E / N each, "
+             "tokens moved with all-to-all); must divide the shard group and the expert count; "
+             "1 = experts sharded with their block");
 
   schema.add_enum(
       "dist.backend", &dist.backend, comm_backend_names(),
@@ -298,6 +302,8 @@ void TrainConfig::validate() const {
   check_output_dir();
   require(fsdp.shard_group_size >= 0, "fsdp.shard_group_size", ">= 0 (0 = ranks per node)",
           fsdp.shard_group_size);
+  require(fsdp.expert_parallel >= 1, "fsdp.expert_parallel", ">= 1 (1 = none)",
+          fsdp.expert_parallel);
   require(optim.lr > 0, "optim.lr", "> 0", optim.lr);
   require(optim.min_lr >= 0, "optim.min_lr", ">= 0", optim.min_lr);
   require(optim.warmup_steps >= 0, "optim.warmup_steps", ">= 0", optim.warmup_steps);

@@ -184,6 +184,9 @@ struct FsdpConfig {
   // per unit and step, the same values), or "auto": on_demand when the job with the copy needs
   // more than 3/4 of the GPU's memory (train/memory_fit.h).
   ComputeCopyChoice compute_copy = ComputeCopyChoice::kAuto;
+  // Mixture of experts: N ranks of a shard group share each sparse block's experts (E / N
+  // each, tokens moved with all-to-all); 1 = experts sharded with their block (docs/fsdp.md).
+  int64_t expert_parallel = 1;
 };
 
 struct DistConfig {

@@ -21,6 +21,7 @@
 #include "train/checkpoint/checkpoint_signal.h"
 #include "train/checkpoint/dir_lock.h"
 #include "train/checkpoint/export_tokenizer.h"
+#include "train/expert_export.h"
 #include "train/evaluator.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
@@ -225,6 +226,8 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       // Every rank reads its own data: the data-parallel size is the world size.
       grad_accum_(config_.grad_accum_for(env_.world)),
       model_config_(model_config_that_fits(config_, env_, ops_)),
+      expert_parallel_(expert_parallel_for(config_.fsdp.expert_parallel, group_size_,
+                                           model_config_.moe.num_experts)),
       flops_per_token_(
           training_flops_per_token(model_config_, config_.data.seq_len, config_.lora)),
       peak_flops_(config_.metrics.peak_flops(ops_.device() == Device::kCuda)),
@@ -238,12 +241,26 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       batcher_(*dataset_, static_cast<uint64_t>(config_.train.seed),
                {config_.train.micro_batch, grad_accum_, env_.world, env_.rank}),
       loss_buffer_(ops_, sizeof(float)) {
+  if (expert_parallel_ > 1 && !config_.train.checkpoint_dir.empty()) {
+    // Checkpoint shards are keyed by shard rank; a unit of experts differs between expert
+    // ranks, which the format does not record yet.
+    fail(
+        "config key 'train.checkpoint_dir' cannot be used with fsdp.expert_parallel = {} yet "
+        "(sharded checkpoints of expert-parallel runs are not implemented); HINT: train with "
+        "fsdp.expert_parallel = 1 to checkpoint (the exported model is the same format)",
+        expert_parallel_);
+  }
   model_.set_activation_checkpointing(config_.train.activation_checkpointing);
   model_.set_precision(config_.train.precision, config_.fp8.keep_bf16_layers);
   model_.reserve(config_.train.micro_batch, config_.data.seq_len);
   // Blocking backends (Gloo) get their exposed communication time measured around each call.
   world_.comm = with_heartbeat(with_blocking_comm_time(std::move(world_.comm)), *heartbeat_);
-  mesh_ = std::make_unique<Mesh>(*world_.comm, group_size_, ops_);
+  mesh_ = std::make_unique<Mesh>(*world_.comm, group_size_, ops_, expert_parallel_);
+  if (expert_parallel_ > 1) {
+    // Before the units: the model's layout becomes this rank's experts'.
+    expert_exchange_ = std::make_unique<ExpertExchange>(mesh_->expert(), ops_);
+    model_.set_expert_dispatch(expert_exchange_.get());
+  }
   lock_run_dirs_or_fail();
   units_ = std::make_unique<FsdpUnits>(ops_, model_.layout(), *mesh_, fsdp_options());
   const bool is_rank0 = env_.rank == 0;
@@ -559,9 +576,14 @@ void Trainer::log_step(const StepReport& report) {
 
 void Trainer::export_final() {
   if (config_.train.output_dir.empty()) return;
-  const ParamLayout& layout = model_.layout();
+  // Expert parallelism: the file holds the canonical layout (every expert in its block),
+  // assembled from every rank's experts (train/expert_export.h).
+  std::optional<ExpertExport> experts;
+  if (expert_parallel_ > 1) experts.emplace(*units_, model_.layout(), model_config_, config_.lora);
+  const ParamLayout& layout = experts ? experts->canonical() : model_.layout();
   std::vector<float> host;
-  const auto gather = [&](int u) {
+  const auto gather = [&](int u) -> const float* {
+    if (experts) return experts->gather(u);
     host.assign(layout.units[u].numel, 0.0f);
     units_->gather_unit_to_host(u, host.data());
     return host.data();
@@ -588,7 +610,7 @@ void Trainer::export_final() {
                        save);
     log::info("saved Hugging Face checkpoint to {}", config_.train.output_dir);
   } else {
-    for (int u = 0; u < units_->unit_count(); ++u) gather(u);
+    for (int u = 0; u < static_cast<int>(layout.units.size()); ++u) gather(u);
   }
 }
 

@@ -39,6 +39,7 @@
 #include "dist/dist_env.h"
 #include "dist/mesh.h"
 #include "dist/worker_env.h"
+#include "fsdp/expert_exchange.h"
 #include "fsdp/fsdp_units.h"
 #include "model/decoder_model.h"
 #include "obs/metrics_log.h"
@@ -120,6 +121,7 @@ class Trainer {
   const int group_size_;
   const int64_t grad_accum_;
   const ModelConfig model_config_;
+  const int expert_parallel_;  // fsdp.expert_parallel, checked against the model and group
   // MFU: training FLOPs per token (model/model_flops.h) over the device's peak; 0 = no MFU.
   const double flops_per_token_;
   const double peak_flops_;
@@ -131,6 +133,8 @@ class Trainer {
   const std::unique_ptr<Heartbeat> heartbeat_;
   DistWorld world_;
   std::unique_ptr<Mesh> mesh_;  // the groups and the collectives the trainer may call
+  // fsdp.expert_parallel > 1: the model's token exchange over the mesh's expert group.
+  std::unique_ptr<ExpertExchange> expert_exchange_;
   std::unique_ptr<FsdpUnits> units_;
   // Rank 0's checkpoint/output dir locks; before checkpoints_, so held until its writer ends.
   std::vector<DirLock> run_locks_;

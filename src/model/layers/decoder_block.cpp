@@ -89,7 +89,7 @@ void DecoderBlock::forward(Ops& ops, const BlockWeights& w, const BlockInputs& i
                      a.x_in_NC, a.attention, s.attention, a.h_NC, reuse_attention);
   norm_.forward(ops, w.post_attention_norm_C, a.h_NC, a.norm2);
   if (sparse_) {
-    moe_.forward(ops, w.moe, a.norm2.out_RC, a.h_NC, a.moe, in.moe, out_NC);
+    moe_.forward(ops, w.moe, a.norm2.out_RC, a.h_NC, a.moe, s.moe, in.moe, out_NC);
   } else {
     mlp_.forward(ops, w.mlp, a.norm2.out_RC, a.h_NC, a.mlp, s.mlp, out_NC);
   }

@@ -4,6 +4,8 @@
 //   (expert_NK, weight_NK) = top-k of softmax(logits)   fp32, renormalised if configured
 //   x_MC = x[token of each row], rows grouped by expert  M = N*k rows (moe_dispatch, moe_gather)
 //   y_MC = down_e(silu(gate_e(x_MC)) * up_e(x_MC))       three grouped GEMMs over all experts
+//                                    (expert parallelism: on the ranks that hold them, through
+//                                    an ExpertDispatch: model/layers/moe_expert_parallel.h)
 //   out = residual + sum_k weight_NK * y_MC[row of (token, k)]
 // Backward reverses it, the routing weights' gradient through the top-k softmax into the router;
 // the load-balancing loss adds its gradient there (MoeAux::grad_E: model/moe_aux_loss.h).
@@ -20,7 +22,9 @@
 #include <vector>
 
 #include "model/layers/activation_plan.h"
+#include "model/expert_dispatch.h"
 #include "model/layers/layer_dims.h"
+#include "model/layers/moe_expert_parallel.h"
 #include "model/weights.h"
 #include "ops/ops.h"
 
@@ -36,6 +40,8 @@ struct MoeSaved {
   Tensor y_MC;  // the experts' outputs, before weighting
   // Rows per expert (moe_dispatch), on the host: forward writes them, backward reads them.
   std::shared_ptr<std::vector<int64_t>> rows_E;
+  // Expert parallelism: the expert-side rows, in buffers that grow with the rows received.
+  std::shared_ptr<ExpertRowsSaved> expert_rows;
 
   // Undefined tensors when d.experts == 0 (a dense block).
   static MoeSaved declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d);
@@ -48,6 +54,7 @@ struct MoeScratch {
   Tensor dact_MF, dgate_MF, dup_MF;
   Tensor dweight_NK;  // f32
   Tensor dlogits_NE;
+  std::shared_ptr<ExpertRowsScratch> expert_rows;  // expert parallelism
 
   static MoeScratch declare(ActivationPlan& plan, const LayerDims& d);
   MoeScratch sized(const LayerDims& d) const;
@@ -58,13 +65,18 @@ struct MoeAux {
   Tensor prob_sum_E;                       // forward: += router mass per expert (f32), or undefined
   std::vector<int64_t>* rows_E = nullptr;  // forward: += rows per expert, or null
   Tensor grad_E;  // backward: d(loss) / d(router probability) per expert (f32), or undefined
+  // Expert parallelism: moves rows to the ranks holding their experts; null runs every expert
+  // here (MoeWeights then holds all E).
+  ExpertDispatch* dispatch = nullptr;
 };
 
 struct MoeMlp {
   bool renormalize = false;  // MoeConfig::renormalize
 
+  // scratch: only expert parallelism's exchange buffers are used in forward.
   void forward(Ops& ops, const MoeWeights& w, Tensor x_NC, Tensor residual_NC,
-               const MoeSaved& saved, const MoeAux& aux, Tensor out_NC) const;
+               const MoeSaved& saved, const MoeScratch& scratch, const MoeAux& aux,
+               Tensor out_NC) const;
   void backward(Ops& ops, const MoeWeights& w, const MoeWeights& grad, bool accumulate,
                 Tensor dout_NC, Tensor x_NC, const MoeSaved& saved, const MoeScratch& scratch,
                 const MoeAux& aux, Tensor dx_NC) const;
