@@ -70,7 +70,7 @@ void run_eval(const EvalArgs& args) {
   data.chat_template = args.chat_template;
   data.cache_dir = args.cache_dir;
   data.packing = args.packing;
-  data = with_packing_for_device(data, ops->device());
+  data = with_packing_resolved(data);
   const int64_t seq_len = eval_seq_len(args, data, model_config);
   data.seq_len = seq_len;
   std::unique_ptr<SequenceDataset> dataset = open_training_data(data, model_dir, 0);

@@ -23,8 +23,8 @@ enum class PackingMode { kDocuments, kConcatenate, kNone };
 const ChoiceNames<PackingMode>& packing_mode_names();
 const char* packing_mode_name(PackingMode mode);
 
-// data.packing and `eval --packing`: "auto" (nullopt: made a mode per backend by
-// train/training_data.h's with_packing_for_device) or one of the modes above.
+// data.packing and `eval --packing`: "auto" (nullopt: documents, train/training_data.h's
+// with_packing_resolved) or one of the modes above.
 using PackingChoice = std::optional<PackingMode>;
 const ChoiceNames<PackingChoice>& packing_choice_names();
 

@@ -101,8 +101,8 @@ struct DataConfig {
   // auto | documents | concatenate | none (data/packing_mode.h): whether packed documents attend
   // only to themselves with positions restarting (documents), form one causal stream
   // (concatenate), or get a sequence each (none). Raw examples and token files that record
-  // documents. auto = documents where the backend masks documents (CPU), else concatenate
-  // (train/training_data.h: with_packing_for_device). nullopt = auto.
+  // documents. auto = documents: every backend masks documents apart
+  // (train/training_data.h: with_packing_resolved). nullopt = auto.
   PackingChoice packing;
   // Raw examples only (data/training_data.h):
   std::string tokenizer;                // tokenizer.json or its dir; "" = model.path

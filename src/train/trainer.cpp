@@ -121,11 +121,9 @@ int64_t total_bytes(const FsdpMemory& m) {
 
 // The training data, checked against the model's vocabulary and the number of ranks.
 std::unique_ptr<SequenceDataset> open_checked_data(const TrainConfig& config,
-                                                   const ModelConfig& model, int world,
-                                                   Device device) {
-  std::unique_ptr<SequenceDataset> dataset =
-      open_training_data(with_packing_for_device(config.data, device), config.model.path,
-                         static_cast<uint64_t>(config.train.seed));
+                                                   const ModelConfig& model, int world) {
+  std::unique_ptr<SequenceDataset> dataset = open_training_data(
+      config.data, config.model.path, static_cast<uint64_t>(config.train.seed));
   validate_vocab(*dataset, model.vocab_size, config.data.path);
   const int64_t micro_batch = config.train.micro_batch;
   if (dataset->size() < static_cast<size_t>(micro_batch * world)) {
@@ -140,9 +138,9 @@ std::unique_ptr<SequenceDataset> open_checked_data(const TrainConfig& config,
 // The eval data (data.eval_path, opened like the training data at data.seq_len; raw examples
 // packed with seed 0, as `shardtrain eval` packs them), or null.
 std::unique_ptr<SequenceDataset> open_eval_data(const TrainConfig& config,
-                                                const ModelConfig& model, Device device) {
+                                                const ModelConfig& model) {
   if (config.data.eval_path.empty()) return nullptr;
-  DataConfig data = with_packing_for_device(config.data, device);
+  DataConfig data = config.data;
   data.path = config.data.eval_path;
   data.weights.clear();
   std::unique_ptr<SequenceDataset> dataset = open_training_data(data, config.model.path, 0);
@@ -232,8 +230,8 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
           training_flops_per_token(model_config_, config_.data.seq_len, config_.lora)),
       peak_flops_(config_.metrics.peak_flops(ops_.device() == Device::kCuda)),
       model_(model_config_, ops_, config_.lora),
-      dataset_(open_checked_data(config_, model_config_, env_.world, ops_.device())),
-      eval_dataset_(open_eval_data(config_, model_config_, ops_.device())),
+      dataset_(open_checked_data(config_, model_config_, env_.world)),
+      eval_dataset_(open_eval_data(config_, model_config_)),
       run_length_(run_length_of(config_, *dataset_, env_.world)),
       heartbeat_(Heartbeat::for_launched_worker(env_)),
       world_(connect_world(env_, ops_, options_.compute, config_.dist.backend)),

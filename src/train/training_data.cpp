@@ -50,7 +50,7 @@ namespace {
 std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
                                                const std::string& model_path, uint64_t seed) {
   const DataFormat format = resolve_training_data_format(data);
-  // REQUIRES: resolved (with_packing_for_device); auto reads as documents.
+  // REQUIRES: resolved (with_packing_resolved).
   const PackingMode packing = data.packing.value_or(PackingMode::kDocuments);
   if (format != DataFormat::kExamples) {
     return open_dataset(data.path, format, data.seq_len, data.pad_id, packing);
@@ -77,7 +77,7 @@ std::unique_ptr<SequenceDataset> open_one_file(const DataConfig& data,
 
 }  // namespace
 
-DataConfig with_packing_for_device(const DataConfig& data, Device /*device*/) {
+DataConfig with_packing_resolved(const DataConfig& data) {
   if (data.packing) return data;
   DataConfig resolved = data;
   resolved.packing = PackingMode::kDocuments;  // every backend's attention masks documents apart
@@ -86,7 +86,7 @@ DataConfig with_packing_for_device(const DataConfig& data, Device /*device*/) {
 
 std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& configured,
                                                     const std::string& model_path, uint64_t seed) {
-  const DataConfig data = with_packing_for_device(configured, Device::kCpu);
+  const DataConfig data = with_packing_resolved(configured);
   if (!names_several_files(data.path)) {
     if (!data.weights.empty()) parse_source_weights(data.weights, 1);  // still checked
     return open_one_file(data, model_path, seed);

@@ -23,16 +23,14 @@
 namespace shardtrain {
 
 // `data` with data.packing = "auto" made a mode: documents, on every backend (the CPU reference
-// and the CUDA attention kernels both mask packed documents apart; `device` stays in the
-// signature for a backend that would not). Any other value is returned unchanged.
-DataConfig with_packing_for_device(const DataConfig& data, Device device);
+// and every CUDA attention kernel mask packed documents apart). Any other value is unchanged.
+DataConfig with_packing_resolved(const DataConfig& data);
 
 // kTokens, kJsonl or kExamples for the configured data. Throws Error if the file is missing.
 DataFormat resolve_training_data_format(const DataConfig& data);
 
 // REQUIRES: data validated (TrainConfig::validate). Throws Error for any data problem.
-// data.packing = "auto" reads as `documents` here: callers that know their backend resolve it
-// first (with_packing_for_device).
+// data.packing = "auto" reads as `documents` (with_packing_resolved).
 std::unique_ptr<SequenceDataset> open_training_data(const DataConfig& data,
                                                     const std::string& model_path, uint64_t seed);
 

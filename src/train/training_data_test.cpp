@@ -49,17 +49,16 @@ TEST_F(TrainingDataTest, PackingKeyDefaultsToAutoAndRejectsMisspellings) {
   EXPECT_EQ(config.data.packing, PackingMode::kNone);
 }
 
-TEST_F(TrainingDataTest, AutoPackingIsDocumentsOnEveryDevice) {
+TEST_F(TrainingDataTest, AutoPackingIsDocuments) {
   DataConfig data;
   EXPECT_EQ(data.packing, std::nullopt);
-  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, PackingMode::kDocuments);
-  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, PackingMode::kDocuments);
+  EXPECT_EQ(with_packing_resolved(data).packing, PackingMode::kDocuments);
   data.packing = PackingMode::kConcatenate;  // an explicit choice is kept
-  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, PackingMode::kConcatenate);
+  EXPECT_EQ(with_packing_resolved(data).packing, PackingMode::kConcatenate);
   data.packing = PackingMode::kDocuments;
-  EXPECT_EQ(with_packing_for_device(data, Device::kCuda).packing, PackingMode::kDocuments);
+  EXPECT_EQ(with_packing_resolved(data).packing, PackingMode::kDocuments);
   data.packing = PackingMode::kNone;
-  EXPECT_EQ(with_packing_for_device(data, Device::kCpu).packing, PackingMode::kNone);
+  EXPECT_EQ(with_packing_resolved(data).packing, PackingMode::kNone);
 }
 
 TEST_F(TrainingDataTest, RawExamplesArePackedWithTheirDocuments) {
