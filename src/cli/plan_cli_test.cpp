@@ -4,7 +4,9 @@
 // it needs instead of a shorter sequence.
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/testing/test_support.h"
 
@@ -47,6 +49,44 @@ TEST(PlanCli, SeventyBOnSixteenH100sNeedsMoreGpusNotAShorterSequence) {
 TEST(PlanCli, L40sIsAGpuName) {
   const std::string out = plan("qwen2.5-1.5b", "--world-size 4 --gpu-memory l40s");
   EXPECT_NE(out.find("fit on 44.99 GiB per GPU (l40s"), std::string::npos) << out;
+}
+
+TEST(PlanCli, ExpertParallelHoldsFewerExpertsAndCountsTheAllToAllBuffers) {
+  const std::string base = "--train.micro_batch=1 --data.seq_len=4096 --world-size 8 ";
+  const std::string none = plan("qwen3-30b-a3b-8l", base);
+  const std::string eight = plan("qwen3-30b-a3b-8l", base + "--fsdp.expert_parallel=8");
+  EXPECT_EQ(none.find("fsdp.expert_parallel"), std::string::npos) << none;
+  EXPECT_NE(eight.find("fsdp.expert_parallel = 8: each rank holds 16 of 128 experts per sparse "
+                       "block (its units of experts sharded over 1 ranks); all-to-all buffers "),
+            std::string::npos)
+      << eight;
+  // FULL_SHARD gathers 16 experts per block instead of 128: the row's "gathered" column shrinks.
+  const auto gathered = [](const std::string& out) {
+    const size_t row = out.find("\nFULL_SHARD");
+    std::istringstream fields(out.substr(row + 1, out.find('\n', row + 1) - row - 1));
+    std::vector<std::string> columns;
+    for (std::string f; fields >> f;) columns.push_back(f);
+    return columns;
+  };
+  const std::vector<std::string> a = gathered(none), b = gathered(eight);
+  // strategy, group, then (value, "MiB") per column: gathered is the sixth column.
+  ASSERT_GE(a.size(), 18u) << none;
+  ASSERT_GE(b.size(), 18u) << eight;
+  EXPECT_EQ(a[13], "MiB") << none;
+  EXPECT_LT(std::stod(b[12]), std::stod(a[12]) / 2) << a[12] << " vs " << b[12];
+}
+
+TEST(PlanCli, ExpertParallelThatDoesNotDivideTheShardGroupIsOneLineAndExitTwo) {
+  const std::string source = SHARDTRAIN_SOURCE_DIR;
+  const auto result = testing::run_command(
+      std::string(SHARDTRAIN_BINARY) + " plan --config " + source + "/bench/bench.toml" +
+      " --model.path=" + source + "/bench/shapes/qwen3-30b-a3b-8l --data.path=unused" +
+      " --world-size 8 --fsdp.expert_parallel=3");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("'fsdp.expert_parallel' (3) must divide the shard group size 8"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find('\n'), result.output.size() - 1) << result.output;
 }
 
 }  // namespace

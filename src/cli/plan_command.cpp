@@ -258,6 +258,11 @@ void run_plan(const PlanArgs& args, const std::vector<std::string>& overrides) {
     fail("--local-world-size {} must divide --world-size {}", local_world, world);
   }
   const ModelConfig model_config = read_job_model_config(config);
+  // The configured strategy's shard group must take fsdp.expert_parallel, as training checks.
+  expert_parallel_for(config.fsdp.expert_parallel,
+                      shard_group_size_for(config.fsdp.strategy, world, local_world,
+                                           static_cast<int>(config.fsdp.shard_group_size)),
+                      model_config.moe.num_experts);
   const ParamLayout layout = make_param_layout(model_config, config.lora);
   const DeviceChoice device =
       args.device ? *args.device

@@ -231,12 +231,24 @@ TEST_F(MoeTrainDistTest, ExpertParallelLossesAndExportsAgreeWithOneRank) {
   }
 }
 
-TEST_F(MoeTrainDistTest, ExpertParallelThatDoesNotDivideTheShardGroupIsRefused) {
+TEST_F(MoeTrainDistTest, ExpertParallelBadInputsAreRefusedWithOneLine) {
   const RunResult bad = run("ep3_world2", 2, {"--fsdp.expert_parallel=3"}, false);
   for (int code : bad.exit_codes) EXPECT_EQ(code, 2) << bad.rank0_log;
   EXPECT_NE(bad.rank0_log.find("fsdp.expert_parallel"), std::string::npos) << bad.rank0_log;
   EXPECT_NE(bad.rank0_log.find("shard group size 2"), std::string::npos) << bad.rank0_log;
   EXPECT_TRUE(bad.losses.empty());
+  // Sharded checkpoints of an expert-parallel run are not implemented: refused before anything
+  // is written into the checkpoint dir.
+  const std::string checkpoints = dir_ + "/ep2_checkpoints";
+  const RunResult refused =
+      run("ep2_checkpoint", 2, {"--fsdp.expert_parallel=2", "--train.checkpoint_dir=" + checkpoints},
+          false);
+  for (int code : refused.exit_codes) EXPECT_EQ(code, 2) << refused.rank0_log;
+  EXPECT_NE(refused.rank0_log.find("config key 'train.checkpoint_dir' cannot be used with "
+                                   "fsdp.expert_parallel = 2"),
+            std::string::npos)
+      << refused.rank0_log;
+  EXPECT_FALSE(fs::exists(checkpoints + "/step_00000001"));
 }
 
 }  // namespace
