@@ -8,7 +8,8 @@
 // is real).
 //
 // Expert parallelism (fsdp.expert_parallel): the same global batch at world sizes 2 and 4 with
-// 2- and 4-way expert parallelism (FULL_SHARD, and HYBRID_SHARD 2 x 2) gives the one-rank
+// 2- and 4-way expert parallelism (FULL_SHARD, HYBRID_SHARD 2 x 2, and SHARD_GRAD_OP with full
+// activation checkpointing and one reduction per step) gives the one-rank
 // losses and aux losses, and its export (every rank's experts assembled into the Hub's names)
 // holds the one-rank export's tensors; a value that does not divide the shard group ends every
 // rank with one line naming the key and exit code 2.
@@ -217,6 +218,11 @@ TEST_F(MoeTrainDistTest, ExpertParallelLossesAndExportsAgreeWithOneRank) {
       {"ep2_hybrid2x2",
        4,
        {"--fsdp.expert_parallel=2", "--fsdp.strategy=HYBRID_SHARD", "--fsdp.shard_group_size=2"}},
+      // The recompute repeats forward's exchanges; SHARD_GRAD_OP keeps forward's gathers.
+      {"ep2_world4_checkpointing_zero2",
+       4,
+       {"--fsdp.expert_parallel=2", "--fsdp.strategy=SHARD_GRAD_OP",
+        "--train.activation_checkpointing=full", "--fsdp.reduce_on_last_micro_batch=true"}},
   };
   for (const Case& c : cases) {
     const RunResult ep = run(c.name, c.world, c.flags);
