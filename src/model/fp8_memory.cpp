@@ -16,6 +16,7 @@ size_t fp8_workspace_bytes(const ModelConfig& config, int64_t tokens) {
                                 std::pair{d.intermediate, d.hidden}}) {
     largest = std::max(largest, fp8_linear_copies_bytes(tokens, in, out));
   }
+  largest = std::max(largest, fp8_swiglu_backward_bytes(tokens, d.hidden, d.intermediate));
   return largest + kFp8GemmWorkspaceBytes;
 }
 

@@ -35,4 +35,16 @@ void Ops::linear_backward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, bo
   throw Error(fp8_unsupported_reason());
 }
 
+void Ops::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF, Tensor x_NC,
+                                      Tensor gate_weight_FC, Tensor up_weight_FC, Tensor dgate_NF,
+                                      Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,
+                                      Tensor dup_weight_FC, bool accumulate_dweight,
+                                      Fp8Site gate_site, Fp8Site up_site) {
+  swiglu_backward(dact_NF, gate_NF, up_NF, dgate_NF, dup_NF);
+  linear_backward_fp8(dgate_NF, x_NC, gate_weight_FC, dx_NC, dgate_weight_FC, Tensor(), false,
+                      accumulate_dweight, gate_site);
+  linear_backward_fp8(dup_NF, x_NC, up_weight_FC, dx_NC, dup_weight_FC, Tensor(), true,
+                      accumulate_dweight, up_site);
+}
+
 }  // namespace shardtrain

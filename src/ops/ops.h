@@ -324,6 +324,18 @@ class Ops {
   virtual void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                    Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                                    bool accumulate_dweight, Fp8Site site);
+  // The MLP's backward from SwiGLU's output gradient to x with gate and up both FP8 linears
+  // (unbiased, no adapters, trained): swiglu_backward(dact_NF, gate_NF, up_NF) into dgate_NF and
+  // dup_NF, then gate's linear_backward_fp8 (dx_NC overwritten) and up's (dx_NC added to), the
+  // weight gradients overwritten or added to as accumulate_dweight says. This default runs
+  // exactly that; CUDA writes SwiGLU's gradients straight to FP8 (both layouts, delayed scales)
+  // once both sites have a history, and then leaves dgate_NF and dup_NF unwritten.
+  virtual void swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF,
+                                           Tensor x_NC, Tensor gate_weight_FC,
+                                           Tensor up_weight_FC, Tensor dgate_NF, Tensor dup_NF,
+                                           Tensor dx_NC, Tensor dgate_weight_FC,
+                                           Tensor dup_weight_FC, bool accumulate_dweight,
+                                           Fp8Site gate_site, Fp8Site up_site);
 
  protected:
   // What attention_forward / attention_backward run (the causal default lives in one place).

@@ -239,6 +239,19 @@ void ProfiledOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight
   });
   record_gemm(true, x_NI, weight_OI, (dx_NI.defined() ? 1 : 0) + (dweight_OI.defined() ? 1 : 0));
 }
+void ProfiledOps::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF,
+                                              Tensor x_NC, Tensor gate_weight_FC,
+                                              Tensor up_weight_FC, Tensor dgate_NF, Tensor dup_NF,
+                                              Tensor dx_NC, Tensor dgate_weight_FC,
+                                              Tensor dup_weight_FC, bool accumulate_dweight,
+                                              Fp8Site gate_site, Fp8Site up_site) {
+  timed(__func__, OpClass::kGemm, [&] {
+    inner_->swiglu_linears_backward_fp8(dact_NF, gate_NF, up_NF, x_NC, gate_weight_FC,
+                                        up_weight_FC, dgate_NF, dup_NF, dx_NC, dgate_weight_FC,
+                                        dup_weight_FC, accumulate_dweight, gate_site, up_site);
+  });
+  record_gemm(true, x_NC, gate_weight_FC, 4);  // gate's and up's dgrad and wgrad: one shape
+}
 void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                  Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
   timed(__func__, OpClass::kElementwise,

@@ -91,6 +91,11 @@ class ProfiledOps final : public Ops {
   void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                            Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                            bool accumulate_dweight, Fp8Site site) override;
+  void swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF, Tensor x_NC,
+                                   Tensor gate_weight_FC, Tensor up_weight_FC, Tensor dgate_NF,
+                                   Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,
+                                   Tensor dup_weight_FC, bool accumulate_dweight,
+                                   Fp8Site gate_site, Fp8Site up_site) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,

@@ -44,6 +44,15 @@ void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC
   w.down.forward_residual(ops, scratch.act_NF, residual_NC, out_NC);  // out = residual + down(act)
 }
 
+namespace {
+
+// A linear swiglu_linears_backward_fp8 can run: FP8, trained, no bias, no adapters.
+bool fp8_fusable(const Linear& linear) {
+  return linear.fp8 && !linear.frozen && !linear.bias_O.defined() && !linear.lora.defined();
+}
+
+}  // namespace
+
 void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool accumulate,
                    Tensor dout_NC, Tensor x_NC, const MlpSaved& saved, const MlpScratch& scratch,
                    Tensor dx_NC) const {
@@ -51,6 +60,16 @@ void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool a
   // down without adapters reads its shape, not its values).
   if (!w.down.frozen || w.down.lora.defined()) activate(ops, saved, scratch.act_NF);
   w.down.backward(ops, grad.down, accumulate, dout_NC, scratch.act_NF, scratch.dact_NF, false);
+  // SwiGLU with gate and up both plain FP8 linears: one op, so the backend can write SwiGLU's
+  // gradients in FP8 directly (Ops::swiglu_linears_backward_fp8).
+  if (activation != HiddenActivation::kGeluTanh && fp8_fusable(w.gate) && fp8_fusable(w.up)) {
+    ops.swiglu_linears_backward_fp8(scratch.dact_NF, saved.gate_NF, saved.up_NF, x_NC,
+                                    w.gate.weight_OI, w.up.weight_OI, scratch.dgate_NF,
+                                    scratch.dup_NF, dx_NC, grad.gate.weight_OI,
+                                    grad.up.weight_OI, accumulate, w.gate.fp8_site,
+                                    w.up.fp8_site);
+    return;
+  }
   if (activation == HiddenActivation::kGeluTanh) {
     ops.geglu_backward(scratch.dact_NF, saved.gate_NF, saved.up_NF, scratch.dgate_NF,
                        scratch.dup_NF);

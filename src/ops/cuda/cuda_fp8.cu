@@ -143,6 +143,93 @@ __global__ void cast_kernel(const T* x, int64_t rows, int64_t cols, __nv_fp8_int
   }
 }
 
+// Writes a block's 64 x 64 FP8 tile (already in shared memory) transposed into out_t
+// (cols x rows), 4 source rows (4 bytes) a thread.
+__device__ __forceinline__ void write_transposed(const uint8_t (*tile)[kTilePitch], int64_t rows,
+                                                 int64_t cols, int64_t row0, int64_t col0,
+                                                 uint8_t* out_t) {
+  const int group_row = (threadIdx.x % kThreadsPerRow) * kGroup;
+  for (int c = threadIdx.x / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
+    const int64_t out_row = col0 + c, out_col = row0 + group_row;
+    if (out_row >= cols || out_col >= rows) continue;
+    uint32_t packed = 0;
+    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{tile[group_row + j][c]} << (8 * j);
+    *reinterpret_cast<uint32_t*>(out_t + out_row * rows + out_col) = packed;
+  }
+}
+
+// SwiGLU backward into FP8: one 64 x 64 tile of the (rows x cols) gradients per block, both
+// outputs' row-major copies written directly, their transposed copies through shared tiles.
+__global__ void swiglu_backward_fp8_kernel(const bf16* dact, const bf16* gate, const bf16* up,
+                                           int64_t rows, int64_t cols,
+                                           __nv_fp8_interpretation_t kind, float max_value,
+                                           float* state_g, int pos_g, float* state_u, int pos_u,
+                                           uint8_t* dg_q, uint8_t* dg_t, uint8_t* du_q,
+                                           uint8_t* du_t, float* inv_g, float* inv_u) {
+  __shared__ __align__(4) uint8_t tile_g[kTile][kTilePitch];
+  __shared__ __align__(4) uint8_t tile_u[kTile][kTilePitch];
+  const float ag = state_g[kFp8ScaleAmaxIndex], au = state_u[kFp8ScaleAmaxIndex];
+  const float scale_g = ag > 0.0f ? max_value / ag : 1.0f;
+  const float scale_u = au > 0.0f ? max_value / au : 1.0f;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    *inv_g = 1.0f / scale_g;
+    *inv_u = 1.0f / scale_u;
+  }
+  const int64_t row0 = int64_t{blockIdx.y} * kTile, col0 = int64_t{blockIdx.x} * kTile;
+  const int group_col = (threadIdx.x % kThreadsPerRow) * kGroup;
+  const int first_row = threadIdx.x / kThreadsPerRow;
+  const int64_t col = col0 + group_col;
+  float amax_g = 0.0f, amax_u = 0.0f;
+  float d[kPasses][kGroup], g[kPasses][kGroup], u[kPasses][kGroup];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int64_t row = row0 + first_row + p * kRowsPerPass;
+    if (row >= rows || col >= cols) continue;  // rows, cols multiples of kGroup: all or none
+    const int64_t at = row * cols + col;
+    const uint2 rd = *reinterpret_cast<const uint2*>(dact + at);
+    const uint2 rg = *reinterpret_cast<const uint2*>(gate + at);
+    const uint2 ru = *reinterpret_cast<const uint2*>(up + at);
+    for (int j = 0; j < kGroup; ++j) {
+      d[p][j] = to_float(reinterpret_cast<const bf16*>(&rd)[j]);
+      g[p][j] = to_float(reinterpret_cast<const bf16*>(&rg)[j]);
+      u[p][j] = to_float(reinterpret_cast<const bf16*>(&ru)[j]);
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = first_row + p * kRowsPerPass;
+    const int64_t row = row0 + r;
+    if (row >= rows || col >= cols) continue;
+    uint32_t packed_g = 0, packed_u = 0;
+    for (int j = 0; j < kGroup; ++j) {
+      // swiglu_backward's arithmetic, rounded to bf16 as its output is.
+      const float sigmoid = 1.0f / (1.0f + expf(-g[p][j]));
+      const float silu = g[p][j] * sigmoid;
+      const float dsilu = sigmoid + g[p][j] * sigmoid * (1.0f - sigmoid);
+      const float dg = to_float(cuda_detail::from_float<bf16>(d[p][j] * u[p][j] * dsilu));
+      const float du = to_float(cuda_detail::from_float<bf16>(d[p][j] * silu));
+      amax_g = abs_max(amax_g, dg);
+      amax_u = abs_max(amax_u, du);
+      packed_g |= uint32_t{to_fp8(dg * scale_g, kind)} << (8 * j);
+      packed_u |= uint32_t{to_fp8(du * scale_u, kind)} << (8 * j);
+    }
+    *reinterpret_cast<uint32_t*>(dg_q + row * cols + col) = packed_g;
+    *reinterpret_cast<uint32_t*>(du_q + row * cols + col) = packed_u;
+    *reinterpret_cast<uint32_t*>(&tile_g[r][group_col]) = packed_g;
+    *reinterpret_cast<uint32_t*>(&tile_u[r][group_col]) = packed_u;
+  }
+  __shared__ float shared_g[32], shared_u[32];
+  amax_g = cuda_detail::block_max(amax_g, shared_g);
+  amax_u = cuda_detail::block_max(amax_u, shared_u);
+  if (threadIdx.x == 0) {
+    finish_delayed(amax_g, state_g, pos_g);
+    finish_delayed(amax_u, state_u, pos_u);
+  }
+  __syncthreads();
+  write_transposed(tile_g, rows, cols, row0, col0, dg_t);
+  write_transposed(tile_u, rows, cols, row0, col0, du_t);
+}
+
 __nv_fp8_interpretation_t interpretation(Fp8Format format) {
   return format == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
 }
@@ -219,6 +306,38 @@ void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp
                                 static_cast<const T*>(x), rows, cols, interpretation(format),
                                 fp8_max(format), state + kFp8ScaleAmaxIndex, out, out_t,
                                 inv_scale, state, history_pos));
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace shardtrain::cuda_kernels
+
+namespace shardtrain::cuda_kernels {
+
+void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int64_t rows,
+                         int64_t cols, Fp8Format format, float* state_gate, int pos_gate,
+                         float* state_up, int pos_up, uint8_t* dgate_q, uint8_t* dgate_t,
+                         uint8_t* dup_q, uint8_t* dup_t, float* inv_scale_gate,
+                         float* inv_scale_up, cudaStream_t stream) {
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if (rows <= 0 || cols <= 0 || rows % kGroup != 0 || cols % kGroup != 0 ||
+      !aligned(dact, 8) || !aligned(gate, 8) || !aligned(up, 8) || !aligned(dgate_q, 4) ||
+      !aligned(dgate_t, 4) || !aligned(dup_q, 4) || !aligned(dup_t, 4) || pos_gate < 0 ||
+      pos_gate >= kFp8AmaxHistory || pos_up < 0 || pos_up >= kFp8AmaxHistory) {
+    std::fprintf(stderr,
+                 "%s:%d: swiglu_backward_fp8 of %lld x %lld needs positive multiples of %d, "
+                 "aligned pointers, history slots below %d\n",
+                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
+                 kGroup, kFp8AmaxHistory);
+    std::abort();
+  }
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  swiglu_backward_fp8_kernel<<<grid, kCastThreads, 0, stream>>>(
+      static_cast<const bf16*>(dact), static_cast<const bf16*>(gate), static_cast<const bf16*>(up),
+      rows, cols, interpretation(format), fp8_max(format), state_gate, pos_gate, state_up, pos_up,
+      dgate_q, dgate_t, dup_q, dup_t, inv_scale_gate, inv_scale_up);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 

@@ -61,4 +61,16 @@ void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp
                       float* state, int history_pos, uint8_t* out, uint8_t* out_t,
                       float* inv_scale, cudaStream_t stream);
 
+// SwiGLU's backward (cuda_kernels::swiglu_backward's math: dgate = dact * up * silu'(gate),
+// dup = dact * silu(gate), each rounded to bf16) written straight to FP8 with delayed scaling:
+// dgate with state_gate (history slot pos_gate), dup with state_up, each in the row-major
+// (rows x cols) and the transposed (cols x rows) copy, as fp8_cast_delayed would cast the bf16
+// gradients; 1 / scale to inv_scale_gate and inv_scale_up. dact, gate, up: bf16 rows x cols.
+// REQUIRES: as fp8_cast_delayed (both states past their first cast).
+void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int64_t rows,
+                         int64_t cols, Fp8Format format, float* state_gate, int pos_gate,
+                         float* state_up, int pos_up, uint8_t* dgate_q, uint8_t* dgate_t,
+                         uint8_t* dup_q, uint8_t* dup_t, float* inv_scale_gate,
+                         float* inv_scale_up, cudaStream_t stream);
+
 }  // namespace shardtrain::cuda_kernels

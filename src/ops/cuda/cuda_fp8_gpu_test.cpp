@@ -358,6 +358,68 @@ TEST_F(Fp8Test, SitesScaleByTheirHistoryAndReuseOnlyTheSameInput) {
       << "wgrad, other x";
 }
 
+// The MLP's fused backward (SwiGLU's gradients cast to FP8 in the SwiGLU kernel) against the
+// unfused composition with current scales: the first call with sites starts the histories
+// (unfused), the second, with the same tensors, scales by the same amaxes, fused. dgate and dup
+// are left unwritten only by the fused path, which proves it ran.
+TEST_F(Fp8Test, FusedSwigluBackwardMatchesTheUnfusedLinears) {
+  const int64_t rows = 256, hidden = 128, inter = 320;
+  // A (r x c) tensor of `values`, or poisoned when `values` is empty.
+  auto tensor = [&](std::vector<float> values, int64_t r, int64_t c, DType dtype) {
+    const bool outputs = values.empty();
+    if (outputs) values.resize(r * c);
+    const Tensor t = gpu_tensor(values, dtype, Shape{r, c});
+    if (outputs) poison(t);
+    return t;
+  };
+  const Tensor dact = tensor(normal(rows * inter, 1e-2f, 1.0f), rows, inter, DType::kBF16);
+  const Tensor gate = tensor(normal(rows * inter, 2.0f), rows, inter, DType::kBF16);
+  const Tensor up = tensor(normal(rows * inter, 1.0f), rows, inter, DType::kBF16);
+  const Tensor x = tensor(normal(rows * hidden, 1.0f), rows, hidden, DType::kBF16);
+  const Tensor wg = tensor(normal(inter * hidden, 0.05f), inter, hidden, DType::kBF16);
+  const Tensor wu = tensor(normal(inter * hidden, 0.05f), inter, hidden, DType::kBF16);
+  struct Result {
+    std::vector<float> dx, dwg, dwu, dgate;
+  };
+  auto run = [&](Fp8Site gate_site, Fp8Site up_site) {
+    const Tensor dgate = tensor({}, rows, inter, DType::kBF16);
+    const Tensor dup = tensor({}, rows, inter, DType::kBF16);
+    const Tensor dx = tensor({}, rows, hidden, DType::kBF16);
+    const Tensor dwg = tensor({}, inter, hidden, DType::kF32);
+    const Tensor dwu = tensor({}, inter, hidden, DType::kF32);
+    gpu_->swiglu_linears_backward_fp8(dact, gate, up, x, wg, wu, dgate, dup, dx, dwg, dwu, false,
+                                      gate_site, up_site);
+    return Result{download(dx), download(dwg), download(dwu), download(dgate)};
+  };
+  const Result unfused = run(Fp8Site(), Fp8Site());
+  ASSERT_TRUE(std::isfinite(unfused.dgate[0])) << "the unfused path writes dgate";
+  const Fp8Site gate_site{30, false}, up_site{31, true};
+  const Result first = run(gate_site, up_site);
+  EXPECT_TRUE(std::isfinite(first.dgate[0])) << "a first call has no history: unfused";
+  const Result fused = run(gate_site, up_site);
+  EXPECT_TRUE(std::isnan(fused.dgate[0])) << "the fused path leaves dgate unwritten";
+  auto error = [](const std::vector<float>& got, const std::vector<float>& want) {
+    return relative_error(got, std::vector<double>(want.begin(), want.end()));
+  };
+  EXPECT_LE(error(fused.dx, unfused.dx), 2e-3) << "dx";
+  EXPECT_LE(error(fused.dwg, unfused.dwg), 2e-3) << "gate's weight gradient";
+  EXPECT_LE(error(fused.dwu, unfused.dwu), 2e-3) << "up's weight gradient";
+  EXPECT_LE(error(first.dx, unfused.dx), 2e-3) << "dx, first call";
+}
+
+TEST(Fp8FusedSwigluSwitch, ParsesOnlyZeroAndOne) {
+  EXPECT_TRUE(cuda_kernels::parse_fp8_fused_swiglu(nullptr));
+  EXPECT_TRUE(cuda_kernels::parse_fp8_fused_swiglu("1"));
+  EXPECT_FALSE(cuda_kernels::parse_fp8_fused_swiglu("0"));
+  try {
+    cuda_kernels::parse_fp8_fused_swiglu("yes");
+    ADD_FAILURE() << "'yes' accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SHARDTRAIN_FP8_FUSED_SWIGLU='yes'"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(Fp8Test, ShapesOffTheMultipleOf16RunTheBf16Path) {
   // N = 40 tokens: the FP8 GEMM needs multiples of 16, so the same result as linear_forward.
   const Tensor x = gpu_tensor(normal(40 * 64, 1.0f), DType::kBF16, Shape{40, 64});

@@ -25,4 +25,11 @@ constexpr int kFp8MinComputeCapability = 89;
 // "" when the GPU runs FP8 GEMMs, else one sentence naming it and its compute capability.
 std::string fp8_unsupported_reason(const DeviceLimits& limits);
 
+// Whether the MLP's backward casts SwiGLU's gradients to FP8 inside the SwiGLU kernel
+// (CudaOps::swiglu_linears_backward_fp8): on unless SHARDTRAIN_FP8_FUSED_SWIGLU=0 (a switch for
+// measuring the fusion and for ruling it out). parse_fp8_fused_swiglu: null or "1" -> true,
+// "0" -> false, anything else throws Error naming the variable and its values.
+bool parse_fp8_fused_swiglu(const char* value);
+bool fp8_fused_swiglu_enabled();  // the environment's value, read once
+
 }  // namespace shardtrain::cuda_kernels

@@ -31,7 +31,17 @@ size_t backward_bytes(const Fp8LinearShape& s) {
   return fp8_linear_backward_bytes(s.rows, s.in_features, s.out_features);
 }
 
-enum Scalar { kAmaxA = 0, kAmaxB = 1, kAmaxC = 2, kScaleA = 3, kScaleB = 4, kScaleC = 5, kScalars };
+// kScaleD: the second gradient's scale of swiglu_backward (dup beside dgate's kScaleA).
+enum Scalar {
+  kAmaxA = 0,
+  kAmaxB = 1,
+  kAmaxC = 2,
+  kScaleA = 3,
+  kScaleB = 4,
+  kScaleC = 5,
+  kScaleD = 6,
+  kScalars
+};
 
 }  // namespace
 
@@ -201,6 +211,77 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
   }
 }
 
+bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const void* gate_act,
+                                const void* up_act, const void* x, const void* gate_weight,
+                                const void* up_weight, void* dx, void* dgate_weight,
+                                void* dup_weight, DType dweight_dtype, bool accumulate_dweight,
+                                const Fp8Site& gate_site, const Fp8Site& up_site) {
+  SiteState* gate = site_state(gate_site);
+  SiteState* up = site_state(up_site);
+  if (gate == nullptr || up == nullptr || gate->casts[kDout] == 0 || up->casts[kDout] == 0) {
+    return false;
+  }
+  const int64_t N = s.rows, C = s.in_features, F = s.out_features;
+  uint8_t* dgate_q = workspace(fp8_swiglu_backward_bytes(N, C, F));
+  uint8_t* dgate_t = dgate_q + aligned(N * F);
+  uint8_t* dup_q = dgate_t + aligned(N * F);
+  uint8_t* dup_t = dup_q + aligned(N * F);
+  uint8_t* w_t = dup_t + aligned(N * F);
+  uint8_t* x_t = w_t + aligned(F * C);
+  last_input_ = LastInput{};
+  const int pos_gate = static_cast<int>(gate->casts[kDout]++ % cuda_kernels::kFp8AmaxHistory);
+  const int pos_up = static_cast<int>(up->casts[kDout]++ % cuda_kernels::kFp8AmaxHistory);
+  float* gate_dout_state = gate->device + kDout * cuda_kernels::kFp8StateFloats;
+  float* up_dout_state = up->device + kDout * cuda_kernels::kFp8StateFloats;
+  cuda_kernels::swiglu_backward_fp8(dact, gate_act, up_act, N, F, grad_format_, gate_dout_state,
+                                    pos_gate, up_dout_state, pos_up, dgate_q, dgate_t, dup_q,
+                                    dup_t, scalar(kScaleA), scalar(kScaleD), stream_);
+  quantize(kAmaxC, x, N, C, Fp8Format::kE4M3, nullptr, x_t, gate, kX);
+  // Per linear: dgrad (dx = dout W, K = F), then wgrad (dW = dout^T x, K = N); W^T's copy and
+  // slot B are reused by up after gate's dgrad is enqueued (one stream: it has run by then).
+  const struct {
+    const void* weight;
+    SiteState* state;
+    const uint8_t *dout_q, *dout_t;
+    int scale;
+    void* dweight;
+  } linears[2] = {{gate_weight, gate, dgate_q, dgate_t, kScaleA, dgate_weight},
+                  {up_weight, up, dup_q, dup_t, kScaleD, dup_weight}};
+  for (int i = 0; i < 2; ++i) {
+    quantize(kAmaxB, linears[i].weight, F, C, Fp8Format::kE4M3, nullptr, w_t, linears[i].state,
+             kW);
+    Fp8GemmCall dgrad;
+    dgrad.m = C;
+    dgrad.n = N;
+    dgrad.k = F;
+    dgrad.a = w_t;
+    dgrad.a_scale = scalar(kScaleB);
+    dgrad.b = linears[i].dout_q;
+    dgrad.b_format = grad_format_;
+    dgrad.b_scale = scalar(linears[i].scale);
+    dgrad.c = dx;
+    dgrad.c_dtype = DType::kBF16;
+    dgrad.ldc = C;
+    dgrad.beta = i == 0 ? 0.0f : 1.0f;  // gate writes dx, up adds to it
+    gemm_.run(dgrad);
+    Fp8GemmCall wgrad;
+    wgrad.m = C;
+    wgrad.n = F;
+    wgrad.k = N;
+    wgrad.a = x_t;
+    wgrad.a_scale = scalar(kScaleC);
+    wgrad.b = linears[i].dout_t;
+    wgrad.b_format = grad_format_;
+    wgrad.b_scale = scalar(linears[i].scale);
+    wgrad.c = linears[i].dweight;
+    wgrad.c_dtype = dweight_dtype;
+    wgrad.ldc = C;
+    wgrad.beta = accumulate_dweight ? 1.0f : 0.0f;
+    gemm_.run(wgrad);
+  }
+  return true;
+}
+
 // ---- CudaOps ----
 
 namespace {
@@ -230,6 +311,12 @@ bool aligned16(std::initializer_list<const Tensor*> tensors) {
 }  // namespace
 
 std::string CudaOps::fp8_unsupported_reason() const {
+  // A bad SHARDTRAIN_FP8_FUSED_SWIGLU is refused here, before training starts.
+  try {
+    cuda_kernels::fp8_fused_swiglu_enabled();
+  } catch (const Error& e) {
+    return e.what();
+  }
   return cuda_kernels::fp8_unsupported_reason(cuda_kernels::device_limits());
 }
 
@@ -308,6 +395,38 @@ void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   float* scratch = scratch_floats(cuda_kernels::column_sums_scratch_floats(s.rows, s.out_features));
   cuda_kernels::column_sums(dout_NO.dtype(), dout_NO.data(), s.rows, s.out_features,
                             dbias_O.dtype(), dbias_O.data(), accumulate_dweight, scratch, stream_);
+}
+
+void CudaOps::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF,
+                                          Tensor x_NC, Tensor gate_weight_FC, Tensor up_weight_FC,
+                                          Tensor dgate_NF, Tensor dup_NF, Tensor dx_NC,
+                                          Tensor dgate_weight_FC, Tensor dup_weight_FC,
+                                          bool accumulate_dweight, Fp8Site gate_site,
+                                          Fp8Site up_site) {
+  const Fp8LinearShape s = shape_of(x_NC, gate_weight_FC);
+  const int64_t cells = s.rows * s.out_features;
+  const bool fused =
+      cuda_kernels::fp8_fused_swiglu_enabled() && gate_site.id >= 0 && up_site.id >= 0 &&
+      fp8_linear_shape_ok(s) && gate_weight_FC.numel() == s.out_features * s.in_features &&
+      up_weight_FC.shape() == gate_weight_FC.shape() && dact_NF.numel() == cells &&
+      gate_NF.numel() == cells && up_NF.numel() == cells && dx_NC.numel() == x_NC.numel() &&
+      dgate_weight_FC.numel() == gate_weight_FC.numel() &&
+      dup_weight_FC.numel() == gate_weight_FC.numel() &&
+      dgate_weight_FC.dtype() == dup_weight_FC.dtype() &&
+      (dgate_weight_FC.dtype() == DType::kBF16 || dgate_weight_FC.dtype() == DType::kF32) &&
+      all_bf16({&dact_NF, &gate_NF, &up_NF, &x_NC, &gate_weight_FC, &up_weight_FC, &dx_NC}) &&
+      aligned16({&dact_NF, &gate_NF, &up_NF, &x_NC, &gate_weight_FC, &up_weight_FC, &dx_NC,
+                 &dgate_weight_FC, &dup_weight_FC});
+  if (fused && fp8().swiglu_backward(s, dact_NF.data(), gate_NF.data(), up_NF.data(), x_NC.data(),
+                                     gate_weight_FC.data(), up_weight_FC.data(), dx_NC.data(),
+                                     dgate_weight_FC.data(), dup_weight_FC.data(),
+                                     dgate_weight_FC.dtype(), accumulate_dweight, gate_site,
+                                     up_site)) {
+    return;
+  }
+  Ops::swiglu_linears_backward_fp8(dact_NF, gate_NF, up_NF, x_NC, gate_weight_FC, up_weight_FC,
+                                   dgate_NF, dup_NF, dx_NC, dgate_weight_FC, dup_weight_FC,
+                                   accumulate_dweight, gate_site, up_site);
 }
 
 }  // namespace shardtrain

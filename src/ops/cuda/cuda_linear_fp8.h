@@ -71,6 +71,17 @@ class Fp8Linear {
                 void* dx, bool accumulate_dx, void* dweight, DType dweight_dtype,
                 bool accumulate_dweight, const Fp8Site& site = Fp8Site());
 
+  // The MLP's gate and up backward from SwiGLU's output gradient (Ops::swiglu_linears_backward_fp8)
+  // with SwiGLU's gradients cast to FP8 in the SwiGLU kernel (cuda_fp8.h swiglu_backward_fp8):
+  // shape is gate's and up's (N, C, F); dx overwritten (gate) then added to (up); the weight
+  // gradients as backward's. Returns false, doing nothing, until both sites' dout has a history
+  // (the caller then runs the unfused path, which starts it). REQUIRES: both sites' ids >= 0.
+  bool swiglu_backward(const Fp8LinearShape& shape, const void* dact, const void* gate_act,
+                       const void* up_act, const void* x, const void* gate_weight,
+                       const void* up_weight, void* dx, void* dgate_weight, void* dup_weight,
+                       DType dweight_dtype, bool accumulate_dweight, const Fp8Site& gate_site,
+                       const Fp8Site& up_site);
+
   size_t workspace_bytes() const { return capacity_; }
   // A linear ran outside this class (the bf16 fallback): no x copy is reusable after it.
   void forget_input() { last_input_ = LastInput{}; }
@@ -104,13 +115,13 @@ class Fp8Linear {
   cudaStream_t stream_;
   Fp8Gemm gemm_;
   cuda_kernels::Fp8Format grad_format_;
-  // amax[3], inv_scale[3], each in its own 256-byte slot: cuBLAS from 12.9.1 needs scale pointers
+  // amax[3], inv_scale[4], each in its own 256-byte slot: cuBLAS from 12.9.1 needs scale pointers
   // aligned to at least 16 bytes (Transformer Engine aligns them to 256 for the same reason).
   // With all six packed in 24 bytes, cuBLAS 13.0 on the H200 refused every FP8 algorithm with
   // NOT_SUPPORTED; in these slots every FP8 test passes there.
   static constexpr size_t kScalarSlotFloats = 64;
   float* scalar(int index) const { return scalars_ + index * kScalarSlotFloats; }
-  float* scalars_ = nullptr;
+  float* scalars_ = nullptr;  // kScalars slots (cuda_linear_fp8.cpp)
   void* buffer_ = nullptr;
   size_t capacity_ = 0;
   std::unordered_map<int64_t, SiteState> sites_;

@@ -120,6 +120,11 @@ class CudaOps final : public Ops {
   void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                            Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                            bool accumulate_dweight, Fp8Site site) override;
+  void swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF, Tensor x_NC,
+                                   Tensor gate_weight_FC, Tensor up_weight_FC, Tensor dgate_NF,
+                                   Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,
+                                   Tensor dup_weight_FC, bool accumulate_dweight,
+                                   Fp8Site gate_site, Fp8Site up_site) override;
   // Outside the interface: the gradient format (default e5m2; the GPU tests measure e4m3) and
   // the bytes of FP8 copies held now.
   void set_fp8_gradient_format(cuda_kernels::Fp8Format format);
