@@ -11,8 +11,8 @@
 // 2- and 4-way expert parallelism (FULL_SHARD, HYBRID_SHARD 2 x 2, and SHARD_GRAD_OP with full
 // activation checkpointing and one reduction per step) gives the one-rank
 // losses and aux losses, and its export (every rank's experts assembled into the Hub's names)
-// holds the one-rank export's tensors; a value that does not divide the shard group ends every
-// rank with one line naming the key and exit code 2.
+// holds the one-rank export's tensors; its checkpoint resumes at another world size; a value that
+// does not divide the shard group ends every rank with one line naming the key and exit code 2.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -243,18 +243,37 @@ TEST_F(MoeTrainDistTest, ExpertParallelBadInputsAreRefusedWithOneLine) {
   EXPECT_NE(bad.rank0_log.find("fsdp.expert_parallel"), std::string::npos) << bad.rank0_log;
   EXPECT_NE(bad.rank0_log.find("shard group size 2"), std::string::npos) << bad.rank0_log;
   EXPECT_TRUE(bad.losses.empty());
-  // Sharded checkpoints of an expert-parallel run are not implemented: refused before anything
-  // is written into the checkpoint dir.
-  const std::string checkpoints = dir_ + "/ep2_checkpoints";
-  const RunResult refused =
-      run("ep2_checkpoint", 2, {"--fsdp.expert_parallel=2", "--train.checkpoint_dir=" + checkpoints},
-          false);
+}
+
+// A checkpoint of a 2-way expert-parallel run at world size 2, resumed at world size 4 (the units
+// of experts resharded over expert shard groups of 2), continues with the uninterrupted run's
+// losses; resuming it without expert parallelism is refused with one line naming the key.
+TEST_F(MoeTrainDistTest, ExpertParallelCheckpointResumesAtAnotherWorldSize) {
+  const std::string saved = dir_ + "/ep2_saved_checkpoints";
+  const RunResult full = run("ep2_saving", 2,
+                             {"--fsdp.expert_parallel=2", "--train.checkpoint_dir=" + saved,
+                              "--train.checkpoint_every=8"});
+  ASSERT_EQ(full.losses.size(), static_cast<size_t>(kSteps));
+  const std::string step8 = saved + "/step_00000008";
+  ASSERT_TRUE(fs::exists(step8));
+  const RunResult resumed =
+      run("ep2_resumed", 4,
+          {"--fsdp.expert_parallel=2", "--train.checkpoint_dir=" + dir_ + "/ep2_resumed_ckpt",
+           "--train.resume=" + step8});
+  ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kSteps / 2)) << resumed.rank0_log;
+  for (int s = 0; s < kSteps / 2; ++s) {
+    EXPECT_NEAR(resumed.losses[s], full.losses[kSteps / 2 + s], 1e-5 * full.losses[s])
+        << "step " << kSteps / 2 + s + 1;
+  }
+  const RunResult refused = run("ep1_from_ep2", 2,
+                                {"--train.checkpoint_dir=" + dir_ + "/ep1_ckpt",
+                                 "--train.resume=" + step8},
+                                false);
   for (int code : refused.exit_codes) EXPECT_EQ(code, 2) << refused.rank0_log;
-  EXPECT_NE(refused.rank0_log.find("config key 'train.checkpoint_dir' cannot be used with "
-                                   "fsdp.expert_parallel = 2"),
+  EXPECT_NE(refused.rank0_log.find("was saved with fsdp.expert_parallel = 2, this run has 1; "
+                                   "HINT: resume with --fsdp.expert_parallel=2"),
             std::string::npos)
       << refused.rank0_log;
-  EXPECT_FALSE(fs::exists(checkpoints + "/step_00000001"));
 }
 
 }  // namespace

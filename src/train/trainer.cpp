@@ -239,15 +239,6 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       batcher_(*dataset_, static_cast<uint64_t>(config_.train.seed),
                {config_.train.micro_batch, grad_accum_, env_.world, env_.rank}),
       loss_buffer_(ops_, sizeof(float)) {
-  if (expert_parallel_ > 1 && !config_.train.checkpoint_dir.empty()) {
-    // Checkpoint shards are keyed by shard rank; a unit of experts differs between expert
-    // ranks, which the format does not record yet.
-    fail(
-        "config key 'train.checkpoint_dir' cannot be used with fsdp.expert_parallel = {} yet "
-        "(sharded checkpoints of expert-parallel runs are not implemented); HINT: train with "
-        "fsdp.expert_parallel = 1 to checkpoint (the exported model is the same format)",
-        expert_parallel_);
-  }
   model_.set_activation_checkpointing(config_.train.activation_checkpointing);
   model_.set_precision(config_.train.precision, config_.fp8.keep_bf16_layers);
   model_.reserve(config_.train.micro_batch, config_.data.seq_len);

@@ -49,6 +49,7 @@ nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
                          {"numel", unit.numel},
                          {"frozen_numel", units.plan().units[u].frozen_numel},
                          {"shard_numel", units.plan().units[u].shard_numel},
+                         {"experts", unit.experts},
                          {"params", params}});
   }
   const int group_size = units.plan().group_size;
@@ -56,7 +57,8 @@ nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
   for (int k = 0; k < group_size; ++k) shard_files.push_back(rank_file_name(k));
   return {
       {"world_size", units.world_size()},    {"group_size", group_size},   {"strategy", strategy},
-      {"alignment_elems", kParamAlignElems}, {"shard_files", shard_files}, {"units", unit_list}};
+      {"alignment_elems", kParamAlignElems}, {"shard_files", shard_files}, {"units", unit_list},
+      {"expert_parallel", layout.expert_parallel}};
 }
 
 nlohmann::json sampler_json(const SamplerState& s) {
@@ -275,6 +277,18 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
     saved.group_size = l.at("group_size").get<int>();
     saved.strategy = l.at("strategy").get<std::string>();
     saved.shard_files = l.at("shard_files").get<std::vector<std::string>>();
+    saved.expert_parallel = l.value("expert_parallel", 1);
+    if (saved.expert_parallel != layout.expert_parallel) {
+      fail(
+          "checkpoint {} was saved with fsdp.expert_parallel = {}, this run has {}; HINT: "
+          "resume with --fsdp.expert_parallel={} (`shardtrain export` of an expert-parallel "
+          "checkpoint is not supported yet: use the training run's train.output_dir export)",
+          step_dir, saved.expert_parallel, layout.expert_parallel, saved.expert_parallel);
+    }
+    if (saved.expert_parallel < 1 || saved.group_size % saved.expert_parallel != 0) {
+      fail("{}: expert_parallel {} for a shard group of {}", state_path, saved.expert_parallel,
+           saved.group_size);
+    }
     if (static_cast<int>(saved.shard_files.size()) != saved.group_size) {
       fail("{}: layout lists {} shard files for group size {}", state_path,
            saved.shard_files.size(), saved.group_size);
@@ -291,10 +305,14 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
       const UnitLayout& want = layout.units[u];
       SavedUnit unit{units[u].at("name").get<std::string>(), units[u].at("numel").get<int64_t>(),
                      units[u].at("shard_numel").get<int64_t>(),
-                     units[u].value("frozen_numel", int64_t{0})};
+                     units[u].value("frozen_numel", int64_t{0}),
+                     units[u].value("experts", false)};
       const nlohmann::json& params = units[u].at("params");
+      // Units of experts are rank 0's there: their names differ from this expert rank's, their
+      // shapes and offsets do not.
+      const bool compare_names = !unit.experts;
       std::string mismatch;
-      if (unit.name != want.name || unit.numel != want.numel ||
+      if (unit.name != want.name || unit.numel != want.numel || unit.experts != want.experts ||
           params.size() != want.params.size()) {
         mismatch = fmt::format("unit {} is {} with {} elements there, {} with {} here", u,
                                unit.name, unit.numel, want.name, want.numel);
@@ -302,7 +320,8 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
       for (size_t i = 0; mismatch.empty() && i < params.size(); ++i) {
         const ParamSpec& p = want.params[i];
         const auto dims = params[i].at("shape").get<std::vector<int64_t>>();
-        if (params[i].at("name").get<std::string>() != p.name || dims != dims_of(p.shape) ||
+        if ((compare_names && params[i].at("name").get<std::string>() != p.name) ||
+            dims != dims_of(p.shape) ||
             params[i].at("offset").get<int64_t>() != p.offset) {
           mismatch = fmt::format(
               "parameter {} of unit {} is {} {} at offset {} there, {} {} at "
@@ -319,10 +338,12 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
             "older shardtrain with another layout: export it with that version first",
             step_dir, mismatch, step_dir, kModelConfigFile);
       }
+      const int unit_group =
+          unit.experts ? saved.group_size / saved.expert_parallel : saved.group_size;
       if (unit.frozen_numel < 0 || unit.frozen_numel > unit.numel ||
-          unit.shard_numel * saved.group_size < unit.trainable_numel()) {
+          unit.shard_numel * unit_group < unit.trainable_numel()) {
         fail("{}: unit {} shards ({} x {}) do not cover its {} trainable elements", state_path, u,
-             unit.shard_numel, saved.group_size, unit.trainable_numel());
+             unit.shard_numel, unit_group, unit.trainable_numel());
       }
       saved.units.push_back(unit);
     }
@@ -370,8 +391,8 @@ struct CheckpointShardReader::OpenFiles {
   std::map<int, SafetensorsFile> by_shard;
 };
 
-CheckpointShardReader::CheckpointShardReader(const SavedCheckpoint& checkpoint)
-    : checkpoint_(checkpoint), files_(std::make_unique<OpenFiles>()) {
+CheckpointShardReader::CheckpointShardReader(const SavedCheckpoint& checkpoint, int expert_rank)
+    : checkpoint_(checkpoint), expert_rank_(expert_rank), files_(std::make_unique<OpenFiles>()) {
   files_->manifest = read_manifest(checkpoint.step_dir);
 }
 CheckpointShardReader::~CheckpointShardReader() = default;
@@ -383,8 +404,10 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
   const int64_t end = std::min(begin + count, saved.trainable_numel());
   const int64_t shard = saved.shard_numel;
   for (int64_t lo = begin; lo < end;) {
-    const int k = static_cast<int>(lo / shard);
-    const int64_t hi = std::min(end, (k + 1) * shard);
+    const int part = static_cast<int>(lo / shard);  // the saved (expert) shard rank
+    const int64_t hi = std::min(end, (part + 1) * shard);
+    // A unit of experts: this expert rank's shards are those of shard ranks j + N x part.
+    const int k = saved.experts ? expert_rank_ + checkpoint_.expert_parallel * part : part;
     auto it = files_->by_shard.find(k);
     if (it == files_->by_shard.end()) {
       const std::string& file = checkpoint_.shard_files[k];
@@ -406,13 +429,13 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
           it->second.path(), name, shard);
     }
     const float* values = static_cast<const float*>(tensor->data);
-    std::copy(values + (lo - k * shard), values + (hi - k * shard), dst + (lo - begin));
+    std::copy(values + (lo - part * shard), values + (hi - part * shard), dst + (lo - begin));
     lo = hi;
   }
 }
 
 void load_checkpoint_shards(const SavedCheckpoint& checkpoint, FsdpUnits& units, Ops& ops) {
-  CheckpointShardReader reader(checkpoint);
+  CheckpointShardReader reader(checkpoint, units.mesh().expert_rank());
   std::vector<float> host;  // (shard_numel) one tensor at a time
   PhaseProgress progress("load checkpoint " + checkpoint.step_dir,
                          static_cast<uint64_t>(units.unit_count()), "units",

@@ -15,6 +15,14 @@
 // random state of a run: init and data order derive from train.seed), the whole config as TOML,
 // the model path and the layout the shards follow.
 //
+// Expert parallelism (fsdp.expert_parallel = N > 1, docs/fsdp.md): a unit of experts holds
+// different experts on each expert rank, so shard rank k's file holds expert rank k % N's
+// experts, its expert shard k / N (of G / N). train_state.json records N and which units hold
+// experts (their parameter names are expert rank 0's). Resuming needs the same N (any world
+// size and strategy whose shard group N divides): expert rank j reads its experts from the
+// files k = j + N x (saved expert shard). `shardtrain export` of such a checkpoint is refused
+// (the training run's own export writes the per-expert names).
+//
 // Resharding: the flat layout of a unit is a pure function of the model config; only its padding
 // and split points depend on the shard group size. Loading at another world size or strategy
 // therefore reads, for each unit, the element ranges of the saved shards that overlap this
@@ -111,6 +119,7 @@ struct SavedUnit {
   // The unit's frozen elements [0, frozen_numel) are not in the shards, which cover its
   // trainable region [frozen_numel, numel) (shard element e = unit element frozen_numel + e).
   int64_t frozen_numel = 0;
+  bool experts = false;  // a unit of experts (expert parallelism, header comment)
   int64_t trainable_numel() const { return numel - frozen_numel; }
 };
 struct SavedCheckpoint {
@@ -118,6 +127,7 @@ struct SavedCheckpoint {
   TrainProgress progress;
   std::string config_toml, model_path, strategy;
   int world_size = 1, group_size = 1;
+  int expert_parallel = 1;               // fsdp.expert_parallel of the run that saved it
   std::vector<std::string> shard_files;  // [shard rank] -> file name
   std::vector<SavedUnit> units;
 };
@@ -138,7 +148,8 @@ std::string read_checkpoint_config_toml(const std::string& step_dir);
 // file.
 class CheckpointShardReader {
  public:
-  explicit CheckpointShardReader(const SavedCheckpoint& checkpoint);
+  // expert_rank: this rank's index in its expert group (the experts whose shards it reads).
+  explicit CheckpointShardReader(const SavedCheckpoint& checkpoint, int expert_rank = 0);
   ~CheckpointShardReader();
   CheckpointShardReader(const CheckpointShardReader&) = delete;
   CheckpointShardReader& operator=(const CheckpointShardReader&) = delete;
@@ -148,6 +159,7 @@ class CheckpointShardReader {
  private:
   struct OpenFiles;
   const SavedCheckpoint& checkpoint_;
+  const int expert_rank_;
   std::unique_ptr<OpenFiles> files_;
 };
 
