@@ -1,5 +1,7 @@
 #include "model/layers/moe_expert_parallel.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace shardtrain {
@@ -9,7 +11,10 @@ namespace {
 // the largest micro-batch's R sets the size, and steady steps allocate nothing).
 Tensor rows_of(Ops& ops, DeviceBuffer& buffer, DType dtype, int64_t rows, int64_t width) {
   const size_t bytes = static_cast<size_t>(rows * width) * dtype_size(dtype);
-  if (buffer.bytes() < bytes) buffer = DeviceBuffer(ops, bytes);
+  // Never left empty: a rank may receive no rows, and an unallocated buffer has no device.
+  if (buffer.bytes() < bytes || buffer.data() == nullptr) {
+    buffer = DeviceBuffer(ops, std::max<size_t>(bytes, 256));
+  }
   return buffer.view(dtype, {rows, width});
 }
 
