@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -240,6 +241,55 @@ TEST_F(NcclCommTest, F32CollectivesAreExact) {
     comm.barrier();
   });
   expect_all_ok("f32", run);
+}
+
+// Expert parallelism's exchange: rank s sends (s + d) % 3 elements to rank d (none from rank
+// 1 at all), f32 and bf16, each element landing in rank order of its sender.
+TEST_F(NcclCommTest, AllToAllVMovesEachRanksSliceToItsPeer) {
+  const RankRun run = run_ranks("all_to_all_v", [](int rank, Comm& comm, Ops& ops) {
+    const auto count = [](int from, int to) -> int64_t { return from == 1 ? 0 : (from + to) % 3; };
+    const auto value = [](int from, int to, int64_t i) {
+      return bf16_value(bf16_bits(static_cast<float>(8 * from + to) + 0.5f * static_cast<float>(i)));
+    };
+    std::vector<int64_t> send(kWorld), recv(kWorld);
+    std::vector<float> mine;
+    int64_t received = 0;
+    for (int d = 0; d < kWorld; ++d) {
+      send[d] = count(rank, d);
+      recv[d] = count(d, rank);
+      received += recv[d];
+      for (int64_t i = 0; i < send[d]; ++i) mine.push_back(value(rank, d, i));
+    }
+    const int64_t sent = static_cast<int64_t>(mine.size());
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      DeviceBuffer in_buffer(ops, std::max<int64_t>(sent, 1) * sizeof(float));
+      DeviceBuffer out_buffer(ops, std::max<int64_t>(received, 1) * sizeof(float));
+      const Tensor in = in_buffer.view(dtype, {sent});
+      const Tensor out = out_buffer.view(dtype, {received});
+      if (dtype == DType::kF32) {
+        if (sent > 0) ops.copy_from_host(in, mine.data());
+      } else {
+        std::vector<uint16_t> bits(mine.size());
+        for (size_t i = 0; i < mine.size(); ++i) bits[i] = bf16_bits(mine[i]);
+        if (sent > 0) ops.copy_from_host(in, bits.data());
+      }
+      comm.all_to_all_v(out, recv, in, send);
+      std::vector<float> got(static_cast<size_t>(received));
+      if (received > 0) {
+        if (dtype == DType::kF32) {
+          ops.copy_to_host(got.data(), out);
+        } else {
+          std::vector<uint16_t> bits(got.size());
+          ops.copy_to_host(bits.data(), out);
+          for (size_t i = 0; i < bits.size(); ++i) got[i] = bf16_value(bits[i]);
+        }
+      }
+      size_t at = 0;
+      for (int s = 0; s < kWorld; ++s)
+        for (int64_t i = 0; i < recv[s]; ++i) ASSERT_EQ(got[at++], value(s, rank, i)) << s << " " << i;
+    }
+  });
+  expect_all_ok("all_to_all_v", run);
 }
 
 TEST_F(NcclCommTest, Bf16CollectivesWithinOneRounding) {
