@@ -5,11 +5,8 @@
 #include "core/error.h"
 
 namespace shardtrain {
-namespace {
-
-// Copies every parameter of `from` (values laid out as `from`) to where `to` has it.
-void copy_by_name(const UnitLayout& from, const float* from_values, const UnitLayout& to,
-                  float* to_values) {
+void copy_params_by_name(const UnitLayout& from, const float* from_values, const UnitLayout& to,
+                         float* to_values) {
   for (const ParamSpec& spec : from.params) {
     const int index = to.find(spec.name);
     SHARDTRAIN_CHECK(index >= 0, "{} not in unit {}", spec.name, to.name);
@@ -17,8 +14,6 @@ void copy_by_name(const UnitLayout& from, const float* from_values, const UnitLa
     std::copy_n(from_values + spec.offset, spec.numel(), to_values + target.offset);
   }
 }
-
-}  // namespace
 
 ExpertExport::ExpertExport(FsdpUnits& units, const ParamLayout& training,
                            const ModelConfig& config, const LoraConfig& lora)
@@ -34,7 +29,7 @@ const float* ExpertExport::gather(int u) {
   const UnitLayout& have = training_.units[u];
   staged_.assign(static_cast<size_t>(have.numel), 0.0f);
   units_.gather_unit_to_host(u, staged_.data());
-  copy_by_name(have, staged_.data(), want, host_.data());
+  copy_params_by_name(have, staged_.data(), want, host_.data());
   const int64_t layer = u - block_unit(0);
   if (u == kRootUnit || training_.expert_unit[layer] < 0) return host_.data();
   const int experts_unit = training_.expert_unit[layer];
@@ -42,7 +37,7 @@ const float* ExpertExport::gather(int u) {
   staged_.assign(static_cast<size_t>(numel) * per_rank_.size(), 0.0f);
   units_.gather_experts_to_host(experts_unit, staged_.data());
   for (size_t r = 0; r < per_rank_.size(); ++r) {
-    copy_by_name(per_rank_[r].units[experts_unit], staged_.data() + r * numel, want, host_.data());
+    copy_params_by_name(per_rank_[r].units[experts_unit], staged_.data() + r * numel, want, host_.data());
   }
   return host_.data();
 }

@@ -16,6 +16,11 @@
 
 namespace shardtrain {
 
+// Copies every parameter of `from` (values laid out as `from`) to where `to` has it (by name).
+// REQUIRES: `to` has every parameter of `from`.
+void copy_params_by_name(const UnitLayout& from, const float* from_values, const UnitLayout& to,
+                         float* to_values);
+
 class ExpertExport {
  public:
   // `units` and `training` (this rank's layout, ParamLayout::expert_parallel > 1) must outlive

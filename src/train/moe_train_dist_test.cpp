@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -178,12 +179,12 @@ TEST_F(MoeTrainDistTest, LossesAndAuxLossesAgreeAtWorldSizesOneTwoAndFour) {
   EXPECT_NE(plain.losses.back(), one.losses.back());  // the aux gradient changed the updates
 }
 
-// Every tensor of `name`'s export equals the one-rank export's within `tolerance` (relative to
-// the tensor's largest magnitude), and both hold the same names.
-void expect_same_export(const std::string& dir, const std::string& name, double tolerance) {
-  const SafetensorsFile want =
-      SafetensorsFile::open(dir + "/world1_reference/out/model.safetensors");
-  const SafetensorsFile got = SafetensorsFile::open(dir + "/" + name + "/out/model.safetensors");
+// Every tensor of the export `got_path` equals the one in `want_path` within `tolerance`
+// (relative to the tensor's largest magnitude), and both hold the same names.
+void expect_same_tensors(const std::string& want_path, const std::string& got_path,
+                         const std::string& name, double tolerance) {
+  const SafetensorsFile want = SafetensorsFile::open(want_path);
+  const SafetensorsFile got = SafetensorsFile::open(got_path);
   std::set<std::string> want_names, got_names;
   for (const SafetensorsEntry& e : want.entries()) want_names.insert(e.name);
   for (const SafetensorsEntry& e : got.entries()) got_names.insert(e.name);
@@ -201,6 +202,12 @@ void expect_same_export(const std::string& dir, const std::string& name, double 
     }
     EXPECT_LE(worst, tolerance * std::max(largest, 1e-6)) << name << " " << e.name;
   }
+}
+
+// `name`'s export against the one-rank run's.
+void expect_same_export(const std::string& dir, const std::string& name, double tolerance) {
+  expect_same_tensors(dir + "/world1_reference/out/model.safetensors",
+                      dir + "/" + name + "/out/model.safetensors", name, tolerance);
 }
 
 TEST_F(MoeTrainDistTest, ExpertParallelLossesAndExportsAgreeWithOneRank) {
@@ -247,7 +254,8 @@ TEST_F(MoeTrainDistTest, ExpertParallelBadInputsAreRefusedWithOneLine) {
 
 // A checkpoint of a 2-way expert-parallel run at world size 2, resumed at world size 4 (the units
 // of experts resharded over expert shard groups of 2), continues with the uninterrupted run's
-// losses; resuming it without expert parallelism is refused with one line naming the key.
+// losses; `shardtrain export` of its last checkpoint equals the run's export; resuming it
+// without expert parallelism is refused with one line naming the key.
 TEST_F(MoeTrainDistTest, ExpertParallelCheckpointResumesAtAnotherWorldSize) {
   const std::string saved = dir_ + "/ep2_saved_checkpoints";
   const RunResult full = run("ep2_saving", 2,
@@ -256,6 +264,15 @@ TEST_F(MoeTrainDistTest, ExpertParallelCheckpointResumesAtAnotherWorldSize) {
   ASSERT_EQ(full.losses.size(), static_cast<size_t>(kSteps));
   const std::string step8 = saved + "/step_00000008";
   ASSERT_TRUE(fs::exists(step8));
+  // `shardtrain export` of the last checkpoint assembles both expert ranks' experts: the run's
+  // own export of the same weights, exactly.
+  const std::string exported = dir_ + "/ep2_step16_export";
+  const std::string command = std::string(SHARDTRAIN_BINARY) + " export " + saved +
+                              "/step_00000016 --out " + exported + " > " + dir_ +
+                              "/ep2_export.log 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  expect_same_tensors(dir_ + "/ep2_saving/out/model.safetensors",
+                      exported + "/model.safetensors", "export of step 16", 0.0);
   const RunResult resumed =
       run("ep2_resumed", 4,
           {"--fsdp.expert_parallel=2", "--train.checkpoint_dir=" + dir_ + "/ep2_resumed_ckpt",

@@ -232,7 +232,10 @@ std::vector<std::string> finalize_checkpoint(const std::string& dir, int64_t kee
   return prune_checkpoints(dir, keep);
 }
 
-std::string read_checkpoint_config_toml(const std::string& step_dir) {
+namespace {
+
+// train_state.json of step_dir, verified against the manifest first.
+nlohmann::json read_train_state(const std::string& step_dir) {
   const Manifest manifest = read_manifest(step_dir);
   const ManifestEntry* state_entry = manifest.find(kTrainStateFile);
   if (state_entry == nullptr)
@@ -240,9 +243,31 @@ std::string read_checkpoint_config_toml(const std::string& step_dir) {
   verify_checkpoint_file(step_dir, *state_entry);
   const std::string state_path = (fs::path(step_dir) / kTrainStateFile).string();
   try {
-    return nlohmann::json::parse(read_file(state_path)).at("config_toml").get<std::string>();
+    return nlohmann::json::parse(read_file(state_path));
   } catch (const nlohmann::json::exception& error) {
     fail("{} is malformed: {}", state_path, json_message(error));
+  }
+}
+
+}  // namespace
+
+std::string read_checkpoint_config_toml(const std::string& step_dir) {
+  const nlohmann::json state = read_train_state(step_dir);
+  try {
+    return state.at("config_toml").get<std::string>();
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}/{} is malformed: {}", step_dir, kTrainStateFile, json_message(error));
+  }
+}
+
+int read_checkpoint_expert_parallel(const std::string& step_dir) {
+  const nlohmann::json state = read_train_state(step_dir);
+  try {
+    const int n = state.at("layout").value("expert_parallel", 1);
+    if (n < 1) fail("{}/{}: expert_parallel {}", step_dir, kTrainStateFile, n);
+    return n;
+  } catch (const nlohmann::json::exception& error) {
+    fail("{}/{} is malformed: {}", step_dir, kTrainStateFile, json_message(error));
   }
 }
 
@@ -281,8 +306,7 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
     if (saved.expert_parallel != layout.expert_parallel) {
       fail(
           "checkpoint {} was saved with fsdp.expert_parallel = {}, this run has {}; HINT: "
-          "resume with --fsdp.expert_parallel={} (`shardtrain export` of an expert-parallel "
-          "checkpoint is not supported yet: use the training run's train.output_dir export)",
+          "resume with --fsdp.expert_parallel={}",
           step_dir, saved.expert_parallel, layout.expert_parallel, saved.expert_parallel);
     }
     if (saved.expert_parallel < 1 || saved.group_size % saved.expert_parallel != 0) {

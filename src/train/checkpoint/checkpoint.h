@@ -20,8 +20,8 @@
 // experts, its expert shard k / N (of G / N). train_state.json records N and which units hold
 // experts (their parameter names are expert rank 0's). Resuming needs the same N (any world
 // size and strategy whose shard group N divides): expert rank j reads its experts from the
-// files k = j + N x (saved expert shard). `shardtrain export` of such a checkpoint is refused
-// (the training run's own export writes the per-expert names).
+// files k = j + N x (saved expert shard). `shardtrain export` assembles every expert rank's
+// experts back into their blocks under the per-expert Hub names.
 //
 // Resharding: the flat layout of a unit is a pure function of the model config; only its padding
 // and split points depend on the shard group size. Loading at another world size or strategy
@@ -139,6 +139,9 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
 // The run's recorded config (train_state.json's config_toml; the file verified against the
 // manifest), before the layout is known (export reads its [lora] section to make the layout).
 std::string read_checkpoint_config_toml(const std::string& step_dir);
+// The fsdp.expert_parallel step_dir was saved with (1 for checkpoints that do not record it),
+// before the layout is known (export makes each expert rank's layout from it).
+int read_checkpoint_expert_parallel(const std::string& step_dir);
 
 // Reads elements [begin, begin + count) of `kind` ("master", "exp_avg", "exp_avg_sq") of unit
 // `unit`'s trainable region from the saved shards into dst (zeros beyond it), verifying each shard

@@ -6,7 +6,9 @@
 #include <charconv>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -19,6 +21,7 @@
 #include "train/checkpoint/checkpoint_dir.h"
 #include "train/checkpoint/dir_lock.h"
 #include "train/checkpoint/export_tokenizer.h"
+#include "train/expert_export.h"
 
 namespace shardtrain {
 namespace fs = std::filesystem;
@@ -121,7 +124,16 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
          result.step_dir);
   }
   const ParamLayout layout = make_param_layout(model_config, lora);
-  const SavedCheckpoint saved = open_checkpoint(result.step_dir, layout);
+  // Expert parallelism: the shards follow each expert rank's layout (rank 0's is recorded);
+  // the export assembles every rank's experts into the canonical layout above.
+  const int expert_parallel = read_checkpoint_expert_parallel(result.step_dir);
+  std::vector<ParamLayout> expert_layouts;
+  for (int j = 0; expert_parallel > 1 && j < expert_parallel; ++j) {
+    expert_layouts.push_back(
+        make_param_layout(model_config, lora, ExpertPlacement{expert_parallel, j}));
+  }
+  const SavedCheckpoint saved =
+      open_checkpoint(result.step_dir, expert_parallel > 1 ? expert_layouts[0] : layout);
   result.step = saved.progress.step;
 
   SaveHfOptions save;
@@ -147,7 +159,12 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   }
 
   CheckpointShardReader reader(saved);
+  std::vector<std::unique_ptr<CheckpointShardReader>> expert_readers;  // [expert rank]
+  for (int j = 0; j < static_cast<int>(expert_layouts.size()); ++j) {
+    expert_readers.push_back(std::make_unique<CheckpointShardReader>(saved, j));
+  }
   std::vector<float> unit_values;  // (unit numel) one unit at a time
+  std::vector<float> staged;       // expert parallelism: one saved unit before it is placed
   std::optional<HfCheckpoint> base;
   if (options.merge_lora) {
     std::error_code exists_ec;
@@ -158,7 +175,27 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     }
     base = HfCheckpoint::open(saved.model_path);
   }
-  const auto assemble = [&](int u) {
+  // A canonical unit from an expert-parallel checkpoint: the saved block (attention, router,
+  // norms), then every expert rank's unit of experts, each placed by parameter name.
+  const auto assemble_experts = [&](int u) {
+    const UnitLayout& unit = layout.units[u];
+    unit_values.assign(unit.numel, 0.0f);
+    const UnitLayout& block = expert_layouts[0].units[u];
+    staged.assign(block.numel, 0.0f);
+    reader.read(u, "master", 0, block.numel, staged.data());
+    copy_params_by_name(block, staged.data(), unit, unit_values.data());
+    const int experts_unit =
+        u == kRootUnit ? -1 : expert_layouts[0].expert_unit[u - block_unit(0)];
+    for (size_t j = 0; experts_unit >= 0 && j < expert_layouts.size(); ++j) {
+      const UnitLayout& experts = expert_layouts[j].units[experts_unit];
+      staged.assign(experts.numel, 0.0f);
+      expert_readers[j]->read(experts_unit, "master", 0, experts.numel, staged.data());
+      copy_params_by_name(experts, staged.data(), unit, unit_values.data());
+    }
+    return unit_values.data();
+  };
+  const auto assemble = [&](int u) -> const float* {
+    if (!expert_layouts.empty()) return assemble_experts(u);
     const UnitLayout& unit = layout.units[u];
     const int64_t frozen = saved.units[u].frozen_numel;
     unit_values.assign(unit.numel, 0.0f);
