@@ -9,10 +9,11 @@
 //
 // Expert parallelism (fsdp.expert_parallel): the same global batch at world sizes 2 and 4 with
 // 2- and 4-way expert parallelism (FULL_SHARD, HYBRID_SHARD 2 x 2, and SHARD_GRAD_OP with full
-// activation checkpointing and one reduction per step) gives the one-rank
-// losses and aux losses, and its export (every rank's experts assembled into the Hub's names)
-// holds the one-rank export's tensors; its checkpoint resumes at another world size; a value that
-// does not divide the shard group ends every rank with one line naming the key and exit code 2.
+// activation checkpointing and one reduction per step; Qwen3-MoE and Mixtral) gives the
+// one-rank losses and aux losses, and its export (every rank's experts assembled into the Hub's
+// names) holds the one-rank export's tensors; its checkpoint resumes at another world size and
+// exports exactly; a value that does not divide the shard group ends every rank with one line
+// naming the key and exit code 2.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -241,6 +242,30 @@ TEST_F(MoeTrainDistTest, ExpertParallelLossesAndExportsAgreeWithOneRank) {
           << c.name << " step " << s + 1;
     }
     expect_same_export(dir_, c.name, 1e-3);
+  }
+}
+
+// Mixtral's names (block_sparse_moe.experts.N.w1/w3/w2): 2- and 4-way expert parallelism of its
+// 4 experts at world size 4 gives the one-rank losses, and the export the one-rank export.
+TEST_F(MoeTrainDistTest, MixtralExpertParallelAgreesWithOneRank) {
+  const std::string mixtral =
+      std::string("--model.path=") + SHARDTRAIN_SOURCE_DIR + "/tests/golden/mixtral";
+  const RunResult one = run("mixtral_world1", 1, {mixtral});
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+  for (const int experts : {2, 4}) {
+    const std::string name = "mixtral_ep" + std::to_string(experts);
+    const RunResult ep =
+        run(name, 4, {mixtral, "--fsdp.expert_parallel=" + std::to_string(experts)});
+    ASSERT_EQ(ep.losses.size(), static_cast<size_t>(kSteps)) << name;
+    ASSERT_EQ(ep.aux_losses.size(), static_cast<size_t>(kSteps)) << name;
+    ASSERT_EQ(one.aux_losses.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_NEAR(ep.losses[s], one.losses[s], 1e-5 * one.losses[s]) << name << " step " << s + 1;
+      EXPECT_NEAR(ep.aux_losses[s], one.aux_losses[s], 1e-5 * one.aux_losses[s])
+          << name << " step " << s + 1;
+    }
+    expect_same_tensors(dir_ + "/mixtral_world1/out/model.safetensors",
+                        dir_ + "/" + name + "/out/model.safetensors", name, 1e-3);
   }
 }
 
