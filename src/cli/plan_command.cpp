@@ -215,8 +215,8 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
           "fsdp.expert_parallel = {}: each rank holds {} of {} experts per sparse block (its "
           "units of experts sharded over {} ranks); all-to-all buffers {} at worst (every "
           "peer's rows to one rank, in activations), {} with balanced routing",
-          experts, job.model.moe.num_experts / experts, job.model.moe.num_experts,
-          group / experts, mib(exchange.worst), mib(exchange.balanced));
+          experts, job.model.moe.num_experts / experts, job.model.moe.num_experts, group / experts,
+          mib(exchange.worst), mib(exchange.balanced));
     }
     const size_t activations = acts.total() + fp8 + exchange.worst;
     std::printf("%-14s %5d %13s %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),

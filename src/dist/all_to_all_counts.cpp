@@ -6,8 +6,8 @@ namespace shardtrain {
 namespace {
 
 int64_t checked_sum(const std::vector<int64_t>& counts, int ranks, const char* which) {
-  SHARDTRAIN_CHECK(static_cast<int>(counts.size()) == ranks, "all_to_all_v: {} {} counts for {} ranks",
-                   counts.size(), which, ranks);
+  SHARDTRAIN_CHECK(static_cast<int>(counts.size()) == ranks,
+                   "all_to_all_v: {} {} counts for {} ranks", counts.size(), which, ranks);
   int64_t total = 0;
   for (int64_t n : counts) {
     SHARDTRAIN_CHECK(n >= 0, "all_to_all_v: negative {} count {}", which, n);

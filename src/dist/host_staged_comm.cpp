@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "core/error.h"
-#include "dist/all_to_all_counts.h"
 #include "core/host_buffer.h"
+#include "dist/all_to_all_counts.h"
 
 namespace shardtrain {
 namespace {

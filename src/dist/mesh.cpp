@@ -7,8 +7,7 @@
 
 namespace shardtrain {
 
-Mesh::Mesh(Comm& world, int group_size, Ops& ops, int expert_parallel)
-    : world_(world), ops_(ops) {
+Mesh::Mesh(Comm& world, int group_size, Ops& ops, int expert_parallel) : world_(world), ops_(ops) {
   SHARDTRAIN_CHECK(group_size >= 1 && world.size() % group_size == 0, "group {} world {}",
                    group_size, world.size());
   if (group_size == world.size()) {

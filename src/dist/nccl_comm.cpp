@@ -254,14 +254,14 @@ class NcclComm final : public Comm {
       if (peer == rank_) continue;
       if (send_counts[peer] > 0) {
         check_locked(ncclSend(in_bytes + send_offsets[peer] * element,
-                              static_cast<size_t>(send_counts[peer]), nccl_type(dtype), peer,
-                              comm_, stream_),
+                              static_cast<size_t>(send_counts[peer]), nccl_type(dtype), peer, comm_,
+                              stream_),
                      "all_to_all_v", "ncclSend");
       }
       if (recv_counts[peer] > 0) {
         check_locked(ncclRecv(out_bytes + recv_offsets[peer] * element,
-                              static_cast<size_t>(recv_counts[peer]), nccl_type(dtype), peer,
-                              comm_, stream_),
+                              static_cast<size_t>(recv_counts[peer]), nccl_type(dtype), peer, comm_,
+                              stream_),
                      "all_to_all_v", "ncclRecv");
       }
     }
@@ -269,10 +269,9 @@ class NcclComm final : public Comm {
     SHARDTRAIN_CHECK(send_counts[rank_] == recv_counts[rank_], "all_to_all_v: own slice {} vs {}",
                      send_counts[rank_], recv_counts[rank_]);
     if (send_counts[rank_] > 0) {
-      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(out_bytes + recv_offsets[rank_] * element,
-                                            in_bytes + send_offsets[rank_] * element,
-                                            static_cast<size_t>(send_counts[rank_]) * element,
-                                            cudaMemcpyDeviceToDevice, stream_));
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(
+          out_bytes + recv_offsets[rank_] * element, in_bytes + send_offsets[rank_] * element,
+          static_cast<size_t>(send_counts[rank_]) * element, cudaMemcpyDeviceToDevice, stream_));
     }
     track_locked("all_to_all_v", stream_);
   }

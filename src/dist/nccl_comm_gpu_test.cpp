@@ -249,7 +249,8 @@ TEST_F(NcclCommTest, AllToAllVMovesEachRanksSliceToItsPeer) {
   const RankRun run = run_ranks("all_to_all_v", [](int rank, Comm& comm, Ops& ops) {
     const auto count = [](int from, int to) -> int64_t { return from == 1 ? 0 : (from + to) % 3; };
     const auto value = [](int from, int to, int64_t i) {
-      return bf16_value(bf16_bits(static_cast<float>(8 * from + to) + 0.5f * static_cast<float>(i)));
+      return bf16_value(
+          bf16_bits(static_cast<float>(8 * from + to) + 0.5f * static_cast<float>(i)));
     };
     std::vector<int64_t> send(kWorld), recv(kWorld);
     std::vector<float> mine;
@@ -286,7 +287,8 @@ TEST_F(NcclCommTest, AllToAllVMovesEachRanksSliceToItsPeer) {
       }
       size_t at = 0;
       for (int s = 0; s < kWorld; ++s)
-        for (int64_t i = 0; i < recv[s]; ++i) ASSERT_EQ(got[at++], value(s, rank, i)) << s << " " << i;
+        for (int64_t i = 0; i < recv[s]; ++i)
+          ASSERT_EQ(got[at++], value(s, rank, i)) << s << " " << i;
     }
   });
   expect_all_ok("all_to_all_v", run);

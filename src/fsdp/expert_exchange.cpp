@@ -12,8 +12,7 @@ std::vector<int64_t> ExpertExchange::exchange_counts(const std::vector<int64_t>&
   std::vector<float> values(2 * n);
   for (int64_t i = 0; i < n; ++i) {
     // fp32 holds every integer below 2^24 exactly: far above one micro-batch's rows.
-    SHARDTRAIN_CHECK(sent[i] >= 0 && sent[i] < (int64_t{1} << 24), "expert row count {}",
-                     sent[i]);
+    SHARDTRAIN_CHECK(sent[i] >= 0 && sent[i] < (int64_t{1} << 24), "expert row count {}", sent[i]);
     values[i] = static_cast<float>(sent[i]);
   }
   const size_t bytes = values.size() * sizeof(float);

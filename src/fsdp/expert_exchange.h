@@ -22,8 +22,7 @@ class ExpertExchange final : public ExpertDispatch {
 
   int size() const override { return expert_.size(); }
   int rank() const override { return expert_.rank(); }
-  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& sent,
-                                       int64_t per_rank) override;
+  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& sent, int64_t per_rank) override;
   void exchange_rows(Tensor out_RC, const std::vector<int64_t>& recv_rows, Tensor in_MC,
                      const std::vector<int64_t>& send_rows) override;
 

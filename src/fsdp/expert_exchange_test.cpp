@@ -40,7 +40,8 @@ void check_rank(Comm& comm, const std::vector<int64_t>& rows_E) {
   int64_t M = 0;
   for (int64_t n : rows_E) M += n;
   // The same weights on both ranks; inputs differ by rank.
-  std::vector<float> gate = random_values(kExperts * kF * kC, 1), up = random_values(kExperts * kF * kC, 2),
+  std::vector<float> gate = random_values(kExperts * kF * kC, 1),
+                     up = random_values(kExperts * kF * kC, 2),
                      down = random_values(kExperts * kC * kF, 3);
   std::vector<float> x = random_values(M * kC, 10 + me), dy = random_values(M * kC, 20 + me);
   const Tensor gate_EFC = view(gate, {kExperts, kF, kC}), up_EFC = view(up, {kExperts, kF, kC});

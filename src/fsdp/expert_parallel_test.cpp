@@ -74,17 +74,18 @@ TEST(ExpertPlacementLayout, EachRankHoldsItsExpertsInAUnitAfterTheBlocks) {
     const int64_t first = rank * E / 2;
     EXPECT_EQ(experts.params[0].name,
               "model.layers.0.mlp.experts." + std::to_string(first) + ".gate_proj.weight");
-    EXPECT_EQ(experts.params.back().name, "model.layers.0.mlp.experts." +
-                                              std::to_string(first + E / 2 - 1) +
-                                              ".down_proj.weight");
+    EXPECT_EQ(
+        experts.params.back().name,
+        "model.layers.0.mlp.experts." + std::to_string(first + E / 2 - 1) + ".down_proj.weight");
     // The block keeps its router and no expert; the dense block is unchanged.
     const UnitLayout& block = mine.units[block_unit(0)];
     EXPECT_GE(block.find("model.layers.0.mlp.gate.weight"), 0);
     EXPECT_LT(block.find("model.layers.0.mlp.experts.0.gate_proj.weight"), 0);
     EXPECT_EQ(mine.units[block_unit(1)].numel, whole.units[block_unit(1)].numel);
     // Every parameter of the whole model is in one of the two ranks' layouts exactly once.
-    EXPECT_EQ(mine.parameter_count(),
-              whole.parameter_count() - 2 * (3 * E / 2) * c.moe.expert_intermediate * c.hidden_size);
+    EXPECT_EQ(
+        mine.parameter_count(),
+        whole.parameter_count() - 2 * (3 * E / 2) * c.moe.expert_intermediate * c.hidden_size);
   }
 }
 

@@ -1,9 +1,9 @@
 #include "fsdp/fsdp_units.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -92,8 +92,8 @@ void FsdpUnits::gather_experts_to_host(int unit, float* host_values) {
   const Tensor all_flat = all.view(DType::kF32, {numel * ranks});
   const Tensor own = all_flat.rows(numel * mesh_.expert_rank(), numel * (mesh_.expert_rank() + 1));
   ops_.copy_from_host(own, mine.data());
-  mesh_.expert().set_context(fmt::format("unit {} ({}) export gather", unit,
-                                         layout_.units[unit].name));
+  mesh_.expert().set_context(
+      fmt::format("unit {} ({}) export gather", unit, layout_.units[unit].name));
   mesh_.expert().all_gather(all_flat, own);
   ops_.copy_to_host(host_values, all_flat);
 }

@@ -79,7 +79,9 @@ class GradReducer {
   bool sharded(int unit) const { return plan_.sharded(unit); }
   // The group a unit's gradient is reduce-scattered over: the shard group, or the expert shard
   // group for a unit of experts (the ranks that hold the same experts; dist/mesh.h).
-  Comm& shard_comm(int unit) { return plan_.units[unit].experts ? mesh_.expert_shard() : mesh_.shard(); }
+  Comm& shard_comm(int unit) {
+    return plan_.units[unit].experts ? mesh_.expert_shard() : mesh_.shard();
+  }
   Tensor full_grad(int unit) const;
   // A fresh pool buffer for the unit's trainable region, its padding zeroed (backward never
   // writes it; the reduce-scatter and the norm read it).

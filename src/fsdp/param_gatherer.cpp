@@ -37,7 +37,7 @@ void ParamGatherer::start_gather(int unit) {
   // the comm's stream, in this order).
   if (shard.frozen_shard_numel > 0) {
     state.gathers[0] = group.start_all_gather(gathered.rows(0, shard.frozen_padded_numel),
-                                               shards_.frozen_shard(unit));
+                                              shards_.frozen_shard(unit));
   }
   if (shard.shard_numel > 0) {
     state.gathers[1] = group.start_all_gather(

@@ -42,8 +42,8 @@ struct UnitShard {
 };
 
 struct ShardPlan {
-  int group_size = 1;             // the shard group's (dense units)
-  int expert_group_size = 1;      // the expert shard group's (units of experts)
+  int group_size = 1;            // the shard group's (dense units)
+  int expert_group_size = 1;     // the expert shard group's (units of experts)
   std::vector<UnitShard> units;  // parallel to ParamLayout::units
 
   // Whether the unit is split over more than one rank (else its shard is the whole unit).

@@ -24,8 +24,8 @@ class UnitShards {
  public:
   // `ops`, `layout` and `plan` must outlive this object. shard_rank: this rank's index in the
   // shard group; expert_shard_rank: in the expert shard group (units of experts, expert
-  // parallelism; dist/mesh.h). keep_compute_copy = false: ComputeCopy::kOnDemand (REQUIRES G = 1 and no
-  // frozen parameters). keep_grad_shards = false: update_in_backward (no grad shards).
+  // parallelism; dist/mesh.h). keep_compute_copy = false: ComputeCopy::kOnDemand (REQUIRES G = 1
+  // and no frozen parameters). keep_grad_shards = false: update_in_backward (no grad shards).
   UnitShards(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, int shard_rank,
              int expert_shard_rank, bool keep_compute_copy, bool keep_grad_shards);
   UnitShards(const UnitShards&) = delete;

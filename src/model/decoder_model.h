@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "model/expert_dispatch.h"
 #include "model/family_table.h"
 #include "model/layers/activation_plan.h"
 #include "model/layers/decoder_block.h"
@@ -27,7 +28,6 @@
 #include "model/lora_config.h"
 #include "model/lora_weights.h"
 #include "model/model_config.h"
-#include "model/expert_dispatch.h"
 #include "model/moe_aux_loss.h"
 #include "model/param_layout.h"
 #include "model/unit_access.h"

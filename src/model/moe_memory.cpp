@@ -2,9 +2,8 @@
 
 namespace shardtrain {
 
-ExpertExchangeBytes expert_exchange_bytes(const ModelConfig& c, int64_t tokens,
-                                          int expert_parallel, DType activation_dtype,
-                                          bool checkpointing) {
+ExpertExchangeBytes expert_exchange_bytes(const ModelConfig& c, int64_t tokens, int expert_parallel,
+                                          DType activation_dtype, bool checkpointing) {
   ExpertExchangeBytes bytes;
   if (!c.moe.enabled() || expert_parallel <= 1) return bytes;
   const int64_t sparse = c.moe.sparse_layer_count(c.num_hidden_layers);

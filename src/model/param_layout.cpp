@@ -126,11 +126,10 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora,
   // Here, not only in the model, so plan, export and eval refuse what training would.
   if (lora.enabled) check_lora_supports(c);
   ParamLayout layout;
-  SHARDTRAIN_CHECK(placement.size >= 1 && placement.rank >= 0 && placement.rank < placement.size &&
-                       (placement.size == 1 || (c.moe.enabled() &&
-                                                c.moe.num_experts % placement.size == 0)),
-                   "expert placement {}/{} for {} experts", placement.rank, placement.size,
-                   c.moe.num_experts);
+  SHARDTRAIN_CHECK(
+      placement.size >= 1 && placement.rank >= 0 && placement.rank < placement.size &&
+          (placement.size == 1 || (c.moe.enabled() && c.moe.num_experts % placement.size == 0)),
+      "expert placement {}/{} for {} experts", placement.rank, placement.size, c.moe.num_experts);
   layout.expert_parallel = placement.size;
   layout.expert_unit.assign(c.num_hidden_layers, -1);
   std::vector<UnitLayout> expert_units;
@@ -174,8 +173,7 @@ ParamLayout make_param_layout(const ModelConfig& c, const LoraConfig& lora,
       experts.experts = true;
       add_moe_params(block, &experts, c, p, placement.rank * local_experts, local_experts);
       // After the root and every block (ParamLayout::units).
-      layout.expert_unit[l] =
-          static_cast<int>(1 + c.num_hidden_layers + expert_units.size() - 1);
+      layout.expert_unit[l] = static_cast<int>(1 + c.num_hidden_layers + expert_units.size() - 1);
     } else if (block_recipe(c, l).moe) {
       add_moe_params(block, nullptr, c, p, 0, c.moe.num_experts);
     } else {

@@ -60,8 +60,8 @@ struct ExpertPlacement {
 };
 
 struct ParamLayout {
-  std::vector<UnitLayout> units;    // [kRootUnit] = root, [block_unit(l)] = block l, then the
-                                    // units of experts (expert parallelism)
+  std::vector<UnitLayout> units;  // [kRootUnit] = root, [block_unit(l)] = block l, then the
+                                  // units of experts (expert parallelism)
   // Expert parallelism: ExpertPlacement::size, and per block the unit of this rank's experts
   // (-1 for a dense block, and for every block when size is 1: the experts are in the block).
   int expert_parallel = 1;

@@ -84,8 +84,8 @@ void local_expert_weights(const UnitLayout& unit, Tensor flat, MoeWeights& w) {
   const size_t local = unit.params.size() / 3;
   const auto projection = [&](size_t first) {
     const Tensor one = param_view(unit, flat, unit.params[first].name);
-    return Tensor(one.data(), one.dtype(), Shape{static_cast<int64_t>(local), one.dim(0), one.dim(1)},
-                  one.device());
+    return Tensor(one.data(), one.dtype(),
+                  Shape{static_cast<int64_t>(local), one.dim(0), one.dim(1)}, one.device());
   };
   w.gate_EFC = projection(0);
   w.up_EFC = projection(local);

@@ -15,11 +15,12 @@ void copy_params_by_name(const UnitLayout& from, const float* from_values, const
   }
 }
 
-ExpertExport::ExpertExport(FsdpUnits& units, const ParamLayout& training,
-                           const ModelConfig& config, const LoraConfig& lora)
+ExpertExport::ExpertExport(FsdpUnits& units, const ParamLayout& training, const ModelConfig& config,
+                           const LoraConfig& lora)
     : units_(units), training_(training), canonical_(make_param_layout(config, lora)) {
   for (int r = 0; r < training.expert_parallel; ++r) {
-    per_rank_.push_back(make_param_layout(config, lora, ExpertPlacement{training.expert_parallel, r}));
+    per_rank_.push_back(
+        make_param_layout(config, lora, ExpertPlacement{training.expert_parallel, r}));
   }
 }
 
@@ -37,7 +38,8 @@ const float* ExpertExport::gather(int u) {
   staged_.assign(static_cast<size_t>(numel) * per_rank_.size(), 0.0f);
   units_.gather_experts_to_host(experts_unit, staged_.data());
   for (size_t r = 0; r < per_rank_.size(); ++r) {
-    copy_params_by_name(per_rank_[r].units[experts_unit], staged_.data() + r * numel, want, host_.data());
+    copy_params_by_name(per_rank_[r].units[experts_unit], staged_.data() + r * numel, want,
+                        host_.data());
   }
   return host_.data();
 }

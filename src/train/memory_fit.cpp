@@ -77,8 +77,8 @@ size_t activation_bytes(const MemoryJob& job, const MemorySetting& setting) {
                    .worst;
   }
   return DecoderModel::activation_bytes_for(job.model, job.micro_batch, job.seq_len,
-                                          job.activation_dtype, setting.checkpointing,
-                                          DecoderModel::kDefaultHeadChunkLogits, job.lora) +
+                                            job.activation_dtype, setting.checkpointing,
+                                            DecoderModel::kDefaultHeadChunkLogits, job.lora) +
          (job.fp8 ? fp8_workspace_bytes(job.model, job.micro_batch * job.seq_len) : 0) + exchange;
 }
 
@@ -101,8 +101,8 @@ FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, 
 
 int expert_parallel_at(const MemoryJob& job, int group) {
   const int n = job.expert_parallel;
-  const bool applies = n > 1 && job.model.moe.enabled() && group % n == 0 &&
-                       job.model.moe.num_experts % n == 0;
+  const bool applies =
+      n > 1 && job.model.moe.enabled() && group % n == 0 && job.model.moe.num_experts % n == 0;
   return applies ? n : 1;
 }
 

@@ -36,8 +36,7 @@ void MoeExpertParallel::forward(Ops& ops, const MoeWeights& w, const std::vector
   const int64_t local = w.gate_EFC.dim(0), C = x_MC.dim(1), F = w.gate_EFC.dim(1);
   const DType act = x_MC.dtype();
   SHARDTRAIN_CHECK(static_cast<int64_t>(rows_E.size()) == local * ranks,
-                   "{} expert counts for {} ranks x {} local experts", rows_E.size(), ranks,
-                   local);
+                   "{} expert counts for {} ranks x {} local experts", rows_E.size(), ranks, local);
   // Rank r holds global experts [r * local, (r + 1) * local): rows_E is already rank-major.
   const std::vector<int64_t> received_SE = dispatch.exchange_counts(rows_E, local);
   saved.send_rows.assign(ranks, 0);
@@ -130,8 +129,8 @@ void MoeExpertParallel::backward(Ops& ops, const MoeWeights& w, const MoeWeights
                               false, accumulate);
   if (R > 0) ops.swiglu_backward(dact_RF, gate_RF, up_RF, dgate_RF, dup_RF);
   // xe feeds gate and up: the second adds its part of d(xe) to the first's.
-  ops.grouped_linear_backward(dgate_RF, xe_RC, w.gate_EFC, saved.local_rows, a_RC,
-                              grad.gate_EFC, false, accumulate);
+  ops.grouped_linear_backward(dgate_RF, xe_RC, w.gate_EFC, saved.local_rows, a_RC, grad.gate_EFC,
+                              false, accumulate);
   ops.grouped_linear_backward(dup_RF, xe_RC, w.up_EFC, saved.local_rows, a_RC, grad.up_EFC, true,
                               accumulate);
   permute_rows(ops, a_RC, restore_R, b_RC);  // dxr, received order

@@ -26,8 +26,8 @@ namespace shardtrain {
 
 // One block's expert-side activations, saved from forward for backward.
 struct ExpertRowsSaved {
-  DeviceBuffer xe, gate, up, act;  // (R, C), (R, F) x 3, activation dtype
-  DeviceBuffer permute, restore;   // i32 (R): expert-major row -> received row, and back
+  DeviceBuffer xe, gate, up, act;             // (R, C), (R, F) x 3, activation dtype
+  DeviceBuffer permute, restore;              // i32 (R): expert-major row -> received row, and back
   std::vector<int64_t> send_rows, recv_rows;  // per rank of the expert group
   std::vector<int64_t> local_rows;            // per local expert (the grouped GEMMs' counts)
   int64_t received = 0;                       // R

@@ -81,8 +81,7 @@ void MoeMlp::forward(Ops& ops, const MoeWeights& w, Tensor x_NC, Tensor residual
   ops.moe_route(saved.logits_NE, renormalize, saved.expert_NK, saved.weight_NK, aux.prob_sum_E);
   std::vector<int64_t>& rows = *saved.rows_E;
   // The router's E: all experts (with expert parallelism gate_EFC holds this rank's only).
-  rows = ops.moe_dispatch(saved.expert_NK, w.router.weight_OI.dim(0), saved.source_M,
-                          saved.row_NK);
+  rows = ops.moe_dispatch(saved.expert_NK, w.router.weight_OI.dim(0), saved.source_M, saved.row_NK);
   if (aux.rows_E != nullptr) {
     SHARDTRAIN_CHECK(aux.rows_E->size() == rows.size(), "aux counts {} for {} experts",
                      aux.rows_E->size(), rows.size());

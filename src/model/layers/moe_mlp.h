@@ -21,8 +21,8 @@
 #include <memory>
 #include <vector>
 
-#include "model/layers/activation_plan.h"
 #include "model/expert_dispatch.h"
+#include "model/layers/activation_plan.h"
 #include "model/layers/layer_dims.h"
 #include "model/layers/moe_expert_parallel.h"
 #include "model/weights.h"

@@ -55,10 +55,13 @@ nlohmann::json layout_json(const FsdpUnits& units, const ParamLayout& layout,
   const int group_size = units.plan().group_size;
   nlohmann::json shard_files = nlohmann::json::array();
   for (int k = 0; k < group_size; ++k) shard_files.push_back(rank_file_name(k));
-  return {
-      {"world_size", units.world_size()},    {"group_size", group_size},   {"strategy", strategy},
-      {"alignment_elems", kParamAlignElems}, {"shard_files", shard_files}, {"units", unit_list},
-      {"expert_parallel", layout.expert_parallel}};
+  return {{"world_size", units.world_size()},
+          {"group_size", group_size},
+          {"strategy", strategy},
+          {"alignment_elems", kParamAlignElems},
+          {"shard_files", shard_files},
+          {"units", unit_list},
+          {"expert_parallel", layout.expert_parallel}};
 }
 
 nlohmann::json sampler_json(const SamplerState& s) {
@@ -329,8 +332,7 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
       const UnitLayout& want = layout.units[u];
       SavedUnit unit{units[u].at("name").get<std::string>(), units[u].at("numel").get<int64_t>(),
                      units[u].at("shard_numel").get<int64_t>(),
-                     units[u].value("frozen_numel", int64_t{0}),
-                     units[u].value("experts", false)};
+                     units[u].value("frozen_numel", int64_t{0}), units[u].value("experts", false)};
       const nlohmann::json& params = units[u].at("params");
       // Units of experts are rank 0's there: their names differ from this expert rank's, their
       // shapes and offsets do not.
@@ -345,8 +347,7 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
         const ParamSpec& p = want.params[i];
         const auto dims = params[i].at("shape").get<std::vector<int64_t>>();
         if ((compare_names && params[i].at("name").get<std::string>() != p.name) ||
-            dims != dims_of(p.shape) ||
-            params[i].at("offset").get<int64_t>() != p.offset) {
+            dims != dims_of(p.shape) || params[i].at("offset").get<int64_t>() != p.offset) {
           mismatch = fmt::format(
               "parameter {} of unit {} is {} {} at offset {} there, {} {} at "
               "offset {} here",

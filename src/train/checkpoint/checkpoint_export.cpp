@@ -184,8 +184,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     staged.assign(block.numel, 0.0f);
     reader.read(u, "master", 0, block.numel, staged.data());
     copy_params_by_name(block, staged.data(), unit, unit_values.data());
-    const int experts_unit =
-        u == kRootUnit ? -1 : expert_layouts[0].expert_unit[u - block_unit(0)];
+    const int experts_unit = u == kRootUnit ? -1 : expert_layouts[0].expert_unit[u - block_unit(0)];
     for (size_t j = 0; experts_unit >= 0 && j < expert_layouts.size(); ++j) {
       const UnitLayout& experts = expert_layouts[j].units[experts_unit];
       staged.assign(experts.numel, 0.0f);
