@@ -3,7 +3,8 @@
 namespace shardtrain {
 
 BlockActivations BlockActivations::declare(ActivationPlan& plan, ActivationUse use,
-                                           const LayerDims& d, bool qk_norm, bool sandwich_norms) {
+                                           const LayerDims& d, bool qk_norm, bool sandwich_norms,
+                                           bool save_mlp_product) {
   const int64_t N = d.tokens(), C = d.hidden;
   BlockActivations a;
   a.x_in_NC = plan.take(use, {N, C});
@@ -11,7 +12,7 @@ BlockActivations BlockActivations::declare(ActivationPlan& plan, ActivationUse u
   a.attention = AttentionSaved::declare(plan, use, d, qk_norm);
   a.h_NC = plan.take(use, {N, C});
   a.norm2 = RmsNormSaved::declare(plan, use, N, C);
-  a.mlp = MlpSaved::declare(plan, use, d);
+  a.mlp = MlpSaved::declare(plan, use, d, save_mlp_product);
   a.moe = MoeSaved::declare(plan, use, d);
   if (sandwich_norms) {
     a.attn_out_NC = plan.take(use, {N, C});
@@ -42,11 +43,11 @@ BlockActivations BlockActivations::sized(const LayerDims& d) const {
 }
 
 BlockScratch BlockScratch::declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm,
-                                   bool sandwich_norms) {
+                                   bool sandwich_norms, bool mlp_product_saved) {
   BlockScratch s;
   s.dln_NC = plan.take(ActivationUse::kScratch, {d.tokens(), d.hidden});
   s.attention = AttentionScratch::declare(plan, d, qk_norm);
-  s.mlp = MlpScratch::declare(plan, d);
+  s.mlp = MlpScratch::declare(plan, d, mlp_product_saved);
   s.moe = MoeScratch::declare(plan, d);
   if (sandwich_norms) s.dsublayer_NC = plan.take(ActivationUse::kScratch, {d.tokens(), d.hidden});
   return s;

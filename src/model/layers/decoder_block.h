@@ -34,7 +34,8 @@ struct BlockActivations {
   Tensor attn_out_NC, post_attention_rstd_N, mlp_out_NC, post_feedforward_rstd_N;
 
   static BlockActivations declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
-                                  bool qk_norm, bool sandwich_norms = false);
+                                  bool qk_norm, bool sandwich_norms = false,
+                                  bool save_mlp_product = true);
   BlockActivations sized(const LayerDims& d) const;
 };
 
@@ -46,7 +47,7 @@ struct BlockScratch {
   MoeScratch moe;       // sparse blocks
 
   static BlockScratch declare(ActivationPlan& plan, const LayerDims& d, bool qk_norm,
-                              bool sandwich_norms = false);
+                              bool sandwich_norms = false, bool mlp_product_saved = true);
   BlockScratch sized(const LayerDims& d) const;
 };
 

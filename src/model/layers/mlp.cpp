@@ -2,26 +2,32 @@
 
 namespace shardtrain {
 
-MlpSaved MlpSaved::declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d) {
+MlpSaved MlpSaved::declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
+                           bool save_product) {
   const int64_t N = d.tokens(), F = d.intermediate;
-  return MlpSaved{plan.take(use, {N, F}), plan.take(use, {N, F})};
+  MlpSaved s{plan.take(use, {N, F}), plan.take(use, {N, F})};
+  if (save_product) s.act_NF = plan.take(use, {N, F});
+  return s;
 }
 
 MlpSaved MlpSaved::sized(const LayerDims& d) const {
   const Shape NF{d.tokens(), d.intermediate};
-  return MlpSaved{fit(gate_NF, NF), fit(up_NF, NF)};
+  return MlpSaved{fit(gate_NF, NF), fit(up_NF, NF),
+                  act_NF.defined() ? fit(act_NF, NF) : Tensor()};
 }
 
-MlpScratch MlpScratch::declare(ActivationPlan& plan, const LayerDims& d) {
+MlpScratch MlpScratch::declare(ActivationPlan& plan, const LayerDims& d, bool product_saved) {
   const int64_t N = d.tokens(), F = d.intermediate;
   const ActivationUse use = ActivationUse::kScratch;
-  return MlpScratch{plan.take(use, {N, F}), plan.take(use, {N, F}), plan.take(use, {N, F}),
-                    plan.take(use, {N, F})};
+  MlpScratch s{plan.take(use, {N, F}), plan.take(use, {N, F}), plan.take(use, {N, F})};
+  if (!product_saved) s.act_NF = plan.take(use, {N, F});
+  return s;
 }
 
 MlpScratch MlpScratch::sized(const LayerDims& d) const {
   const Shape NF{d.tokens(), d.intermediate};
-  return MlpScratch{fit(dgate_NF, NF), fit(dup_NF, NF), fit(dact_NF, NF), fit(act_NF, NF)};
+  return MlpScratch{fit(dgate_NF, NF), fit(dup_NF, NF), fit(dact_NF, NF),
+                    act_NF.defined() ? fit(act_NF, NF) : Tensor()};
 }
 
 void Mlp::activate(Ops& ops, const MlpSaved& saved, Tensor act_NF) const {
@@ -36,12 +42,13 @@ void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC
                   const MlpSaved& saved, const MlpScratch& scratch, Tensor out_NC) const {
   w.gate.forward(ops, x_NC, saved.gate_NF);
   w.up.forward(ops, x_NC, saved.up_NF);
-  activate(ops, saved, scratch.act_NF);
+  const Tensor act_NF = product(saved, scratch);
+  activate(ops, saved, act_NF);
   if (!residual_NC.defined()) {
-    w.down.forward(ops, scratch.act_NF, out_NC);
+    w.down.forward(ops, act_NF, out_NC);
     return;
   }
-  w.down.forward_residual(ops, scratch.act_NF, residual_NC, out_NC);  // out = residual + down(act)
+  w.down.forward_residual(ops, act_NF, residual_NC, out_NC);  // out = residual + down(act)
 }
 
 namespace {
@@ -56,10 +63,13 @@ bool fp8_fusable(const Linear& linear) {
 void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool accumulate,
                    Tensor dout_NC, Tensor x_NC, const MlpSaved& saved, const MlpScratch& scratch,
                    Tensor dx_NC) const {
-  // down's input is read by its weight gradient and its adapters' gradients only (a frozen
-  // down without adapters reads its shape, not its values).
-  if (!w.down.frozen || w.down.lora.defined()) activate(ops, saved, scratch.act_NF);
-  w.down.backward(ops, grad.down, accumulate, dout_NC, scratch.act_NF, scratch.dact_NF, false);
+  // Unsaved, the product is recomputed when down reads its input: its weight gradient and its
+  // adapters' gradients do (a frozen down without adapters reads its shape, not its values).
+  const Tensor act_NF = product(saved, scratch);
+  if (!saved.act_NF.defined() && (!w.down.frozen || w.down.lora.defined())) {
+    activate(ops, saved, act_NF);
+  }
+  w.down.backward(ops, grad.down, accumulate, dout_NC, act_NF, scratch.dact_NF, false);
   // SwiGLU with gate and up both plain FP8 linears: one op, so the backend can write SwiGLU's
   // gradients in FP8 directly (Ops::swiglu_linears_backward_fp8).
   if (activation != HiddenActivation::kGeluTanh && fp8_fusable(w.gate) && fp8_fusable(w.up)) {

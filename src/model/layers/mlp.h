@@ -15,24 +15,27 @@
 
 namespace shardtrain {
 
-// Saved for backward, per block: the two projections. act(gate) * up, the down projection's
-// input, is not saved: backward recomputes it from them (one elementwise pass, ~1% of a step)
-// when the down projection needs its input (a trained weight or a LoRA adapter). At seq 4096
-// that is an N x intermediate bf16 tensor per layer: 3 GiB of Llama-2-7B's activations.
+// Saved for backward, per block: the two projections and, when declared with save_product,
+// act(gate) * up, the down projection's input. Without it (LoRA runs: model/decoder_model.cpp)
+// backward recomputes the product from the projections when the down projection reads its
+// input (a trained weight or an adapter): one elementwise pass, ~2.5% of a step, for an
+// N x intermediate tensor per layer (3 GiB of Llama-2-7B's activations at seq 4096).
 struct MlpSaved {
   Tensor gate_NF, up_NF;
+  Tensor act_NF;  // undefined: recomputed into MlpScratch::act_NF
 
-  static MlpSaved declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d);
+  static MlpSaved declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
+                          bool save_product);
   MlpSaved sized(const LayerDims& d) const;
 };
 
-// Scratch shared by every block: act_NF holds act(gate) * up while one block's forward or
-// backward uses it; the rest are backward's gradients.
+// Scratch shared by every block: backward's gradients and, without a saved product, act_NF:
+// act(gate) * up while one block's forward or backward uses it.
 struct MlpScratch {
   Tensor dgate_NF, dup_NF, dact_NF;
   Tensor act_NF;
 
-  static MlpScratch declare(ActivationPlan& plan, const LayerDims& d);
+  static MlpScratch declare(ActivationPlan& plan, const LayerDims& d, bool product_saved);
   MlpScratch sized(const LayerDims& d) const;
 };
 
@@ -47,6 +50,10 @@ struct Mlp {
 
  private:
   void activate(Ops& ops, const MlpSaved& saved, Tensor act_NF) const;  // act(gate) * up
+  // Where act(gate) * up lives: saved, or the shared scratch.
+  static Tensor product(const MlpSaved& saved, const MlpScratch& scratch) {
+    return saved.act_NF.defined() ? saved.act_NF : scratch.act_NF;
+  }
 };
 
 }  // namespace shardtrain
