@@ -100,6 +100,8 @@ TEST_F(Gemma3ConfigTest, RoundTripsThroughWriteHfConfigJson) {
   EXPECT_NE(text.find("\"Gemma3ForCausalLM\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"hidden_activation\": \"gelu_pytorch_tanh\""), std::string::npos);
   EXPECT_EQ(text.find("\"hidden_act\""), std::string::npos) << text;
+  // An int, as transformers' strict Gemma3TextConfig requires (256.0 is refused there).
+  EXPECT_NE(text.find("\"query_pre_attn_scalar\": 256,"), std::string::npos) << text;
   const ModelConfig again = read_hf_config(write(text));
   shardtrain::testing::expect_same_model_config(again, c);
   EXPECT_EQ(again.final_logit_softcapping, 30.0);

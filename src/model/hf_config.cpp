@@ -1,5 +1,6 @@
 #include "model/hf_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -405,7 +406,14 @@ nlohmann::ordered_json rope_json(const RopeConfig& rope) {
 void write_gemma_keys(const ModelConfig& c, nlohmann::ordered_json& j) {
   using Ordered = nlohmann::ordered_json;
   const auto optional_cap = [](double cap) { return cap > 0 ? Ordered(cap) : Ordered(nullptr); };
-  j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
+  // transformers types it int (its strict config refuses 256.0); published configs hold whole
+  // numbers, and a fractional one (read as a double) is written as it was read.
+  const double scalar = c.query_pre_attn_scalar;
+  if (scalar == std::floor(scalar) && std::abs(scalar) < 1e15) {
+    j["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
+  } else {
+    j["query_pre_attn_scalar"] = scalar;
+  }
   j["attn_logit_softcapping"] = optional_cap(c.attn_logit_softcapping);
   j["final_logit_softcapping"] = optional_cap(c.final_logit_softcapping);
   j["sliding_window"] = c.sliding_window;
