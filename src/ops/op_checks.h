@@ -76,4 +76,12 @@ inline void check_qk_norm(const PackedQkv& p, const Tensor& q_raw, const Tensor&
                    norm.k_weight_D.shape().to_string(), p.head_dim);
 }
 
+// The q/k norms' weight gradients of pack_qkv_norm_rope_backward: one head dim each.
+inline void check_qk_norm_dweights(const PackedQkv& p, const Tensor& dq_weight,
+                                   const Tensor& dk_weight) {
+  SHARDTRAIN_CHECK(dq_weight.numel() == p.head_dim && dk_weight.numel() == p.head_dim,
+                   "q/k norm dweights {} and {} for head dim {}", dq_weight.shape().to_string(),
+                   dk_weight.shape().to_string(), p.head_dim);
+}
+
 }  // namespace shardtrain::op_checks

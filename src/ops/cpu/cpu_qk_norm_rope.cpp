@@ -168,9 +168,7 @@ void CpuOps::pack_qkv_norm_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv
                                          bool accumulate_dweight, Tensor dqkv_NX) {
   const PackedQkv p = op_checks::check_packed_qkv(dqkv_NX, dq_NHD, dk_NKD, dv_NKD, positions_N);
   op_checks::check_qk_norm(p, q_raw_NHD, k_raw_NKD, dq_NHD, dk_NKD, norm);
-  SHARDTRAIN_CHECK(dq_weight_D.numel() == p.head_dim && dk_weight_D.numel() == p.head_dim,
-                   "q/k norm dweights {} and {} for head dim {}", dq_weight_D.shape().to_string(),
-                   dk_weight_D.shape().to_string(), p.head_dim);
+  op_checks::check_qk_norm_dweights(p, dq_weight_D, dk_weight_D);
   const RopeView rope(positions_N, cos_PR, sin_PR, p.head_dim);
   if (!accumulate_dweight) {
     fill_zero(dq_weight_D);
