@@ -97,4 +97,22 @@ bool CudaGroupedGemm::run(bool transpose_a, bool transpose_b, DType ab_dtype, DT
   return true;
 }
 
+bool CudaGroupedGemm::run_each(bool transpose_a, bool transpose_b, DType ab_dtype, DType c_dtype,
+                               float beta, const std::vector<GroupedGemmProblem>& problems) {
+  const float alpha = 1.0f;
+  bool first = true;
+  for (const GroupedGemmProblem& p : problems) {
+    if (p.m == 0 || p.n == 0 || p.k == 0) continue;
+    const cublasStatus_t status = cublasGemmEx(
+        handle_, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+        narrow(p.m, "m"), narrow(p.n, "n"), narrow(p.k, "k"), &alpha, p.a, grouped_type(ab_dtype),
+        narrow(p.lda, "lda"), p.b, grouped_type(ab_dtype), narrow(p.ldb, "ldb"), &beta, p.c,
+        grouped_type(c_dtype), narrow(p.ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (first && status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+    SHARDTRAIN_CUBLAS_CHECK(status);
+    first = false;
+  }
+  return true;
+}
+
 }  // namespace shardtrain

@@ -41,6 +41,12 @@ class CudaGroupedGemm {
   // never tries it again; the caller runs the problems one by one).
   bool run(bool transpose_a, bool transpose_b, DType ab_dtype, DType c_dtype, float beta,
            const std::vector<GroupedGemmProblem>& problems);
+  // The same problems one cublasGemmEx each (cuBLAS's own heuristic, nothing cached per shape),
+  // for the combinations run() refuses. Expert row counts change every step, so a per-shape
+  // plan cache with autotuning (CublasLtGemm) would tune and keep a plan for almost every call.
+  // Returns false, having enqueued no GEMM, when cuBLAS refuses the combination here too.
+  bool run_each(bool transpose_a, bool transpose_b, DType ab_dtype, DType c_dtype, float beta,
+                const std::vector<GroupedGemmProblem>& problems);
 
  private:
   cudaStream_t stream_;

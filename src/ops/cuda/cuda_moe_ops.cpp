@@ -62,12 +62,14 @@ std::vector<int64_t> row_starts(const std::vector<int64_t>& rows_E, int64_t M) {
   return start;
 }
 
-// The problems in one grouped launch, or one cuBLASLt GEMM each where cuBLAS runs no grouped
-// GEMM of these dtypes (bf16 inputs into the fp32 weight gradient, on some versions).
+// The problems in one grouped launch; where cuBLAS runs no grouped GEMM of these dtypes (bf16
+// inputs into the fp32 weight gradient on cuBLAS 13.0), one cublasGemmEx each (no per-shape
+// autotuning or plan: the row counts change every step); cuBLASLt one by one as the last resort.
 void run_grouped(CudaGroupedGemm& grouped, CublasLtGemm& gemm, bool transpose_a, bool transpose_b,
                  DType ab_dtype, DType c_dtype, float beta,
                  const std::vector<GroupedGemmProblem>& problems) {
   if (grouped.run(transpose_a, transpose_b, ab_dtype, c_dtype, beta, problems)) return;
+  if (grouped.run_each(transpose_a, transpose_b, ab_dtype, c_dtype, beta, problems)) return;
   for (const GroupedGemmProblem& p : problems) {
     if (p.m == 0 || p.n == 0 || p.k == 0) continue;
     GemmCall call;
