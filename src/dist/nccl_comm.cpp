@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "dist/all_to_all_counts.h"
+#include "dist/nccl_unique_id.h"
 
 #if defined(SHARDTRAIN_WITH_NCCL)
 
@@ -26,35 +27,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr Store::Duration kIdTimeout = std::chrono::minutes(5);
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
 constexpr auto kPollPeriod = std::chrono::microseconds(200);
-
-std::string hex_encode(const void* data, size_t bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string text;
-  for (size_t i = 0; i < bytes; ++i) {
-    const unsigned char byte = static_cast<const unsigned char*>(data)[i];
-    text += kDigits[byte >> 4];
-    text += kDigits[byte & 15];
-  }
-  return text;
-}
-
-bool hex_decode(const std::string& text, void* data, size_t bytes) {
-  if (text.size() != 2 * bytes) return false;
-  const auto digit = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < bytes; ++i) {
-    const int high = digit(text[2 * i]), low = digit(text[2 * i + 1]);
-    if (high < 0 || low < 0) return false;
-    static_cast<unsigned char*>(data)[i] = static_cast<unsigned char>(high * 16 + low);
-  }
-  return true;
-}
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -563,26 +537,7 @@ std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std
   SHARDTRAIN_CHECK(options.compute.device >= 0 && options.compute.stream != nullptr,
                    "NcclComm needs the CUDA backend's compute stream");
   SHARDTRAIN_CUDA_CHECK(cudaSetDevice(options.compute.device));
-  const std::string id_key = prefix + "/nccl/unique_id";
-  ncclUniqueId id;
-  if (rank == 0) {
-    const ncclResult_t status = ncclGetUniqueId(&id);
-    if (status != ncclSuccess) {
-      fail(
-          "NCCL could not create its unique id on rank 0: {} ({}); HINT: check that a network "
-          "interface is up (NCCL_SOCKET_IFNAME selects one)",
-          ncclGetErrorString(status), ncclGetLastError(nullptr));
-    }
-    store.set(id_key, hex_encode(&id, sizeof(id)));
-  } else {
-    const std::string text = store.get(id_key, kIdTimeout);
-    if (!hex_decode(text, &id, sizeof(id))) {
-      fail(
-          "malformed NCCL unique id under '{}' in {}; HINT: another job may share this "
-          "store: use a fresh MASTER_PORT or SHARDTRAIN_STORE_DIR",
-          id_key, store.endpoint());
-    }
-  }
+  const ncclUniqueId id = exchange_nccl_unique_id(store, rank, prefix);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
