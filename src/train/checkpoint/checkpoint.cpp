@@ -237,25 +237,125 @@ std::vector<std::string> finalize_checkpoint(const std::string& dir, int64_t kee
 
 namespace {
 
-// train_state.json of step_dir, verified against the manifest first.
-nlohmann::json read_train_state(const std::string& step_dir) {
+// train_state.json of a step dir, parsed after its manifest entry verified it.
+struct TrainState {
+  nlohmann::json json;
+  std::string path;           // for messages
+  int64_t manifest_step = 0;  // the step the manifest records
+};
+
+TrainState read_train_state(const std::string& step_dir) {
   const Manifest manifest = read_manifest(step_dir);
   const ManifestEntry* state_entry = manifest.find(kTrainStateFile);
   if (state_entry == nullptr)
     fail("{}/{} does not list {}", step_dir, kManifestFile, kTrainStateFile);
   verify_checkpoint_file(step_dir, *state_entry);
-  const std::string state_path = (fs::path(step_dir) / kTrainStateFile).string();
+  TrainState state;
+  state.path = (fs::path(step_dir) / kTrainStateFile).string();
+  state.manifest_step = manifest.step;
   try {
-    return nlohmann::json::parse(read_file(state_path));
+    state.json = nlohmann::json::parse(read_file(state.path));
   } catch (const nlohmann::json::exception& error) {
-    fail("{} is malformed: {}", state_path, json_message(error));
+    fail("{} is malformed: {}", state.path, json_message(error));
   }
+  return state;
+}
+
+// The rest read parts of a parsed train_state.json; nlohmann exceptions (a missing key, a wrong
+// type) reach open_checkpoint, which names the file.
+
+TrainProgress read_progress(const nlohmann::json& j) {
+  TrainProgress p;
+  p.step = j.at("step").get<int64_t>();
+  p.total_steps = j.at("total_steps").get<int64_t>();
+  p.lr = j.at("lr").get<double>();
+  p.tokens_seen = j.at("tokens_seen").get<int64_t>();
+  p.elapsed_s = j.at("elapsed_s").get<double>();
+  const nlohmann::json& s = j.at("sampler");
+  p.sampler = {s.at("epoch").get<uint64_t>(), s.at("index").get<uint64_t>(),
+               s.at("seed").get<uint64_t>(), s.at("dataset_size").get<uint64_t>(),
+               s.at("world").get<uint64_t>()};
+  return p;
+}
+
+// The layout's groups and files into `saved`, checked against each other and this run's
+// expert parallelism.
+void read_saved_groups(const nlohmann::json& l, const ParamLayout& layout,
+                       const std::string& state_path, SavedCheckpoint& saved) {
+  saved.world_size = l.at("world_size").get<int>();
+  saved.group_size = l.at("group_size").get<int>();
+  saved.strategy = l.at("strategy").get<std::string>();
+  saved.shard_files = l.at("shard_files").get<std::vector<std::string>>();
+  saved.expert_parallel = l.value("expert_parallel", 1);
+  if (saved.expert_parallel != layout.expert_parallel) {
+    fail(
+        "checkpoint {} was saved with fsdp.expert_parallel = {}, this run has {}; HINT: "
+        "resume with --fsdp.expert_parallel={}",
+        saved.step_dir, saved.expert_parallel, layout.expert_parallel, saved.expert_parallel);
+  }
+  if (saved.expert_parallel < 1 || saved.group_size % saved.expert_parallel != 0) {
+    fail("{}: expert_parallel {} for a shard group of {}", state_path, saved.expert_parallel,
+         saved.group_size);
+  }
+  if (static_cast<int>(saved.shard_files.size()) != saved.group_size) {
+    fail("{}: layout lists {} shard files for group size {}", state_path,
+         saved.shard_files.size(), saved.group_size);
+  }
+}
+
+// How saved unit u differs from this model's (empty: it does not).
+std::string unit_mismatch(const nlohmann::json& saved_unit, const SavedUnit& unit, size_t u,
+                          const UnitLayout& want) {
+  const nlohmann::json& params = saved_unit.at("params");
+  if (unit.name != want.name || unit.numel != want.numel || unit.experts != want.experts ||
+      params.size() != want.params.size()) {
+    return fmt::format("unit {} is {} with {} elements there, {} with {} here", u, unit.name,
+                       unit.numel, want.name, want.numel);
+  }
+  // Units of experts are rank 0's there: their names differ from this expert rank's, their
+  // shapes and offsets do not.
+  const bool compare_names = !unit.experts;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamSpec& p = want.params[i];
+    const auto dims = params[i].at("shape").get<std::vector<int64_t>>();
+    if ((compare_names && params[i].at("name").get<std::string>() != p.name) ||
+        dims != dims_of(p.shape) || params[i].at("offset").get<int64_t>() != p.offset) {
+      return fmt::format(
+          "parameter {} of unit {} is {} {} at offset {} there, {} {} at offset {} here", i, u,
+          params[i].at("name").get<std::string>(), fmt::format("[{}]", fmt::join(dims, ", ")),
+          params[i].at("offset").get<int64_t>(), p.name, p.shape.to_string(), p.offset);
+    }
+  }
+  return "";
+}
+
+// Saved unit u, checked against this model's unit and the saved groups.
+SavedUnit read_saved_unit(const nlohmann::json& saved_unit, size_t u, const UnitLayout& want,
+                          const SavedCheckpoint& saved, const std::string& state_path) {
+  SavedUnit unit{saved_unit.at("name").get<std::string>(), saved_unit.at("numel").get<int64_t>(),
+                 saved_unit.at("shard_numel").get<int64_t>(),
+                 saved_unit.value("frozen_numel", int64_t{0}), saved_unit.value("experts", false)};
+  const std::string mismatch = unit_mismatch(saved_unit, unit, u, want);
+  if (!mismatch.empty()) {
+    fail(
+        "checkpoint {} was saved for a different model (layout mismatch: {}); HINT: "
+        "resume with the model config it was saved with (copy: {}/{}); a checkpoint of an "
+        "older shardtrain with another layout: export it with that version first",
+        saved.step_dir, mismatch, saved.step_dir, kModelConfigFile);
+  }
+  const int unit_group = unit.experts ? saved.group_size / saved.expert_parallel : saved.group_size;
+  if (unit.frozen_numel < 0 || unit.frozen_numel > unit.numel ||
+      unit.shard_numel * unit_group < unit.trainable_numel()) {
+    fail("{}: unit {} shards ({} x {}) do not cover its {} trainable elements", state_path, u,
+         unit.shard_numel, unit_group, unit.trainable_numel());
+  }
+  return unit;
 }
 
 }  // namespace
 
 std::string read_checkpoint_config_toml(const std::string& step_dir) {
-  const nlohmann::json state = read_train_state(step_dir);
+  const nlohmann::json state = read_train_state(step_dir).json;
   try {
     return state.at("config_toml").get<std::string>();
   } catch (const nlohmann::json::exception& error) {
@@ -264,7 +364,7 @@ std::string read_checkpoint_config_toml(const std::string& step_dir) {
 }
 
 int read_checkpoint_expert_parallel(const std::string& step_dir) {
-  const nlohmann::json state = read_train_state(step_dir);
+  const nlohmann::json state = read_train_state(step_dir).json;
   try {
     const int n = state.at("layout").value("expert_parallel", 1);
     if (n < 1) fail("{}/{}: expert_parallel {}", step_dir, kTrainStateFile, n);
@@ -277,49 +377,16 @@ int read_checkpoint_expert_parallel(const std::string& step_dir) {
 SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& layout) {
   std::error_code ec;
   if (!fs::is_directory(step_dir, ec)) fail("checkpoint {} does not exist", step_dir);
-  const Manifest manifest = read_manifest(step_dir);
-  const ManifestEntry* state_entry = manifest.find(kTrainStateFile);
-  if (state_entry == nullptr)
-    fail("{}/{} does not list {}", step_dir, kManifestFile, kTrainStateFile);
-  verify_checkpoint_file(step_dir, *state_entry);
-  const std::string state_path = (fs::path(step_dir) / kTrainStateFile).string();
-
+  const TrainState state = read_train_state(step_dir);
   SavedCheckpoint saved;
   saved.step_dir = step_dir;
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_file(state_path));
-    TrainProgress& p = saved.progress;
-    p.step = j.at("step").get<int64_t>();
-    p.total_steps = j.at("total_steps").get<int64_t>();
-    p.lr = j.at("lr").get<double>();
-    p.tokens_seen = j.at("tokens_seen").get<int64_t>();
-    p.elapsed_s = j.at("elapsed_s").get<double>();
-    const nlohmann::json& s = j.at("sampler");
-    p.sampler = {s.at("epoch").get<uint64_t>(), s.at("index").get<uint64_t>(),
-                 s.at("seed").get<uint64_t>(), s.at("dataset_size").get<uint64_t>(),
-                 s.at("world").get<uint64_t>()};
+    const nlohmann::json& j = state.json;
+    saved.progress = read_progress(j);
     saved.config_toml = j.at("config_toml").get<std::string>();
     saved.model_path = j.at("model_path").get<std::string>();
     const nlohmann::json& l = j.at("layout");
-    saved.world_size = l.at("world_size").get<int>();
-    saved.group_size = l.at("group_size").get<int>();
-    saved.strategy = l.at("strategy").get<std::string>();
-    saved.shard_files = l.at("shard_files").get<std::vector<std::string>>();
-    saved.expert_parallel = l.value("expert_parallel", 1);
-    if (saved.expert_parallel != layout.expert_parallel) {
-      fail(
-          "checkpoint {} was saved with fsdp.expert_parallel = {}, this run has {}; HINT: "
-          "resume with --fsdp.expert_parallel={}",
-          step_dir, saved.expert_parallel, layout.expert_parallel, saved.expert_parallel);
-    }
-    if (saved.expert_parallel < 1 || saved.group_size % saved.expert_parallel != 0) {
-      fail("{}: expert_parallel {} for a shard group of {}", state_path, saved.expert_parallel,
-           saved.group_size);
-    }
-    if (static_cast<int>(saved.shard_files.size()) != saved.group_size) {
-      fail("{}: layout lists {} shard files for group size {}", state_path,
-           saved.shard_files.size(), saved.group_size);
-    }
+    read_saved_groups(l, layout, state.path, saved);
     const nlohmann::json& units = l.at("units");
     if (units.size() != layout.units.size()) {
       fail(
@@ -329,54 +396,14 @@ SavedCheckpoint open_checkpoint(const std::string& step_dir, const ParamLayout& 
           kModelConfigFile);
     }
     for (size_t u = 0; u < units.size(); ++u) {
-      const UnitLayout& want = layout.units[u];
-      SavedUnit unit{units[u].at("name").get<std::string>(), units[u].at("numel").get<int64_t>(),
-                     units[u].at("shard_numel").get<int64_t>(),
-                     units[u].value("frozen_numel", int64_t{0}), units[u].value("experts", false)};
-      const nlohmann::json& params = units[u].at("params");
-      // Units of experts are rank 0's there: their names differ from this expert rank's, their
-      // shapes and offsets do not.
-      const bool compare_names = !unit.experts;
-      std::string mismatch;
-      if (unit.name != want.name || unit.numel != want.numel || unit.experts != want.experts ||
-          params.size() != want.params.size()) {
-        mismatch = fmt::format("unit {} is {} with {} elements there, {} with {} here", u,
-                               unit.name, unit.numel, want.name, want.numel);
-      }
-      for (size_t i = 0; mismatch.empty() && i < params.size(); ++i) {
-        const ParamSpec& p = want.params[i];
-        const auto dims = params[i].at("shape").get<std::vector<int64_t>>();
-        if ((compare_names && params[i].at("name").get<std::string>() != p.name) ||
-            dims != dims_of(p.shape) || params[i].at("offset").get<int64_t>() != p.offset) {
-          mismatch = fmt::format(
-              "parameter {} of unit {} is {} {} at offset {} there, {} {} at "
-              "offset {} here",
-              i, u, params[i].at("name").get<std::string>(),
-              fmt::format("[{}]", fmt::join(dims, ", ")), params[i].at("offset").get<int64_t>(),
-              p.name, p.shape.to_string(), p.offset);
-        }
-      }
-      if (!mismatch.empty()) {
-        fail(
-            "checkpoint {} was saved for a different model (layout mismatch: {}); HINT: "
-            "resume with the model config it was saved with (copy: {}/{}); a checkpoint of an "
-            "older shardtrain with another layout: export it with that version first",
-            step_dir, mismatch, step_dir, kModelConfigFile);
-      }
-      const int unit_group =
-          unit.experts ? saved.group_size / saved.expert_parallel : saved.group_size;
-      if (unit.frozen_numel < 0 || unit.frozen_numel > unit.numel ||
-          unit.shard_numel * unit_group < unit.trainable_numel()) {
-        fail("{}: unit {} shards ({} x {}) do not cover its {} trainable elements", state_path, u,
-             unit.shard_numel, unit_group, unit.trainable_numel());
-      }
-      saved.units.push_back(unit);
+      saved.units.push_back(read_saved_unit(units[u], u, layout.units[u], saved, state.path));
     }
   } catch (const nlohmann::json::exception& error) {
-    fail("{} is malformed: {}", state_path, json_message(error));
+    fail("{} is malformed: {}", state.path, json_message(error));
   }
-  if (saved.progress.step != manifest.step) {
-    fail("{}: step {} but the manifest says {}", state_path, saved.progress.step, manifest.step);
+  if (saved.progress.step != state.manifest_step) {
+    fail("{}: step {} but the manifest says {}", state.path, saved.progress.step,
+         state.manifest_step);
   }
   return saved;
 }
