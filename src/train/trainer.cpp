@@ -27,6 +27,7 @@
 #include "train/memory_fit.h"
 #include "train/optimizer.h"
 #include "train/precision_check.h"
+#include "train/recorded_config.h"
 #include "train/training_data.h"
 
 namespace shardtrain {
@@ -98,14 +99,6 @@ void load_lora_model(const TrainConfig& config, const ParamLayout& layout, FsdpU
   });
 }
 
-// The whole resolved config as TOML (recorded in checkpoints).
-std::string config_toml(const TrainConfig& config) {
-  TrainConfig copy = config;
-  ConfigSchema schema;
-  copy.register_config(schema);
-  return schema.to_toml();
-}
-
 std::string memory_json(const FsdpMemory& m) {
   return fmt::format(
       "{{\"master_bytes\":{},\"moment_bytes\":{},\"grad_shard_bytes\":{},"
@@ -152,48 +145,6 @@ RunLength run_length_of(const TrainConfig& config, const SequenceDataset& data, 
   RunLength run = plan_run_length(config, data.size(), world);
   for (const std::string& warning : run.warnings) log::warn("{}", warning);
   return run;
-}
-
-namespace fs = std::filesystem;
-
-// `path` made absolute against the working directory ("" stays "").
-std::string absolute_path(const std::string& path) {
-  if (path.empty()) return path;
-  return fs::absolute(path).lexically_normal().string();
-}
-
-// The same for each comma-separated source of a data path.
-std::string absolute_sources(const std::string& paths) {
-  std::string out;
-  size_t begin = 0;
-  while (begin <= paths.size()) {
-    size_t end = paths.find(',', begin);
-    if (end == std::string::npos) end = paths.size();
-    std::string source = paths.substr(begin, end - begin);
-    source.erase(0, source.find_first_not_of(" \t"));
-    source.erase(source.find_last_not_of(" \t") + 1);
-    if (!out.empty()) out += ",";
-    out += absolute_path(source);
-    begin = end + 1;
-  }
-  return out;
-}
-
-// The config with every path resolved against the working directory, as checkpoints record
-// it (so export, resume and tools work from any other directory).
-TrainConfig with_absolute_paths(TrainConfig config) {
-  config.model.path = absolute_path(config.model.path);
-  config.data.path = absolute_sources(config.data.path);
-  config.data.eval_path = absolute_sources(config.data.eval_path);
-  config.data.tokenizer = absolute_path(config.data.tokenizer);
-  config.data.cache_dir = absolute_path(config.data.cache_dir);
-  config.train.output_dir = absolute_path(config.train.output_dir);
-  config.train.checkpoint_dir = absolute_path(config.train.checkpoint_dir);
-  config.lora.adapter = absolute_path(config.lora.adapter);
-  if (config.train.resume != "auto" && config.train.resume != "never") {
-    config.train.resume = absolute_path(config.train.resume);
-  }
-  return config;
 }
 
 AdamWSettings adamw_settings(const OptimConfig& optim) {
@@ -283,7 +234,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
                                options_.checkpoint_write_delay},
         *units_, ops_, model_.layout(),
         CheckpointRunInfo{
-            fsdp_strategy_name(config_.fsdp.strategy), config_toml(with_absolute_paths(config_)),
+            fsdp_strategy_name(config_.fsdp.strategy), recorded_config_toml(config_),
             absolute_path(config_.model.path), absolute_path(config_json_of(config_.model.path))});
   }
   log_setup();
