@@ -80,6 +80,21 @@ __device__ void finish_delayed(float block_amax, float* state, int history_pos) 
   atomicExch(counter, 0u);
 }
 
+// Writes a block's 64 x 64 FP8 tile (already in shared memory) transposed into out_t
+// (cols x rows), 4 source rows (4 bytes) a thread.
+__device__ __forceinline__ void write_transposed(const uint8_t (*tile)[kTilePitch], int64_t rows,
+                                                 int64_t cols, int64_t row0, int64_t col0,
+                                                 uint8_t* out_t) {
+  const int group_row = (threadIdx.x % kThreadsPerRow) * kGroup;
+  for (int c = threadIdx.x / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
+    const int64_t out_row = col0 + c, out_col = row0 + group_row;
+    if (out_row >= cols || out_col >= rows) continue;
+    uint32_t packed = 0;
+    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{tile[group_row + j][c]} << (8 * j);
+    *reinterpret_cast<uint32_t*>(out_t + out_row * rows + out_col) = packed;
+  }
+}
+
 // One 64 x 64 tile of x per block (blockIdx.x: column tile, blockIdx.y: row tile). kDelayed:
 // `amax` is state + kFp8ScaleAmaxIndex, and the block's amax goes to finish_delayed.
 template <typename T, bool kDelayed>
@@ -132,30 +147,7 @@ __global__ void cast_kernel(const T* x, int64_t rows, int64_t cols, __nv_fp8_int
   }
   if (out_t == nullptr) return;  // uniform over the block: no thread waits at the barrier
   __syncthreads();
-  // out_t (cols x rows): row c of the tile's columns, 4 source rows a thread.
-  const int group_row = (threadIdx.x % kThreadsPerRow) * kGroup;
-  for (int c = threadIdx.x / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
-    const int64_t out_row = col0 + c, out_col = row0 + group_row;
-    if (out_row >= cols || out_col >= rows) continue;
-    uint32_t packed = 0;
-    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{tile[group_row + j][c]} << (8 * j);
-    *reinterpret_cast<uint32_t*>(out_t + out_row * rows + out_col) = packed;
-  }
-}
-
-// Writes a block's 64 x 64 FP8 tile (already in shared memory) transposed into out_t
-// (cols x rows), 4 source rows (4 bytes) a thread.
-__device__ __forceinline__ void write_transposed(const uint8_t (*tile)[kTilePitch], int64_t rows,
-                                                 int64_t cols, int64_t row0, int64_t col0,
-                                                 uint8_t* out_t) {
-  const int group_row = (threadIdx.x % kThreadsPerRow) * kGroup;
-  for (int c = threadIdx.x / kThreadsPerRow; c < kTile; c += kRowsPerPass) {
-    const int64_t out_row = col0 + c, out_col = row0 + group_row;
-    if (out_row >= cols || out_col >= rows) continue;
-    uint32_t packed = 0;
-    for (int j = 0; j < kGroup; ++j) packed |= uint32_t{tile[group_row + j][c]} << (8 * j);
-    *reinterpret_cast<uint32_t*>(out_t + out_row * rows + out_col) = packed;
-  }
+  write_transposed(tile, rows, cols, row0, col0, out_t);
 }
 
 // SwiGLU backward into FP8: one 64 x 64 tile of the (rows x cols) gradients per block, both
