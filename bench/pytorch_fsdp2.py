@@ -10,7 +10,8 @@ SDPA restricted to the flash and cuDNN kernels, fused AdamW (always); compilatio
 untimed warm-up steps. --lora R: PEFT LoRA (get_peft_model, rank R, alpha 2R, dropout 0, all
 seven projections) on a bf16 model, the base frozen; fused AdamW over the adapters only; on one
 GPU the model is not wrapped (PEFT as users run it), on several each layer is fully_shard'ed.
---documents TOKEN_FILE (requires --compile): packed documents as torchtitan trains them, instead
+--grad-accum N: N micro-batches per optimizer step (the loss
+of each divided by N, gradient sync on the last). --documents TOKEN_FILE (requires --compile): packed documents as torchtitan trains them, instead
 of random tokens: the windows of a version 3 token file (the one shardtrain reads with
 data.packing = documents), per-document position ids, each document's first token no target,
 attn_implementation = flex_attention with a compiled block-causal document mask per step
@@ -18,7 +19,7 @@ attn_implementation = flex_attention with a compiled block-causal document mask 
 
 Usage: [torchrun --standalone --nproc-per-node N] python3 bench/pytorch_fsdp2.py CONFIG_JSON
        SEQ_LEN MICRO_BATCH STEPS [--checkpointing] [--strategy full_shard|shard_grad_op]
-       [--compile] [--lora R] [--documents TOKEN_FILE]
+       [--compile] [--lora R] [--grad-accum N] [--documents TOKEN_FILE]
 Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib (allocated),
 peak_reserved_gib, step_ms, graphs_compiled_while_timed (torch.compile graphs built after the
 warm-up: 0 unless something recompiled inside the timed steps).
@@ -30,8 +31,9 @@ import os
 import time
 
 
-def run_steps(model, optimizer, next_batch, warmup, steps):
-    """warmup + steps training steps on next_batch()'s model arguments; the timer starts
+def run_steps(model, optimizer, next_batch, warmup, steps, grad_accum):
+    """warmup + steps training steps of grad_accum micro-batches each on next_batch()'s model
+    arguments (FSDP2's gradient sync only on the last one, as users accumulate); the timer starts
     (run_steps.start) after the warm-up."""
     import torch
     for step in range(warmup + steps):
@@ -39,11 +41,14 @@ def run_steps(model, optimizer, next_batch, warmup, steps):
             torch.cuda.synchronize()
             run_steps.start = time.perf_counter()
             run_steps.graphs_at_start = compiled_graphs()
-        loss = model(**next_batch()).loss
-        loss.backward()
+        for micro in range(grad_accum):
+            if hasattr(model, "set_requires_gradient_sync"):
+                model.set_requires_gradient_sync(micro == grad_accum - 1)
+            loss = model(**next_batch()).loss / grad_accum
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    run_steps.loss = loss.item()
+    run_steps.loss = loss.item() * grad_accum
 
 
 def main():
@@ -58,6 +63,8 @@ def main():
                         help="torch.compile each decoder layer; flash/cuDNN SDPA only")
     parser.add_argument("--lora", type=int, default=0, metavar="R",
                         help="PEFT LoRA of rank R on a bf16 model (all seven projections)")
+    parser.add_argument("--grad-accum", type=int, default=1, metavar="N",
+                        help="micro-batches per optimizer step")
     parser.add_argument("--documents", metavar="TOKEN_FILE",
                         help="packed documents of this version 3 token file, FlexAttention "
                              "block-causal document masks (requires --compile)")
@@ -135,16 +142,17 @@ def main():
         from torch.nn.attention import SDPBackend, sdpa_kernel
         sdpa = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION])
     with sdpa:
-        run_steps(model, optimizer, next_batch, warmup, steps)
+        run_steps(model, optimizer, next_batch, warmup, steps, args.grad_accum)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - run_steps.start
 
-    tokens = micro_batch * seq_len * steps
+    tokens = micro_batch * seq_len * steps * args.grad_accum
     result = {"framework": "pytorch-fsdp2", "torch": torch.__version__, "compiled": args.compile,
               "world_size": dist.get_world_size(), "strategy": args.strategy,
               "tokens_per_s": tokens / elapsed, "step_ms": 1000 * elapsed / steps,
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
               "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "lora": args.lora,
+              "grad_accum": args.grad_accum,
               "checkpointing": checkpointing, "loss": run_steps.loss,
               "documents_per_sequence": documents and documents.mean_documents(),
               "graphs_compiled_while_timed": graphs_since(run_steps.graphs_at_start)}

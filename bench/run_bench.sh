@@ -4,7 +4,7 @@
 # --compile) in the same call, same shapes (bench/shapes/*), random init, random tokens, bf16,
 # AdamW, one GPU; eager PyTorch FSDP2 too (its own rows and ratio) unless BENCH_EAGER=0.
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [RUN ...]   (default: qwen2.5-1.5b llama3.2-1b)
-# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma][+lora][+docs][+fp8]:
+# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma][+lora][+docs][+fp8][+accumN]:
 #   @SEQ[xMB]  sequence length and micro-batch of this run (default BENCH_SEQ or 4096 and
 #              BENCH_MICRO_BATCH or 2), e.g. llama3.2-1b@16384x1, llama2-7b@4096x1+ckpt
 #   +ckpt      both engines with full activation checkpointing; +sel: ours selective
@@ -32,6 +32,10 @@
 #   +fp8       ours with train.precision = fp8 (FP8 projections, H100/H200/L4) against PyTorch in
 #              bf16 (no torchao on the GPU machine): qwen2.5-1.5b and qwen2.5-1.5b+fp8 in one
 #              call give our FP8 / bf16 ratio beside compiled PyTorch's one bf16 measurement
+#   +accumN    N micro-batches per optimizer step on both (--train.grad_accum=N; PyTorch
+#              --grad-accum N, gradient sync on the last): the optimizer's cost spread over N
+#              micro-batches, e.g. a mixture of experts, whose AdamW over every expert's
+#              parameters dominates a one-micro-batch step
 # Runs that differ only in ours' settings (e.g. qwen2.5-1.5b and qwen2.5-1.5b+wgmma) share one
 # PyTorch measurement of this call.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
@@ -80,7 +84,10 @@ for run in "${runs[@]}"; do
         --lora.target_modules=all-linear) torch_args+=(--lora 16) lora_rank=16 ;;
       docs) docs=1 ;;
       fp8) ours_args+=(--train.precision=fp8) ;;
-      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, lora, docs, fp8)" >&2; exit 2 ;;
+      accum[1-9]*) [[ ${mod#accum} =~ ^[0-9]+$ ]] || { echo "run '$run': bad +$mod" >&2; exit 2; }
+        ours_args+=(--train.grad_accum="${mod#accum}") torch_args+=(--grad-accum "${mod#accum}") ;;
+      *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, lora, docs, fp8, accumN)" >&2
+        exit 2 ;;
     esac
   done
   config=$root/bench/shapes/$shape/config.json

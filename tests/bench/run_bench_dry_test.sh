@@ -3,7 +3,7 @@
 # run specs parse into the right flags for both engines, +wgmma runs ours as the test worker with
 # the cp.async-wgmma attention hook (the shipped binary reads no test variable), runs that differ only in ours' settings share one PyTorch measurement of
 # the call, +docs gives both engines one token file of documents (ours masked apart, PyTorch with
-# FlexAttention, no eager row), a bad spec exits 2 naming it; and benchlib.py loss-diff compares
+# FlexAttention, no eager row), +accumN accumulates on both, a bad spec exits 2 naming it; and benchlib.py loss-diff compares
 # two metrics files.
 # Usage: run_bench_dry_test.sh SHARDTRAIN_BIN SOURCE_DIR
 set -euo pipefail
@@ -70,6 +70,23 @@ if grep -q -- "--train.precision" "$work/fp8/qwen2.5-1.5b-shardtrain.log"; then
 fi
 grep -q "reused" "$work/fp8/qwen2.5-1.5b+fp8-pytorch.log" || fail "+fp8: PyTorch ran twice"
 
+# +accumN: both engines accumulate N micro-batches per optimizer step; PyTorch measured apart.
+BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/accum" qwen2.5-1.5b \
+  qwen2.5-1.5b+accum8 >"$work/accum.txt" 2>&1 || { cat "$work/accum.txt"; fail "+accum8 dry run"; }
+grep -q -- "--train.grad_accum=8" "$work/accum/qwen2.5-1.5b+accum8-shardtrain.log" ||
+  fail "+accum8: ours' grad_accum"
+grep -q -- "pytorch_fsdp2.py .* --grad-accum 8 --compile" \
+  "$work/accum/qwen2.5-1.5b+accum8-pytorch.log" || fail "+accum8: PyTorch's command"
+if grep -q "reused" "$work/accum/qwen2.5-1.5b+accum8-pytorch.log"; then
+  fail "+accum8 reused the one-micro-batch PyTorch measurement"
+fi
+for bad in accum accumx accum0; do
+  rc=0
+  BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" "qwen2.5-1.5b+$bad" \
+    >"$work/bad.txt" 2>&1 || rc=$?
+  [[ $rc == 2 ]] || fail "+$bad exited $rc, not 2"
+done
+
 rc=0
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" qwen2.5-1.5b+bogus \
   >"$work/bad.txt" 2>&1 || rc=$?
@@ -84,4 +101,4 @@ printf '{"loss":2.0}\n' >"$work/c.jsonl"
 if python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/c.jsonl" 2>/dev/null; then
   fail "loss-diff accepted runs of different lengths"
 fi
-echo "run_bench dry run: specs, +wgmma hook, shared PyTorch measurements, eager by default, +docs, +fp8, bad spec, loss-diff: ok"
+echo "run_bench dry run: specs, +wgmma hook, shared PyTorch measurements, eager by default, +docs, +fp8, +accumN, bad specs, loss-diff: ok"

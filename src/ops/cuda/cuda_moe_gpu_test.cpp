@@ -3,7 +3,8 @@
 // CPU's: stable, deterministic), gather and combine both ways, and the grouped linears (one
 // cuBLAS launch over all experts, experts with no rows included) forward and backward, with
 // overwrite and accumulate. Shapes: a Qwen3-MoE-like 64 tokens x top 8 of 16 experts, C 256,
-// F 96. Plus a DISABLED_ timing of the grouped forward at Qwen3-30B-A3B's layer geometry.
+// F 96; the f32 expert weight gradients through more than one bf16 staging launch. Plus
+// DISABLED_ timings of the grouped forward and backward at Qwen3-30B-A3B's layer geometry.
 #include <algorithm>
 #include <numeric>
 
@@ -118,6 +119,26 @@ TEST_F(CudaMoeTest, GroupedLinearsMatchTheCpuWithEmptyExperts) {
   }
 }
 
+// Experts large enough that their f32 weight gradients go through the bf16 staging in more than
+// one grouped launch (6 experts of 2048 x 4096: 4 a launch), an expert without rows in each.
+TEST_F(CudaMoeTest, ExpertWeightGradientsOverSeveralStagingLaunchesMatchTheCpu) {
+  const int64_t experts = 6, in = 4096, out = 2048;
+  const std::vector<int64_t> rows = {5, 0, 9, 3, 0, 7};
+  const int64_t total = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+  const Pair x = random_input({total, in});
+  const Pair w = random_input({experts, out, in}, DType::kBF16, -0.05f, 0.05f);
+  const Pair dout = random_input({total, out});
+  for (bool accumulate : {false, true}) {
+    const Pair dw = accumulate ? random_input({experts, out, in}, DType::kF32)
+                               : output({experts, out, in}, DType::kF32);
+    cpu_->grouped_linear_backward(dout.cpu, x.cpu, w.cpu, rows, Tensor(), dw.cpu, false,
+                                  accumulate);
+    gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, rows, Tensor(), dw.gpu, false,
+                                  accumulate);
+    EXPECT_BF16_CLOSE(dw) << accumulate;
+  }
+}
+
 // Qwen3-30B-A3B's expert GEMMs for 4096 tokens (top 8 of 128, C 2048, F 768), balanced rows:
 // the grouped gate projection's time and TFLOP/s.
 TEST_F(CudaMoeTest, DISABLED_GroupedForwardTiming) {
@@ -132,6 +153,31 @@ TEST_F(CudaMoeTest, DISABLED_GroupedForwardTiming) {
   std::printf("grouped forward %lld x %lld -> %lld over %lld experts: %.3f ms, %.0f TFLOP/s\n",
               static_cast<long long>(rows_total), static_cast<long long>(hidden),
               static_cast<long long>(ffn), static_cast<long long>(experts), ms, tflops);
+}
+
+// The same geometry's backward of the gate projection: d(x) and the f32 expert weight gradients.
+TEST_F(CudaMoeTest, DISABLED_GroupedBackwardTiming) {
+  const int64_t tokens = 4096, experts = 128, top = 8, hidden = 2048, ffn = 768;
+  const int64_t rows_total = tokens * top;
+  const std::vector<int64_t> rows(experts, rows_total / experts);
+  const Pair x = random_input({rows_total, hidden});
+  const Pair w = random_input({experts, ffn, hidden}, DType::kBF16, -0.05f, 0.05f);
+  const Pair dout = random_input({rows_total, ffn});
+  const Pair dx = output({rows_total, hidden});
+  const Pair dw = output({experts, ffn, hidden}, DType::kF32);
+  const double flops = 2.0 * rows_total * hidden * ffn;
+  const double dx_ms = time_ms(
+      [&] { gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, rows, dx.gpu, Tensor(), false,
+                                          false); },
+      20);
+  const double dw_ms = time_ms(
+      [&] { gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, rows, Tensor(), dw.gpu, false,
+                                          false); },
+      20);
+  std::printf("grouped backward over %lld experts: dx %.3f ms (%.0f TFLOP/s), f32 dweight %.3f ms "
+              "(%.0f TFLOP/s)\n",
+              static_cast<long long>(experts), dx_ms, flops / (dx_ms * 1e-3) / 1e12, dw_ms,
+              flops / (dw_ms * 1e-3) / 1e12);
 }
 
 }  // namespace

@@ -42,5 +42,8 @@ void combine(DType act, const void* y, const int32_t* row, const float* weight,
 void combine_backward(DType act, const void* dout, const void* y, const int32_t* row,
                       const float* weight, int64_t N, int64_t K, int64_t C, void* dy,
                       float* dweight, cudaStream_t stream);
+// dst (f32, n values) = src (bf16), or += when accumulate: the experts' weight gradients, which
+// cuBLAS computes grouped only into bf16, widened into the f32 gradient.
+void widen(const void* src_bf16, float* dst, int64_t n, bool accumulate, cudaStream_t stream);
 
 }  // namespace shardtrain::cuda_moe
