@@ -1,7 +1,9 @@
 // Training on the GPU follows the CPU reference: the tiny golden models (tests/golden/) trained
 // for 50 steps with the bf16 CUDA backend stay within bf16 tolerance of the fp32 CPU loss curve.
 // qwen3: q/k norms; gemma3_text: 1 + weight and sandwich norms, GeGLU, scaled embeddings, a
-// sliding layer (window 6 of the 32 tokens) and a global one, final logit soft-capping.
+// sliding layer (window 6 of the 32 tokens) and a global one, final logit soft-capping; and the
+// same model with attn_logit_softcapping set (the fixture's config patched: a cap of 1.5 bends
+// its q/k-normed scores), which runs the soft-capped attention kernels.
 // LoRA over the frozen base, configured with the [lora] keys users write: llama_gqa all-linear
 // r = 4, qwen2_tied_bias q/v/down with rank-stabilised scaling (biases, tied head), gemma3_text
 // all-linear; besides the losses, the PEFT adapters both runs export must agree and B must have
@@ -45,7 +47,22 @@ struct ParityCase {
   // "It learned": the last loss below this fraction of the first (a frozen base with rank-4
   // adapters learns less in 50 steps than the whole model).
   double learned = 0.8;
+  // > 0: the fixture's config.json with attn_logit_softcapping set to this (a copy in the
+  // test's directory beside the fixture's weights).
+  double attn_logit_softcapping = 0;
 };
+
+// A copy of tests/golden/<fixture> in `dir` whose config sets attn_logit_softcapping = cap.
+fs::path with_attention_softcap(const fs::path& fixture, const fs::path& dir, double cap) {
+  const fs::path model = dir / "model";
+  fs::create_directories(model);
+  std::ifstream in(fixture / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["attn_logit_softcapping"] = cap;
+  std::ofstream(model / "config.json") << config.dump(2);
+  fs::copy_file(fixture / "model.safetensors", model / "model.safetensors");
+  return model;
+}
 
 void PrintTo(const ParityCase& c, std::ostream* os) { *os << c.name; }
 
@@ -112,7 +129,11 @@ TEST_P(TrainParityGpu, LossCurveFollowsCpuWithinBf16Tolerance) {
   TrainConfig config;
   ConfigSchema schema;
   config.register_config(schema);
-  config.model.path = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/golden/" + c.fixture;
+  const fs::path fixture = fs::path(SHARDTRAIN_SOURCE_DIR) / "tests/golden" / c.fixture;
+  config.model.path = (c.attn_logit_softcapping > 0
+                           ? with_attention_softcap(fixture, dir, c.attn_logit_softcapping)
+                           : fixture)
+                          .string();
   config.data.path = (dir / "data.jsonl").string();
   config.data.seq_len = 32;
   config.train.steps = 50;
@@ -165,6 +186,7 @@ INSTANTIATE_TEST_SUITE_P(
         ParityCase{"qwen2_tied_bias", "qwen2_tied_bias", "", 2e-3},
         ParityCase{"llama3_rope", "llama3_rope", "", 2e-3}, ParityCase{"qwen3", "qwen3", "", 2e-3},
         ParityCase{"gemma3_text", "gemma3_text", "", 2e-3},
+        ParityCase{"gemma3_text_attn_softcap", "gemma3_text", "", 2e-3, 0.8, 1.5},
         // LoRA: B starts at zero; a higher lr than full fine-tuning's, as LoRA recipes use, so
         // the adapters carry the learning (on the CPU the losses fall by 15%, 9% and 25%, and
         // the largest |lora_B| reaches ~0.18).

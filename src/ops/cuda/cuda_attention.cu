@@ -16,6 +16,8 @@
 // last query that sees its last key; elements are masked per row inside those bounds.
 // With P = softmax(S), S = q k^T * scale, delta_i = rowsum(dO_i * O_i):
 //   dP = dO v^T; dS = P * (dP - delta); dq = dS k * scale; dk = dS^T q * scale; dv = P^T dO.
+// With a logit soft cap (Gemma; AttentionShape::logit_softcap) S is cap * tanh(q k^T * scale /
+// cap) and dS is multiplied by 1 - tanh^2 (attention_mask::soft_capped, soft_cap_slope).
 #include <algorithm>
 #include <type_traits>
 
@@ -145,8 +147,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int key = first_key + lane + 32 * half;
-        s[half] = (key <= query && key < seq && key >= row_first[r]) ? score[r][half] * scale
-                                                                     : -INFINITY;
+        s[half] = (key <= query && key < seq && key >= row_first[r])
+                      ? attention_mask::soft_capped(shape, score[r][half] * scale)
+                      : -INFINITY;
       }
       const float new_max = fmaxf(row_max[r], warp_max(fmaxf(s[0], s[1])));
       float p0 = 0, p1 = 0, correction = 1;
@@ -292,8 +295,10 @@ __global__ void __launch_bounds__(kThreads)
         const int key = first_key + lane + 32 * half;
         float dscore = 0;
         if (key <= query && query < seq && key >= row_first[r]) {
-          const float prob = expf(score[r][half] * scale - row_lse[r]);
-          dscore = prob * (dprob[r][half] - row_delta[r]);
+          const float capped = attention_mask::soft_capped(shape, score[r][half] * scale);
+          const float prob = expf(capped - row_lse[r]);
+          dscore = prob * (dprob[r][half] - row_delta[r]) *
+                   attention_mask::soft_cap_slope(shape, capped);
         }
         dscores_s[r * kTile + lane + 32 * half] = dscore;
       }
@@ -385,8 +390,10 @@ __global__ void __launch_bounds__(kThreads)
           const int query = first_query + row;
           float prob = 0, dscore = 0;
           if (key <= query && query < seq && key < seq && query < row_end[r]) {
-            prob = expf(score[r][half] * scale - lse_s[row]);
-            dscore = prob * (dprob[r][half] - delta_s[row]);
+            const float capped = attention_mask::soft_capped(shape, score[r][half] * scale);
+            prob = expf(capped - lse_s[row]);
+            dscore = prob * (dprob[r][half] - delta_s[row]) *
+                     attention_mask::soft_cap_slope(shape, capped);
           }
           probs_s[r * kTile + row] = prob;
           dscores_s[r * kTile + row] = dscore;

@@ -3,7 +3,8 @@
 // by queries k .. query_end(b, k) - 1. Both bounds never decrease (document starts and ends never
 // do, and a window slides forward), so a tile of queries [q0, q1) needs keys from first_key(q0)
 // only and a tile of keys [k0, k1) is seen by queries before query_end(k1 - 1) only: the kernels
-// bound their tile loops with these and mask elements only in the tiles at the bounds.
+// bound their tile loops with these and mask elements only in the tiles at the bounds. The soft
+// cap (AttentionShape::logit_softcap) is read here too: soft_capped and its slope.
 // Internal to ops/cuda (.cu files only).
 #pragma once
 
@@ -39,6 +40,21 @@ __device__ __forceinline__ int query_end(const AttentionShape& s, int b, int key
     end = min(end, __ldg(s.document_end_BT + int64_t{b} * s.seq + key));
   }
   return end;
+}
+
+// Gemma's soft cap on a scaled score: cap * tanh(score / cap) when s.logit_softcap > 0, else the
+// score itself. Every kernel that applies the cap calls this, forward and backward, so the
+// backward's probabilities are the forward's.
+__device__ __forceinline__ float soft_capped(const AttentionShape& s, float score) {
+  return s.logit_softcap > 0 ? s.logit_softcap * tanhf(score / s.logit_softcap) : score;
+}
+
+// d soft_capped / d score, from the capped score c: 1 - tanh^2 = 1 - (c / cap)^2 (1 uncapped).
+// The backward multiplies the gradient of the capped score by it.
+__device__ __forceinline__ float soft_cap_slope(const AttentionShape& s, float capped) {
+  if (s.logit_softcap <= 0) return 1.0f;
+  const float tanh_value = capped / s.logit_softcap;
+  return 1.0f - tanh_value * tanh_value;
 }
 
 }  // namespace shardtrain::cuda_kernels::attention_mask

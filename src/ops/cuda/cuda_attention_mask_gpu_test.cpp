@@ -5,7 +5,9 @@
 // backward (under an L4's limits), the SIMT kernels (head dims other than 64 / 128) — with the
 // whole GQA group in a backward block and with one head a block. Documents of 1, 17, 200 and
 // 3000 tokens, documents crossing tile boundaries, runs of one-token documents; head counts and
-// GQA ratios of the supported models.
+// GQA ratios of the supported models. Gemma's logit soft cap (AttentionMask::logit_softcap) on
+// the mma.sync rows it runs on (head dims 64, 128, 256; the wgmma rows leave it to them) and the
+// SIMT kernels, causal, with a window and with documents, caps that bite hard and that barely do.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@ struct MaskCase {
   int64_t window;  // 0: none
   // Per sequence, the lengths of its documents (summing to seq); empty: one document.
   std::vector<std::vector<int64_t>> documents;
+  float softcap = 0;  // attn_logit_softcapping; 0: none
 };
 
 // document_start[b][t] of the case's documents (zeros where a sequence is one document).
@@ -82,6 +85,7 @@ class CudaAttentionMaskTest : public CudaOpsTest {
     r.dk = output(kv_shape);
     r.dv = output(kv_shape);
     r.cpu_mask.window = r.gpu_mask.window = c.window;
+    r.cpu_mask.logit_softcap = r.gpu_mask.logit_softcap = c.softcap;
     if (!c.documents.empty()) {
       r.starts = ints(document_starts(c), {s.batch, s.seq});
       r.cpu_mask.document_start_BT = r.starts.cpu;
@@ -178,7 +182,21 @@ INSTANTIATE_TEST_SUITE_P(
         MaskCase{"Documents_D256", {2, 520, 4, 2, 256}, 0, {{1, 17, 200, 302}, {520}}},
         // The SIMT kernels (other head dims): window, documents, both.
         MaskCase{"WindowAndDocuments_D48", {2, 300, 6, 2, 48}, 40, {{1, 17, 282}, {150, 150}}},
-        MaskCase{"Documents_D32", {1, 200, 4, 2, 32}, 0, {{1, 64, 135}}}),
+        MaskCase{"Documents_D32", {1, 200, 4, 2, 32}, 0, {{1, 64, 135}}},
+        // Soft-capped scores (the inputs' scaled scores reach about +-5): a cap of 2 saturates
+        // the tanh, one of 50 (Gemma 2's) barely bends it. Causal, windowed (Gemma's local
+        // layers) and with documents; head dims 64, 128, 256 (mma.sync) and 48 (SIMT).
+        MaskCase{"SoftcapCausal_D64", {2, 300, 8, 2, 64}, 0, {}, 2.0f},
+        MaskCase{"SoftcapWindow_D64", {1, 500, 4, 1, 64}, 37, {}, 50.0f},
+        MaskCase{"SoftcapCausal_D128", {1, 400, 12, 2, 128}, 0, {}, 2.0f},
+        MaskCase{"SoftcapWindow_D128", {1, 600, 8, 4, 128}, 100, {}, 2.0f},
+        MaskCase{"SoftcapWindowAndDocuments_D128", {2, 333, 4, 2, 128}, 64,
+                 {{1, 200, 132}, {333}}, 5.0f},
+        MaskCase{"SoftcapCausal_D256", {2, 300, 4, 1, 256}, 0, {}, 2.0f},
+        MaskCase{"SoftcapWindow_D256", {1, 520, 8, 4, 256}, 50, {}, 2.0f},
+        MaskCase{"SoftcapWindowAndDocuments_D256", {1, 300, 4, 1, 256}, 40, {{17, 283}}, 50.0f},
+        MaskCase{"SoftcapWindowAndDocuments_D48", {2, 300, 6, 2, 48}, 40,
+                 {{1, 17, 282}, {150, 150}}, 2.0f}),
     [](const testing::TestParamInfo<MaskCase>& info) { return std::string(info.param.name); });
 
 // Rows that run only under smaller GPUs' limits: the single-stage mma.sync backward (an L4's
@@ -230,23 +248,54 @@ TEST_F(CudaAttentionMaskTest, CoveringWindowIsCausal) {
   EXPECT_LT(error(out), kBf16Tolerance);
 }
 
-// Logit soft-capping is not in the CUDA kernels: refused with one line naming it and what to do.
-TEST_F(CudaAttentionMaskTest, LogitSoftcapIsRefusedWithOneLine) {
-  const int64_t B = 1, T = 64, H = 2, D = 64;
-  Pair q = random_input({B, T, H, D}), k = random_input({B, T, H, D}),
-       v = random_input({B, T, H, D});
-  Pair out = output({B, T, H, D}), lse = output({B, H, T}, DType::kF32);
-  AttentionMask capped;
-  capped.logit_softcap = 50;
-  try {
-    gpu_->attention_forward(q.gpu, k.gpu, v.gpu, 0.125f, out.gpu, lse.gpu, capped);
-    ADD_FAILURE() << "no Error for a logit soft-cap";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("attn_logit_softcapping 50"), std::string::npos) << message;
-    EXPECT_NE(message.find("HINT"), std::string::npos) << message;
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+// A soft cap runs on the mma.sync rows on every GPU kind, Hopper included (the wgmma rows keep
+// the uncapped case), and on smaller GPUs' rows: the single-stage backward under an L4's and an
+// A100's limits, with a window.
+TEST_F(CudaAttentionMaskTest, SoftcapRunsOnTheMmaSyncRows) {
+  const cuda_kernels::DeviceLimits before = cuda_kernels::device_limits();
+  for (const auto& [kind, c] :
+       {std::pair{"", MaskCase{"SoftcapDefault_D128", {1, 256, 4, 2, 128}, 0, {}, 2.0f}},
+        std::pair{"l4", MaskCase{"L4SoftcapWindow_D128", {1, 400, 8, 2, 128}, 90, {}, 2.0f}},
+        std::pair{"a100", MaskCase{"A100SoftcapWindow_D256", {1, 300, 4, 1, 256}, 70, {}, 2.0f}}}) {
+    SCOPED_TRACE(c.name);
+    if (*kind != '\0') {
+      const std::optional<cuda_kernels::DeviceLimits> limits =
+          cuda_kernels::device_limits_preset(kind);
+      ASSERT_TRUE(limits.has_value());
+      if (limits->shared_per_block_optin > before.shared_per_block_optin) {
+        std::printf("%s: skipped, more shared memory than this GPU has\n", kind);
+        continue;
+      }
+      cuda_kernels::set_device_limits_override(limits);
+    }
+    cuda_kernels::AttentionShape s{
+        static_cast<int>(c.shape.batch), static_cast<int>(c.shape.seq),
+        static_cast<int>(c.shape.heads), static_cast<int>(c.shape.kv_heads),
+        static_cast<int>(c.shape.head_dim)};
+    s.logit_softcap = c.softcap;
+    EXPECT_EQ(cuda_kernels::attention_forward_config(DType::kBF16, s).kernel,
+              cuda_kernels::AttentionKernel::kMmaSync);
+    EXPECT_EQ(cuda_kernels::attention_backward_config(DType::kBF16, s).kernel,
+              cuda_kernels::AttentionKernel::kMmaSync);
+    Run r = prepare(c);
+    expect_forward(r, "default");
+    expect_backward(r, "default", 0);
+    expect_backward(r, "default", 1);
+    cuda_kernels::set_device_limits_override(before);
   }
+}
+
+// The cap changes the result: capped and uncapped attention of the same inputs differ by far
+// more than the tolerance (so the cases above test the cap, not plain attention).
+TEST_F(CudaAttentionMaskTest, SoftcapChangesTheOutput) {
+  MaskCase c{"SoftcapBites_D128", {1, 200, 4, 2, 128}, 0, {}, 2.0f};
+  Run capped = prepare(c);
+  expect_forward(capped, "default");
+  Pair plain = output({1, 200, 4, 128});
+  Pair plain_lse = output({1, 4, 200}, DType::kF32);
+  gpu_->attention_forward(capped.q.gpu, capped.k.gpu, capped.v.gpu, capped.scale, plain.gpu,
+                          plain_lse.gpu, AttentionMask::causal());
+  EXPECT_GT(error(Pair{capped.out.cpu, plain.gpu}), 10 * kBf16Tolerance);
 }
 
 // Many short documents cost less than one causal sequence: the kernels skip every tile outside

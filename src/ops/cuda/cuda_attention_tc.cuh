@@ -11,7 +11,8 @@
 // tiles stream through shared memory with `cp.async`, two stages deep. Each warp owns 16 query
 // (forward) or key (backward) rows; the tiles streamed past them are 64 rows (K/V forward, Q/dO
 // backward). Shared rows are padded by 16 bytes (pitch D + 8) so the 8 row addresses of one
-// ldmatrix hit distinct banks. Each kernel file describes its own loop.
+// ldmatrix hit distinct banks. Each kernel file describes its own loop. The mma.sync kernels
+// also apply Gemma's logit soft cap (AttentionShape::logit_softcap); the wgmma ones do not.
 // Fragment layouts (PTX ISA, mma.m16n8k16): g = lane / 4, t = lane % 4; A regs hold
 // (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t..2t+1, n g), (k 2t+8.., n
 // g); C holds (g, 2t..2t+1), (g+8, 2t..2t+1). So two adjacent C tiles of scores, rounded to bf16,
@@ -222,6 +223,17 @@ inline void allow_shared(Kernel kernel, size_t bytes, const char* name) {
   require_shared_fits(bytes, device_limits(), name);
   SHARDTRAIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(bytes)));
+}
+
+// The wgmma kernels do not apply the logit soft cap; the dispatch table never picks them for a
+// capped shape. Aborts with file:line (a broken table, not a user error) if it did.
+inline void require_uncapped_on_hopper(const AttentionConfig& config, const AttentionShape& shape) {
+  const bool hopper =
+      config.kernel == AttentionKernel::kWgmma || config.kernel == AttentionKernel::kWgmmaWs;
+  if (!hopper || shape.logit_softcap <= 0) return;
+  std::fprintf(stderr, "%s:%d: %s attention kernel picked for a soft-capped shape (cap %g)\n",
+               __FILE__, __LINE__, attention_kernel_name(config.kernel), shape.logit_softcap);
+  std::abort();
 }
 
 // Calls fn(std::integral_constant<int, D>) for the supported head dims.

@@ -16,6 +16,10 @@
 //             that sees the block's last key (a window or a document end skips every tile after
 //             it); keys are masked past their last query only in tiles reaching past some key's
 //             last query, and a warp skips the math of tiles wholly past its keys' last queries.
+//   soft cap  (Gemma's attn_logit_softcapping) P^T is recomputed from the capped scores
+//             (attention_mask::soft_capped, as the forward) and dS^T, the gradient of the
+//             capped scores, is multiplied by 1 - tanh^2 (soft_cap_slope) into that of the
+//             scaled ones; a separate instantiation, so the uncapped kernels stay as they were.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -66,13 +70,14 @@ __global__ void flash_delta_kernel(const bf16* dout_BTHD, const bf16* out_BTHD,
 // kBackwardWarps, kStages>(); grid as flash_attention_backward computes it; dq_accum_BTHD
 // zeroed, and dk_accum_BTKD, dv_accum_BTKD zeroed when given (null: the block owns the group).
 // kMasked: the shape has a window or documents (the causal instantiation leaves the mask's
-// bookkeeping out, so its registers stay as they were). kPass: what the block computes,
+// bookkeeping out, so its registers stay as they were). kCapped: the shape has a logit soft cap
+// (instantiated with kMasked only, as the forward). kPass: what the block computes,
 // kAllGradients, or at D = 256, where dK and dV do not both fit the registers, one launch of
 // kValueGradient (dV) and one of kKeyAndQueryGradients (dK, dQ), which recompute P. The shape is
 // a __grid_constant__ parameter: read in place, never copied to the stack (with the mask's
 // pointers in it, the copy cost the causal D = 128 kernels their last registers: ptxas spills).
 enum BackwardPass { kAllGradients, kValueGradient, kKeyAndQueryGradients };
-template <int D, int kBackwardWarps, int kStages, bool kMasked, int kPass>
+template <int D, int kBackwardWarps, int kStages, bool kMasked, bool kCapped, int kPass>
 __global__ void __launch_bounds__(kBackwardWarps * 32)
     flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                           const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
@@ -232,11 +237,18 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = key_offset + g + (e / 2) * 8, query = n * 8 + 2 * t + e % 2;
-          float p = exp2f(s[n][e] * scale_log2 - lse_tile[query]);
+          float p, slope = 1;  // slope: d capped score / d scaled score
+          if constexpr (kCapped) {
+            const float capped = attention_mask::soft_capped(shape, s[n][e] * scale);
+            p = exp2f(capped * kLog2e - lse_tile[query]);
+            if constexpr (kKey) slope = attention_mask::soft_cap_slope(shape, capped);
+          } else {
+            p = exp2f(s[n][e] * scale_log2 - lse_tile[query]);
+          }
           if ((straddles && key > query) || (beyond && first_query + query >= row_query_end[e / 2]))
             p = 0;
           s[n][e] = p;
-          if constexpr (kKey) dp[n][e] = p * (dp[n][e] - delta_tile[query]);
+          if constexpr (kKey) dp[n][e] = p * (dp[n][e] - delta_tile[query]) * slope;
         }
       }
       // dS^T to shared memory for dQ, which needs it transposed across warps.
@@ -397,6 +409,7 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
                               const AttentionShape& call_shape, void* dq_BTHD, void* dk_BTKD,
                               void* dv_BTKD, float* scratch, cudaStream_t stream) {
   if (call_shape.batch == 0 || call_shape.seq == 0 || call_shape.heads == 0) return;
+  require_uncapped_on_hopper(config, call_shape);
   AttentionShape shape = call_shape;
   float* delta_BHT = scratch;
   float* dq_accum_BTHD = scratch + delta_floats(shape);
@@ -421,6 +434,7 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
   const int64_t accum_count = dq_count + (split ? 2 * kv_count : 0);
   SHARDTRAIN_CUDA_CHECK(
       cudaMemsetAsync(dq_accum_BTHD, 0, static_cast<size_t>(accum_count) * sizeof(float), stream));
+  const bool capped = shape.logit_softcap > 0;
   const bool masked = !attention_mask::causal_only(shape);
   dispatch_mma_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
@@ -450,10 +464,12 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
             split ? dv_accum_BTKD : nullptr);
         SHARDTRAIN_CUDA_CHECK_LAUNCH();
       };
-      if (masked) {
-        run(flash_backward_kernel<D, kBackwardWarps, kStages, true, kPass>);
+      if (capped) {
+        run(flash_backward_kernel<D, kBackwardWarps, kStages, true, true, kPass>);
+      } else if (masked) {
+        run(flash_backward_kernel<D, kBackwardWarps, kStages, true, false, kPass>);
       } else {
-        run(flash_backward_kernel<D, kBackwardWarps, kStages, false, kPass>);
+        run(flash_backward_kernel<D, kBackwardWarps, kStages, false, false, kPass>);
       }
     };
     const auto launch = [&](auto warps_constant, auto stages_constant) {

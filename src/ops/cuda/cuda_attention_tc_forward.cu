@@ -10,6 +10,9 @@
 //             tile's first row (a window or document start skips every tile before it); rows are
 //             masked below their first key only in tiles that reach below some row's first key,
 //             and a warp skips the math of tiles wholly below its rows' first keys.
+//   soft cap  (Gemma's attn_logit_softcapping) each scaled score x becomes cap * tanh(x / cap)
+//             before the mask and the online softmax (attention_mask::soft_capped); a separate
+//             instantiation, so the uncapped kernels stay as they were.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -44,11 +47,13 @@ constexpr int forward_keys() {
 
 // One block = kForwardWarps warps = a query tile of 16 * kForwardWarps rows of one head.
 // kMasked: the shape has a window or documents (attention_mask::causal_only is false); the causal
-// instantiation leaves the mask's bookkeeping out, so its registers stay as they were. The shape
-// is a __grid_constant__ parameter (read in place, not copied: fewer registers at D = 64).
+// instantiation leaves the mask's bookkeeping out, so its registers stay as they were. kCapped:
+// the shape has a logit soft cap (instantiated with kMasked only: a capped causal shape runs the
+// masked kernel, whose bounds reduce to the causal ones). The shape is a __grid_constant__
+// parameter (read in place, not copied: fewer registers at D = 64).
 // REQUIRES: blockDim.x == 32 * kForwardWarps; dynamic shared memory forward_shared_bytes<D,
 // kForwardWarps>(); grid (query tiles, heads, batch).
-template <int D, int kForwardWarps, bool kMasked>
+template <int D, int kForwardWarps, bool kMasked, bool kCapped>
 __global__ void __launch_bounds__(kForwardWarps * 32, forward_min_blocks<D, kForwardWarps>())
     flash_forward_kernel(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_BTKD, float scale,
                          const __grid_constant__ AttentionShape shape, bf16* out_BTHD,
@@ -172,7 +177,8 @@ __global__ void __launch_bounds__(kForwardWarps * 32, forward_min_blocks<D, kFor
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = g + (e / 2) * 8, key = key_offset + n * 8 + 2 * t + e % 2;
-        float x = s[n][e] * scale_log2;
+        float x = kCapped ? attention_mask::soft_capped(shape, s[n][e] * scale) * kLog2e
+                          : s[n][e] * scale_log2;
         if ((straddles && key > row) || (below && key < row_first[e / 2])) x = -INFINITY;
         s[n][e] = x;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
@@ -257,6 +263,7 @@ void flash_attention_forward(const AttentionConfig& config, const void* q_BTHD, 
                              const void* v_BTKD, float scale, const AttentionShape& shape,
                              void* out_BTHD, float* lse_BHT, cudaStream_t stream) {
   if (shape.batch == 0 || shape.seq == 0 || shape.heads == 0) return;
+  require_uncapped_on_hopper(config, shape);
   if (config.kernel == AttentionKernel::kWgmmaWs &&
       ws_attention_forward(static_cast<const bf16*>(q_BTHD), static_cast<const bf16*>(k_BTKD),
                            static_cast<const bf16*>(v_BTKD), scale, shape,
@@ -270,13 +277,15 @@ void flash_attention_forward(const AttentionConfig& config, const void* q_BTHD, 
     return;
   }
   const int warps = config.warps;
+  const bool capped = shape.logit_softcap > 0;
   const bool masked = !attention_mask::causal_only(shape);
   dispatch_mma_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
-    const auto launch = [&](auto warps_constant, auto masked_constant) {
+    const auto launch = [&](auto warps_constant, auto masked_constant, auto capped_constant) {
       constexpr int kForwardWarps = decltype(warps_constant)::value;
       constexpr int kQueryRows = kForwardWarps * 16;
-      auto kernel = flash_forward_kernel<D, kForwardWarps, decltype(masked_constant)::value>;
+      auto kernel = flash_forward_kernel<D, kForwardWarps, decltype(masked_constant)::value,
+                                         decltype(capped_constant)::value>;
       constexpr size_t bytes = forward_shared_bytes<D, kForwardWarps>();
       allow_shared(kernel, bytes, "flash_forward_kernel (mma.sync)");
       const dim3 grid(static_cast<unsigned>((shape.seq + kQueryRows - 1) / kQueryRows),
@@ -287,10 +296,12 @@ void flash_attention_forward(const AttentionConfig& config, const void* q_BTHD, 
       SHARDTRAIN_CUDA_CHECK_LAUNCH();
     };
     const auto launch_masked = [&](auto warps_constant) {
-      if (masked) {
-        launch(warps_constant, std::true_type{});
+      if (capped) {
+        launch(warps_constant, std::true_type{}, std::true_type{});
+      } else if (masked) {
+        launch(warps_constant, std::true_type{}, std::false_type{});
       } else {
-        launch(warps_constant, std::false_type{});
+        launch(warps_constant, std::false_type{}, std::false_type{});
       }
     };
     if constexpr (D > 128) {

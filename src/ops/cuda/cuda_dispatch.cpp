@@ -141,9 +141,12 @@ AttentionConfig attention_config(DType dtype, const AttentionShape& shape,
     if (row.head_dim != 0 && row.head_dim != shape.head_dim) continue;
     if (row.head_dim == 0 && shape.head_dim > kSimtMaxHeadDim) continue;
     if (row.bf16_only && dtype != DType::kBF16) continue;
-    if ((row.kernel == AttentionKernel::kWgmma || row.kernel == AttentionKernel::kWgmmaWs) &&
-        !wgmma_compiled)
-      continue;
+    const bool hopper_row =
+        row.kernel == AttentionKernel::kWgmma || row.kernel == AttentionKernel::kWgmmaWs;
+    if (hopper_row && !wgmma_compiled) continue;
+    // A soft-capped shape runs on the mma.sync (or SIMT) rows, which apply the cap on every
+    // GPU; the Hopper kernels keep the uncapped case (cuda_dispatch.h says why).
+    if (hopper_row && shape.logit_softcap > 0) continue;
     if (!backward && row.stages == 1) continue;  // the forward has no 1-stage variant
     if (!row_allowed_by_overrides(row, backward)) continue;
     const size_t bytes = row_shared_bytes(row, shape.head_dim, backward);

@@ -16,7 +16,11 @@
 //                      |   in two passes (dV; dK and dQ)                  | (H100 2, A100 1)
 //                      | SIMT fp32 tiles: other head dims <= 128, f32     | any, if it fits
 //   every attention row reads the mask (ops/attention_mask.h: causal, window, documents;
-//   cuda_attention_mask.cuh) and skips the key / query tiles it masks whole.
+//   cuda_attention_mask.cuh) and skips the key / query tiles it masks whole. A logit soft cap
+//   (Gemma's attn_logit_softcapping, AttentionShape::logit_softcap) skips the two wgmma rows:
+//   the mma.sync and SIMT kernels apply it on every GPU from sm_80 (one capped path to keep
+//   correct, not three), and the Hopper kernels, tuned to their last register, keep the
+//   uncapped case that every supported model's config (Gemma 3's included) has.
 //   rmsnorm forward    | warp per row (bf16, 16-byte, C <= 2048)          | any
 //                      | block per row, 16-byte (bf16, C <= 8192)         | any
 //                      | block per row, scalar (f32, unaligned, wider)    | any

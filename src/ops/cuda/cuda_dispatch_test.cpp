@@ -190,6 +190,41 @@ TEST(CudaDispatch, HeadDim256TakesTheMmaSyncRows) {
   }
 }
 
+// A logit soft cap (Gemma's attn_logit_softcapping) never takes the wgmma rows, which do not
+// apply it: on Hopper the mma.sync rows (8 warps at D 64 and 128, as on an sm_80-only build),
+// elsewhere the rows the uncapped shape takes; f32 and other head dims stay on SIMT.
+TEST(CudaDispatch, SoftcapTakesTheMmaSyncRowsOnHopper) {
+  for (const int d : {64, 128, 256}) {
+    AttentionShape capped = shape(d);
+    capped.logit_softcap = 50;
+    for (const bool backward : {false, true}) {
+      const auto config = [&](const AttentionShape& s, const char* kind) {
+        return backward ? attention_backward_config(DType::kBF16, s, preset(kind), true)
+                        : attention_forward_config(DType::kBF16, s, preset(kind), true);
+      };
+      const AttentionConfig hopper = config(capped, "h100");
+      EXPECT_EQ(hopper.kernel, AttentionKernel::kMmaSync) << d << " backward " << backward;
+      EXPECT_EQ(hopper.warps, d == 256 ? 4 : 8) << d;
+      for (const char* kind : {"a100", "l4"}) {
+        if (d == 256 && backward && std::string(kind) == "l4") continue;  // no row fits
+        const AttentionConfig capped_config = config(capped, kind);
+        const AttentionConfig plain_config = config(shape(d), kind);
+        EXPECT_EQ(capped_config.kernel, plain_config.kernel) << kind << " " << d;
+        EXPECT_EQ(capped_config.warps, plain_config.warps) << kind << " " << d;
+        EXPECT_EQ(capped_config.stages, plain_config.stages) << kind << " " << d;
+      }
+    }
+  }
+  AttentionShape capped = shape(128);
+  capped.logit_softcap = 50;
+  EXPECT_EQ(attention_forward_config(DType::kF32, capped, preset("h100"), true).kernel,
+            AttentionKernel::kSimt);
+  capped = shape(96);
+  capped.logit_softcap = 50;
+  EXPECT_EQ(attention_backward_config(DType::kBF16, capped, preset("h100"), true).kernel,
+            AttentionKernel::kSimt);
+}
+
 TEST(CudaDispatch, GpusBelowComputeCapability8AreRefusedByName) {
   DeviceLimits v100{"Tesla V100-SXM2-16GB", 7, 0, 96 * 1024, 80, 6 << 20};
   try {

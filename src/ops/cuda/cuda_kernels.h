@@ -209,11 +209,15 @@ void swiglu_backward(DType dtype, const void* dout, const void* gate, const void
 // begins; never decreasing along a sequence). document_end_BT (one past the last token of each
 // token's document) is what the backward's key-major loops need; the backward launchers derive it
 // from the starts into their scratch (attention_document_ends), so callers leave it null.
+// logit_softcap > 0 (Gemma's attn_logit_softcapping) soft-caps each scaled score x to
+// cap * tanh(x / cap) before the mask and softmax; only the mma.sync and SIMT kernels apply it
+// (the dispatch table, cuda_dispatch.h, sends capped shapes there).
 struct AttentionShape {
   int batch, seq, heads, kv_heads, head_dim;
   int window = 0;
   const int32_t* document_start_BT = nullptr;
   const int32_t* document_end_BT = nullptr;
+  float logit_softcap = 0;  // 0: none
 };
 // ---- cuda_attention_mask.cu ----
 // end_BT[b][t] = one past the last position of t's document (the first q > t whose document

@@ -242,14 +242,9 @@ namespace {
 
 // The mask into the kernels' shape (cuda_kernels.h): a window covering the whole sequence masks
 // nothing (the plain causal kernels' bounds); document starts are an i32 (B, T) CUDA tensor.
-// Logit soft-capping (Gemma 2's attn_logit_softcapping; Gemma 3 has none) is not in the kernels.
+// The logit soft cap travels with the mask (the dispatch table reads it to pick the kernel).
 void apply_mask(const AttentionMask& mask, cuda_kernels::AttentionShape& s) {
-  if (mask.has_softcap()) {
-    fail(
-        "attention logit soft-capping (attn_logit_softcapping {}) is not implemented in the CUDA "
-        "attention kernels; HINT: train this model on CPU (train.device = cpu)",
-        mask.logit_softcap);
-  }
+  s.logit_softcap = mask.has_softcap() ? mask.logit_softcap : 0.0f;
   s.window = mask.window > 0 && mask.window < s.seq ? static_cast<int>(mask.window) : 0;
   if (!mask.has_documents()) return;
   const Tensor& starts = mask.document_start_BT;
