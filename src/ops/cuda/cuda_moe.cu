@@ -258,37 +258,6 @@ __global__ void combine_dweight_kernel(const T* dout, const T* y, const int32_t*
   if (lane == 0) dweight[slot] = dot;
 }
 
-// dst (f32) = src (bf16), or += when accumulate; 8 values a thread per iteration where aligned.
-__global__ void widen_kernel(const __nv_bfloat16* src, float* dst, int64_t n, bool accumulate) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = __bfloat162float(src[i]);
-    dst[i] = accumulate ? dst[i] + v : v;
-  }
-}
-
-__global__ void widen_vec_kernel(const uint4* src, float4* dst, int64_t vectors, bool accumulate) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < vectors;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const uint4 packed = src[i];
-    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&packed);
-    float v[8];
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      v[2 * j] = f.x;
-      v[2 * j + 1] = f.y;
-    }
-    float4 lo{v[0], v[1], v[2], v[3]}, hi{v[4], v[5], v[6], v[7]};
-    if (accumulate) {
-      const float4 a = dst[2 * i], b = dst[2 * i + 1];
-      lo = {lo.x + a.x, lo.y + a.y, lo.z + a.z, lo.w + a.w};
-      hi = {hi.x + b.x, hi.y + b.y, hi.z + b.z, hi.w + b.w};
-    }
-    dst[2 * i] = lo;
-    dst[2 * i + 1] = hi;
-  }
-}
-
 }  // namespace
 
 void route(DType act, const void* logits, int64_t N, int64_t E, int64_t K, bool renormalize,
@@ -377,20 +346,6 @@ void combine_backward(DType act, const void* dout, const void* y, const int32_t*
     combine_dweight_kernel<T><<<warp_blocks(N * K), kThreads, 0, stream>>>(
         static_cast<const T*>(dout), static_cast<const T*>(y), row, N, K, C, dweight);
   });
-  SHARDTRAIN_CUDA_CHECK_LAUNCH();
-}
-
-void widen(const void* src_bf16, float* dst, int64_t n, bool accumulate, cudaStream_t stream) {
-  if (n == 0) return;
-  const bool aligned = n % 8 == 0 && reinterpret_cast<uintptr_t>(src_bf16) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(dst) % 16 == 0;
-  if (aligned) {
-    widen_vec_kernel<<<grid_for(n / 8, kThreads), kThreads, 0, stream>>>(
-        static_cast<const uint4*>(src_bf16), reinterpret_cast<float4*>(dst), n / 8, accumulate);
-  } else {
-    widen_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(src_bf16), dst, n, accumulate);
-  }
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 

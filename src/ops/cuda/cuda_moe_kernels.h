@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -42,8 +43,18 @@ void combine(DType act, const void* y, const int32_t* row, const float* weight,
 void combine_backward(DType act, const void* dout, const void* y, const int32_t* row,
                       const float* weight, int64_t N, int64_t K, int64_t C, void* dy,
                       float* dweight, cudaStream_t stream);
-// dst (f32, n values) = src (bf16), or += when accumulate: the experts' weight gradients, which
-// cuBLAS computes grouped only into bf16, widened into the f32 gradient.
-void widen(const void* src_bf16, float* dst, int64_t n, bool accumulate, cudaStream_t stream);
+// ---- cuda_moe_wgrad.cu ----
+// Whether expert_weight_gradients runs these operands: O and I multiples of 8, dout and x
+// 16-byte aligned, dweight 8-byte aligned.
+bool expert_weight_gradients_fit(int64_t O, int64_t I, const void* dout, const void* x,
+                                 const float* dweight);
+// Every expert's f32 weight gradient from bf16 rows in one launch (a few for more than 512
+// experts): dweight[e] (O x I, row-major) = dout_e^T x_e, or += when accumulate, where dout_e and
+// x_e are expert e's rows of dout (M x O) and x (M x I), the experts' rows back to back in
+// rows_E's order. An expert without rows gets zero (or is left as it is when accumulating).
+// REQUIRES: expert_weight_gradients_fit.
+void expert_weight_gradients(const void* dout, const void* x, const std::vector<int64_t>& rows_E,
+                             int64_t O, int64_t I, float* dweight, bool accumulate,
+                             cudaStream_t stream);
 
 }  // namespace shardtrain::cuda_moe

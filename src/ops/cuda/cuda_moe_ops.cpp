@@ -1,8 +1,8 @@
 // CudaOps mixture-of-experts ops: shape and dtype checks, then the kernels of cuda_moe.cu and
 // the grouped GEMMs (cuda_grouped_gemm.h). Each grouped linear is one cuBLAS launch over every
 // expert with rows (forward; backward: one for d(x), one for d(weights)), each expert's
-// row-major product mapped to column-major as CudaOps::linear_* map one linear (cuda_gemm.cpp).
-#include <algorithm>
+// row-major product mapped to column-major as CudaOps::linear_* map one linear (cuda_gemm.cpp);
+// the f32 weight gradients of bf16 experts are our own kernel's (cuda_moe_wgrad.cu), one launch.
 #include <memory>
 
 #include "core/error.h"
@@ -55,11 +55,6 @@ const char* expert_pointer(const Tensor& w_EOI, int64_t e) {
          e * w_EOI.dim(1) * w_EOI.dim(2) * dtype_size(w_EOI.dtype());
 }
 
-// The bf16 staging of the experts' weight gradients (see grouped_linear_backward): a bound on the
-// scratch it takes, of the order of the other ops' scratch (attention backward's f32 dq), which
-// `shardtrain plan` leaves to the fit reserve as it does cuBLAS's workspaces.
-constexpr size_t kWgradStagingBytes = size_t{64} << 20;
-
 std::vector<int64_t> row_starts(const std::vector<int64_t>& rows_E, int64_t M) {
   std::vector<int64_t> start(rows_E.size() + 1, 0);
   for (size_t e = 0; e < rows_E.size(); ++e) start[e + 1] = start[e] + rows_E[e];
@@ -69,7 +64,8 @@ std::vector<int64_t> row_starts(const std::vector<int64_t>& rows_E, int64_t M) {
 }
 
 // The problems in one grouped launch; where cuBLAS runs no grouped GEMM of these dtypes (bf16
-// inputs into the fp32 weight gradient on cuBLAS 13.0), one cublasGemmEx each (no per-shape
+// inputs into an fp32 weight gradient of a shape cuda_moe_wgrad.cu does not take), one
+// cublasGemmEx each (no per-shape
 // autotuning or plan: the row counts change every step); cuBLASLt one by one as the last resort.
 void run_grouped(CudaGroupedGemm& grouped, CublasLtGemm& gemm, bool transpose_a, bool transpose_b,
                  DType ab_dtype, DType c_dtype, float beta,
@@ -245,57 +241,30 @@ void CudaOps::grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight
   require_float_cuda(dweight_EOI, "grouped linear dweight");
   SHARDTRAIN_CHECK(dweight_EOI.numel() == weight_EOI.numel(), "grouped dweight {} for {}",
                    dweight_EOI.shape().to_string(), weight_EOI.shape().to_string());
+  if (dweight_EOI.dtype() == DType::kF32 && x_MI.dtype() == DType::kBF16 &&
+      cuda_moe::expert_weight_gradients_fit(O, I, dout_MO.data(), x_MI.data(),
+                                            dweight_EOI.f32())) {
+    // cuBLAS runs no grouped GEMM of bf16 inputs into f32 (cuda_moe_wgrad.cu says why a kernel).
+    cuda_moe::expert_weight_gradients(dout_MO.data(), x_MI.data(), rows_E, O, I,
+                                      dweight_EOI.f32(), accumulate_dweight, stream_);
+    return;
+  }
   // dW_e^T (I x O) = x_e^T (col-major I x rows) dout_e (col-major O x rows, transposed).
-  const auto problem = [&](int64_t e, void* dweight) {
-    return GroupedGemmProblem{I, O, rows_E[e], row_pointer(x_MI, start[e]), I,
-                              row_pointer(dout_MO, start[e]), O, dweight, I};
-  };
-  const int64_t E = static_cast<int64_t>(rows_E.size()), expert_size = O * I;
   std::vector<GroupedGemmProblem> problems;
-  for (int64_t e = 0; e < E; ++e) {
+  for (size_t e = 0; e < rows_E.size(); ++e) {
     char* dweight = const_cast<char*>(expert_pointer(dweight_EOI, e));
     if (rows_E[e] == 0) {  // no rows: the GEMM would not run; the gradient is zero
       if (!accumulate_dweight) {
         SHARDTRAIN_CUDA_CHECK(
-            cudaMemsetAsync(dweight, 0, expert_size * dtype_size(dweight_EOI.dtype()), stream_));
+            cudaMemsetAsync(dweight, 0, O * I * dtype_size(dweight_EOI.dtype()), stream_));
       }
       continue;
     }
-    problems.push_back(problem(e, dweight));
+    problems.push_back({I, O, rows_E[e], row_pointer(x_MI, start[e]), I,
+                        row_pointer(dout_MO, start[e]), O, dweight, I});
   }
-  const float beta = accumulate_dweight ? 1.0f : 0.0f;
-  const bool widened = dweight_EOI.dtype() == DType::kF32 && x_MI.dtype() == DType::kBF16;
-  if (!widened) {
-    run_grouped(*grouped_gemm_, *gemm_, false, true, x_MI.dtype(), dweight_EOI.dtype(), beta,
-                problems);
-    return;
-  }
-  if (grouped_gemm_->run(false, true, DType::kBF16, DType::kF32, beta, problems)) return;
-  // cuBLAS runs no grouped GEMM of bf16 inputs into f32, and one GEMM per expert runs at
-  // ~50 TFLOP/s at the row counts routing gives (a few hundred rows each: the f32 output
-  // dominates), so the experts' products go grouped into a bf16 staging buffer, at most
-  // kWgradStagingBytes (or one expert) a launch, each launch's then widened into (or added to)
-  // the f32 gradient by one kernel. One micro-batch's expert gradient is thus rounded to bf16
-  // once, as PyTorch's bf16 gradients are; the sum over micro-batches stays f32.
-  const int64_t per_launch = std::max<int64_t>(
-      1, static_cast<int64_t>(kWgradStagingBytes / (expert_size * sizeof(uint16_t))));
-  auto* staging = reinterpret_cast<char*>(
-      scratch_floats(static_cast<size_t>((std::min(per_launch, E) * expert_size + 1) / 2)));
-  for (int64_t first = 0; first < E; first += per_launch) {
-    const int64_t last = std::min(E, first + per_launch);
-    std::vector<GroupedGemmProblem> staged;
-    for (int64_t e = first; e < last; ++e) {
-      char* slot = staging + (e - first) * expert_size * sizeof(uint16_t);
-      if (rows_E[e] == 0) {  // no GEMM writes it: zero
-        SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(slot, 0, expert_size * sizeof(uint16_t), stream_));
-        continue;
-      }
-      staged.push_back(problem(e, slot));
-    }
-    run_grouped(*grouped_gemm_, *gemm_, false, true, DType::kBF16, DType::kBF16, 0.0f, staged);
-    cuda_moe::widen(staging, dweight_EOI.f32() + first * expert_size,
-                    (last - first) * expert_size, accumulate_dweight, stream_);
-  }
+  run_grouped(*grouped_gemm_, *gemm_, false, true, x_MI.dtype(), dweight_EOI.dtype(),
+              accumulate_dweight ? 1.0f : 0.0f, problems);
 }
 
 }  // namespace shardtrain
