@@ -47,4 +47,11 @@ void Ops::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_
                       accumulate_dweight, up_site);
 }
 
+void Ops::swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF,
+                                    Tensor weight_CF, Tensor residual_NC, Tensor out_NC,
+                                    Fp8Site site) {
+  swiglu_forward(gate_NF, up_NF, act_NF);
+  linear_forward_fp8(act_NF, weight_CF, Tensor(), residual_NC, out_NC, site);
+}
+
 }  // namespace shardtrain

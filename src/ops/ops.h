@@ -336,6 +336,14 @@ class Ops {
                                            Tensor dx_NC, Tensor dgate_weight_FC,
                                            Tensor dup_weight_FC, bool accumulate_dweight,
                                            Fp8Site gate_site, Fp8Site up_site);
+  // The MLP's SwiGLU and its down projection, an unbiased FP8 linear: swiglu_forward(gate_NF,
+  // up_NF) into act_NF, then linear_forward_fp8(act_NF, weight_CF, no bias, residual_NC, out_NC,
+  // site). This default runs exactly that; CUDA casts act to FP8 inside the SwiGLU kernel (the
+  // site's delayed scale) once the site has a history, instead of in a second pass over act_NF
+  // (which it still writes: backward reads it).
+  virtual void swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF,
+                                         Tensor weight_CF, Tensor residual_NC, Tensor out_NC,
+                                         Fp8Site site);
 
  protected:
   // What attention_forward / attention_backward run (the causal default lives in one place).

@@ -252,6 +252,16 @@ void ProfiledOps::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Te
   });
   record_gemm(true, x_NC, gate_weight_FC, 4);  // gate's and up's dgrad and wgrad: one shape
 }
+void ProfiledOps::swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF,
+                                            Tensor weight_CF, Tensor residual_NC, Tensor out_NC,
+                                            Fp8Site site) {
+  // One op, timed as a GEMM: its SwiGLU pass is inside (the FP8 cast's pass it replaces was too).
+  timed(__func__, OpClass::kGemm, [&] {
+    inner_->swiglu_linear_forward_fp8(gate_NF, up_NF, act_NF, weight_CF, residual_NC, out_NC,
+                                      site);
+  });
+  record_gemm(false, act_NF, weight_CF, 1);
+}
 void ProfiledOps::split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR,
                                  Tensor q_NHD, Tensor k_NKD, Tensor v_NKD) {
   timed(__func__, OpClass::kElementwise,

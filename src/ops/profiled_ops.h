@@ -96,6 +96,8 @@ class ProfiledOps final : public Ops {
                                    Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,
                                    Tensor dup_weight_FC, bool accumulate_dweight,
                                    Fp8Site gate_site, Fp8Site up_site) override;
+  void swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF, Tensor weight_CF,
+                                 Tensor residual_NC, Tensor out_NC, Fp8Site site) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
                       Tensor k_NKD, Tensor v_NKD) override;
   void pack_qkv_rope_backward(Tensor dq_NHD, Tensor dk_NKD, Tensor dv_NKD, Tensor positions_N,

@@ -43,6 +43,15 @@ void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC
   w.gate.forward(ops, x_NC, saved.gate_NF);
   w.up.forward(ops, x_NC, saved.up_NF);
   const Tensor act_NF = product(saved, scratch);
+  // SwiGLU into an FP8 down projection: one op, so the backend can cast act to FP8 in the
+  // SwiGLU kernel (Ops::swiglu_linear_forward_fp8); act_NF is still written.
+  const Linear& down = w.down;
+  if (activation != HiddenActivation::kGeluTanh && down.fp8 && !down.bias_O.defined() &&
+      !down.lora.defined()) {
+    ops.swiglu_linear_forward_fp8(saved.gate_NF, saved.up_NF, act_NF, down.weight_OI, residual_NC,
+                                  out_NC, down.fp8_site);
+    return;
+  }
   activate(ops, saved, act_NF);
   if (!residual_NC.defined()) {
     w.down.forward(ops, act_NF, out_NC);

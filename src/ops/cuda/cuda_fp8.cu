@@ -3,7 +3,8 @@
 //
 // amax: grid-stride max of |x| (16-byte loads for bf16), one block reduction, one atomicMax a
 // block on the float's bits (non-negative floats order like their unsigned bit patterns).
-// cast: 64 x 64 tiles, 256 threads (delayed scaling: the same kernel also takes the amax); each thread loads 4 consecutive elements of a row, writes
+// cast: 64 x 64 tiles, 256 threads (delayed scaling: the same kernel also takes the amax; the
+// SwiGLU forward cast computes its input from gate and up); each thread loads 4 consecutive elements of a row, writes
 // their 4 FP8 bytes to the row-major copy (one 4-byte store) and to a shared tile; the
 // transposed copy is then written from the tile, 4 bytes (4 source rows) a thread, so both
 // outputs are written with coalesced 4-byte stores and x is read once.
@@ -95,12 +96,51 @@ __device__ __forceinline__ void write_transposed(const uint8_t (*tile)[kTilePitc
   }
 }
 
-// One 64 x 64 tile of x per block (blockIdx.x: column tile, blockIdx.y: row tile). kDelayed:
-// `amax` is state + kFp8ScaleAmaxIndex, and the block's amax goes to finish_delayed.
-template <typename T, bool kDelayed>
-__global__ void cast_kernel(const T* x, int64_t rows, int64_t cols, __nv_fp8_interpretation_t kind,
-                            float max_value, const float* amax, uint8_t* out, uint8_t* out_t,
-                            float* inv_scale, float* state, int history_pos) {
+// What a cast reads: 4 consecutive elements at row-major offset `at`, as floats.
+template <typename T>
+struct TensorSource {  // a bf16 or f32 tensor
+  const T* x;
+  __device__ __forceinline__ void load(int64_t at, float (&v)[kGroup]) const {
+    if constexpr (sizeof(T) == 2) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(x + at);
+      const bf16* h = reinterpret_cast<const bf16*>(&raw);
+      for (int j = 0; j < kGroup; ++j) v[j] = to_float(h[j]);
+    } else {
+      const float4 raw = *reinterpret_cast<const float4*>(x + at);
+      v[0] = raw.x, v[1] = raw.y, v[2] = raw.z, v[3] = raw.w;
+    }
+  }
+};
+
+// SwiGLU's product silu(gate) * up (bf16 inputs), rounded to bf16 with swiglu_forward's
+// arithmetic (cuda_swiglu.cu), so the cast sees the values the bf16 act would hold; also stored
+// to `act` when set (the saved activation).
+struct SwigluSource {
+  const bf16* gate;
+  const bf16* up;
+  bf16* act;
+  __device__ __forceinline__ void load(int64_t at, float (&v)[kGroup]) const {
+    const uint2 rg = *reinterpret_cast<const uint2*>(gate + at);
+    const uint2 ru = *reinterpret_cast<const uint2*>(up + at);
+    uint2 packed;
+    bf16* a = reinterpret_cast<bf16*>(&packed);
+    for (int j = 0; j < kGroup; ++j) {
+      const float g = to_float(reinterpret_cast<const bf16*>(&rg)[j]);
+      const float u = to_float(reinterpret_cast<const bf16*>(&ru)[j]);
+      a[j] = cuda_detail::from_float<bf16>(g / (1.0f + expf(-g)) * u);
+      v[j] = to_float(a[j]);
+    }
+    if (act != nullptr) *reinterpret_cast<uint2*>(act + at) = packed;
+  }
+};
+
+// One 64 x 64 tile of the source per block (blockIdx.x: column tile, blockIdx.y: row tile).
+// kDelayed: `amax` is state + kFp8ScaleAmaxIndex, and the block's amax goes to finish_delayed.
+template <typename Source, bool kDelayed>
+__global__ void cast_kernel(Source source, int64_t rows, int64_t cols,
+                            __nv_fp8_interpretation_t kind, float max_value, const float* amax,
+                            uint8_t* out, uint8_t* out_t, float* inv_scale, float* state,
+                            int history_pos) {
   __shared__ __align__(4) uint8_t tile[kTile][kTilePitch];
   float local_amax = 0.0f;
   const float a = *amax;
@@ -118,14 +158,7 @@ __global__ void cast_kernel(const T* x, int64_t rows, int64_t cols, __nv_fp8_int
   for (int p = 0; p < kPasses; ++p) {
     const int64_t row = row0 + first_row + p * kRowsPerPass;
     if (row >= rows || col >= cols) continue;  // rows, cols multiples of kGroup: all or none
-    if constexpr (sizeof(T) == 2) {
-      const uint2 raw = *reinterpret_cast<const uint2*>(x + row * cols + col);
-      const bf16* h = reinterpret_cast<const bf16*>(&raw);
-      for (int j = 0; j < kGroup; ++j) v[p][j] = to_float(h[j]);
-    } else {
-      const float4 raw = *reinterpret_cast<const float4*>(x + row * cols + col);
-      v[p][0] = raw.x, v[p][1] = raw.y, v[p][2] = raw.z, v[p][3] = raw.w;
-    }
+    source.load(row * cols + col, v[p]);
   }
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
@@ -270,8 +303,8 @@ void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format 
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
-                            cast_kernel<T, false><<<grid, kCastThreads, 0, stream>>>(
-                                static_cast<const T*>(x), rows, cols, interpretation(format),
+                            cast_kernel<TensorSource<T>, false><<<grid, kCastThreads, 0, stream>>>(
+                                TensorSource<T>{static_cast<const T*>(x)}, rows, cols, interpretation(format),
                                 fp8_max(format), amax, out, out_t, inv_scale, nullptr, 0));
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
@@ -294,8 +327,8 @@ void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
-                            cast_kernel<T, true><<<grid, kCastThreads, 0, stream>>>(
-                                static_cast<const T*>(x), rows, cols, interpretation(format),
+                            cast_kernel<TensorSource<T>, true><<<grid, kCastThreads, 0, stream>>>(
+                                TensorSource<T>{static_cast<const T*>(x)}, rows, cols, interpretation(format),
                                 fp8_max(format), state + kFp8ScaleAmaxIndex, out, out_t,
                                 inv_scale, state, history_pos));
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
@@ -330,6 +363,32 @@ void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int
       static_cast<const bf16*>(dact), static_cast<const bf16*>(gate), static_cast<const bf16*>(up),
       rows, cols, interpretation(format), fp8_max(format), state_gate, pos_gate, state_up, pos_up,
       dgate_q, dgate_t, dup_q, dup_t, inv_scale_gate, inv_scale_up);
+  SHARDTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_forward_fp8(const void* gate, const void* up, int64_t rows, int64_t cols,
+                        float* state, int history_pos, void* act, uint8_t* out, uint8_t* out_t,
+                        float* inv_scale, cudaStream_t stream) {
+  const auto aligned = [](const void* p, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
+  if (rows <= 0 || cols <= 0 || rows % kGroup != 0 || cols % kGroup != 0 || !aligned(gate, 8) ||
+      !aligned(up, 8) || !aligned(act, 8) || !aligned(out, 4) || !aligned(out_t, 4) ||
+      history_pos < 0 || history_pos >= kFp8AmaxHistory) {
+    std::fprintf(stderr,
+                 "%s:%d: swiglu_forward_fp8 of %lld x %lld needs positive multiples of %d, "
+                 "aligned pointers, a history slot below %d\n",
+                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
+                 kGroup, kFp8AmaxHistory);
+    std::abort();
+  }
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  const SwigluSource source{static_cast<const bf16*>(gate), static_cast<const bf16*>(up),
+                            static_cast<bf16*>(act)};
+  cast_kernel<SwigluSource, true><<<grid, kCastThreads, 0, stream>>>(
+      source, rows, cols, __NV_E4M3, fp8_max(Fp8Format::kE4M3), state + kFp8ScaleAmaxIndex, out,
+      out_t, inv_scale, state, history_pos);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 

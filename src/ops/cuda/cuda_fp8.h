@@ -73,4 +73,13 @@ void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int
                          uint8_t* dup_q, uint8_t* dup_t, float* inv_scale_gate,
                          float* inv_scale_up, cudaStream_t stream);
 
+// SwiGLU's forward (act = silu(gate) * up, cuda_kernels::swiglu_forward's arithmetic, rounded to
+// bf16) cast to e4m3 with delayed scaling in the same pass, as fp8_cast_delayed would cast the
+// bf16 act: the row-major copy `out` and/or the transposed `out_t` (either may be null), 1 / scale
+// to inv_scale; act (bf16 rows x cols) is written too unless null. gate, up: bf16 rows x cols.
+// REQUIRES: as fp8_cast_delayed (the state past its first cast), gate, up, act 8-byte aligned.
+void swiglu_forward_fp8(const void* gate, const void* up, int64_t rows, int64_t cols,
+                        float* state, int history_pos, void* act, uint8_t* out, uint8_t* out_t,
+                        float* inv_scale, cudaStream_t stream);
+
 }  // namespace shardtrain::cuda_kernels

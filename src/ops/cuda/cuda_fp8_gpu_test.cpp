@@ -3,7 +3,8 @@
 // FP8 linears' three GEMMs (forward x W^T, dgrad dout W, wgrad dout^T x) against an fp64
 // reference over the same quantised inputs (the host quantises exactly as the kernels do, which
 // the first test proves). Also: delayed scaling (the one-pass cast against its amax history,
-// and the linears' sites across calls), the bf16 fallback for shapes off the multiple of 16,
+// and the linears' sites across calls), the MLP's fused SwiGLU forward and backward, the
+// gradient GEMMs with and without fast accumulation, the bf16 fallback for shapes off the multiple of 16,
 // the refusal below compute capability 8.9, and the gradient format measurement (e4m3 vs e5m2
 // on heavy-tailed gradients) behind kDefaultFp8GradFormat. Skipped without a GPU, and (but for
 // the refusal test) on GPUs without FP8.
@@ -220,17 +221,28 @@ TEST_F(Fp8Test, LinearGemmsMatchAnFp64ReferenceOfTheQuantizedInputs) {
     std::vector<double> want_dx(dgrad.size()), want_dw(wgrad.size());
     for (size_t i = 0; i < dgrad.size(); ++i) want_dx[i] = dgrad[i] + dx_before[i];
     for (size_t i = 0; i < wgrad.size(); ++i) want_dw[i] = wgrad[i] + dw_before[i];
-    const Tensor dx_g = gpu_tensor(dx_before, DType::kBF16, Shape{c.rows, c.in});
-    const Tensor dw_g = gpu_tensor(dw_before, DType::kF32, Shape{c.out, c.in});
-    gpu_->linear_backward_fp8(dout_g, x_g, w_g, dx_g, dw_g, Tensor(), true, true, Fp8Site());
-    EXPECT_LE(relative_error(download(dx_g), want_dx), 5e-3) << "dgrad";
-    EXPECT_LE(relative_error(download(dw_g), want_dw), 1e-3) << "wgrad";
-    // Overwriting (not accumulating), dW in bf16, dx skipped (a first layer's input).
-    const Tensor dw16_g = gpu_tensor(dw_before, DType::kBF16, Shape{c.out, c.in});
-    poison(dw16_g);
-    gpu_->linear_backward_fp8(dout_g, x_g, w_g, Tensor(), dw16_g, Tensor(), false, false,
-                              Fp8Site());
-    EXPECT_LE(relative_error(download(dw16_g), wgrad), 5e-3) << "wgrad, bf16, overwritten";
+    // The gradient GEMMs without and with cuBLASLt's fast accumulation (the default: its partial
+    // sums are promoted to fp32 less often, so the f32 wgrad's bound is looser with it).
+    for (const bool fast : {false, true}) {
+      SCOPED_TRACE(fast ? "gradient fast accumulation" : "full accumulation");
+      gpu_ref().set_fp8_gradient_fast_accumulation(fast);
+      const Tensor dx_g = gpu_tensor(dx_before, DType::kBF16, Shape{c.rows, c.in});
+      const Tensor dw_g = gpu_tensor(dw_before, DType::kF32, Shape{c.out, c.in});
+      gpu_->linear_backward_fp8(dout_g, x_g, w_g, dx_g, dw_g, Tensor(), true, true, Fp8Site());
+      const double dx_error = relative_error(download(dx_g), want_dx);
+      const double dw_error = relative_error(download(dw_g), want_dw);
+      std::printf("N=%ld I=%ld O=%ld fast accumulation %d: dgrad error %.2e, wgrad %.2e\n",
+                  c.rows, c.in, c.out, fast ? 1 : 0, dx_error, dw_error);
+      EXPECT_LE(dx_error, 5e-3) << "dgrad";
+      EXPECT_LE(dw_error, fast ? 5e-3 : 1e-3) << "wgrad";
+      // Overwriting (not accumulating), dW in bf16, dx skipped (a first layer's input).
+      const Tensor dw16_g = gpu_tensor(dw_before, DType::kBF16, Shape{c.out, c.in});
+      poison(dw16_g);
+      gpu_->linear_backward_fp8(dout_g, x_g, w_g, Tensor(), dw16_g, Tensor(), false, false,
+                                Fp8Site());
+      EXPECT_LE(relative_error(download(dw16_g), wgrad), 5e-3) << "wgrad, bf16, overwritten";
+    }
+    gpu_ref().set_fp8_gradient_fast_accumulation(cuda_kernels::fp8_grad_fast_accum_enabled());
   }
 }
 
@@ -405,6 +417,51 @@ TEST_F(Fp8Test, FusedSwigluBackwardMatchesTheUnfusedLinears) {
   EXPECT_LE(error(fused.dwg, unfused.dwg), 2e-3) << "gate's weight gradient";
   EXPECT_LE(error(fused.dwu, unfused.dwu), 2e-3) << "up's weight gradient";
   EXPECT_LE(error(first.dx, unfused.dx), 2e-3) << "dx, first call";
+}
+
+// The MLP's fused forward (act cast to FP8 in the SwiGLU kernel) against swiglu_forward and the
+// FP8 linear: the first call of a site has no x history (refused: the caller runs the unfused
+// path, which starts it); then, with the same inputs, the history's amax is this act's, so the
+// fused call's act and output equal the unfused ones bit for bit.
+TEST_F(Fp8Test, FusedSwigluForwardMatchesTheUnfusedPath) {
+  const int64_t rows = 256, hidden = 128, inter = 320;
+  const Tensor gate = gpu_tensor(normal(rows * inter, 2.0f), DType::kBF16, Shape{rows, inter});
+  const Tensor up = gpu_tensor(normal(rows * inter, 1.0f), DType::kBF16, Shape{rows, inter});
+  const Tensor w = gpu_tensor(normal(hidden * inter, 0.05f), DType::kBF16, Shape{hidden, inter});
+  const Tensor residual = gpu_tensor(normal(rows * hidden, 1.0f), DType::kBF16,
+                                     Shape{rows, hidden});
+  auto output = [&](int64_t r, int64_t c) {
+    const Tensor t = gpu_tensor(std::vector<float>(r * c), DType::kBF16, Shape{r, c});
+    poison(t);
+    return t;
+  };
+  // Unfused, as the default Ops::swiglu_linear_forward_fp8: SwiGLU, then the FP8 linear.
+  const Tensor act_ref = output(rows, inter), out_ref = output(rows, hidden);
+  gpu_->swiglu_forward(gate, up, act_ref);
+  const Fp8Site site{40, false};
+  gpu_->linear_forward_fp8(act_ref, w, Tensor(), residual, out_ref, site);  // starts the history
+  const Tensor act = output(rows, inter), out = output(rows, hidden);
+  gpu_->swiglu_linear_forward_fp8(gate, up, act, w, residual, out, site);
+  EXPECT_EQ(download(act), download(act_ref)) << "act";
+  EXPECT_EQ(download(out), download(out_ref)) << "out = residual + act W^T";
+  // The kernel itself on Fp8Linear: refused without a history, accepted with one.
+  Fp8Linear linear(gpu_ref().stream());
+  const Fp8LinearShape shape{rows, inter, hidden};
+  const Fp8Site fresh{41, false};
+  EXPECT_FALSE(linear.swiglu_forward(shape, gate.data(), up.data(), act.data(), w.data(), nullptr,
+                                     out.data(), fresh));
+  linear.forward(shape, act_ref.data(), w.data(), nullptr, nullptr, out_ref.data(), fresh);
+  const Tensor out2 = output(rows, hidden);
+  EXPECT_TRUE(linear.swiglu_forward(shape, gate.data(), up.data(), nullptr, w.data(), nullptr,
+                                    out2.data(), fresh));
+  EXPECT_EQ(download(out2), download(out_ref)) << "Fp8Linear, no act written, no residual";
+}
+
+TEST(Fp8FastAccumulationSwitch, ParsesOnlyZeroAndOne) {
+  EXPECT_TRUE(cuda_kernels::parse_fp8_grad_fast_accum(nullptr));
+  EXPECT_TRUE(cuda_kernels::parse_fp8_grad_fast_accum("1"));
+  EXPECT_FALSE(cuda_kernels::parse_fp8_grad_fast_accum("0"));
+  EXPECT_THROW(cuda_kernels::parse_fp8_grad_fast_accum("on"), Error);
 }
 
 TEST(Fp8FusedSwigluSwitch, ParsesOnlyZeroAndOne) {

@@ -25,11 +25,21 @@ constexpr int kFp8MinComputeCapability = 89;
 // "" when the GPU runs FP8 GEMMs, else one sentence naming it and its compute capability.
 std::string fp8_unsupported_reason(const DeviceLimits& limits);
 
-// Whether the MLP's backward casts SwiGLU's gradients to FP8 inside the SwiGLU kernel
-// (CudaOps::swiglu_linears_backward_fp8): on unless SHARDTRAIN_FP8_FUSED_SWIGLU=0 (a switch for
-// measuring the fusion and for ruling it out). parse_fp8_fused_swiglu: null or "1" -> true,
-// "0" -> false, anything else throws Error naming the variable and its values.
+// Whether the MLP's SwiGLU kernels write FP8 directly: backward casts SwiGLU's gradients inside
+// the SwiGLU kernel (CudaOps::swiglu_linears_backward_fp8), forward casts act for the down
+// projection inside it (CudaOps::swiglu_linear_forward_fp8). On unless
+// SHARDTRAIN_FP8_FUSED_SWIGLU=0 (a switch for measuring the fusions and for ruling them out).
+// parse_fp8_fused_swiglu: null or "1" -> true, "0" -> false, anything else throws Error naming
+// the variable and its values.
 bool parse_fp8_fused_swiglu(const char* value);
 bool fp8_fused_swiglu_enabled();  // the environment's value, read once
+
+// Whether the gradient GEMMs (dgrad dout W, wgrad dout^T x) use cuBLASLt's fast accumulation,
+// as the forward GEMM always does: on unless SHARDTRAIN_FP8_GRAD_FAST_ACCUM=0. Fast accumulation
+// skips the periodic promotion of the tensor cores' partial sums to full fp32 (FP8_NOTES.md has
+// the measured speed and the numerics test's loss both ways). Same parsing rules as
+// parse_fp8_fused_swiglu.
+bool parse_fp8_grad_fast_accum(const char* value);
+bool fp8_grad_fast_accum_enabled();  // the environment's value, read once
 
 }  // namespace shardtrain::cuda_kernels

@@ -94,7 +94,7 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
   const uint64_t workspace = kWorkspaceBytes;
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found_count = 0;
   const cublasStatus_t status =
@@ -110,7 +110,7 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
   return plans_.emplace(key, plan).first->second;
 }
 
-void Fp8Gemm::run(const Fp8GemmCall& call) {
+Fp8Gemm::Plan& Fp8Gemm::prepare(const Fp8GemmCall& call) {
   SHARDTRAIN_CHECK(fp8_gemm_shape_ok(call.m, call.n, call.k) && call.ldc >= call.m,
                    "FP8 GEMM m={} n={} k={} ldc={}: sizes must be multiples of 16", call.m, call.n,
                    call.k, call.ldc);
@@ -128,13 +128,22 @@ void Fp8Gemm::run(const Fp8GemmCall& call) {
   set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                 static_cast<const void*>(call.b_scale));
   if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
+  return plan;
+}
+
+cublasStatus_t Fp8Gemm::launch(Plan& plan, const Fp8GemmCall& call, size_t index) {
+  void* d = call.d != nullptr ? call.d : call.c;
   const float alpha = 1.0f;
   const float beta = call.beta;
+  return cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b, &beta,
+                        call.c != nullptr ? call.c : d, plan.c, d, plan.c, &plan.algos[index],
+                        workspace_, kWorkspaceBytes, stream_);
+}
+
+void Fp8Gemm::run(const Fp8GemmCall& call) {
+  Plan& plan = prepare(call);
   for (; plan.chosen < plan.algos.size(); ++plan.chosen) {
-    const cublasStatus_t status =
-        cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b, &beta,
-                       call.c != nullptr ? call.c : d, plan.c, d, plan.c,
-                       &plan.algos[plan.chosen], workspace_, kWorkspaceBytes, stream_);
+    const cublasStatus_t status = launch(plan, call, plan.chosen);
     if (status == CUBLAS_STATUS_SUCCESS) return;
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8)", status);
@@ -142,6 +151,20 @@ void Fp8Gemm::run(const Fp8GemmCall& call) {
   }
   cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8): every candidate refused",
                              CUBLAS_STATUS_NOT_SUPPORTED);
+}
+
+size_t Fp8Gemm::candidate_count(const Fp8GemmCall& call) { return prepare(call).algos.size(); }
+
+bool Fp8Gemm::run_candidate(const Fp8GemmCall& call, size_t index) {
+  Plan& plan = prepare(call);
+  SHARDTRAIN_CHECK(index < plan.algos.size(), "FP8 GEMM candidate {} of {}", index,
+                   plan.algos.size());
+  const cublasStatus_t status = launch(plan, call, index);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8)", status);
+  }
+  return true;
 }
 
 }  // namespace shardtrain

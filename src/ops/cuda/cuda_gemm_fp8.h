@@ -46,8 +46,9 @@ struct Fp8GemmCall {
   float beta = 0;              // 0: overwrite, 1: accumulate
   const void* bias = nullptr;  // bf16, length m, added to every column; optional
   // cuBLASLt's fast accumulation (fewer fp32 promotions of the tensor-core partial sums):
-  // faster, slightly less precise; the forward GEMM uses it, the gradient GEMMs do not
-  // (as Transformer Engine and torchao choose).
+  // faster, slightly less precise. Fp8Linear's forward GEMM always uses it, its gradient GEMMs
+  // unless SHARDTRAIN_FP8_GRAD_FAST_ACCUM=0 (Transformer Engine and torchao default to it off
+  // there; FP8_NOTES.md has the measured cost and the numerics test both ways).
   bool fast_accumulation = false;
 };
 
@@ -66,6 +67,12 @@ class Fp8Gemm {
   // Enqueues D = a_scale * b_scale * A^T B (+ bias) + beta C on the stream.
   void run(const Fp8GemmCall& call);
 
+  // For measurements (cuda_fp8_throughput_gpu_test): how many algorithms the heuristic offers
+  // for the call's problem (run() takes the first that cuBLASLt accepts), and one run of the
+  // call with candidate `index` (false, nothing enqueued, when cuBLASLt refuses it).
+  size_t candidate_count(const Fp8GemmCall& call);
+  bool run_candidate(const Fp8GemmCall& call, size_t index);
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -75,6 +82,9 @@ class Fp8Gemm {
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t, bool, bool, bool>;
   Plan& plan_for(const Fp8GemmCall& call);
+  // Checks the call, sets its scale and bias pointers on the plan's descriptor: run()'s first half.
+  Plan& prepare(const Fp8GemmCall& call);
+  cublasStatus_t launch(Plan& plan, const Fp8GemmCall& call, size_t index);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;

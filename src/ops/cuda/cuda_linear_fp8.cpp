@@ -54,7 +54,10 @@ size_t fp8_linear_workspace_bytes(const Fp8LinearShape& shape) {
 }
 
 Fp8Linear::Fp8Linear(cudaStream_t stream)
-    : stream_(stream), gemm_(stream), grad_format_(cuda_kernels::kDefaultFp8GradFormat) {
+    : stream_(stream),
+      gemm_(stream),
+      grad_format_(cuda_kernels::kDefaultFp8GradFormat),
+      grad_fast_accumulation_(cuda_kernels::fp8_grad_fast_accum_enabled()) {
   SHARDTRAIN_CUDA_CHECK(
       cudaMalloc(reinterpret_cast<void**>(&scalars_), kScalars * kScalarSlotFloats * sizeof(float)));
 }
@@ -124,13 +127,19 @@ bool Fp8Linear::reusable_input(const Fp8Site& site, bool backward, const void* x
 void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weight,
                         const void* bias, const void* residual, void* out, const Fp8Site& site) {
   uint8_t* x_q = workspace(forward_bytes(s));
-  uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
   SiteState* state = site_state(site);
   // x's copy and scale (slot A) stay from the previous call when it quantised this same x.
   if (!reusable_input(site, false, x, s.rows, s.in_features, x_q)) {
     quantize(kAmaxA, x, s.rows, s.in_features, Fp8Format::kE4M3, x_q, nullptr, state, kX);
   }
   last_input_ = LastInput{false, x, s.rows, s.in_features, x_q};
+  forward_gemm(s, x_q, weight, bias, residual, out, state);
+}
+
+void Fp8Linear::forward_gemm(const Fp8LinearShape& s, uint8_t* x_q, const void* weight,
+                             const void* bias, const void* residual, void* out,
+                             SiteState* state) {
+  uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
   quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, w_q, nullptr, state,
            kW);
   Fp8GemmCall call;
@@ -153,6 +162,21 @@ void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weig
     call.c = out;
   }
   gemm_.run(call);
+}
+
+bool Fp8Linear::swiglu_forward(const Fp8LinearShape& s, const void* gate, const void* up,
+                               void* act, const void* weight, const void* residual, void* out,
+                               const Fp8Site& site) {
+  SiteState* state = site_state(site);
+  if (state == nullptr || state->casts[kX] == 0) return false;
+  uint8_t* x_q = workspace(forward_bytes(s));
+  const int pos = static_cast<int>(state->casts[kX]++ % cuda_kernels::kFp8AmaxHistory);
+  cuda_kernels::swiglu_forward_fp8(gate, up, s.rows, s.in_features,
+                                   state->device + kX * cuda_kernels::kFp8StateFloats, pos, act,
+                                   x_q, nullptr, scalar(kScaleA), stream_);
+  last_input_ = LastInput{};  // no bf16 x was cast: nothing a later call may match
+  forward_gemm(s, x_q, weight, nullptr, residual, out, state);
+  return true;
 }
 
 void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* x,
@@ -187,6 +211,7 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
     call.c_dtype = DType::kBF16;
     call.ldc = s.in_features;
     call.beta = accumulate_dx ? 1.0f : 0.0f;
+    call.fast_accumulation = grad_fast_accumulation_;
     gemm_.run(call);
   }
   if (dweight != nullptr) {
@@ -207,6 +232,7 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
     call.c_dtype = dweight_dtype;
     call.ldc = s.in_features;
     call.beta = accumulate_dweight ? 1.0f : 0.0f;
+    call.fast_accumulation = grad_fast_accumulation_;
     gemm_.run(call);
   }
 }
@@ -263,6 +289,7 @@ bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const
     dgrad.c_dtype = DType::kBF16;
     dgrad.ldc = C;
     dgrad.beta = i == 0 ? 0.0f : 1.0f;  // gate writes dx, up adds to it
+    dgrad.fast_accumulation = grad_fast_accumulation_;
     gemm_.run(dgrad);
     Fp8GemmCall wgrad;
     wgrad.m = C;
@@ -277,6 +304,7 @@ bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const
     wgrad.c_dtype = dweight_dtype;
     wgrad.ldc = C;
     wgrad.beta = accumulate_dweight ? 1.0f : 0.0f;
+    wgrad.fast_accumulation = grad_fast_accumulation_;
     gemm_.run(wgrad);
   }
   return true;
@@ -311,9 +339,11 @@ bool aligned16(std::initializer_list<const Tensor*> tensors) {
 }  // namespace
 
 std::string CudaOps::fp8_unsupported_reason() const {
-  // A bad SHARDTRAIN_FP8_FUSED_SWIGLU is refused here, before training starts.
+  // A bad SHARDTRAIN_FP8_FUSED_SWIGLU or SHARDTRAIN_FP8_GRAD_FAST_ACCUM is refused here, before
+  // training starts.
   try {
     cuda_kernels::fp8_fused_swiglu_enabled();
+    cuda_kernels::fp8_grad_fast_accum_enabled();
   } catch (const Error& e) {
     return e.what();
   }
@@ -322,6 +352,10 @@ std::string CudaOps::fp8_unsupported_reason() const {
 
 void CudaOps::set_fp8_gradient_format(cuda_kernels::Fp8Format format) {
   fp8().set_gradient_format(format);
+}
+
+void CudaOps::set_fp8_gradient_fast_accumulation(bool on) {
+  fp8().set_gradient_fast_accumulation(on);
 }
 
 size_t CudaOps::fp8_workspace_bytes() const { return fp8_ ? fp8_->workspace_bytes() : 0; }
@@ -427,6 +461,28 @@ void CudaOps::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor
   Ops::swiglu_linears_backward_fp8(dact_NF, gate_NF, up_NF, x_NC, gate_weight_FC, up_weight_FC,
                                    dgate_NF, dup_NF, dx_NC, dgate_weight_FC, dup_weight_FC,
                                    accumulate_dweight, gate_site, up_site);
+}
+
+void CudaOps::swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF,
+                                        Tensor weight_CF, Tensor residual_NC, Tensor out_NC,
+                                        Fp8Site site) {
+  const Fp8LinearShape s = shape_of(act_NF, weight_CF);
+  const int64_t cells = s.rows * s.in_features;
+  const bool fused =
+      cuda_kernels::fp8_fused_swiglu_enabled() && site.id >= 0 && fp8_linear_shape_ok(s) &&
+      weight_CF.numel() == s.out_features * s.in_features && gate_NF.numel() == cells &&
+      up_NF.numel() == cells && act_NF.numel() == cells &&
+      out_NC.numel() == s.rows * s.out_features &&
+      (!residual_NC.defined() || residual_NC.numel() == out_NC.numel()) &&
+      all_bf16({&gate_NF, &up_NF, &act_NF, &weight_CF, &residual_NC, &out_NC}) &&
+      aligned16({&gate_NF, &up_NF, &act_NF, &weight_CF, &residual_NC, &out_NC});
+  if (fused && fp8().swiglu_forward(s, gate_NF.data(), up_NF.data(), act_NF.data(),
+                                    weight_CF.data(),
+                                    residual_NC.defined() ? residual_NC.data() : nullptr,
+                                    out_NC.data(), site)) {
+    return;
+  }
+  Ops::swiglu_linear_forward_fp8(gate_NF, up_NF, act_NF, weight_CF, residual_NC, out_NC, site);
 }
 
 }  // namespace shardtrain

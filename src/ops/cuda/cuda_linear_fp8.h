@@ -21,7 +21,8 @@
 // reused when that call was in the same direction, made the copy, and had the same x pointer
 // and shape (the MLP's up after gate).
 //
-// Gradients default to e5m2 (cuda_fp8_support.h kDefaultFp8GradFormat says why); e4m3 is
+// The gradient GEMMs use fast accumulation unless SHARDTRAIN_FP8_GRAD_FAST_ACCUM=0
+// (cuda_fp8_support.h). Gradients default to e5m2 (cuda_fp8_support.h kDefaultFp8GradFormat says why); e4m3 is
 // selectable for measurements (CudaOps::set_fp8_gradient_format).
 //
 // Workspace: the FP8 copies of the largest linear so far, grown on demand (growing
@@ -60,6 +61,9 @@ class Fp8Linear {
 
   void set_gradient_format(cuda_kernels::Fp8Format format) { grad_format_ = format; }
   cuda_kernels::Fp8Format gradient_format() const { return grad_format_; }
+  // cuBLASLt fast accumulation in the dgrad and wgrad GEMMs (the forward GEMM always has it);
+  // default: cuda_kernels::fp8_grad_fast_accum_enabled().
+  void set_gradient_fast_accumulation(bool on) { grad_fast_accumulation_ = on; }
 
   // out = x W^T (+ bias) (+ residual: beta 1, out may alias it). x, W, bias, residual, out bf16.
   // REQUIRES: fp8_linear_shape_ok(shape).
@@ -81,6 +85,14 @@ class Fp8Linear {
                        const void* up_weight, void* dx, void* dgate_weight, void* dup_weight,
                        DType dweight_dtype, bool accumulate_dweight, const Fp8Site& gate_site,
                        const Fp8Site& up_site);
+
+  // The MLP's down projection from SwiGLU's inputs (Ops::swiglu_linear_forward_fp8): act =
+  // silu(gate) * up (N x I, bf16) written to act (unless null) and cast to FP8 in the same pass
+  // with the site's delayed x scale (cuda_fp8.h swiglu_forward_fp8), then forward's GEMM.
+  // Returns false, doing nothing, until the site's x has a history (the caller then runs the
+  // unfused path, which starts it). REQUIRES: site.id >= 0, fp8_linear_shape_ok(shape).
+  bool swiglu_forward(const Fp8LinearShape& shape, const void* gate, const void* up, void* act,
+                      const void* weight, const void* residual, void* out, const Fp8Site& site);
 
   size_t workspace_bytes() const { return capacity_; }
   // A linear ran outside this class (the bf16 fallback): no x copy is reusable after it.
@@ -111,10 +123,14 @@ class Fp8Linear {
   };
   bool reusable_input(const Fp8Site& site, bool backward, const void* x, int64_t rows,
                       int64_t cols, const uint8_t* copy) const;
+  // forward's second half: W's cast and the GEMM, x's FP8 copy (scale in slot A) already made.
+  void forward_gemm(const Fp8LinearShape& shape, uint8_t* x_q, const void* weight,
+                    const void* bias, const void* residual, void* out, SiteState* state);
 
   cudaStream_t stream_;
   Fp8Gemm gemm_;
   cuda_kernels::Fp8Format grad_format_;
+  bool grad_fast_accumulation_;
   // amax[3], inv_scale[4], each in its own 256-byte slot: cuBLAS from 12.9.1 needs scale pointers
   // aligned to at least 16 bytes (Transformer Engine aligns them to 256 for the same reason).
   // With all six packed in 24 bytes, cuBLAS 13.0 on the H200 refused every FP8 algorithm with

@@ -125,9 +125,13 @@ class CudaOps final : public Ops {
                                    Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,
                                    Tensor dup_weight_FC, bool accumulate_dweight,
                                    Fp8Site gate_site, Fp8Site up_site) override;
-  // Outside the interface: the gradient format (default e5m2; the GPU tests measure e4m3) and
-  // the bytes of FP8 copies held now.
+  void swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF, Tensor weight_CF,
+                                 Tensor residual_NC, Tensor out_NC, Fp8Site site) override;
+  // Outside the interface: the gradient format (default e5m2; the GPU tests measure e4m3), the
+  // gradient GEMMs' fast accumulation (default: SHARDTRAIN_FP8_GRAD_FAST_ACCUM) and the bytes of
+  // FP8 copies held now.
   void set_fp8_gradient_format(cuda_kernels::Fp8Format format);
+  void set_fp8_gradient_fast_accumulation(bool on);
   size_t fp8_workspace_bytes() const;
 
   // ---- optimizer and norms (cuda_ops.cpp) ----

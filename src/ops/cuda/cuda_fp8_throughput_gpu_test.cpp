@@ -1,0 +1,306 @@
+// Timings, not checks (DISABLED_: run with --gtest_also_run_disabled_tests on the GPU machine):
+// the FP8 linears of the Qwen2.5-1.5B benchmark (8192 tokens: seq 4096, micro-batch 2) split
+// into their casts and their GEMMs, by device time (CUDA events on the ops stream, mean of 10
+// runs after a warm-up), so a step's FP8 overhead can be assigned to casts, to GEMM rate, or
+// to the heuristic's algorithm choice. Per projection shape (qkv, o, gate/up, down):
+//   - each cast kernel alone (delayed scaling: x, W forward; dout both layouts, W^T, x^T);
+//   - each GEMM (forward with fast accumulation; dgrad and wgrad with and without it), and every
+//     cuBLASLt heuristic candidate of it (run() takes the first cuBLASLt accepts: index 0);
+//   - the whole Fp8Linear forward and backward (delayed sites, gradient fast accumulation off
+//     and on) beside CudaOps's bf16 linear_forward / linear_backward of the same shape.
+// Then the MLP's fused SwiGLU backward (its kernel alone, and the whole op with four GEMMs)
+// beside bf16's swiglu_backward and two linear_backwards. Prints, and appends to
+// $OUT/fp8-timing.txt when OUT is set (the device session's output folder).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_fp8.h"
+#include "ops/cuda/cuda_fp8_support.h"
+#include "ops/cuda/cuda_gemm_fp8.h"
+#include "ops/cuda/cuda_linear_fp8.h"
+#include "ops/cuda/testing/cuda_ops_fixture.h"
+
+namespace shardtrain {
+namespace {
+
+using namespace cuda_testing;
+using cuda_kernels::Fp8Format;
+
+class Fp8ThroughputTest : public CudaOpsTest {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    if (IsSkipped()) return;
+    const std::string reason = gpu_->fp8_unsupported_reason();
+    if (!reason.empty()) GTEST_SKIP() << "no FP8 on this GPU: " << reason;
+    stream_ = gpu_ref().stream();
+    const char* out = std::getenv("OUT");
+    if (out != nullptr) log_ = std::fopen((std::string(out) + "/fp8-timing.txt").c_str(), "a");
+  }
+  void TearDown() override {
+    if (log_ != nullptr) std::fclose(log_);
+    CudaOpsTest::TearDown();
+  }
+  void report(const char* format, ...) {
+    va_list args;
+    va_start(args, format);
+    std::vprintf(format, args);
+    va_end(args);
+    if (log_ != nullptr) {
+      va_start(args, format);
+      std::vfprintf(log_, format, args);
+      va_end(args);
+      std::fflush(log_);
+    }
+  }
+  // Mean device time of `body` (work enqueued on the ops stream) over `repeats` runs, after one.
+  double device_ms(const std::function<void()>& body, int repeats = 10) {
+    body();
+    cudaEvent_t start, stop;
+    SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
+    SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream_));
+    for (int i = 0; i < repeats; ++i) body();
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ms / repeats;
+  }
+  template <typename T = uint8_t>
+  T* bytes(size_t n) {
+    buffers_.emplace_back(*gpu_, n);
+    return static_cast<T*>(buffers_.back().data());
+  }
+  // A zeroed delayed-scaling state, bootstrapped by one amax pass over `src` (as a first cast).
+  float* state_for(const void* src, int64_t n) {
+    float* state = bytes<float>(cuda_kernels::kFp8StateFloats * sizeof(float));
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemsetAsync(state, 0, cuda_kernels::kFp8StateFloats * sizeof(float), stream_));
+    cuda_kernels::fp8_amax(DType::kBF16, src, n, state + cuda_kernels::kFp8ScaleAmaxIndex,
+                           stream_);
+    return state;
+  }
+  // Times `call` with run() and with every heuristic candidate; one line.
+  void time_gemm(Fp8Gemm& gemm, const char* what, const Fp8GemmCall& call) {
+    const double flops = 2.0 * call.m * call.n * call.k;
+    const double ms = device_ms([&] { gemm.run(call); });
+    std::string line;
+    const size_t candidates = gemm.candidate_count(call);
+    double best = ms;
+    for (size_t i = 0; i < candidates; ++i) {
+      if (!gemm.run_candidate(call, i)) {
+        line += " -";
+        continue;
+      }
+      const double t = device_ms([&] { gemm.run_candidate(call, i); });
+      best = std::min(best, t);
+      char cell[32];
+      std::snprintf(cell, sizeof cell, " %.0f", 1e3 * t);
+      line += cell;
+    }
+    report("  %-24s m=%5ld n=%5ld k=%5ld: %7.1f us %5.0f TFLOP/s (best candidate %5.0f); "
+           "candidates us:%s\n",
+           what, call.m, call.n, call.k, 1e3 * ms, flops / ms * 1e-9, flops / best * 1e-9,
+           line.c_str());
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::FILE* log_ = nullptr;
+};
+
+TEST_F(Fp8ThroughputTest, DISABLED_LinearCastsAndGemmsAtTheBenchShape) {
+  const int64_t N = 8192, C = 1536, F = 8960;
+  struct Case {
+    const char* name;
+    int64_t in, out;
+    bool residual;
+  };
+  const Case cases[] = {
+      {"qkv", C, 2048, false}, {"o", C, C, true}, {"gate/up", C, F, false}, {"down", F, C, true}};
+  // One random bf16 buffer serves as every input (x, W, dout read their first elements).
+  const int64_t largest = N * F;
+  const Tensor source = gpu_tensor(random(largest), DType::kBF16, Shape{largest});
+  const void* src = source.data();
+  const Tensor src2 = gpu_tensor(random(largest, -1e-2f, 1e-2f), DType::kBF16, Shape{largest});
+  auto* q1 = bytes(largest);  // FP8 copies
+  auto* q2 = bytes(largest);
+  auto* q3 = bytes(largest);
+  auto* q4 = bytes(largest);
+  auto* out_bf16 = bytes(largest * 2);
+  auto* out_f32 = bytes(F * C * 4);
+  auto* scales = bytes<float>(8 * 256);
+  const auto scale = [&](int i) { return scales + 64 * i; };
+  Fp8Gemm gemm(stream_);
+  const Fp8Format grad = cuda_kernels::kDefaultFp8GradFormat;
+  report("FP8 linears, N=%ld tokens (device time, mean of 10; FLOP rates of the GEMM alone)\n", N);
+  for (const Case& c : cases) {
+    const int64_t I = c.in, O = c.out;
+    report("%s: N x I -> O = %ld x %ld -> %ld (%.1f GFLOP a GEMM)\n", c.name, N, I, O,
+           2e-9 * N * I * O);
+    float* sx = state_for(src, N * I);
+    float* sw = state_for(src, O * I);
+    float* sd = state_for(src2.data(), N * O);
+    int pos = 0;
+    const auto cast = [&](const char* what, const void* from, int64_t rows, int64_t cols,
+                          Fp8Format format, float* state, uint8_t* row_major,
+                          uint8_t* transposed) {
+      const double ms = device_ms([&] {
+        cuda_kernels::fp8_cast_delayed(DType::kBF16, from, rows, cols, format, state,
+                                       pos++ % cuda_kernels::kFp8AmaxHistory, row_major,
+                                       transposed, scale(7), stream_);
+      });
+      const double moved = rows * cols * (2.0 + (row_major ? 1 : 0) + (transposed ? 1 : 0));
+      report("  cast %-19s %5ld x %5ld: %7.1f us (%4.0f GB/s)\n", what, rows, cols, 1e3 * ms,
+             moved / ms * 1e-6);
+    };
+    cast("x (forward)", src, N, I, Fp8Format::kE4M3, sx, q1, nullptr);
+    cast("W (forward)", src, O, I, Fp8Format::kE4M3, sw, q2, nullptr);
+    cast("dout (both layouts)", src2.data(), N, O, grad, sd, q3, q4);
+    cast("W^T (backward)", src, O, I, Fp8Format::kE4M3, sw, nullptr, q2);
+    cast("x^T (backward)", src, N, I, Fp8Format::kE4M3, sx, nullptr, q1);
+    // The GEMMs of cuda_linear_fp8.cpp, over the copies just written (values are beside the
+    // point: only the layouts and formats matter for time).
+    Fp8GemmCall forward;
+    forward.m = O, forward.n = N, forward.k = I;
+    forward.a = q2, forward.a_scale = scale(0), forward.b = q1, forward.b_scale = scale(1);
+    forward.c_dtype = DType::kBF16, forward.ldc = O, forward.fast_accumulation = true;
+    forward.c = out_bf16;
+    if (c.residual) {  // as the model's o and down: out = residual + x W^T, D beside C
+      forward.c = const_cast<void*>(src);  // N x O bf16 values: the residual
+      forward.d = out_bf16;
+      forward.beta = 1;
+    }
+    time_gemm(gemm, c.residual ? "forward (+residual)" : "forward", forward);
+    for (const bool fast : {false, true}) {
+      Fp8GemmCall dgrad;
+      dgrad.m = I, dgrad.n = N, dgrad.k = O;
+      dgrad.a = q2, dgrad.a_scale = scale(0), dgrad.b = q3, dgrad.b_format = grad;
+      dgrad.b_scale = scale(1), dgrad.c = out_bf16, dgrad.c_dtype = DType::kBF16, dgrad.ldc = I;
+      dgrad.fast_accumulation = fast;
+      time_gemm(gemm, fast ? "dgrad fast-accum" : "dgrad", dgrad);
+      Fp8GemmCall wgrad;
+      wgrad.m = I, wgrad.n = O, wgrad.k = N;
+      wgrad.a = q1, wgrad.a_scale = scale(0), wgrad.b = q4, wgrad.b_format = grad;
+      wgrad.b_scale = scale(1), wgrad.c = out_f32, wgrad.c_dtype = DType::kF32, wgrad.ldc = I;
+      wgrad.fast_accumulation = fast;
+      time_gemm(gemm, fast ? "wgrad f32 fast-accum" : "wgrad f32", wgrad);
+    }
+    // Whole ops: Fp8Linear as CudaOps runs it (a site: delayed scaling), and bf16 CudaOps.
+    const Tensor x = gpu_tensor(random(N * I), DType::kBF16, Shape{N, I});
+    const Tensor w = gpu_tensor(random(O * I, -0.05f, 0.05f), DType::kBF16, Shape{O, I});
+    const Tensor dout = gpu_tensor(random(N * O, -1e-2f, 1e-2f), DType::kBF16, Shape{N, O});
+    const Tensor y = gpu_tensor(random(N * O), DType::kBF16, Shape{N, O});
+    const Tensor dx = gpu_tensor(random(N * I), DType::kBF16, Shape{N, I});
+    const Tensor dw = gpu_tensor(random(O * I), DType::kF32, Shape{O, I});
+    const double flops = 2.0 * N * I * O;
+    const Fp8LinearShape shape{N, I, O};
+    for (const bool fast : {false, true}) {
+      Fp8Linear linear(stream_);
+      linear.set_gradient_fast_accumulation(fast);
+      const Fp8Site site{0, false};
+      const void* residual = c.residual ? y.data() : nullptr;
+      const double fwd = device_ms([&] {
+        linear.forward(shape, x.data(), w.data(), nullptr, residual, y.data(), site);
+      });
+      const double bwd = device_ms([&] {
+        linear.backward(shape, dout.data(), x.data(), w.data(), dx.data(), false, dw.data(),
+                        DType::kF32, false, site);
+      });
+      report("  Fp8Linear (grad fast-accum %s): forward %7.1f us (%4.0f TFLOP/s), backward "
+             "%7.1f us (%4.0f TFLOP/s)\n",
+             fast ? "on " : "off", 1e3 * fwd, flops / fwd * 1e-9, 1e3 * bwd,
+             2 * flops / bwd * 1e-9);
+    }
+    const double fwd16 = device_ms([&] {
+      if (c.residual) {
+        gpu_->linear_forward_residual(x, w, y, y);
+      } else {
+        gpu_->linear_forward(x, w, Tensor(), y);
+      }
+    });
+    const double bwd16 =
+        device_ms([&] { gpu_->linear_backward(dout, x, w, dx, dw, Tensor(), false, false); });
+    report("  bf16 linear:                    forward %7.1f us (%4.0f TFLOP/s), backward "
+           "%7.1f us (%4.0f TFLOP/s)\n",
+           1e3 * fwd16, flops / fwd16 * 1e-9, 1e3 * bwd16, 2 * flops / bwd16 * 1e-9);
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+TEST_F(Fp8ThroughputTest, DISABLED_FusedSwigluBackwardAtTheBenchShape) {
+  const int64_t N = 8192, C = 1536, F = 8960;
+  const Tensor dact = gpu_tensor(random(N * F, -1e-2f, 1e-2f), DType::kBF16, Shape{N, F});
+  const Tensor gate = gpu_tensor(random(N * F, -3, 3), DType::kBF16, Shape{N, F});
+  const Tensor up = gpu_tensor(random(N * F), DType::kBF16, Shape{N, F});
+  const Tensor x = gpu_tensor(random(N * C), DType::kBF16, Shape{N, C});
+  const Tensor wg = gpu_tensor(random(F * C, -0.05f, 0.05f), DType::kBF16, Shape{F, C});
+  const Tensor wu = gpu_tensor(random(F * C, -0.05f, 0.05f), DType::kBF16, Shape{F, C});
+  const Tensor dgate = gpu_tensor(random(N * F), DType::kBF16, Shape{N, F});
+  const Tensor dup = gpu_tensor(random(N * F), DType::kBF16, Shape{N, F});
+  const Tensor dx = gpu_tensor(random(N * C), DType::kBF16, Shape{N, C});
+  const Tensor dwg = gpu_tensor(random(F * C), DType::kF32, Shape{F, C});
+  const Tensor dwu = gpu_tensor(random(F * C), DType::kF32, Shape{F, C});
+  const double flops = 4 * 2.0 * N * C * F;
+  report("MLP gate+up backward from SwiGLU's gradient, N=%ld C=%ld F=%ld (%.0f GFLOP)\n", N, C,
+         F, flops * 1e-9);
+  {
+    float* sg = state_for(dact.data(), N * F);
+    float* su = state_for(dact.data(), N * F);
+    auto* q = bytes(4 * N * F);
+    auto* inv = bytes<float>(2 * 256);
+    int pos = 0;
+    const double ms = device_ms([&] {
+      const int p = pos++ % cuda_kernels::kFp8AmaxHistory;
+      cuda_kernels::swiglu_backward_fp8(dact.data(), gate.data(), up.data(), N, F,
+                                        cuda_kernels::kDefaultFp8GradFormat, sg, p, su, p, q,
+                                        q + N * F, q + 2 * N * F, q + 3 * N * F, inv, inv + 64,
+                                        stream_);
+    });
+    report("  swiglu_backward_fp8 kernel alone: %7.1f us (%4.0f GB/s: 3 bf16 in, 4 FP8 out)\n",
+           1e3 * ms, 10.0 * N * F / ms * 1e-6);
+  }
+  for (const bool fast : {false, true}) {
+    Fp8Linear linear(stream_);
+    linear.set_gradient_fast_accumulation(fast);
+    const Fp8Site gate_site{0, false}, up_site{1, true};
+    const Fp8LinearShape shape{N, C, F};
+    // Starts both sites' dout history (the unfused path), as the model's first step does.
+    linear.backward(shape, dact.data(), x.data(), wg.data(), dx.data(), false, dwg.data(),
+                    DType::kF32, false, gate_site);
+    linear.backward(shape, dact.data(), x.data(), wu.data(), dx.data(), true, dwu.data(),
+                    DType::kF32, false, up_site);
+    bool fused = true;
+    const double ms = device_ms([&] {
+      fused = fused && linear.swiglu_backward(shape, dact.data(), gate.data(), up.data(),
+                                              x.data(), wg.data(), wu.data(), dx.data(),
+                                              dwg.data(), dwu.data(), DType::kF32, false,
+                                              gate_site, up_site);
+    });
+    EXPECT_TRUE(fused);
+    report("  fused FP8 (grad fast-accum %s): %7.1f us (%4.0f TFLOP/s)\n", fast ? "on " : "off",
+           1e3 * ms, flops / ms * 1e-9);
+  }
+  const double ms16 = device_ms([&] {
+    gpu_->swiglu_backward(dact, gate, up, dgate, dup);
+    gpu_->linear_backward(dgate, x, wg, dx, dwg, Tensor(), false, false);
+    gpu_->linear_backward(dup, x, wu, dx, dwu, Tensor(), true, false);
+  });
+  const double swiglu16 = device_ms([&] { gpu_->swiglu_backward(dact, gate, up, dgate, dup); });
+  report("  bf16 (swiglu_backward %.1f us + 2 linear_backward): %7.1f us (%4.0f TFLOP/s)\n",
+         1e3 * swiglu16, 1e3 * ms16, flops / ms16 * 1e-9);
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace
+}  // namespace shardtrain
