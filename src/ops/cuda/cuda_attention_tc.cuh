@@ -29,6 +29,7 @@
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_ptx.cuh"
 #include "ops/cuda/cuda_wgmma.cuh"
 
 namespace shardtrain::cuda_kernels::flash {
@@ -47,48 +48,16 @@ __host__ __device__ constexpr int pitch() {
 }
 constexpr int kScorePitch = kTile + 8;
 
-// ---- PTX wrappers ----
+// ---- PTX wrappers (cuda_ptx.cuh) ----
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p)));
-}
-
-// c += a b (16x16 bf16 times 16x8 bf16, fp32 accumulate).
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 16-byte global -> shared copy; zero-fills the destination when !valid.
-__device__ __forceinline__ void cp_async_16(bf16* dst, const bf16* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
-}
-// 4-byte global -> shared copy; zero-fills the destination when !valid.
-__device__ __forceinline__ void cp_async_4(float* dst, const float* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
+using cuda_ptx::cp_async_16;
+using cuda_ptx::cp_async_4;
+using cuda_ptx::cp_async_commit;
+using cuda_ptx::cp_async_wait_all;
+using cuda_ptx::ldmatrix_x4;
+using cuda_ptx::ldmatrix_x4_trans;
+using cuda_ptx::mma;
+using cuda_ptx::shared_address;
 
 // 2^x on the special function unit (flush-to-zero; -inf gives 0).
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) cuda_ptx::mma_bf16(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+        for (int ni = 0; ni < 4; ++ni) cuda_ptx::mma(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
       }
     }
     __syncthreads();  // the stage is overwritten by the load after next
