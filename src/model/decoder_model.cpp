@@ -113,7 +113,7 @@ BlockWeights DecoderModel::weights_of(int unit, Tensor flat, int64_t layer) cons
     linear->fp8 = fp8;
     linear->fp8_site = Fp8Site{id++, linear == &w.mlp.up};
   }
-  if (lora_.enabled) attach_lora(w, layout_.units[unit], flat, layer, lora_run());
+  if (lora_.enabled) attach_lora(w, layout_.units[unit], flat, layer, lora_run(layer));
   return w;
 }
 
@@ -160,7 +160,14 @@ DecoderModel::Activations DecoderModel::declare(ActivationPlan& plan, const Mode
   a.targets_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
   a.positions_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
   a.document_start_N = plan.take(ActivationUse::kScratch, DType::kI32, {N});
-  if (lora.enabled) a.lora = declare_lora_scratch(plan, c, lora, N);
+  if (lora.enabled) {
+    a.lora = declare_lora_scratch(plan, c, lora, N);
+    // Like the blocks' saved activations: every block's, or the one recomputed set.
+    a.lora_h.resize(checkpointing != Checkpointing::kNone ? 1 : c.num_hidden_layers);
+    for (Tensor& h : a.lora_h) {
+      h = plan.take(ActivationUse::kBlockSet, {N * lora_saved_columns(lora)});
+    }
+  }
   return a;
 }
 
@@ -273,8 +280,11 @@ Tensor DecoderModel::block_output(int64_t layer) {
   return fit(acts_.out_NC, {N, C});
 }
 
-LoraRun DecoderModel::lora_run() const {
+LoraRun DecoderModel::lora_run(int64_t layer) const {
   LoraRun run;
+  if (layer >= 0 && !acts_.lora_h.empty()) {
+    run.h_store = acts_.lora_h[checkpointing_ != Checkpointing::kNone ? 0 : layer];
+  }
   run.config = &lora_;
   run.scratch = &acts_.lora;
   run.training = lora_training_;

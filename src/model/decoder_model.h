@@ -161,6 +161,9 @@ class DecoderModel {
     Tensor ids_N, targets_N, positions_N;
     Tensor document_start_N;  // i32; read only when the batch has several documents a sequence
     LoraScratch lora;         // with LoRA: what the adapters of every Linear share
+    // With LoRA: each block's saved hs (flat, tokens x lora_saved_columns); with checkpointing
+    // one, shared like `recompute` (a block's forward rewrites it before its backward).
+    std::vector<Tensor> lora_h;
   };
   static Activations declare(ActivationPlan& plan, const ModelConfig& config, int64_t batch,
                              int64_t seq_len, Checkpointing checkpointing, int64_t chunk_rows,
@@ -201,7 +204,8 @@ class DecoderModel {
   BlockWeights block_grads(int64_t layer, const GradBuffer& grads) const;
   // The root's gradient views (with LoRA none: the root is frozen; its norm writes the sink).
   RootWeights root_grads(const GradBuffer& grads) const;
-  LoraRun lora_run() const;
+  // LoRA's run state; with layer >= 0 also where block `layer` saves hs.
+  LoraRun lora_run(int64_t layer = -1) const;
 
   ModelConfig config_;
   LoraConfig lora_;

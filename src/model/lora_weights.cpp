@@ -82,12 +82,21 @@ void attach_lora(BlockWeights& w, const UnitLayout& unit, Tensor flat, int64_t l
   const std::string attn = "model.layers." + std::to_string(layer) + ".self_attn.";
   const int64_t q_width = rows_of(unit, attn + "q_proj.weight");
   const int64_t kv_width = rows_of(unit, attn + "k_proj.weight");
+  int64_t saved = 0;  // columns of hs the Linears before this one save
   for_each_linear(w, q_width, kv_width,
                   [&](Linear& linear, const std::vector<std::string>& modules,
                       const std::vector<int64_t>& columns, uint64_t index) {
                     linear.frozen = true;
                     linear.lora = adapter_for(unit, flat, 0, layer, modules, columns, run, index);
+                    if (!linear.lora.defined()) return;
+                    linear.lora.h_store = run.h_store;
+                    linear.lora.h_first = saved;
+                    saved += linear.lora.A_SI.dim(0);
                   });
+}
+
+int64_t lora_saved_columns(const LoraConfig& lora) {
+  return static_cast<int64_t>(lora.modules().size()) * lora.rank;
 }
 
 BlockWeights lora_block_grads(const UnitLayout& unit, const GradBuffer& grads, int64_t layer,

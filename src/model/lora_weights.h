@@ -23,10 +23,16 @@ struct LoraRun {
   bool training = false;      // dropout applies in training only
   uint64_t dropout_seed = 0;  // this micro-batch's (every Linear mixes in its own index)
   Tensor grad_sink;           // fp32, at least max(hidden, head_dim): frozen norms' gradients
+  // Flat; where this block's adapters save hs for backward (LoraAdapter::h_store), at least
+  // tokens x lora_saved_columns; undefined: nothing saved, backward recomputes it.
+  Tensor h_store;
 };
 
+// The columns of hs that one block's adapters save: every targeted projection's rank.
+int64_t lora_saved_columns(const LoraConfig& lora);
+
 // Marks every Linear of `w` frozen and attaches the adapters, viewed in `flat` (the gathered
-// unit), of the modules the config targets.
+// unit), of the modules the config targets, saving hs in run.h_store (one Linear after another).
 void attach_lora(BlockWeights& w, const UnitLayout& unit, Tensor flat, int64_t layer,
                  const LoraRun& run);
 

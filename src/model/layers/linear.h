@@ -8,8 +8,9 @@
 //                     grad.weight_OI (+ grad.bias_O) = or += dout_NO^T @ x_NI
 // A packed q/k/v projection is one Linear over the three weights back to back
 // (model/weights.h BlockWeights::qkv_proj).
-// With a LoRA adapter (model/layers/lora.h; the base then frozen): forward adds the adapters'
-// output to out_NO, backward adds their part of dx_NI and writes the gradients of A and B.
+// With a LoRA adapter (model/layers/lora.h; the base then frozen): the adapters run first and
+// write out_NO (and d(x)), and the base GEMM adds its product to it in its epilogue; backward
+// also writes the gradients of A and B.
 //
 // Saved activations: none of its own. Backward reads the input x_NI, which the layer that
 // produced it saved (a norm's output, the attention output, the SwiGLU product).
@@ -40,6 +41,10 @@ struct Linear {
   // GradBuffer::accumulate). dx_NI is overwritten, or added to when accumulate_dx.
   void backward(Ops& ops, const Linear& grad, bool accumulate_grad, Tensor dout_NO, Tensor x_NI,
                 Tensor dx_NI, bool accumulate_dx) const;
+
+ private:
+  // out_NO = x_NI @ weight_OI^T (+ bias_O) (+ residual_NO), in FP8 when fp8.
+  void base_forward(Ops& ops, Tensor x_NI, Tensor bias_O, Tensor residual_NO, Tensor out_NO) const;
 };
 
 }  // namespace shardtrain

@@ -43,24 +43,46 @@ Tensor LoraAdapter::block_diagonal_B(Ops& ops, int64_t out_width) const {
   return B_OS;
 }
 
-void LoraAdapter::forward(Ops& ops, Tensor x_NI, Tensor out_NO) const {
-  const int64_t N = x_NI.dim(0), S = static_cast<int64_t>(slices.size()) * rank;
-  const Tensor h_NS = fit(scratch->h_NS, {N, S});
-  ops.linear_forward(dropped_input(ops, x_NI), A_SI, Tensor(), h_NS);
-  ops.copy_columns(h_NS, 0, h_NS, 0, S, scale, false);  // h *= scale, in place
+Tensor LoraAdapter::saved_h(int64_t N) const {
+  const int64_t S = A_SI.dim(0);
+  if (!h_store.defined() || N * (h_first + S) > h_store.numel()) return Tensor();
+  char* data = static_cast<char*>(h_store.data()) +
+               N * h_first * static_cast<int64_t>(dtype_size(h_store.dtype()));
+  return Tensor(data, h_store.dtype(), {N, S}, h_store.device());
+}
+
+void LoraAdapter::project(Ops& ops, Tensor xd_NI, Tensor h_NS) const {
+  ops.linear_forward(xd_NI, A_SI, Tensor(), h_NS);
+  ops.copy_columns(h_NS, 0, h_NS, 0, h_NS.dim(1), scale, false);  // h *= scale, in place
+}
+
+void LoraAdapter::forward(Ops& ops, Tensor x_NI, Tensor bias_O, Tensor residual_NO,
+                          Tensor out_NO) const {
+  SHARDTRAIN_CHECK(!(bias_O.defined() && residual_NO.defined()),
+                   "LoRA forward: a bias or a residual, not both");
+  const int64_t N = x_NI.dim(0), S = A_SI.dim(0);
+  Tensor h_NS = saved_h(N);
+  if (!h_NS.defined()) h_NS = fit(scratch->h_NS, {N, S});
+  project(ops, dropped_input(ops, x_NI), h_NS);
   const Tensor B_OS = whole_output(out_NO) ? slices[0].B_OR : block_diagonal_B(ops, out_NO.dim(1));
-  ops.linear_forward_residual(h_NS, B_OS, out_NO, out_NO);  // out += h @ B^T
+  if (residual_NO.defined()) {
+    ops.linear_forward_residual(h_NS, B_OS, residual_NO, out_NO);  // out = residual + hs @ B^T
+  } else {
+    ops.linear_forward(h_NS, B_OS, bias_O, out_NO);  // out = hs @ B^T (+ bias)
+  }
 }
 
 void LoraAdapter::backward(Ops& ops, const LoraAdapter& grad, bool accumulate_grad, Tensor dout_NO,
-                           Tensor x_NI, Tensor dx_NI) const {
-  const int64_t N = x_NI.dim(0), S = static_cast<int64_t>(slices.size()) * rank;
+                           Tensor x_NI, Tensor dx_NI, bool accumulate_dx) const {
+  const int64_t N = x_NI.dim(0), S = A_SI.dim(0);
   SHARDTRAIN_CHECK(grad.slices.size() == slices.size(), "LoRA gradient views");
   const Tensor xd_NI = dropped_input(ops, x_NI);
-  const Tensor h_NS = fit(scratch->h_NS, {N, S});
+  Tensor h_NS = saved_h(N);
+  if (!h_NS.defined()) {  // nothing saved: recompute hs
+    h_NS = fit(scratch->h_NS, {N, S});
+    project(ops, xd_NI, h_NS);
+  }
   const Tensor dh_NS = fit(scratch->dh_NS, {N, S});
-  ops.linear_forward(xd_NI, A_SI, Tensor(), h_NS);      // recomputed: nothing was saved
-  ops.copy_columns(h_NS, 0, h_NS, 0, S, scale, false);  // hs = scale * h
   // dh = g @ B (scaled below); dB = g^T @ hs: straight into the gradient of a single B, else
   // into the block-diagonal gradient, whose diagonal blocks go to the slices' gradients.
   if (whole_output(dout_NO)) {
@@ -78,13 +100,15 @@ void LoraAdapter::backward(Ops& ops, const LoraAdapter& grad, bool accumulate_gr
   }
   ops.copy_columns(dh_NS, 0, dh_NS, 0, S, scale, false);  // d(h) = scale * d(hs)
   if (!dx_NI.defined() || dropout <= 0.0f) {
-    // dA = dh^T @ x; dx += dh @ A.
-    ops.linear_backward(dh_NS, xd_NI, A_SI, dx_NI, grad.A_SI, Tensor(), true, accumulate_grad);
+    // dA = dh^T @ x; dx = (or +=) dh @ A.
+    ops.linear_backward(dh_NS, xd_NI, A_SI, dx_NI, grad.A_SI, Tensor(), accumulate_dx,
+                        accumulate_grad);
     return;
   }
   const Tensor dxd_NI = fit(scratch->dxd_NI, x_NI.shape());
   ops.linear_backward(dh_NS, xd_NI, A_SI, dxd_NI, grad.A_SI, Tensor(), false, accumulate_grad);
-  ops.dropout(dxd_NI, dx_NI, dropout, dropout_seed, true);  // the same mask: d(x) += mask * dxd
+  // The same mask: d(x) = (or +=) mask * dxd.
+  ops.dropout(dxd_NI, dx_NI, dropout, dropout_seed, accumulate_dx);
 }
 
 }  // namespace shardtrain

@@ -9,14 +9,23 @@
 // O x S x N multiply-adds (S = 3 x 16 against O = 6144: nothing), where per-slice GEMMs and
 // column copies cost several passes over N x O.
 //
-// Saved activations: none. Backward recomputes h = dropout(x) @ A^T from the input x (which
-// the base Linear's backward reads anyway) and regenerates the dropout mask from its seed
-// (Ops::dropout), so LoRA adds no per-block activation memory, only LoraScratch, shared by
-// every Linear.
+// The adapters run before the base GEMM, which adds its product to theirs in its epilogue
+// (Linear): forward writes out = hs @ B^T (+ bias or residual) and the base GEMM accumulates
+// into it, and backward writes (or adds to) d(x) and the base's d(x) GEMM accumulates into it.
+// The adapters' small GEMMs are memory bound (rank-wide inner dimension), so each of their
+// passes over an N x O or N x I tensor costs what a pass of an elementwise op does; this order
+// makes the adapter GEMM write the wide tensor without reading it, and the base GEMM, compute
+// bound, reads it for free.
+//
+// Saved activations: hs = scale * dropout(x) @ A^T (N x S, S = slices x r: 112 columns per
+// Llama block with all seven projections, 0.9 MiB a block at 4096 tokens) in the block's slot
+// of LoraRun's h_store when there is one (training: DecoderModel), so backward does not
+// re-read x for it; without one, backward recomputes it. dropout(x) is regenerated from its
+// seed (Ops::dropout), never saved; the rest lives in LoraScratch, shared by every Linear.
 //
 // Backward (g = d(out), hs = scale * h, Bd the block-diagonal B):
 //   dBd = g^T @ hs (its diagonal blocks are the slices' dB);  dh = scale * g @ Bd;
-//   dA = dh^T @ dropout(x);  dx += dropout'(dh @ A)
+//   dA = dh^T @ dropout(x);  dx = (or +=) dropout'(dh @ A)
 #pragma once
 
 #include <cstdint>
@@ -55,15 +64,27 @@ struct LoraAdapter {
   uint64_t dropout_seed = 0;  // this Linear's mask in this micro-batch
   const LoraScratch* scratch = nullptr;
 
+  // Where forward saves hs for backward: h_store (flat, the block's store; undefined: none,
+  // backward recomputes hs) holds every adapted Linear of the block back to back, this one's
+  // (N, S) block at element N x h_first.
+  Tensor h_store;
+  int64_t h_first = 0;
+
   bool defined() const { return A_SI.defined(); }
-  // out_NO (the base output, written) += the adapters' output.
-  void forward(Ops& ops, Tensor x_NI, Tensor out_NO) const;
-  // grad: the gradient views (A_SI and each slice's B_OR). dx_NI (when defined) += the adapters'
-  // part of d(x); grads overwritten or added to (accumulate_grad).
+  // out_NO = the adapters' output, + bias_O or + residual_NO when defined (not both; out_NO may
+  // alias residual_NO): written before the base GEMM, which then adds its product to it.
+  void forward(Ops& ops, Tensor x_NI, Tensor bias_O, Tensor residual_NO, Tensor out_NO) const;
+  // grad: the gradient views (A_SI and each slice's B_OR), overwritten or added to
+  // (accumulate_grad). dx_NI (when defined) = the adapters' part of d(x), or += with
+  // accumulate_dx. Reads x_NI and dout_NO only; hs from forward's h_store when there is one.
   void backward(Ops& ops, const LoraAdapter& grad, bool accumulate_grad, Tensor dout_NO,
-                Tensor x_NI, Tensor dx_NI) const;
+                Tensor x_NI, Tensor dx_NI, bool accumulate_dx) const;
 
  private:
+  // hs's (N, S) block in h_store, or undefined when there is none or it does not fit N rows.
+  Tensor saved_h(int64_t N) const;
+  // hs = scale * dropout(x) @ A^T into h_NS.
+  void project(Ops& ops, Tensor xd_NI, Tensor h_NS) const;
   // dropout(x) (x itself without dropout).
   Tensor dropped_input(Ops& ops, Tensor x_NI) const;
   // The block-diagonal B of a packed Linear with out_width output columns, in scratch.

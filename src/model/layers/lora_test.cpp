@@ -152,6 +152,100 @@ TEST(LoraLinearTest, PackedSlicesWithDropoutMatchPeftsFormula) {
   }
 }
 
+// One adapter over the whole output, with a bias, then as a residual Linear: the adapters write
+// out first and the base GEMM adds to it; forward saves hs in its block of h_store, backward
+// reads it from there (not recomputing) and adds its d(x) to what dx held (accumulate_dx).
+TEST(LoraLinearTest, SavedProjectionBiasResidualAndAccumulatedDx) {
+  CpuOps ops;
+  const int64_t N = 4, I = 5, O = 3, r = 2, first = 3;  // this Linear's hs after 3 columns
+  const float scale = 1.5f;
+  HostTensor x = filled({N, I}, 0.2f), w = filled({O, I}, -0.3f), bias = filled({O}, 0.1f, 5);
+  HostTensor a = filled({r, I}, 0.25f, 11), b = filled({O, r}, -0.15f, 13);
+  HostTensor residual = filled({N, O}, 0.7f, 3), dout = filled({N, O}, 0.05f, 19);
+  HostTensor h(DType::kF32, {N, r}), dh(DType::kF32, {N, r});
+  LoraScratch scratch{h.tensor, dh.tensor, Tensor(), Tensor(), Tensor(), Tensor()};
+  HostTensor store(DType::kF32, {N * (first + r) + 7});
+  for (int64_t i = 0; i < store.tensor.numel(); ++i) store.tensor.f32()[i] = -9.0f;
+  Linear linear{w.tensor, bias.tensor, true};
+  linear.lora.A_SI = a.tensor;
+  linear.lora.slices = {{b.tensor, 0}};
+  linear.lora.rank = r;
+  linear.lora.scale = scale;
+  linear.lora.scratch = &scratch;
+  linear.lora.h_store = store.tensor;
+  linear.lora.h_first = first;
+
+  const float *X = x.tensor.f32(), *W = w.tensor.f32(), *A = a.tensor.f32(), *B = b.tensor.f32();
+  std::vector<double> hs(N * r, 0), base(N * O, 0), adapter(N * O, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < r; ++k) {
+      for (int64_t i = 0; i < I; ++i) hs[n * r + k] += scale * double{X[n * I + i]} * A[k * I + i];
+    }
+    for (int64_t o = 0; o < O; ++o) {
+      for (int64_t i = 0; i < I; ++i) base[n * O + o] += double{X[n * I + i]} * W[o * I + i];
+      for (int64_t k = 0; k < r; ++k) adapter[n * O + o] += hs[n * r + k] * B[o * r + k];
+    }
+  }
+  HostTensor out(DType::kF32, {N, O});
+  linear.forward(ops, x.tensor, out.tensor);
+  for (int64_t j = 0; j < N * O; ++j) {
+    EXPECT_NEAR(out.tensor.f32()[j], base[j] + bias.tensor.f32()[j % O] + adapter[j], 1e-5) << j;
+  }
+  for (int64_t j = 0; j < N * first; ++j) EXPECT_EQ(store.tensor.f32()[j], -9.0f) << j;
+  for (int64_t j = 0; j < N * r; ++j) EXPECT_NEAR(store.tensor.f32()[N * first + j], hs[j], 1e-5);
+  EXPECT_EQ(store.tensor.f32()[N * (first + r)], -9.0f);
+
+  linear.bias_O = Tensor();
+  HostTensor out_res(DType::kF32, {N, O});
+  linear.forward_residual(ops, x.tensor, residual.tensor, out_res.tensor);
+  for (int64_t j = 0; j < N * O; ++j) {
+    EXPECT_NEAR(out_res.tensor.f32()[j], residual.tensor.f32()[j] + base[j] + adapter[j], 1e-5);
+  }
+  // In place (out aliases the residual), as the decoder block runs it.
+  linear.forward_residual(ops, x.tensor, residual.tensor, residual.tensor);
+  for (int64_t j = 0; j < N * O; ++j) {
+    EXPECT_NEAR(residual.tensor.f32()[j], out_res.tensor.f32()[j], 1e-6);
+  }
+
+  // Backward reads hs from the store: doubled there, d(B) doubles (d(A) and dx do not use it).
+  for (int64_t j = 0; j < N * r; ++j) store.tensor.f32()[N * first + j] *= 2.0f;
+  HostTensor da(DType::kF32, {r, I}), db(DType::kF32, {O, r}), dx(DType::kF32, {N, I});
+  for (int64_t j = 0; j < N * I; ++j) dx.tensor.f32()[j] = 1.0f;
+  Linear grad;
+  grad.lora.A_SI = da.tensor;
+  grad.lora.slices = {{db.tensor, 0}};
+  linear.backward(ops, grad, false, dout.tensor, x.tensor, dx.tensor, true);
+  const float* G = dout.tensor.f32();
+  std::vector<double> dh_ref(N * r, 0);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t k = 0; k < r; ++k) {
+      for (int64_t o = 0; o < O; ++o) dh_ref[n * r + k] += scale * G[n * O + o] * B[o * r + k];
+    }
+  }
+  for (int64_t o = 0; o < O; ++o) {
+    for (int64_t k = 0; k < r; ++k) {
+      double want = 0;
+      for (int64_t n = 0; n < N; ++n) want += G[n * O + o] * 2.0 * hs[n * r + k];
+      EXPECT_NEAR(db.tensor.f32()[o * r + k], want, 1e-5);
+    }
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t i = 0; i < I; ++i) {
+      double want = 1.0;
+      for (int64_t o = 0; o < O; ++o) want += double{G[n * O + o]} * W[o * I + i];
+      for (int64_t k = 0; k < r; ++k) want += dh_ref[n * r + k] * A[k * I + i];
+      EXPECT_NEAR(dx.tensor.f32()[n * I + i], want, 1e-5);
+    }
+  }
+  for (int64_t k = 0; k < r; ++k) {
+    for (int64_t i = 0; i < I; ++i) {
+      double want = 0;
+      for (int64_t n = 0; n < N; ++n) want += dh_ref[n * r + k] * X[n * I + i];
+      EXPECT_NEAR(da.tensor.f32()[k * I + i], want, 1e-5);
+    }
+  }
+}
+
 TEST(LoraDropoutTest, DropsAboutPAndIsAFunctionOfSeedAndIndex) {
   const uint32_t threshold = lora_dropout_threshold(0.25f);
   int dropped = 0, differ = 0;
