@@ -46,6 +46,7 @@ struct MemoryJob {
   bool update_in_backward = false;    // optim.update_in_backward
   bool fp8 = false;                   // train.precision = "fp8": plus model/fp8_memory.h's bytes
   size_t capacity_bytes = 0;          // the GPU memory auto compares with; 0 = unknown (keep)
+  int64_t grad_accum = 1;             // micro-batches per optimizer step (auto's compute copy)
   // [lora]: a frozen bf16 base (no master, moments or gradient) and trainable adapters, whose
   // shared scratch adds to the activations (model/lora_config.h).
   LoraConfig lora{};

@@ -153,7 +153,8 @@ TEST(MemoryFit, Llama2SevenBOnOneGpuByCategory) {
   EXPECT_LT(plan_bytes(job, full) / kGiB, 0.8 * 106.8);
 
   // auto: on demand for 7B on an H200 (the copy would take it past 3/4), kept for Qwen2.5-1.5B
-  // there, kept when the GPU is unknown, and always kept when the shard group is larger.
+  // there, kept with gradient accumulation while the job fits, kept when the GPU is unknown,
+  // and always kept when the shard group is larger.
   job.compute_copy = ComputeCopyChoice::kAuto;
   job.update_in_backward = false;
   job.capacity_bytes = parse_gpu_memory("h200");
@@ -162,6 +163,16 @@ TEST(MemoryFit, Llama2SevenBOnOneGpuByCategory) {
   qwen.capacity_bytes = parse_gpu_memory("h200");
   EXPECT_EQ(resolve_compute_copy(qwen, {FsdpStrategy::kFullShard, ActivationCheckpointing::kNone}),
             ComputeCopy::kKeep);
+  // The MoE bench shape (5.6B parameters): past 3/4 of an H200 with the copy, so on demand at
+  // one micro-batch a step; with 8 micro-batches a step the copy is kept, as the job still fits.
+  MemoryJob moe{shape("qwen3-30b-a3b-8l"), 1, 1, 0, 1, 4096, false, DType::kBF16};
+  moe.capacity_bytes = parse_gpu_memory("h200");
+  EXPECT_EQ(resolve_compute_copy(moe, full), ComputeCopy::kOnDemand);
+  moe.grad_accum = 8;
+  EXPECT_EQ(resolve_compute_copy(moe, full), ComputeCopy::kKeep);
+  EXPECT_LE(device_bytes_needed(plan_bytes(moe, full)), moe.capacity_bytes);
+  moe.capacity_bytes = parse_gpu_memory("h100");  // too small with the copy: on demand
+  EXPECT_EQ(resolve_compute_copy(moe, full), ComputeCopy::kOnDemand);
   job.capacity_bytes = 0;
   EXPECT_EQ(resolve_compute_copy(job, full), ComputeCopy::kKeep);
   MemoryJob eight{shape("llama2-7b"), 8, 8, 0, 1, N, false, DType::kBF16};

@@ -185,7 +185,8 @@ void register_parallel_keys(ConfigSchema& schema, FsdpConfig& fsdp, DistConfig& 
   schema.add_enum("fsdp.compute_copy", &fsdp.compute_copy, compute_copy_names(),
                   "shard group of one: keep a bf16 copy of the parameters, or cast each unit "
                   "from fp32 when it is used (on_demand: 2 bytes/parameter less, same values); "
-                  "auto = on_demand when the job would use over 3/4 of the GPU");
+                  "auto = on_demand when the job would use over 3/4 of the GPU (with "
+                  "gradient accumulation: only when it would not fit)");
   schema.add("fsdp.expert_parallel", &fsdp.expert_parallel,
              "MoE models: ranks of a shard group that share each block's experts (E / N each, "
              "tokens moved with all-to-all); must divide the shard group and the expert count; "
