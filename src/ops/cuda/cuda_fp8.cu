@@ -259,6 +259,28 @@ __nv_fp8_interpretation_t interpretation(Fp8Format format) {
   return format == Fp8Format::kE4M3 ? __NV_E4M3 : __NV_E5M2;
 }
 
+bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The launchers' own contract (ops/cuda's callers check shapes with errors first): aborts
+// naming the launcher, the shape and what it needs unless `ok`.
+void require_launch(bool ok, const char* launcher, int64_t rows, int64_t cols) {
+  if (ok) return;
+  std::fprintf(stderr,
+               "%s: %s of %lld x %lld needs positive multiples of %d, aligned pointers and "
+               "history slots below %d\n",
+               __FILE__, launcher, static_cast<long long>(rows), static_cast<long long>(cols),
+               kGroup, kFp8AmaxHistory);
+  std::abort();
+}
+
+// One block per kTile x kTile tile of a rows x cols tensor.
+dim3 tile_grid(int64_t rows, int64_t cols) {
+  return dim3(static_cast<unsigned>((cols + kTile - 1) / kTile),
+              static_cast<unsigned>((rows + kTile - 1) / kTile));
+}
+
+bool slot_ok(int pos) { return pos >= 0 && pos < kFp8AmaxHistory; }
+
 }  // namespace
 
 float fp8_max(Fp8Format format) { return format == Fp8Format::kE4M3 ? 448.0f : 57344.0f; }
@@ -284,14 +306,9 @@ void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format 
               const float* amax, uint8_t* out, uint8_t* out_t, float* inv_scale,
               cudaStream_t stream) {
   const size_t vector_bytes = kGroup * dtype_size(dtype);
-  if (rows % kGroup != 0 || cols % kGroup != 0 ||
-      reinterpret_cast<uintptr_t>(x) % vector_bytes != 0 ||
-      reinterpret_cast<uintptr_t>(out) % 4 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0) {
-    std::fprintf(stderr, "%s:%d: fp8_cast of %lld x %lld needs multiples of %d, aligned pointers\n",
-                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
-                 kGroup);
-    std::abort();
-  }
+  require_launch(rows >= 0 && cols >= 0 && rows % kGroup == 0 && cols % kGroup == 0 &&
+                     aligned(x, vector_bytes) && aligned(out, 4) && aligned(out_t, 4),
+                 "fp8_cast", rows, cols);
   if (rows == 0 || cols == 0) {
     // Still define the scale: an empty tensor dequantises with 1.
     const float one = 1.0f;
@@ -300,8 +317,7 @@ void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format 
     SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));  // `one` is on this stack frame
     return;
   }
-  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  const dim3 grid = tile_grid(rows, cols);
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
                             cast_kernel<TensorSource<T>, false><<<grid, kCastThreads, 0, stream>>>(
                                 TensorSource<T>{static_cast<const T*>(x)}, rows, cols, interpretation(format),
@@ -313,19 +329,11 @@ void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp
                       float* state, int history_pos, uint8_t* out, uint8_t* out_t,
                       float* inv_scale, cudaStream_t stream) {
   const size_t vector_bytes = kGroup * dtype_size(dtype);
-  if (rows <= 0 || cols <= 0 || rows % kGroup != 0 || cols % kGroup != 0 ||
-      reinterpret_cast<uintptr_t>(x) % vector_bytes != 0 ||
-      reinterpret_cast<uintptr_t>(out) % 4 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0 ||
-      history_pos < 0 || history_pos >= kFp8AmaxHistory) {
-    std::fprintf(stderr,
-                 "%s:%d: fp8_cast_delayed of %lld x %lld (history slot %d) needs positive "
-                 "multiples of %d, aligned pointers, a slot below %d\n",
-                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
-                 history_pos, kGroup, kFp8AmaxHistory);
-    std::abort();
-  }
-  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  require_launch(rows > 0 && cols > 0 && rows % kGroup == 0 && cols % kGroup == 0 &&
+                     aligned(x, vector_bytes) && aligned(out, 4) && aligned(out_t, 4) &&
+                     slot_ok(history_pos),
+                 "fp8_cast_delayed", rows, cols);
+  const dim3 grid = tile_grid(rows, cols);
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
                             cast_kernel<TensorSource<T>, true><<<grid, kCastThreads, 0, stream>>>(
                                 TensorSource<T>{static_cast<const T*>(x)}, rows, cols, interpretation(format),
@@ -343,22 +351,12 @@ void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int
                          float* state_up, int pos_up, uint8_t* dgate_q, uint8_t* dgate_t,
                          uint8_t* dup_q, uint8_t* dup_t, float* inv_scale_gate,
                          float* inv_scale_up, cudaStream_t stream) {
-  const auto aligned = [](const void* p, uintptr_t bytes) {
-    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-  };
-  if (rows <= 0 || cols <= 0 || rows % kGroup != 0 || cols % kGroup != 0 ||
-      !aligned(dact, 8) || !aligned(gate, 8) || !aligned(up, 8) || !aligned(dgate_q, 4) ||
-      !aligned(dgate_t, 4) || !aligned(dup_q, 4) || !aligned(dup_t, 4) || pos_gate < 0 ||
-      pos_gate >= kFp8AmaxHistory || pos_up < 0 || pos_up >= kFp8AmaxHistory) {
-    std::fprintf(stderr,
-                 "%s:%d: swiglu_backward_fp8 of %lld x %lld needs positive multiples of %d, "
-                 "aligned pointers, history slots below %d\n",
-                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
-                 kGroup, kFp8AmaxHistory);
-    std::abort();
-  }
-  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  require_launch(rows > 0 && cols > 0 && rows % kGroup == 0 && cols % kGroup == 0 &&
+                     aligned(dact, 8) && aligned(gate, 8) && aligned(up, 8) &&
+                     aligned(dgate_q, 4) && aligned(dgate_t, 4) && aligned(dup_q, 4) &&
+                     aligned(dup_t, 4) && slot_ok(pos_gate) && slot_ok(pos_up),
+                 "swiglu_backward_fp8", rows, cols);
+  const dim3 grid = tile_grid(rows, cols);
   swiglu_backward_fp8_kernel<<<grid, kCastThreads, 0, stream>>>(
       static_cast<const bf16*>(dact), static_cast<const bf16*>(gate), static_cast<const bf16*>(up),
       rows, cols, interpretation(format), fp8_max(format), state_gate, pos_gate, state_up, pos_up,
@@ -369,21 +367,11 @@ void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int
 void swiglu_forward_fp8(const void* gate, const void* up, int64_t rows, int64_t cols,
                         float* state, int history_pos, void* act, uint8_t* out, uint8_t* out_t,
                         float* inv_scale, cudaStream_t stream) {
-  const auto aligned = [](const void* p, uintptr_t bytes) {
-    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-  };
-  if (rows <= 0 || cols <= 0 || rows % kGroup != 0 || cols % kGroup != 0 || !aligned(gate, 8) ||
-      !aligned(up, 8) || !aligned(act, 8) || !aligned(out, 4) || !aligned(out_t, 4) ||
-      history_pos < 0 || history_pos >= kFp8AmaxHistory) {
-    std::fprintf(stderr,
-                 "%s:%d: swiglu_forward_fp8 of %lld x %lld needs positive multiples of %d, "
-                 "aligned pointers, a history slot below %d\n",
-                 __FILE__, __LINE__, static_cast<long long>(rows), static_cast<long long>(cols),
-                 kGroup, kFp8AmaxHistory);
-    std::abort();
-  }
-  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
-                  static_cast<unsigned>((rows + kTile - 1) / kTile));
+  require_launch(rows > 0 && cols > 0 && rows % kGroup == 0 && cols % kGroup == 0 &&
+                     aligned(gate, 8) && aligned(up, 8) && aligned(act, 8) && aligned(out, 4) &&
+                     aligned(out_t, 4) && slot_ok(history_pos),
+                 "swiglu_forward_fp8", rows, cols);
+  const dim3 grid = tile_grid(rows, cols);
   const SwigluSource source{static_cast<const bf16*>(gate), static_cast<const bf16*>(up),
                             static_cast<bf16*>(act)};
   cast_kernel<SwigluSource, true><<<grid, kCastThreads, 0, stream>>>(
