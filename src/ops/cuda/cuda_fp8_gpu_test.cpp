@@ -21,7 +21,7 @@
 #include "ops/cuda/cuda_fp8.h"
 #include "ops/cuda/cuda_fp8_support.h"
 #include "ops/cuda/cuda_linear_fp8.h"
-#include "ops/cuda/testing/cuda_ops_fixture.h"
+#include "ops/cuda/testing/cuda_fp8_fixture.h"
 
 namespace shardtrain {
 namespace {
@@ -97,14 +97,8 @@ std::vector<double> transposed(const std::vector<double>& x, int64_t rows, int64
   return out;
 }
 
-class Fp8Test : public CudaOpsTest {
+class Fp8Test : public CudaFp8Test {
  protected:
-  void SetUp() override {
-    CudaOpsTest::SetUp();
-    if (IsSkipped()) return;
-    const std::string reason = gpu_->fp8_unsupported_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no FP8 on this GPU: " << reason;
-  }
   // bf16-rounded normal values times a heavy tail exp(tail * normal): gradient-like when tail > 0.
   std::vector<float> normal(int64_t n, float sigma, float tail = 0) {
     std::mt19937 rng(next_seed_++ * 104729u + 3u);

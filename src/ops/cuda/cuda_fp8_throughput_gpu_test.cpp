@@ -26,7 +26,7 @@
 #include "ops/cuda/cuda_fp8_support.h"
 #include "ops/cuda/cuda_gemm_fp8.h"
 #include "ops/cuda/cuda_linear_fp8.h"
-#include "ops/cuda/testing/cuda_ops_fixture.h"
+#include "ops/cuda/testing/cuda_fp8_fixture.h"
 
 namespace shardtrain {
 namespace {
@@ -34,20 +34,18 @@ namespace {
 using namespace cuda_testing;
 using cuda_kernels::Fp8Format;
 
-class Fp8ThroughputTest : public CudaOpsTest {
+class Fp8ThroughputTest : public CudaFp8Test {
  protected:
   void SetUp() override {
-    CudaOpsTest::SetUp();
+    CudaFp8Test::SetUp();
     if (IsSkipped()) return;
-    const std::string reason = gpu_->fp8_unsupported_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no FP8 on this GPU: " << reason;
     stream_ = gpu_ref().stream();
     const char* out = std::getenv("OUT");
     if (out != nullptr) log_ = std::fopen((std::string(out) + "/fp8-timing.txt").c_str(), "a");
   }
   void TearDown() override {
     if (log_ != nullptr) std::fclose(log_);
-    CudaOpsTest::TearDown();
+    CudaFp8Test::TearDown();
   }
   void report(const char* format, ...) {
     va_list args;
