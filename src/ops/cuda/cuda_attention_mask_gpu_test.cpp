@@ -60,6 +60,29 @@ std::vector<int64_t> one_token_documents(int64_t n, int64_t seq) {
   return lengths;
 }
 
+// The kernels' shape of a case (its soft cap included).
+cuda_kernels::AttentionShape kernel_shape(const MaskCase& c) {
+  cuda_kernels::AttentionShape s{
+      static_cast<int>(c.shape.batch), static_cast<int>(c.shape.seq),
+      static_cast<int>(c.shape.heads), static_cast<int>(c.shape.kv_heads),
+      static_cast<int>(c.shape.head_dim)};
+  s.logit_softcap = c.softcap;
+  return s;
+}
+
+// Makes the dispatcher see GPU `kind`'s limits (device_limits_preset); false, saying so, when
+// that GPU has more shared memory than the one present (its rows could not run here).
+bool use_limits_of(const char* kind, const cuda_kernels::DeviceLimits& present) {
+  const std::optional<cuda_kernels::DeviceLimits> limits = cuda_kernels::device_limits_preset(kind);
+  EXPECT_TRUE(limits.has_value()) << kind;
+  if (!limits || limits->shared_per_block_optin > present.shared_per_block_optin) {
+    std::printf("%s: skipped, more shared memory than this GPU has\n", kind);
+    return false;
+  }
+  cuda_kernels::set_device_limits_override(limits);
+  return true;
+}
+
 class CudaAttentionMaskTest : public CudaOpsTest {
  protected:
   struct Run {
@@ -211,20 +234,9 @@ TEST_F(CudaAttentionMaskTest, SmallerGpusRowsMatchTheCpu) {
                                    {{1, 17, 482}}}},
         std::pair{"a100", MaskCase{"A100Causal_D256", {1, 257, 8, 2, 256}, 0, {}}}}) {
     SCOPED_TRACE(c.name);
-    const std::optional<cuda_kernels::DeviceLimits> limits =
-        cuda_kernels::device_limits_preset(kind);
-    ASSERT_TRUE(limits.has_value());
-    if (limits->shared_per_block_optin > before.shared_per_block_optin) {
-      std::printf("%s: skipped, more shared memory than this GPU has\n", kind);
-      continue;
-    }
-    cuda_kernels::set_device_limits_override(limits);
-    const cuda_kernels::AttentionShape s{
-        static_cast<int>(c.shape.batch), static_cast<int>(c.shape.seq),
-        static_cast<int>(c.shape.heads), static_cast<int>(c.shape.kv_heads),
-        static_cast<int>(c.shape.head_dim)};
+    if (!use_limits_of(kind, before)) continue;
     const cuda_kernels::AttentionConfig backward =
-        cuda_kernels::attention_backward_config(DType::kBF16, s);
+        cuda_kernels::attention_backward_config(DType::kBF16, kernel_shape(c));
     std::printf("%s: backward %s %d warps %d stages\n", c.name,
                 cuda_kernels::attention_kernel_name(backward.kernel), backward.warps,
                 backward.stages);
@@ -258,21 +270,8 @@ TEST_F(CudaAttentionMaskTest, SoftcapRunsOnTheMmaSyncRows) {
         std::pair{"l4", MaskCase{"L4SoftcapWindow_D128", {1, 400, 8, 2, 128}, 90, {}, 2.0f}},
         std::pair{"a100", MaskCase{"A100SoftcapWindow_D256", {1, 300, 4, 1, 256}, 70, {}, 2.0f}}}) {
     SCOPED_TRACE(c.name);
-    if (*kind != '\0') {
-      const std::optional<cuda_kernels::DeviceLimits> limits =
-          cuda_kernels::device_limits_preset(kind);
-      ASSERT_TRUE(limits.has_value());
-      if (limits->shared_per_block_optin > before.shared_per_block_optin) {
-        std::printf("%s: skipped, more shared memory than this GPU has\n", kind);
-        continue;
-      }
-      cuda_kernels::set_device_limits_override(limits);
-    }
-    cuda_kernels::AttentionShape s{
-        static_cast<int>(c.shape.batch), static_cast<int>(c.shape.seq),
-        static_cast<int>(c.shape.heads), static_cast<int>(c.shape.kv_heads),
-        static_cast<int>(c.shape.head_dim)};
-    s.logit_softcap = c.softcap;
+    if (*kind != '\0' && !use_limits_of(kind, before)) continue;
+    const cuda_kernels::AttentionShape s = kernel_shape(c);
     EXPECT_EQ(cuda_kernels::attention_forward_config(DType::kBF16, s).kernel,
               cuda_kernels::AttentionKernel::kMmaSync);
     EXPECT_EQ(cuda_kernels::attention_backward_config(DType::kBF16, s).kernel,

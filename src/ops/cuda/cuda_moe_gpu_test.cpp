@@ -1,10 +1,11 @@
 // The CUDA mixture-of-experts ops against the CPU reference (ops/cuda/testing/cuda_ops_fixture.h):
 // routing forward and backward (with the aux gradient), the dispatch permutation (exactly the
 // CPU's: stable, deterministic), gather and combine both ways, and the grouped linears (one
-// cuBLAS launch over all experts, experts with no rows included) forward and backward, with
+// launch over all experts: cuBLAS grouped, our kernel for the f32 weight gradients; experts with
+// no rows included) forward and backward, with
 // overwrite and accumulate. Shapes: a Qwen3-MoE-like 64 tokens x top 8 of 16 experts, C 256,
-// F 96; the f32 expert weight gradients at other shapes (partial tiles, many experts). Plus
-// DISABLED_ timings of the grouped forward and backward at Qwen3-30B-A3B's layer geometry.
+// F 96; the f32 expert weight gradients at other shapes (partial tiles, many experts). Plus a
+// DISABLED_ timing of the grouped forward and backward at Qwen3-30B-A3B's layer geometry.
 #include <algorithm>
 #include <numeric>
 
@@ -153,48 +154,39 @@ TEST_F(CudaMoeTest, ExpertWeightGradientsMatchTheCpu) {
   }
 }
 
-// Qwen3-30B-A3B's expert GEMMs for 4096 tokens (top 8 of 128, C 2048, F 768), balanced rows:
-// the grouped gate projection's time and TFLOP/s.
-TEST_F(CudaMoeTest, DISABLED_GroupedForwardTiming) {
+// Qwen3-30B-A3B's expert GEMMs for 4096 tokens (top 8 of 128, C 2048, F 768), balanced rows: the
+// grouped gate projection forward, its d(x) and its f32 expert weight gradients (also with rows
+// skewed 5:1 over a quarter of the experts), time and TFLOP/s.
+TEST_F(CudaMoeTest, DISABLED_GroupedTiming) {
   const int64_t tokens = 4096, experts = 128, top = 8, hidden = 2048, ffn = 768;
   const int64_t rows_total = tokens * top;
   const std::vector<int64_t> rows(experts, rows_total / experts);
+  std::vector<int64_t> skewed(experts);  // the same total
+  for (int64_t e = 0; e < experts; ++e) skewed[e] = e < experts / 4 ? 640 : 128;
   const Pair x = random_input({rows_total, hidden});
   const Pair w = random_input({experts, ffn, hidden}, DType::kBF16, -0.05f, 0.05f);
   const Pair out = output({rows_total, ffn});
-  const double ms = time_ms([&] { gpu_->grouped_linear_forward(x.gpu, w.gpu, rows, out.gpu); }, 20);
-  const double tflops = 2.0 * rows_total * hidden * ffn / (ms * 1e-3) / 1e12;
-  std::printf("grouped forward %lld x %lld -> %lld over %lld experts: %.3f ms, %.0f TFLOP/s\n",
-              static_cast<long long>(rows_total), static_cast<long long>(hidden),
-              static_cast<long long>(ffn), static_cast<long long>(experts), ms, tflops);
-}
-
-// The same geometry's backward of the gate projection: d(x) and the f32 expert weight gradients.
-TEST_F(CudaMoeTest, DISABLED_GroupedBackwardTiming) {
-  const int64_t tokens = 4096, experts = 128, top = 8, hidden = 2048, ffn = 768;
-  const int64_t rows_total = tokens * top;
-  const std::vector<int64_t> rows(experts, rows_total / experts);
-  const Pair x = random_input({rows_total, hidden});
-  const Pair w = random_input({experts, ffn, hidden}, DType::kBF16, -0.05f, 0.05f);
   const Pair dout = random_input({rows_total, ffn});
   const Pair dx = output({rows_total, hidden});
   const Pair dw = output({experts, ffn, hidden}, DType::kF32);
   const double flops = 2.0 * rows_total * hidden * ffn;
-  std::vector<int64_t> skewed(experts);  // 5x more rows for a quarter of the experts, same total
-  for (int64_t e = 0; e < experts; ++e) skewed[e] = e < experts / 4 ? 640 : 128;
   const auto backward_ms = [&](const std::vector<int64_t>& expert_rows, Tensor dx_gpu,
                                Tensor dw_gpu) {
     return time_ms([&] { gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, expert_rows,
                                                        dx_gpu, dw_gpu, false, false); },
                    20);
   };
+  const double forward_ms =
+      time_ms([&] { gpu_->grouped_linear_forward(x.gpu, w.gpu, rows, out.gpu); }, 20);
   const double dx_ms = backward_ms(rows, dx.gpu, Tensor());
   const double dw_ms = backward_ms(rows, Tensor(), dw.gpu);
   const double skewed_ms = backward_ms(skewed, Tensor(), dw.gpu);
-  std::printf("grouped backward over %lld experts: dx %.3f ms (%.0f TFLOP/s), f32 dweight %.3f ms "
-              "(%.0f TFLOP/s; skewed rows %.3f ms)\n",
-              static_cast<long long>(experts), dx_ms, flops / (dx_ms * 1e-3) / 1e12, dw_ms,
-              flops / (dw_ms * 1e-3) / 1e12, skewed_ms);
+  const auto rate = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+  std::printf("grouped %lld x %lld -> %lld over %lld experts: forward %.3f ms (%.0f TFLOP/s), "
+              "dx %.3f ms (%.0f), f32 dweight %.3f ms (%.0f; skewed rows %.3f ms)\n",
+              static_cast<long long>(rows_total), static_cast<long long>(hidden),
+              static_cast<long long>(ffn), static_cast<long long>(experts), forward_ms,
+              rate(forward_ms), dx_ms, rate(dx_ms), dw_ms, rate(dw_ms), skewed_ms);
 }
 
 }  // namespace
