@@ -138,6 +138,13 @@ TEST_F(Gemma3ConfigTest, BadInputsAreOneLineNamingTheKey) {
       "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
       "num_attention_heads": 4}})",
                {"'text_config.vocab_size'", "missing"});
+  // Soft caps and the query scalar: negative; a number past double's range is not JSON.
+  expect_error("{" + body + R"(, "attn_logit_softcapping": -50.0})",
+               {"'attn_logit_softcapping'", "positive number or null", "-50"});
+  expect_error("{" + body + R"(, "final_logit_softcapping": 1e999})",
+               {"config.json", "not valid JSON"});
+  expect_error("{" + body + R"(, "query_pre_attn_scalar": -1})",
+               {"'query_pre_attn_scalar'", "positive number or null"});
   // An unsupported model_type lists the supported ones, Gemma 3 among them.
   expect_error(R"({"model_type": "gemma2", "vocab_size": 96})",
                {"'gemma2'", "llama", "qwen3", "gemma3_text", "gemma3 (its gemma3_text)"});

@@ -114,8 +114,9 @@ void check_family_features(const ModelConfig& c, const ModelFamily& family,
        {std::pair{"query_pre_attn_scalar", c.query_pre_attn_scalar},
         std::pair{"attn_logit_softcapping", c.attn_logit_softcapping},
         std::pair{"final_logit_softcapping", c.final_logit_softcapping}}) {
-    if (value < 0.0 || std::isnan(value)) {
-      fail("{}: key '{}' must be positive or null, got {}; {}", source, key, value, kFixHint);
+    if (value < 0.0 || !std::isfinite(value)) {
+      fail("{}: key '{}' must be a positive number or null, got {}; {}", source, key, value,
+           kFixHint);
     }
   }
 }
