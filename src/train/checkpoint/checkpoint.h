@@ -2,7 +2,9 @@
 // strategy) and resume. The directory layout and its safety rules are in
 // train/checkpoint/checkpoint_dir.h; the asynchronous save protocol of the step loop (host
 // snapshot, background write, manifest once every rank is done) is
-// train/checkpoint/checkpoint_saver.h; docs/checkpoints.md is the user's guide.
+// train/checkpoint/checkpoint_saver.h; docs/checkpoints.md is the user's guide. Implemented by
+// checkpoint_write.cpp (snapshot, files, manifest), checkpoint_read.cpp (open, verify, load at
+// any world size) and checkpoint_resume.cpp (which checkpoint to resume from, the metrics file).
 //
 // What a checkpoint holds: per shard-group rank k, one safetensors file with the fp32 tensors
 // `unit.U.master`, `unit.U.exp_avg`, `unit.U.exp_avg_sq` (each the rank's shard of unit U,
