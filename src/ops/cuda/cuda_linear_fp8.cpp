@@ -198,43 +198,37 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
   if (dx != nullptr) {
     quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, nullptr, w_t, state,
              kW);
-    Fp8GemmCall call;
-    call.m = s.in_features;
-    call.n = s.rows;
-    call.k = s.out_features;
-    call.a = w_t;
-    call.a_scale = scalar(kScaleB);
-    call.b = dout_q;
-    call.b_format = grad_format_;
-    call.b_scale = scalar(kScaleA);
-    call.c = dx;
-    call.c_dtype = DType::kBF16;
-    call.ldc = s.in_features;
-    call.beta = accumulate_dx ? 1.0f : 0.0f;
-    call.fast_accumulation = grad_fast_accumulation_;
-    gemm_.run(call);
+    gradient_gemm(s.in_features, s.rows, s.out_features, w_t, kScaleB, dout_q, kScaleA, dx,
+                  DType::kBF16, accumulate_dx);
   }
   if (dweight != nullptr) {
     // x^T and its scale (slot C) stay from the previous call when it quantised this same x.
     if (!reuse_x) {
       quantize(kAmaxC, x, s.rows, s.in_features, Fp8Format::kE4M3, nullptr, x_t, state, kX);
     }
-    Fp8GemmCall call;
-    call.m = s.in_features;
-    call.n = s.out_features;
-    call.k = s.rows;
-    call.a = x_t;
-    call.a_scale = scalar(kScaleC);
-    call.b = dout_t;
-    call.b_format = grad_format_;
-    call.b_scale = scalar(kScaleA);
-    call.c = dweight;
-    call.c_dtype = dweight_dtype;
-    call.ldc = s.in_features;
-    call.beta = accumulate_dweight ? 1.0f : 0.0f;
-    call.fast_accumulation = grad_fast_accumulation_;
-    gemm_.run(call);
+    gradient_gemm(s.in_features, s.out_features, s.rows, x_t, kScaleC, dout_t, kScaleA, dweight,
+                  dweight_dtype, accumulate_dweight);
   }
+}
+
+void Fp8Linear::gradient_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, int a_scale,
+                              const uint8_t* b, int b_scale, void* out, DType out_dtype,
+                              bool accumulate) {
+  Fp8GemmCall call;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.a = a;
+  call.a_scale = scalar(a_scale);
+  call.b = b;
+  call.b_format = grad_format_;
+  call.b_scale = scalar(b_scale);
+  call.c = out;
+  call.c_dtype = out_dtype;
+  call.ldc = m;
+  call.beta = accumulate ? 1.0f : 0.0f;
+  call.fast_accumulation = grad_fast_accumulation_;
+  gemm_.run(call);
 }
 
 bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const void* gate_act,
@@ -276,36 +270,11 @@ bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const
   for (int i = 0; i < 2; ++i) {
     quantize(kAmaxB, linears[i].weight, F, C, Fp8Format::kE4M3, nullptr, w_t, linears[i].state,
              kW);
-    Fp8GemmCall dgrad;
-    dgrad.m = C;
-    dgrad.n = N;
-    dgrad.k = F;
-    dgrad.a = w_t;
-    dgrad.a_scale = scalar(kScaleB);
-    dgrad.b = linears[i].dout_q;
-    dgrad.b_format = grad_format_;
-    dgrad.b_scale = scalar(linears[i].scale);
-    dgrad.c = dx;
-    dgrad.c_dtype = DType::kBF16;
-    dgrad.ldc = C;
-    dgrad.beta = i == 0 ? 0.0f : 1.0f;  // gate writes dx, up adds to it
-    dgrad.fast_accumulation = grad_fast_accumulation_;
-    gemm_.run(dgrad);
-    Fp8GemmCall wgrad;
-    wgrad.m = C;
-    wgrad.n = F;
-    wgrad.k = N;
-    wgrad.a = x_t;
-    wgrad.a_scale = scalar(kScaleC);
-    wgrad.b = linears[i].dout_t;
-    wgrad.b_format = grad_format_;
-    wgrad.b_scale = scalar(linears[i].scale);
-    wgrad.c = linears[i].dweight;
-    wgrad.c_dtype = dweight_dtype;
-    wgrad.ldc = C;
-    wgrad.beta = accumulate_dweight ? 1.0f : 0.0f;
-    wgrad.fast_accumulation = grad_fast_accumulation_;
-    gemm_.run(wgrad);
+    // Gate writes dx, up adds to it.
+    gradient_gemm(C, N, F, w_t, kScaleB, linears[i].dout_q, linears[i].scale, dx, DType::kBF16,
+                  i > 0);
+    gradient_gemm(C, F, N, x_t, kScaleC, linears[i].dout_t, linears[i].scale, linears[i].dweight,
+                  dweight_dtype, accumulate_dweight);
   }
   return true;
 }

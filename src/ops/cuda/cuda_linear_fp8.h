@@ -123,6 +123,11 @@ class Fp8Linear {
   };
   bool reusable_input(const Fp8Site& site, bool backward, const void* x, int64_t rows,
                       int64_t cols, const uint8_t* copy) const;
+  // A gradient GEMM (dgrad or wgrad): out (m x n, column-major, ld m; bf16 or f32) = (or +=, with
+  // accumulate) the e4m3 operand a (k x m, its scale in slot a_scale) times the gradient b (k x n
+  // in grad_format_, scale slot b_scale), fast accumulation as grad_fast_accumulation_ says.
+  void gradient_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, int a_scale,
+                     const uint8_t* b, int b_scale, void* out, DType out_dtype, bool accumulate);
   // forward's second half: W's cast and the GEMM, x's FP8 copy (scale in slot A) already made.
   void forward_gemm(const Fp8LinearShape& shape, uint8_t* x_q, const void* weight,
                     const void* bias, const void* residual, void* out, SiteState* state);
