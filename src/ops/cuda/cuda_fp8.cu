@@ -15,6 +15,7 @@
 
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_fp8.h"
+#include "ops/cuda/cuda_swiglu_math.cuh"
 
 namespace shardtrain::cuda_kernels {
 namespace {
@@ -127,7 +128,7 @@ struct SwigluSource {
     for (int j = 0; j < kGroup; ++j) {
       const float g = to_float(reinterpret_cast<const bf16*>(&rg)[j]);
       const float u = to_float(reinterpret_cast<const bf16*>(&ru)[j]);
-      a[j] = cuda_detail::from_float<bf16>(g / (1.0f + expf(-g)) * u);
+      a[j] = cuda_detail::from_float<bf16>(cuda_detail::swiglu_value(g, u));
       v[j] = to_float(a[j]);
     }
     if (act != nullptr) *reinterpret_cast<uint2*>(act + at) = packed;
@@ -228,11 +229,10 @@ __global__ void swiglu_backward_fp8_kernel(const bf16* dact, const bf16* gate, c
     uint32_t packed_g = 0, packed_u = 0;
     for (int j = 0; j < kGroup; ++j) {
       // swiglu_backward's arithmetic, rounded to bf16 as its output is.
-      const float sigmoid = 1.0f / (1.0f + expf(-g[p][j]));
-      const float silu = g[p][j] * sigmoid;
-      const float dsilu = sigmoid + g[p][j] * sigmoid * (1.0f - sigmoid);
-      const float dg = to_float(cuda_detail::from_float<bf16>(d[p][j] * u[p][j] * dsilu));
-      const float du = to_float(cuda_detail::from_float<bf16>(d[p][j] * silu));
+      float dg, du;
+      cuda_detail::swiglu_gradients(d[p][j], g[p][j], u[p][j], dg, du);
+      dg = to_float(cuda_detail::from_float<bf16>(dg));
+      du = to_float(cuda_detail::from_float<bf16>(du));
       amax_g = abs_max(amax_g, dg);
       amax_u = abs_max(amax_u, du);
       packed_g |= uint32_t{to_fp8(dg * scale_g, kind)} << (8 * j);

@@ -2,6 +2,7 @@
 // inputs before writing, so outputs may alias inputs (the model reuses buffers in place).
 #include "ops/cuda/cuda_device_utils.cuh"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/cuda_swiglu_math.cuh"
 
 namespace shardtrain::cuda_kernels {
 namespace {
@@ -16,8 +17,7 @@ template <typename T>
 __global__ void swiglu_forward_kernel(const T* gate, const T* up, T* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = to_float(gate[i]);
-    out[i] = from_float<T>(g / (1.0f + expf(-g)) * to_float(up[i]));
+    out[i] = from_float<T>(cuda_detail::swiglu_value(to_float(gate[i]), to_float(up[i])));
   }
 }
 
@@ -26,14 +26,10 @@ __global__ void swiglu_backward_kernel(const T* dout, const T* gate, const T* up
                                        int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = to_float(gate[i]);
-    const float u = to_float(up[i]);
-    const float dy = to_float(dout[i]);
-    const float sigmoid = 1.0f / (1.0f + expf(-g));
-    const float silu = g * sigmoid;
-    const float dsilu = sigmoid + g * sigmoid * (1.0f - sigmoid);
-    dgate[i] = from_float<T>(dy * u * dsilu);
-    dup[i] = from_float<T>(dy * silu);
+    float dg, du;
+    cuda_detail::swiglu_gradients(to_float(dout[i]), to_float(gate[i]), to_float(up[i]), dg, du);
+    dgate[i] = from_float<T>(dg);
+    dup[i] = from_float<T>(du);
   }
 }
 
@@ -48,7 +44,7 @@ __global__ void swiglu_forward_vec_kernel(const bf16* gate, const bf16* up, bf16
     float g[kBf16PerVector], u[kBf16PerVector], y[kBf16PerVector];
     cuda_detail::load8(gate + i * kBf16PerVector, g);
     cuda_detail::load8(up + i * kBf16PerVector, u);
-    for (int j = 0; j < kBf16PerVector; ++j) y[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    for (int j = 0; j < kBf16PerVector; ++j) y[j] = cuda_detail::swiglu_value(g[j], u[j]);
     cuda_detail::store8(out + i * kBf16PerVector, y);
   }
 }
@@ -63,11 +59,7 @@ __global__ void swiglu_backward_vec_kernel(const bf16* dout, const bf16* gate, c
     cuda_detail::load8(up + i * kBf16PerVector, u);
     cuda_detail::load8(dout + i * kBf16PerVector, dy);
     for (int j = 0; j < kBf16PerVector; ++j) {
-      const float sigmoid = 1.0f / (1.0f + expf(-g[j]));
-      const float silu = g[j] * sigmoid;
-      const float dsilu = sigmoid + g[j] * sigmoid * (1.0f - sigmoid);
-      dg[j] = dy[j] * u[j] * dsilu;
-      du[j] = dy[j] * silu;
+      cuda_detail::swiglu_gradients(dy[j], g[j], u[j], dg[j], du[j]);
     }
     cuda_detail::store8(dgate + i * kBf16PerVector, dg);
     cuda_detail::store8(dup + i * kBf16PerVector, du);
