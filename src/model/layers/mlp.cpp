@@ -12,8 +12,7 @@ MlpSaved MlpSaved::declare(ActivationPlan& plan, ActivationUse use, const LayerD
 
 MlpSaved MlpSaved::sized(const LayerDims& d) const {
   const Shape NF{d.tokens(), d.intermediate};
-  return MlpSaved{fit(gate_NF, NF), fit(up_NF, NF),
-                  act_NF.defined() ? fit(act_NF, NF) : Tensor()};
+  return MlpSaved{fit(gate_NF, NF), fit(up_NF, NF), act_NF.defined() ? fit(act_NF, NF) : Tensor()};
 }
 
 MlpScratch MlpScratch::declare(ActivationPlan& plan, const LayerDims& d, bool product_saved) {
@@ -38,6 +37,16 @@ void Mlp::activate(Ops& ops, const MlpSaved& saved, Tensor act_NF) const {
   }
 }
 
+namespace {
+
+// A plain FP8 linear (no bias, no adapters): the fused SwiGLU ops take its place; backward's
+// also needs it trained.
+bool plain_fp8(const Linear& linear) {
+  return linear.fp8 && !linear.bias_O.defined() && !linear.lora.defined();
+}
+
+}  // namespace
+
 void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC,
                   const MlpSaved& saved, const MlpScratch& scratch, Tensor out_NC) const {
   w.gate.forward(ops, x_NC, saved.gate_NF);
@@ -46,8 +55,7 @@ void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC
   // SwiGLU into an FP8 down projection: one op, so the backend can cast act to FP8 in the
   // SwiGLU kernel (Ops::swiglu_linear_forward_fp8); act_NF is still written.
   const Linear& down = w.down;
-  if (activation != HiddenActivation::kGeluTanh && down.fp8 && !down.bias_O.defined() &&
-      !down.lora.defined()) {
+  if (activation != HiddenActivation::kGeluTanh && plain_fp8(down)) {
     ops.swiglu_linear_forward_fp8(saved.gate_NF, saved.up_NF, act_NF, down.weight_OI, residual_NC,
                                   out_NC, down.fp8_site);
     return;
@@ -59,15 +67,6 @@ void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC
   }
   w.down.forward_residual(ops, act_NF, residual_NC, out_NC);  // out = residual + down(act)
 }
-
-namespace {
-
-// A linear swiglu_linears_backward_fp8 can run: FP8, trained, no bias, no adapters.
-bool fp8_fusable(const Linear& linear) {
-  return linear.fp8 && !linear.frozen && !linear.bias_O.defined() && !linear.lora.defined();
-}
-
-}  // namespace
 
 void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool accumulate,
                    Tensor dout_NC, Tensor x_NC, const MlpSaved& saved, const MlpScratch& scratch,
@@ -81,12 +80,12 @@ void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool a
   w.down.backward(ops, grad.down, accumulate, dout_NC, act_NF, scratch.dact_NF, false);
   // SwiGLU with gate and up both plain FP8 linears: one op, so the backend can write SwiGLU's
   // gradients in FP8 directly (Ops::swiglu_linears_backward_fp8).
-  if (activation != HiddenActivation::kGeluTanh && fp8_fusable(w.gate) && fp8_fusable(w.up)) {
+  if (activation != HiddenActivation::kGeluTanh && plain_fp8(w.gate) && plain_fp8(w.up) &&
+      !w.gate.frozen && !w.up.frozen) {
     ops.swiglu_linears_backward_fp8(scratch.dact_NF, saved.gate_NF, saved.up_NF, x_NC,
                                     w.gate.weight_OI, w.up.weight_OI, scratch.dgate_NF,
-                                    scratch.dup_NF, dx_NC, grad.gate.weight_OI,
-                                    grad.up.weight_OI, accumulate, w.gate.fp8_site,
-                                    w.up.fp8_site);
+                                    scratch.dup_NF, dx_NC, grad.gate.weight_OI, grad.up.weight_OI,
+                                    accumulate, w.gate.fp8_site, w.up.fp8_site);
     return;
   }
   if (activation == HiddenActivation::kGeluTanh) {

@@ -58,8 +58,8 @@ Fp8Linear::Fp8Linear(cudaStream_t stream)
       gemm_(stream),
       grad_format_(cuda_kernels::kDefaultFp8GradFormat),
       grad_fast_accumulation_(cuda_kernels::fp8_grad_fast_accum_enabled()) {
-  SHARDTRAIN_CUDA_CHECK(
-      cudaMalloc(reinterpret_cast<void**>(&scalars_), kScalars * kScalarSlotFloats * sizeof(float)));
+  SHARDTRAIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&scalars_),
+                                   kScalars * kScalarSlotFloats * sizeof(float)));
 }
 
 Fp8Linear::~Fp8Linear() {
@@ -100,8 +100,8 @@ void Fp8Linear::quantize(int slot, const void* src, int64_t rows, int64_t cols, 
                          Operand operand) {
   if (site == nullptr) {
     cuda_kernels::fp8_amax(DType::kBF16, src, rows * cols, scalar(kAmaxA + slot), stream_);
-    cuda_kernels::fp8_cast(DType::kBF16, src, rows, cols, format, scalar(kAmaxA + slot),
-                           row_major, transposed, scalar(kScaleA + slot), stream_);
+    cuda_kernels::fp8_cast(DType::kBF16, src, rows, cols, format, scalar(kAmaxA + slot), row_major,
+                           transposed, scalar(kScaleA + slot), stream_);
     return;
   }
   float* state = site->device + operand * cuda_kernels::kFp8StateFloats;
@@ -112,8 +112,8 @@ void Fp8Linear::quantize(int slot, const void* src, int64_t rows, int64_t cols, 
                            stream_);
   }
   cuda_kernels::fp8_cast_delayed(DType::kBF16, src, rows, cols, format, state,
-                                 static_cast<int>(casts % cuda_kernels::kFp8AmaxHistory),
-                                 row_major, transposed, scalar(kScaleA + slot), stream_);
+                                 static_cast<int>(casts % cuda_kernels::kFp8AmaxHistory), row_major,
+                                 transposed, scalar(kScaleA + slot), stream_);
   ++casts;
 }
 
@@ -137,8 +137,7 @@ void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weig
 }
 
 void Fp8Linear::forward_gemm(const Fp8LinearShape& s, uint8_t* x_q, const void* weight,
-                             const void* bias, const void* residual, void* out,
-                             SiteState* state) {
+                             const void* bias, const void* residual, void* out, SiteState* state) {
   uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
   quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, w_q, nullptr, state,
            kW);
@@ -164,8 +163,8 @@ void Fp8Linear::forward_gemm(const Fp8LinearShape& s, uint8_t* x_q, const void* 
   gemm_.run(call);
 }
 
-bool Fp8Linear::swiglu_forward(const Fp8LinearShape& s, const void* gate, const void* up,
-                               void* act, const void* weight, const void* residual, void* out,
+bool Fp8Linear::swiglu_forward(const Fp8LinearShape& s, const void* gate, const void* up, void* act,
+                               const void* weight, const void* residual, void* out,
                                const Fp8Site& site) {
   SiteState* state = site_state(site);
   if (state == nullptr || state->casts[kX] == 0) return false;
@@ -254,8 +253,8 @@ bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const
   float* gate_dout_state = gate->device + kDout * cuda_kernels::kFp8StateFloats;
   float* up_dout_state = up->device + kDout * cuda_kernels::kFp8StateFloats;
   cuda_kernels::swiglu_backward_fp8(dact, gate_act, up_act, N, F, grad_format_, gate_dout_state,
-                                    pos_gate, up_dout_state, pos_up, dgate_q, dgate_t, dup_q,
-                                    dup_t, scalar(kScaleA), scalar(kScaleD), stream_);
+                                    pos_gate, up_dout_state, pos_up, dgate_q, dgate_t, dup_q, dup_t,
+                                    scalar(kScaleA), scalar(kScaleD), stream_);
   quantize(kAmaxC, x, N, C, Fp8Format::kE4M3, nullptr, x_t, gate, kX);
   // Per linear: dgrad (dx = dout W, K = F), then wgrad (dW = dout^T x, K = N); W^T's copy and
   // slot B are reused by up after gate's dgrad is enqueued (one stream: it has run by then).
@@ -268,8 +267,7 @@ bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const
   } linears[2] = {{gate_weight, gate, dgate_q, dgate_t, kScaleA, dgate_weight},
                   {up_weight, up, dup_q, dup_t, kScaleD, dup_weight}};
   for (int i = 0; i < 2; ++i) {
-    quantize(kAmaxB, linears[i].weight, F, C, Fp8Format::kE4M3, nullptr, w_t, linears[i].state,
-             kW);
+    quantize(kAmaxB, linears[i].weight, F, C, Fp8Format::kE4M3, nullptr, w_t, linears[i].state, kW);
     // Gate writes dx, up adds to it.
     gradient_gemm(C, N, F, w_t, kScaleB, linears[i].dout_q, linears[i].scale, dx, DType::kBF16,
                   i > 0);
@@ -388,8 +386,8 @@ void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
   }
   fp8().backward(s, dout_NO.data(), x_NI.data(), weight_OI.data(),
                  dx_NI.defined() ? dx_NI.data() : nullptr, accumulate_dx,
-                 frozen ? nullptr : dweight_OI.data(),
-                 frozen ? DType::kF32 : dweight_OI.dtype(), accumulate_dweight, site);
+                 frozen ? nullptr : dweight_OI.data(), frozen ? DType::kF32 : dweight_OI.dtype(),
+                 accumulate_dweight, site);
   if (frozen || !dbias_O.defined()) return;
   // The bias gradient is a column sum of dout (not a GEMM): the same bf16-input kernel as the
   // bf16 path.
@@ -400,8 +398,8 @@ void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
                             dbias_O.dtype(), dbias_O.data(), accumulate_dweight, scratch, stream_);
 }
 
-void CudaOps::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF,
-                                          Tensor x_NC, Tensor gate_weight_FC, Tensor up_weight_FC,
+void CudaOps::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF, Tensor x_NC,
+                                          Tensor gate_weight_FC, Tensor up_weight_FC,
                                           Tensor dgate_NF, Tensor dup_NF, Tensor dx_NC,
                                           Tensor dgate_weight_FC, Tensor dup_weight_FC,
                                           bool accumulate_dweight, Fp8Site gate_site,
@@ -420,11 +418,11 @@ void CudaOps::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor
       all_bf16({&dact_NF, &gate_NF, &up_NF, &x_NC, &gate_weight_FC, &up_weight_FC, &dx_NC}) &&
       aligned16({&dact_NF, &gate_NF, &up_NF, &x_NC, &gate_weight_FC, &up_weight_FC, &dx_NC,
                  &dgate_weight_FC, &dup_weight_FC});
-  if (fused && fp8().swiglu_backward(s, dact_NF.data(), gate_NF.data(), up_NF.data(), x_NC.data(),
-                                     gate_weight_FC.data(), up_weight_FC.data(), dx_NC.data(),
-                                     dgate_weight_FC.data(), dup_weight_FC.data(),
-                                     dgate_weight_FC.dtype(), accumulate_dweight, gate_site,
-                                     up_site)) {
+  if (fused &&
+      fp8().swiglu_backward(s, dact_NF.data(), gate_NF.data(), up_NF.data(), x_NC.data(),
+                            gate_weight_FC.data(), up_weight_FC.data(), dx_NC.data(),
+                            dgate_weight_FC.data(), dup_weight_FC.data(), dgate_weight_FC.dtype(),
+                            accumulate_dweight, gate_site, up_site)) {
     return;
   }
   Ops::swiglu_linears_backward_fp8(dact_NF, gate_NF, up_NF, x_NC, gate_weight_FC, up_weight_FC,
@@ -437,18 +435,17 @@ void CudaOps::swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act
                                         Fp8Site site) {
   const Fp8LinearShape s = shape_of(act_NF, weight_CF);
   const int64_t cells = s.rows * s.in_features;
-  const bool fused =
-      cuda_kernels::fp8_fused_swiglu_enabled() && site.id >= 0 && fp8_linear_shape_ok(s) &&
-      weight_CF.numel() == s.out_features * s.in_features && gate_NF.numel() == cells &&
-      up_NF.numel() == cells && act_NF.numel() == cells &&
-      out_NC.numel() == s.rows * s.out_features &&
-      (!residual_NC.defined() || residual_NC.numel() == out_NC.numel()) &&
-      all_bf16({&gate_NF, &up_NF, &act_NF, &weight_CF, &residual_NC, &out_NC}) &&
-      aligned16({&gate_NF, &up_NF, &act_NF, &weight_CF, &residual_NC, &out_NC});
-  if (fused && fp8().swiglu_forward(s, gate_NF.data(), up_NF.data(), act_NF.data(),
-                                    weight_CF.data(),
-                                    residual_NC.defined() ? residual_NC.data() : nullptr,
-                                    out_NC.data(), site)) {
+  const bool fused = cuda_kernels::fp8_fused_swiglu_enabled() && site.id >= 0 &&
+                     fp8_linear_shape_ok(s) &&
+                     weight_CF.numel() == s.out_features * s.in_features &&
+                     gate_NF.numel() == cells && up_NF.numel() == cells &&
+                     act_NF.numel() == cells && out_NC.numel() == s.rows * s.out_features &&
+                     (!residual_NC.defined() || residual_NC.numel() == out_NC.numel()) &&
+                     all_bf16({&gate_NF, &up_NF, &act_NF, &weight_CF, &residual_NC, &out_NC}) &&
+                     aligned16({&gate_NF, &up_NF, &act_NF, &weight_CF, &residual_NC, &out_NC});
+  if (fused && fp8().swiglu_forward(
+                   s, gate_NF.data(), up_NF.data(), act_NF.data(), weight_CF.data(),
+                   residual_NC.defined() ? residual_NC.data() : nullptr, out_NC.data(), site)) {
     return;
   }
   Ops::swiglu_linear_forward_fp8(gate_NF, up_NF, act_NF, weight_CF, residual_NC, out_NC, site);

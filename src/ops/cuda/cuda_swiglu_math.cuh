@@ -13,8 +13,7 @@ __device__ __forceinline__ float swiglu_value(float g, float u) {
 }
 
 // The gradients of silu(g) * u given dy: dg and du, in fp32.
-__device__ __forceinline__ void swiglu_gradients(float dy, float g, float u, float& dg,
-                                                 float& du) {
+__device__ __forceinline__ void swiglu_gradients(float dy, float g, float u, float& dg, float& du) {
   const float sigmoid = 1.0f / (1.0f + expf(-g));
   const float silu = g * sigmoid;
   const float dsilu = sigmoid + g * sigmoid * (1.0f - sigmoid);

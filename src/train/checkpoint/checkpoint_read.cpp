@@ -84,8 +84,8 @@ void read_saved_groups(const nlohmann::json& l, const ParamLayout& layout,
          saved.group_size);
   }
   if (static_cast<int>(saved.shard_files.size()) != saved.group_size) {
-    fail("{}: layout lists {} shard files for group size {}", state_path,
-         saved.shard_files.size(), saved.group_size);
+    fail("{}: layout lists {} shard files for group size {}", state_path, saved.shard_files.size(),
+         saved.group_size);
   }
 }
 

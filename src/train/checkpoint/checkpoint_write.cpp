@@ -138,8 +138,8 @@ CheckpointFilesWritten write_checkpoint_files(const CheckpointSnapshot& s,
     std::vector<SafetensorsTensorSpec> specs;
     for (size_t u = 0; u < s.shard_numel.size(); ++u) {
       for (const char* kind : kCheckpointKinds) {
-        specs.push_back(
-            {checkpoint_tensor_name(static_cast<int>(u), kind), DType::kF32, Shape{s.shard_numel[u]}});
+        specs.push_back({checkpoint_tensor_name(static_cast<int>(u), kind), DType::kF32,
+                         Shape{s.shard_numel[u]}});
       }
     }
     const std::string file = rank_file_name(s.shard_rank);
