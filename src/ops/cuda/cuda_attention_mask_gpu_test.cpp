@@ -155,6 +155,15 @@ class CudaAttentionMaskTest : public CudaOpsTest {
                             << heads_per_block;
   }
 
+  // The kernels the dispatch table picks for `c` (under whatever limits are in force): forward,
+  // and backward with the launcher's and one query head a block.
+  void expect_default_kernels_match(const MaskCase& c) {
+    Run r = prepare(c);
+    expect_forward(r, "default");
+    expect_backward(r, "default", 0);
+    expect_backward(r, "default", 1);
+  }
+
   // Every kernel of the table this GPU and build run, forward then backward (the SIMT kernels,
   // at head dims other than 64 and 128, ignore the overrides and run each time).
   void expect_every_kernel(const MaskCase& c) {
@@ -240,10 +249,7 @@ TEST_F(CudaAttentionMaskTest, SmallerGpusRowsMatchTheCpu) {
     std::printf("%s: backward %s %d warps %d stages\n", c.name,
                 cuda_kernels::attention_kernel_name(backward.kernel), backward.warps,
                 backward.stages);
-    Run r = prepare(c);
-    expect_forward(r, "default");
-    expect_backward(r, "default", 0);
-    expect_backward(r, "default", 1);
+    expect_default_kernels_match(c);
     cuda_kernels::set_device_limits_override(before);
   }
 }
@@ -276,10 +282,7 @@ TEST_F(CudaAttentionMaskTest, SoftcapRunsOnTheMmaSyncRows) {
               cuda_kernels::AttentionKernel::kMmaSync);
     EXPECT_EQ(cuda_kernels::attention_backward_config(DType::kBF16, s).kernel,
               cuda_kernels::AttentionKernel::kMmaSync);
-    Run r = prepare(c);
-    expect_forward(r, "default");
-    expect_backward(r, "default", 0);
-    expect_backward(r, "default", 1);
+    expect_default_kernels_match(c);
     cuda_kernels::set_device_limits_override(before);
   }
 }
