@@ -4,11 +4,16 @@
 // launch over all experts: cuBLAS grouped, our kernel for the f32 weight gradients; experts with
 // no rows included) forward and backward, with
 // overwrite and accumulate. Shapes: a Qwen3-MoE-like 64 tokens x top 8 of 16 experts, C 256,
-// F 96; the f32 expert weight gradients at other shapes (partial tiles, many experts). Plus a
-// DISABLED_ timing of the grouped forward and backward at Qwen3-30B-A3B's layer geometry.
+// F 96; the f32 expert weight gradients at other shapes (partial tiles, many experts); the
+// Hopper expert GEMM of forward and d(x) (cuda_moe_gemm.h) at both tile widths. Plus a DISABLED_
+// timing of the grouped forward and backward at Qwen3-30B-A3B's layer geometry, cuBLAS beside
+// our expert GEMM.
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <numeric>
 
+#include "ops/cuda/cuda_moe_gemm.h"
 #include "ops/cuda/testing/cuda_ops_fixture.h"
 
 namespace shardtrain::cuda_testing {
@@ -154,39 +159,160 @@ TEST_F(CudaMoeTest, ExpertWeightGradientsMatchTheCpu) {
   }
 }
 
-// Qwen3-30B-A3B's expert GEMMs for 4096 tokens (top 8 of 128, C 2048, F 768), balanced rows: the
-// grouped gate projection forward, its d(x) and its f32 expert weight gradients (also with rows
-// skewed 5:1 over a quarter of the experts), time and TFLOP/s.
+// The Hopper expert GEMM (cuda_moe_gemm.h) against the CPU, forward and d(x), written and
+// accumulated, at both tile widths: partial row tiles (rows not a multiple of 128, the next
+// expert's rows in the box), experts without rows, one expert with most rows, output widths that
+// leave a partial column tile (192 and 320 against 256-wide tiles), and more experts than one
+// launch takes (300: two launches). Then the same shapes through CudaOps with the kernel chosen
+// (SHARDTRAIN_MOE_GEMM=wgmma).
+TEST_F(CudaMoeTest, ExpertGemmMatchesTheCpu) {
+  struct Case {
+    int64_t experts, out, in;
+    std::vector<int64_t> rows;
+  };
+  std::vector<int64_t> many(300);
+  for (size_t e = 0; e < many.size(); ++e) many[e] = (e * 37) % 7 * 23;  // 0..138, a seventh none
+  const std::vector<Case> cases = {
+      {4, 192, 320, {37, 0, 300, 5}},
+      {8, 768, 256, {700, 3, 0, 129, 128, 1, 0, 255}},
+      {300, 64, 128, many},
+  };
+  for (const Case& c : cases) {
+    const int64_t total = std::accumulate(c.rows.begin(), c.rows.end(), int64_t{0});
+    const Pair x = random_input({total, c.in});
+    const Pair w = random_input({c.experts, c.out, c.in}, DType::kBF16, -0.1f, 0.1f);
+    const Pair dout = random_input({total, c.out});
+    if (!cuda_moe::expert_gemm_fit(total, c.experts, c.out, c.in, x.gpu.data(), w.gpu.data(),
+                                   dout.gpu.data())) {
+      GTEST_SKIP() << "no expert GEMM here (it needs sm_90a and a compute capability 9.0 GPU)";
+    }
+    const Pair product = output({total, c.out});  // the CPU's x_e W_e^T
+    cpu_->grouped_linear_forward(x.cpu, w.cpu, c.rows, product.cpu);
+    const std::vector<float> product_values = host_values(product.cpu);
+    for (int tile_n : {128, 256}) {
+      for (bool accumulate : {false, true}) {
+        const std::string what = std::to_string(c.experts) + " x " + std::to_string(c.out) + " x " +
+                                 std::to_string(c.in) + " tile " + std::to_string(tile_n) +
+                                 (accumulate ? " accumulate" : "");
+        // Forward: the CPU has no accumulating forward; the expected sum is formed here.
+        std::vector<float> old = random(total * c.out);
+        std::vector<float> want(old.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          want[i] = product_values[i] + (accumulate ? old[i] : 0.0f);
+        }
+        const Pair out = accumulate ? input(old, {total, c.out}) : output({total, c.out});
+        cpu_->copy_from_host(out.cpu, want.data());
+        EXPECT_TRUE(cuda_moe::expert_gemm(cuda_moe::ExpertGemm::kForward, x.gpu.data(),
+                                          w.gpu.data(), c.rows, c.out, c.in, out.gpu.data(),
+                                          accumulate, gpu_ref().stream(), tile_n));
+        EXPECT_BF16_CLOSE(out) << "forward " << what;
+
+        const Pair dx = accumulate ? random_input({total, c.in}) : output({total, c.in});
+        cpu_->grouped_linear_backward(dout.cpu, x.cpu, w.cpu, c.rows, dx.cpu, Tensor(), accumulate,
+                                      false);
+        EXPECT_TRUE(cuda_moe::expert_gemm(cuda_moe::ExpertGemm::kInputGradient, dout.gpu.data(),
+                                          w.gpu.data(), c.rows, c.out, c.in, dx.gpu.data(),
+                                          accumulate, gpu_ref().stream(), tile_n));
+        EXPECT_BF16_CLOSE(dx) << "d(x) " << what;
+      }
+    }
+    // Through CudaOps (the kernel's default tile), with the f32 weight gradient beside d(x).
+    setenv("SHARDTRAIN_MOE_GEMM", "wgmma", 1);
+    const Pair out = output({total, c.out});
+    gpu_->grouped_linear_forward(x.gpu, w.gpu, c.rows, out.gpu);
+    cpu_->grouped_linear_forward(x.cpu, w.cpu, c.rows, out.cpu);
+    EXPECT_BF16_CLOSE(out) << c.experts;
+    const Pair dx = random_input({total, c.in});
+    const Pair dw = output({c.experts, c.out, c.in}, DType::kF32);
+    cpu_->grouped_linear_backward(dout.cpu, x.cpu, w.cpu, c.rows, dx.cpu, dw.cpu, true, false);
+    gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, c.rows, dx.gpu, dw.gpu, true, false);
+    unsetenv("SHARDTRAIN_MOE_GEMM");
+    EXPECT_BF16_CLOSE(dx) << c.experts;
+    EXPECT_LE(error(dw), 1e-5) << c.experts;
+  }
+}
+
+// Qwen3-30B-A3B's expert GEMMs for 4096 tokens (top 8 of 128, C 2048, F 768), balanced rows:
+// forward and d(x) of the gate/up projection (2048 -> 768) and of the down projection
+// (768 -> 2048), cuBLAS's grouped GEMM beside our expert GEMM at both tile widths (also with rows
+// skewed 5:1 over a quarter of the experts), and the f32 expert weight gradients; time and
+// TFLOP/s.
 TEST_F(CudaMoeTest, DISABLED_GroupedTiming) {
   const int64_t tokens = 4096, experts = 128, top = 8, hidden = 2048, ffn = 768;
   const int64_t rows_total = tokens * top;
   const std::vector<int64_t> rows(experts, rows_total / experts);
   std::vector<int64_t> skewed(experts);  // the same total
   for (int64_t e = 0; e < experts; ++e) skewed[e] = e < experts / 4 ? 640 : 128;
+  const double flops = 2.0 * rows_total * hidden * ffn;
+  const auto rate = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+  const bool ours =
+      cuda_moe::expert_gemm_fit(rows_total, experts, ffn, hidden, reinterpret_cast<void*>(256),
+                                reinterpret_cast<void*>(256), reinterpret_cast<void*>(256));
+  // The gate/up projection's weight is (ffn x hidden), the down projection's (hidden x ffn).
+  for (const bool down : {false, true}) {
+    const int64_t O = down ? hidden : ffn, I = down ? ffn : hidden;
+    const Pair x = random_input({rows_total, I});
+    const Pair w = random_input({experts, O, I}, DType::kBF16, -0.05f, 0.05f);
+    const Pair out = output({rows_total, O});
+    const Pair dout = random_input({rows_total, O});
+    const Pair dx = output({rows_total, I});
+    setenv("SHARDTRAIN_MOE_GEMM", "cublas", 1);
+    const double cublas_forward =
+        time_ms([&] { gpu_->grouped_linear_forward(x.gpu, w.gpu, rows, out.gpu); }, 20);
+    const double cublas_dx = time_ms(
+        [&] {
+          gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, rows, dx.gpu, Tensor(), false,
+                                        false);
+        },
+        20);
+    unsetenv("SHARDTRAIN_MOE_GEMM");
+    std::printf(
+        "%s %lld -> %lld over %lld experts, %lld rows: cuBLAS forward %.3f ms "
+        "(%.0f TFLOP/s), dx %.3f ms (%.0f)\n",
+        down ? "down" : "gate/up", static_cast<long long>(I), static_cast<long long>(O),
+        static_cast<long long>(experts), static_cast<long long>(rows_total), cublas_forward,
+        rate(cublas_forward), cublas_dx, rate(cublas_dx));
+    if (!ours) continue;
+    for (int tile_n : {128, 256}) {
+      const auto run = [&](cuda_moe::ExpertGemm kind, const std::vector<int64_t>& expert_rows) {
+        const bool forward = kind == cuda_moe::ExpertGemm::kForward;
+        return time_ms(
+            [&] {
+              cuda_moe::expert_gemm(kind, forward ? x.gpu.data() : dout.gpu.data(), w.gpu.data(),
+                                    expert_rows, O, I, forward ? out.gpu.data() : dx.gpu.data(),
+                                    false, gpu_ref().stream(), tile_n);
+            },
+            20);
+      };
+      const double forward_ms = run(cuda_moe::ExpertGemm::kForward, rows);
+      const double dx_ms = run(cuda_moe::ExpertGemm::kInputGradient, rows);
+      const double skewed_forward = run(cuda_moe::ExpertGemm::kForward, skewed);
+      const double skewed_dx = run(cuda_moe::ExpertGemm::kInputGradient, skewed);
+      std::printf(
+          "  expert GEMM tile 128 x %d: forward %.3f ms (%.0f TFLOP/s), dx %.3f ms "
+          "(%.0f); skewed rows: forward %.0f, dx %.0f TFLOP/s\n",
+          tile_n, forward_ms, rate(forward_ms), dx_ms, rate(dx_ms), rate(skewed_forward),
+          rate(skewed_dx));
+    }
+  }
   const Pair x = random_input({rows_total, hidden});
   const Pair w = random_input({experts, ffn, hidden}, DType::kBF16, -0.05f, 0.05f);
-  const Pair out = output({rows_total, ffn});
   const Pair dout = random_input({rows_total, ffn});
-  const Pair dx = output({rows_total, hidden});
   const Pair dw = output({experts, ffn, hidden}, DType::kF32);
-  const double flops = 2.0 * rows_total * hidden * ffn;
-  const auto backward_ms = [&](const std::vector<int64_t>& expert_rows, Tensor dx_gpu,
-                               Tensor dw_gpu) {
-    return time_ms([&] { gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, expert_rows,
-                                                       dx_gpu, dw_gpu, false, false); },
-                   20);
+  const auto dw_ms = [&](const std::vector<int64_t>& expert_rows) {
+    return time_ms(
+        [&] {
+          gpu_->grouped_linear_backward(dout.gpu, x.gpu, w.gpu, expert_rows, Tensor(), dw.gpu,
+                                        false, false);
+        },
+        20);
   };
-  const double forward_ms =
-      time_ms([&] { gpu_->grouped_linear_forward(x.gpu, w.gpu, rows, out.gpu); }, 20);
-  const double dx_ms = backward_ms(rows, dx.gpu, Tensor());
-  const double dw_ms = backward_ms(rows, Tensor(), dw.gpu);
-  const double skewed_ms = backward_ms(skewed, Tensor(), dw.gpu);
-  const auto rate = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
-  std::printf("grouped %lld x %lld -> %lld over %lld experts: forward %.3f ms (%.0f TFLOP/s), "
-              "dx %.3f ms (%.0f), f32 dweight %.3f ms (%.0f; skewed rows %.3f ms)\n",
-              static_cast<long long>(rows_total), static_cast<long long>(hidden),
-              static_cast<long long>(ffn), static_cast<long long>(experts), forward_ms,
-              rate(forward_ms), dx_ms, rate(dx_ms), dw_ms, rate(dw_ms), skewed_ms);
+  const double balanced_ms = dw_ms(rows), skewed_ms = dw_ms(skewed);
+  std::printf(
+      "f32 expert weight gradients %lld x %lld: %.3f ms (%.0f TFLOP/s; skewed rows "
+      "%.3f ms)\n",
+      static_cast<long long>(ffn), static_cast<long long>(hidden), balanced_ms, rate(balanced_ms),
+      skewed_ms);
 }
 
 }  // namespace

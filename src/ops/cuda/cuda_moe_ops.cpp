@@ -1,14 +1,20 @@
 // CudaOps mixture-of-experts ops: shape and dtype checks, then the kernels of cuda_moe.cu and
-// the grouped GEMMs (cuda_grouped_gemm.h). Each grouped linear is one cuBLAS launch over every
-// expert with rows (forward; backward: one for d(x), one for d(weights)), each expert's
-// row-major product mapped to column-major as CudaOps::linear_* map one linear (cuda_gemm.cpp);
-// the f32 weight gradients of bf16 experts are our own kernel's (cuda_moe_wgrad.cu), one launch.
+// the grouped GEMMs. Each grouped linear is one launch over every expert with rows (forward;
+// backward: one for d(x), one for d(weights)): on Hopper our wgmma kernel (cuda_moe_gemm.h) for
+// bf16 forward and d(x) where its shapes fit, else one cuBLAS grouped launch
+// (cuda_grouped_gemm.h), each expert's row-major product mapped to column-major as
+// CudaOps::linear_* map one linear (cuda_gemm.cpp); the f32 weight gradients of bf16 experts are
+// our own kernel's (cuda_moe_wgrad.cu), one launch. SHARDTRAIN_MOE_GEMM=wgmma or =cublas picks
+// the forward and d(x) GEMMs over the default (read at every call: the tests compare both).
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/cuda_grouped_gemm.h"
+#include "ops/cuda/cuda_moe_gemm.h"
 #include "ops/cuda/cuda_moe_kernels.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -92,6 +98,19 @@ void run_grouped(CudaGroupedGemm& grouped, CublasLtGemm& gemm, bool transpose_a,
     call.beta = beta;
     gemm.run(call);
   }
+}
+
+// Whether forward and d(x) run our expert GEMM (cuda_moe_gemm.h) where it fits, unless
+// SHARDTRAIN_MOE_GEMM says otherwise.
+constexpr bool kExpertGemmByDefault = false;
+
+// Our expert GEMM for these bf16 operands, as the default and SHARDTRAIN_MOE_GEMM say.
+bool expert_gemm_chosen(const Tensor& a, const Tensor& weight_EOI, const Tensor& out) {
+  const char* choice = std::getenv("SHARDTRAIN_MOE_GEMM");
+  const bool wanted = choice == nullptr ? kExpertGemmByDefault : std::strcmp(choice, "wgmma") == 0;
+  return wanted && a.dtype() == DType::kBF16 &&
+         cuda_moe::expert_gemm_fit(a.dim(0), weight_EOI.dim(0), weight_EOI.dim(1),
+                                   weight_EOI.dim(2), a.data(), weight_EOI.data(), out.data());
 }
 
 }  // namespace
@@ -204,6 +223,11 @@ void CudaOps::grouped_linear_forward(Tensor x_MI, Tensor weight_EOI,
                    weight_EOI.shape().to_string(), out_MO.shape().to_string(), rows_E.size());
   const int64_t O = weight_EOI.dim(1), I = weight_EOI.dim(2);
   const std::vector<int64_t> start = row_starts(rows_E, x_MI.dim(0));
+  if (expert_gemm_chosen(x_MI, weight_EOI, out_MO) &&
+      cuda_moe::expert_gemm(cuda_moe::ExpertGemm::kForward, x_MI.data(), weight_EOI.data(), rows_E,
+                            O, I, out_MO.data(), false, stream_)) {
+    return;
+  }
   // out_e^T (O x rows) = W_e (col-major I x O, transposed) x_e^T (col-major I x rows).
   std::vector<GroupedGemmProblem> problems;
   for (size_t e = 0; e < rows_E.size(); ++e) {
@@ -225,8 +249,20 @@ void CudaOps::grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight
   const int64_t O = weight_EOI.dim(1), I = weight_EOI.dim(2);
   const std::vector<int64_t> start = row_starts(rows_E, x_MI.dim(0));
   if (!grouped_gemm_) grouped_gemm_ = std::make_shared<CudaGroupedGemm>(stream_);
+  bool dx_done = false;
   if (dx_MI.defined()) {
     require(dx_MI, x_MI.dtype(), "grouped linear dx");
+    SHARDTRAIN_CHECK(dx_MI.numel() == x_MI.numel() && dout_MO.dim(1) == O,
+                     "grouped linear backward: dx {}, dout {} for x {}", dx_MI.shape().to_string(),
+                     dout_MO.shape().to_string(), x_MI.shape().to_string());
+    if (expert_gemm_chosen(dout_MO, weight_EOI, dx_MI) &&
+        cuda_moe::expert_gemm(cuda_moe::ExpertGemm::kInputGradient, dout_MO.data(),
+                              weight_EOI.data(), rows_E, O, I, dx_MI.data(), accumulate_dx,
+                              stream_)) {
+      dx_done = true;
+    }
+  }
+  if (dx_MI.defined() && !dx_done) {
     // dx_e^T (I x rows) = W_e (col-major I x O) dout_e^T (col-major O x rows).
     std::vector<GroupedGemmProblem> problems;
     for (size_t e = 0; e < rows_E.size(); ++e) {
@@ -242,11 +278,10 @@ void CudaOps::grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight
   SHARDTRAIN_CHECK(dweight_EOI.numel() == weight_EOI.numel(), "grouped dweight {} for {}",
                    dweight_EOI.shape().to_string(), weight_EOI.shape().to_string());
   if (dweight_EOI.dtype() == DType::kF32 && x_MI.dtype() == DType::kBF16 &&
-      cuda_moe::expert_weight_gradients_fit(O, I, dout_MO.data(), x_MI.data(),
-                                            dweight_EOI.f32())) {
+      cuda_moe::expert_weight_gradients_fit(O, I, dout_MO.data(), x_MI.data(), dweight_EOI.f32())) {
     // cuBLAS runs no grouped GEMM of bf16 inputs into f32 (cuda_moe_wgrad.cu says why a kernel).
-    cuda_moe::expert_weight_gradients(dout_MO.data(), x_MI.data(), rows_E, O, I,
-                                      dweight_EOI.f32(), accumulate_dweight, stream_);
+    cuda_moe::expert_weight_gradients(dout_MO.data(), x_MI.data(), rows_E, O, I, dweight_EOI.f32(),
+                                      accumulate_dweight, stream_);
     return;
   }
   // dW_e^T (I x O) = x_e^T (col-major I x rows) dout_e (col-major O x rows, transposed).

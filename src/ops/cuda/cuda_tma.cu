@@ -54,4 +54,27 @@ bool tensor_map_of_heads(CUtensorMap& map, const void* base, int batch, int seq,
   return true;
 }
 
+bool tensor_map_2d(CUtensorMap& map, const void* base, int64_t rows, int64_t columns,
+                   int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || rows < 1 || columns < 1 ||
+      columns % 8 != 0 || box_rows < 1 || box_rows > 256) {
+    return false;
+  }
+  constexpr uint64_t kElement = sizeof(__nv_bfloat16);
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(columns) * kElement};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(wgmma::kBlockColumns),
+                             static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  CUtensorMap encoded;
+  const CUresult result =
+      encode(&encoded, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
+             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) return false;
+  map = encoded;
+  return true;
+}
+
 }  // namespace shardtrain::cuda_kernels::tma

@@ -8,6 +8,7 @@
 // (SHARDTRAIN_WGMMA_COMPILED, cuda_wgmma.cuh); kernels that use them are only picked by the
 // dispatch table (cuda_dispatch.h) on compute capability 9.0 in a build with 90a.
 // Host side: tensor_map_of_heads builds the TMA descriptor of a [B, T, heads, D] bf16 tensor
+// (tensor_map_2d: of a bf16 matrix)
 // through the driver's cuTensorMapEncodeTiled (found at run time with
 // cudaGetDriverEntryPointByVersion: no link against libcuda).
 //
@@ -80,9 +81,10 @@ __device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
 #if SHARDTRAIN_DEBUG_PIPELINES
   for (uint32_t tries = 1; !try_wait(bar, parity); ++tries) {
     if (tries == (1u << 26)) {
-      printf("mbarrier wait never completed: barrier at shared 0x%x, parity %u, block %u, "
-             "thread %u\n",
-             bar, parity, blockIdx.x, threadIdx.x);
+      printf(
+          "mbarrier wait never completed: barrier at shared 0x%x, parity %u, block %u, "
+          "thread %u\n",
+          bar, parity, blockIdx.x, threadIdx.x);
       __trap();
     }
   }
@@ -103,6 +105,17 @@ __device__ __forceinline__ void load_4d(uint32_t dst, const CUtensorMap* map, in
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+#endif
+}
+// A box of a 2-D tensor map (coordinates: column, row) into shared memory at `dst`, as load_4d.
+__device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1,
+                                        uint32_t bar) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 #endif
 }
@@ -145,6 +158,12 @@ __device__ __forceinline__ void claim_registers() {
 // address that is not 16-byte aligned): the caller falls back to a kernel without TMA.
 bool tensor_map_of_heads(CUtensorMap& map, const void* base, int batch, int seq, int heads,
                          int head_dim, int rows);
+// The TMA descriptor of a row-major [rows, columns] bf16 matrix whose box is `box_rows` rows x 64
+// columns (128 bytes a row, 128-byte swizzle: one column block of a swizzled tile). Rows and
+// columns past the matrix read as zeros. False (and `map` untouched) when the driver has no TMA
+// or rejects the shape (base not 16-byte aligned, columns not a multiple of 8, box_rows outside
+// 1..256).
+bool tensor_map_2d(CUtensorMap& map, const void* base, int64_t rows, int64_t columns, int box_rows);
 // What a kernel's launcher says when tensor_map_of_heads refused (cuda_dispatch.h logs it once).
 inline constexpr const char* kNoTensorMaps =
     "no TMA descriptor (the driver has no cuTensorMapEncodeTiled, or a tensor is not 16-byte "
