@@ -34,7 +34,8 @@ void fp8_amax(DType dtype, const void* x, int64_t n, float* amax, cudaStream_t s
 
 // Quantises x (rows x cols of `dtype`) with scale = fp8_max(format) / *amax into `out`
 // (rows x cols, may be null) and `out_t` (cols x rows, may be null); writes 1 / scale to
-// *inv_scale. REQUIRES: rows and cols even; out, out_t and x 4-byte aligned.
+// *inv_scale. REQUIRES: rows and cols multiples of 4; x aligned to 4 elements, out and out_t
+// to 4 bytes (16-byte accesses where cols, rows are multiples of 16 and pointers 16-aligned).
 void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format format,
               const float* amax, uint8_t* out, uint8_t* out_t, float* inv_scale,
               cudaStream_t stream);

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
@@ -134,8 +135,15 @@ TEST_F(Fp8Test, AmaxAndCastMatchTheHostBitForBit) {
     DType dtype;
     float sigma;
   };
-  for (const Case& c : {Case{96, 200, DType::kBF16, 3.0f}, Case{64, 64, DType::kF32, 1e-3f},
-                        Case{8, 4, DType::kBF16, 0.0f}, Case{132, 1028, DType::kBF16, 40.0f}})
+  // The kernel's paths: 16-byte rows and transposed rows (64 x 64, 272 x 400 with 16-row and
+  // 16-column partial tiles), 4-element rows (cols off the 16 grid: 200, 1028, 4), 4-element
+  // transposed rows (rows off it: 132, 8, 1028), both; a 4 x 4 tensor; 1,028 x 2,320 (153 tiles,
+  // 4 by 4 elements at each edge).
+  for (const Case& c :
+       {Case{96, 200, DType::kBF16, 3.0f}, Case{64, 64, DType::kF32, 1e-3f},
+        Case{8, 4, DType::kBF16, 0.0f}, Case{132, 1028, DType::kBF16, 40.0f},
+        Case{272, 400, DType::kBF16, 2.0f}, Case{4, 4, DType::kBF16, 1.0f},
+        Case{1028, 2320, DType::kBF16, 1.0f}, Case{132, 208, DType::kF32, 5.0f}})
     for (const Fp8Format format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
       const int64_t n = c.rows * c.cols;
       std::vector<float> x = normal(n, c.sigma);
@@ -243,11 +251,21 @@ TEST_F(Fp8Test, LinearGemmsMatchAnFp64ReferenceOfTheQuantizedInputs) {
 // Delayed scaling's cast: scale from the state's amax, this tensor's amax recorded in the same
 // pass (several blocks: the last one updates the state), the overflow policy (saturate this
 // call; a non-finite amax is not recorded).
-TEST_F(Fp8Test, DelayedCastScalesByTheHistoryAndRecordsTheAmax) {
+class Fp8DelayedCastTest : public Fp8Test,
+                           public ::testing::WithParamInterface<std::pair<int64_t, int64_t>> {};
+
+// 132 x 1028: partial tiles, 4-element rows both ways; 2048 x 4608: 576 tiles of 128 x 128, more
+// than the blocks resident at once on a 132-SM GPU, so blocks loop over tiles (and the amax of
+// several tiles a block reaches the history).
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp8DelayedCastTest,
+                         ::testing::Values(std::pair<int64_t, int64_t>{132, 1028},
+                                           std::pair<int64_t, int64_t>{2048, 4608}));
+
+TEST_P(Fp8DelayedCastTest, ScalesByTheHistoryAndRecordsTheAmax) {
   using cuda_kernels::kFp8ScaleAmaxIndex;
   using cuda_kernels::kFp8StateFloats;
   const cudaStream_t stream = gpu_ref().stream();
-  const int64_t rows = 132, cols = 1028, n = rows * cols;  // 17 x 3 blocks, partial tiles
+  const int64_t rows = GetParam().first, cols = GetParam().second, n = rows * cols;
   const std::vector<float> x1 = normal(n, 1.0f);
   std::vector<float> x2 = x1, x3 = x1;
   for (float& v : x2) v *= 4.0f;  // exact in bf16
@@ -300,6 +318,118 @@ TEST_F(Fp8Test, DelayedCastScalesByTheHistoryAndRecordsTheAmax) {
         ASSERT_EQ(got[r * cols + col], want) << "row " << r << " col " << col;
         ASSERT_EQ(got_t[col * rows + r], want) << "transposed, row " << r << " col " << col;
       }
+  }
+}
+
+// Pointers 8 bytes off the 16-byte grid (the contract asks 4 elements' alignment of x, 4 bytes
+// of the outputs) take the 4-element path even where the shape would allow 16-byte accesses.
+TEST_F(Fp8Test, CastOffTheSixteenByteGridMatchesTheHost) {
+  const cudaStream_t stream = gpu_ref().stream();
+  const int64_t rows = 160, cols = 144, n = rows * cols;
+  const std::vector<float> x = normal(n + 4, 2.0f);
+  const Tensor input = gpu_tensor(x, DType::kBF16, Shape{n + 4});
+  const void* shifted = static_cast<const uint16_t*>(input.data()) + 4;  // 8 bytes on
+  float* scalars = static_cast<float*>(device_bytes(2 * sizeof(float)));
+  auto* out = static_cast<uint8_t*>(device_bytes(n + 16)) + 4;
+  auto* out_t = static_cast<uint8_t*>(device_bytes(n + 16)) + 4;
+  cuda_kernels::fp8_amax(DType::kBF16, shifted, n, scalars, stream);
+  cuda_kernels::fp8_cast(DType::kBF16, shifted, rows, cols, Fp8Format::kE4M3, scalars, out, out_t,
+                         scalars + 1, stream);
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::vector<float> values(x.begin() + 4, x.end());
+  const float scale = scale_for(amax_of(values), Fp8Format::kE4M3);
+  const std::vector<uint8_t> got = download_bytes(out, n), got_t = download_bytes(out_t, n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t col = 0; col < cols; ++col) {
+      const uint8_t want = quantize(values[r * cols + col], scale, Fp8Format::kE4M3);
+      ASSERT_EQ(got[r * cols + col], want) << "row " << r << " col " << col;
+      ASSERT_EQ(got_t[col * rows + r], want) << "transposed, row " << r << " col " << col;
+    }
+}
+
+// The SwiGLU kernels' FP8 outputs against the unfused path bit for bit: swiglu_forward then
+// fp8_cast_delayed of its act, swiglu_backward then fp8_cast_delayed of dgate and dup, from the
+// same states (scale amax half the tensor's, so the largest values saturate), on shapes taking
+// each access path: 16-byte both ways (256 x 320), 4-element both ways (132 x 1028), and more
+// tiles than resident blocks (2048 x 2304: blocks loop over tiles).
+TEST_F(Fp8Test, SwigluKernelsMatchTheUnfusedCastsBitForBit) {
+  using cuda_kernels::kFp8ScaleAmaxIndex;
+  using cuda_kernels::kFp8StateFloats;
+  const cudaStream_t stream = gpu_ref().stream();
+  const Fp8Format grad = cuda_kernels::kDefaultFp8GradFormat;
+  // A state whose scale amax is `amax`, history empty.
+  auto state_with = [&](float amax) {
+    std::vector<float> host(kFp8StateFloats, 0.0f);
+    host[kFp8ScaleAmaxIndex] = amax;
+    auto* state = static_cast<float*>(device_bytes(kFp8StateFloats * sizeof(float)));
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpy(state, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return state;
+  };
+  auto state_of = [&](const float* state) {
+    std::vector<float> host(kFp8StateFloats);
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpy(host.data(), state, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+  };
+  const std::pair<int64_t, int64_t> shapes[] = {{256, 320}, {132, 1028}, {2048, 2304}};
+  for (const auto& shape_case : shapes) {
+    const int64_t rows = shape_case.first, cols = shape_case.second;
+    SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+    const int64_t n = rows * cols;
+    const Shape shape{rows, cols};
+    const Tensor dact = gpu_tensor(normal(n, 1e-2f, 1.0f), DType::kBF16, shape);
+    const Tensor gate = gpu_tensor(normal(n, 2.0f), DType::kBF16, shape);
+    const Tensor up = gpu_tensor(normal(n, 1.0f), DType::kBF16, shape);
+    const Tensor act_ref = gpu_tensor(std::vector<float>(n), DType::kBF16, shape);
+    const Tensor dgate = gpu_tensor(std::vector<float>(n), DType::kBF16, shape);
+    const Tensor dup = gpu_tensor(std::vector<float>(n), DType::kBF16, shape);
+    gpu_->swiglu_forward(gate, up, act_ref);
+    gpu_->swiglu_backward(dact, gate, up, dgate, dup);
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const float amax_act = amax_of(download(act_ref)), amax_g = amax_of(download(dgate)),
+                amax_u = amax_of(download(dup));
+    auto* bytes = static_cast<uint8_t*>(device_bytes(12 * n));
+    auto q = [&](int i) { return bytes + i * n; };
+    auto* inv = static_cast<float*>(device_bytes(6 * 256));
+    auto inv_at = [&](int i) { return inv + 64 * i; };
+    // Forward: act and its FP8 copies.
+    float* s_ref = state_with(amax_act / 2);
+    float* s_fused = state_with(amax_act / 2);
+    const Tensor act = gpu_tensor(std::vector<float>(n), DType::kBF16, shape);
+    poison(act);
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+    cuda_kernels::fp8_cast_delayed(DType::kBF16, act_ref.data(), rows, cols, Fp8Format::kE4M3,
+                                   s_ref, 2, q(0), q(1), inv_at(0), stream);
+    cuda_kernels::swiglu_forward_fp8(gate.data(), up.data(), rows, cols, s_fused, 2, act.data(),
+                                     q(2), q(3), inv_at(1), stream);
+    // Backward: dgate and dup, both layouts each.
+    float* sg_ref = state_with(amax_g / 2);
+    float* su_ref = state_with(amax_u / 2);
+    float* sg = state_with(amax_g / 2);
+    float* su = state_with(amax_u / 2);
+    cuda_kernels::fp8_cast_delayed(DType::kBF16, dgate.data(), rows, cols, grad, sg_ref, 5, q(4),
+                                   q(5), inv_at(2), stream);
+    cuda_kernels::fp8_cast_delayed(DType::kBF16, dup.data(), rows, cols, grad, su_ref, 7, q(6),
+                                   q(7), inv_at(3), stream);
+    cuda_kernels::swiglu_backward_fp8(dact.data(), gate.data(), up.data(), rows, cols, grad, sg, 5,
+                                      su, 7, q(8), q(9), q(10), q(11), inv_at(4), inv_at(5),
+                                      stream);
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(download(act), download(act_ref)) << "act";
+    const char* names[] = {"act", "act^T", "dgate", "dgate^T", "dup", "dup^T"};
+    const int ref[] = {0, 1, 4, 5, 6, 7}, fused[] = {2, 3, 8, 9, 10, 11};
+    for (int i = 0; i < 6; ++i)
+      EXPECT_TRUE(download_bytes(q(fused[i]), n) == download_bytes(q(ref[i]), n)) << names[i];
+    const std::vector<uint8_t> all_inv = download_bytes(inv, 6 * 256);
+    const auto* invs = reinterpret_cast<const float*>(all_inv.data());
+    EXPECT_EQ(invs[64 * 1], invs[0]) << "act's inverse scale";
+    EXPECT_EQ(invs[64 * 4], invs[64 * 2]) << "dgate's inverse scale";
+    EXPECT_EQ(invs[64 * 5], invs[64 * 3]) << "dup's inverse scale";
+    EXPECT_EQ(state_of(s_fused), state_of(s_ref)) << "act's state";
+    EXPECT_EQ(state_of(sg), state_of(sg_ref)) << "dgate's state";
+    EXPECT_EQ(state_of(su), state_of(su_ref)) << "dup's state";
+    EXPECT_EQ(state_of(sg)[5], amax_g) << "dgate's amax recorded";
   }
 }
 

@@ -2,7 +2,10 @@
 // the FP8 linears of the Qwen2.5-1.5B benchmark (8192 tokens: seq 4096, micro-batch 2) split
 // into their casts and their GEMMs, by device time (CUDA events on the ops stream, mean of 10
 // runs after a warm-up), so a step's FP8 overhead can be assigned to casts, to GEMM rate, or
-// to the heuristic's algorithm choice. Per projection shape (qkv, o, gate/up, down):
+// to the heuristic's algorithm choice. DISABLED_CastKernelsAtTheBenchShape: the cast kernels
+// alone (delayed and current scaling, GB/s of HBM traffic) and the fused SwiGLU casts beside
+// bf16's SwiGLU kernels. DISABLED_LinearCastsAndGemmsAtTheBenchShape, per projection shape
+// (qkv, o, gate/up, down):
 //   - each cast kernel alone (delayed scaling: x, W forward; dout both layouts, W^T, x^T);
 //   - each GEMM (forward with fast accumulation; dgrad and wgrad with and without it), and every
 //     cuBLASLt heuristic candidate of it (run() takes the first cuBLASLt accepts: index 0);
@@ -89,6 +92,29 @@ class Fp8ThroughputTest : public CudaFp8Test {
                            stream_);
     return state;
   }
+  // Times one cast kernel of a bf16 rows x cols source: delayed scaling from `state` (history
+  // slots in turn), or current scaling when `state` is null (the cast alone: `amax` holds the
+  // tensor's amax from an earlier pass, not timed). One line: time and HBM bytes moved a second.
+  void time_cast(const char* what, const void* from, int64_t rows, int64_t cols, Fp8Format format,
+                 float* state, uint8_t* row_major, uint8_t* transposed) {
+    float* inv_scale = bytes<float>(256);
+    float* amax = bytes<float>(256);
+    if (state == nullptr) cuda_kernels::fp8_amax(DType::kBF16, from, rows * cols, amax, stream_);
+    int pos = 0;
+    const double ms = device_ms([&] {
+      if (state == nullptr) {
+        cuda_kernels::fp8_cast(DType::kBF16, from, rows, cols, format, amax, row_major,
+                               transposed, inv_scale, stream_);
+      } else {
+        cuda_kernels::fp8_cast_delayed(DType::kBF16, from, rows, cols, format, state,
+                                       pos++ % cuda_kernels::kFp8AmaxHistory, row_major,
+                                       transposed, inv_scale, stream_);
+      }
+    });
+    const double moved = rows * cols * (2.0 + (row_major ? 1 : 0) + (transposed ? 1 : 0));
+    report("  cast %-27s %5ld x %5ld: %7.1f us (%4.0f GB/s)\n", what, rows, cols, 1e3 * ms,
+           moved / ms * 1e-6);
+  }
   // Times `call` with run() and with every heuristic candidate; one line.
   void time_gemm(Fp8Gemm& gemm, const char* what, const Fp8GemmCall& call) {
     const double flops = 2.0 * call.m * call.n * call.k;
@@ -116,6 +142,91 @@ class Fp8ThroughputTest : public CudaFp8Test {
   cudaStream_t stream_ = nullptr;
   std::FILE* log_ = nullptr;
 };
+
+// The cast kernels alone at the bench shape, delayed beside current scaling (the cast without
+// its amax bookkeeping), and the fused SwiGLU casts beside bf16's swiglu kernels: what a cast
+// reaches against HBM (bytes read and written once each).
+TEST_F(Fp8ThroughputTest, DISABLED_CastKernelsAtTheBenchShape) {
+  const int64_t N = 8192, C = 1536, F = 8960;
+  const int64_t largest = N * F;
+  const Tensor source = gpu_tensor(random(largest), DType::kBF16, Shape{largest});
+  const Tensor small = gpu_tensor(random(largest, -1e-2f, 1e-2f), DType::kBF16, Shape{largest});
+  auto* q1 = bytes(largest);
+  auto* q2 = bytes(largest);
+  const Fp8Format grad = cuda_kernels::kDefaultFp8GradFormat;
+  report("FP8 casts, N=%ld tokens (device time, mean of 10)\n", N);
+  struct Case {
+    const char* what;
+    int64_t rows, cols;
+    bool row_major, transposed;
+    bool gradient;
+  };
+  const Case cases[] = {{"x of qkv/o/gate (fwd)", N, C, true, false, false},
+                        {"x of down (fwd)", N, F, true, false, false},
+                        {"W gate/up (fwd)", F, C, true, false, false},
+                        {"dout gate/up (both)", N, F, true, true, true},
+                        {"dout qkv (both)", N, 2048, true, true, true},
+                        {"x^T of qkv/o/gate", N, C, false, true, false},
+                        {"x^T of down", N, F, false, true, false},
+                        {"W^T gate/up", F, C, false, true, false}};
+  for (const Case& c : cases) {
+    const void* from = c.gradient ? small.data() : source.data();
+    const Fp8Format format = c.gradient ? grad : Fp8Format::kE4M3;
+    uint8_t* row_major = c.row_major ? q1 : nullptr;
+    uint8_t* transposed = c.transposed ? q2 : nullptr;
+    const std::string delayed = std::string(c.what) + " delayed";
+    const std::string current = std::string(c.what) + " current";
+    time_cast(delayed.c_str(), from, c.rows, c.cols, format, state_for(from, c.rows * c.cols),
+              row_major, transposed);
+    time_cast(current.c_str(), from, c.rows, c.cols, format, nullptr, row_major, transposed);
+  }
+  // SwiGLU: the fused FP8 kernels beside bf16's.
+  const Shape shape{N, F};
+  const Tensor gate = gpu_tensor(random(N * F, -3, 3), DType::kBF16, shape);
+  const Tensor up = gpu_tensor(random(N * F), DType::kBF16, shape);
+  const Tensor dact = gpu_tensor(random(N * F, -1e-2f, 1e-2f), DType::kBF16, shape);
+  const Tensor act = gpu_tensor(random(N * F), DType::kBF16, shape);
+  const Tensor dgate = gpu_tensor(random(N * F), DType::kBF16, shape);
+  const Tensor dup = gpu_tensor(random(N * F), DType::kBF16, shape);
+  auto* q3 = bytes(largest);
+  auto* q4 = bytes(largest);
+  auto* inv = bytes<float>(2 * 256);
+  const double elements = static_cast<double>(N) * F;
+  {
+    float* state = state_for(act.data(), N * F);
+    int pos = 0;
+    const double fwd = device_ms([&] {
+      cuda_kernels::swiglu_forward_fp8(gate.data(), up.data(), N, F, state,
+                                       pos++ % cuda_kernels::kFp8AmaxHistory, act.data(), q1,
+                                       nullptr, inv, stream_);
+    });
+    const double fwd_t = device_ms([&] {
+      cuda_kernels::swiglu_forward_fp8(gate.data(), up.data(), N, F, state,
+                                       pos++ % cuda_kernels::kFp8AmaxHistory, act.data(), q1, q2,
+                                       inv, stream_);
+    });
+    const double fwd16 = device_ms([&] { gpu_->swiglu_forward(gate, up, act); });
+    report("  swiglu_forward_fp8 (act + FP8 act): %7.1f us (%4.0f GB/s); with FP8 act^T too "
+           "%7.1f us (%4.0f GB/s); bf16 swiglu_forward %7.1f us (%4.0f GB/s)\n",
+           1e3 * fwd, 7 * elements / fwd * 1e-6, 1e3 * fwd_t, 8 * elements / fwd_t * 1e-6,
+           1e3 * fwd16, 6 * elements / fwd16 * 1e-6);
+  }
+  {
+    float* sg = state_for(dact.data(), N * F);
+    float* su = state_for(dact.data(), N * F);
+    int pos = 0;
+    const double bwd = device_ms([&] {
+      const int p = pos++ % cuda_kernels::kFp8AmaxHistory;
+      cuda_kernels::swiglu_backward_fp8(dact.data(), gate.data(), up.data(), N, F, grad, sg, p,
+                                        su, p, q1, q2, q3, q4, inv, inv + 64, stream_);
+    });
+    const double bwd16 = device_ms([&] { gpu_->swiglu_backward(dact, gate, up, dgate, dup); });
+    report("  swiglu_backward_fp8: %7.1f us (%4.0f GB/s: 3 bf16 in, 4 FP8 out); bf16 "
+           "swiglu_backward %7.1f us (%4.0f GB/s)\n",
+           1e3 * bwd, 10 * elements / bwd * 1e-6, 1e3 * bwd16, 10 * elements / bwd16 * 1e-6);
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 TEST_F(Fp8ThroughputTest, DISABLED_LinearCastsAndGemmsAtTheBenchShape) {
   const int64_t N = 8192, C = 1536, F = 8960;
@@ -149,24 +260,11 @@ TEST_F(Fp8ThroughputTest, DISABLED_LinearCastsAndGemmsAtTheBenchShape) {
     float* sx = state_for(src, N * I);
     float* sw = state_for(src, O * I);
     float* sd = state_for(src2.data(), N * O);
-    int pos = 0;
-    const auto cast = [&](const char* what, const void* from, int64_t rows, int64_t cols,
-                          Fp8Format format, float* state, uint8_t* row_major,
-                          uint8_t* transposed) {
-      const double ms = device_ms([&] {
-        cuda_kernels::fp8_cast_delayed(DType::kBF16, from, rows, cols, format, state,
-                                       pos++ % cuda_kernels::kFp8AmaxHistory, row_major,
-                                       transposed, scale(7), stream_);
-      });
-      const double moved = rows * cols * (2.0 + (row_major ? 1 : 0) + (transposed ? 1 : 0));
-      report("  cast %-19s %5ld x %5ld: %7.1f us (%4.0f GB/s)\n", what, rows, cols, 1e3 * ms,
-             moved / ms * 1e-6);
-    };
-    cast("x (forward)", src, N, I, Fp8Format::kE4M3, sx, q1, nullptr);
-    cast("W (forward)", src, O, I, Fp8Format::kE4M3, sw, q2, nullptr);
-    cast("dout (both layouts)", src2.data(), N, O, grad, sd, q3, q4);
-    cast("W^T (backward)", src, O, I, Fp8Format::kE4M3, sw, nullptr, q2);
-    cast("x^T (backward)", src, N, I, Fp8Format::kE4M3, sx, nullptr, q1);
+    time_cast("x (forward)", src, N, I, Fp8Format::kE4M3, sx, q1, nullptr);
+    time_cast("W (forward)", src, O, I, Fp8Format::kE4M3, sw, q2, nullptr);
+    time_cast("dout (both layouts)", src2.data(), N, O, grad, sd, q3, q4);
+    time_cast("W^T (backward)", src, O, I, Fp8Format::kE4M3, sw, nullptr, q2);
+    time_cast("x^T (backward)", src, N, I, Fp8Format::kE4M3, sx, nullptr, q1);
     // The GEMMs of cuda_linear_fp8.cpp, over the copies just written (values are beside the
     // point: only the layouts and formats matter for time).
     Fp8GemmCall forward;
