@@ -20,7 +20,7 @@
 //   next expert's weights; output columns past the width (none at multiples of kTileN) are not
 //   stored.
 // Why: cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx) ran Qwen3-30B-A3B's experts (~256 rows
-// each, 2048 <-> 768) at 258-307 TFLOP/s.
+// each, 2048 <-> 768) at 286-310 TFLOP/s; this kernel at 438-553 (ops/cuda/NOTES.md).
 #include <cuda.h>
 
 #include <algorithm>
@@ -257,7 +257,7 @@ bool expert_gemm(ExpertGemm kind, const void* a, const void* w, const std::vecto
   SHARDTRAIN_CHECK(expert_gemm_fit(M, E, O, I, a, w, out),
                    "expert GEMM: {} rows, {} experts of {} x {} (want multiples of 64, sm_90a)", M,
                    E, O, I);
-  if (tile_n == 0) tile_n = 256;
+  if (tile_n == 0) tile_n = 128;  // as fast as 256 at balanced rows, faster at skewed ones
   SHARDTRAIN_CHECK(tile_n == 128 || tile_n == 256, "expert GEMM tile width {}", tile_n);
   GemmParams params{};
   if (!cuda_kernels::tma::tensor_map_2d(params.a, a, M, a_width, kTileM) ||

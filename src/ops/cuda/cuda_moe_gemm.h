@@ -24,9 +24,9 @@ enum class ExpertGemm {
 bool expert_gemm_fit(int64_t M, int64_t E, int64_t O, int64_t I, const void* a, const void* w,
                      const void* out);
 // The GEMMs of all experts (one launch per 256 experts); experts without rows are skipped (their
-// out rows do not exist). tile_n: the output tile width, 128 or 256, or 0 for the default (the
-// timing test compares them). False, having launched nothing, when the TMA descriptors cannot be
-// made (then the caller runs cuBLAS). REQUIRES: expert_gemm_fit; a, w and out bf16.
+// out rows do not exist). tile_n: the output tile width, 128 or 256, or 0 for the default (128;
+// the timing test compares them). False, having launched nothing, when the TMA descriptors
+// cannot be made (then the caller runs cuBLAS). REQUIRES: expert_gemm_fit; a, w and out bf16.
 bool expert_gemm(ExpertGemm kind, const void* a, const void* w, const std::vector<int64_t>& rows_E,
                  int64_t O, int64_t I, void* out, bool accumulate, cudaStream_t stream,
                  int tile_n = 0);
