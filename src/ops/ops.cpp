@@ -35,6 +35,33 @@ void Ops::linear_backward_fp8(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, bo
   throw Error(fp8_unsupported_reason());
 }
 
+void Ops::lora_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, Tensor bias_O,
+                              Tensor residual_NO, Tensor out_NO) {
+  SHARDTRAIN_CHECK(!(bias_O.defined() && residual_NO.defined()),
+                   "lora_linear_forward: a bias or a residual, not both");
+  SHARDTRAIN_CHECK(alpha == 1.0f || (!bias_O.defined() && !residual_NO.defined()),
+                   "lora_linear_forward: alpha {} with a bias or a residual", alpha);
+  if (residual_NO.defined()) {
+    linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
+  } else {
+    linear_forward(x_NI, weight_OI, bias_O, out_NO);
+  }
+  if (alpha != 1.0f) copy_columns(out_NO, 0, out_NO, 0, out_NO.dim(-1), alpha, false);
+}
+
+void Ops::lora_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float alpha,
+                               Tensor dx_NI, Tensor dweight_OI, bool accumulate_dx,
+                               bool accumulate_dweight) {
+  SHARDTRAIN_CHECK(alpha == 1.0f || !dx_NI.defined() || !accumulate_dx,
+                   "lora_linear_backward: alpha {} with an accumulated dx", alpha);
+  // An undefined dweight skips the weight gradient (linear_backward's frozen weight).
+  linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, Tensor(), accumulate_dx,
+                  accumulate_dweight);
+  if (alpha != 1.0f && dx_NI.defined()) {
+    copy_columns(dx_NI, 0, dx_NI, 0, dx_NI.dim(-1), alpha, false);
+  }
+}
+
 void Ops::swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF, Tensor x_NC,
                                       Tensor gate_weight_FC, Tensor up_weight_FC, Tensor dgate_NF,
                                       Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,

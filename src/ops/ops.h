@@ -151,6 +151,21 @@ class Ops {
   // x * keep / (1 - p), keep = 0 with probability p (lora_dropout_keep in ops/lora_dropout.h).
   // REQUIRES: 0 <= p < 1; same shape and dtype; out may alias x when not accumulating.
   virtual void dropout(Tensor x, Tensor out, float p, uint64_t seed, bool accumulate) = 0;
+  // The adapters' own products: linear_forward(_residual) / linear_backward's contracts for a
+  // weight with a rank-wide side (A_SI, B_OS), with alpha (the LoRA scale) folded in, so no pass
+  // rescales h or d(h). A backend may run them as memory-bound kernels (CUDA); the defaults
+  // (ops.cpp) call linear_* and scale with copy_columns.
+  //   forward:  out_NO = alpha * x_NI @ weight_OI^T (+ bias_O) (+ residual_NO; out may alias it)
+  //   backward: dx_NI = (or += when accumulate_dx) alpha * dout_NO @ weight_OI (skipped when
+  //             undefined); dweight_OI = (or += when accumulate_dweight) dout_NO^T @ x_NI
+  //             (unscaled; skipped when undefined).
+  // REQUIRES: alpha == 1 with a bias or a residual (forward) or with accumulate_dx (backward);
+  // not both a bias and a residual.
+  virtual void lora_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, Tensor bias_O,
+                                   Tensor residual_NO, Tensor out_NO);
+  virtual void lora_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float alpha,
+                                    Tensor dx_NI, Tensor dweight_OI, bool accumulate_dx,
+                                    bool accumulate_dweight);
 
   // ---- packed q/k/v projections with the rotary embedding: one GEMM writes qkv_NX ----
   // X = (H + 2K) * D. Each row of qkv_NX holds that token's q (H*D), then k (K*D), then v (K*D).

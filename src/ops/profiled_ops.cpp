@@ -326,6 +326,22 @@ void ProfiledOps::copy_columns(Tensor src_NX, int64_t src_col, Tensor dst_NY, in
 void ProfiledOps::dropout(Tensor x, Tensor out, float p, uint64_t seed, bool accumulate) {
   timed(__func__, OpClass::kElementwise, [&] { inner_->dropout(x, out, p, seed, accumulate); });
 }
+void ProfiledOps::lora_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, Tensor bias_O,
+                                      Tensor residual_NO, Tensor out_NO) {
+  timed(__func__, OpClass::kGemm, [&] {
+    inner_->lora_linear_forward(x_NI, weight_OI, alpha, bias_O, residual_NO, out_NO);
+  });
+  record_gemm(false, x_NI, weight_OI, 1);
+}
+void ProfiledOps::lora_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float alpha,
+                                       Tensor dx_NI, Tensor dweight_OI, bool accumulate_dx,
+                                       bool accumulate_dweight) {
+  timed(__func__, OpClass::kGemm, [&] {
+    inner_->lora_linear_backward(dout_NO, x_NI, weight_OI, alpha, dx_NI, dweight_OI, accumulate_dx,
+                                 accumulate_dweight);
+  });
+  record_gemm(true, x_NI, weight_OI, (dx_NI.defined() ? 1 : 0) + (dweight_OI.defined() ? 1 : 0));
+}
 void ProfiledOps::geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) {
   timed(__func__, OpClass::kElementwise, [&] { inner_->geglu_forward(gate_NF, up_NF, out_NF); });
 }

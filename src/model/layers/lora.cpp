@@ -52,8 +52,7 @@ Tensor LoraAdapter::saved_h(int64_t N) const {
 }
 
 void LoraAdapter::project(Ops& ops, Tensor xd_NI, Tensor h_NS) const {
-  ops.linear_forward(xd_NI, A_SI, Tensor(), h_NS);
-  ops.copy_columns(h_NS, 0, h_NS, 0, h_NS.dim(1), scale, false);  // h *= scale, in place
+  ops.lora_linear_forward(xd_NI, A_SI, scale, Tensor(), Tensor(), h_NS);
 }
 
 void LoraAdapter::forward(Ops& ops, Tensor x_NI, Tensor bias_O, Tensor residual_NO,
@@ -65,11 +64,8 @@ void LoraAdapter::forward(Ops& ops, Tensor x_NI, Tensor bias_O, Tensor residual_
   if (!h_NS.defined()) h_NS = fit(scratch->h_NS, {N, S});
   project(ops, dropped_input(ops, x_NI), h_NS);
   const Tensor B_OS = whole_output(out_NO) ? slices[0].B_OR : block_diagonal_B(ops, out_NO.dim(1));
-  if (residual_NO.defined()) {
-    ops.linear_forward_residual(h_NS, B_OS, residual_NO, out_NO);  // out = residual + hs @ B^T
-  } else {
-    ops.linear_forward(h_NS, B_OS, bias_O, out_NO);  // out = hs @ B^T (+ bias)
-  }
+  // out = hs @ B^T (+ bias or + residual)
+  ops.lora_linear_forward(h_NS, B_OS, 1.0f, bias_O, residual_NO, out_NO);
 }
 
 void LoraAdapter::backward(Ops& ops, const LoraAdapter& grad, bool accumulate_grad, Tensor dout_NO,
@@ -83,30 +79,29 @@ void LoraAdapter::backward(Ops& ops, const LoraAdapter& grad, bool accumulate_gr
     project(ops, xd_NI, h_NS);
   }
   const Tensor dh_NS = fit(scratch->dh_NS, {N, S});
-  // dh = g @ B (scaled below); dB = g^T @ hs: straight into the gradient of a single B, else
-  // into the block-diagonal gradient, whose diagonal blocks go to the slices' gradients.
+  // dh = scale * g @ B; dB = g^T @ hs: straight into the gradient of a single B, else into the
+  // block-diagonal gradient, whose diagonal blocks go to the slices' gradients.
   if (whole_output(dout_NO)) {
-    ops.linear_backward(dout_NO, h_NS, slices[0].B_OR, dh_NS, grad.slices[0].B_OR, Tensor(), false,
-                        accumulate_grad);
+    ops.lora_linear_backward(dout_NO, h_NS, slices[0].B_OR, scale, dh_NS, grad.slices[0].B_OR,
+                             false, accumulate_grad);
   } else {
     const Tensor dB_OS = fit(scratch->dB_OS, {dout_NO.dim(1), S});
-    ops.linear_backward(dout_NO, h_NS, block_diagonal_B(ops, dout_NO.dim(1)), dh_NS, dB_OS,
-                        Tensor(), false, false);
+    ops.lora_linear_backward(dout_NO, h_NS, block_diagonal_B(ops, dout_NO.dim(1)), scale, dh_NS,
+                             dB_OS, false, false);
     for (size_t s = 0; s < slices.size(); ++s) {
       const int64_t first = slices[s].out_col, width = slices[s].B_OR.dim(0);
       ops.copy_columns(dB_OS.rows(first, first + width), static_cast<int64_t>(s) * rank,
                        grad.slices[s].B_OR, 0, rank, 1.0f, accumulate_grad);
     }
   }
-  ops.copy_columns(dh_NS, 0, dh_NS, 0, S, scale, false);  // d(h) = scale * d(hs)
   if (!dx_NI.defined() || dropout <= 0.0f) {
     // dA = dh^T @ x; dx = (or +=) dh @ A.
-    ops.linear_backward(dh_NS, xd_NI, A_SI, dx_NI, grad.A_SI, Tensor(), accumulate_dx,
-                        accumulate_grad);
+    ops.lora_linear_backward(dh_NS, xd_NI, A_SI, 1.0f, dx_NI, grad.A_SI, accumulate_dx,
+                             accumulate_grad);
     return;
   }
   const Tensor dxd_NI = fit(scratch->dxd_NI, x_NI.shape());
-  ops.linear_backward(dh_NS, xd_NI, A_SI, dxd_NI, grad.A_SI, Tensor(), false, accumulate_grad);
+  ops.lora_linear_backward(dh_NS, xd_NI, A_SI, 1.0f, dxd_NI, grad.A_SI, false, accumulate_grad);
   // The same mask: d(x) = (or +=) mask * dxd.
   ops.dropout(dxd_NI, dx_NI, dropout, dropout_seed, accumulate_dx);
 }

@@ -12,8 +12,9 @@
 // The adapters run before the base GEMM, which adds its product to theirs in its epilogue
 // (Linear): forward writes out = hs @ B^T (+ bias or residual) and the base GEMM accumulates
 // into it, and backward writes (or adds to) d(x) and the base's d(x) GEMM accumulates into it.
-// The adapters' small GEMMs are memory bound (rank-wide inner dimension), so each of their
-// passes over an N x O or N x I tensor costs what a pass of an elementwise op does; this order
+// The adapters' small GEMMs are memory bound (one side rank-wide), so each of their passes over
+// an N x O or N x I tensor costs what a pass of an elementwise op does; they go through
+// Ops::lora_linear_* with the scale folded in (no pass rescales h or d(h)). This order
 // makes the adapter GEMM write the wide tensor without reading it, and the base GEMM, compute
 // bound, reads it for free.
 //

@@ -89,6 +89,12 @@ class CudaOps final : public Ops {
   void copy_columns(Tensor src_NX, int64_t src_col, Tensor dst_NY, int64_t dst_col, int64_t width,
                     float alpha, bool accumulate) override;
   void dropout(Tensor x, Tensor out, float p, uint64_t seed, bool accumulate) override;
+  // ---- LoRA's rank-wide products (cuda_lora_linear.cpp; kernels in cuda_lora_gemm.cu) ----
+  void lora_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, Tensor bias_O,
+                           Tensor residual_NO, Tensor out_NO) override;
+  void lora_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float alpha,
+                            Tensor dx_NI, Tensor dweight_OI, bool accumulate_dx,
+                            bool accumulate_dweight) override;
   void swiglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void swiglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                        Tensor dup_NF) override;
