@@ -8,8 +8,11 @@
 //   dx       I <= max: thin_out (d(out) @ B);  O <= max: thin_in (d(h) @ A, + dx)
 //   dweight  O <= max: thin_grad into (O, I) (d(A) = d(h)^T @ x);
 //            I <= max: thin_grad into its transpose (d(B) = d(out)^T @ hs)
+// SHARDTRAIN_LORA_KERNELS=0 sends everything through linear_* (cuBLASLt), to compare.
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_kernels.h"
@@ -21,7 +24,16 @@ namespace {
 
 using cuda_lora::kMaxThin;
 
+bool kernels_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("SHARDTRAIN_LORA_KERNELS");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return enabled;
+}
+
 bool all_bf16(std::initializer_list<const Tensor*> tensors) {
+  if (!kernels_enabled()) return false;
   return std::all_of(tensors.begin(), tensors.end(), [](const Tensor* t) {
     return !t->defined() || (t->dtype() == DType::kBF16 && t->device() == Device::kCuda);
   });
