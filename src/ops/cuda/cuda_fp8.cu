@@ -40,14 +40,14 @@ constexpr int kAmaxThreads = 256;
 constexpr int kGroup = 4;  // the shapes' granularity (rows, cols multiples of it)
 constexpr int kTile = 128;
 constexpr int kCastThreads = 256;
-constexpr int kChunk = 16;                                    // elements a thread loads a row
-constexpr int kGroups = kChunk / kGroup;                      // 4
-constexpr int kChunksPerRow = kTile / kChunk;                 // 8
-constexpr int kRowsPerPass = kCastThreads / kChunksPerRow;    // 32
-constexpr int kPasses = kTile / kRowsPerPass;                 // 4 rows of a tile a thread
-constexpr int kTileWords = kTile / 4;                         // 32-bit words in a tile row
-constexpr int kRunRows = 16;                                  // transposed: source rows a thread
-constexpr int kRunGroups = kTile / kRunRows;                  // 8
+constexpr int kChunk = 16;                                  // elements a thread loads a row
+constexpr int kGroups = kChunk / kGroup;                    // 4
+constexpr int kChunksPerRow = kTile / kChunk;               // 8
+constexpr int kRowsPerPass = kCastThreads / kChunksPerRow;  // 32
+constexpr int kPasses = kTile / kRowsPerPass;               // 4 rows of a tile a thread
+constexpr int kTileWords = kTile / 4;                       // 32-bit words in a tile row
+constexpr int kRunRows = 16;                                // transposed: source rows a thread
+constexpr int kRunGroups = kTile / kRunRows;                // 8
 static_assert(kCastThreads == kRunGroups * kTileWords, "one thread a 16 x 4 block of the tile");
 
 __device__ __forceinline__ float abs_max(float m, float x) { return fmaxf(m, fabsf(x)); }
@@ -123,7 +123,10 @@ __device__ __forceinline__ void load_chunk_groups(const bf16* p, int groups, Bf1
 }
 __device__ __forceinline__ float chunk_value(const Bf16Chunk& c, int i) {
   const uint4& w = c.w[i / 8];
-  const unsigned word = (i % 8) / 2 == 0 ? w.x : (i % 8) / 2 == 1 ? w.y : (i % 8) / 2 == 2 ? w.z : w.w;
+  const unsigned word = (i % 8) / 2 == 0   ? w.x
+                        : (i % 8) / 2 == 1 ? w.y
+                        : (i % 8) / 2 == 2 ? w.z
+                                           : w.w;
   return __uint_as_float(i % 2 == 0 ? word << 16 : word & 0xFFFF0000u);  // bf16 -> f32 exactly
 }
 
@@ -209,8 +212,10 @@ struct SwigluSource {
     }
     if (act == nullptr) return;
     if (full) {
-      reinterpret_cast<uint4*>(act + at)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-      reinterpret_cast<uint4*>(act + at)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+      reinterpret_cast<uint4*>(act + at)[0] =
+          make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      reinterpret_cast<uint4*>(act + at)[1] =
+          make_uint4(packed[4], packed[5], packed[6], packed[7]);
       return;
     }
 #pragma unroll
@@ -249,8 +254,8 @@ struct SwigluGradientSource {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       float dg, du;
-      cuda_detail::swiglu_gradients(chunk_value(r.d, i), chunk_value(r.g, i),
-                                    chunk_value(r.u, i), dg, du);
+      cuda_detail::swiglu_gradients(chunk_value(r.d, i), chunk_value(r.g, i), chunk_value(r.u, i),
+                                    dg, du);
       v[0][i] = to_float(cuda_detail::from_float<bf16>(dg));
       v[1][i] = to_float(cuda_detail::from_float<bf16>(du));
     }
@@ -486,10 +491,10 @@ void launch_cast(Fp8Format format, const Source& source, int64_t rows, int64_t c
                  bool wide_t, const CastOutputs<Source::kOutputs>& outputs, cudaStream_t stream) {
   if (format == Fp8Format::kE4M3) {
     launch_cast<Source, Fp8Format::kE4M3, kDelayed>(source, rows, cols, wide, wide_t, outputs,
-                                                   stream);
+                                                    stream);
   } else {
     launch_cast<Source, Fp8Format::kE5M2, kDelayed>(source, rows, cols, wide, wide_t, outputs,
-                                                   stream);
+                                                    stream);
   }
 }
 
@@ -501,8 +506,8 @@ void launch_tensor_cast(DType dtype, const void* x, int64_t rows, int64_t cols, 
   const bool wide_t = wide_rows(rows, {output.out_t});
   SHARDTRAIN_DISPATCH_FLOAT(dtype, T,
                             launch_cast<TensorSource<T>, kDelayed>(
-                                format, TensorSource<T>{static_cast<const T*>(x)}, rows, cols,
-                                wide, wide_t, CastOutputs<1>{{output}}, stream));
+                                format, TensorSource<T>{static_cast<const T*>(x)}, rows, cols, wide,
+                                wide_t, CastOutputs<1>{{output}}, stream));
 }
 
 }  // namespace
@@ -546,8 +551,8 @@ void fp8_cast(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format 
 }
 
 void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp8Format format,
-                      float* state, int history_pos, uint8_t* out, uint8_t* out_t,
-                      float* inv_scale, cudaStream_t stream) {
+                      float* state, int history_pos, uint8_t* out, uint8_t* out_t, float* inv_scale,
+                      cudaStream_t stream) {
   const size_t vector_bytes = kGroup * dtype_size(dtype);
   require_launch(rows > 0 && cols > 0 && rows % kGroup == 0 && cols % kGroup == 0 &&
                      aligned(x, vector_bytes) && aligned(out, 4) && aligned(out_t, 4) &&
@@ -561,8 +566,8 @@ void fp8_cast_delayed(DType dtype, const void* x, int64_t rows, int64_t cols, Fp
 void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int64_t rows,
                          int64_t cols, Fp8Format format, float* state_gate, int pos_gate,
                          float* state_up, int pos_up, uint8_t* dgate_q, uint8_t* dgate_t,
-                         uint8_t* dup_q, uint8_t* dup_t, float* inv_scale_gate,
-                         float* inv_scale_up, cudaStream_t stream) {
+                         uint8_t* dup_q, uint8_t* dup_t, float* inv_scale_gate, float* inv_scale_up,
+                         cudaStream_t stream) {
   require_launch(rows > 0 && cols > 0 && rows % kGroup == 0 && cols % kGroup == 0 &&
                      aligned(dact, 8) && aligned(gate, 8) && aligned(up, 8) &&
                      aligned(dgate_q, 4) && aligned(dgate_t, 4) && aligned(dup_q, 4) &&
@@ -579,9 +584,9 @@ void swiglu_backward_fp8(const void* dact, const void* gate, const void* up, int
                                           wide_rows(rows, {dgate_t, dup_t}), outputs, stream);
 }
 
-void swiglu_forward_fp8(const void* gate, const void* up, int64_t rows, int64_t cols,
-                        float* state, int history_pos, void* act, uint8_t* out, uint8_t* out_t,
-                        float* inv_scale, cudaStream_t stream) {
+void swiglu_forward_fp8(const void* gate, const void* up, int64_t rows, int64_t cols, float* state,
+                        int history_pos, void* act, uint8_t* out, uint8_t* out_t, float* inv_scale,
+                        cudaStream_t stream) {
   require_launch(rows > 0 && cols > 0 && rows % kGroup == 0 && cols % kGroup == 0 &&
                      aligned(gate, 8) && aligned(up, 8) && aligned(act, 8) && aligned(out, 4) &&
                      aligned(out_t, 4) && slot_ok(history_pos),
@@ -590,8 +595,8 @@ void swiglu_forward_fp8(const void* gate, const void* up, int64_t rows, int64_t 
                             static_cast<bf16*>(act)};
   launch_cast<SwigluSource, Fp8Format::kE4M3, true>(
       source, rows, cols, wide_rows(cols, {gate, up, act, out}), wide_rows(rows, {out_t}),
-      CastOutputs<1>{{CastOutput{state + kFp8ScaleAmaxIndex, out, out_t, inv_scale, state,
-                                 history_pos}}},
+      CastOutputs<1>{
+          {CastOutput{state + kFp8ScaleAmaxIndex, out, out_t, inv_scale, state, history_pos}}},
       stream);
 }
 

@@ -4,9 +4,9 @@
 // reference over the same quantised inputs (the host quantises exactly as the kernels do, which
 // the first test proves). Also: delayed scaling (the one-pass cast against its amax history,
 // and the linears' sites across calls), the MLP's fused SwiGLU forward and backward, the
-// gradient GEMMs with and without fast accumulation, the bf16 fallback for shapes off the multiple of 16,
-// the refusal below compute capability 8.9, and the gradient format measurement (e4m3 vs e5m2
-// on heavy-tailed gradients) behind kDefaultFp8GradFormat. Skipped without a GPU, and (but for
+// gradient GEMMs with and without fast accumulation, the bf16 fallback for shapes off the multiple
+// of 16, the refusal below compute capability 8.9, and the gradient format measurement (e4m3 vs
+// e5m2 on heavy-tailed gradients) behind kDefaultFp8GradFormat. Skipped without a GPU, and (but for
 // the refusal test) on GPUs without FP8.
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
@@ -58,13 +58,13 @@ float amax_of(const std::vector<float>& x) {
 
 // A tensor's values as the FP8 GEMM sees them: quantised with the scale of `amax` (default: its
 // own, current scaling; delayed scaling passes the history's), dequantised.
-std::vector<double> dequantized(const std::vector<float>& x, Fp8Format format,
-                                float amax = -1.0f) {
+std::vector<double> dequantized(const std::vector<float>& x, Fp8Format format, float amax = -1.0f) {
   if (amax < 0) amax = amax_of(x);
   const float scale = scale_for(amax, format);
   const double inv_scale = 1.0f / scale;
   std::vector<double> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = decode(quantize(x[i], scale, format), format) * inv_scale;
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = decode(quantize(x[i], scale, format), format) * inv_scale;
   return out;
 }
 
@@ -139,11 +139,10 @@ TEST_F(Fp8Test, AmaxAndCastMatchTheHostBitForBit) {
   // 16-column partial tiles), 4-element rows (cols off the 16 grid: 200, 1028, 4), 4-element
   // transposed rows (rows off it: 132, 8, 1028), both; a 4 x 4 tensor; 1,028 x 2,320 (153 tiles,
   // 4 by 4 elements at each edge).
-  for (const Case& c :
-       {Case{96, 200, DType::kBF16, 3.0f}, Case{64, 64, DType::kF32, 1e-3f},
-        Case{8, 4, DType::kBF16, 0.0f}, Case{132, 1028, DType::kBF16, 40.0f},
-        Case{272, 400, DType::kBF16, 2.0f}, Case{4, 4, DType::kBF16, 1.0f},
-        Case{1028, 2320, DType::kBF16, 1.0f}, Case{132, 208, DType::kF32, 5.0f}})
+  for (const Case& c : {Case{96, 200, DType::kBF16, 3.0f}, Case{64, 64, DType::kF32, 1e-3f},
+                        Case{8, 4, DType::kBF16, 0.0f}, Case{132, 1028, DType::kBF16, 40.0f},
+                        Case{272, 400, DType::kBF16, 2.0f}, Case{4, 4, DType::kBF16, 1.0f},
+                        Case{1028, 2320, DType::kBF16, 1.0f}, Case{132, 208, DType::kF32, 5.0f}})
     for (const Fp8Format format : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
       const int64_t n = c.rows * c.cols;
       std::vector<float> x = normal(n, c.sigma);
@@ -218,8 +217,8 @@ TEST_F(Fp8Test, LinearGemmsMatchAnFp64ReferenceOfTheQuantizedInputs) {
     // dgrad accumulated into bf16 dx, wgrad accumulated into f32 dW
     const std::vector<double> dgrad =
         matmul_nt(dq, transposed(wq, c.out, c.in), c.rows, c.in, c.out);
-    const std::vector<double> wgrad = matmul_nt(transposed(dq, c.rows, c.out),
-                                                transposed(xq, c.rows, c.in), c.out, c.in, c.rows);
+    const std::vector<double> wgrad =
+        matmul_nt(transposed(dq, c.rows, c.out), transposed(xq, c.rows, c.in), c.out, c.in, c.rows);
     std::vector<double> want_dx(dgrad.size()), want_dw(wgrad.size());
     for (size_t i = 0; i < dgrad.size(); ++i) want_dx[i] = dgrad[i] + dx_before[i];
     for (size_t i = 0; i < wgrad.size(); ++i) want_dw[i] = wgrad[i] + dw_before[i];
@@ -233,8 +232,8 @@ TEST_F(Fp8Test, LinearGemmsMatchAnFp64ReferenceOfTheQuantizedInputs) {
       gpu_->linear_backward_fp8(dout_g, x_g, w_g, dx_g, dw_g, Tensor(), true, true, Fp8Site());
       const double dx_error = relative_error(download(dx_g), want_dx);
       const double dw_error = relative_error(download(dw_g), want_dw);
-      std::printf("N=%ld I=%ld O=%ld fast accumulation %d: dgrad error %.2e, wgrad %.2e\n",
-                  c.rows, c.in, c.out, fast ? 1 : 0, dx_error, dw_error);
+      std::printf("N=%ld I=%ld O=%ld fast accumulation %d: dgrad error %.2e, wgrad %.2e\n", c.rows,
+                  c.in, c.out, fast ? 1 : 0, dx_error, dw_error);
       EXPECT_LE(dx_error, 5e-3) << "dgrad";
       EXPECT_LE(dw_error, fast ? 5e-3 : 1e-3) << "wgrad";
       // Overwriting (not accumulating), dW in bf16, dx skipped (a first layer's input).
@@ -296,8 +295,8 @@ TEST_P(Fp8DelayedCastTest, ScalesByTheHistoryAndRecordsTheAmax) {
     if (i == 0) {
       cuda_kernels::fp8_amax(DType::kBF16, input.data(), n, state + kFp8ScaleAmaxIndex, stream);
     }
-    cuda_kernels::fp8_cast_delayed(DType::kBF16, input.data(), rows, cols, Fp8Format::kE4M3,
-                                   state, i, out, out_t, inv_scale, stream);
+    cuda_kernels::fp8_cast_delayed(DType::kBF16, input.data(), rows, cols, Fp8Format::kE4M3, state,
+                                   i, out, out_t, inv_scale, stream);
     SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> got_state(kFp8StateFloats);
     SHARDTRAIN_CUDA_CHECK(cudaMemcpy(got_state.data(), state, kFp8StateFloats * sizeof(float),
@@ -468,10 +467,8 @@ TEST_F(Fp8Test, SitesScaleByTheirHistoryAndReuseOnlyTheSameInput) {
 
   // Reuse: a different x after the previous call must be quantised, the same x may be reused.
   forward(x1_g, Fp8Site{1, false});
-  EXPECT_LE(relative_error(forward(xb_g, Fp8Site{2, true}), reference(xb, -1)), 5e-3)
-      << "other x";
-  EXPECT_LE(relative_error(forward(xb_g, Fp8Site{3, true}), reference(xb, -1)), 5e-3)
-      << "same x";
+  EXPECT_LE(relative_error(forward(xb_g, Fp8Site{2, true}), reference(xb, -1)), 5e-3) << "other x";
+  EXPECT_LE(relative_error(forward(xb_g, Fp8Site{3, true}), reference(xb, -1)), 5e-3) << "same x";
 
   // Backward: wgrad of up after gate (same x: reused x^T), then with another x (not reused).
   const std::vector<float> dout = normal(rows * out, 1e-3f, 1.0f);
@@ -552,8 +549,8 @@ TEST_F(Fp8Test, FusedSwigluForwardMatchesTheUnfusedPath) {
   const Tensor gate = gpu_tensor(normal(rows * inter, 2.0f), DType::kBF16, Shape{rows, inter});
   const Tensor up = gpu_tensor(normal(rows * inter, 1.0f), DType::kBF16, Shape{rows, inter});
   const Tensor w = gpu_tensor(normal(hidden * inter, 0.05f), DType::kBF16, Shape{hidden, inter});
-  const Tensor residual = gpu_tensor(normal(rows * hidden, 1.0f), DType::kBF16,
-                                     Shape{rows, hidden});
+  const Tensor residual =
+      gpu_tensor(normal(rows * hidden, 1.0f), DType::kBF16, Shape{rows, hidden});
   auto output = [&](int64_t r, int64_t c) {
     const Tensor t = gpu_tensor(std::vector<float>(r * c), DType::kBF16, Shape{r, c});
     poison(t);
@@ -637,8 +634,8 @@ TEST_F(Fp8Test, GradientFormatErrorOnHeavyTailedGradients) {
       errors[format == Fp8Format::kE5M2] = relative_error(download(dx_g), exact);
     }
     gpu_ref().set_fp8_gradient_format(cuda_kernels::kDefaultFp8GradFormat);
-    std::printf("dgrad relative error, gradient tail %.1f: e4m3 %.4f, e5m2 %.4f\n", tail,
-                errors[0], errors[1]);
+    std::printf("dgrad relative error, gradient tail %.1f: e4m3 %.4f, e5m2 %.4f\n", tail, errors[0],
+                errors[1]);
     // Both are FP8-accurate products (a few percent); neither may blow up.
     EXPECT_LT(errors[0], 0.1);
     EXPECT_LT(errors[1], 0.1);

@@ -88,8 +88,7 @@ class Fp8ThroughputTest : public CudaFp8Test {
     float* state = bytes<float>(cuda_kernels::kFp8StateFloats * sizeof(float));
     SHARDTRAIN_CUDA_CHECK(
         cudaMemsetAsync(state, 0, cuda_kernels::kFp8StateFloats * sizeof(float), stream_));
-    cuda_kernels::fp8_amax(DType::kBF16, src, n, state + cuda_kernels::kFp8ScaleAmaxIndex,
-                           stream_);
+    cuda_kernels::fp8_amax(DType::kBF16, src, n, state + cuda_kernels::kFp8ScaleAmaxIndex, stream_);
     return state;
   }
   // Times one cast kernel of a bf16 rows x cols source: delayed scaling from `state` (history
@@ -103,12 +102,12 @@ class Fp8ThroughputTest : public CudaFp8Test {
     int pos = 0;
     const double ms = device_ms([&] {
       if (state == nullptr) {
-        cuda_kernels::fp8_cast(DType::kBF16, from, rows, cols, format, amax, row_major,
-                               transposed, inv_scale, stream_);
+        cuda_kernels::fp8_cast(DType::kBF16, from, rows, cols, format, amax, row_major, transposed,
+                               inv_scale, stream_);
       } else {
         cuda_kernels::fp8_cast_delayed(DType::kBF16, from, rows, cols, format, state,
-                                       pos++ % cuda_kernels::kFp8AmaxHistory, row_major,
-                                       transposed, inv_scale, stream_);
+                                       pos++ % cuda_kernels::kFp8AmaxHistory, row_major, transposed,
+                                       inv_scale, stream_);
       }
     });
     const double moved = rows * cols * (2.0 + (row_major ? 1 : 0) + (transposed ? 1 : 0));
@@ -133,10 +132,11 @@ class Fp8ThroughputTest : public CudaFp8Test {
       std::snprintf(cell, sizeof cell, " %.0f", 1e3 * t);
       line += cell;
     }
-    report("  %-24s m=%5ld n=%5ld k=%5ld: %7.1f us %5.0f TFLOP/s (best candidate %5.0f); "
-           "candidates us:%s\n",
-           what, call.m, call.n, call.k, 1e3 * ms, flops / ms * 1e-9, flops / best * 1e-9,
-           line.c_str());
+    report(
+        "  %-24s m=%5ld n=%5ld k=%5ld: %7.1f us %5.0f TFLOP/s (best candidate %5.0f); "
+        "candidates us:%s\n",
+        what, call.m, call.n, call.k, 1e3 * ms, flops / ms * 1e-9, flops / best * 1e-9,
+        line.c_str());
   }
 
   cudaStream_t stream_ = nullptr;
@@ -206,10 +206,11 @@ TEST_F(Fp8ThroughputTest, DISABLED_CastKernelsAtTheBenchShape) {
                                        inv, stream_);
     });
     const double fwd16 = device_ms([&] { gpu_->swiglu_forward(gate, up, act); });
-    report("  swiglu_forward_fp8 (act + FP8 act): %7.1f us (%4.0f GB/s); with FP8 act^T too "
-           "%7.1f us (%4.0f GB/s); bf16 swiglu_forward %7.1f us (%4.0f GB/s)\n",
-           1e3 * fwd, 7 * elements / fwd * 1e-6, 1e3 * fwd_t, 8 * elements / fwd_t * 1e-6,
-           1e3 * fwd16, 6 * elements / fwd16 * 1e-6);
+    report(
+        "  swiglu_forward_fp8 (act + FP8 act): %7.1f us (%4.0f GB/s); with FP8 act^T too "
+        "%7.1f us (%4.0f GB/s); bf16 swiglu_forward %7.1f us (%4.0f GB/s)\n",
+        1e3 * fwd, 7 * elements / fwd * 1e-6, 1e3 * fwd_t, 8 * elements / fwd_t * 1e-6, 1e3 * fwd16,
+        6 * elements / fwd16 * 1e-6);
   }
   {
     float* sg = state_for(dact.data(), N * F);
@@ -217,13 +218,14 @@ TEST_F(Fp8ThroughputTest, DISABLED_CastKernelsAtTheBenchShape) {
     int pos = 0;
     const double bwd = device_ms([&] {
       const int p = pos++ % cuda_kernels::kFp8AmaxHistory;
-      cuda_kernels::swiglu_backward_fp8(dact.data(), gate.data(), up.data(), N, F, grad, sg, p,
-                                        su, p, q1, q2, q3, q4, inv, inv + 64, stream_);
+      cuda_kernels::swiglu_backward_fp8(dact.data(), gate.data(), up.data(), N, F, grad, sg, p, su,
+                                        p, q1, q2, q3, q4, inv, inv + 64, stream_);
     });
     const double bwd16 = device_ms([&] { gpu_->swiglu_backward(dact, gate, up, dgate, dup); });
-    report("  swiglu_backward_fp8: %7.1f us (%4.0f GB/s: 3 bf16 in, 4 FP8 out); bf16 "
-           "swiglu_backward %7.1f us (%4.0f GB/s)\n",
-           1e3 * bwd, 10 * elements / bwd * 1e-6, 1e3 * bwd16, 10 * elements / bwd16 * 1e-6);
+    report(
+        "  swiglu_backward_fp8: %7.1f us (%4.0f GB/s: 3 bf16 in, 4 FP8 out); bf16 "
+        "swiglu_backward %7.1f us (%4.0f GB/s)\n",
+        1e3 * bwd, 10 * elements / bwd * 1e-6, 1e3 * bwd16, 10 * elements / bwd16 * 1e-6);
   }
   SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -306,17 +308,16 @@ TEST_F(Fp8ThroughputTest, DISABLED_LinearCastsAndGemmsAtTheBenchShape) {
       linear.set_gradient_fast_accumulation(fast);
       const Fp8Site site{0, false};
       const void* residual = c.residual ? y.data() : nullptr;
-      const double fwd = device_ms([&] {
-        linear.forward(shape, x.data(), w.data(), nullptr, residual, y.data(), site);
-      });
+      const double fwd = device_ms(
+          [&] { linear.forward(shape, x.data(), w.data(), nullptr, residual, y.data(), site); });
       const double bwd = device_ms([&] {
         linear.backward(shape, dout.data(), x.data(), w.data(), dx.data(), false, dw.data(),
                         DType::kF32, false, site);
       });
-      report("  Fp8Linear (grad fast-accum %s): forward %7.1f us (%4.0f TFLOP/s), backward "
-             "%7.1f us (%4.0f TFLOP/s)\n",
-             fast ? "on " : "off", 1e3 * fwd, flops / fwd * 1e-9, 1e3 * bwd,
-             2 * flops / bwd * 1e-9);
+      report(
+          "  Fp8Linear (grad fast-accum %s): forward %7.1f us (%4.0f TFLOP/s), backward "
+          "%7.1f us (%4.0f TFLOP/s)\n",
+          fast ? "on " : "off", 1e3 * fwd, flops / fwd * 1e-9, 1e3 * bwd, 2 * flops / bwd * 1e-9);
     }
     const double fwd16 = device_ms([&] {
       if (c.residual) {
@@ -327,9 +328,10 @@ TEST_F(Fp8ThroughputTest, DISABLED_LinearCastsAndGemmsAtTheBenchShape) {
     });
     const double bwd16 =
         device_ms([&] { gpu_->linear_backward(dout, x, w, dx, dw, Tensor(), false, false); });
-    report("  bf16 linear:                    forward %7.1f us (%4.0f TFLOP/s), backward "
-           "%7.1f us (%4.0f TFLOP/s)\n",
-           1e3 * fwd16, flops / fwd16 * 1e-9, 1e3 * bwd16, 2 * flops / bwd16 * 1e-9);
+    report(
+        "  bf16 linear:                    forward %7.1f us (%4.0f TFLOP/s), backward "
+        "%7.1f us (%4.0f TFLOP/s)\n",
+        1e3 * fwd16, flops / fwd16 * 1e-9, 1e3 * bwd16, 2 * flops / bwd16 * 1e-9);
   }
   SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -348,8 +350,8 @@ TEST_F(Fp8ThroughputTest, DISABLED_FusedSwigluBackwardAtTheBenchShape) {
   const Tensor dwg = gpu_tensor(random(F * C), DType::kF32, Shape{F, C});
   const Tensor dwu = gpu_tensor(random(F * C), DType::kF32, Shape{F, C});
   const double flops = 4 * 2.0 * N * C * F;
-  report("MLP gate+up backward from SwiGLU's gradient, N=%ld C=%ld F=%ld (%.0f GFLOP)\n", N, C,
-         F, flops * 1e-9);
+  report("MLP gate+up backward from SwiGLU's gradient, N=%ld C=%ld F=%ld (%.0f GFLOP)\n", N, C, F,
+         flops * 1e-9);
   {
     float* sg = state_for(dact.data(), N * F);
     float* su = state_for(dact.data(), N * F);
@@ -358,10 +360,9 @@ TEST_F(Fp8ThroughputTest, DISABLED_FusedSwigluBackwardAtTheBenchShape) {
     int pos = 0;
     const double ms = device_ms([&] {
       const int p = pos++ % cuda_kernels::kFp8AmaxHistory;
-      cuda_kernels::swiglu_backward_fp8(dact.data(), gate.data(), up.data(), N, F,
-                                        cuda_kernels::kDefaultFp8GradFormat, sg, p, su, p, q,
-                                        q + N * F, q + 2 * N * F, q + 3 * N * F, inv, inv + 64,
-                                        stream_);
+      cuda_kernels::swiglu_backward_fp8(
+          dact.data(), gate.data(), up.data(), N, F, cuda_kernels::kDefaultFp8GradFormat, sg, p, su,
+          p, q, q + N * F, q + 2 * N * F, q + 3 * N * F, inv, inv + 64, stream_);
     });
     report("  swiglu_backward_fp8 kernel alone: %7.1f us (%4.0f GB/s: 3 bf16 in, 4 FP8 out)\n",
            1e3 * ms, 10.0 * N * F / ms * 1e-6);
@@ -378,10 +379,9 @@ TEST_F(Fp8ThroughputTest, DISABLED_FusedSwigluBackwardAtTheBenchShape) {
                     DType::kF32, false, up_site);
     bool fused = true;
     const double ms = device_ms([&] {
-      fused = fused && linear.swiglu_backward(shape, dact.data(), gate.data(), up.data(),
-                                              x.data(), wg.data(), wu.data(), dx.data(),
-                                              dwg.data(), dwu.data(), DType::kF32, false,
-                                              gate_site, up_site);
+      fused = fused && linear.swiglu_backward(shape, dact.data(), gate.data(), up.data(), x.data(),
+                                              wg.data(), wu.data(), dx.data(), dwg.data(),
+                                              dwu.data(), DType::kF32, false, gate_site, up_site);
     });
     EXPECT_TRUE(fused);
     report("  fused FP8 (grad fast-accum %s): %7.1f us (%4.0f TFLOP/s)\n", fast ? "on " : "off",
