@@ -14,7 +14,7 @@
 // into it, and backward writes (or adds to) d(x) and the base's d(x) GEMM accumulates into it.
 // The adapters' small GEMMs are memory bound (one side rank-wide), so each of their passes over
 // an N x O or N x I tensor costs what a pass of an elementwise op does; they go through
-// Ops::lora_linear_* with the scale folded in (no pass rescales h or d(h)). This order
+// Ops::lora_linear_*, which take the scale so a backend can fold it into the product. This order
 // makes the adapter GEMM write the wide tensor without reading it, and the base GEMM, compute
 // bound, reads it for free.
 //

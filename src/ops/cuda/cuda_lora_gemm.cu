@@ -5,6 +5,9 @@
 // multiple of 16 (SP), and runs m16n16k16 bf16 WMMA with fp32 accumulators. Enough blocks for
 // about four per SM come from splitting the long reduction; the split's fp32 partial sums are
 // added in a fixed order (deterministic).
+// Measured slower than cuBLASLt at Llama-3.2-1B's shapes (cuda_lora_linear.cpp: opt-in); what
+// to look at next: occupancy (160-255 registers a thread), no load/compute overlap within a
+// block (one synchronous tile at a time), thin_in's small tiles (4096 blocks of 64 x 128).
 #include <mma.h>
 
 #include <type_traits>

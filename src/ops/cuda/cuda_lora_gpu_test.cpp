@@ -6,6 +6,7 @@
 // tiles, odd strides (element loads), split reductions, bias, residual in place, accumulation.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "ops/cuda/testing/cuda_ops_fixture.h"
@@ -52,7 +53,19 @@ struct LoraCase {
   int64_t N, O, I;
 };
 
-TEST_F(CudaOpsTest, LoraLinearProducts) {
+// Both paths: the rank-wide kernels (SHARDTRAIN_LORA_KERNELS=1, opt-in) and the default
+// (linear_* and a scaling pass).
+class LoraLinearTest : public CudaOpsTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    setenv("SHARDTRAIN_LORA_KERNELS", GetParam(), 1);
+  }
+  void TearDown() override { unsetenv("SHARDTRAIN_LORA_KERNELS"); }
+};
+INSTANTIATE_TEST_SUITE_P(KernelsOnOff, LoraLinearTest, ::testing::Values("1", "0"));
+
+TEST_P(LoraLinearTest, Products) {
   // (O, I): O rank-wide is an A (x @ A^T, d(h) @ A, d(A)); I rank-wide is a B (h @ B^T,
   // d(out) @ B, d(B) as the transpose of the reduction).
   const LoraCase cases[] = {{1030, 48, 2056}, {67, 5, 77},    {300, 128, 520}, {129, 1, 4104},
@@ -102,7 +115,7 @@ TEST_F(CudaOpsTest, LoraLinearProducts) {
 
 // Every padded width of the kernels (ranks 1..128): ranks that are not a multiple of 8 give odd
 // row strides, which take the element loads; the others the 16-byte loads.
-TEST_F(CudaOpsTest, LoraLinearEveryRank) {
+TEST_P(LoraLinearTest, EveryRank) {
   for (int64_t rank : {1, 2, 3, 7, 8, 15, 16, 17, 24, 31, 33, 47, 64, 65, 96, 127, 128}) {
     SCOPED_TRACE(::testing::Message() << "rank " << rank);
     const int64_t N = 97, I = 136, O = 72;
