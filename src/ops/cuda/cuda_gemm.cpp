@@ -11,8 +11,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -68,8 +66,7 @@ void set_preference(cublasLtMatmulPreference_t preference,
 CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
   SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
   SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-  const char* autotune = std::getenv("SHARDTRAIN_GEMM_AUTOTUNE");
-  autotune_ = autotune == nullptr || std::string(autotune) != "0";
+  autotune_ = gemm_autotune_enabled();
 }
 
 CublasLtGemm::~CublasLtGemm() {
@@ -144,7 +141,7 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                  static_cast<uint32_t>(alignment_of(output_of(call))));
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int found_count = 0;
-  const bool tune = autotune_ && output_bytes(call) <= kMaxTunedOutputBytes;
+  const bool tune = autotune_ && gemm_output_tunable(output_bytes(call));
   SHARDTRAIN_CUBLAS_CHECK(
       cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
                                      tune ? kTuneCandidates : 1, results, &found_count));
@@ -155,51 +152,17 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                    call.m, call.n, call.k, call.transpose_a, call.transpose_b,
                    dtype_name(call.a_dtype), dtype_name(call.b_dtype), dtype_name(call.c_dtype),
                    has_bias);
-  plan.algo = results[found_count > 1 ? fastest(plan, call, results, found_count) : 0].algo;
+  int chosen = 0;
+  if (found_count > 1) {
+    const GemmTuneOutput output{call.c, output_of(call), output_bytes(call), call.beta != 0};
+    chosen = fastest_gemm_candidate(stream_, found_count, output, [&](int i, void* c, void* d) {
+      launch(plan, results[i].algo, call, c, d);  // throws if refused, as the real launch would
+      return true;
+    });
+    if (chosen < 0) chosen = 0;  // not timed (no scratch): the heuristic's first
+  }
+  plan.algo = results[chosen].algo;
   return plans_.emplace(key, plan).first->second;
-}
-
-int CublasLtGemm::fastest(const Plan& plan, const GemmCall& call,
-                          const cublasLtMatmulHeuristicResult_t* candidates, int count) {
-  // An in-place accumulating call must not see the trial runs: they read and write a scratch
-  // C = D (its contents do not matter for timing). Any other call may write its own output:
-  // the real launch that follows overwrites it again.
-  void* input = call.c;
-  void* output = output_of(call);
-  void* scratch = nullptr;
-  if (call.beta != 0 && output == call.c) {
-    if (cudaMallocAsync(&scratch, output_bytes(call), stream_) != cudaSuccess) {
-      // Tuning is optional: with no memory to spare, keep the heuristic's first choice.
-      (void)cudaGetLastError();  // clear the allocation error so later checks do not see it
-      return 0;
-    }
-    input = output = scratch;
-  }
-  cudaEvent_t start = nullptr, stop = nullptr;
-  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
-  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
-  constexpr int kRepeats = 3;
-  int best = 0;
-  float best_ms = 0, first_ms = 0;
-  for (int i = 0; i < count; ++i) {
-    launch(plan, candidates[i].algo, call, input, output);  // warm-up (also loads the kernel)
-    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream_));
-    for (int r = 0; r < kRepeats; ++r) launch(plan, candidates[i].algo, call, input, output);
-    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream_));
-    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (i == 0) {
-      first_ms = best_ms = ms;
-    } else if (ms < best_ms && ms < 0.97f * first_ms) {
-      best = i;
-      best_ms = ms;
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (scratch != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFreeAsync(scratch, stream_));
-  return best;
 }
 
 void CublasLtGemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmCall& call,

@@ -5,11 +5,9 @@
 // epilogue, pointer alignments) and cached.
 // Algorithm choice: the heuristic's first answer, unless autotuning is on (the default; off with
 // SHARDTRAIN_GEMM_AUTOTUNE=0): then the first call of a key times the heuristic's top
-// candidates on the call's own operands (output to a scratch copy when it accumulates, so the
-// call's result is unaffected) and keeps the fastest; a candidate must beat the heuristic's
-// first by 3% to replace it. Tuning synchronises the stream once per key (first step only).
-// Outputs larger than kMaxTunedOutputBytes are not tuned (no scratch of that size), nor are
-// in-place accumulations when the scratch cannot be allocated (a nearly full GPU).
+// kTuneCandidates on the call's own operands and keeps the fastest if it beats the first by 3%
+// (cuda_gemm_tuning.h, shared with Fp8Gemm: the scratch output of in-place accumulations, the
+// size limit, the stream synchronisation once per key).
 // Internal to ops/cuda.
 //
 // Row-major callers (CudaOps::linear_*) express a row-major product as the column-major product
@@ -24,6 +22,7 @@
 #include <tuple>
 
 #include "core/dtype.h"
+#include "ops/cuda/cuda_gemm_tuning.h"
 
 namespace shardtrain {
 
@@ -49,7 +48,6 @@ class CublasLtGemm {
  public:
   static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   static constexpr int kTuneCandidates = 8;
-  static constexpr size_t kMaxTunedOutputBytes = size_t{256} << 20;
 
   explicit CublasLtGemm(cudaStream_t stream);
   ~CublasLtGemm();
@@ -69,9 +67,6 @@ class CublasLtGemm {
                          int64_t, bool, int, bool, int, int, int, int, int>;
 
   Plan& plan_for(const GemmCall& call);
-  // Times each candidate on the call's operands; returns the index of the one to keep.
-  int fastest(const Plan& plan, const GemmCall& call,
-              const cublasLtMatmulHeuristicResult_t* candidates, int count);
   void launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmCall& call, void* c,
               void* d);
 

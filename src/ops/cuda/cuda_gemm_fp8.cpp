@@ -25,13 +25,17 @@ void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t att
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+void* output_of(const Fp8GemmCall& call) { return call.d != nullptr ? call.d : call.c; }
+// C as cuBLASLt gets it: the output when the call names none (beta 0: not read).
+void* input_of(const Fp8GemmCall& call) { return call.c != nullptr ? call.c : output_of(call); }
+
 }  // namespace
 
 bool fp8_gemm_shape_ok(int64_t m, int64_t n, int64_t k) {
   return m > 0 && n > 0 && k > 0 && m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
 }
 
-Fp8Gemm::Fp8Gemm(cudaStream_t stream) : stream_(stream) {
+Fp8Gemm::Fp8Gemm(cudaStream_t stream, bool autotune) : stream_(stream), autotune_(autotune) {
   SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
   SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -86,8 +90,8 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
       cublasLtMatrixLayoutCreate(&plan.a, fp8_type(call.a_format), call.k, call.m, call.k));
   SHARDTRAIN_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&plan.b, fp8_type(call.b_format), call.k, call.n, call.k));
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, output_type(call.c_dtype), call.m,
-                                                     call.n, call.ldc));
+  SHARDTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan.c, output_type(call.c_dtype), call.m, call.n, call.ldc));
 
   cublasLtMatmulPreference_t preference = nullptr;
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -98,8 +102,8 @@ Fp8Gemm::Plan& Fp8Gemm::plan_for(const Fp8GemmCall& call) {
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found_count = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                     preference, kCandidates, results, &found_count);
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
+                                     kCandidates, results, &found_count);
   cublasLtMatmulPreferenceDestroy(preference);
   SHARDTRAIN_CHECK(status == CUBLAS_STATUS_SUCCESS && found_count > 0,
                    "cuBLASLt has no FP8 algorithm for m={} n={} k={} {} x {} -> {} (status {})",
@@ -131,19 +135,40 @@ Fp8Gemm::Plan& Fp8Gemm::prepare(const Fp8GemmCall& call) {
   return plan;
 }
 
-cublasStatus_t Fp8Gemm::launch(Plan& plan, const Fp8GemmCall& call, size_t index) {
-  void* d = call.d != nullptr ? call.d : call.c;
+cublasStatus_t Fp8Gemm::launch(Plan& plan, const Fp8GemmCall& call, size_t index, void* c,
+                               void* d) {
   const float alpha = 1.0f;
   const float beta = call.beta;
-  return cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b, &beta,
-                        call.c != nullptr ? call.c : d, plan.c, d, plan.c, &plan.algos[index],
-                        workspace_, kWorkspaceBytes, stream_);
+  return cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b, &beta, c,
+                        plan.c, d, plan.c, &plan.algos[index], workspace_, kWorkspaceBytes,
+                        stream_);
+}
+
+void Fp8Gemm::tune(Plan& plan, const Fp8GemmCall& call) {
+  plan.tuned = true;
+  const size_t bytes = static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
+  if (!autotune_ || plan.algos.size() < 2 || !gemm_output_tunable(bytes)) return;
+  const GemmTuneOutput output{input_of(call), output_of(call), bytes, call.beta != 0};
+  const int best = fastest_gemm_candidate(
+      stream_, static_cast<int>(plan.algos.size()), output, [&](int i, void* c, void* out) {
+        const cublasStatus_t status = launch(plan, call, static_cast<size_t>(i), c, out);
+        if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+        if (status != CUBLAS_STATUS_SUCCESS) {
+          cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8, tuning)", status);
+        }
+        return true;
+      });
+  if (best < 0) return;  // nothing timed: run() takes the first accepted candidate
+  plan.chosen = static_cast<size_t>(best);
+  ++timed_keys_;
 }
 
 void Fp8Gemm::run(const Fp8GemmCall& call) {
   Plan& plan = prepare(call);
+  if (!plan.tuned) tune(plan, call);
+  void* d = output_of(call);
   for (; plan.chosen < plan.algos.size(); ++plan.chosen) {
-    const cublasStatus_t status = launch(plan, call, plan.chosen);
+    const cublasStatus_t status = launch(plan, call, plan.chosen, input_of(call), d);
     if (status == CUBLAS_STATUS_SUCCESS) return;
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8)", status);
@@ -159,7 +184,7 @@ bool Fp8Gemm::run_candidate(const Fp8GemmCall& call, size_t index) {
   Plan& plan = prepare(call);
   SHARDTRAIN_CHECK(index < plan.algos.size(), "FP8 GEMM candidate {} of {}", index,
                    plan.algos.size());
-  const cublasStatus_t status = launch(plan, call, index);
+  const cublasStatus_t status = launch(plan, call, index, input_of(call), output_of(call));
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   if (status != CUBLAS_STATUS_SUCCESS) {
     cuda_detail::cublas_failed(__FILE__, __LINE__, "cublasLtMatmul (FP8)", status);

@@ -8,12 +8,18 @@
 // (lda >= k), B stored k x n (ldb >= k), i.e. both operands with K contiguous. In row-major
 // terms: A is an (m x k) row-major array, B an (n x k) one, and D the (n x m) row-major result.
 // cuBLASLt also requires m, n, k and the leading dimensions to be multiples of 16 and the
-// pointers 16-byte aligned (the scale pointers too: see Fp8Linear's scalar slots): fp8_gemm_shape_ok says whether a shape qualifies (callers fall back
-// to bf16 otherwise).
+// pointers 16-byte aligned (the scale pointers too: see Fp8Linear's scalar slots):
+// fp8_gemm_shape_ok says whether a shape qualifies (callers fall back to bf16 otherwise).
 //
-// Descriptors and the algorithm are cached per problem key: the heuristic's first answer that
-// cublasLtMatmul accepts (its candidates are tried in order; one refused with NOT_SUPPORTED is
-// skipped).
+// Descriptors and the algorithm are cached per problem key. The algorithm: with autotuning on
+// (the default; SHARDTRAIN_GEMM_AUTOTUNE=0 off, the switch of the bf16 GEMMs), the first run() of
+// a key times every heuristic candidate that cublasLtMatmul accepts on the call's own operands
+// and scales and keeps the fastest if it beats the first accepted one by 3% (cuda_gemm_tuning.h,
+// shared with CublasLtGemm: an in-place accumulation is timed on a scratch output, so the call
+// adds its product exactly once; outputs over 256 MiB are not timed). Otherwise, or when nothing
+// could be timed, the heuristic's first answer that cublasLtMatmul accepts (candidates refused
+// with NOT_SUPPORTED are skipped, in order). The timing runs only read the scale and bias
+// pointers (device memory the cast kernels write), so they change nothing a later launch reads.
 // Internal to ops/cuda; needs compute capability 8.9+ (fp8_supported in cuda_fp8_support.h).
 #pragma once
 
@@ -27,6 +33,7 @@
 
 #include "core/dtype.h"
 #include "ops/cuda/cuda_fp8.h"
+#include "ops/cuda/cuda_gemm_tuning.h"
 #include "ops/fp8_workspace.h"
 
 namespace shardtrain {
@@ -39,8 +46,8 @@ struct Fp8GemmCall {
   const uint8_t* b = nullptr;      // k x n column-major, ld k
   cuda_kernels::Fp8Format b_format = cuda_kernels::Fp8Format::kE4M3;
   const float* b_scale = nullptr;
-  void* c = nullptr;  // read when beta != 0
-  void* d = nullptr;  // the output, C's layout; nullptr: D is C
+  void* c = nullptr;             // read when beta != 0
+  void* d = nullptr;             // the output, C's layout; nullptr: D is C
   DType c_dtype = DType::kBF16;  // bf16 or f32
   int64_t ldc = 0;
   float beta = 0;              // 0: overwrite, 1: accumulate
@@ -59,7 +66,8 @@ class Fp8Gemm {
  public:
   static constexpr size_t kWorkspaceBytes = kFp8GemmWorkspaceBytes;  // ops/fp8_workspace.h
 
-  explicit Fp8Gemm(cudaStream_t stream);
+  // autotune: time the candidates at each key's first run() (above); tests pass it explicitly.
+  explicit Fp8Gemm(cudaStream_t stream, bool autotune = gemm_autotune_enabled());
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
@@ -72,23 +80,31 @@ class Fp8Gemm {
   // call with candidate `index` (false, nothing enqueued, when cuBLASLt refuses it).
   size_t candidate_count(const Fp8GemmCall& call);
   bool run_candidate(const Fp8GemmCall& call, size_t index);
+  // For tests: how many keys chose their algorithm by timing.
+  size_t timed_keys() const { return timed_keys_; }
 
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's candidates, best first
-    size_t chosen = 0;                         // the first one cublasLtMatmul accepted
+    size_t chosen = 0;   // the fastest timed, or the first one cublasLtMatmul accepted
+    bool tuned = false;  // run() has made its timing decision for this key
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int64_t, bool, bool, bool>;
   Plan& plan_for(const Fp8GemmCall& call);
   // Checks the call, sets its scale and bias pointers on the plan's descriptor: run()'s first half.
   Plan& prepare(const Fp8GemmCall& call);
-  cublasStatus_t launch(Plan& plan, const Fp8GemmCall& call, size_t index);
+  // Candidate `index` of the plan with C = c and D = d (the call's own, or the tuning scratch).
+  cublasStatus_t launch(Plan& plan, const Fp8GemmCall& call, size_t index, void* c, void* d);
+  // At a key's first run(): time the candidates and set plan.chosen (when autotuning is on).
+  void tune(Plan& plan, const Fp8GemmCall& call);
 
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
+  bool autotune_ = true;
+  size_t timed_keys_ = 0;
   std::map<Key, Plan> plans_;
 };
 

@@ -1,0 +1,59 @@
+// fastest_gemm_candidate (cuda_gemm_tuning.h): event timing of cuBLASLt's candidates.
+#include "ops/cuda/cuda_gemm_tuning.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "ops/cuda/cuda_check.h"
+
+namespace shardtrain {
+
+bool gemm_autotune_enabled() {
+  const char* autotune = std::getenv("SHARDTRAIN_GEMM_AUTOTUNE");
+  return autotune == nullptr || std::string(autotune) != "0";
+}
+
+int fastest_gemm_candidate(cudaStream_t stream, int count, const GemmTuneOutput& output,
+                           const GemmCandidateLaunch& launch) {
+  // An in-place accumulating call must not see the trial runs: they read and write a scratch
+  // C = D. Any other call may write its own output: the real launch that follows overwrites it.
+  void* input = output.c;
+  void* target = output.d;
+  void* scratch = nullptr;
+  if (output.accumulate && output.d == output.c) {
+    if (cudaMallocAsync(&scratch, output.bytes, stream) != cudaSuccess) {
+      // Tuning is optional: with no memory to spare, keep the default choice.
+      (void)cudaGetLastError();  // clear the allocation error so later checks do not see it
+      return -1;
+    }
+    input = target = scratch;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
+  constexpr int kTuneRepeats = 3;
+  int best = -1;
+  float best_ms = 0, first_ms = 0;
+  for (int i = 0; i < count; ++i) {
+    if (!launch(i, input, target)) continue;  // refused (warm-up; also loads the kernel)
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < kTuneRepeats; ++r) launch(i, input, target);
+    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (best < 0) {
+      best = i;
+      first_ms = best_ms = ms;
+    } else if (ms < best_ms && ms < kTuneMargin * first_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (scratch != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+  return best;
+}
+
+}  // namespace shardtrain
