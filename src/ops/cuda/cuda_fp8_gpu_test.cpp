@@ -4,7 +4,8 @@
 // reference over the same quantised inputs (the host quantises exactly as the kernels do, which
 // the first test proves). Also: delayed scaling (the one-pass cast against its amax history,
 // and the linears' sites across calls), the MLP's fused SwiGLU forward and backward, the
-// gradient GEMMs with and without fast accumulation, the bf16 fallback for shapes off the multiple
+// gradient GEMMs with and without fast accumulation, Fp8Gemm's algorithm choice by timing
+// (results unchanged, accumulations added once), the bf16 fallback for shapes off the multiple
 // of 16, the refusal below compute capability 8.9, and the gradient format measurement (e4m3 vs
 // e5m2 on heavy-tailed gradients) behind kDefaultFp8GradFormat. Skipped without a GPU, and (but for
 // the refusal test) on GPUs without FP8.
@@ -21,6 +22,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_fp8.h"
 #include "ops/cuda/cuda_fp8_support.h"
+#include "ops/cuda/cuda_gemm_fp8.h"
 #include "ops/cuda/cuda_linear_fp8.h"
 #include "ops/cuda/testing/cuda_fp8_fixture.h"
 
@@ -608,6 +610,118 @@ TEST_F(Fp8Test, ShapesOffTheMultipleOf16RunTheBf16Path) {
   gpu_->linear_forward_fp8(x, w, Tensor(), Tensor(), fp8_out, Fp8Site());
   gpu_->linear_forward(x, w, Tensor(), bf16_out);
   EXPECT_EQ(download(fp8_out), download(bf16_out));
+}
+
+// Fp8Gemm's algorithm choice by timing (cuda_gemm_tuning.h) against the heuristic's first
+// accepted candidate: both results match the fp64 reference, and the timing runs leave no trace
+// (an in-place accumulation adds its product exactly once, a residual input is not written).
+// Each mode gets a fresh Fp8Gemm, so the first call of every key makes the choice.
+TEST_F(Fp8Test, GemmAlgorithmTimingKeepsTheResults) {
+  const cudaStream_t stream = gpu_ref().stream();
+  constexpr int64_t kN = 1024, kI = 512, kO = 768;  // D (row-major N x O) = x (N x I) W^T
+  const std::vector<float> x = normal(kN * kI, 1.0f);
+  const std::vector<float> w = normal(kO * kI, 0.05f);
+  const std::vector<float> bias = normal(kO, 0.1f);
+  const std::vector<float> before = normal(kN * kO, 1.0f);  // the product's magnitude (~1.1)
+  // FP8 operands and their dequantisation factors, as the cast kernels would write them.
+  auto upload_fp8 = [&](const std::vector<float>& values, const float** scale_out) {
+    const float scale = scale_for(amax_of(values), Fp8Format::kE4M3);
+    std::vector<uint8_t> bytes(values.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      bytes[i] = quantize(values[i], scale, Fp8Format::kE4M3);
+    auto* device = static_cast<uint8_t*>(device_bytes(bytes.size()));
+    SHARDTRAIN_CUDA_CHECK(cudaMemcpy(device, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    auto* inverse = static_cast<float*>(device_bytes(256));
+    const float inverse_scale = 1.0f / scale;
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpy(inverse, &inverse_scale, sizeof(float), cudaMemcpyHostToDevice));
+    *scale_out = inverse;
+    return device;
+  };
+  const float *w_scale = nullptr, *x_scale = nullptr;
+  const uint8_t* w8 = upload_fp8(w, &w_scale);
+  const uint8_t* x8 = upload_fp8(x, &x_scale);
+  SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());  // the ops' stream does not order against these
+  const std::vector<double> product =
+      matmul_nt(dequantized(x, Fp8Format::kE4M3), dequantized(w, Fp8Format::kE4M3), kN, kO, kI);
+  const Tensor bias_g = gpu_tensor(bias, DType::kBF16, Shape{kO});
+
+  for (const bool timed : {false, true}) {
+    SCOPED_TRACE(timed ? "algorithm timed" : "heuristic's first");
+    Fp8Gemm gemm(stream, timed);
+    auto call_into = [&](const Tensor& out, float beta) {
+      Fp8GemmCall call;
+      call.m = kO;
+      call.n = kN;
+      call.k = kI;
+      call.a = w8;
+      call.a_scale = w_scale;
+      call.b = x8;
+      call.b_scale = x_scale;
+      call.c = out.data();
+      call.c_dtype = out.dtype();
+      call.ldc = kO;
+      call.beta = beta;
+      return call;
+    };
+    auto finish = [&](const Fp8GemmCall& call, const Tensor& out) {
+      gemm.run(call);
+      SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return download(out);
+    };
+    auto plus = [&](const std::vector<float>& add, double times) {
+      std::vector<double> want(product.size());
+      for (size_t i = 0; i < want.size(); ++i) want[i] = times * product[i] + add[i];
+      return want;
+    };
+
+    // Overwritten f32 output (gradient GEMMs' accumulation, wgrad's dtype).
+    const Tensor out32 = gpu_tensor(std::vector<float>(kN * kO), DType::kF32, Shape{kN, kO});
+    poison(out32);
+    EXPECT_LE(relative_error(finish(call_into(out32, 0), out32), product), 1e-3) << "f32";
+    // bf16 output with the bias epilogue and fast accumulation (the forward GEMM).
+    const Tensor out16 = gpu_tensor(std::vector<float>(kN * kO), DType::kBF16, Shape{kN, kO});
+    poison(out16);
+    Fp8GemmCall biased = call_into(out16, 0);
+    biased.bias = bias_g.data();
+    biased.fast_accumulation = true;
+    std::vector<float> bias_rows(product.size());
+    for (size_t i = 0; i < bias_rows.size(); ++i) bias_rows[i] = bias[i % kO];
+    EXPECT_LE(relative_error(finish(biased, out16), plus(bias_rows, 1)), 5e-3) << "bias";
+    // In-place accumulation, f32 and bf16 (wgrad into dW, dgrad into dx): old + product exactly
+    // once (a trial run adding into the real output would be off by ~100%); the key's second
+    // call (its choice cached) adds once more.
+    for (const DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(dtype_name(dtype));
+      const Tensor acc = gpu_tensor(before, dtype, Shape{kN, kO});
+      const std::vector<float> old = download(acc);  // before, rounded to the dtype
+      const double bound = dtype == DType::kF32 ? 1e-3 : 5e-3;
+      EXPECT_LE(relative_error(finish(call_into(acc, 1), acc), plus(old, 1)), bound) << "once";
+      EXPECT_LE(relative_error(finish(call_into(acc, 1), acc), plus(old, 2)), bound) << "twice";
+    }
+    // A residual in the epilogue (C read, D another buffer): C unchanged, D = product + C.
+    const Tensor residual = gpu_tensor(before, DType::kBF16, Shape{kN, kO});
+    const std::vector<float> residual_before = download(residual);
+    const Tensor out_res = gpu_tensor(std::vector<float>(kN * kO), DType::kBF16, Shape{kN, kO});
+    poison(out_res);
+    Fp8GemmCall with_residual = call_into(residual, 1);
+    with_residual.d = out_res.data();
+    with_residual.fast_accumulation = true;
+    EXPECT_LE(relative_error(finish(with_residual, out_res), plus(residual_before, 1)), 5e-3)
+        << "residual";
+    EXPECT_EQ(download(residual), residual_before) << "the residual was written";
+
+    // Five keys (f32, bias, two accumulating dtypes, residual); with timing, those whose
+    // heuristic offers more than one candidate chose by timing.
+    if (!timed) {
+      EXPECT_EQ(gemm.timed_keys(), 0u);
+    } else if (gemm.candidate_count(call_into(out32, 0)) > 1) {
+      EXPECT_GE(gemm.timed_keys(), 1u);
+    }
+    std::printf("%s: %zu of 5 keys timed; f32 key has %zu candidates\n",
+                timed ? "timing on" : "timing off", gemm.timed_keys(),
+                gemm.candidate_count(call_into(out32, 0)));
+  }
 }
 
 // Which format suits gradients: dgrad's error against the unquantised product, for gradients

@@ -76,8 +76,8 @@ class Fp8Gemm {
   void run(const Fp8GemmCall& call);
 
   // For measurements (cuda_fp8_throughput_gpu_test): how many algorithms the heuristic offers
-  // for the call's problem (run() takes the first that cuBLASLt accepts), and one run of the
-  // call with candidate `index` (false, nothing enqueued, when cuBLASLt refuses it).
+  // for the call's problem (run() takes the timed choice, or the first that cuBLASLt accepts), and
+  // one run of the call with candidate `index` (false, nothing enqueued, when cuBLASLt refuses it).
   size_t candidate_count(const Fp8GemmCall& call);
   bool run_candidate(const Fp8GemmCall& call, size_t index);
   // For tests: how many keys chose their algorithm by timing.
