@@ -418,6 +418,26 @@ TEST_F(CliTest, Fp8IsRefusedOnTheCpuBackend) {
                     {"train.precision", "fp8"});
 }
 
+TEST_F(CliTest, MisspeltEnvironmentSwitchesEndInOneLineErrors) {
+  // A measurement switch or the log level with a value it does not know stops the run before any
+  // work, naming the variable and what it accepts, on the CPU backend too (where the switch
+  // itself would not apply).
+  const std::string data = write_jsonl("data.jsonl", 8, 17, 64);
+  const std::string train = " " + kBinary + " train --config " +
+                            train_toml(kGolden + "llama_gqa", data) + " --train.steps=1";
+  const auto with = [&](const std::string& assignment) {
+    return shardtrain::testing::run_command(assignment + train);
+  };
+  expect_user_error(with("SHARDTRAIN_PROFILE_OPS=yes"), {"SHARDTRAIN_PROFILE_OPS='yes'", "1", "0"});
+  expect_user_error(with("SHARDTRAIN_GEMM_AUTOTUNE=off"), {"SHARDTRAIN_GEMM_AUTOTUNE='off'"});
+  expect_user_error(with("SHARDTRAIN_MOE_GEMM=wgmm"), {"SHARDTRAIN_MOE_GEMM='wgmm'", "cublas"});
+  expect_user_error(with("SHARDTRAIN_LORA_KERNELS=true"), {"SHARDTRAIN_LORA_KERNELS='true'"});
+  expect_user_error(with("SHARDTRAIN_FP8_FUSED_SWIGLU=2"), {"SHARDTRAIN_FP8_FUSED_SWIGLU='2'"});
+  expect_user_error(with("SHARDTRAIN_LOG=verbose"), {"SHARDTRAIN_LOG='verbose'", "debug"});
+  // Accepted spellings run; an empty value is the default.
+  EXPECT_EQ(with("SHARDTRAIN_PROFILE_OPS=0 SHARDTRAIN_MOE_GEMM= SHARDTRAIN_LOG=warn").exit_code, 0);
+}
+
 TEST_F(CliTest, MissingConfigFile) {
   Result r = run("train --config " + path("absent.toml"));
   EXPECT_EQ(r.exit_code, 2);

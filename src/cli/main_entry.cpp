@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json_message.h"
+#include "core/log.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ int run_main(int argc, char** argv, const std::function<WorkerHooks()>& hooks) {
   // instead of killing the process half-way through a save.
   std::signal(SIGXFSZ, SIG_IGN);
   try {
+    log::check_level_env();
     return run(argc, argv, hooks ? hooks() : WorkerHooks{});
   } catch (const shardtrain::Error& e) {
     std::fprintf(stderr, "shardtrain: error: %s\n", e.what());

@@ -4,19 +4,32 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
+
+#include "core/env_switch.h"
+#include "core/error.h"
 
 namespace shardtrain::log {
 namespace {
 
+// SHARDTRAIN_LOG's value; unset or empty means info (the first choice).
+Level parse_level(const char* value) {
+  switch (parse_env_choice("SHARDTRAIN_LOG", value, {"info", "debug", "warn", "error"})) {
+    case 1: return Level::kDebug;
+    case 2: return Level::kWarn;
+    case 3: return Level::kError;
+    default: return Level::kInfo;
+  }
+}
+
+// Static initialisation cannot report an error: a bad value logs at info until
+// check_level_env, which the CLI calls first, refuses it.
 Level level_from_env() {
-  const char* value = std::getenv("SHARDTRAIN_LOG");
-  if (value == nullptr) return Level::kInfo;
-  if (std::strcmp(value, "debug") == 0) return Level::kDebug;
-  if (std::strcmp(value, "warn") == 0) return Level::kWarn;
-  if (std::strcmp(value, "error") == 0) return Level::kError;
-  return Level::kInfo;
+  try {
+    return parse_level(std::getenv("SHARDTRAIN_LOG"));
+  } catch (const Error&) {
+    return Level::kInfo;
+  }
 }
 
 std::atomic<int>& level_storage() {
@@ -35,6 +48,8 @@ const char* level_name(Level level) {
 }
 
 }  // namespace
+
+void check_level_env() { parse_level(std::getenv("SHARDTRAIN_LOG")); }
 
 Level current_level() { return static_cast<Level>(level_storage().load()); }
 void set_level(Level level) { level_storage().store(static_cast<int>(level)); }

@@ -13,6 +13,9 @@ enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 Level current_level();
 void set_level(Level level);
 void write(Level level, const std::string& message);
+// Throws Error when SHARDTRAIN_LOG is set to anything but debug, info, warn or error (the level
+// itself is read once, before main, where an error cannot be reported).
+void check_level_env();
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> f, Args&&... a) {

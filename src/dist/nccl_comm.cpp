@@ -1,5 +1,6 @@
 #include "dist/nccl_comm.h"
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "dist/all_to_all_counts.h"
 #include "dist/nccl_unique_id.h"
@@ -516,10 +517,7 @@ class NcclComm final : public Comm {
   struct TimedWait {
     cudaEvent_t before, after;
   };
-  const bool measure_waits_ = [] {
-    const char* text = std::getenv("SHARDTRAIN_MEASURE_COMM_WAIT");
-    return text != nullptr && *text != '\0' && std::string(text) != "0";
-  }();
+  const bool measure_waits_ = env_switch("SHARDTRAIN_MEASURE_COMM_WAIT", false);
   std::deque<TimedWait> timed_waits_;
   std::vector<cudaEvent_t> free_timing_events_;
   std::vector<cudaEvent_t> free_work_events_;

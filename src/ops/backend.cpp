@@ -1,10 +1,10 @@
 #include "ops/backend.h"
 
-#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/ops_switches.h"
 #include "ops/profiled_ops.h"
 
 #if defined(SHARDTRAIN_WITH_CUDA)
@@ -96,13 +96,11 @@ std::unique_ptr<Ops> make_backend(DeviceChoice device_choice, int cuda_device,
 
 std::unique_ptr<Ops> make_ops(DeviceChoice device_choice, int cuda_device,
                               CudaComputeStream* stream_out) {
+  check_ops_switches();  // a misspelt switch stops here, before any device work
   CudaComputeStream stream;
   std::unique_ptr<Ops> ops = make_backend(device_choice, cuda_device, stream);
   if (stream_out != nullptr) *stream_out = stream;
-  const char* profile = std::getenv("SHARDTRAIN_PROFILE_OPS");
-  if (profile != nullptr && *profile != '\0' && std::string(profile) != "0") {
-    return std::make_unique<ProfiledOps>(std::move(ops));
-  }
+  if (profile_ops_switch()) return std::make_unique<ProfiledOps>(std::move(ops));
   return ops;
 }
 

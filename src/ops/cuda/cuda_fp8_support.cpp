@@ -3,10 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <string_view>
-
-#include "core/error.h"
+#include "core/env_switch.h"
+#include "ops/ops_switches.h"
 
 namespace shardtrain::cuda_kernels {
 
@@ -18,33 +16,21 @@ std::string fp8_unsupported_reason(const DeviceLimits& limits) {
       limits.name, limits.major, limits.minor);
 }
 
-namespace {
-
-// An on/off switch of the environment: unset or "1" on, "0" off, anything else refused.
-bool parse_switch(const char* name, const char* value) {
-  if (value == nullptr || std::string_view(value) == "1") return true;
-  if (std::string_view(value) == "0") return false;
-  throw Error(fmt::format("{}='{}': use 1 (default) or 0", name, value));
-}
-
-}  // namespace
-
 bool parse_fp8_fused_swiglu(const char* value) {
-  return parse_switch("SHARDTRAIN_FP8_FUSED_SWIGLU", value);
+  return parse_env_switch("SHARDTRAIN_FP8_FUSED_SWIGLU", value, true);
 }
 
 bool parse_fp8_grad_fast_accum(const char* value) {
-  return parse_switch("SHARDTRAIN_FP8_GRAD_FAST_ACCUM", value);
+  return parse_env_switch("SHARDTRAIN_FP8_GRAD_FAST_ACCUM", value, true);
 }
 
 bool fp8_grad_fast_accum_enabled() {
-  static const bool enabled =
-      parse_fp8_grad_fast_accum(std::getenv("SHARDTRAIN_FP8_GRAD_FAST_ACCUM"));
+  static const bool enabled = fp8_grad_fast_accum_switch();
   return enabled;
 }
 
 bool fp8_fused_swiglu_enabled() {
-  static const bool enabled = parse_fp8_fused_swiglu(std::getenv("SHARDTRAIN_FP8_FUSED_SWIGLU"));
+  static const bool enabled = fp8_fused_swiglu_switch();
   return enabled;
 }
 

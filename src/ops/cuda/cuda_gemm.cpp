@@ -66,7 +66,7 @@ void set_preference(cublasLtMatmulPreference_t preference,
 CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
   SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
   SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-  autotune_ = gemm_autotune_enabled();
+  autotune_ = gemm_autotune_switch();
 }
 
 CublasLtGemm::~CublasLtGemm() {

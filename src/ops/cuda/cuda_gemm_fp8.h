@@ -67,7 +67,7 @@ class Fp8Gemm {
   static constexpr size_t kWorkspaceBytes = kFp8GemmWorkspaceBytes;  // ops/fp8_workspace.h
 
   // autotune: time the candidates at each key's first run() (above); tests pass it explicitly.
-  explicit Fp8Gemm(cudaStream_t stream, bool autotune = gemm_autotune_enabled());
+  explicit Fp8Gemm(cudaStream_t stream, bool autotune = gemm_autotune_switch());
   ~Fp8Gemm();
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;

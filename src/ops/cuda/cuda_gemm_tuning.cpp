@@ -1,17 +1,9 @@
 // fastest_gemm_candidate (cuda_gemm_tuning.h): event timing of cuBLASLt's candidates.
 #include "ops/cuda/cuda_gemm_tuning.h"
 
-#include <cstdlib>
-#include <string>
-
 #include "ops/cuda/cuda_check.h"
 
 namespace shardtrain {
-
-bool gemm_autotune_enabled() {
-  const char* autotune = std::getenv("SHARDTRAIN_GEMM_AUTOTUNE");
-  return autotune == nullptr || std::string(autotune) != "0";
-}
 
 int fastest_gemm_candidate(cudaStream_t stream, int count, const GemmTuneOutput& output,
                            const GemmCandidateLaunch& launch) {
@@ -31,18 +23,31 @@ int fastest_gemm_candidate(cudaStream_t stream, int count, const GemmTuneOutput&
   cudaEvent_t start = nullptr, stop = nullptr;
   SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
   SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
-  constexpr int kTuneRepeats = 3;
-  int best = -1;
-  float best_ms = 0, first_ms = 0;
-  for (int i = 0; i < count; ++i) {
-    if (!launch(i, input, target)) continue;  // refused (warm-up; also loads the kernel)
+  // Milliseconds of `repeats` back-to-back launches of candidate i.
+  auto time_ms = [&](int i, int repeats) {
     SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kTuneRepeats; ++r) launch(i, input, target);
+    for (int r = 0; r < repeats; ++r) launch(i, input, target);
     SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream));
     SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ms;
+  };
+  int repeats = kTuneMinRepeats;
+  int best = -1;
+  float best_ms = 0, first_ms = 0;
+  for (int i = 0; i < count; ++i) {
+    if (!launch(i, input, target)) continue;  // refused (warm-up; also loads the kernel)
+    float ms = time_ms(i, repeats);
     if (best < 0) {
+      // A few microseconds a launch (skinny products): more repeats, so that the events span
+      // device work rather than the launches' latency; the same count for every candidate.
+      if (ms < kTuneMinTimedMs && ms > 0) {
+        const float per_launch = ms / static_cast<float>(repeats);
+        repeats = std::clamp(static_cast<int>(std::ceil(kTuneMinTimedMs / per_launch)),
+                             kTuneMinRepeats, kTuneMaxRepeats);
+        ms = time_ms(i, repeats);
+      }
       best = i;
       first_ms = best_ms = ms;
     } else if (ms < best_ms && ms < kTuneMargin * first_ms) {

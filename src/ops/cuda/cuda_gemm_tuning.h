@@ -19,14 +19,18 @@
 #include <cstddef>
 #include <functional>
 
+#include "ops/ops_switches.h"  // gemm_autotune_switch: GEMM classes read it once, at construction
+
 namespace shardtrain {
 
 inline constexpr size_t kMaxTunedOutputBytes = size_t{256} << 20;
 inline constexpr float kTuneMargin = 0.97f;  // a candidate must take < 97% of the first's time
-
-// False when SHARDTRAIN_GEMM_AUTOTUNE is "0" (read at each call: GEMM classes read it once, at
-// construction).
-bool gemm_autotune_enabled();
+// Launches per timing: kTuneMinRepeats, or more (at most kTuneMaxRepeats, the same for every
+// candidate of the key) when the first accepted candidate's runs take under kTuneMinTimedMs,
+// where the launches' own latency would decide the comparison.
+inline constexpr int kTuneMinRepeats = 3;
+inline constexpr int kTuneMaxRepeats = 32;
+inline constexpr float kTuneMinTimedMs = 0.2f;
 
 // Whether a call writing `output_bytes` of output may be timed (no scratch larger than this).
 inline bool gemm_output_tunable(size_t output_bytes) {
@@ -45,7 +49,7 @@ struct GemmTuneOutput {
 // (NOT_SUPPORTED: nothing enqueued). Any other failure throws.
 using GemmCandidateLaunch = std::function<bool(int index, void* c, void* d)>;
 
-// Times candidates 0 .. count-1 (a warm-up launch, then kTuneRepeats between two events; a
+// Times candidates 0 .. count-1 (a warm-up launch, then the repeats above between two events; a
 // refused candidate is skipped) and returns the one to keep: the fastest, if it beats the first
 // accepted candidate by kTuneMargin, else that first. -1 when nothing was timed (every
 // candidate refused, or no scratch for an in-place accumulation): the caller keeps its default.

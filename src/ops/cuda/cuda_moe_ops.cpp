@@ -7,7 +7,6 @@
 // our own kernel's (cuda_moe_wgrad.cu), one launch. SHARDTRAIN_MOE_GEMM=wgmma or =cublas picks
 // the forward and d(x) GEMMs over the default (read at every call: the tests compare both).
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 
 #include "core/error.h"
@@ -17,6 +16,7 @@
 #include "ops/cuda/cuda_moe_gemm.h"
 #include "ops/cuda/cuda_moe_kernels.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/ops_switches.h"
 
 namespace shardtrain {
 namespace {
@@ -100,16 +100,11 @@ void run_grouped(CudaGroupedGemm& grouped, CublasLtGemm& gemm, bool transpose_a,
   }
 }
 
-// Whether forward and d(x) run our expert GEMM (cuda_moe_gemm.h) where it fits, unless
-// SHARDTRAIN_MOE_GEMM says otherwise: it ran Qwen3-30B-A3B's expert GEMMs at 438-553 TFLOP/s
-// against cuBLAS grouped's 286-310 (ops/cuda/NOTES.md).
-constexpr bool kExpertGemmByDefault = true;
-
-// Our expert GEMM for these bf16 operands, as the default and SHARDTRAIN_MOE_GEMM say.
+// Forward and d(x) run our expert GEMM (cuda_moe_gemm.h) where it fits, unless
+// SHARDTRAIN_MOE_GEMM=cublas (ops/ops_switches.h): it ran Qwen3-30B-A3B's expert GEMMs at
+// 438-553 TFLOP/s against cuBLAS grouped's 286-310 (ops/cuda/NOTES.md).
 bool expert_gemm_chosen(const Tensor& a, const Tensor& weight_EOI, const Tensor& out) {
-  const char* choice = std::getenv("SHARDTRAIN_MOE_GEMM");
-  const bool wanted = choice == nullptr ? kExpertGemmByDefault : std::strcmp(choice, "wgmma") == 0;
-  return wanted && a.dtype() == DType::kBF16 &&
+  return moe_gemm_switch() == MoeGemmChoice::kWgmma && a.dtype() == DType::kBF16 &&
          cuda_moe::expert_gemm_fit(a.dim(0), weight_EOI.dim(0), weight_EOI.dim(1),
                                    weight_EOI.dim(2), a.data(), weight_EOI.data(), out.data());
 }

@@ -1,0 +1,32 @@
+#include "ops/ops_switches.h"
+
+#include "core/env_switch.h"
+
+namespace shardtrain {
+
+bool profile_ops_switch() { return env_switch("SHARDTRAIN_PROFILE_OPS", false); }
+
+bool gemm_autotune_switch() { return env_switch("SHARDTRAIN_GEMM_AUTOTUNE", true); }
+
+MoeGemmChoice moe_gemm_switch() {
+  // The order is MoeGemmChoice's: the first is the default.
+  return env_choice("SHARDTRAIN_MOE_GEMM", {"wgmma", "cublas"}) == 0 ? MoeGemmChoice::kWgmma
+                                                                     : MoeGemmChoice::kCublas;
+}
+
+bool lora_kernels_switch() { return env_switch("SHARDTRAIN_LORA_KERNELS", false); }
+
+bool fp8_fused_swiglu_switch() { return env_switch("SHARDTRAIN_FP8_FUSED_SWIGLU", true); }
+
+bool fp8_grad_fast_accum_switch() { return env_switch("SHARDTRAIN_FP8_GRAD_FAST_ACCUM", true); }
+
+void check_ops_switches() {
+  profile_ops_switch();
+  gemm_autotune_switch();
+  moe_gemm_switch();
+  lora_kernels_switch();
+  fp8_fused_swiglu_switch();
+  fp8_grad_fast_accum_switch();
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,39 @@
+// The environment switches that change how ops run, for measuring one choice against another in
+// one build and for ruling a choice out when something looks wrong. None changes what is computed
+// beyond rounding and the order of sums. Each variable is read here and nowhere else, strictly
+// (core/env_switch.h: a misspelt value is an Error naming the variable, exit 2); check_ops_switches
+// reads them all when the ops are made (make_ops), so a bad value stops the run before any work,
+// on every backend, even where the switch would not apply.
+//
+//   SHARDTRAIN_PROFILE_OPS=1        per-op device time (ProfiledOps), logged at exit; default off
+//   SHARDTRAIN_GEMM_AUTOTUNE=0      cuBLASLt's first heuristic candidate for every bf16 and FP8
+//                                   GEMM instead of the fastest of the candidates timed once per
+//                                   shape; default on
+//   SHARDTRAIN_MOE_GEMM=cublas      the experts' forward and d(x) GEMMs through cuBLAS grouped
+//                                   GEMMs instead of our Hopper expert GEMM (=wgmma, the default)
+//   SHARDTRAIN_LORA_KERNELS=1       LoRA's rank-wide products on the rank-wide bf16 kernels
+//                                   instead of cuBLASLt (measured slower); default off
+//   SHARDTRAIN_FP8_FUSED_SWIGLU=0   FP8's SwiGLU casts as separate passes; default on (fused)
+//   SHARDTRAIN_FP8_GRAD_FAST_ACCUM=0  FP8 gradient GEMMs without cuBLASLt's fast accumulation;
+//                                   default on
+//
+// Each accessor reads the environment when called (a test may flip a switch between calls);
+// callers on hot paths that need a value fixed for the process keep their own copy.
+#pragma once
+
+namespace shardtrain {
+
+bool profile_ops_switch();
+bool gemm_autotune_switch();
+
+enum class MoeGemmChoice { kWgmma, kCublas };
+MoeGemmChoice moe_gemm_switch();
+
+bool lora_kernels_switch();
+bool fp8_fused_swiglu_switch();
+bool fp8_grad_fast_accum_switch();
+
+// Reads every switch above; throws Error naming the first malformed one.
+void check_ops_switches();
+
+}  // namespace shardtrain

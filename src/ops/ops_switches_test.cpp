@@ -1,0 +1,81 @@
+#include "ops/ops_switches.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace shardtrain {
+namespace {
+
+// Sets one variable for a test's scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+TEST(OpsSwitchesTest, DefaultsWhenUnset) {
+  EXPECT_FALSE(profile_ops_switch());
+  EXPECT_TRUE(gemm_autotune_switch());
+  EXPECT_EQ(moe_gemm_switch(), MoeGemmChoice::kWgmma);
+  EXPECT_FALSE(lora_kernels_switch());
+  EXPECT_TRUE(fp8_fused_swiglu_switch());
+  EXPECT_TRUE(fp8_grad_fast_accum_switch());
+  EXPECT_NO_THROW(check_ops_switches());
+}
+
+TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
+  {
+    ScopedEnv env("SHARDTRAIN_PROFILE_OPS", "1");
+    EXPECT_TRUE(profile_ops_switch());
+  }
+  {
+    ScopedEnv env("SHARDTRAIN_GEMM_AUTOTUNE", "0");
+    EXPECT_FALSE(gemm_autotune_switch());
+  }
+  {
+    ScopedEnv env("SHARDTRAIN_MOE_GEMM", "cublas");
+    EXPECT_EQ(moe_gemm_switch(), MoeGemmChoice::kCublas);
+  }
+  {
+    ScopedEnv env("SHARDTRAIN_MOE_GEMM", "wgmma");
+    EXPECT_EQ(moe_gemm_switch(), MoeGemmChoice::kWgmma);
+  }
+  {
+    ScopedEnv env("SHARDTRAIN_LORA_KERNELS", "1");
+    EXPECT_TRUE(lora_kernels_switch());
+  }
+  {
+    ScopedEnv env("SHARDTRAIN_FP8_FUSED_SWIGLU", "0");
+    EXPECT_FALSE(fp8_fused_swiglu_switch());
+  }
+  {
+    ScopedEnv env("SHARDTRAIN_FP8_GRAD_FAST_ACCUM", "0");
+    EXPECT_FALSE(fp8_grad_fast_accum_switch());
+  }
+}
+
+TEST(OpsSwitchesTest, CheckRefusesAnyMalformedSwitch) {
+  for (const char* name :
+       {"SHARDTRAIN_PROFILE_OPS", "SHARDTRAIN_GEMM_AUTOTUNE", "SHARDTRAIN_MOE_GEMM",
+        "SHARDTRAIN_LORA_KERNELS", "SHARDTRAIN_FP8_FUSED_SWIGLU", "SHARDTRAIN_FP8_GRAD_FAST_ACCUM"}) {
+    ScopedEnv env(name, "maybe");
+    try {
+      check_ops_switches();
+      ADD_FAILURE() << name << "=maybe accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace shardtrain
