@@ -580,26 +580,6 @@ TEST_F(Fp8Test, FusedSwigluForwardMatchesTheUnfusedPath) {
   EXPECT_EQ(download(out2), download(out_ref)) << "Fp8Linear, no act written, no residual";
 }
 
-TEST(Fp8FastAccumulationSwitch, ParsesOnlyZeroAndOne) {
-  EXPECT_TRUE(cuda_kernels::parse_fp8_grad_fast_accum(nullptr));
-  EXPECT_TRUE(cuda_kernels::parse_fp8_grad_fast_accum("1"));
-  EXPECT_FALSE(cuda_kernels::parse_fp8_grad_fast_accum("0"));
-  EXPECT_THROW(cuda_kernels::parse_fp8_grad_fast_accum("on"), Error);
-}
-
-TEST(Fp8FusedSwigluSwitch, ParsesOnlyZeroAndOne) {
-  EXPECT_TRUE(cuda_kernels::parse_fp8_fused_swiglu(nullptr));
-  EXPECT_TRUE(cuda_kernels::parse_fp8_fused_swiglu("1"));
-  EXPECT_FALSE(cuda_kernels::parse_fp8_fused_swiglu("0"));
-  try {
-    cuda_kernels::parse_fp8_fused_swiglu("yes");
-    ADD_FAILURE() << "'yes' accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("SHARDTRAIN_FP8_FUSED_SWIGLU='yes'"), std::string::npos)
-        << e.what();
-  }
-}
-
 TEST_F(Fp8Test, ShapesOffTheMultipleOf16RunTheBf16Path) {
   // N = 40 tokens: the FP8 GEMM needs multiples of 16, so the same result as linear_forward.
   const Tensor x = gpu_tensor(normal(40 * 64, 1.0f), DType::kBF16, Shape{40, 64});

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include "core/env_switch.h"
 #include "ops/ops_switches.h"
 
 namespace shardtrain::cuda_kernels {
@@ -14,14 +13,6 @@ std::string fp8_unsupported_reason(const DeviceLimits& limits) {
       "{} (compute capability {}.{}) has no FP8 tensor cores; FP8 needs compute capability 8.9+ "
       "(L4, L40S, H100, H200)",
       limits.name, limits.major, limits.minor);
-}
-
-bool parse_fp8_fused_swiglu(const char* value) {
-  return parse_env_switch("SHARDTRAIN_FP8_FUSED_SWIGLU", value, true);
-}
-
-bool parse_fp8_grad_fast_accum(const char* value) {
-  return parse_env_switch("SHARDTRAIN_FP8_GRAD_FAST_ACCUM", value, true);
 }
 
 bool fp8_grad_fast_accum_enabled() {

@@ -28,18 +28,14 @@ std::string fp8_unsupported_reason(const DeviceLimits& limits);
 // Whether the MLP's SwiGLU kernels write FP8 directly: backward casts SwiGLU's gradients inside
 // the SwiGLU kernel (CudaOps::swiglu_linears_backward_fp8), forward casts act for the down
 // projection inside it (CudaOps::swiglu_linear_forward_fp8). On unless
-// SHARDTRAIN_FP8_FUSED_SWIGLU=0 (a switch for measuring the fusions and for ruling them out).
-// parse_fp8_fused_swiglu: null or "1" -> true, "0" -> false, anything else throws Error naming
-// the variable and its values.
-bool parse_fp8_fused_swiglu(const char* value);
+// SHARDTRAIN_FP8_FUSED_SWIGLU=0 (ops/ops_switches.h: a switch for measuring the fusions and for
+// ruling them out).
 bool fp8_fused_swiglu_enabled();  // the environment's value, read once
 
 // Whether the gradient GEMMs (dgrad dout W, wgrad dout^T x) use cuBLASLt's fast accumulation,
 // as the forward GEMM always does: on unless SHARDTRAIN_FP8_GRAD_FAST_ACCUM=0. Fast accumulation
 // skips the periodic promotion of the tensor cores' partial sums to full fp32 (FP8_NOTES.md has
-// the measured speed and the numerics test's loss both ways). Same parsing rules as
-// parse_fp8_fused_swiglu.
-bool parse_fp8_grad_fast_accum(const char* value);
+// the measured speed and the numerics test's loss both ways).
 bool fp8_grad_fast_accum_enabled();  // the environment's value, read once
 
 }  // namespace shardtrain::cuda_kernels
