@@ -1,5 +1,7 @@
 #include "model/layers/lora.h"
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace shardtrain {
@@ -34,7 +36,15 @@ Tensor LoraAdapter::dropped_input(Ops& ops, Tensor x_NI) const {
 Tensor LoraAdapter::block_diagonal_B(Ops& ops, int64_t out_width) const {
   const int64_t S = static_cast<int64_t>(slices.size()) * rank;
   const Tensor B_OS = fit(scratch->B_OS, {out_width, S});
-  ops.fill_zero(B_OS);
+  std::vector<int64_t> layout{out_width, S};
+  for (const LoraSlice& slice : slices) {
+    layout.push_back(slice.out_col);
+    layout.push_back(slice.B_OR.dim(0));
+  }
+  if (layout != *scratch->B_zeroed_layout) {
+    ops.fill_zero(B_OS);
+    *scratch->B_zeroed_layout = std::move(layout);
+  }
   for (size_t s = 0; s < slices.size(); ++s) {
     const LoraSlice& slice = slices[s];
     ops.copy_columns(slice.B_OR, 0, B_OS.rows(slice.out_col, slice.out_col + slice.B_OR.dim(0)),

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -44,6 +45,12 @@ struct LoraScratch {
   Tensor h_NS, dh_NS;    // x @ A^T of every slice, and its gradient (S = slices x r)
   Tensor B_OS, dB_OS;    // a packed Linear's block-diagonal B, and its gradient
   Tensor xd_NI, dxd_NI;  // dropout(x) and d(dropout(x)); declared only with dropout > 0
+  // The block layout (out width, S, then each slice's first output row and height) whose zeros
+  // B_OS holds off its diagonal blocks: block_diagonal_B zeroes B_OS only when the layout changes,
+  // since its copies write the diagonal blocks alone (every packed q/k/v of a model shares one
+  // layout). Empty: B_OS not yet zeroed. Shared by copies, which view the same B_OS.
+  std::shared_ptr<std::vector<int64_t>> B_zeroed_layout =
+      std::make_shared<std::vector<int64_t>>();
 
   // rank: r; max_slices: the most slices one Linear has (3 for q/k/v); packed_width: the
   // output width of the packed Linear with adapters (0: none); max_in: the widest input (I).

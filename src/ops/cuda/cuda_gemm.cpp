@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -61,12 +63,29 @@ void set_preference(cublasLtMatmulPreference_t preference,
       cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof(value)));
 }
 
+// The workspace limit and the call's pointer alignments, for cuBLASLt's heuristic.
+cublasLtMatmulPreference_t preference_for(const GemmCall& call) {
+  cublasLtMatmulPreference_t preference = nullptr;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                 uint64_t{CublasLtGemm::kWorkspaceBytes});
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                 static_cast<uint32_t>(alignment_of(call.a)));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                 static_cast<uint32_t>(alignment_of(call.b)));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                 static_cast<uint32_t>(alignment_of(call.c)));
+  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                 static_cast<uint32_t>(alignment_of(output_of(call))));
+  return preference;
+}
+
 }  // namespace
 
-CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
+CublasLtGemm::CublasLtGemm(cudaStream_t stream, bool autotune, bool split_k)
+    : stream_(stream), autotune_(autotune), split_k_(split_k) {
   SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
   SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
-  autotune_ = gemm_autotune_switch();
 }
 
 CublasLtGemm::~CublasLtGemm() {
@@ -78,6 +97,10 @@ CublasLtGemm::~CublasLtGemm() {
   }
   cudaFree(workspace_);
   cublasLtDestroy(handle_);
+}
+
+bool CublasLtGemm::skinny(const GemmCall& call) {
+  return std::min(call.m, call.n) <= kSkinnyWidth && call.k >= 2 * kMinSplitDepth;
 }
 
 CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
@@ -128,23 +151,15 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
   SHARDTRAIN_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&plan.c, cuda_type(call.c_dtype), call.m, call.n, call.ldc));
 
-  cublasLtMatmulPreference_t preference = nullptr;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  set_preference(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kWorkspaceBytes});
-  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                 static_cast<uint32_t>(alignment_of(call.a)));
-  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                 static_cast<uint32_t>(alignment_of(call.b)));
-  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                 static_cast<uint32_t>(alignment_of(call.c)));
-  set_preference(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                 static_cast<uint32_t>(alignment_of(output_of(call))));
-  cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
-  int found_count = 0;
+  cublasLtMatmulPreference_t preference = preference_for(call);
   const bool tune = autotune_ && gemm_output_tunable(output_bytes(call));
-  SHARDTRAIN_CUBLAS_CHECK(
-      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
-                                     tune ? kTuneCandidates : 1, results, &found_count));
+  const bool weigh_split_k = tune && split_k_ && skinny(call);
+  const int requested = !tune ? 1 : weigh_split_k ? kSkinnyHeuristicCandidates : kTuneCandidates;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(requested));
+  int found_count = 0;
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
+                                                         plan.c, plan.c, preference, requested,
+                                                         results.data(), &found_count));
   cublasLtMatmulPreferenceDestroy(preference);
   SHARDTRAIN_CHECK(found_count > 0,
                    "cuBLASLt has no algorithm for m={} n={} k={} trans={}{} dtypes {}/{}/{} "
@@ -152,33 +167,155 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                    call.m, call.n, call.k, call.transpose_a, call.transpose_b,
                    dtype_name(call.a_dtype), dtype_name(call.b_dtype), dtype_name(call.c_dtype),
                    has_bias);
-  int chosen = 0;
-  if (found_count > 1) {
+  for (int i = 0; i < found_count; ++i) plan.algos.push_back(results[i].algo);
+  if (weigh_split_k) add_split_k_variants(plan, call);
+  if (plan.algos.size() > 1) {
     const GemmTuneOutput output{call.c, output_of(call), output_bytes(call), call.beta != 0};
-    chosen = fastest_gemm_candidate(stream_, found_count, output, [&](int i, void* c, void* d) {
-      launch(plan, results[i].algo, call, c, d);  // throws if refused, as the real launch would
-      return true;
-    });
-    if (chosen < 0) chosen = 0;  // not timed (no scratch): the heuristic's first
+    const int chosen = fastest_gemm_candidate(
+        stream_, static_cast<int>(plan.algos.size()), output, [&](int i, void* c, void* d) {
+          const cublasStatus_t status = launch(plan, plan.algos[i], call, c, d);
+          if (status == CUBLAS_STATUS_SUCCESS) return true;
+          // A heuristic answer that fails is an error, as the real launch would be; a variant
+          // of ours that cuBLASLt refuses at launch is only left out.
+          if (i < found_count) SHARDTRAIN_CUBLAS_CHECK(status);
+          return false;
+        });
+    plan.chosen = chosen < 0 ? 0 : static_cast<size_t>(chosen);  // not timed: the first
   }
-  plan.algo = results[chosen].algo;
-  return plans_.emplace(key, plan).first->second;
+  return plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void CublasLtGemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const GemmCall& call,
-                          void* c, void* d) {
+void CublasLtGemm::add_split_k_variants(Plan& plan, const GemmCall& call) const {
+  const size_t heuristic = plan.algos.size();
+  int bases = 0;
+  for (size_t i = 0; i < heuristic && bases < kSplitKBases; ++i) {
+    const cublasLtMatmulAlgo_t base = plan.algos[i];  // a copy: add_splits_of appends
+    if (add_splits_of(plan, call, base)) ++bases;
+  }
+  if (bases > 0) return;
+  // No heuristic answer splits k: the best configuration of each other algorithm id (the
+  // heuristic limited to that id) as a base.
+  constexpr int kMaxIds = 128;
+  int ids[kMaxIds];
+  int id_count = 0;
+  const cudaDataType_t a_type = cuda_type(call.a_dtype), b_type = cuda_type(call.b_dtype);
+  const cudaDataType_t c_type = cuda_type(call.c_dtype);
+  if (cublasLtMatmulAlgoGetIds(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, a_type, b_type, c_type,
+                               c_type, kMaxIds, ids, &id_count) != CUBLAS_STATUS_SUCCESS) {
+    return;
+  }
+  cublasLtMatmulPreference_t preference = preference_for(call);
+  set_preference(preference, CUBLASLT_MATMUL_PREF_SEARCH_MODE,
+                 static_cast<uint32_t>(CUBLASLT_SEARCH_LIMITED_BY_ALGO_ID));
+  for (int i = 0; i < id_count && bases < kSplitKBases; ++i) {
+    cublasLtMatmulHeuristicResult_t result{};
+    if (cublasLtMatmulAlgoInit(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F, a_type, b_type, c_type,
+                               c_type, ids[i], &result.algo) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                       preference, 1, &result, &found) != CUBLAS_STATUS_SUCCESS ||
+        found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    if (add_splits_of(plan, call, result.algo)) ++bases;
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+}
+
+bool CublasLtGemm::add_splits_of(Plan& plan, const GemmCall& call,
+                                 const cublasLtMatmulAlgo_t& base) const {
+  int32_t supported = 0;
+  uint32_t schemes = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
+                                        sizeof(supported), &written) != CUBLAS_STATUS_SUCCESS ||
+      supported == 0 ||
+      cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                        sizeof(schemes), &written) != CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  // Partial sums in fp32 and reduced in a separate pass: deterministic, and no rounding of the
+  // partials to a bf16 output (INPLACE would add them in the output type).
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  if ((schemes & scheme) == 0) {
+    if (call.c_dtype != DType::kF32 || (schemes & CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE) == 0) {
+      return false;
+    }
+    scheme = CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  }
+  for (const int32_t splits : kSplitKCounts) {
+    if (call.k < splits * kMinSplitDepth) break;
+    cublasLtMatmulAlgo_t variant = base;
+    if (cublasLtMatmulAlgoConfigSetAttribute(&variant, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                             sizeof(splits)) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigSetAttribute(&variant, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                             &scheme, sizeof(scheme)) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, &variant,
+                                &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > kWorkspaceBytes) {
+      continue;
+    }
+    const bool known = std::any_of(plan.algos.begin(), plan.algos.end(), [&](const auto& algo) {
+      return std::memcmp(&algo, &variant, sizeof(variant)) == 0;
+    });
+    if (!known) plan.algos.push_back(variant);
+  }
+  return true;
+}
+
+cublasStatus_t CublasLtGemm::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                                    const GemmCall& call, void* c, void* d) {
   if (call.bias != nullptr) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, call.bias);
-  const float alpha = 1.0f;
+  const float alpha = call.alpha;
   const float beta = call.beta;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b,
-                                         &beta, c, plan.c, d, plan.c, &algo, workspace_,
-                                         kWorkspaceBytes, stream_));
+  return cublasLtMatmul(handle_, plan.desc, &alpha, call.a, plan.a, call.b, plan.b, &beta, c,
+                        plan.c, d, plan.c, &algo, workspace_, kWorkspaceBytes, stream_);
 }
 
 void CublasLtGemm::run(const GemmCall& call) {
   if (call.m == 0 || call.n == 0) return;
+  SHARDTRAIN_CHECK(call.alpha == 1.0f || call.bias == nullptr,
+                   "GEMM alpha {} with a bias (cuBLASLt would add the bias unscaled)", call.alpha);
   const Plan& plan = plan_for(call);
-  launch(plan, plan.algo, call, call.c, output_of(call));
+  SHARDTRAIN_CUBLAS_CHECK(launch(plan, plan.algos[plan.chosen], call, call.c, output_of(call)));
+}
+
+CublasLtGemm::Choice CublasLtGemm::choice(const GemmCall& call) {
+  const Plan& plan = plan_for(call);
+  Choice choice;
+  choice.candidates = plan.algos.size();
+  choice.chosen = plan.chosen;
+  const cublasLtMatmulAlgo_t& algo = plan.algos[plan.chosen];
+  size_t written = 0;
+  int32_t id = -1, splits = 1;
+  uint32_t tile = 0, reduction = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
+                                       &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                       sizeof(splits), &written);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction,
+                                       sizeof(reduction), &written);
+  choice.algo_id = id;
+  choice.tile_id = static_cast<int>(tile);
+  choice.split_k = splits;
+  choice.reduction = reduction;
+  return choice;
+}
+
+bool CublasLtGemm::run_candidate(const GemmCall& call, size_t index) {
+  const Plan& plan = plan_for(call);
+  SHARDTRAIN_CHECK(index < plan.algos.size(), "GEMM candidate {} of {}", index,
+                   plan.algos.size());
+  const cublasStatus_t status = launch(plan, plan.algos[index], call, call.c, output_of(call));
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  SHARDTRAIN_CUBLAS_CHECK(status);
+  return true;
 }
 
 // ---- CudaOps linear ----
@@ -250,7 +387,18 @@ GemmCall forward_call(const Tensor& x_NI, const Tensor& weight_OI, const Tensor&
 }  // namespace
 
 void CudaOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tensor out_NO) {
+  scaled_linear_forward(x_NI, weight_OI, 1.0f, bias_O, Tensor(), out_NO);
+}
+
+void CudaOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
+                                      Tensor out_NO) {
+  scaled_linear_forward(x_NI, weight_OI, 1.0f, Tensor(), residual_NO, out_NO);
+}
+
+void CudaOps::scaled_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, Tensor bias_O,
+                                    Tensor residual_NO, Tensor out_NO) {
   GemmCall call = forward_call(x_NI, weight_OI, out_NO);
+  call.alpha = alpha;
   if (bias_O.defined()) {
     SHARDTRAIN_CHECK(bias_O.numel() == call.m, "linear bias {} for {} outputs",
                      bias_O.shape().to_string(), call.m);
@@ -258,26 +406,29 @@ void CudaOps::linear_forward(Tensor x_NI, Tensor weight_OI, Tensor bias_O, Tenso
     call.bias = bias_O.data();
     call.bias_dtype = bias_O.dtype();
   }
-  gemm_->run(call);
-}
-
-void CudaOps::linear_forward_residual(Tensor x_NI, Tensor weight_OI, Tensor residual_NO,
-                                      Tensor out_NO) {
-  GemmCall call = forward_call(x_NI, weight_OI, out_NO);
-  SHARDTRAIN_CHECK(residual_NO.numel() == out_NO.numel() && residual_NO.dtype() == out_NO.dtype(),
-                   "linear residual {} {} for out {} {}", residual_NO.shape().to_string(),
-                   dtype_name(residual_NO.dtype()), out_NO.shape().to_string(),
-                   dtype_name(out_NO.dtype()));
-  require_gemm_input(residual_NO, "linear residual");
-  call.c = residual_NO.data();
-  call.d = out_NO.data();  // the epilogue adds C = residual, so out may alias it
-  call.beta = 1.0f;
+  if (residual_NO.defined()) {
+    SHARDTRAIN_CHECK(
+        residual_NO.numel() == out_NO.numel() && residual_NO.dtype() == out_NO.dtype(),
+        "linear residual {} {} for out {} {}", residual_NO.shape().to_string(),
+        dtype_name(residual_NO.dtype()), out_NO.shape().to_string(), dtype_name(out_NO.dtype()));
+    require_gemm_input(residual_NO, "linear residual");
+    call.c = residual_NO.data();
+    call.d = out_NO.data();  // the epilogue adds C = residual, so out may alias it
+    call.beta = 1.0f;
+  }
   gemm_->run(call);
 }
 
 void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                               Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                               bool accumulate_dweight) {
+  scaled_linear_backward(dout_NO, x_NI, weight_OI, 1.0f, dx_NI, dweight_OI, dbias_O,
+                         accumulate_dx, accumulate_dweight);
+}
+
+void CudaOps::scaled_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float dx_alpha,
+                                     Tensor dx_NI, Tensor dweight_OI, Tensor dbias_O,
+                                     bool accumulate_dx, bool accumulate_dweight) {
   const int64_t in_features = row_width(x_NI);
   const int64_t rows = in_features == 0 ? 0 : x_NI.numel() / in_features;
   const int64_t out_features = weight_OI.dim(0);
@@ -308,9 +459,12 @@ void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Ten
     SHARDTRAIN_CHECK(dx_NI.numel() == x_NI.numel(), "linear dx {} for x {}",
                      dx_NI.shape().to_string(), x_NI.shape().to_string());
     require_gemm_input(dx_NI, "linear dx");
-    gemm_->run(gemm_of(false, false, in_features, rows, out_features,
-                       {weight_OI, in_features, dout_NO, out_features, dx_NI, in_features},
-                       accumulate_dx ? 1.0f : 0.0f));
+    GemmCall dx_call =
+        gemm_of(false, false, in_features, rows, out_features,
+                {weight_OI, in_features, dout_NO, out_features, dx_NI, in_features},
+                accumulate_dx ? 1.0f : 0.0f);
+    dx_call.alpha = dx_alpha;
+    gemm_->run(dx_call);
   }
   if (frozen) return;
   // beta 0: the fp32 gradient is not read

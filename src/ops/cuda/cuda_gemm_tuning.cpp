@@ -1,6 +1,9 @@
 // fastest_gemm_candidate (cuda_gemm_tuning.h): event timing of cuBLASLt's candidates.
 #include "ops/cuda/cuda_gemm_tuning.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "ops/cuda/cuda_check.h"
 
 namespace shardtrain {

@@ -1,17 +1,18 @@
-// CudaOps::lora_linear_forward / lora_linear_backward: LoRA's products with a rank-wide side
-// (<= cuda_lora::kMaxThin) on bf16 tensors run as the memory-bound kernels of cuda_lora_gemm.cu,
-// the scale folded into them; anything else (f32, a wider rank, no rows) goes through
-// linear_* and a scaling pass, as Ops' defaults do.
+// CudaOps::lora_linear_forward / lora_linear_backward: LoRA's products through cuBLASLt with the
+// scale as the GEMM's alpha (CudaOps::scaled_linear_*: no scaling pass over h or d(h)); the
+// skinny ones (a rank-wide output side over a deep inner dimension) weigh split-K when their
+// algorithm is chosen (cuda_gemm.h).
+// Opt-in (SHARDTRAIN_LORA_KERNELS=1): products with a rank-wide side (<= cuda_lora::kMaxThin) on
+// bf16 tensors run as the memory-bound kernels of cuda_lora_gemm.cu instead, the scale folded
+// into them. They are slower than cuBLASLt at Llama-3.2-1B's shapes (one H200, seq 4096, r 16,
+// op profile per step: LoRA's products 20.5 ms against 11.9 ms; each shape 1.0-2.4x slower, at
+// 0.7-1.2 TB/s), hence opt-in.
 //
 // Which kernel, for weight (O, I) and N rows:
 //   forward  O <= max: thin_out (x @ A^T);  I <= max: thin_in (h @ B^T, + bias or residual)
 //   dx       I <= max: thin_out (d(out) @ B);  O <= max: thin_in (d(h) @ A, + dx)
 //   dweight  O <= max: thin_grad into (O, I) (d(A) = d(h)^T @ x);
 //            I <= max: thin_grad into its transpose (d(B) = d(out)^T @ hs)
-// The kernels are opt-in (SHARDTRAIN_LORA_KERNELS=1): as written they are slower than
-// cuBLASLt at Llama-3.2-1B's shapes (one H200, seq 4096, r 16, op profile per step: LoRA's
-// products 20.5 ms against 11.9 ms; each shape 1.0-2.4x slower, at 0.7-1.2 TB/s), so by default
-// everything goes through linear_* and a scaling pass, as Ops' defaults do.
 #include <algorithm>
 #include <cstdlib>
 #include <initializer_list>
@@ -77,7 +78,11 @@ void CudaOps::lora_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, Te
                        stream_);
     return;
   }
-  Ops::lora_linear_forward(x_NI, weight_OI, alpha, bias_O, residual_NO, out_NO);
+  SHARDTRAIN_CHECK(!(bias_O.defined() && residual_NO.defined()),
+                   "lora_linear_forward: a bias or a residual, not both");
+  SHARDTRAIN_CHECK(alpha == 1.0f || (!bias_O.defined() && !residual_NO.defined()),
+                   "lora_linear_forward: alpha {} with a bias or a residual", alpha);
+  scaled_linear_forward(x_NI, weight_OI, alpha, bias_O, residual_NO, out_NO);
 }
 
 void CudaOps::lora_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float alpha,
@@ -121,9 +126,12 @@ void CudaOps::lora_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI
     }
   }
   if (dx_done && dweight_done) return;
-  Ops::lora_linear_backward(dout_NO, x_NI, weight_OI, alpha, dx_done ? Tensor() : dx_NI,
-                            dweight_done ? Tensor() : dweight_OI, accumulate_dx,
-                            accumulate_dweight);
+  SHARDTRAIN_CHECK(alpha == 1.0f || dx_done || !accumulate_dx,
+                   "lora_linear_backward: alpha {} with an accumulated dx", alpha);
+  // An undefined dweight skips the weight gradient (linear_backward's frozen weight).
+  scaled_linear_backward(dout_NO, x_NI, weight_OI, alpha, dx_done ? Tensor() : dx_NI,
+                         dweight_done ? Tensor() : dweight_OI, Tensor(), accumulate_dx,
+                         accumulate_dweight);
 }
 
 }  // namespace shardtrain

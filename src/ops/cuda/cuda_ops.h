@@ -185,6 +185,14 @@ class CudaOps final : public Ops {
   // The grouped GEMMs' cuBLAS handle, made at the first grouped linear (shared_ptr: its
   // deleter is bound there, so this header needs no complete type).
   std::shared_ptr<CudaGroupedGemm> grouped_gemm_;
+  // linear_forward(_residual) and linear_backward with the product scaled by alpha (in
+  // backward, d(x)'s only): cuBLASLt's alpha, no scaling pass (cuda_gemm.cpp). LoRA's products
+  // take them (cuda_lora_linear.cpp). REQUIRES: no bias with a residual; alpha 1 with a bias.
+  void scaled_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, Tensor bias_O,
+                             Tensor residual_NO, Tensor out_NO);
+  void scaled_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float dx_alpha,
+                              Tensor dx_NI, Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
+                              bool accumulate_dweight);
   // fp32 scratch of at least `count` floats, valid until the next call (ops run in stream
   // order, so one op's scratch is never live when the next op is enqueued). Growing it
   // synchronises the stream once.
