@@ -58,9 +58,15 @@ struct AdamWSegment {
 // (this call's own amax, one extra pass over each operand). same_input_as_previous: x is the
 // previous FP8 call's x, unchanged (the MLP's up after gate, in forward and in backward), so
 // the backend may reuse its FP8 copies (it checks the pointer and shape too).
+// input_kept_in_fp8 (the MLP's down projection, when its input, the SwiGLU product, is saved
+// for backward and read by nothing but this linear's backward): swiglu_linear_forward_fp8 may
+// leave act_NF holding the backend's FP8 copy of the product for the weight gradient instead
+// of its bf16 values, and this site's next linear_backward_fp8 with that same x_NI then reads
+// the copy. A backend that keeps nothing (the default) writes and reads bf16 as without it.
 struct Fp8Site {
   int64_t id = -1;
   bool same_input_as_previous = false;
+  bool input_kept_in_fp8 = false;
 };
 
 // The per-head q/k norms of one attention layer (Ops::split_qkv_norm_rope): weights (D) for q
@@ -336,6 +342,9 @@ class Ops {
                                   Tensor out_NO, Fp8Site site);
   // linear_backward's contract with both GEMMs in FP8 (dout quantised to e5m2, weight and x to
   // e4m3, per-tensor scales as `site` says); the bias gradient is dout's column sum as in bf16.
+  // With site.input_kept_in_fp8, x_NI may hold what swiglu_linear_forward_fp8 left in its act_NF
+  // for this site (Fp8Site): the backend then reads that copy, once (the next forward writes a
+  // new one).
   virtual void linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                                    Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                                    bool accumulate_dweight, Fp8Site site);
@@ -355,7 +364,8 @@ class Ops {
   // up_NF) into act_NF, then linear_forward_fp8(act_NF, weight_CF, no bias, residual_NC, out_NC,
   // site). This default runs exactly that; CUDA casts act to FP8 inside the SwiGLU kernel (the
   // site's delayed scale) once the site has a history, instead of in a second pass over act_NF
-  // (which it still writes: backward reads it).
+  // (which it still writes, unless site.input_kept_in_fp8: then act_NF's bytes hold the
+  // product's FP8 transposed copy and its scale, which down's linear_backward_fp8 reads).
   virtual void swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF,
                                          Tensor weight_CF, Tensor residual_NC, Tensor out_NC,
                                          Fp8Site site);

@@ -47,17 +47,25 @@ bool plain_fp8(const Linear& linear) {
 
 }  // namespace
 
+bool Mlp::keeps_down_input_in_fp8(const MlpWeights& w, const MlpSaved& saved) const {
+  return activation != HiddenActivation::kGeluTanh && plain_fp8(w.down) && saved.act_NF.defined();
+}
+
 void Mlp::forward(Ops& ops, const MlpWeights& w, Tensor x_NC, Tensor residual_NC,
                   const MlpSaved& saved, const MlpScratch& scratch, Tensor out_NC) const {
   w.gate.forward(ops, x_NC, saved.gate_NF);
   w.up.forward(ops, x_NC, saved.up_NF);
   const Tensor act_NF = product(saved, scratch);
   // SwiGLU into an FP8 down projection: one op, so the backend can cast act to FP8 in the
-  // SwiGLU kernel (Ops::swiglu_linear_forward_fp8); act_NF is still written.
+  // SwiGLU kernel (Ops::swiglu_linear_forward_fp8). With the product saved, nothing but down's
+  // backward reads it, so the backend may keep it there as its FP8 copy for down's weight
+  // gradient instead (Fp8Site::input_kept_in_fp8).
   const Linear& down = w.down;
   if (activation != HiddenActivation::kGeluTanh && plain_fp8(down)) {
+    Fp8Site site = down.fp8_site;
+    site.input_kept_in_fp8 = keeps_down_input_in_fp8(w, saved);
     ops.swiglu_linear_forward_fp8(saved.gate_NF, saved.up_NF, act_NF, down.weight_OI, residual_NC,
-                                  out_NC, down.fp8_site);
+                                  out_NC, site);
     return;
   }
   activate(ops, saved, act_NF);
@@ -77,7 +85,9 @@ void Mlp::backward(Ops& ops, const MlpWeights& w, const MlpWeights& grad, bool a
   if (!saved.act_NF.defined() && (!w.down.frozen || w.down.lora.defined())) {
     activate(ops, saved, act_NF);
   }
-  w.down.backward(ops, grad.down, accumulate, dout_NC, act_NF, scratch.dact_NF, false);
+  Linear down = w.down;  // forward's site, so the backend reads what it kept
+  down.fp8_site.input_kept_in_fp8 = keeps_down_input_in_fp8(w, saved);
+  down.backward(ops, grad.down, accumulate, dout_NC, act_NF, scratch.dact_NF, false);
   // SwiGLU with gate and up both plain FP8 linears: one op, so the backend can write SwiGLU's
   // gradients in FP8 directly (Ops::swiglu_linears_backward_fp8).
   if (activation != HiddenActivation::kGeluTanh && plain_fp8(w.gate) && plain_fp8(w.up) &&

@@ -22,7 +22,9 @@ namespace shardtrain {
 // N x intermediate tensor per layer (3 GiB of Llama-2-7B's activations at seq 4096).
 struct MlpSaved {
   Tensor gate_NF, up_NF;
-  Tensor act_NF;  // undefined: recomputed into MlpScratch::act_NF
+  // Undefined: recomputed into MlpScratch::act_NF. Into an FP8 down projection its bytes may
+  // hold the backend's FP8 copy of the product instead (Mlp::keeps_down_input_in_fp8).
+  Tensor act_NF;
 
   static MlpSaved declare(ActivationPlan& plan, ActivationUse use, const LayerDims& d,
                           bool save_product);
@@ -50,6 +52,11 @@ struct Mlp {
 
  private:
   void activate(Ops& ops, const MlpSaved& saved, Tensor act_NF) const;  // act(gate) * up
+  // Whether forward lets the backend keep the saved product as down's FP8 input
+  // (Fp8Site::input_kept_in_fp8): SwiGLU into a plain FP8 down, the product saved (not
+  // recomputed into the shared scratch, which backward would then overwrite with bf16). Forward
+  // and backward both ask, so down's backward passes the site its forward did.
+  bool keeps_down_input_in_fp8(const MlpWeights& w, const MlpSaved& saved) const;
   // Where act(gate) * up lives: saved, or the shared scratch.
   static Tensor product(const MlpSaved& saved, const MlpScratch& scratch) {
     return saved.act_NF.defined() ? saved.act_NF : scratch.act_NF;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "ops/cuda/cuda_gemm_fp8.h"
 #include "ops/cuda/cuda_linear_fp8.h"
 #include "ops/cuda/testing/cuda_fp8_fixture.h"
+#include "ops/fp8_workspace.h"
 
 namespace shardtrain {
 namespace {
@@ -578,6 +580,108 @@ TEST_F(Fp8Test, FusedSwigluForwardMatchesTheUnfusedPath) {
   EXPECT_TRUE(linear.swiglu_forward(shape, gate.data(), up.data(), nullptr, w.data(), nullptr,
                                     out2.data(), fresh));
   EXPECT_EQ(download(out2), download(out_ref)) << "Fp8Linear, no act written, no residual";
+}
+
+// The down projection's kept input (Fp8Site::input_kept_in_fp8): the fused forward leaves act
+// holding the product's FP8 transposed copy and its dequantisation factor instead of the bf16
+// product, and the site's next backward with that act reads the copy for the weight gradient.
+// A first call starts the history itself (its own amax); the second, with the product 4 times
+// larger (up doubled twice: exact), scales by the first's amax (delayed: it saturates), and the
+// weight gradient must be that saturated copy's, not a fresh cast's. Forward against the
+// unfused path with a twin site bit for bit, the kept bytes and factor against the host's
+// quantisation bit for bit, dx and dW against fp64 references.
+TEST_F(Fp8Test, KeptSwigluInputFeedsTheDownProjectionsWeightGradient) {
+  const int64_t rows = 256, hidden = 128, inter = 320;
+  const Shape NF{rows, inter}, NC{rows, hidden};
+  const std::vector<float> up_v = normal(rows * inter, 1.0f);
+  std::vector<float> up4_v = up_v;
+  for (float& v : up4_v) v *= 4.0f;
+  const std::vector<float> w_v = normal(hidden * inter, 0.05f);
+  const std::vector<float> dout_v = normal(rows * hidden, 1e-3f, 1.0f);
+  const Tensor gate = gpu_tensor(normal(rows * inter, 2.0f), DType::kBF16, NF);
+  const Tensor up = gpu_tensor(up_v, DType::kBF16, NF);
+  const Tensor up4 = gpu_tensor(up4_v, DType::kBF16, NF);
+  const Tensor w = gpu_tensor(w_v, DType::kBF16, Shape{hidden, inter});
+  const Tensor residual = gpu_tensor(normal(rows * hidden, 1.0f), DType::kBF16, NC);
+  const Tensor dout = gpu_tensor(dout_v, DType::kBF16, NC);
+  auto output = [&](Shape shape, DType dtype = DType::kBF16) {
+    const Tensor t = gpu_tensor(std::vector<float>(shape.numel()), dtype, shape);
+    poison(t);
+    return t;
+  };
+  // The products as the kernels compute them (bf16-rounded), for the references.
+  const Tensor act1_g = output(NF), act4_g = output(NF);
+  gpu_->swiglu_forward(gate, up, act1_g);
+  gpu_->swiglu_forward(gate, up4, act4_g);
+  const std::vector<float> act1 = download(act1_g), act4 = download(act4_g);
+  for (size_t i = 0; i < act1.size(); ++i) ASSERT_EQ(act4[i], 4.0f * act1[i]) << i;
+  const float amax1 = amax_of(act1);
+
+  const Fp8Site kept{60, false, true}, twin{61, false, false};
+  const Tensor act = output(NF);
+  ASSERT_GE(act.bytes(), fp8_kept_input_bytes(rows, inter));
+  auto expect_kept = [&](const std::vector<float>& values, float amax, const char* what) {
+    const std::vector<uint8_t> bytes =
+        download_bytes(act.data(), fp8_kept_input_bytes(rows, inter));
+    const float scale = scale_for(amax, Fp8Format::kE4M3);
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < inter; ++c)
+        wrong += bytes[c * rows + r] != quantize(values[r * inter + c], scale, Fp8Format::kE4M3);
+    EXPECT_EQ(wrong, 0) << what << ": bytes of act^T";
+    float inv_scale;
+    std::memcpy(&inv_scale, bytes.data() + fp8_copy_bytes(rows * inter), sizeof inv_scale);
+    EXPECT_EQ(inv_scale, 1.0f / scale) << what << ": its factor";
+  };
+  // First forward: no history; the kept site starts it from its own product's amax, as the
+  // twin's unfused first call does (current scaling).
+  const Tensor out = output(NC), out_twin = output(NC);
+  gpu_->swiglu_linear_forward_fp8(gate, up, act, w, residual, out, kept);
+  gpu_->linear_forward_fp8(act1_g, w, Tensor(), residual, out_twin, twin);
+  EXPECT_EQ(download(out), download(out_twin)) << "first forward";
+  expect_kept(act1, amax1, "first forward");
+  // Its backward consumes the copy (dW from act1 at amax1).
+  const std::vector<double> dq = dequantized(dout_v, cuda_kernels::kDefaultFp8GradFormat);
+  const std::vector<double> wq = dequantized(w_v, Fp8Format::kE4M3);
+  auto wgrad_reference = [&](const std::vector<float>& x, float amax) {
+    return matmul_nt(transposed(dq, rows, hidden),
+                     transposed(dequantized(x, Fp8Format::kE4M3, amax), rows, inter), hidden, inter,
+                     rows);
+  };
+  {
+    const Tensor dw = output(Shape{hidden, inter}, DType::kF32);
+    gpu_->linear_backward_fp8(dout, act, w, Tensor(), dw, Tensor(), false, false, kept);
+    EXPECT_LE(relative_error(download(dw), wgrad_reference(act1, amax1)), 5e-3) << "first dW";
+  }
+  // Second forward, 4 x the product: scaled by amax1 (saturating), bit for bit the twin's
+  // second (delayed) call.
+  gpu_->swiglu_linear_forward_fp8(gate, up4, act, w, residual, out, kept);
+  gpu_->linear_forward_fp8(act4_g, w, Tensor(), residual, out_twin, twin);
+  EXPECT_EQ(download(out), download(out_twin)) << "second forward";
+  expect_kept(act4, amax1, "second forward");
+  // Backward: dx from dout and W; dW from the kept (saturated) copy. A fresh cast of x^T would
+  // scale by the history's max, 4 amax1, and not saturate.
+  const Tensor dx = output(NF);
+  const Tensor dw = output(Shape{hidden, inter}, DType::kF32);
+  gpu_->linear_backward_fp8(dout, act, w, dx, dw, Tensor(), false, false, kept);
+  const std::vector<float> dw_kept = download(dw);
+  EXPECT_LE(relative_error(download(dx),
+                           matmul_nt(dq, transposed(wq, hidden, inter), rows, inter, hidden)),
+            5e-3)
+      << "dx";
+  EXPECT_LE(relative_error(dw_kept, wgrad_reference(act4, amax1)), 5e-3) << "dW, kept copy";
+  EXPECT_GT(relative_error(dw_kept, wgrad_reference(act4, 4 * amax1)), 5e-2)
+      << "dW as from a fresh cast";
+  // A site with a kept input given another (bf16) x casts that x: only the buffer the forward
+  // wrote is read as FP8.
+  gpu_->swiglu_linear_forward_fp8(gate, up4, act, w, residual, out, kept);
+  gpu_->linear_backward_fp8(dout, act4_g, w, Tensor(), dw, Tensor(), false, false, kept);
+  EXPECT_LE(relative_error(download(dw), wgrad_reference(act4, 4 * amax1)), 5e-3)
+      << "dW of another x";
+  // Without the flag the product stays bf16 (the fused forward's usual contract).
+  const Tensor act_plain = output(NF);
+  gpu_->swiglu_linear_forward_fp8(gate, up4, act_plain, w, residual, out, twin);
+  EXPECT_EQ(download(act_plain), act4) << "bf16 product without the flag";
 }
 
 TEST_F(Fp8Test, ShapesOffTheMultipleOf16RunTheBf16Path) {

@@ -53,6 +53,22 @@ size_t fp8_linear_workspace_bytes(const Fp8LinearShape& shape) {
   return fp8_linear_copies_bytes(shape.rows, shape.in_features, shape.out_features);
 }
 
+size_t fp8_kept_input_bytes(int64_t rows, int64_t cols) {
+  return fp8_copy_bytes(rows * cols) + kFp8CopyAlignment;
+}
+
+float* Fp8Linear::kept_scale(void* buffer, int64_t rows, int64_t cols) {
+  return reinterpret_cast<float*>(static_cast<uint8_t*>(buffer) + fp8_copy_bytes(rows * cols));
+}
+
+bool Fp8Linear::holds_kept_input(const Fp8Site& site, const void* x, int64_t rows,
+                                 int64_t cols) const {
+  if (!site.input_kept_in_fp8) return false;
+  const auto found = kept_.find(site.id);
+  return found != kept_.end() && found->second.buffer == x && found->second.rows == rows &&
+         found->second.cols == cols;
+}
+
 Fp8Linear::Fp8Linear(cudaStream_t stream)
     : stream_(stream),
       gemm_(stream),
@@ -128,16 +144,18 @@ void Fp8Linear::forward(const Fp8LinearShape& s, const void* x, const void* weig
                         const void* bias, const void* residual, void* out, const Fp8Site& site) {
   uint8_t* x_q = workspace(forward_bytes(s));
   SiteState* state = site_state(site);
+  kept_.erase(site.id);  // whatever the site kept is not this forward's input
   // x's copy and scale (slot A) stay from the previous call when it quantised this same x.
   if (!reusable_input(site, false, x, s.rows, s.in_features, x_q)) {
     quantize(kAmaxA, x, s.rows, s.in_features, Fp8Format::kE4M3, x_q, nullptr, state, kX);
   }
   last_input_ = LastInput{false, x, s.rows, s.in_features, x_q};
-  forward_gemm(s, x_q, weight, bias, residual, out, state);
+  forward_gemm(s, x_q, scalar(kScaleA), weight, bias, residual, out, state);
 }
 
-void Fp8Linear::forward_gemm(const Fp8LinearShape& s, uint8_t* x_q, const void* weight,
-                             const void* bias, const void* residual, void* out, SiteState* state) {
+void Fp8Linear::forward_gemm(const Fp8LinearShape& s, uint8_t* x_q, const float* x_scale,
+                             const void* weight, const void* bias, const void* residual, void* out,
+                             SiteState* state) {
   uint8_t* w_q = x_q + aligned(s.rows * s.in_features);
   quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, w_q, nullptr, state,
            kW);
@@ -148,7 +166,7 @@ void Fp8Linear::forward_gemm(const Fp8LinearShape& s, uint8_t* x_q, const void* 
   call.a = w_q;
   call.a_scale = scalar(kScaleB);
   call.b = x_q;
-  call.b_scale = scalar(kScaleA);
+  call.b_scale = x_scale;
   call.c_dtype = DType::kBF16;
   call.ldc = s.out_features;
   call.bias = bias;
@@ -167,14 +185,30 @@ bool Fp8Linear::swiglu_forward(const Fp8LinearShape& s, const void* gate, const 
                                const void* weight, const void* residual, void* out,
                                const Fp8Site& site) {
   SiteState* state = site_state(site);
-  if (state == nullptr || state->casts[kX] == 0) return false;
+  if (state == nullptr) return false;
+  const bool keep = site.input_kept_in_fp8 && act != nullptr;
+  float* x_state = state->device + kX * cuda_kernels::kFp8StateFloats;
+  if (state->casts[kX] == 0) {
+    if (!keep) return false;
+    // No history yet: this call scales by its own amax, as a first unfused cast would. The bf16
+    // product goes through act (then overwritten by the kept copy: the fused kernel reads only
+    // gate and up).
+    cuda_kernels::swiglu_forward(DType::kBF16, gate, up, act, s.rows * s.in_features, stream_);
+    cuda_kernels::fp8_amax(DType::kBF16, act, s.rows * s.in_features,
+                           x_state + cuda_kernels::kFp8ScaleAmaxIndex, stream_);
+  }
+  kept_.erase(site.id);
   uint8_t* x_q = workspace(forward_bytes(s));
   const int pos = static_cast<int>(state->casts[kX]++ % cuda_kernels::kFp8AmaxHistory);
-  cuda_kernels::swiglu_forward_fp8(gate, up, s.rows, s.in_features,
-                                   state->device + kX * cuda_kernels::kFp8StateFloats, pos, act,
-                                   x_q, nullptr, scalar(kScaleA), stream_);
+  // Kept: the transposed copy and its factor go to act (the GEMM reads the factor there too),
+  // and no bf16 product is written.
+  uint8_t* x_t = keep ? static_cast<uint8_t*>(act) : nullptr;
+  float* x_scale = keep ? kept_scale(act, s.rows, s.in_features) : scalar(kScaleA);
+  cuda_kernels::swiglu_forward_fp8(gate, up, s.rows, s.in_features, x_state, pos,
+                                   keep ? nullptr : act, x_q, x_t, x_scale, stream_);
   last_input_ = LastInput{};  // no bf16 x was cast: nothing a later call may match
-  forward_gemm(s, x_q, weight, nullptr, residual, out, state);
+  forward_gemm(s, x_q, x_scale, weight, nullptr, residual, out, state);
+  if (keep) kept_[site.id] = KeptInput{act, s.rows, s.in_features};
   return true;
 }
 
@@ -183,6 +217,7 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
                          DType dweight_dtype, bool accumulate_dweight, const Fp8Site& site) {
   if (dx == nullptr && dweight == nullptr) {
     last_input_ = LastInput{};
+    kept_.erase(site.id);
     return;
   }
   uint8_t* dout_q = workspace(backward_bytes(s));
@@ -190,38 +225,48 @@ void Fp8Linear::backward(const Fp8LinearShape& s, const void* dout, const void* 
   uint8_t* w_t = dout_t + aligned(s.rows * s.out_features);
   uint8_t* x_t = w_t + aligned(s.out_features * s.in_features);
   SiteState* state = site_state(site);
+  // x is this site's kept FP8 input (x^T and its factor, from forward), read once.
+  const bool kept = holds_kept_input(site, x, s.rows, s.in_features);
+  kept_.erase(site.id);
   quantize(kAmaxA, dout, s.rows, s.out_features, grad_format_, dx != nullptr ? dout_q : nullptr,
            dweight != nullptr ? dout_t : nullptr, state, kDout);
-  const bool reuse_x = reusable_input(site, true, x, s.rows, s.in_features, x_t);
-  last_input_ = LastInput{true, x, s.rows, s.in_features, dweight != nullptr ? x_t : nullptr};
+  const bool reuse_x = !kept && reusable_input(site, true, x, s.rows, s.in_features, x_t);
+  last_input_ = kept
+                    ? LastInput{}
+                    : LastInput{true, x, s.rows, s.in_features, dweight != nullptr ? x_t : nullptr};
   if (dx != nullptr) {
     quantize(kAmaxB, weight, s.out_features, s.in_features, Fp8Format::kE4M3, nullptr, w_t, state,
              kW);
-    gradient_gemm(s.in_features, s.rows, s.out_features, w_t, kScaleB, dout_q, kScaleA, dx,
-                  DType::kBF16, accumulate_dx);
+    gradient_gemm(s.in_features, s.rows, s.out_features, w_t, scalar(kScaleB), dout_q,
+                  scalar(kScaleA), dx, DType::kBF16, accumulate_dx);
   }
   if (dweight != nullptr) {
-    // x^T and its scale (slot C) stay from the previous call when it quantised this same x.
-    if (!reuse_x) {
+    const uint8_t* x_t_read = x_t;
+    const float* x_scale = scalar(kScaleC);
+    if (kept) {
+      x_t_read = static_cast<const uint8_t*>(x);
+      x_scale = kept_scale(const_cast<void*>(x), s.rows, s.in_features);
+    } else if (!reuse_x) {
+      // x^T and its scale (slot C) stay from the previous call when it quantised this same x.
       quantize(kAmaxC, x, s.rows, s.in_features, Fp8Format::kE4M3, nullptr, x_t, state, kX);
     }
-    gradient_gemm(s.in_features, s.out_features, s.rows, x_t, kScaleC, dout_t, kScaleA, dweight,
-                  dweight_dtype, accumulate_dweight);
+    gradient_gemm(s.in_features, s.out_features, s.rows, x_t_read, x_scale, dout_t, scalar(kScaleA),
+                  dweight, dweight_dtype, accumulate_dweight);
   }
 }
 
-void Fp8Linear::gradient_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, int a_scale,
-                              const uint8_t* b, int b_scale, void* out, DType out_dtype,
-                              bool accumulate) {
+void Fp8Linear::gradient_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a,
+                              const float* a_scale, const uint8_t* b, const float* b_scale,
+                              void* out, DType out_dtype, bool accumulate) {
   Fp8GemmCall call;
   call.m = m;
   call.n = n;
   call.k = k;
   call.a = a;
-  call.a_scale = scalar(a_scale);
+  call.a_scale = a_scale;
   call.b = b;
   call.b_format = grad_format_;
-  call.b_scale = scalar(b_scale);
+  call.b_scale = b_scale;
   call.c = out;
   call.c_dtype = out_dtype;
   call.ldc = m;
@@ -269,10 +314,10 @@ bool Fp8Linear::swiglu_backward(const Fp8LinearShape& s, const void* dact, const
   for (int i = 0; i < 2; ++i) {
     quantize(kAmaxB, linears[i].weight, F, C, Fp8Format::kE4M3, nullptr, w_t, linears[i].state, kW);
     // Gate writes dx, up adds to it.
-    gradient_gemm(C, N, F, w_t, kScaleB, linears[i].dout_q, linears[i].scale, dx, DType::kBF16,
-                  i > 0);
-    gradient_gemm(C, F, N, x_t, kScaleC, linears[i].dout_t, linears[i].scale, linears[i].dweight,
-                  dweight_dtype, accumulate_dweight);
+    gradient_gemm(C, N, F, w_t, scalar(kScaleB), linears[i].dout_q, scalar(linears[i].scale), dx,
+                  DType::kBF16, i > 0);
+    gradient_gemm(C, F, N, x_t, scalar(kScaleC), linears[i].dout_t, scalar(linears[i].scale),
+                  linears[i].dweight, dweight_dtype, accumulate_dweight);
   }
   return true;
 }
@@ -347,7 +392,10 @@ void CudaOps::linear_forward_fp8(Tensor x_NI, Tensor weight_OI, Tensor bias_O, T
                         all_bf16({&x_NI, &weight_OI, &bias_O, &residual_NO, &out_NO}) &&
                         aligned16({&x_NI, &weight_OI, &residual_NO, &out_NO});
   if (!fp8_path) {
-    if (fp8_) fp8_->forget_input();
+    if (fp8_) {
+      fp8_->forget_input();
+      fp8_->forget_kept_input(site);
+    }
     if (residual_NO.defined()) {
       SHARDTRAIN_CHECK(!bias_O.defined(), "a residual linear has no bias");
       linear_forward_residual(x_NI, weight_OI, residual_NO, out_NO);
@@ -379,6 +427,11 @@ void CudaOps::linear_backward_fp8(Tensor dout_NO, Tensor x_NI, Tensor weight_OI,
       (frozen || dweight_OI.dtype() == DType::kBF16 || dweight_OI.dtype() == DType::kF32) &&
       aligned16({&dout_NO, &x_NI, &weight_OI, &dx_NI, &dweight_OI});
   if (!fp8_path) {
+    // A kept FP8 input is no bf16 x: the bf16 path cannot read it (never in the model, whose
+    // backward of a kept site has the shapes and dtypes of its forward).
+    SHARDTRAIN_CHECK(!fp8_ || !fp8_->holds_kept_input(site, x_NI.data(), s.rows, s.in_features),
+                     "FP8 linear {}: its input is kept in FP8, but this backward runs in bf16",
+                     site.id);
     if (fp8_) fp8_->forget_input();
     linear_backward(dout_NO, x_NI, weight_OI, dx_NI, dweight_OI, dbias_O, accumulate_dx,
                     accumulate_dweight);
@@ -435,6 +488,11 @@ void CudaOps::swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act
                                         Fp8Site site) {
   const Fp8LinearShape s = shape_of(act_NF, weight_CF);
   const int64_t cells = s.rows * s.in_features;
+  // A kept input needs act's bytes for the FP8 copy and its factor (N x F bf16 hold them from
+  // 128 elements on); otherwise act keeps its bf16 values, and backward reads those.
+  if (site.input_kept_in_fp8 && act_NF.bytes() < fp8_kept_input_bytes(s.rows, s.in_features)) {
+    site.input_kept_in_fp8 = false;
+  }
   const bool fused = cuda_kernels::fp8_fused_swiglu_enabled() && site.id >= 0 &&
                      fp8_linear_shape_ok(s) &&
                      weight_CF.numel() == s.out_features * s.in_features &&

@@ -21,6 +21,15 @@
 // reused when that call was in the same direction, made the copy, and had the same x pointer
 // and shape (the MLP's up after gate).
 //
+// Kept input (Fp8Site::input_kept_in_fp8, the MLP's down projection): swiglu_forward writes the
+// product's FP8 transposed copy (what the weight gradient reads) into the caller's act buffer,
+// in place of the bf16 product: its I x N bytes, then at byte fp8_copy_bytes(N * I) the f32
+// dequantisation factor (fp8_kept_input_bytes in all; the bf16 product's 2 N I bytes hold it).
+// The cast is forward's own (the site's delayed x scale), so backward casts no x^T, and the
+// forward kernel writes no bf16 product. The site remembers the buffer and shape; its next
+// backward with that same x reads the copy and forgets it, and any other forward of the site
+// forgets it too, so a bf16 x is never read as FP8.
+//
 // The gradient GEMMs use fast accumulation unless SHARDTRAIN_FP8_GRAD_FAST_ACCUM=0
 // (cuda_fp8_support.h). Gradients default to e5m2 (cuda_fp8_support.h kDefaultFp8GradFormat says why); e4m3 is
 // selectable for measurements (CudaOps::set_fp8_gradient_format).
@@ -51,6 +60,8 @@ struct Fp8LinearShape {
 bool fp8_linear_shape_ok(const Fp8LinearShape& shape);
 // Bytes of FP8 copies one forward or backward of the shape needs (the larger of the two).
 size_t fp8_linear_workspace_bytes(const Fp8LinearShape& shape);
+// Bytes of a kept input of rows x cols (above): the FP8 copy and its scale's 256-byte slot.
+size_t fp8_kept_input_bytes(int64_t rows, int64_t cols);
 
 class Fp8Linear {
  public:
@@ -70,7 +81,8 @@ class Fp8Linear {
   void forward(const Fp8LinearShape& shape, const void* x, const void* weight, const void* bias,
                const void* residual, void* out, const Fp8Site& site = Fp8Site());
   // dx = dout W (= or +=; skipped when dx is null); dweight = or += dout^T x (skipped when
-  // null), dweight bf16 or f32.
+  // null), dweight bf16 or f32. With site.input_kept_in_fp8 and x the buffer this site's last
+  // swiglu_forward kept its input in (same shape), x is read as that FP8 copy (class comment).
   void backward(const Fp8LinearShape& shape, const void* dout, const void* x, const void* weight,
                 void* dx, bool accumulate_dx, void* dweight, DType dweight_dtype,
                 bool accumulate_dweight, const Fp8Site& site = Fp8Site());
@@ -90,13 +102,21 @@ class Fp8Linear {
   // silu(gate) * up (N x I, bf16) written to act (unless null) and cast to FP8 in the same pass
   // with the site's delayed x scale (cuda_fp8.h swiglu_forward_fp8), then forward's GEMM.
   // Returns false, doing nothing, until the site's x has a history (the caller then runs the
-  // unfused path, which starts it). REQUIRES: site.id >= 0, fp8_linear_shape_ok(shape).
+  // unfused path, which starts it). With site.input_kept_in_fp8 and act non-null, act receives
+  // the kept FP8 input instead of the bf16 product (class comment), and a first call starts the
+  // history itself (the bf16 product into act, its amax, then the fused cast over it): never
+  // false. REQUIRES: site.id >= 0, fp8_linear_shape_ok(shape); with a kept input, act holds
+  // fp8_kept_input_bytes(rows, in_features) and is 16-byte aligned.
   bool swiglu_forward(const Fp8LinearShape& shape, const void* gate, const void* up, void* act,
                       const void* weight, const void* residual, void* out, const Fp8Site& site);
 
   size_t workspace_bytes() const { return capacity_; }
   // A linear ran outside this class (the bf16 fallback): no x copy is reusable after it.
   void forget_input() { last_input_ = LastInput{}; }
+  // Whether `site`'s last swiglu_forward kept its input in x (rows x cols), unread so far.
+  bool holds_kept_input(const Fp8Site& site, const void* x, int64_t rows, int64_t cols) const;
+  // The site's forward ran outside this class (the bf16 fallback): what it kept is overwritten.
+  void forget_kept_input(const Fp8Site& site) { kept_.erase(site.id); }
 
  private:
   uint8_t* workspace(size_t bytes);  // at least `bytes`, 256-byte aligned
@@ -124,13 +144,19 @@ class Fp8Linear {
   bool reusable_input(const Fp8Site& site, bool backward, const void* x, int64_t rows,
                       int64_t cols, const uint8_t* copy) const;
   // A gradient GEMM (dgrad or wgrad): out (m x n, column-major, ld m; bf16 or f32) = (or +=, with
-  // accumulate) the e4m3 operand a (k x m, its scale in slot a_scale) times the gradient b (k x n
-  // in grad_format_, scale slot b_scale), fast accumulation as grad_fast_accumulation_ says.
-  void gradient_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, int a_scale,
-                     const uint8_t* b, int b_scale, void* out, DType out_dtype, bool accumulate);
-  // forward's second half: W's cast and the GEMM, x's FP8 copy (scale in slot A) already made.
-  void forward_gemm(const Fp8LinearShape& shape, uint8_t* x_q, const void* weight,
-                    const void* bias, const void* residual, void* out, SiteState* state);
+  // accumulate) the e4m3 operand a (k x m, its dequantisation factor at a_scale) times the
+  // gradient b (k x n in grad_format_, factor at b_scale), fast accumulation as
+  // grad_fast_accumulation_ says.
+  void gradient_gemm(int64_t m, int64_t n, int64_t k, const uint8_t* a, const float* a_scale,
+                     const uint8_t* b, const float* b_scale, void* out, DType out_dtype,
+                     bool accumulate);
+  // forward's second half: W's cast and the GEMM, x's FP8 copy (its factor at x_scale) already
+  // made.
+  void forward_gemm(const Fp8LinearShape& shape, uint8_t* x_q, const float* x_scale,
+                    const void* weight, const void* bias, const void* residual, void* out,
+                    SiteState* state);
+  // Where a kept input's dequantisation factor lives in its buffer.
+  static float* kept_scale(void* buffer, int64_t rows, int64_t cols);
 
   cudaStream_t stream_;
   Fp8Gemm gemm_;
@@ -147,6 +173,12 @@ class Fp8Linear {
   size_t capacity_ = 0;
   std::unordered_map<int64_t, SiteState> sites_;
   LastInput last_input_;
+  // Kept inputs not yet read, by site id: the buffer and its shape (rows x cols of the input).
+  struct KeptInput {
+    const void* buffer = nullptr;
+    int64_t rows = 0, cols = 0;
+  };
+  std::unordered_map<int64_t, KeptInput> kept_;
 };
 
 }  // namespace shardtrain
