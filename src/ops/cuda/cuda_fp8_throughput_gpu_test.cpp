@@ -5,18 +5,24 @@
 // to the heuristic's algorithm choice. DISABLED_CastKernelsAtTheBenchShape: the cast kernels
 // alone (delayed and current scaling, GB/s of HBM traffic) and the fused SwiGLU casts beside
 // bf16's SwiGLU kernels. DISABLED_LinearCastsAndGemmsAtTheBenchShape, per projection shape
-// (qkv, o, gate/up, down):
+// (qkv, o, gate/up, down) of the three benchmark models (Qwen2.5-1.5B and Llama-3.2-1B at 8192
+// tokens, Llama-2-7B at 4096: seq 4096, micro-batch 2 and 1), which decide which projections
+// run FP8 (model/decoder_model.h):
 //   - each cast kernel alone (delayed scaling: x, W forward; dout both layouts, W^T, x^T);
 //   - each GEMM (forward with fast accumulation; dgrad and wgrad with and without it), and every
 //     cuBLASLt heuristic candidate of it (run() takes the first cuBLASLt accepts: index 0);
 //   - the whole Fp8Linear forward and backward (delayed sites, gradient fast accumulation off
-//     and on) beside CudaOps's bf16 linear_forward / linear_backward of the same shape.
+//     and on) beside CudaOps's bf16 linear_forward / linear_backward of the same shape, and
+//     their ratio.
+// DISABLED_KeptSwigluInputAtTheBenchShape: the down projection with its input kept in FP8
+// (Fp8Site::input_kept_in_fp8) against the fused forward that writes the bf16 product.
 // Then the MLP's fused SwiGLU backward (its kernel alone, and the whole op with four GEMMs)
 // beside bf16's swiglu_backward and two linear_backwards. Prints, and appends to
 // $OUT/fp8-timing.txt when OUT is set (the device session's output folder).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +34,7 @@
 #include "ops/cuda/cuda_fp8.h"
 #include "ops/cuda/cuda_fp8_support.h"
 #include "ops/cuda/cuda_gemm_fp8.h"
+#include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_linear_fp8.h"
 #include "ops/cuda/testing/cuda_fp8_fixture.h"
 
@@ -231,16 +238,25 @@ TEST_F(Fp8ThroughputTest, DISABLED_CastKernelsAtTheBenchShape) {
 }
 
 TEST_F(Fp8ThroughputTest, DISABLED_LinearCastsAndGemmsAtTheBenchShape) {
-  const int64_t N = 8192, C = 1536, F = 8960;
+  struct Model {
+    const char* name;
+    int64_t tokens, hidden, qkv, intermediate;
+  };
+  const Model models[] = {{"Qwen2.5-1.5B", 8192, 1536, 2048, 8960},
+                          {"Llama-3.2-1B", 8192, 2048, 3072, 8192},
+                          {"Llama-2-7B", 4096, 4096, 12288, 11008}};
   struct Case {
     const char* name;
     int64_t in, out;
     bool residual;
   };
-  const Case cases[] = {
-      {"qkv", C, 2048, false}, {"o", C, C, true}, {"gate/up", C, F, false}, {"down", F, C, true}};
-  // One random bf16 buffer serves as every input (x, W, dout read their first elements).
-  const int64_t largest = N * F;
+  // One random bf16 buffer serves as every input (x, W, dout read their first elements), and
+  // the whole ops' outputs are views of zeroed buffers of the largest case.
+  int64_t largest = 0, largest_weight = 0;
+  for (const Model& m : models) {
+    largest = std::max({largest, m.tokens * m.intermediate, m.tokens * m.qkv});
+    largest_weight = std::max({largest_weight, m.intermediate * m.hidden, m.qkv * m.hidden});
+  }
   const Tensor source = gpu_tensor(random(largest), DType::kBF16, Shape{largest});
   const void* src = source.data();
   const Tensor src2 = gpu_tensor(random(largest, -1e-2f, 1e-2f), DType::kBF16, Shape{largest});
@@ -249,90 +265,160 @@ TEST_F(Fp8ThroughputTest, DISABLED_LinearCastsAndGemmsAtTheBenchShape) {
   auto* q3 = bytes(largest);
   auto* q4 = bytes(largest);
   auto* out_bf16 = bytes(largest * 2);
-  auto* out_f32 = bytes(F * C * 4);
+  auto* out_f32 = bytes(largest_weight * 4);
+  auto* y_bf16 = bytes(largest * 2);
+  auto* dx_bf16 = bytes(largest * 2);
+  SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(y_bf16, 0, largest * 2, stream_));
+  SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(dx_bf16, 0, largest * 2, stream_));
   auto* scales = bytes<float>(8 * 256);
   const auto scale = [&](int i) { return scales + 64 * i; };
+  auto view = [](const void* data, DType dtype, int64_t rows, int64_t cols) {
+    return Tensor(const_cast<void*>(data), dtype, Shape{rows, cols}, Device::kCuda);
+  };
   Fp8Gemm gemm(stream_);
   const Fp8Format grad = cuda_kernels::kDefaultFp8GradFormat;
-  report("FP8 linears, N=%ld tokens (device time, mean of 10; FLOP rates of the GEMM alone)\n", N);
-  for (const Case& c : cases) {
-    const int64_t I = c.in, O = c.out;
-    report("%s: N x I -> O = %ld x %ld -> %ld (%.1f GFLOP a GEMM)\n", c.name, N, I, O,
-           2e-9 * N * I * O);
-    float* sx = state_for(src, N * I);
-    float* sw = state_for(src, O * I);
-    float* sd = state_for(src2.data(), N * O);
-    time_cast("x (forward)", src, N, I, Fp8Format::kE4M3, sx, q1, nullptr);
-    time_cast("W (forward)", src, O, I, Fp8Format::kE4M3, sw, q2, nullptr);
-    time_cast("dout (both layouts)", src2.data(), N, O, grad, sd, q3, q4);
-    time_cast("W^T (backward)", src, O, I, Fp8Format::kE4M3, sw, nullptr, q2);
-    time_cast("x^T (backward)", src, N, I, Fp8Format::kE4M3, sx, nullptr, q1);
-    // The GEMMs of cuda_linear_fp8.cpp, over the copies just written (values are beside the
-    // point: only the layouts and formats matter for time).
-    Fp8GemmCall forward;
-    forward.m = O, forward.n = N, forward.k = I;
-    forward.a = q2, forward.a_scale = scale(0), forward.b = q1, forward.b_scale = scale(1);
-    forward.c_dtype = DType::kBF16, forward.ldc = O, forward.fast_accumulation = true;
-    forward.c = out_bf16;
-    if (c.residual) {  // as the model's o and down: out = residual + x W^T, D beside C
-      forward.c = const_cast<void*>(src);  // N x O bf16 values: the residual
-      forward.d = out_bf16;
-      forward.beta = 1;
-    }
-    time_gemm(gemm, c.residual ? "forward (+residual)" : "forward", forward);
-    for (const bool fast : {false, true}) {
-      Fp8GemmCall dgrad;
-      dgrad.m = I, dgrad.n = N, dgrad.k = O;
-      dgrad.a = q2, dgrad.a_scale = scale(0), dgrad.b = q3, dgrad.b_format = grad;
-      dgrad.b_scale = scale(1), dgrad.c = out_bf16, dgrad.c_dtype = DType::kBF16, dgrad.ldc = I;
-      dgrad.fast_accumulation = fast;
-      time_gemm(gemm, fast ? "dgrad fast-accum" : "dgrad", dgrad);
-      Fp8GemmCall wgrad;
-      wgrad.m = I, wgrad.n = O, wgrad.k = N;
-      wgrad.a = q1, wgrad.a_scale = scale(0), wgrad.b = q4, wgrad.b_format = grad;
-      wgrad.b_scale = scale(1), wgrad.c = out_f32, wgrad.c_dtype = DType::kF32, wgrad.ldc = I;
-      wgrad.fast_accumulation = fast;
-      time_gemm(gemm, fast ? "wgrad f32 fast-accum" : "wgrad f32", wgrad);
-    }
-    // Whole ops: Fp8Linear as CudaOps runs it (a site: delayed scaling), and bf16 CudaOps.
-    const Tensor x = gpu_tensor(random(N * I), DType::kBF16, Shape{N, I});
-    const Tensor w = gpu_tensor(random(O * I, -0.05f, 0.05f), DType::kBF16, Shape{O, I});
-    const Tensor dout = gpu_tensor(random(N * O, -1e-2f, 1e-2f), DType::kBF16, Shape{N, O});
-    const Tensor y = gpu_tensor(random(N * O), DType::kBF16, Shape{N, O});
-    const Tensor dx = gpu_tensor(random(N * I), DType::kBF16, Shape{N, I});
-    const Tensor dw = gpu_tensor(random(O * I), DType::kF32, Shape{O, I});
-    const double flops = 2.0 * N * I * O;
-    const Fp8LinearShape shape{N, I, O};
-    for (const bool fast : {false, true}) {
-      Fp8Linear linear(stream_);
-      linear.set_gradient_fast_accumulation(fast);
-      const Fp8Site site{0, false};
-      const void* residual = c.residual ? y.data() : nullptr;
-      const double fwd = device_ms(
-          [&] { linear.forward(shape, x.data(), w.data(), nullptr, residual, y.data(), site); });
-      const double bwd = device_ms([&] {
-        linear.backward(shape, dout.data(), x.data(), w.data(), dx.data(), false, dw.data(),
-                        DType::kF32, false, site);
-      });
-      report(
-          "  Fp8Linear (grad fast-accum %s): forward %7.1f us (%4.0f TFLOP/s), backward "
-          "%7.1f us (%4.0f TFLOP/s)\n",
-          fast ? "on " : "off", 1e3 * fwd, flops / fwd * 1e-9, 1e3 * bwd, 2 * flops / bwd * 1e-9);
-    }
-    const double fwd16 = device_ms([&] {
-      if (c.residual) {
-        gpu_->linear_forward_residual(x, w, y, y);
-      } else {
-        gpu_->linear_forward(x, w, Tensor(), y);
+  for (const Model& m : models) {
+    const int64_t N = m.tokens, C = m.hidden, F = m.intermediate;
+    const Case cases[] = {{"qkv", C, m.qkv, false},
+                          {"o", C, C, true},
+                          {"gate/up", C, F, false},
+                          {"down", F, C, true}};
+    report("%s FP8 linears, N=%ld tokens (device time, mean of 10; FLOP rates of the GEMM alone)\n",
+           m.name, N);
+    for (const Case& c : cases) {
+      const int64_t I = c.in, O = c.out;
+      report("%s %s: N x I -> O = %ld x %ld -> %ld (%.1f GFLOP a GEMM)\n", m.name, c.name, N, I, O,
+             2e-9 * N * I * O);
+      float* sx = state_for(src, N * I);
+      float* sw = state_for(src, O * I);
+      float* sd = state_for(src2.data(), N * O);
+      time_cast("x (forward)", src, N, I, Fp8Format::kE4M3, sx, q1, nullptr);
+      time_cast("W (forward)", src, O, I, Fp8Format::kE4M3, sw, q2, nullptr);
+      time_cast("dout (both layouts)", src2.data(), N, O, grad, sd, q3, q4);
+      time_cast("W^T (backward)", src, O, I, Fp8Format::kE4M3, sw, nullptr, q2);
+      time_cast("x^T (backward)", src, N, I, Fp8Format::kE4M3, sx, nullptr, q1);
+      // The GEMMs of cuda_linear_fp8.cpp, over the copies just written (values are beside the
+      // point: only the layouts and formats matter for time).
+      Fp8GemmCall forward;
+      forward.m = O, forward.n = N, forward.k = I;
+      forward.a = q2, forward.a_scale = scale(0), forward.b = q1, forward.b_scale = scale(1);
+      forward.c_dtype = DType::kBF16, forward.ldc = O, forward.fast_accumulation = true;
+      forward.c = out_bf16;
+      if (c.residual) {  // as the model's o and down: out = residual + x W^T, D beside C
+        forward.c = const_cast<void*>(src);  // N x O bf16 values: the residual
+        forward.d = out_bf16;
+        forward.beta = 1;
       }
-    });
-    const double bwd16 =
-        device_ms([&] { gpu_->linear_backward(dout, x, w, dx, dw, Tensor(), false, false); });
-    report(
-        "  bf16 linear:                    forward %7.1f us (%4.0f TFLOP/s), backward "
-        "%7.1f us (%4.0f TFLOP/s)\n",
-        1e3 * fwd16, flops / fwd16 * 1e-9, 1e3 * bwd16, 2 * flops / bwd16 * 1e-9);
+      time_gemm(gemm, c.residual ? "forward (+residual)" : "forward", forward);
+      for (const bool fast : {false, true}) {
+        Fp8GemmCall dgrad;
+        dgrad.m = I, dgrad.n = N, dgrad.k = O;
+        dgrad.a = q2, dgrad.a_scale = scale(0), dgrad.b = q3, dgrad.b_format = grad;
+        dgrad.b_scale = scale(1), dgrad.c = out_bf16, dgrad.c_dtype = DType::kBF16, dgrad.ldc = I;
+        dgrad.fast_accumulation = fast;
+        time_gemm(gemm, fast ? "dgrad fast-accum" : "dgrad", dgrad);
+        Fp8GemmCall wgrad;
+        wgrad.m = I, wgrad.n = O, wgrad.k = N;
+        wgrad.a = q1, wgrad.a_scale = scale(0), wgrad.b = q4, wgrad.b_format = grad;
+        wgrad.b_scale = scale(1), wgrad.c = out_f32, wgrad.c_dtype = DType::kF32, wgrad.ldc = I;
+        wgrad.fast_accumulation = fast;
+        time_gemm(gemm, fast ? "wgrad f32 fast-accum" : "wgrad f32", wgrad);
+      }
+      // Whole ops: Fp8Linear as CudaOps runs it (a site: delayed scaling), and bf16 CudaOps.
+      const Tensor x = view(src, DType::kBF16, N, I);
+      const Tensor w = view(src, DType::kBF16, O, I);
+      const Tensor dout = view(src2.data(), DType::kBF16, N, O);
+      const Tensor y = view(y_bf16, DType::kBF16, N, O);
+      const Tensor dx = view(dx_bf16, DType::kBF16, N, I);
+      const Tensor dw = view(out_f32, DType::kF32, O, I);
+      const double flops = 2.0 * N * I * O;
+      const Fp8LinearShape shape{N, I, O};
+      double fwd8 = 0, bwd8 = 0;  // fast accumulation on: the default
+      for (const bool fast : {false, true}) {
+        Fp8Linear linear(stream_);
+        linear.set_gradient_fast_accumulation(fast);
+        const Fp8Site site{0, false};
+        const void* residual = c.residual ? y.data() : nullptr;
+        const double fwd = device_ms(
+            [&] { linear.forward(shape, x.data(), w.data(), nullptr, residual, y.data(), site); });
+        const double bwd = device_ms([&] {
+          linear.backward(shape, dout.data(), x.data(), w.data(), dx.data(), false, dw.data(),
+                          DType::kF32, false, site);
+        });
+        fwd8 = fwd, bwd8 = bwd;
+        report(
+            "  Fp8Linear (grad fast-accum %s): forward %7.1f us (%4.0f TFLOP/s), backward "
+            "%7.1f us (%4.0f TFLOP/s)\n",
+            fast ? "on " : "off", 1e3 * fwd, flops / fwd * 1e-9, 1e3 * bwd, 2 * flops / bwd * 1e-9);
+      }
+      const double fwd16 = device_ms([&] {
+        if (c.residual) {
+          gpu_->linear_forward_residual(x, w, y, y);
+        } else {
+          gpu_->linear_forward(x, w, Tensor(), y);
+        }
+      });
+      const double bwd16 =
+          device_ms([&] { gpu_->linear_backward(dout, x, w, dx, dw, Tensor(), false, false); });
+      report(
+          "  bf16 linear:                    forward %7.1f us (%4.0f TFLOP/s), backward "
+          "%7.1f us (%4.0f TFLOP/s)\n",
+          1e3 * fwd16, flops / fwd16 * 1e-9, 1e3 * bwd16, 2 * flops / bwd16 * 1e-9);
+      report("  %s %s FP8 / bf16 time: forward %.2f, backward %.2f, both %.2f (%s)\n", m.name,
+             c.name, fwd8 / fwd16, bwd8 / bwd16, (fwd8 + bwd8) / (fwd16 + bwd16),
+             fwd8 + bwd8 < fwd16 + bwd16 ? "FP8 faster" : "bf16 faster");
+    }
   }
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+// The MLP's down projection (Qwen2.5-1.5B, 8192 tokens: N x F -> C = 8192 x 8960 -> 1536, the
+// residual in the epilogue) from SwiGLU's inputs, forward then backward, with the product kept
+// as the FP8 x^T the weight gradient reads (Fp8Site::input_kept_in_fp8: forward writes no bf16
+// product, backward casts no x^T) against the fused forward that writes the bf16 product.
+TEST_F(Fp8ThroughputTest, DISABLED_KeptSwigluInputAtTheBenchShape) {
+  const int64_t N = 8192, C = 1536, F = 8960;
+  const Tensor gate = gpu_tensor(random(N * F, -3, 3), DType::kBF16, Shape{N, F});
+  const Tensor up = gpu_tensor(random(N * F), DType::kBF16, Shape{N, F});
+  const Tensor w = gpu_tensor(random(C * F, -0.05f, 0.05f), DType::kBF16, Shape{C, F});
+  const Tensor dout = gpu_tensor(random(N * C, -1e-2f, 1e-2f), DType::kBF16, Shape{N, C});
+  auto* act = bytes(N * F * 2);
+  auto* act_kept = bytes(N * F * 2);
+  auto* y = bytes(N * C * 2);
+  auto* dx = bytes(N * F * 2);
+  auto* dw = bytes(C * F * 4);
+  SHARDTRAIN_CUDA_CHECK(cudaMemsetAsync(y, 0, N * C * 2, stream_));
+  Fp8Linear linear(stream_);
+  const Fp8LinearShape shape{N, F, C};
+  const Fp8Site plain{0, false, false}, kept{1, false, true};
+  auto forward = [&](void* a, const Fp8Site& site) {
+    EXPECT_TRUE(linear.swiglu_forward(shape, gate.data(), up.data(), a, w.data(), y, y, site));
+  };
+  auto backward = [&](void* a, const Fp8Site& site) {
+    linear.backward(shape, dout.data(), a, w.data(), dx, false, dw, DType::kF32, false, site);
+  };
+  // The plain site's first forward is refused (no history): start it as the model's first
+  // step does, with the unfused linear over a bf16 product.
+  cuda_kernels::swiglu_forward(DType::kBF16, gate.data(), up.data(), act, N * F, stream_);
+  linear.forward(shape, act, w.data(), nullptr, y, y, plain);
+  forward(act_kept, kept);
+  backward(act_kept, kept);
+  const double f_plain = device_ms([&] { forward(act, plain); });
+  const double f_kept = device_ms([&] { forward(act_kept, kept); });
+  const double fb_plain = device_ms([&] {
+    forward(act, plain);
+    backward(act, plain);
+  });
+  const double fb_kept = device_ms([&] {
+    forward(act_kept, kept);
+    backward(act_kept, kept);
+  });
+  report(
+      "Down projection from SwiGLU, N=%ld F=%ld C=%ld: forward bf16 product + FP8 x %7.1f us, "
+      "kept FP8 x^T + FP8 x %7.1f us; forward + backward %7.1f us against %7.1f us kept "
+      "(backward %7.1f against %7.1f)\n",
+      N, F, C, 1e3 * f_plain, 1e3 * f_kept, 1e3 * fb_plain, 1e3 * fb_kept,
+      1e3 * (fb_plain - f_plain), 1e3 * (fb_kept - f_kept));
   SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
