@@ -1,14 +1,26 @@
 // The LoRA ops on CUDA against the CPU reference: column-block copies (scaled, written or added,
 // between two matrices of different widths) and dropout, whose mask must be the CPU's element
 // for element (backward regenerates it, and the CPU is the reference); and the adapters' products
-// (lora_linear_forward / lora_linear_backward: the rank-wide kernels of cuda_lora_gemm.cu) against
-// the CPU's linear_* on shapes that take every path: ranks 1..128, rows and columns off the
-// tiles, odd strides (element loads), split reductions, bias, residual in place, accumulation.
+// (lora_linear_forward / lora_linear_backward: cuBLASLt with the scale as alpha by default, the
+// rank-wide kernels of cuda_lora_gemm.cu when opted in) against the CPU's linear_* on shapes that
+// take every path: ranks 1..128, rows and columns off the tiles, odd strides (element loads),
+// split reductions, bias, residual in place, accumulation.
+// Also CublasLtGemm's split-K candidates for skinny keys: every candidate (the heuristic's and
+// the split-K variants) against an fp64 reference, scaled, written and accumulated once; and a
+// DISABLED_ timing of every LoRA product of Llama-3.2-1B r16 at 4096 tokens (CUDA graphs, so no
+// launch latency): the heuristic's first, timed without split-K, timed with it.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_gemm.h"
 #include "ops/cuda/testing/cuda_ops_fixture.h"
 
 namespace shardtrain {
@@ -144,6 +156,240 @@ TEST_P(LoraLinearTest, EveryRank) {
     EXPECT_BF16_CLOSE(dx);
     EXPECT_BF16_CLOSE(da);
   }
+}
+
+// A column-major product as CublasLtGemm takes it: D (m x n, ld m) = alpha op(A) op(B) + beta C,
+// A stored m x k (k x m when transposed), B k x n (n x k when transposed), each with its stored
+// rows as leading dimension: exactly the calls of CudaOps::linear_* (cuda_gemm.cpp), e.g. LoRA's
+// x @ A^T is (T, N, m = S, n = tokens, k = I), d(h) = g @ B is (N, N, S, tokens, O) and d(A) =
+// d(h)^T @ x is (N, T, I, S, tokens).
+struct ColumnMajorProduct {
+  const char* name;
+  bool transpose_a, transpose_b;
+  int64_t m, n, k;
+  DType out;
+};
+
+// D's fp64 value (without C): sum_l op(A)(i, l) op(B)(l, j).
+std::vector<double> reference_product(const ColumnMajorProduct& p, const std::vector<float>& a,
+                                      const std::vector<float>& b) {
+  std::vector<double> d(static_cast<size_t>(p.m * p.n));
+  for (int64_t j = 0; j < p.n; ++j) {
+    for (int64_t i = 0; i < p.m; ++i) {
+      double sum = 0;
+      for (int64_t l = 0; l < p.k; ++l) {
+        const double a_il = p.transpose_a ? a[l + i * p.k] : a[i + l * p.m];
+        const double b_lj = p.transpose_b ? b[j + l * p.n] : b[l + j * p.k];
+        sum += a_il * b_lj;
+      }
+      d[i + j * p.m] = sum;
+    }
+  }
+  return d;
+}
+
+// ||got - (alpha product + c)|| / ||alpha product + c||; infinity when anything is not finite.
+double product_error(const std::vector<float>& got, const std::vector<double>& product,
+                     double alpha, const std::vector<float>& c) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double want = alpha * product[i] + (c.empty() ? 0.0 : c[i]);
+    diff += (got[i] - want) * (got[i] - want);
+    norm += want * want;
+  }
+  return std::sqrt(diff / norm);
+}
+
+// Every candidate of a skinny key (the heuristic's answers and the split-K variants) computes
+// the product: scaled by alpha into a poisoned output, and added once into an accumulated f32
+// output (the split parts are reduced once, with beta applied once); the chosen one through
+// run() adds twice over two calls. A split-K variant must exist for these keys.
+TEST_F(CudaOpsTest, SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference) {
+  const cudaStream_t stream = gpu_ref().stream();
+  const ColumnMajorProduct products[] = {
+      {"h = x A^T (S 48, I 2048)", true, false, 48, 1024, 2048, DType::kBF16},
+      {"dh = g B (S 16, O 3072)", false, false, 16, 1024, 3072, DType::kBF16},
+      {"dA = dh^T x (I 2048, S 16)", false, true, 2048, 16, 2048, DType::kF32},
+      {"dB = g^T hs (S 48, O 768)", false, true, 48, 768, 2048, DType::kF32},
+      {"odd: m 7, n 301, k 1032", true, false, 7, 301, 1032, DType::kBF16},
+  };
+  for (const ColumnMajorProduct& p : products) {
+    SCOPED_TRACE(p.name);
+    const int64_t a_rows = p.transpose_a ? p.k : p.m, a_cols = p.transpose_a ? p.m : p.k;
+    const int64_t b_rows = p.transpose_b ? p.n : p.k, b_cols = p.transpose_b ? p.k : p.n;
+    const std::vector<float> a = random(a_rows * a_cols), b = random(b_rows * b_cols);
+    const Tensor a_g = gpu_tensor(a, DType::kBF16, Shape{a_cols, a_rows});
+    const Tensor b_g = gpu_tensor(b, DType::kBF16, Shape{b_cols, b_rows});
+    const Tensor d_g = gpu_tensor(std::vector<float>(p.m * p.n), p.out, Shape{p.n, p.m});
+    const std::vector<double> product = reference_product(p, a, b);
+    const double bound = p.out == DType::kF32 ? 1e-5 : 8e-3;
+    GemmCall call;
+    call.transpose_a = p.transpose_a;
+    call.transpose_b = p.transpose_b;
+    call.m = p.m;
+    call.n = p.n;
+    call.k = p.k;
+    call.a = a_g.data();
+    call.lda = a_rows;
+    call.b = b_g.data();
+    call.ldb = b_rows;
+    call.c = d_g.data();
+    call.c_dtype = p.out;
+    call.ldc = p.m;
+    call.alpha = p.out == DType::kF32 ? 1.0f : 2.0f;  // the LoRA scale on h and d(h)
+    ASSERT_TRUE(CublasLtGemm::skinny(call));
+
+    CublasLtGemm split(stream, true, true), plain(stream, true, false);
+    poison(d_g);
+    const CublasLtGemm::Choice chosen = split.choice(call);  // plans and times the key
+    const size_t without = plain.choice(call).candidates;
+    EXPECT_GT(chosen.candidates, without) << "no split-K variant offered";
+    std::printf("%-28s %zu candidates (%zu without split-K); chosen #%zu: algo %d tile %d "
+                "split-K %d reduction %u\n",
+                p.name, chosen.candidates, without, chosen.chosen, chosen.algo_id, chosen.tile_id,
+                chosen.split_k, chosen.reduction);
+    size_t ran = 0;
+    for (size_t i = 0; i < chosen.candidates; ++i) {
+      SCOPED_TRACE(::testing::Message() << "candidate " << i);
+      poison(d_g);
+      if (!split.run_candidate(call, i)) continue;
+      ++ran;
+      EXPECT_LE(product_error(download(d_g), product, call.alpha, {}), bound) << "written";
+    }
+    EXPECT_GT(ran, without) << "the split-K variants were all refused";
+    // In-place accumulation (its own key, its own candidates): every candidate adds once.
+    GemmCall accumulate = call;
+    accumulate.beta = 1.0f;
+    const std::vector<float> before = random(p.m * p.n);
+    if (p.out == DType::kF32) {
+      const size_t accumulating = split.choice(accumulate).candidates;
+      for (size_t i = 0; i < accumulating; ++i) {
+        SCOPED_TRACE(::testing::Message() << "accumulating candidate " << i);
+        upload(d_g, before);
+        if (!split.run_candidate(accumulate, i)) continue;
+        EXPECT_LE(product_error(download(d_g), product, call.alpha, before), bound) << "added";
+      }
+    }
+    // The chosen one through run(), in place: once, then twice.
+    upload(d_g, before);
+    split.run(accumulate);
+    const double once_bound = p.out == DType::kF32 ? 1e-5 : 1e-2;
+    EXPECT_LE(product_error(download(d_g), product, call.alpha, before), once_bound) << "once";
+    split.run(accumulate);
+    EXPECT_LE(product_error(download(d_g), product, 2.0 * call.alpha, before), once_bound)
+        << "twice";
+  }
+}
+
+// Device microseconds of one call: 20 runs captured in a CUDA graph (the key planned and timed
+// before), replayed 5 times between two events.
+double graph_us(CublasLtGemm& gemm, const GemmCall& call, cudaStream_t stream) {
+  constexpr int kRuns = 20, kReplays = 5;
+  gemm.run(call);
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kRuns; ++i) gemm.run(call);
+  SHARDTRAIN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  SHARDTRAIN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  SHARDTRAIN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int r = 0; r < kReplays; ++r) SHARDTRAIN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+  SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return 1e3 * ms / (kRuns * kReplays);
+}
+
+// Every LoRA product of Llama-3.2-1B r16 all-linear at 4096 tokens (one layer's Linears: packed
+// q/k/v with S = 48, o, gate, up, down with S = 16), each as CudaOps calls it, in device time
+// per call: the heuristic's first candidate, the fastest of its 8 without split-K, the fastest
+// with the split-K variants (the default); the chosen configuration; the bytes it moves at the
+// fastest time; and the per-step sums (x 16 layers). Run with --gtest_also_run_disabled_tests.
+TEST_F(CudaOpsTest, DISABLED_LoraGemmTimesAtLlama1BShape) {
+  constexpr int64_t kTokens = 4096, kLayers = 16;
+  struct LinearShape {
+    const char* name;
+    int64_t in, out, slices_rank;
+    int per_layer;
+  };
+  const LinearShape linears[] = {{"qkv", 2048, 3072, 48, 1},
+                                 {"o", 2048, 2048, 16, 1},
+                                 {"gate/up", 2048, 8192, 16, 2},
+                                 {"down", 8192, 2048, 16, 1}};
+  // Operands never exceed 4096 x 8192 bf16 (64 MiB) nor the output 64 MiB: three buffers.
+  const size_t bytes = size_t{kTokens} * 8192 * 2;
+  DeviceBuffer a_buffer(*gpu_, bytes), b_buffer(*gpu_, bytes), d_buffer(*gpu_, bytes);
+  for (const DeviceBuffer* buffer : {&a_buffer, &b_buffer, &d_buffer}) {
+    SHARDTRAIN_CUDA_CHECK(cudaMemset(buffer->data(), 0x3C, bytes));  // bf16 ~0.0115
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaStream_t stream = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CublasLtGemm heuristic(stream, false, false), tuned(stream, true, false), split(stream, true, true);
+  double step_us[3] = {0, 0, 0};
+  std::printf("%-8s %-14s %5s %5s %5s | %9s %9s %9s | %-22s %4s | %7s\n", "linear", "product",
+              "m", "n", "k", "heur us", "tuned us", "split us", "chosen (algo/tile/splitK)",
+              "cand", "GB/s");
+  for (const LinearShape& l : linears) {
+    const int64_t N = kTokens, I = l.in, O = l.out, S = l.slices_rank;
+    const ColumnMajorProduct products[] = {
+        {"x A^T", true, false, S, N, I, DType::kBF16},
+        {"hs B^T", true, false, O, N, S, DType::kBF16},
+        {"dh = g B", false, false, S, N, O, DType::kBF16},
+        {"dB = g^T hs", false, true, S, O, N, DType::kF32},
+        {"dA = dh^T x", false, true, I, S, N, DType::kF32},
+        {"dx = dh A", false, false, I, N, S, DType::kBF16},
+    };
+    for (const ColumnMajorProduct& p : products) {
+      GemmCall call;
+      call.transpose_a = p.transpose_a;
+      call.transpose_b = p.transpose_b;
+      call.m = p.m;
+      call.n = p.n;
+      call.k = p.k;
+      call.a = a_buffer.data();
+      call.lda = p.transpose_a ? p.k : p.m;
+      call.b = b_buffer.data();
+      call.ldb = p.transpose_b ? p.n : p.k;
+      call.c = d_buffer.data();
+      call.c_dtype = p.out;
+      call.ldc = p.m;
+      double us[3];
+      CublasLtGemm* gemms[3] = {&heuristic, &tuned, &split};
+      for (int v = 0; v < 3; ++v) {
+        us[v] = graph_us(*gemms[v], call, stream);
+        step_us[v] += us[v] * kLayers * l.per_layer;
+      }
+      const CublasLtGemm::Choice chosen = split.choice(call);
+      const double moved = 2.0 * (p.m * p.k + p.k * p.n) +
+                           static_cast<double>(dtype_size(p.out)) * p.m * p.n;
+      const double best = std::min({us[0], us[1], us[2]});
+      char config[64];
+      std::snprintf(config, sizeof(config), "%d/%d/%d", chosen.algo_id, chosen.tile_id,
+                    chosen.split_k);
+      std::printf("%-8s %-14s %5lld %5lld %5lld | %9.1f %9.1f %9.1f | %-22s %4zu | %7.0f\n",
+                  l.name, p.name, static_cast<long long>(p.m), static_cast<long long>(p.n),
+                  static_cast<long long>(p.k), us[0], us[1], us[2], config, chosen.candidates,
+                  moved / (best * 1e3));
+    }
+  }
+  std::printf("per step (x %lld layers): heuristic %.2f ms, tuned %.2f ms, tuned with split-K "
+              "%.2f ms\n",
+              static_cast<long long>(kLayers), step_us[0] / 1e3, step_us[1] / 1e3,
+              step_us[2] / 1e3);
+  EXPECT_LE(step_us[2], step_us[1] * 1.05) << "split-K candidates made the products slower";
+  SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace
