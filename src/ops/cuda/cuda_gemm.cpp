@@ -290,20 +290,24 @@ CublasLtGemm::Choice CublasLtGemm::choice(const GemmCall& call) {
   Choice choice;
   choice.candidates = plan.algos.size();
   choice.chosen = plan.chosen;
-  const cublasLtMatmulAlgo_t& algo = plan.algos[plan.chosen];
   size_t written = 0;
-  int32_t id = -1, splits = 1;
+  for (const cublasLtMatmulAlgo_t& algo : plan.algos) {
+    int32_t splits = 1;
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                         sizeof(splits), &written);
+    choice.splits.push_back(splits);
+  }
+  const cublasLtMatmulAlgo_t& algo = plan.algos[plan.chosen];
+  int32_t id = -1;
   uint32_t tile = 0, reduction = 0;
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
                                        &written);
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                       sizeof(splits), &written);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction,
                                        sizeof(reduction), &written);
   choice.algo_id = id;
   choice.tile_id = static_cast<int>(tile);
-  choice.split_k = splits;
+  choice.split_k = choice.splits[plan.chosen];
   choice.reduction = reduction;
   return choice;
 }

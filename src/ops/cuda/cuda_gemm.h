@@ -81,7 +81,8 @@ class CublasLtGemm {
   // For tests and measurements. The call's key is planned (and timed) first when new.
   struct Choice {
     size_t candidates = 0;  // algorithms weighed: heuristic answers, then split-K variants
-    size_t chosen = 0;      // the index run() takes
+    std::vector<int> splits;  // each candidate's split-K count (1: k not split)
+    size_t chosen = 0;        // the index run() takes
     int algo_id = -1, tile_id = -1, split_k = 1;
     uint32_t reduction = 0;  // cublasLtReductionScheme_t of the chosen
   };
