@@ -14,14 +14,13 @@
 //   dweight  O <= max: thin_grad into (O, I) (d(A) = d(h)^T @ x);
 //            I <= max: thin_grad into its transpose (d(B) = d(out)^T @ hs)
 #include <algorithm>
-#include <cstdlib>
 #include <initializer_list>
-#include <string>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_lora_gemm.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/ops_switches.h"
 
 namespace shardtrain {
 namespace {
@@ -29,10 +28,7 @@ namespace {
 using cuda_lora::kMaxThin;
 
 // Read on every call (cheap next to a GEMM), so a test can take both paths in one process.
-bool kernels_enabled() {
-  const char* value = std::getenv("SHARDTRAIN_LORA_KERNELS");
-  return value != nullptr && std::string(value) == "1";
-}
+bool kernels_enabled() { return lora_kernels_switch(); }
 
 bool all_bf16(std::initializer_list<const Tensor*> tensors) {
   if (!kernels_enabled()) return false;
