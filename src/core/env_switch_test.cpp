@@ -3,22 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <functional>
 #include <string>
 
-#include "core/error.h"
+#include "core/testing/test_support.h"
 
 namespace shardtrain {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(EnvSwitchTest, OnOffAndTheDefault) {
   EXPECT_TRUE(parse_env_switch("X", nullptr, true));
