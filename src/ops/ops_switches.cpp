@@ -3,10 +3,18 @@
 #include "core/env_switch.h"
 
 namespace shardtrain {
+namespace {
+
+constexpr bool kSplitKByDefault = true;
+constexpr bool kKeepDownInputByDefault = true;
+
+}  // namespace
 
 bool profile_ops_switch() { return env_switch("SHARDTRAIN_PROFILE_OPS", false); }
 
 bool gemm_autotune_switch() { return env_switch("SHARDTRAIN_GEMM_AUTOTUNE", true); }
+
+bool gemm_split_k_switch() { return env_switch("SHARDTRAIN_GEMM_SPLIT_K", kSplitKByDefault); }
 
 MoeGemmChoice moe_gemm_switch() {
   // The order is MoeGemmChoice's: the first is the default.
@@ -20,13 +28,19 @@ bool fp8_fused_swiglu_switch() { return env_switch("SHARDTRAIN_FP8_FUSED_SWIGLU"
 
 bool fp8_grad_fast_accum_switch() { return env_switch("SHARDTRAIN_FP8_GRAD_FAST_ACCUM", true); }
 
+bool fp8_keep_down_input_switch() {
+  return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", kKeepDownInputByDefault);
+}
+
 void check_ops_switches() {
   profile_ops_switch();
   gemm_autotune_switch();
+  gemm_split_k_switch();
   moe_gemm_switch();
   lora_kernels_switch();
   fp8_fused_swiglu_switch();
   fp8_grad_fast_accum_switch();
+  fp8_keep_down_input_switch();
 }
 
 }  // namespace shardtrain

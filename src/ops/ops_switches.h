@@ -9,12 +9,17 @@
 //   SHARDTRAIN_GEMM_AUTOTUNE=0      cuBLASLt's first heuristic candidate for every bf16 and FP8
 //                                   GEMM instead of the fastest of the candidates timed once per
 //                                   shape; default on
+//   SHARDTRAIN_GEMM_SPLIT_K=0       skinny bf16 GEMMs (LoRA's rank-wide products) time only the
+//                                   heuristic's candidates, no split-K variants; default on
 //   SHARDTRAIN_MOE_GEMM=cublas      the experts' forward and d(x) GEMMs through cuBLAS grouped
 //                                   GEMMs instead of our Hopper expert GEMM (=wgmma, the default)
 //   SHARDTRAIN_LORA_KERNELS=1       LoRA's rank-wide products on the rank-wide bf16 kernels
 //                                   instead of cuBLASLt (measured slower); default off
 //   SHARDTRAIN_FP8_FUSED_SWIGLU=0   FP8's SwiGLU casts as separate passes; default on (fused)
 //   SHARDTRAIN_FP8_GRAD_FAST_ACCUM=0  FP8 gradient GEMMs without cuBLASLt's fast accumulation;
+//                                   default on
+//   SHARDTRAIN_FP8_KEEP_DOWN_INPUT=0  the MLP's down projection saves its bf16 input and casts
+//                                   x^T in backward instead of keeping forward's FP8 x^T;
 //                                   default on
 //
 // Each accessor reads the environment when called (a test may flip a switch between calls);
@@ -25,6 +30,7 @@ namespace shardtrain {
 
 bool profile_ops_switch();
 bool gemm_autotune_switch();
+bool gemm_split_k_switch();
 
 enum class MoeGemmChoice { kWgmma, kCublas };
 MoeGemmChoice moe_gemm_switch();
@@ -32,6 +38,7 @@ MoeGemmChoice moe_gemm_switch();
 bool lora_kernels_switch();
 bool fp8_fused_swiglu_switch();
 bool fp8_grad_fast_accum_switch();
+bool fp8_keep_down_input_switch();
 
 // Reads every switch above; throws Error naming the first malformed one.
 void check_ops_switches();

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -591,6 +592,11 @@ TEST_F(Fp8Test, FusedSwigluForwardMatchesTheUnfusedPath) {
 // unfused path with a twin site bit for bit, the kept bytes and factor against the host's
 // quantisation bit for bit, dx and dW against fp64 references.
 TEST_F(Fp8Test, KeptSwigluInputFeedsTheDownProjectionsWeightGradient) {
+  // Whatever the default of SHARDTRAIN_FP8_KEEP_DOWN_INPUT (ops/ops_switches.h), on here.
+  struct KeepOn {
+    KeepOn() { setenv("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "1", 1); }
+    ~KeepOn() { unsetenv("SHARDTRAIN_FP8_KEEP_DOWN_INPUT"); }
+  } keep_on;
   const int64_t rows = 256, hidden = 128, inter = 320;
   const Shape NF{rows, inter}, NC{rows, hidden};
   const std::vector<float> up_v = normal(rows * inter, 1.0f);

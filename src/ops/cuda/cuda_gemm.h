@@ -67,7 +67,7 @@ class CublasLtGemm {
   // autotune: time the candidates at each key's first run(); split_k: skinny keys also weigh the
   // split-K variants (above). Tests and measurements pass them explicitly.
   explicit CublasLtGemm(cudaStream_t stream, bool autotune = gemm_autotune_switch(),
-                        bool split_k = true);
+                        bool split_k = gemm_split_k_switch());
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
