@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One GPU-machine call that checks the open kernel work end to end (through the device tool,
+# carrying .devkit, or a tarball of it extracted first): the build, every GPU test
+# (gpu_tests.sh), the kernel timings at the bench shapes (the DISABLED_ timings of the MoE expert
+# GEMMs, LoRA's skinny products and the FP8 linears), then bench rows with op profiles in the
+# order given, each skipped once the call's budget (BUDGET_S, default 560 s) has no room for it,
+# and last an FP8 op profile with each switch of ops/ops_switches.h named in FP8_BEFORE set to 0
+# (the before of that choice, in the same call).
+#   TIMINGS="moe lora fp8"     which timings (default all three; empty: none)
+#   FP8_BENCH, MOE_BENCH, LORA_BENCH   the runs of each bench group (run_bench.sh's RUN syntax;
+#                              defaults below; empty: skipped). MOE_BENCH runs only on a GPU with
+#                              more than 120 GB (the Qwen3-30B-A3B shape needs ~100 GiB)
+#   FP8_BEFORE="GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT"   the switches whose before is profiled
+# Logs under $OUT (logs.tgz holds the bench folders: their names have @ and +).
+# Usage: tools/device/kernel_session.sh
+source "$(dirname "$0")/common.sh"
+gpu_info
+mapfile -t tests < <(gpu_test_names)
+build_gpu "${tests[@]}" || exit 1
+echo "build: $(elapsed) s"
+tools/device/gpu_tests.sh
+timings=${TIMINGS-moe lora fp8}
+if [[ $timings == *moe* ]] && room 60 "moe timing"; then
+  timeout 40 "$build/cuda_moe_gpu_test" --gtest_also_run_disabled_tests \
+    --gtest_filter='*Timing*' >"$out/moe-timing.log" 2>&1
+  echo "moe timing rc $?"; grep -i "tflop" "$out/moe-timing.log" | head -24
+fi
+if [[ $timings == *lora* ]] && room 60 "lora timing"; then
+  timeout 40 "$build/cuda_lora_gpu_test" --gtest_also_run_disabled_tests \
+    --gtest_filter='*DISABLED_*' >"$out/lora-timing.log" 2>&1
+  echo "lora timing rc $?"; grep -E " us|ms" "$out/lora-timing.log" | head -30
+fi
+if [[ $timings == *fp8* ]] && room 70 "fp8 timing"; then
+  OUT=$out timeout 50 "$build/cuda_fp8_throughput_gpu_test" --gtest_also_run_disabled_tests \
+    --gtest_filter='*LinearCastsAndGemms*:*KeptSwiglu*' >"$out/fp8-timing.log" 2>&1
+  echo "fp8 timing rc $?"; grep -E "FP8 / bf16|Down projection" "$out/fp8-timing.log" | head -30
+fi
+bench() {  # NAME SECONDS RUN...: a bench group when SECONDS fit
+  local name=$1 need=$2
+  shift 2
+  (($#)) && room "$need" "bench $name" || return 0
+  BENCH_EAGER=0 BENCH_PROFILE=1 timeout $((budget - $(elapsed))) bench/run_bench.sh \
+    "$root/$build/shardtrain" "$out/bench-$name" "$@" >"$out/bench-$name.log" 2>&1
+  echo "bench $name (rc $?, $(elapsed) s):"
+  cat "$out/bench-$name/table.txt"
+  tail -3 "$out/bench-$name.log"
+}
+# shellcheck disable=SC2086  # the run lists split on spaces
+bench fp8 150 ${FP8_BENCH-qwen2.5-1.5b@4096x2+fp8 qwen2.5-1.5b@4096x2}
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0)
+((gpu_mib > 120000)) || MOE_BENCH=
+# shellcheck disable=SC2086
+bench moe 170 ${MOE_BENCH-qwen3-30b-a3b-8l@4096x1+accum8}
+# shellcheck disable=SC2086
+bench lora 100 ${LORA_BENCH-llama3.2-1b@4096x1+lora}
+tokens=$out/bench-fp8/tokens-qwen2.5-1.5b-4096.bin
+for switch in ${FP8_BEFORE-GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT}; do
+  [[ -f $tokens ]] && room 25 "fp8 profile with SHARDTRAIN_$switch=0" || continue
+  env "SHARDTRAIN_$switch=0" SHARDTRAIN_PROFILE_OPS=1 timeout $((budget - $(elapsed))) \
+    "$build/shardtrain" train --config bench/bench.toml --model.path=bench/shapes/qwen2.5-1.5b \
+    --data.path="$tokens" --data.seq_len=4096 --train.micro_batch=2 --train.precision=fp8 \
+    --train.steps=3 >"$out/bench-fp8/profile-without-$switch.log" 2>&1
+  echo "fp8 profile with SHARDTRAIN_$switch=0: rc $? ($(elapsed) s)"
+done
+(cd "$out" && tar czf logs.tgz bench-* 2>/dev/null && rm -rf bench-*/)
+echo "session: $(elapsed) s"
