@@ -15,10 +15,14 @@ namespace {
 // SHARDTRAIN_LOG's value; unset or empty means info (the first choice).
 Level parse_level(const char* value) {
   switch (parse_env_choice("SHARDTRAIN_LOG", value, {"info", "debug", "warn", "error"})) {
-    case 1: return Level::kDebug;
-    case 2: return Level::kWarn;
-    case 3: return Level::kError;
-    default: return Level::kInfo;
+    case 1:
+      return Level::kDebug;
+    case 2:
+      return Level::kWarn;
+    case 3:
+      return Level::kError;
+    default:
+      return Level::kInfo;
   }
 }
 
@@ -39,10 +43,14 @@ std::atomic<int>& level_storage() {
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::kDebug: return "D";
-    case Level::kInfo: return "I";
-    case Level::kWarn: return "W";
-    case Level::kError: return "E";
+    case Level::kDebug:
+      return "D";
+    case Level::kInfo:
+      return "I";
+    case Level::kWarn:
+      return "W";
+    case Level::kError:
+      return "E";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
 // Logging: leveled, timestamped lines on stderr. Workers launched by the launcher get a rank
-// prefix from the launcher, so this file adds none. Level from SHARDTRAIN_LOG (debug|info|warn|error).
+// prefix from the launcher, so this file adds none. Level from SHARDTRAIN_LOG
+// (debug|info|warn|error).
 #pragma once
 
 #include <fmt/format.h>
@@ -19,15 +20,18 @@ void check_level_env();
 
 template <typename... Args>
 void debug(fmt::format_string<Args...> f, Args&&... a) {
-  if (current_level() <= Level::kDebug) write(Level::kDebug, fmt::format(f, std::forward<Args>(a)...));
+  if (current_level() <= Level::kDebug)
+    write(Level::kDebug, fmt::format(f, std::forward<Args>(a)...));
 }
 template <typename... Args>
 void info(fmt::format_string<Args...> f, Args&&... a) {
-  if (current_level() <= Level::kInfo) write(Level::kInfo, fmt::format(f, std::forward<Args>(a)...));
+  if (current_level() <= Level::kInfo)
+    write(Level::kInfo, fmt::format(f, std::forward<Args>(a)...));
 }
 template <typename... Args>
 void warn(fmt::format_string<Args...> f, Args&&... a) {
-  if (current_level() <= Level::kWarn) write(Level::kWarn, fmt::format(f, std::forward<Args>(a)...));
+  if (current_level() <= Level::kWarn)
+    write(Level::kWarn, fmt::format(f, std::forward<Args>(a)...));
 }
 template <typename... Args>
 void error(fmt::format_string<Args...> f, Args&&... a) {

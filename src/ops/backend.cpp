@@ -93,7 +93,6 @@ std::unique_ptr<Ops> make_backend(DeviceChoice device_choice, int cuda_device,
 
 }  // namespace
 
-
 std::unique_ptr<Ops> make_ops(DeviceChoice device_choice, int cuda_device,
                               CudaComputeStream* stream_out) {
   check_ops_switches();  // a misspelt switch stops here, before any device work

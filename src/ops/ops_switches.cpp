@@ -5,7 +5,6 @@
 namespace shardtrain {
 namespace {
 
-constexpr bool kSplitKByDefault = true;
 constexpr bool kKeepDownInputByDefault = true;
 
 }  // namespace
@@ -13,8 +12,6 @@ constexpr bool kKeepDownInputByDefault = true;
 bool profile_ops_switch() { return env_switch("SHARDTRAIN_PROFILE_OPS", false); }
 
 bool gemm_autotune_switch() { return env_switch("SHARDTRAIN_GEMM_AUTOTUNE", true); }
-
-bool gemm_split_k_switch() { return env_switch("SHARDTRAIN_GEMM_SPLIT_K", kSplitKByDefault); }
 
 MoeGemmChoice moe_gemm_switch() {
   // The order is MoeGemmChoice's: the first is the default.
@@ -35,7 +32,6 @@ bool fp8_keep_down_input_switch() {
 void check_ops_switches() {
   profile_ops_switch();
   gemm_autotune_switch();
-  gemm_split_k_switch();
   moe_gemm_switch();
   lora_kernels_switch();
   fp8_fused_swiglu_switch();

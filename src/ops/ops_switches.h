@@ -9,8 +9,6 @@
 //   SHARDTRAIN_GEMM_AUTOTUNE=0      cuBLASLt's first heuristic candidate for every bf16 and FP8
 //                                   GEMM instead of the fastest of the candidates timed once per
 //                                   shape; default on
-//   SHARDTRAIN_GEMM_SPLIT_K=0       skinny bf16 GEMMs (LoRA's rank-wide products) time only the
-//                                   heuristic's candidates, no split-K variants; default on
 //   SHARDTRAIN_MOE_GEMM=cublas      the experts' forward and d(x) GEMMs through cuBLAS grouped
 //                                   GEMMs instead of our Hopper expert GEMM (=wgmma, the default)
 //   SHARDTRAIN_LORA_KERNELS=1       LoRA's rank-wide products on the rank-wide bf16 kernels
@@ -30,7 +28,6 @@ namespace shardtrain {
 
 bool profile_ops_switch();
 bool gemm_autotune_switch();
-bool gemm_split_k_switch();
 
 enum class MoeGemmChoice { kWgmma, kCublas };
 MoeGemmChoice moe_gemm_switch();

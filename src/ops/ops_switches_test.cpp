@@ -62,9 +62,7 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     EXPECT_FALSE(fp8_grad_fast_accum_switch());
   }
   for (const char* value : {"0", "1"}) {
-    ScopedEnv split_k("SHARDTRAIN_GEMM_SPLIT_K", value);
     ScopedEnv keep("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", value);
-    EXPECT_EQ(gemm_split_k_switch(), value[0] == '1');
     EXPECT_EQ(fp8_keep_down_input_switch(), value[0] == '1');
   }
 }
@@ -73,7 +71,7 @@ TEST(OpsSwitchesTest, CheckRefusesAnyMalformedSwitch) {
   for (const char* name :
        {"SHARDTRAIN_PROFILE_OPS", "SHARDTRAIN_GEMM_AUTOTUNE", "SHARDTRAIN_MOE_GEMM",
         "SHARDTRAIN_LORA_KERNELS", "SHARDTRAIN_FP8_FUSED_SWIGLU", "SHARDTRAIN_FP8_GRAD_FAST_ACCUM",
-        "SHARDTRAIN_GEMM_SPLIT_K", "SHARDTRAIN_FP8_KEEP_DOWN_INPUT"}) {
+        "SHARDTRAIN_FP8_KEEP_DOWN_INPUT"}) {
     ScopedEnv env(name, "maybe");
     try {
       check_ops_switches();

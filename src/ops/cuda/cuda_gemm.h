@@ -8,14 +8,18 @@
 // kTuneCandidates on the call's own operands and keeps the fastest if it beats the first by 3%
 // (cuda_gemm_tuning.h, shared with Fp8Gemm: the scratch output of in-place accumulations, the
 // size limit, the stream synchronisation once per key).
-// Skinny keys (one output side <= kSkinnyWidth, a deep inner dimension: LoRA's rank-wide
-// products, 16-112 x 4096 over k = 2048-8192) tile into a few dozen CTAs on 132 SMs, so they also
-// weigh split-K: more heuristic answers (kSkinnyHeuristicCandidates), and for the first
-// kSplitKBases of them that support it, variants splitting k in kSplitKCounts ways (each part at
-// least kMinSplitDepth deep) with the partial sums reduced in fp32 in the workspace (a separate,
-// deterministic reduction; cuBLASLt applies alpha, beta and the bias there). When no heuristic
-// answer supports split-K, the bases come from cuBLASLt's other algorithm ids (its heuristic
-// limited to each id). Every variant passes cublasLtMatmulAlgoCheck before it is timed.
+// Split-K for skinny keys (one output side <= kSkinnyWidth, a deep inner dimension: LoRA's
+// rank-wide products, 16-112 x 4096 over k = 2048-8192), off unless a caller passes split_k:
+// measured on one H100 (2026-12-06, cuda_lora_gpu_test DISABLED_LoraGemmTimesAtLlama1BShape, CUDA
+// graphs) it gains nothing at Llama-3.2-1B r16 (6.52 ms of LoRA products a step against 6.58
+// tuned without it and 6.55 for the heuristic's first), and the chosen variant's weight gradient
+// at N 4100, O 16, I 64 (f32, written) was 3.1% off the CPU's (LoraLinearTest.Products), while
+// every candidate checked alone in SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference passed: a
+// bug not yet found. With split_k: more heuristic answers (kSkinnyHeuristicCandidates), and for
+// the first kSplitKBases of them that support it, variants splitting k in kSplitKCounts ways
+// (each part at least kMinSplitDepth deep) with the partial sums reduced in fp32 in the
+// workspace; when no heuristic answer supports split-K, the bases come from cuBLASLt's other
+// algorithm ids. Every variant passes cublasLtMatmulAlgoCheck before it is timed.
 // Internal to ops/cuda.
 //
 // Row-major callers (CudaOps::linear_*) express a row-major product as the column-major product
@@ -65,9 +69,9 @@ class CublasLtGemm {
   static constexpr int64_t kMinSplitDepth = 256;
 
   // autotune: time the candidates at each key's first run(); split_k: skinny keys also weigh the
-  // split-K variants (above). Tests and measurements pass them explicitly.
+  // split-K variants (above; tests and measurements only).
   explicit CublasLtGemm(cudaStream_t stream, bool autotune = gemm_autotune_switch(),
-                        bool split_k = gemm_split_k_switch());
+                        bool split_k = false);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -80,7 +84,7 @@ class CublasLtGemm {
 
   // For tests and measurements. The call's key is planned (and timed) first when new.
   struct Choice {
-    size_t candidates = 0;  // algorithms weighed: heuristic answers, then split-K variants
+    size_t candidates = 0;    // algorithms weighed: heuristic answers, then split-K variants
     std::vector<int> splits;  // each candidate's split-K count (1: k not split)
     size_t chosen = 0;        // the index run() takes
     int algo_id = -1, tile_id = -1, split_k = 1;

@@ -492,9 +492,8 @@ void CudaOps::swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act
   // A kept input needs act's bytes for the FP8 copy and its factor (N x F bf16 hold them from
   // 128 elements on), and SHARDTRAIN_FP8_KEEP_DOWN_INPUT not 0 (ops/ops_switches.h); otherwise
   // act keeps its bf16 values, and backward reads those.
-  if (site.input_kept_in_fp8 &&
-      (!fp8_keep_down_input_switch() ||
-       act_NF.bytes() < fp8_kept_input_bytes(s.rows, s.in_features))) {
+  if (site.input_kept_in_fp8 && (!fp8_keep_down_input_switch() ||
+                                 act_NF.bytes() < fp8_kept_input_bytes(s.rows, s.in_features))) {
     site.input_kept_in_fp8 = false;
   }
   const bool fused = cuda_kernels::fp8_fused_swiglu_enabled() && site.id >= 0 &&

@@ -9,9 +9,8 @@
 // the split-K variants) against an fp64 reference, scaled, written and accumulated once; and a
 // DISABLED_ timing of every LoRA product of Llama-3.2-1B r16 at 4096 tokens (CUDA graphs, so no
 // launch latency): the heuristic's first, timed without split-K, timed with it.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,7 +65,7 @@ struct LoraCase {
 };
 
 // Both paths: the rank-wide kernels (SHARDTRAIN_LORA_KERNELS=1, opt-in) and the default
-// (linear_* and a scaling pass).
+// (cuBLASLt, the scale as the GEMM's alpha).
 class LoraLinearTest : public CudaOpsTest, public ::testing::WithParamInterface<const char*> {
  protected:
   void SetUp() override {
@@ -80,9 +79,9 @@ INSTANTIATE_TEST_SUITE_P(KernelsOnOff, LoraLinearTest, ::testing::Values("1", "0
 TEST_P(LoraLinearTest, Products) {
   // (O, I): O rank-wide is an A (x @ A^T, d(h) @ A, d(A)); I rank-wide is a B (h @ B^T,
   // d(out) @ B, d(B) as the transpose of the reduction).
-  const LoraCase cases[] = {{1030, 48, 2056}, {67, 5, 77},    {300, 128, 520}, {129, 1, 4104},
-                            {1030, 3072, 48}, {67, 131, 5},   {200, 264, 128}, {2000, 72, 100},
-                            {4100, 16, 64},   {1, 40, 2048},  {33, 2048, 16},  {5, 112, 9}};
+  const LoraCase cases[] = {{1030, 48, 2056}, {67, 5, 77},   {300, 128, 520}, {129, 1, 4104},
+                            {1030, 3072, 48}, {67, 131, 5},  {200, 264, 128}, {2000, 72, 100},
+                            {4100, 16, 64},   {1, 40, 2048}, {33, 2048, 16},  {5, 112, 9}};
   for (const LoraCase& c : cases) {
     SCOPED_TRACE(::testing::Message() << "N " << c.N << " O " << c.O << " I " << c.I);
     Pair x = random_input({c.N, c.I});
@@ -248,11 +247,11 @@ TEST_F(CudaOpsTest, SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference) {
       return std::count_if(c.splits.begin(), c.splits.end(), [](int s) { return s > 1; });
     };
     EXPECT_GT(split_count(chosen), split_count(plain.choice(call))) << "no split-K variant added";
-    std::printf("%-28s %zu candidates, %td split-K (without the variants: %zu, %td split-K); "
-                "chosen #%zu: algo %d tile %d split-K %d reduction %u\n",
-                p.name, chosen.candidates, split_count(chosen), without,
-                split_count(plain.choice(call)), chosen.chosen, chosen.algo_id, chosen.tile_id,
-                chosen.split_k, chosen.reduction);
+    std::printf(
+        "%-28s %zu candidates, %td split-K (without the variants: %zu, %td split-K); "
+        "chosen #%zu: algo %d tile %d split-K %d reduction %u\n",
+        p.name, chosen.candidates, split_count(chosen), without, split_count(plain.choice(call)),
+        chosen.chosen, chosen.algo_id, chosen.tile_id, chosen.split_k, chosen.reduction);
     size_t split_ran = 0;
     for (size_t i = 0; i < chosen.candidates; ++i) {
       SCOPED_TRACE(::testing::Message() << "candidate " << i << " split-K " << chosen.splits[i]);
@@ -318,8 +317,9 @@ double graph_us(CublasLtGemm& gemm, const GemmCall& call, cudaStream_t stream) {
 // Every LoRA product of Llama-3.2-1B r16 all-linear at 4096 tokens (one layer's Linears: packed
 // q/k/v with S = 48, o, gate, up, down with S = 16), each as CudaOps calls it, in device time
 // per call: the heuristic's first candidate, the fastest of its 8 without split-K, the fastest
-// with the split-K variants (the default); the chosen configuration; the bytes it moves at the
-// fastest time; and the per-step sums (x 16 layers). Run with --gtest_also_run_disabled_tests.
+// with the split-K variants (CublasLtGemm's split_k, off by default); the chosen configuration; the
+// bytes it moves at the fastest time; and the per-step sums (x 16 layers). Run with
+// --gtest_also_run_disabled_tests.
 TEST_F(CudaOpsTest, DISABLED_LoraGemmTimesAtLlama1BShape) {
   constexpr int64_t kTokens = 4096, kLayers = 16;
   struct LinearShape {
@@ -340,11 +340,12 @@ TEST_F(CudaOpsTest, DISABLED_LoraGemmTimesAtLlama1BShape) {
   SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
   cudaStream_t stream = nullptr;
   SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CublasLtGemm heuristic(stream, false, false), tuned(stream, true, false), split(stream, true, true);
+  CublasLtGemm heuristic(stream, false, false), tuned(stream, true, false),
+      split(stream, true, true);
   double step_us[3] = {0, 0, 0};
-  std::printf("%-8s %-14s %5s %5s %5s | %9s %9s %9s | %-22s %4s | %7s\n", "linear", "product",
-              "m", "n", "k", "heur us", "tuned us", "split us", "chosen (algo/tile/splitK)",
-              "cand", "GB/s");
+  std::printf("%-8s %-14s %5s %5s %5s | %9s %9s %9s | %-22s %4s | %7s\n", "linear", "product", "m",
+              "n", "k", "heur us", "tuned us", "split us", "chosen (algo/tile/splitK)", "cand",
+              "GB/s");
   for (const LinearShape& l : linears) {
     const int64_t N = kTokens, I = l.in, O = l.out, S = l.slices_rank;
     const ColumnMajorProduct products[] = {
@@ -376,22 +377,22 @@ TEST_F(CudaOpsTest, DISABLED_LoraGemmTimesAtLlama1BShape) {
         step_us[v] += us[v] * kLayers * l.per_layer;
       }
       const CublasLtGemm::Choice chosen = split.choice(call);
-      const double moved = 2.0 * (p.m * p.k + p.k * p.n) +
-                           static_cast<double>(dtype_size(p.out)) * p.m * p.n;
+      const double moved =
+          2.0 * (p.m * p.k + p.k * p.n) + static_cast<double>(dtype_size(p.out)) * p.m * p.n;
       const double best = std::min({us[0], us[1], us[2]});
       char config[64];
       std::snprintf(config, sizeof(config), "%d/%d/%d", chosen.algo_id, chosen.tile_id,
                     chosen.split_k);
-      std::printf("%-8s %-14s %5lld %5lld %5lld | %9.1f %9.1f %9.1f | %-22s %4zu | %7.0f\n",
-                  l.name, p.name, static_cast<long long>(p.m), static_cast<long long>(p.n),
+      std::printf("%-8s %-14s %5lld %5lld %5lld | %9.1f %9.1f %9.1f | %-22s %4zu | %7.0f\n", l.name,
+                  p.name, static_cast<long long>(p.m), static_cast<long long>(p.n),
                   static_cast<long long>(p.k), us[0], us[1], us[2], config, chosen.candidates,
                   moved / (best * 1e3));
     }
   }
-  std::printf("per step (x %lld layers): heuristic %.2f ms, tuned %.2f ms, tuned with split-K "
-              "%.2f ms\n",
-              static_cast<long long>(kLayers), step_us[0] / 1e3, step_us[1] / 1e3,
-              step_us[2] / 1e3);
+  std::printf(
+      "per step (x %lld layers): heuristic %.2f ms, tuned %.2f ms, tuned with split-K "
+      "%.2f ms\n",
+      static_cast<long long>(kLayers), step_us[0] / 1e3, step_us[1] / 1e3, step_us[2] / 1e3);
   EXPECT_LE(step_us[2], step_us[1] * 1.05) << "split-K candidates made the products slower";
   SHARDTRAIN_CUDA_CHECK(cudaStreamDestroy(stream));
 }

@@ -35,7 +35,9 @@ class CudaMoePermuteTest : public CudaOpsTest {
     const std::vector<int64_t> rows_cpu = cpu_->moe_dispatch(expert.cpu, E, source.cpu, row.cpu);
     const std::vector<int64_t> rows_gpu = gpu_->moe_dispatch(expert.gpu, E, source.gpu, row.gpu);
     EXPECT_EQ(rows_gpu, rows_cpu);
-    EXPECT_EQ(std::count(rows_gpu.begin(), rows_gpu.end(), 0), E - used);
+    // The experts nobody chose get no rows (a chosen one may get none too: 10 slots over 8).
+    EXPECT_TRUE(
+        std::all_of(rows_gpu.begin() + used, rows_gpu.end(), [](int64_t r) { return r == 0; }));
     std::vector<int32_t> source_gpu(M), row_gpu(M);
     gpu_->copy_to_host(source_gpu.data(), source.gpu);
     gpu_->copy_to_host(row_gpu.data(), row.gpu);
