@@ -187,6 +187,24 @@ std::vector<double> reference_product(const ColumnMajorProduct& p, const std::ve
   return d;
 }
 
+// The GEMM of p on packed operands (each leading dimension its operand's row count), written to d.
+GemmCall call_of(const ColumnMajorProduct& p, const void* a, const void* b, void* d) {
+  GemmCall call;
+  call.transpose_a = p.transpose_a;
+  call.transpose_b = p.transpose_b;
+  call.m = p.m;
+  call.n = p.n;
+  call.k = p.k;
+  call.a = a;
+  call.lda = p.transpose_a ? p.k : p.m;
+  call.b = b;
+  call.ldb = p.transpose_b ? p.n : p.k;
+  call.c = d;
+  call.c_dtype = p.out;
+  call.ldc = p.m;
+  return call;
+}
+
 // ||got - (alpha product + c)|| / ||alpha product + c||; infinity when anything is not finite.
 double product_error(const std::vector<float>& got, const std::vector<double>& product,
                      double alpha, const std::vector<float>& c) {
@@ -223,19 +241,7 @@ TEST_F(CudaOpsTest, SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference) {
     const Tensor d_g = gpu_tensor(std::vector<float>(p.m * p.n), p.out, Shape{p.n, p.m});
     const std::vector<double> product = reference_product(p, a, b);
     const double bound = p.out == DType::kF32 ? 1e-5 : 8e-3;
-    GemmCall call;
-    call.transpose_a = p.transpose_a;
-    call.transpose_b = p.transpose_b;
-    call.m = p.m;
-    call.n = p.n;
-    call.k = p.k;
-    call.a = a_g.data();
-    call.lda = a_rows;
-    call.b = b_g.data();
-    call.ldb = b_rows;
-    call.c = d_g.data();
-    call.c_dtype = p.out;
-    call.ldc = p.m;
+    GemmCall call = call_of(p, a_g.data(), b_g.data(), d_g.data());
     call.alpha = p.out == DType::kF32 ? 1.0f : 2.0f;  // the LoRA scale on h and d(h)
     ASSERT_TRUE(CublasLtGemm::skinny(call));
 
@@ -357,19 +363,7 @@ TEST_F(CudaOpsTest, DISABLED_LoraGemmTimesAtLlama1BShape) {
         {"dx = dh A", false, false, I, N, S, DType::kBF16},
     };
     for (const ColumnMajorProduct& p : products) {
-      GemmCall call;
-      call.transpose_a = p.transpose_a;
-      call.transpose_b = p.transpose_b;
-      call.m = p.m;
-      call.n = p.n;
-      call.k = p.k;
-      call.a = a_buffer.data();
-      call.lda = p.transpose_a ? p.k : p.m;
-      call.b = b_buffer.data();
-      call.ldb = p.transpose_b ? p.n : p.k;
-      call.c = d_buffer.data();
-      call.c_dtype = p.out;
-      call.ldc = p.m;
+      const GemmCall call = call_of(p, a_buffer.data(), b_buffer.data(), d_buffer.data());
       double us[3];
       CublasLtGemm* gemms[3] = {&heuristic, &tuned, &split};
       for (int v = 0; v < 3; ++v) {
