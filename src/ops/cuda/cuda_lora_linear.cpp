@@ -1,7 +1,7 @@
 // CudaOps::lora_linear_forward / lora_linear_backward: LoRA's products through cuBLASLt with the
-// scale as the GEMM's alpha (CudaOps::scaled_linear_*: no scaling pass over h or d(h)); the
-// skinny ones (a rank-wide output side over a deep inner dimension) weigh split-K when their
-// algorithm is chosen (cuda_gemm.h).
+// scale as the GEMM's alpha (CudaOps::scaled_linear_*: no scaling pass over h or d(h)). In CUDA
+// graphs on one H100 these products run at 2.1-3.5 TB/s (bench/RESULTS.md, 2026-12-06): their
+// cost in a step is launches, not bandwidth.
 // Opt-in (SHARDTRAIN_LORA_KERNELS=1): products with a rank-wide side (<= cuda_lora::kMaxThin) on
 // bf16 tensors run as the memory-bound kernels of cuda_lora_gemm.cu instead, the scale folded
 // into them. They are slower than cuBLASLt at Llama-3.2-1B's shapes (one H200, seq 4096, r 16,
