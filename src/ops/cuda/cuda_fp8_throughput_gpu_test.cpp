@@ -72,17 +72,9 @@ class Fp8ThroughputTest : public CudaFp8Test {
   // Mean device time of `body` (work enqueued on the ops stream) over `repeats` runs, after one.
   double device_ms(const std::function<void()>& body, int repeats = 10) {
     body();
-    cudaEvent_t start, stop;
-    SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
-    SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
-    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream_));
-    for (int i = 0; i < repeats; ++i) body();
-    SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream_));
-    SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    const float ms = elapsed_device_ms(stream_, [&] {
+      for (int i = 0; i < repeats; ++i) body();
+    });
     return ms / repeats;
   }
   template <typename T = uint8_t>

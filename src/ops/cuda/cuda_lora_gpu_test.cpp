@@ -304,17 +304,9 @@ double graph_us(CublasLtGemm& gemm, const GemmCall& call, cudaStream_t stream) {
   SHARDTRAIN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   SHARDTRAIN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   SHARDTRAIN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  cudaEvent_t start = nullptr, stop = nullptr;
-  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
-  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
-  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < kReplays; ++r) SHARDTRAIN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream));
-  SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const float ms = elapsed_device_ms(stream, [&] {
+    for (int r = 0; r < kReplays; ++r) SHARDTRAIN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  });
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   return 1e3 * ms / (kRuns * kReplays);

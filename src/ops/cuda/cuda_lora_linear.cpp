@@ -27,11 +27,10 @@ namespace {
 
 using cuda_lora::kMaxThin;
 
-// Read on every call (cheap next to a GEMM), so a test can take both paths in one process.
-bool kernels_enabled() { return lora_kernels_switch(); }
-
+// Whether the opt-in kernels take these tensors: the switch is read on every call (cheap next to
+// a GEMM), so a test can take both paths in one process.
 bool all_bf16(std::initializer_list<const Tensor*> tensors) {
-  if (!kernels_enabled()) return false;
+  if (!lora_kernels_switch()) return false;
   return std::all_of(tensors.begin(), tensors.end(), [](const Tensor* t) {
     return !t->defined() || (t->dtype() == DType::kBF16 && t->device() == Device::kCuda);
   });

@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/device_buffer.h"
@@ -33,6 +34,23 @@ namespace shardtrain::cuda_testing {
 
 constexpr double kBf16Tolerance = 1e-2;
 constexpr double kF32Tolerance = 1e-5;
+
+// Milliseconds of device time between two events around `enqueue` (work it puts on `stream`),
+// waiting for it to finish: the timing tests' one stopwatch.
+inline float elapsed_device_ms(cudaStream_t stream, const std::function<void()>& enqueue) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&start));
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(start, stream));
+  enqueue();
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+  SHARDTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  SHARDTRAIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms;
+}
 
 // One logical tensor on both backends.
 struct Pair {
