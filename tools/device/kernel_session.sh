@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # One GPU-machine call that checks the open kernel work end to end (through the device tool,
-# carrying .devkit, or a tarball of it extracted first): the build, every GPU test
-# (gpu_tests.sh), the kernel timings at the bench shapes (the DISABLED_ timings of the MoE expert
-# GEMMs, LoRA's skinny products and the FP8 linears), then bench rows with op profiles in the
-# order given, each skipped once the call's budget (BUDGET_S, default 560 s) has no room for it,
-# and last an FP8 op profile with each switch of ops/ops_switches.h named in FP8_BEFORE set to 0
-# (the before of that choice, in the same call).
-#   TIMINGS="moe lora fp8"     which timings (default all three; empty: none)
-#   FP8_BENCH, MOE_BENCH, LORA_BENCH   the runs of each bench group (run_bench.sh's RUN syntax;
-#                              defaults below; empty: skipped). MOE_BENCH runs only on a GPU with
-#                              more than 120 GB (the Qwen3-30B-A3B shape needs ~100 GiB)
+# carrying .devkit, or a tarball of it extracted first): the build, the attention kernel tests
+# first (a failure there ends the call: every bench row runs the default attention kernels),
+# every GPU test (gpu_tests.sh), the kernel timings at the bench shapes (the DISABLED_ timings of
+# attention, the MoE expert GEMMs, LoRA's skinny products and the FP8 linears), then bench rows
+# with op profiles in the order given, each skipped once the call's budget (BUDGET_S, default
+# 560 s) has no room for it, and last an FP8 op profile with each switch of ops/ops_switches.h
+# named in FP8_BEFORE set to 0 (the before of that choice, in the same call).
+#   TIMINGS="attention moe lora fp8"   which timings (default all four; empty: none)
+#   FP8_BENCH, MOE_BENCH, LORA_BENCH, BF16_BENCH   the runs of each bench group, in this order
+#                              (run_bench.sh's RUN syntax; defaults below; empty: skipped).
+#                              MOE_BENCH runs only on a GPU with more than 120 GB (the
+#                              Qwen3-30B-A3B shape needs ~100 GiB)
 #   FP8_BEFORE="GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT"   the switches whose before is profiled
 # Logs under $OUT (logs.tgz holds the bench folders: their names have @ and +).
 # Usage: tools/device/kernel_session.sh
@@ -18,8 +20,20 @@ gpu_info
 mapfile -t tests < <(gpu_test_names)
 build_gpu "${tests[@]}" || exit 1
 echo "build: $(elapsed) s"
+timeout 120 "$build/cuda_attention_gpu_test" >"$out/attention-tests.log" 2>&1
+rc=$?
+echo "attention tests rc $rc ($(elapsed) s)"
+if ((rc != 0)); then
+  grep -E "^\[  FAILED  \] [A-Za-z]|Failure|rc 124" "$out/attention-tests.log" | head -20
+  exit 1
+fi
 tools/device/gpu_tests.sh
-timings=${TIMINGS-moe lora fp8}
+timings=${TIMINGS-attention moe lora fp8}
+if [[ $timings == *attention* ]] && room 40 "attention timing"; then
+  OUT=$out timeout 30 "$build/cuda_ops_throughput_gpu_test" --gtest_also_run_disabled_tests \
+    --gtest_filter='*AttentionThroughput*' >"$out/attention-timing.log" 2>&1
+  echo "attention timing rc $?"; grep "^attention" "$out/attention-timing.log" | head -8
+fi
 if [[ $timings == *moe* ]] && room 60 "moe timing"; then
   timeout 40 "$build/cuda_moe_gpu_test" --gtest_also_run_disabled_tests \
     --gtest_filter='*Timing*' >"$out/moe-timing.log" 2>&1
@@ -53,6 +67,8 @@ gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0
 bench moe 170 ${MOE_BENCH-qwen3-30b-a3b-8l@4096x1+accum8}
 # shellcheck disable=SC2086
 bench lora 100 ${LORA_BENCH-llama3.2-1b@4096x1+lora}
+# shellcheck disable=SC2086
+bench bf16 90 ${BF16_BENCH-}
 tokens=$out/bench-fp8/tokens-qwen2.5-1.5b-4096.bin
 for switch in ${FP8_BEFORE-GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT}; do
   [[ -f $tokens ]] && room 25 "fp8 profile with SHARDTRAIN_$switch=0" || continue

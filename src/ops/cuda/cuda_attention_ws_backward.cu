@@ -12,12 +12,19 @@
 //   Warpgroups 1 and 2 are the consumers, 64 keys each, with the wgmma kernel's step: S^T, dP^T,
 //   P, dV += P^T dO, dS, dK += dS^T Q, dS^T to shared memory, then dQ of the tile over the
 //   block's 128 keys (at D = 128 each consumer takes 64 of the columns, at 64 they take turns)
-//   added with fp32 atomics. Window and documents (cuda_attention_mask.cuh): the steps end at
+//   stored (fp32, 128-byte swizzled) to the consumer's dQ tile in shared memory. Warpgroup 0,
+//   warp 1, the dQ writer, adds each stored tile into the fp32 dQ accumulator with TMA
+//   reductions (cp.reduce.async.bulk.tensor: atomic per element in L2, as other key tiles' blocks
+//   add to the same rows) and frees the tile once the TMA has read it. The consumers used to add
+//   dQ with 16 float2 atomics a thread a step, which stalled them behind 8,192 L2 atomics a step;
+//   now the writer's bulk reductions overlap the next step's math (FlashAttention-3's dQ
+//   writer). Each consumer's tile has a "full" mbarrier (its 128 threads' stores) and an "empty"
+//   one (the writer's arrival). Window and documents (cuda_attention_mask.cuh): the steps end at
 //   the query tile holding the last query that sees the block's last key; a consumer skips the
 //   math of tiles none of whose queries see its keys. dS^T is double-buffered
 //   and a named barrier of the 256 consumer threads replaces the wgmma kernel's two block
 //   barriers per step: nothing waits for loads issued in the consumers' own instruction stream.
-// Registers: producer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's threads use
+// Registers: producer and dQ writer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's threads use
 // 254 at D = 128; without the loads' address arithmetic the consumers fit 240 (ptxas: no spills).
 // The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/NOTES.md,
 // bench/RESULTS.md); tests force that one with ops/kernel_overrides.h kWgmma.
@@ -42,13 +49,20 @@ constexpr int kWsThreads = 384;
 [[maybe_unused]] constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
 [[maybe_unused]] constexpr int kDsReadyBarrier = 1;  // named barrier: both halves of dS^T stored
 
+// A consumer's dQ tile: 64 queries x 64 columns, fp32, as two 128-byte-swizzled boxes of 32
+// columns (the dQ accumulator's tensor map boxes).
+constexpr int kDqBoxColumns = 32;
+constexpr uint32_t kDqBoxBytes = kWsQueries * kDqBoxColumns * sizeof(float);
+constexpr uint32_t kDqTileBytes = 2 * kDqBoxBytes;
+
 template <int D>
 constexpr size_t ws_backward_shared_bytes() {
-  // K, V; stages of Q, dO; two dS^T buffers; stages of lse and delta; mbarriers (kv_full, and
-  // full and empty per stage).
+  // K, V; stages of Q, dO; two dS^T buffers; two dQ tiles; stages of lse and delta; mbarriers
+  // (kv_full, full and empty per stage, full and empty per dQ tile).
   return sizeof(bf16) *
              (2 * kWsKeys * D + 2 * kWsStages * kWsQueries * D + 2 * kWsKeys * kWsQueries) +
-         sizeof(float) * 2 * kWsStages * kWsQueries + 8 * (1 + 2 * kWsStages) + kSharedAlignSlack;
+         2 * kDqTileBytes + sizeof(float) * 2 * kWsStages * kWsQueries +
+         8 * (1 + 2 * kWsStages + 4) + kSharedAlignSlack;
 }
 static_assert(ws_backward_shared_bytes<64>() ==
                       ::shardtrain::cuda_kernels::wgmma_ws_backward_shared_bytes(64) &&
@@ -57,17 +71,26 @@ static_assert(ws_backward_shared_bytes<64>() ==
               "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
 struct WsBackwardMaps {
-  CUtensorMap q, dout, k, v;
+  CUtensorMap q, dout, k, v, dq_accum;
 };
+
+// The byte offset in a dQ tile of (query row, column) (both < 64): box column / 32, 128-byte
+// rows whose 16-byte chunks are XOR-swizzled by row % 8 (the TMA's 128-byte swizzle).
+__device__ __forceinline__ uint32_t dq_tile_offset(int row, int column) {
+  const int box = column / kDqBoxColumns, in_box = column % kDqBoxColumns;
+  const int chunk = (in_box / 4) ^ (row % 8);
+  return box * kDqBoxBytes + row * 128 + chunk * 16 + (in_box % 4) * sizeof(float);
+}
 
 // REQUIRES: blockDim.x == kWsThreads; dynamic shared memory ws_backward_shared_bytes<D>(); grid and
 // accumulators as flash_attention_backward sets them up for 128-key tiles; maps from
-// tensor_map_of_heads with boxes of kWsQueries rows (Q, dO) and kWsKeys rows (K, V).
+// tensor_map_of_heads with boxes of kWsQueries rows (Q, dO) and kWsKeys rows (K, V), dq_accum's
+// from tensor_map_of_heads_f32 (of dq_accum_BTHD) with boxes of kWsQueries rows.
 template <int D>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_backward_kernel(const __grid_constant__ WsBackwardMaps maps, const float* lse_BHT,
                        const float* delta_BHT, float scale, AttentionShape shape,
-                       int heads_per_block, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
+                       int heads_per_block, bf16* dk_BTKD, bf16* dv_BTKD,
                        float* dk_accum_BTKD, float* dv_accum_BTKD) {
 #if SHARDTRAIN_WGMMA_COMPILED
   constexpr uint32_t kKeyTileBytes = kWsKeys * D * sizeof(bf16);
@@ -92,19 +115,31 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t q_address = v_address + kKeyTileBytes;                     // [stages][64] x D
   const uint32_t dout_address = q_address + kWsStages * kQueryTileBytes;    // [stages][64] x D
   const uint32_t dst_address = dout_address + kWsStages * kQueryTileBytes;  // [2][128] x 64
+  const uint32_t dq_address = dst_address + 2 * kDsBytes;  // [2 consumers] dQ tiles
   bf16* const dst_s = reinterpret_cast<bf16*>(base + (dst_address - k_address));
-  float* const lse_s = reinterpret_cast<float*>(base + (dst_address - k_address) + 2 * kDsBytes);
+  float* const lse_s =
+      reinterpret_cast<float*>(base + (dq_address - k_address) + 2 * kDqTileBytes);
   float* const delta_s = lse_s + kWsStages * kWsQueries;  // [stages][64]
   const uint32_t barriers = shared_address(delta_s + kWsStages * kWsQueries);
   const uint32_t kv_full = barriers;
   const auto full = [&](int stage) { return barriers + 8 * (1 + stage); };
   const auto empty = [&](int stage) { return barriers + 8 * (1 + kWsStages + stage); };
+  const auto dq_full = [&](int c) { return barriers + 8 * (1 + 2 * kWsStages + c); };
+  const auto dq_empty = [&](int c) { return barriers + 8 * (3 + 2 * kWsStages + c); };
+  // Whether consumer c computes dQ at `step` (at D = 128 both, each its half of the columns),
+  // and how many times its tile was used before.
+  const auto computes_dq = [](int c, int step) { return D == 128 || c == (step & 1); };
+  const auto dq_use = [](int step) { return D == 128 ? step : step >> 1; };
 
   if (threadIdx.x == 0) {
     tma::mbarrier_init(kv_full, 1);
     for (int stage = 0; stage < kWsStages; ++stage) {
       tma::mbarrier_init(full(stage), 1 + 32);  // lane 0's expect-tx + the 32 lanes' stores
       tma::mbarrier_init(empty(stage), kWsConsumerThreads);
+    }
+    for (int c = 0; c < 2; ++c) {
+      tma::mbarrier_init(dq_full(c), kWsConsumerThreads / 2);
+      tma::mbarrier_init(dq_empty(c), 1);
     }
     tma::fence_barrier_init();
   }
@@ -113,6 +148,34 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   if (warpgroup == 0) {
     tma::release_registers<kProducerRegisters>();
+    if (warp == 1 && lane == 0) {  // the dQ writer
+      tma::prefetch_map(&maps.dq_accum);
+      // The step's head and query tile counted along (few registers: this warp has 24).
+      int h = first_head, tile = 0;
+      for (int step = 0; step < steps; ++step) {
+        const int first_query = (first_q_tile + tile) * kWsQueries;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          if (!computes_dq(c, step)) continue;
+          tma::wait(dq_full(c), dq_use(step) & 1);
+          const int first_column = D == 128 ? c * 64 : 0;
+#pragma unroll
+          for (int box = 0; box < 2; ++box) {
+            tma::reduce_add_4d(&maps.dq_accum, dq_address + c * kDqTileBytes + box * kDqBoxBytes,
+                               first_column + box * kDqBoxColumns, h, first_query, b);
+          }
+          tma::commit_bulk_group();
+          tma::wait_bulk_group_read();
+          tma::arrive(dq_empty(c));
+        }
+        if (++tile == tiles_per_head) {
+          tile = 0;
+          ++h;
+        }
+      }
+      tma::wait_bulk_group();  // the reductions done before the block exits
+      return;
+    }
     if (warp != 0) return;
     if (lane == 0) {
       tma::prefetch_map(&maps.q);
@@ -187,7 +250,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   for (int step = 0; step < steps; ++step) {
     const int stage = step % kWsStages, buffer = step & 1;
     tma::wait(full(stage), (step / kWsStages) & 1);
-    const int h = first_head + step / tiles_per_head;
     const int first_query = (first_q_tile + step % tiles_per_head) * kWsQueries;
     const uint32_t q_tile = q_address + stage * kQueryTileBytes;
     const uint32_t dout_tile = dout_address + stage * kQueryTileBytes;
@@ -209,14 +271,27 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
     // dQ (64 queries x 64 columns) += dS K over the block's 128 keys: at D = 128 consumer c takes
     // column block c, at D = 64 the consumers alternate.
-    if (D == 128 || consumer == (step & 1)) {
+    if (computes_dq(consumer, step)) {
       float dq[32];
       const int column_block = D == 128 ? consumer : 0;
       wgmma_steps::dq_product<kWsKeys, D>(dq, dst_address + buffer * kDsBytes, k_address,
                                           column_block, dk, dv);
       tma::arrive(empty(stage));  // Q, dO, lse, delta of this step read
-      wgmma_steps::add_dq_rows<D>(dq, first_query, warp, g, t, shape, b, h, column_block,
-                                  dq_accum_BTHD);
+      // dQ into this consumer's tile once the writer's TMA has read the previous one; the
+      // writer adds it to the accumulator. Rows past the sequence are dropped by the TMA.
+      tma::wait(dq_empty(consumer), (dq_use(step) & 1) ^ 1);
+      unsigned char* const tile = base + (dq_address - k_address) + consumer * kDqTileBytes;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp * 16 + g + 8 * r;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          *reinterpret_cast<float2*>(tile + dq_tile_offset(row, 8 * j + 2 * t)) =
+              make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+      }
+      wgmma::fence_shared_for_async_proxy();  // the stores visible to the writer's TMA
+      tma::arrive(dq_full(consumer));
     } else {
       wgmma::wait<0>();  // this step's dK, dV products
       wgmma::fence_registers(dk);
@@ -248,7 +323,9 @@ bool ws_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16
       !tma::tensor_map_of_heads(maps.k, k_BTKD, shape.batch, shape.seq, shape.kv_heads,
                                 shape.head_dim, kWsKeys) ||
       !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads,
-                                shape.head_dim, kWsKeys)) {
+                                shape.head_dim, kWsKeys) ||
+      !tma::tensor_map_of_heads_f32(maps.dq_accum, dq_accum_BTHD, shape.batch, shape.seq,
+                                    shape.heads, shape.head_dim, kWsQueries)) {
     count_warp_specialised_fallback(tma::kNoTensorMaps);
     return false;
   }
@@ -259,7 +336,7 @@ bool ws_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16
     constexpr size_t bytes = ws_backward_shared_bytes<D>();
     allow_shared(kernel, bytes, "ws_backward_kernel");
     kernel<<<blocks, kWsThreads, bytes, stream>>>(maps, lse_BHT, delta_BHT, scale, shape,
-                                                  heads_per_block, dq_accum_BTHD, dk_BTKD, dv_BTKD,
+                                                  heads_per_block, dk_BTKD, dv_BTKD,
                                                   dk_accum_BTKD, dv_accum_BTKD);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
   });

@@ -26,32 +26,46 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   return function;
 }
 
-}  // namespace
-
-bool tensor_map_of_heads(CUtensorMap& map, const void* base, int batch, int seq, int heads,
-                         int head_dim, int rows) {
+// A [batch, seq, heads, head_dim] tensor of `element`-byte values, boxes of `rows` tokens x 128
+// bytes of one head, 128-byte swizzle.
+bool encode_heads(CUtensorMap& map, CUtensorMapDataType type, uint64_t element, const void* base,
+                  int batch, int seq, int heads, int head_dim, int rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
-  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || head_dim % 64 != 0 ||
-      rows < 1 || rows > 256) {
+  const uint64_t box_columns = wgmma::kSwizzleBytes / element;
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 ||
+      head_dim % box_columns != 0 || rows < 1 || rows > 256) {
     return false;
   }
-  constexpr uint64_t kElement = sizeof(__nv_bfloat16);
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(batch)};
   // Byte strides of dimensions 1..3 (dimension 0 is contiguous).
-  const cuuint64_t strides[3] = {head_dim * kElement, uint64_t(heads) * head_dim * kElement,
-                                 uint64_t(seq) * heads * head_dim * kElement};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(wgmma::kBlockColumns), 1,
+  const cuuint64_t strides[3] = {head_dim * element, uint64_t(heads) * head_dim * element,
+                                 uint64_t(seq) * heads * head_dim * element};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_columns), 1,
                              static_cast<cuuint32_t>(rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap encoded;
   const CUresult result =
-      encode(&encoded, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides,
-             box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      encode(&encoded, type, 4, const_cast<void*>(base), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) return false;
   map = encoded;
   return true;
+}
+
+}  // namespace
+
+bool tensor_map_of_heads(CUtensorMap& map, const void* base, int batch, int seq, int heads,
+                         int head_dim, int rows) {
+  return encode_heads(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, sizeof(__nv_bfloat16), base, batch,
+                      seq, heads, head_dim, rows);
+}
+
+bool tensor_map_of_heads_f32(CUtensorMap& map, const void* base, int batch, int seq, int heads,
+                             int head_dim, int rows) {
+  return encode_heads(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, sizeof(float), base, batch, seq, heads,
+                      head_dim, rows);
 }
 
 bool tensor_map_2d(CUtensorMap& map, const void* base, int64_t rows, int64_t columns,

@@ -1,6 +1,7 @@
 // Hopper (sm_90a) asynchronous-copy pieces for warp-specialised kernels: the tensor memory
 // accelerator (TMA: cp.async.bulk.tensor into 128-byte-swizzled shared tiles, the layout
-// cuda_wgmma.cuh describes), shared-memory mbarriers with transaction counts, named barriers
+// cuda_wgmma.cuh describes, and cp.reduce.async.bulk.tensor adding such tiles into global
+// memory), shared-memory mbarriers with transaction counts, named barriers
 // between warpgroups, and the per-warpgroup register budget (setmaxnreg). Internal to ops/cuda
 // (.cu files only).
 //
@@ -8,7 +9,7 @@
 // (SHARDTRAIN_WGMMA_COMPILED, cuda_wgmma.cuh); kernels that use them are only picked by the
 // dispatch table (cuda_dispatch.h) on compute capability 9.0 in a build with 90a.
 // Host side: tensor_map_of_heads builds the TMA descriptor of a [B, T, heads, D] bf16 tensor
-// (tensor_map_2d: of a bf16 matrix)
+// (tensor_map_of_heads_f32: fp32; tensor_map_2d: of a bf16 matrix)
 // through the driver's cuTensorMapEncodeTiled (found at run time with
 // cudaGetDriverEntryPointByVersion: no link against libcuda).
 //
@@ -119,6 +120,38 @@ __device__ __forceinline__ void load_2d(uint32_t dst, const CUtensorMap* map, in
       : "memory");
 #endif
 }
+// Adds the shared tile at `src` (laid out as the map's box, 1024-byte aligned for the 128-byte
+// swizzle) into the 4-D tensor at those coordinates, element by element atomically in L2 (other
+// blocks may add to the same elements); elements past the tensor's bounds are dropped. Completes
+// in the thread's bulk group: commit_bulk_group, then wait_bulk_group_read before the tile is
+// rewritten and wait_bulk_group before the block exits.
+__device__ __forceinline__ void reduce_add_4d(const CUtensorMap* map, uint32_t src, int c0, int c1,
+                                              int c2, int c3) {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void commit_bulk_group() {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Until every committed bulk group of this thread has read its shared source.
+__device__ __forceinline__ void wait_bulk_group_read() {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+// Until every committed bulk group of this thread has completed (its writes done).
+__device__ __forceinline__ void wait_bulk_group() {
+#if SHARDTRAIN_WGMMA_COMPILED
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
 #if SHARDTRAIN_WGMMA_COMPILED
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -158,6 +191,11 @@ __device__ __forceinline__ void claim_registers() {
 // address that is not 16-byte aligned): the caller falls back to a kernel without TMA.
 bool tensor_map_of_heads(CUtensorMap& map, const void* base, int batch, int seq, int heads,
                          int head_dim, int rows);
+// The same for a [batch, seq, heads, head_dim] fp32 tensor (e.g. an accumulator that
+// reduce_add_4d adds tiles into): a box of `rows` tokens x 32 columns (128 bytes a row,
+// 128-byte swizzle), D / 32 boxes a head.
+bool tensor_map_of_heads_f32(CUtensorMap& map, const void* base, int batch, int seq, int heads,
+                             int head_dim, int rows);
 // The TMA descriptor of a row-major [rows, columns] bf16 matrix whose box is `box_rows` rows x 64
 // columns (128 bytes a row, 128-byte swizzle: one column block of a swizzled tile). Rows and
 // columns past the matrix read as zeros. False (and `map` untouched) when the driver has no TMA
