@@ -16,9 +16,9 @@
 //   warp 1, the dQ writer, adds each stored tile into the fp32 dQ accumulator with TMA
 //   reductions (cp.reduce.async.bulk.tensor: atomic per element in L2, as other key tiles' blocks
 //   add to the same rows) and frees the tile once the TMA has read it. The consumers used to add
-//   dQ with 16 float2 atomics a thread a step, which stalled them behind 8,192 L2 atomics a step;
-//   now the writer's bulk reductions overlap the next step's math (FlashAttention-3's dQ
-//   writer). Each consumer's tile has a "full" mbarrier (its 128 threads' stores) and an "empty"
+//   dQ themselves with float2 atomics (16 a thread a step, 64 x D values a step), issued in
+//   their own instruction stream between the step's products; the writer's bulk reductions run
+//   beside the next step's math instead (FlashAttention-3's dQ writer). Each consumer's tile has a "full" mbarrier (its 128 threads' stores) and an "empty"
 //   one (the writer's arrival). Window and documents (cuda_attention_mask.cuh): the steps end at
 //   the query tile holding the last query that sees the block's last key; a consumer skips the
 //   math of tiles none of whose queries see its keys. dS^T is double-buffered
