@@ -82,7 +82,8 @@ __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 #endif
 }
-// Makes shared-memory writes of this thread (st.shared, cp.async) visible to wgmma's reads.
+// Makes shared-memory writes of this thread (st.shared, cp.async) visible to the async proxy:
+// wgmma's reads, and TMA stores and reductions from shared memory.
 __device__ __forceinline__ void fence_shared_for_async_proxy() {
 #if SHARDTRAIN_WGMMA_COMPILED
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
