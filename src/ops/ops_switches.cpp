@@ -29,6 +29,8 @@ bool fp8_keep_down_input_switch() {
   return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", kKeepDownInputByDefault);
 }
 
+bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_WRITER", false); }
+
 void check_ops_switches() {
   profile_ops_switch();
   gemm_autotune_switch();
@@ -37,6 +39,7 @@ void check_ops_switches() {
   fp8_fused_swiglu_switch();
   fp8_grad_fast_accum_switch();
   fp8_keep_down_input_switch();
+  attention_dq_writer_switch();
 }
 
 }  // namespace shardtrain

@@ -19,6 +19,10 @@
 //   SHARDTRAIN_FP8_KEEP_DOWN_INPUT=0  the MLP's down projection saves its bf16 input and casts
 //                                   x^T in backward instead of keeping forward's FP8 x^T;
 //                                   default on
+//   SHARDTRAIN_ATTENTION_DQ_WRITER=1  the Hopper attention backward adds dQ through a writer
+//                                   warp's TMA reductions instead of the consumers' atomics;
+//                                   default off until a GPU run has checked and timed it
+//                                   (cuda_attention_ws_backward.cu)
 //
 // Each accessor reads the environment when called (a test may flip a switch between calls);
 // callers on hot paths that need a value fixed for the process keep their own copy.
@@ -36,6 +40,7 @@ bool lora_kernels_switch();
 bool fp8_fused_swiglu_switch();
 bool fp8_grad_fast_accum_switch();
 bool fp8_keep_down_input_switch();
+bool attention_dq_writer_switch();
 
 // Reads every switch above; throws Error naming the first malformed one.
 void check_ops_switches();

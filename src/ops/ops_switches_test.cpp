@@ -6,21 +6,12 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 
 namespace shardtrain {
 namespace {
 
-// Sets one variable for a test's scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 TEST(OpsSwitchesTest, DefaultsWhenUnset) {
   EXPECT_FALSE(profile_ops_switch());
@@ -29,6 +20,7 @@ TEST(OpsSwitchesTest, DefaultsWhenUnset) {
   EXPECT_FALSE(lora_kernels_switch());
   EXPECT_TRUE(fp8_fused_swiglu_switch());
   EXPECT_TRUE(fp8_grad_fast_accum_switch());
+  EXPECT_FALSE(attention_dq_writer_switch());
   EXPECT_NO_THROW(check_ops_switches());
 }
 
@@ -65,13 +57,17 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     ScopedEnv keep("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", value);
     EXPECT_EQ(fp8_keep_down_input_switch(), value[0] == '1');
   }
+  {
+    ScopedEnv env("SHARDTRAIN_ATTENTION_DQ_WRITER", "1");
+    EXPECT_TRUE(attention_dq_writer_switch());
+  }
 }
 
 TEST(OpsSwitchesTest, CheckRefusesAnyMalformedSwitch) {
   for (const char* name :
        {"SHARDTRAIN_PROFILE_OPS", "SHARDTRAIN_GEMM_AUTOTUNE", "SHARDTRAIN_MOE_GEMM",
         "SHARDTRAIN_LORA_KERNELS", "SHARDTRAIN_FP8_FUSED_SWIGLU", "SHARDTRAIN_FP8_GRAD_FAST_ACCUM",
-        "SHARDTRAIN_FP8_KEEP_DOWN_INPUT"}) {
+        "SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "SHARDTRAIN_ATTENTION_DQ_WRITER"}) {
     ScopedEnv env(name, "maybe");
     try {
       check_ops_switches();

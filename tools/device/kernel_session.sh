@@ -29,11 +29,15 @@ if ((rc != 0)); then
 fi
 tools/device/gpu_tests.sh
 timings=${TIMINGS-attention moe lora fp8}
-if [[ $timings == *attention* ]] && room 40 "attention timing"; then
-  OUT=$out timeout 30 "$build/cuda_ops_throughput_gpu_test" --gtest_also_run_disabled_tests \
-    --gtest_filter='*AttentionThroughput*' >"$out/attention-timing.log" 2>&1
-  echo "attention timing rc $?"; grep "^attention" "$out/attention-timing.log" | head -8
-fi
+# Attention under the backward's dQ atomics (0) and its dQ writer (1, ops/ops_switches.h).
+for writer in 0 1; do
+  [[ $timings == *attention* ]] && room 40 "attention timing" || break
+  SHARDTRAIN_ATTENTION_DQ_WRITER=$writer OUT=$out timeout 30 "$build/cuda_ops_throughput_gpu_test" \
+    --gtest_also_run_disabled_tests --gtest_filter='*AttentionThroughput*' \
+    >"$out/attention-timing-writer$writer.log" 2>&1
+  echo "attention timing, dQ writer $writer: rc $?"
+  grep "^attention" "$out/attention-timing-writer$writer.log" | head -8
+done
 if [[ $timings == *moe* ]] && room 60 "moe timing"; then
   timeout 40 "$build/cuda_moe_gpu_test" --gtest_also_run_disabled_tests \
     --gtest_filter='*Timing*' >"$out/moe-timing.log" 2>&1

@@ -143,6 +143,20 @@ inline std::string make_resume_job_dir(const std::string& prefix,
 }
 #endif
 
+// Sets an environment variable (a switch or test hook) while it lives, then unsets it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_.c_str()); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+};
+
 // A fresh directory under /tmp named `prefix` + a random suffix, removed with everything in it.
 class TempDir {
  public:

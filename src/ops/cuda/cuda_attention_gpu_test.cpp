@@ -1,5 +1,6 @@
 // The attention kernels against the CpuOps fp32 reference: every kernel of the dispatch table
-// (forced with ScopedKernelOverrides, ops/kernel_overrides.h), every GQA slicing of the backward,
+// (forced with ScopedKernelOverrides, ops/kernel_overrides.h) and the Hopper backward's dQ writer
+// (SHARDTRAIN_ATTENTION_DQ_WRITER=1), every GQA slicing of the backward,
 // ragged tiles, and every GPU kind's configuration under that kind's limits.
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/test_support.h"
 #include "ops/cuda/testing/cuda_ops_fixture.h"
 
 namespace shardtrain {
@@ -70,6 +72,7 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     }
   }
   // The GPU backward of kernel `warps` ("default": the warp-specialised wgmma kernel on an H200;
+  // "writer": the same with its dQ writer, SHARDTRAIN_ATTENTION_DQ_WRITER=1, ops/ops_switches.h;
   // "wgmma": the cp.async wgmma kernel (KernelOverrides::Attention::kWgmma), the default
   // where it does not apply; "8" or "4": the mma.sync kernel with that many warps a block) and
   // `heads_per_block` (empty: the launcher's choice) into poisoned outputs, against the CPU
@@ -80,8 +83,11 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     poison(in.dk.gpu);
     poison(in.dv.gpu);
     const int64_t ws_before = cuda_kernels::warp_specialised_launches().backward;
+    const bool writer = warps == "writer";
     {
-      KernelOverrides overrides = attention_kernel(warps);
+      std::optional<shardtrain::testing::ScopedEnv> dq_writer;
+      if (writer) dq_writer.emplace("SHARDTRAIN_ATTENTION_DQ_WRITER", "1");
+      KernelOverrides overrides = attention_kernel(writer ? "default" : warps);
       if (!heads_per_block.empty())
         overrides.attention_backward_heads_per_block = std::stoi(heads_per_block);
       const ScopedKernelOverrides forced(overrides);
@@ -98,7 +104,7 @@ class CudaAttentionKernelTest : public CudaOpsTest {
       }
     }
     if (!backward_fits(in)) return;
-    if (warps == "default" && warp_specialised_applies(in)) {
+    if ((warps == "default" || writer) && warp_specialised_applies(in)) {
       EXPECT_EQ(cuda_kernels::warp_specialised_launches().backward, ws_before + 1)
           << "the warp-specialised backward did not run";
     }
@@ -119,7 +125,7 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
   EXPECT_LE(error(lse), 1e-5);
   // The flash backward kernels (wgmma on an H200, the default; mma.sync with 8 warps and 128-key
   // tiles or 4 warps and 64-key tiles); the SIMT kernels ignore the hooks and simply run thrice.
-  for (const char* warps : {"default", "wgmma", "8", "4"}) expect_backward(in, warps);
+  for (const char* warps : {"default", "writer", "wgmma", "8", "4"}) expect_backward(in, warps);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -133,7 +139,7 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{1, 512, 4, 2, 128}, AttentionCase{2, 300, 8, 2, 64},
                       AttentionCase{1, 256, 12, 2, 128}, AttentionCase{2, 65, 12, 2, 64},
                       AttentionCase{1, 1, 2, 1, 128}, AttentionCase{1, 200, 6, 1, 128}),
-    [](const testing::TestParamInfo<AttentionCase>& info) {
+    [](const ::testing::TestParamInfo<AttentionCase>& info) {
       const AttentionCase& c = info.param;
       return "B" + std::to_string(c.batch) + "T" + std::to_string(c.seq) + "H" +
              std::to_string(c.heads) + "K" + std::to_string(c.kv_heads) + "D" +
@@ -147,9 +153,9 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(CudaAttentionKernelTest, BackwardForEveryGroupSlicing) {
   for (const AttentionCase c :
        {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
-    SCOPED_TRACE(testing::PrintToString(c));
+    SCOPED_TRACE(::testing::PrintToString(c));
     Inputs in = prepare(c);
-    for (const char* warps : {"default", "wgmma", "8", "4"}) {
+    for (const char* warps : {"default", "writer", "wgmma", "8", "4"}) {
       for (const char* heads_per_block : {"6", "3", "2", "1"}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -173,10 +179,10 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
                                 AttentionCase{1, 200, 6, 2, 128}, AttentionCase{1, 300, 4, 2, 64},
                                 AttentionCase{1, 300, 8, 2, 128}, AttentionCase{1, 1000, 4, 2, 64},
                                 AttentionCase{1, 1000, 4, 2, 128}}) {
-    SCOPED_TRACE(testing::PrintToString(c));
+    SCOPED_TRACE(::testing::PrintToString(c));
     Inputs in = prepare(c);
     const std::string whole_group = std::to_string(c.heads / c.kv_heads);
-    for (const char* warps : {"default", "wgmma", "8", "4"}) {
+    for (const char* warps : {"default", "writer", "wgmma", "8", "4"}) {
       for (const std::string& heads_per_block : {whole_group, std::string("1")}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -198,7 +204,7 @@ TEST_F(CudaAttentionKernelTest, ForwardForEveryKernel) {
         AttentionCase{2, 192, 4, 2, 64}, AttentionCase{1, 200, 6, 2, 128},
         AttentionCase{2, 256, 4, 2, 128}, AttentionCase{1, 300, 4, 2, 64},
         AttentionCase{1, 1000, 4, 2, 128}, AttentionCase{1, 1000, 8, 2, 64}}) {
-    SCOPED_TRACE(testing::PrintToString(c));
+    SCOPED_TRACE(::testing::PrintToString(c));
     Inputs in = prepare(c);
     Pair &out = in.out, &lse = in.lse;
     for (const std::string kernel : {"default", "wgmma", "8", "4"}) {
@@ -264,7 +270,7 @@ TEST_F(CudaAttentionKernelTest, EveryGpuKindsConfigurationMatchesTheCpu) {
     cuda_kernels::set_device_limits_override(limits);
     for (const AttentionCase c : {AttentionCase{1, 300, 4, 2, 128}, AttentionCase{2, 200, 6, 2, 64},
                                   AttentionCase{1, 129, 2, 1, 128}}) {
-      SCOPED_TRACE(std::string(kind) + " " + testing::PrintToString(c));
+      SCOPED_TRACE(std::string(kind) + " " + ::testing::PrintToString(c));
       const cuda_kernels::AttentionShape s{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim};
       const cuda_kernels::AttentionConfig forward =
           cuda_kernels::attention_forward_config(DType::kBF16, s);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/testing/test_support.h"
 #include "ops/attention_mask.h"
 #include "ops/cuda/testing/cuda_ops_fixture.h"
 
@@ -175,6 +176,10 @@ class CudaAttentionMaskTest : public CudaOpsTest {
       expect_backward(r, kernel, group);
       if (group > 1) expect_backward(r, kernel, 1);  // dK, dV through fp32 atomics
     }
+    // The Hopper backward's dQ writer (ops/ops_switches.h), where the default is that kernel.
+    const shardtrain::testing::ScopedEnv dq_writer("SHARDTRAIN_ATTENTION_DQ_WRITER", "1");
+    expect_backward(r, "default", group);
+    if (group > 1) expect_backward(r, "default", 1);
   }
 };
 
@@ -229,7 +234,7 @@ INSTANTIATE_TEST_SUITE_P(
         MaskCase{"SoftcapWindowAndDocuments_D256", {1, 300, 4, 1, 256}, 40, {{17, 283}}, 50.0f},
         MaskCase{"SoftcapWindowAndDocuments_D48", {2, 300, 6, 2, 48}, 40,
                  {{1, 17, 282}, {150, 150}}, 2.0f}),
-    [](const testing::TestParamInfo<MaskCase>& info) { return std::string(info.param.name); });
+    [](const ::testing::TestParamInfo<MaskCase>& info) { return std::string(info.param.name); });
 
 // Rows that run only under smaller GPUs' limits: the single-stage mma.sync backward (an L4's
 // 99 KB at D = 128; an A100's 163 KB at D = 256) and the 4-warp forward; window and documents.

@@ -12,14 +12,18 @@
 //   Warpgroups 1 and 2 are the consumers, 64 keys each, with the wgmma kernel's step: S^T, dP^T,
 //   P, dV += P^T dO, dS, dK += dS^T Q, dS^T to shared memory, then dQ of the tile over the
 //   block's 128 keys (at D = 128 each consumer takes 64 of the columns, at 64 they take turns)
-//   stored (fp32, 128-byte swizzled) to the consumer's dQ tile in shared memory. Warpgroup 0,
-//   warp 1, the dQ writer, adds each stored tile into the fp32 dQ accumulator with TMA
-//   reductions (cp.reduce.async.bulk.tensor: atomic per element in L2, as other key tiles' blocks
-//   add to the same rows) and frees the tile once the TMA has read it. The consumers used to add
-//   dQ themselves with float2 atomics (16 a thread a step, 64 x D values a step), issued in
-//   their own instruction stream between the step's products; the writer's bulk reductions run
-//   beside the next step's math instead (FlashAttention-3's dQ writer). Each consumer's tile has a "full" mbarrier (its 128 threads' stores) and an "empty"
-//   one (the writer's arrival). Window and documents (cuda_attention_mask.cuh): the steps end at
+//   added into the fp32 dQ accumulator in one of two ways (the kernel's kDqWriter):
+//   - atomics (the default): the consumers add their dQ with float2 atomics (16 a thread a step,
+//     64 x D values a step), issued in their own instruction stream between the step's products;
+//   - a dQ writer (SHARDTRAIN_ATTENTION_DQ_WRITER=1, ops/ops_switches.h; FlashAttention-3's
+//     way): the consumers store dQ (fp32, 128-byte swizzled) to their own dQ tile in shared
+//     memory, and warpgroup 0's warp 1 adds each stored tile into the accumulator with TMA
+//     reductions (cp.reduce.async.bulk.tensor: atomic per element in L2, as other key tiles'
+//     blocks add to the same rows) beside the next step's math, freeing the tile once the TMA
+//     has read it. Each tile has a "full" mbarrier (its consumer's 128 threads' stores) and an
+//     "empty" one (the writer's arrival). Not the default until a GPU run has checked it and
+//     timed it against the atomics.
+//   Window and documents (cuda_attention_mask.cuh): the steps end at
 //   the query tile holding the last query that sees the block's last key; a consumer skips the
 //   math of tiles none of whose queries see its keys. dS^T is double-buffered
 //   and a named barrier of the 256 consumer threads replaces the wgmma kernel's two block
@@ -36,6 +40,7 @@
 #include "ops/cuda/cuda_attention_tc.cuh"
 #include "ops/cuda/cuda_attention_wgmma_steps.cuh"
 #include "ops/cuda/cuda_tma.cuh"
+#include "ops/ops_switches.h"
 
 namespace shardtrain::cuda_kernels::flash {
 namespace {
@@ -55,18 +60,20 @@ constexpr int kDqBoxColumns = 32;
 constexpr uint32_t kDqBoxBytes = kWsQueries * kDqBoxColumns * sizeof(float);
 constexpr uint32_t kDqTileBytes = 2 * kDqBoxBytes;
 
-template <int D>
+template <int D, bool kDqWriter>
 constexpr size_t ws_backward_shared_bytes() {
-  // K, V; stages of Q, dO; two dS^T buffers; two dQ tiles; stages of lse and delta; mbarriers
-  // (kv_full, full and empty per stage, full and empty per dQ tile).
+  // K, V; stages of Q, dO; two dS^T buffers; with the writer two dQ tiles; stages of lse and
+  // delta; mbarriers (kv_full, full and empty per stage, with the writer full and empty per dQ
+  // tile).
   return sizeof(bf16) *
              (2 * kWsKeys * D + 2 * kWsStages * kWsQueries * D + 2 * kWsKeys * kWsQueries) +
-         2 * kDqTileBytes + sizeof(float) * 2 * kWsStages * kWsQueries +
-         8 * (1 + 2 * kWsStages + 4) + kSharedAlignSlack;
+         (kDqWriter ? 2 * kDqTileBytes : 0) + sizeof(float) * 2 * kWsStages * kWsQueries +
+         8 * (1 + 2 * kWsStages + (kDqWriter ? 4 : 0)) + kSharedAlignSlack;
 }
-static_assert(ws_backward_shared_bytes<64>() ==
+// The dispatch table checks the larger (writer) variant fits, so either may run.
+static_assert(ws_backward_shared_bytes<64, true>() ==
                       ::shardtrain::cuda_kernels::wgmma_ws_backward_shared_bytes(64) &&
-                  ws_backward_shared_bytes<128>() ==
+                  ws_backward_shared_bytes<128, true>() ==
                       ::shardtrain::cuda_kernels::wgmma_ws_backward_shared_bytes(128),
               "the dispatch table (cuda_dispatch.h) counts the bytes the kernel carves");
 
@@ -76,21 +83,23 @@ struct WsBackwardMaps {
 
 // The byte offset in a dQ tile of (query row, column) (both < 64): box column / 32, 128-byte
 // rows whose 16-byte chunks are XOR-swizzled by row % 8 (the TMA's 128-byte swizzle).
-__device__ __forceinline__ uint32_t dq_tile_offset(int row, int column) {
+// Used only in the sm_90a body of the kernel.
+[[maybe_unused]] __device__ __forceinline__ uint32_t dq_tile_offset(int row, int column) {
   const int box = column / kDqBoxColumns, in_box = column % kDqBoxColumns;
   const int chunk = (in_box / 4) ^ (row % 8);
   return box * kDqBoxBytes + row * 128 + chunk * 16 + (in_box % 4) * sizeof(float);
 }
 
-// REQUIRES: blockDim.x == kWsThreads; dynamic shared memory ws_backward_shared_bytes<D>(); grid and
+// REQUIRES: blockDim.x == kWsThreads; dynamic shared memory ws_backward_shared_bytes<D,
+// kDqWriter>(); grid and
 // accumulators as flash_attention_backward sets them up for 128-key tiles; maps from
 // tensor_map_of_heads with boxes of kWsQueries rows (Q, dO) and kWsKeys rows (K, V), dq_accum's
-// from tensor_map_of_heads_f32 (of dq_accum_BTHD) with boxes of kWsQueries rows.
-template <int D>
+// from tensor_map_of_heads_f32 (of dq_accum_BTHD) with boxes of kWsQueries rows when kDqWriter.
+template <int D, bool kDqWriter>
 __global__ void __launch_bounds__(kWsThreads, 1)
     ws_backward_kernel(const __grid_constant__ WsBackwardMaps maps, const float* lse_BHT,
                        const float* delta_BHT, float scale, AttentionShape shape,
-                       int heads_per_block, bf16* dk_BTKD, bf16* dv_BTKD,
+                       int heads_per_block, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
                        float* dk_accum_BTKD, float* dv_accum_BTKD) {
 #if SHARDTRAIN_WGMMA_COMPILED
   constexpr uint32_t kKeyTileBytes = kWsKeys * D * sizeof(bf16);
@@ -115,10 +124,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t q_address = v_address + kKeyTileBytes;                     // [stages][64] x D
   const uint32_t dout_address = q_address + kWsStages * kQueryTileBytes;    // [stages][64] x D
   const uint32_t dst_address = dout_address + kWsStages * kQueryTileBytes;  // [2][128] x 64
-  const uint32_t dq_address = dst_address + 2 * kDsBytes;  // [2 consumers] dQ tiles
+  const uint32_t dq_address = dst_address + 2 * kDsBytes;  // writer: [2 consumers] dQ tiles
   bf16* const dst_s = reinterpret_cast<bf16*>(base + (dst_address - k_address));
-  float* const lse_s =
-      reinterpret_cast<float*>(base + (dq_address - k_address) + 2 * kDqTileBytes);
+  float* const lse_s = reinterpret_cast<float*>(base + (dq_address - k_address) +
+                                                (kDqWriter ? 2 * kDqTileBytes : 0));
   float* const delta_s = lse_s + kWsStages * kWsQueries;  // [stages][64]
   const uint32_t barriers = shared_address(delta_s + kWsStages * kWsQueries);
   const uint32_t kv_full = barriers;
@@ -137,7 +146,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       tma::mbarrier_init(full(stage), 1 + 32);  // lane 0's expect-tx + the 32 lanes' stores
       tma::mbarrier_init(empty(stage), kWsConsumerThreads);
     }
-    for (int c = 0; c < 2; ++c) {
+    for (int c = 0; kDqWriter && c < 2; ++c) {
       tma::mbarrier_init(dq_full(c), kWsConsumerThreads / 2);
       tma::mbarrier_init(dq_empty(c), 1);
     }
@@ -148,7 +157,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int warpgroup = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   if (warpgroup == 0) {
     tma::release_registers<kProducerRegisters>();
-    if (warp == 1 && lane == 0) {  // the dQ writer
+    if (kDqWriter && warp == 1 && lane == 0) {  // the dQ writer
       tma::prefetch_map(&maps.dq_accum);
       // The step's head and query tile counted along (few registers: this warp has 24).
       int h = first_head, tile = 0;
@@ -277,6 +286,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       wgmma_steps::dq_product<kWsKeys, D>(dq, dst_address + buffer * kDsBytes, k_address,
                                           column_block, dk, dv);
       tma::arrive(empty(stage));  // Q, dO, lse, delta of this step read
+      if constexpr (!kDqWriter) {
+        const int h = first_head + step / tiles_per_head;
+        wgmma_steps::add_dq_rows<D>(dq, first_query, warp, g, t, shape, b, h, column_block,
+                                    dq_accum_BTHD);
+        continue;
+      }
       // dQ into this consumer's tile once the writer's TMA has read the previous one; the
       // writer adds it to the accumulator. Rows past the sequence are dropped by the TMA.
       tma::wait(dq_empty(consumer), (dq_use(step) & 1) ^ 1);
@@ -315,6 +330,7 @@ bool ws_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16
                            float scale, const AttentionShape& shape, int heads_per_block,
                            unsigned blocks, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
                            float* dk_accum_BTKD, float* dv_accum_BTKD, cudaStream_t stream) {
+  const bool dq_writer = attention_dq_writer_switch();
   WsBackwardMaps maps;
   if (!tma::tensor_map_of_heads(maps.q, q_BTHD, shape.batch, shape.seq, shape.heads, shape.head_dim,
                                 kWsQueries) ||
@@ -324,21 +340,29 @@ bool ws_attention_backward(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16
                                 shape.head_dim, kWsKeys) ||
       !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads,
                                 shape.head_dim, kWsKeys) ||
-      !tma::tensor_map_of_heads_f32(maps.dq_accum, dq_accum_BTHD, shape.batch, shape.seq,
-                                    shape.heads, shape.head_dim, kWsQueries)) {
+      (dq_writer && !tma::tensor_map_of_heads_f32(maps.dq_accum, dq_accum_BTHD, shape.batch,
+                                                  shape.seq, shape.heads, shape.head_dim,
+                                                  kWsQueries))) {
     count_warp_specialised_fallback(tma::kNoTensorMaps);
     return false;
   }
   count_warp_specialised_launch(/*backward=*/true);
   dispatch_head_dim(shape.head_dim, [&](auto head_dim) {
     constexpr int D = decltype(head_dim)::value;
-    auto kernel = ws_backward_kernel<D>;
-    constexpr size_t bytes = ws_backward_shared_bytes<D>();
-    allow_shared(kernel, bytes, "ws_backward_kernel");
-    kernel<<<blocks, kWsThreads, bytes, stream>>>(maps, lse_BHT, delta_BHT, scale, shape,
-                                                  heads_per_block, dk_BTKD, dv_BTKD,
-                                                  dk_accum_BTKD, dv_accum_BTKD);
-    SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    const auto launch = [&](auto kernel, size_t bytes, const char* name) {
+      allow_shared(kernel, bytes, name);
+      kernel<<<blocks, kWsThreads, bytes, stream>>>(maps, lse_BHT, delta_BHT, scale, shape,
+                                                    heads_per_block, dq_accum_BTHD, dk_BTKD,
+                                                    dv_BTKD, dk_accum_BTKD, dv_accum_BTKD);
+      SHARDTRAIN_CUDA_CHECK_LAUNCH();
+    };
+    if (dq_writer) {
+      launch(ws_backward_kernel<D, true>, ws_backward_shared_bytes<D, true>(),
+             "ws_backward_kernel (dQ writer)");
+    } else {
+      launch(ws_backward_kernel<D, false>, ws_backward_shared_bytes<D, false>(),
+             "ws_backward_kernel");
+    }
   });
   return true;
 }

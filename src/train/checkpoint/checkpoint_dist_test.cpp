@@ -81,19 +81,7 @@ nlohmann::json metrics_record(const std::string& path, int64_t step) {
   return nullptr;
 }
 
-// Sets an environment variable (a test hook) for the commands run while it lives.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 // The step after which the log says checkpoint `step` became complete, or -1.
 int64_t completed_after(const std::string& output, int64_t step) {
