@@ -271,7 +271,9 @@ TEST_F(CudaAttentionKernelTest, EveryGpuKindsConfigurationMatchesTheCpu) {
     for (const AttentionCase c : {AttentionCase{1, 300, 4, 2, 128}, AttentionCase{2, 200, 6, 2, 64},
                                   AttentionCase{1, 129, 2, 1, 128}}) {
       SCOPED_TRACE(std::string(kind) + " " + ::testing::PrintToString(c));
-      const cuda_kernels::AttentionShape s{c.batch, c.seq, c.heads, c.kv_heads, c.head_dim};
+      const cuda_kernels::AttentionShape s{static_cast<int>(c.batch), static_cast<int>(c.seq),
+                                           static_cast<int>(c.heads), static_cast<int>(c.kv_heads),
+                                           static_cast<int>(c.head_dim)};
       const cuda_kernels::AttentionConfig forward =
           cuda_kernels::attention_forward_config(DType::kBF16, s);
       const cuda_kernels::AttentionConfig backward =
