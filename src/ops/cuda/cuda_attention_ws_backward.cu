@@ -28,8 +28,9 @@
 //   math of tiles none of whose queries see its keys. dS^T is double-buffered
 //   and a named barrier of the 256 consumer threads replaces the wgmma kernel's two block
 //   barriers per step: nothing waits for loads issued in the consumers' own instruction stream.
-// Registers: producer and dQ writer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's threads use
-// 254 at D = 128; without the loads' address arithmetic the consumers fit 240 (ptxas: no spills).
+// Registers: producer and dQ writer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's
+// threads use 254 at D = 128; without the loads' address arithmetic the consumers fit 240 (ptxas:
+// no spills; the writer variant spills 4 bytes at D = 128).
 // The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/NOTES.md,
 // bench/RESULTS.md); tests force that one with ops/kernel_overrides.h kWgmma.
 #include <cuda_bf16.h>
