@@ -3,11 +3,6 @@
 #include "core/env_switch.h"
 
 namespace shardtrain {
-namespace {
-
-constexpr bool kKeepDownInputByDefault = true;
-
-}  // namespace
 
 bool profile_ops_switch() { return env_switch("SHARDTRAIN_PROFILE_OPS", false); }
 
@@ -25,9 +20,7 @@ bool fp8_fused_swiglu_switch() { return env_switch("SHARDTRAIN_FP8_FUSED_SWIGLU"
 
 bool fp8_grad_fast_accum_switch() { return env_switch("SHARDTRAIN_FP8_GRAD_FAST_ACCUM", true); }
 
-bool fp8_keep_down_input_switch() {
-  return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", kKeepDownInputByDefault);
-}
+bool fp8_keep_down_input_switch() { return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", true); }
 
 bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_WRITER", false); }
 

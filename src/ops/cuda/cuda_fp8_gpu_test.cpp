@@ -15,12 +15,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "core/testing/test_support.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_fp8.h"
 #include "ops/cuda/cuda_fp8_support.h"
@@ -593,10 +593,7 @@ TEST_F(Fp8Test, FusedSwigluForwardMatchesTheUnfusedPath) {
 // quantisation bit for bit, dx and dW against fp64 references.
 TEST_F(Fp8Test, KeptSwigluInputFeedsTheDownProjectionsWeightGradient) {
   // Whatever the default of SHARDTRAIN_FP8_KEEP_DOWN_INPUT (ops/ops_switches.h), on here.
-  struct KeepOn {
-    KeepOn() { setenv("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "1", 1); }
-    ~KeepOn() { unsetenv("SHARDTRAIN_FP8_KEEP_DOWN_INPUT"); }
-  } keep_on;
+  const shardtrain::testing::ScopedEnv keep_on("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "1");
   const int64_t rows = 256, hidden = 128, inter = 320;
   const Shape NF{rows, inter}, NC{rows, hidden};
   const std::vector<float> up_v = normal(rows * inter, 1.0f);
