@@ -21,6 +21,7 @@ Watchdog::Watchdog(Store& store, std::string key_prefix, int world_size,
       timeout_(timeout),
       key_prefix_(std::move(key_prefix)),
       poll_(poll),
+      started_(Clock::now()),
       ranks_(static_cast<size_t>(world_size)) {
   thread_ = std::thread([this] { run(); });
 }
@@ -92,6 +93,17 @@ std::optional<std::string> Watchdog::check(Clock::time_point now) {
   const auto frozen = [&](const RankState& state) {
     return state.alive && now - state.alive_changed >= frozen_after;
   };
+  // A rank that never published while its peers are stuck did not reach its first step in
+  // time (still loading, or stopped or hung before its first heartbeat): the others wait for it
+  // in their first collective, so it is the cause, and naming one of them would mislead.
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (ranks_[r].value || ranks_[r].alive) continue;
+    const double silent_s = std::chrono::duration<double>(now - started_).count();
+    return fmt::format(
+        "rank {} made no progress for {:.0f} s: it has sent no heartbeat since the workers "
+        "started (still loading, or stopped before its first step)",
+        r, silent_s);
+  }
   // A counter that stopped less than frozen_after ago may be a process frozen just after its
   // peers began to wait for it (they stall first, so the hang is seen before the freeze is):
   // wait for it to be judged rather than blame a waiting peer.

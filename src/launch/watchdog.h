@@ -4,16 +4,18 @@
 //
 // Every `poll` it reads the heartbeat record (dist/heartbeat_record.h) of every rank r. A rank's
 // progress is a change of its value, timed by this agent's clock (so clocks of other nodes do not
-// matter). Ranks that have not published yet (still loading) are not judged. When no rank has
-// made progress for `timeout`, the group is hung: the watchdog names the rank most likely to
-// be the cause (a rank whose process is frozen: its `heartbeat_alive/<r>` counter, bumped every
-// 250 ms by the rank's publisher thread, has not changed for 3 poll periods (at least 1.5 s);
-// while a counter has stopped for less than that, the report waits for its verdict);
-// then the lowest step, then one that is not waiting in a collective, then the one idle
-// longest) in one line, "rank R made no progress for S s at step N, waiting in <phase>" (plus
-// "; its process is not running" for a frozen one),
-// logs it, makes it available through report() and stops polling. While any rank advances
-// (e.g. rank 0 writing the final model while the others wait in a barrier), nothing fires.
+// matter). While no rank has published yet (all still loading) nothing is judged. When no rank
+// has made progress for `timeout`, the group is hung: the watchdog names the rank most likely to
+// be the cause, in this order: a rank that has published nothing at all (it never reached its
+// first step while the others wait for it: "rank R made no progress for S s: it has sent no
+// heartbeat since the workers started ..."); a rank whose process is frozen (its
+// `heartbeat_alive/<r>` counter, bumped every 250 ms by the rank's publisher thread, has not
+// changed for 3 poll periods, at least 1.5 s; while a counter has stopped for less than that,
+// the report waits for its verdict); then the lowest step, then one that is not waiting in a
+// collective, then the one idle longest. One line, "rank R made no progress for S s at step N,
+// waiting in <phase>" (plus "; its process is not running" for a frozen one); it logs it, makes
+// it available through report() and stops polling. While any rank advances (e.g. rank 0 writing
+// the final model while the others wait in a barrier), nothing fires.
 #pragma once
 
 #include <chrono>
@@ -59,6 +61,7 @@ class Watchdog {
   std::chrono::milliseconds timeout_;
   std::string key_prefix_;
   std::chrono::milliseconds poll_;
+  std::chrono::steady_clock::time_point started_;  // when the workers started, near enough
   std::vector<RankState> ranks_;
   mutable std::mutex mutex_;
   std::optional<std::string> report_;

@@ -109,6 +109,24 @@ TEST(WatchdogTest, NamesTheRankBehindThenTheOneOutsideACollective) {
   }
 }
 
+TEST(WatchdogTest, NamesARankThatNeverPublishedBeforeThoseWaitingForIt) {
+  // Ranks 0 and 2 reached step 1 and wait in its first all-gather; rank 1 never published (it
+  // is still loading, or was stopped before its first heartbeat). Rank 0 would be named by the
+  // ordinary rules (same step, both in collectives, idle longest), which would mislead.
+  MemoryStore store;
+  store.set("heartbeat/0", beat(1, 100, HeartbeatPhase::kInCollective,
+                                "all_gather: unit 0 (root) parameter all-gather"));
+  store.set("heartbeat/2", beat(1, 900, HeartbeatPhase::kInCollective,
+                                "all_gather: unit 0 (root) parameter all-gather"));
+  Watchdog watchdog(store, "", 3, 100ms, 10ms);
+  const auto report = report_within(watchdog, 2s);
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->rfind("rank 1 made no progress for ", 0), 0u) << *report;
+  EXPECT_NE(report->find(" s: it has sent no heartbeat since the workers started"),
+            std::string::npos)
+      << *report;
+}
+
 // Bumps `heartbeat_alive/<r>` every `period` for each rank r in `frozen_after`, as a rank's
 // publisher thread does, until that rank's time is up (a frozen process; nullopt: never).
 class LivenessTicker {

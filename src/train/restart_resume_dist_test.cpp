@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -123,14 +124,19 @@ class RestartResumeDistTest : public ::testing::Test {
   }
 
   // Waits (up to 60 s) until run `name` has completed a step >= 7 that is not a multiple of 5
-  // (past the first checkpoint, between two); returns the last step seen.
-  static int64_t wait_for_mid_run_step(const std::string& name) {
+  // (past the first checkpoint, between two), at least `settle` after its first step was
+  // logged; returns the last step seen.
+  static int64_t wait_for_mid_run_step(const std::string& name,
+                                       std::chrono::milliseconds settle = {}) {
     const auto deadline = Clock::now() + std::chrono::seconds(60);
+    std::optional<Clock::time_point> first_step;
     int64_t seen = 0;
     while (Clock::now() < deadline) {
       const std::vector<int64_t> steps = metric_steps(dir_ + "/" + name + "/metrics.jsonl");
       seen = steps.empty() ? 0 : steps.back();
-      if (seen >= 7 && seen % 5 != 0) break;
+      if (seen > 0 && !first_step) first_step = Clock::now();
+      const bool settled = first_step && Clock::now() - *first_step >= settle;
+      if (seen >= 7 && seen % 5 != 0 && settled) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return seen;
@@ -230,11 +236,14 @@ TEST_F(RestartResumeDistTest, WatchdogNamesAStoppedRank) {
   // watchdog's freeze verdict (a liveness counter still for 3 s) room on a loaded 2-core CI
   // machine: with 3 s, a rank descheduled for seconds just before the stop made its waiting
   // peers cross the timeout before the verdict could form, and a waiting peer was named.
+  // The stop comes at least 1.5 s into training, after rank 1's heartbeat publisher (every
+  // 250 ms) has published: steps take milliseconds here, and a rank stopped before its first
+  // heartbeat is reported as one that never started (WatchdogTest covers that case).
   const std::string token = dir_ + "/stopped/";
   const pid_t launcher =
       start(command("stopped", "--watchdog-timeout 6 --stop-grace 1", "--train.steps=100000"),
             dir_ + "/stopped.log");
-  const int64_t seen = wait_for_mid_run_step("stopped");
+  const int64_t seen = wait_for_mid_run_step("stopped", std::chrono::milliseconds(1500));
   const std::vector<pid_t> rank1 = processes_with(token, 1);
   ASSERT_EQ(rank1.size(), 1u) << "rank 1 of the run not found at step " << seen;
   ::kill(rank1[0], SIGSTOP);
