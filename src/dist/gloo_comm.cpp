@@ -9,6 +9,7 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <fmt/ranges.h>
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
@@ -90,12 +91,14 @@ class GlooComm final : public Comm {
       GlooStoreAdapter adapter(store_, attempt_prefix + "/");
       std::shared_ptr<gloo::transport::Device> device = make_device(options_);
       std::string error;
+      store_.set(attempt_prefix + "/joined/" + std::to_string(rank), "1");
       try {
         context->connectFullMesh(adapter, device);
       } catch (const std::exception& e) {
         error = e.what();
       }
       store_.set(attempt_prefix + "/ok/" + std::to_string(rank), error.empty() ? "1" : "0");
+      if (!error.empty()) fail_if_ranks_never_joined(attempt_prefix);
       bool all_connected = true;
       for (int r = 0; r < size; ++r) {
         all_connected &=
@@ -225,6 +228,24 @@ class GlooComm final : public Comm {
   }
 
  private:
+  // After this rank's handshake under `attempt_prefix` failed: when some ranks never reached it
+  // (a rank still loading, stopped, or stuck on a file system), says which at once; a retry
+  // cannot help, and waiting for their handshake results would double the wait.
+  void fail_if_ranks_never_joined(const std::string& attempt_prefix) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!store_.try_get(attempt_prefix + "/joined/" + std::to_string(r))) missing.push_back(r);
+    }
+    if (missing.empty()) return;
+    fail("gloo: rank {} of {}: {} {} did not join the process group within {:g} s (store {}, "
+         "prefix '{}'); HINT: is that process running? A rank that is stopped or stuck before "
+         "this point (loading data or weights, a hung file system) holds up every rank; "
+         "SHARDTRAIN_COMM_TIMEOUT_S sets how long to wait",
+         rank_, size_, missing.size() == 1 ? "rank" : "ranks", fmt::join(missing, ", "),
+         std::chrono::duration<double>(options_.timeout).count(),
+         store_.endpoint(), prefix_);
+  }
+
   void all_reduce_raw(float* data, size_t count) {
     if (size_ == 1 || count == 0) return;
     gloo::AllreduceOptions opts(context_);

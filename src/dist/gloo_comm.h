@@ -28,7 +28,8 @@ struct GlooCommOptions {
 
 // Connects `size` ranks (this one is `rank`) through `store`, which must outlive the Comm and
 // every Comm split from it. Every rank must call it with the same prefix and size. Throws Error
-// when the other ranks do not appear within the store's timeout.
+// when the other ranks do not appear: naming those that never reached this call, after one
+// GlooCommOptions::timeout (a rank stopped or stuck loading holds up every rank).
 std::unique_ptr<Comm> make_gloo_comm(Store& store, int rank, int size, std::string prefix,
                                      GlooCommOptions options = {});
 

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <string>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -160,6 +162,35 @@ TEST(GlooCommDeath, APeerThatLeavesEndsTheCollectiveWithOneLine) {
         survivor->all_reduce(view(values), ReduceOp::kSum);
       },
       ::testing::ExitedWithCode(1), "Gloo all_reduce failed on rank 0 of 2 .*another rank");
+}
+
+// A rank that never comes (stopped, or stuck loading before it connects) is named by the ranks
+// that wait for it, after one timeout: not a bare store timeout on a handshake key.
+TEST(GlooCommConnect, ARankThatNeverJoinsIsNamedAfterOneTimeout) {
+  testing::TempDir dir("shardtrain_gloo_missing_");
+  FileStore store(dir.path());
+  GlooCommOptions options;
+  options.timeout = std::chrono::milliseconds(1500);
+  std::vector<std::string> errors(2);
+  const auto start = std::chrono::steady_clock::now();
+  testing::run_threads(2, [&](int r) {
+    try {
+      make_gloo_comm(store, r, 3, "missing", options);  // rank 2 of 3 never calls it
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("gloo: rank " + std::to_string(r) +
+                                                  " of 3: rank 2 did not join the process group "
+                                                  "within 1.5 s"),
+              std::string::npos)
+        << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("SHARDTRAIN_COMM_TIMEOUT_S"), std::string::npos);
+  }
+  EXPECT_LT(seconds, 30.0) << "one handshake timeout, not the store's five minutes";
 }
 
 TEST(FileStoreTest, AddCompareSetAndTimeoutNamesKey) {
