@@ -9,7 +9,6 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
-#include <fmt/ranges.h>
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include "core/error.h"
 #include "dist/all_to_all_counts.h"
 #include "dist/host_name.h"
+#include "dist/join_roll.h"
 
 namespace shardtrain {
 namespace {
@@ -91,14 +91,15 @@ class GlooComm final : public Comm {
       GlooStoreAdapter adapter(store_, attempt_prefix + "/");
       std::shared_ptr<gloo::transport::Device> device = make_device(options_);
       std::string error;
-      store_.set(attempt_prefix + "/joined/" + std::to_string(rank), "1");
+      JoinRoll roll(store_, attempt_prefix, size);
+      roll.mark(rank);
       try {
         context->connectFullMesh(adapter, device);
       } catch (const std::exception& e) {
         error = e.what();
       }
       store_.set(attempt_prefix + "/ok/" + std::to_string(rank), error.empty() ? "1" : "0");
-      if (!error.empty()) fail_if_ranks_never_joined(attempt_prefix);
+      if (!error.empty()) fail_if_ranks_never_joined(roll);
       bool all_connected = true;
       for (int r = 0; r < size; ++r) {
         all_connected &=
@@ -228,21 +229,17 @@ class GlooComm final : public Comm {
   }
 
  private:
-  // After this rank's handshake under `attempt_prefix` failed: when some ranks never reached it
-  // (a rank still loading, stopped, or stuck on a file system), says which at once; a retry
-  // cannot help, and waiting for their handshake results would double the wait.
-  void fail_if_ranks_never_joined(const std::string& attempt_prefix) {
-    std::vector<int> missing;
-    for (int r = 0; r < size_; ++r) {
-      if (!store_.try_get(attempt_prefix + "/joined/" + std::to_string(r))) missing.push_back(r);
-    }
+  // After this rank's handshake failed: when some ranks never reached it (a rank still loading,
+  // stopped, or stuck on a file system), says which at once; a retry cannot help, and waiting
+  // for their handshake results would double the wait.
+  void fail_if_ranks_never_joined(const JoinRoll& roll) {
+    const std::string missing = roll.describe_missing();
     if (missing.empty()) return;
-    fail("gloo: rank {} of {}: {} {} did not join the process group within {:g} s (store {}, "
-         "prefix '{}'); HINT: is that process running? A rank that is stopped or stuck before "
-         "this point (loading data or weights, a hung file system) holds up every rank; "
+    fail("gloo: rank {} of {}: {} the process group within {:g} s (store {}, prefix '{}'); "
+         "HINT: is that process running? A rank that is stopped or stuck before this point "
+         "(loading data or weights, a hung file system) holds up every rank; "
          "SHARDTRAIN_COMM_TIMEOUT_S sets how long to wait",
-         rank_, size_, missing.size() == 1 ? "rank" : "ranks", fmt::join(missing, ", "),
-         std::chrono::duration<double>(options_.timeout).count(),
+         rank_, size_, missing, std::chrono::duration<double>(options_.timeout).count(),
          store_.endpoint(), prefix_);
   }
 

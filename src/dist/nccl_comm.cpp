@@ -3,6 +3,7 @@
 #include "core/env_switch.h"
 #include "core/error.h"
 #include "dist/all_to_all_counts.h"
+#include "dist/join_roll.h"
 #include "dist/nccl_unique_id.h"
 
 #if defined(SHARDTRAIN_WITH_NCCL)
@@ -57,9 +58,10 @@ void check_device_tensor(const Tensor& t, const char* collective) {
 class NcclComm final : public Comm {
  public:
   // Adopts `comm` (initialised, or still initialising: non-blocking); waits until it is ready.
-  // `rank` and `size` are what the caller expects (-1: not known yet), for messages only.
+  // `rank` and `size` are what the caller expects (-1: not known yet), for messages only;
+  // `roll` (null: none) names the ranks that never came when the init times out.
   NcclComm(ncclComm_t comm, const NcclCommOptions& options, std::string group_name, int rank,
-           int size)
+           int size, const JoinRoll* roll = nullptr)
       : comm_(comm),
         options_(options),
         stream_(static_cast<cudaStream_t>(options.compute.stream)),
@@ -70,7 +72,7 @@ class NcclComm final : public Comm {
         size_(size) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      wait_ready_locked("init");
+      wait_ready_locked("init", roll);
       check_locked(ncclCommUserRank(comm_, &rank_), "init", "ncclCommUserRank");
       check_locked(ncclCommCount(comm_, &size_), "init", "ncclCommCount");
     }
@@ -378,16 +380,21 @@ class NcclComm final : public Comm {
     }
   }
 
-  // Polls until the communicator is ready; fails on an error or at the deadline. Holds the
-  // lock throughout: nothing else may use the communicator meanwhile.
-  void wait_ready_locked(const char* collective) {
+  // Polls until the communicator is ready; fails on an error or at the deadline, naming the
+  // ranks that never came when `roll` knows them. Holds the lock throughout: nothing else may
+  // use the communicator meanwhile.
+  void wait_ready_locked(const char* collective, const JoinRoll* roll = nullptr) {
     const Clock::time_point deadline = Clock::now() + timeout_;
     for (;;) {
       const ncclResult_t state = async_state_locked();
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) fail_on_state(collective, context_, state);
       if (Clock::now() > deadline) {
-        failed(collective, context_, timeout_text() + " (did every rank get here?)");
+        const std::string missing = roll != nullptr ? roll->describe_missing() : "";
+        failed(collective, context_,
+               timeout_text() + (missing.empty() ? " (did every rank get here?)"
+                                                 : " (" + missing + " the group: is that "
+                                                                    "process running?)"));
       }
       std::this_thread::sleep_for(kPollPeriod);
     }
@@ -535,7 +542,9 @@ std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std
   SHARDTRAIN_CHECK(options.compute.device >= 0 && options.compute.stream != nullptr,
                    "NcclComm needs the CUDA backend's compute stream");
   SHARDTRAIN_CUDA_CHECK(cudaSetDevice(options.compute.device));
-  const ncclUniqueId id = exchange_nccl_unique_id(store, rank, prefix);
+  JoinRoll roll(store, prefix + "/nccl", size);
+  roll.mark(rank);
+  const ncclUniqueId id = exchange_nccl_unique_id(store, rank, prefix, roll, options.timeout);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
@@ -546,7 +555,7 @@ std::unique_ptr<Comm> make_nccl_comm(Store& store, int rank, int size, const std
         "its own GPU (LOCAL_RANK selects it); run with NCCL_DEBUG=WARN for details",
         rank, size, options.compute.device, ncclGetErrorString(status), ncclGetLastError(comm));
   }
-  return std::make_unique<NcclComm>(comm, options, prefix, rank, size);
+  return std::make_unique<NcclComm>(comm, options, prefix, rank, size, &roll);
 }
 
 }  // namespace shardtrain

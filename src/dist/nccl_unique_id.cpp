@@ -9,8 +9,6 @@
 namespace shardtrain {
 namespace {
 
-constexpr Store::Duration kIdTimeout = std::chrono::minutes(5);
-
 std::string hex_encode(const void* data, size_t bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string text;
@@ -39,7 +37,8 @@ bool hex_decode(const std::string& text, void* data, size_t bytes) {
 
 }  // namespace
 
-ncclUniqueId exchange_nccl_unique_id(Store& store, int rank, const std::string& prefix) {
+ncclUniqueId exchange_nccl_unique_id(Store& store, int rank, const std::string& prefix,
+                                     const JoinRoll& roll, Store::Duration timeout) {
   const std::string id_key = prefix + "/nccl/unique_id";
   ncclUniqueId id;
   if (rank == 0) {
@@ -52,7 +51,18 @@ ncclUniqueId exchange_nccl_unique_id(Store& store, int rank, const std::string& 
     }
     store.set(id_key, hex_encode(&id, sizeof(id)));
   } else {
-    const std::string text = store.get(id_key, kIdTimeout);
+    std::string text;
+    try {
+      text = store.get(id_key, timeout);
+    } catch (const Error&) {
+      const std::string missing = roll.describe_missing();
+      if (missing.empty()) throw;
+      fail("NCCL: rank {}: {} the group within {:g} s (store {}, prefix '{}'); HINT: is that "
+           "process running? A rank that is stopped or stuck before this point (loading data "
+           "or weights, a hung file system) holds up every rank",
+           rank, missing, std::chrono::duration<double>(timeout).count(),
+           store.endpoint(), prefix);
+    }
     if (!hex_decode(text, &id, sizeof(id))) {
       fail(
           "malformed NCCL unique id under '{}' in {}; HINT: another job may share this "
