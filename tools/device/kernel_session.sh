@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One GPU-machine call that checks the open kernel work end to end (through the device tool,
 # carrying .devkit, or a tarball of it extracted first): the build, the attention kernel tests
-# first (a failure there ends the call: every bench row runs the default attention kernels),
+# first (a failure of the kernels every run uses ends the call, since every bench row runs them;
+# one of the backward's dQ writer alone, which no run uses unless asked, is reported, and the
+# call goes on without the writer: SHARDTRAIN_TEST_SKIP_DQ_WRITER=1, no writer timing),
 # every GPU test (gpu_tests.sh), the kernel timings at the bench shapes (the DISABLED_ timings of
 # attention, the MoE expert GEMMs, LoRA's skinny products and the FP8 linears), then bench rows
 # with op profiles in the order given, each skipped once the call's budget (BUDGET_S, default
@@ -20,17 +22,24 @@ gpu_info
 mapfile -t tests < <(gpu_test_names)
 build_gpu "${tests[@]}" || exit 1
 echo "build: $(elapsed) s"
-timeout 120 "$build/cuda_attention_gpu_test" >"$out/attention-tests.log" 2>&1
-rc=$?
-echo "attention tests rc $rc ($(elapsed) s)"
-if ((rc != 0)); then
-  grep -E "^\[  FAILED  \] [A-Za-z]|Failure|rc 124" "$out/attention-tests.log" | head -20
-  exit 1
+attention_tests() {  # LOG: the attention kernel tests; their status
+  timeout 120 "$build/cuda_attention_gpu_test" >"$out/$1" 2>&1
+  local rc=$?
+  echo "attention tests rc $rc ($(elapsed) s), $1"
+  ((rc == 0)) || grep -E "^\[  FAILED  \] [A-Za-z]|Failure" "$out/$1" | head -20
+  return $rc
+}
+writers="0 1"
+if ! attention_tests attention-tests.log; then
+  export SHARDTRAIN_TEST_SKIP_DQ_WRITER=1
+  attention_tests attention-tests-without-writer.log || exit 1
+  echo "only the dQ writer failed: going on without it"
+  writers="0"
 fi
 tools/device/gpu_tests.sh
 timings=${TIMINGS-attention moe lora fp8}
 # Attention under the backward's dQ atomics (0) and its dQ writer (1, ops/ops_switches.h).
-for writer in 0 1; do
+for writer in $writers; do
   [[ $timings == *attention* ]] && room 40 "attention timing" || break
   SHARDTRAIN_ATTENTION_DQ_WRITER=$writer OUT=$out timeout 30 "$build/cuda_ops_throughput_gpu_test" \
     --gtest_also_run_disabled_tests --gtest_filter='*AttentionThroughput*' \

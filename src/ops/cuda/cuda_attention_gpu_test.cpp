@@ -125,7 +125,7 @@ TEST_P(CudaAttentionTest, ForwardAndBackward) {
   EXPECT_LE(error(lse), 1e-5);
   // The flash backward kernels (wgmma on an H200, the default; mma.sync with 8 warps and 128-key
   // tiles or 4 warps and 64-key tiles); the SIMT kernels ignore the hooks and simply run thrice.
-  for (const char* warps : {"default", "writer", "wgmma", "8", "4"}) expect_backward(in, warps);
+  for (const std::string& warps : backward_kernels_tested()) expect_backward(in, warps);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -155,7 +155,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryGroupSlicing) {
        {AttentionCase{1, 200, 12, 2, 128}, AttentionCase{1, 300, 12, 2, 64}}) {
     SCOPED_TRACE(::testing::PrintToString(c));
     Inputs in = prepare(c);
-    for (const char* warps : {"default", "writer", "wgmma", "8", "4"}) {
+    for (const std::string& warps : backward_kernels_tested()) {
       for (const char* heads_per_block : {"6", "3", "2", "1"}) {
         expect_backward(in, warps, heads_per_block);
       }
@@ -182,7 +182,7 @@ TEST_F(CudaAttentionKernelTest, BackwardForEveryKernel) {
     SCOPED_TRACE(::testing::PrintToString(c));
     Inputs in = prepare(c);
     const std::string whole_group = std::to_string(c.heads / c.kv_heads);
-    for (const char* warps : {"default", "writer", "wgmma", "8", "4"}) {
+    for (const std::string& warps : backward_kernels_tested()) {
       for (const std::string& heads_per_block : {whole_group, std::string("1")}) {
         expect_backward(in, warps, heads_per_block);
       }

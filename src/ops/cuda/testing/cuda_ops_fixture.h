@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -195,6 +196,23 @@ inline KernelOverrides attention_kernel(const std::string& kernel) {
     overrides.attention_forward_warps = overrides.attention_backward_warps = std::stoi(kernel);
   }
   return overrides;
+}
+
+// Whether the attention tests run the Hopper backward's dQ writer (SHARDTRAIN_ATTENTION_DQ_WRITER,
+// ops/ops_switches.h) beside the default kernels: yes unless SHARDTRAIN_TEST_SKIP_DQ_WRITER=1,
+// which tools/device/kernel_session.sh sets to tell a writer failure from one of the kernels
+// every run uses, and to go on measuring those when only the writer failed.
+inline bool dq_writer_tested() {
+  const char* skip = std::getenv("SHARDTRAIN_TEST_SKIP_DQ_WRITER");
+  return skip == nullptr || std::string(skip) != "1";
+}
+
+// The backward kernels the attention tests compare: attention_kernel's names, and "writer"
+// (the default with its dQ writer) where dq_writer_tested().
+inline std::vector<std::string> backward_kernels_tested() {
+  std::vector<std::string> kernels{"default", "wgmma", "8", "4"};
+  if (dq_writer_tested()) kernels.insert(kernels.begin() + 1, "writer");
+  return kernels;
 }
 
 // Sets `overrides` on the dispatcher for its lifetime, then restores the table's choice.
