@@ -15,7 +15,8 @@
 // and bumps `heartbeat_alive/<rank>` (a counter) every 250 ms whether or not there was progress:
 // a rank whose counter stops too is frozen as a process (SIGSTOP, a dead machine), which the
 // watchdog names before ranks that merely wait for it.
-// Nothing is published before the first set_step(), so a long model load is not a hang. A
+// Nothing is published before the first set_step(), so a long model load is not a hang (unless
+// peers already wait in their first step for the watchdog's whole timeout). A
 // rank that stops (SIGSTOP, a deadlock in a collective) publishes nothing new, which is what
 // the watchdog detects. On NCCL the phase is the last collective enqueued, not the one the GPU
 // waits in.
