@@ -267,29 +267,20 @@ TEST_F(RestartResumeDistTest, WatchdogNamesAStoppedRank) {
 }
 
 TEST_F(RestartResumeDistTest, ARankStoppedBeforeItConnectsIsNamedAfterOneCommTimeout) {
-  // Rank 1 is stopped as soon as its process exists, before it connects to its peers (as a rank
-  // stuck loading or on a hung file system would be): the others name it after one connect
-  // timeout, and the launcher ends the run and the stopped process.
+  // Rank 1 stops itself (SIGSTOP) before any work, as a rank frozen while it starts (or stuck
+  // loading on a hung file system) would: the others name it after one connect timeout, and the
+  // launcher ends the run and the stopped process.
   const std::string token = dir_ + "/stopped_early/";
-  const pid_t launcher = start("env SHARDTRAIN_COMM_TIMEOUT_S=3 " +
-                                   command("stopped_early", "--stop-grace 1", "--train.steps=20"),
-                               dir_ + "/stopped_early.log");
   const auto started = Clock::now();
-  std::vector<pid_t> rank1;
-  while (rank1.empty() && Clock::now() - started < std::chrono::seconds(30)) {
-    rank1 = processes_with(token, 1);
-    if (rank1.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_EQ(rank1.size(), 1u) << "rank 1 of the run not found";
-  ::kill(rank1[0], SIGSTOP);
-  const int exit_code = wait_exit(launcher);
+  const CommandResult r = run_command(
+      "SHARDTRAIN_COMM_TIMEOUT_S=3 SHARDTRAIN_TEST_STOP_AT_START_RANK=1 " +
+      command("stopped_early", "--stop-grace 1", "--train.steps=20", kTestWorker));
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  const std::string output = read_text(dir_ + "/stopped_early.log");
-  EXPECT_NE(exit_code, 0) << output;
-  EXPECT_NE(output.find(" of 4: rank 1 did not join the process group within 3 s"),
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" of 4: rank 1 did not join the process group within 3 s"),
             std::string::npos)
-      << output;
-  EXPECT_LT(seconds, 60.0) << output;
+      << r.output;
+  EXPECT_LT(seconds, 60.0) << r.output;
   EXPECT_TRUE(metric_steps(token + "metrics.jsonl").empty()) << "no step runs without rank 1";
   EXPECT_TRUE(processes_with(token).empty()) << "processes left behind";
 }

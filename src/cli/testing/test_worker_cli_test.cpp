@@ -30,6 +30,7 @@ TEST(TestWorkerHooks, UnsetOrEmptyVariablesAskForNothing) {
                                               {"SHARDTRAIN_TEST_ATTENTION_KERNEL", ""}})}) {
     const TestWorkerSettings settings = read_test_worker_settings(env);
     EXPECT_EQ(settings.hang_at_step, 0);
+    EXPECT_EQ(settings.stop_at_start_rank, -1);
     EXPECT_EQ(settings.checkpoint_write_delay_ms, 0);
     EXPECT_TRUE(settings.kernels == KernelOverrides{});
     EXPECT_EQ(settings.device_limits, "");
@@ -43,6 +44,8 @@ TEST(TestWorkerHooks, EveryVariableIsParsed) {
   const TestWorkerSettings settings =
       read_test_worker_settings(lookup({{"SHARDTRAIN_TEST_HANG_AT_STEP", "3"},
                                         {"SHARDTRAIN_TEST_HANG_RANK", "2"},
+                                        {"SHARDTRAIN_TEST_STOP_AT_START_RANK", "5"},
+                                        {"RANK", "4"},
                                         {"SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "1500"},
                                         {"SHARDTRAIN_TEST_ATTENTION_KERNEL", "mma"},
                                         {"SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", "4"},
@@ -51,6 +54,8 @@ TEST(TestWorkerHooks, EveryVariableIsParsed) {
                                         {"SHARDTRAIN_TEST_DEVICE_LIMITS", "l4"}}));
   EXPECT_EQ(settings.hang_at_step, 3);
   EXPECT_EQ(settings.hang_rank, 2);
+  EXPECT_EQ(settings.stop_at_start_rank, 5);
+  EXPECT_EQ(settings.worker_rank, 4);
   EXPECT_EQ(settings.checkpoint_write_delay_ms, 1500);
   EXPECT_EQ(settings.kernels.attention, KernelOverrides::Attention::kMma);
   EXPECT_EQ(settings.kernels.attention_forward_warps, 4);
@@ -83,6 +88,7 @@ TEST(TestWorkerHooks, AMalformedValueNamesTheVariable) {
            {"SHARDTRAIN_TEST_HANG_AT_STEP", "0"},
            {"SHARDTRAIN_TEST_HANG_AT_STEP", "three"},
            {"SHARDTRAIN_TEST_HANG_RANK", "-1"},
+           {"SHARDTRAIN_TEST_STOP_AT_START_RANK", "one"},
            {"SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "-5"},
            {"SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "10ms"},
            {"SHARDTRAIN_TEST_ATTENTION_KERNEL", "flash"},

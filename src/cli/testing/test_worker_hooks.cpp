@@ -1,6 +1,7 @@
 #include "cli/testing/test_worker_hooks.h"
 
 #include <charconv>
+#include <csignal>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -73,6 +74,15 @@ TestWorkerSettings read_test_worker_settings(const EnvLookup& env) {
       integer_of(env, "SHARDTRAIN_TEST_HANG_AT_STEP", 1, int64_t{1} << 40, 0, "a step number >= 1");
   settings.hang_rank =
       static_cast<int>(integer_of(env, "SHARDTRAIN_TEST_HANG_RANK", 0, 1 << 20, 0, "a rank >= 0"));
+  settings.stop_at_start_rank = static_cast<int>(
+      integer_of(env, "SHARDTRAIN_TEST_STOP_AT_START_RANK", 0, 1 << 20, -1, "a rank >= 0"));
+  // The launcher sets RANK for its workers; it was checked there, so an odd value here simply
+  // means "not a worker this hook targets".
+  if (const std::optional<std::string> rank = env("RANK")) {
+    int value = -1;
+    const auto [stop, error] = std::from_chars(rank->data(), rank->data() + rank->size(), value);
+    if (error == std::errc() && stop == rank->data() + rank->size()) settings.worker_rank = value;
+  }
   settings.checkpoint_write_delay_ms = integer_of(env, "SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS",
                                                   0, 3'600'000, 0, "milliseconds in [0, 3600000]");
   settings.kernels = kernel_overrides_of(env);
@@ -89,6 +99,9 @@ TestWorkerSettings read_test_worker_settings(const EnvLookup& env) {
 }
 
 WorkerHooks install_test_worker_hooks(const TestWorkerSettings& settings) {
+  if (settings.stop_at_start_rank >= 0 && settings.worker_rank == settings.stop_at_start_rank) {
+    ::raise(SIGSTOP);  // until SIGCONT or SIGKILL (the launcher's stop)
+  }
   set_test_kernel_overrides(settings.kernels);
   if (!settings.device_limits.empty()) set_test_cuda_device_limits(settings.device_limits);
   WorkerHooks hooks;

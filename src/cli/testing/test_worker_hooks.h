@@ -7,6 +7,10 @@
 //   SHARDTRAIN_TEST_HANG_AT_STEP=N        rank SHARDTRAIN_TEST_HANG_RANK (default 0) stops
 //   SHARDTRAIN_TEST_HANG_RANK=R           forever at the start of step N, as a rank stuck
 //                                         outside any collective would (N >= 1)
+//   SHARDTRAIN_TEST_STOP_AT_START_RANK=R  the launched worker of RANK R stops itself (SIGSTOP)
+//                                         before any work, as a rank frozen while it starts
+//                                         (before it connects to its peers) would; a process
+//                                         without RANK (the launcher) never stops
 //   SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=N   sleep N ms before each checkpoint file
 //   SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma|mma    the cp.async wgmma or the mma.sync kernels
 //   SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4|8   4-warp mma.sync forward blocks
@@ -33,6 +37,8 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 struct TestWorkerSettings {
   int64_t hang_at_step = 0;  // 0 = no hang
   int hang_rank = 0;
+  int stop_at_start_rank = -1;  // -1 = none
+  int worker_rank = -1;         // RANK, -1 when unset (not a launched worker)
   int64_t checkpoint_write_delay_ms = 0;
   KernelOverrides kernels;
   std::string device_limits;  // "" = the present GPU
@@ -41,8 +47,8 @@ struct TestWorkerSettings {
 // Throws Error naming the variable for a malformed value.
 TestWorkerSettings read_test_worker_settings(const EnvLookup& env);
 
-// Installs `settings`' kernel overrides and device limits (process-wide, ops/backend.h) and
-// returns the WorkerHooks for `train`.
+// Stops the process first when `settings` ask it to; installs `settings`' kernel overrides and
+// device limits (process-wide, ops/backend.h) and returns the WorkerHooks for `train`.
 WorkerHooks install_test_worker_hooks(const TestWorkerSettings& settings);
 
 // read_test_worker_settings(getenv) then install_test_worker_hooks: run_main's hooks callback.
