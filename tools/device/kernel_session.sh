@@ -15,6 +15,8 @@
 #                              MOE_BENCH runs only on a GPU with more than 120 GB (the
 #                              Qwen3-30B-A3B shape needs ~100 GiB)
 #   FP8_BEFORE="GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT"   the switches whose before is profiled
+#   WRITER_BENCH=auto|0|1      the bench rows with attention backward's dQ writer: auto = when
+#                              it passed its tests and timed faster at head dims 64 and 128
 # Logs under $OUT (logs.tgz holds the bench folders: their names have @ and +).
 # Usage: tools/device/kernel_session.sh
 source "$(dirname "$0")/common.sh"
@@ -47,6 +49,20 @@ for writer in $writers; do
   echo "attention timing, dQ writer $writer: rc $?"
   grep "^attention" "$out/attention-timing-writer$writer.log" | head -8
 done
+backward_ms() {  # WRITER D: the default backward's time in that timing log ("" if none)
+  sed -n "s/^attention .* D=$2 bf16: .*forward flops) \([0-9.]*\) ms.*/\1/p" \
+    "$out/attention-timing-writer$1.log" 2>/dev/null | head -1
+}
+# WRITER_BENCH=auto: the bench rows run with the dQ writer when it passed its tests and its
+# backward timed faster at both head dims (the before of those rows: earlier calls' figures).
+if [[ ${WRITER_BENCH-auto} == 1 ]] ||
+  { [[ ${WRITER_BENCH-auto} == auto && $writers == "0 1" ]] &&
+    awk -v a="$(backward_ms 0 64)" -v b="$(backward_ms 1 64)" -v c="$(backward_ms 0 128)" \
+      -v d="$(backward_ms 1 128)" 'BEGIN { exit !(a > 0 && b > 0 && c > 0 && d > 0 &&
+                                                  b < a && d < c) }'; }; then
+  export SHARDTRAIN_ATTENTION_DQ_WRITER=1
+  echo "bench rows run with the dQ writer (WRITER_BENCH=${WRITER_BENCH-auto})"
+fi
 if [[ $timings == *moe* ]] && room 60 "moe timing"; then
   timeout 40 "$build/cuda_moe_gpu_test" --gtest_also_run_disabled_tests \
     --gtest_filter='*Timing*' >"$out/moe-timing.log" 2>&1
