@@ -180,6 +180,26 @@ TEST_F(LauncherTest, WorkerExitCodeFailsTheLaunchAndNamesTheRank) {
   expect_all_gone(pids);
 }
 
+TEST_F(LauncherTest, TheEarliestErrorFileIsTheFailureReported) {
+  // Rank 1 writes its error file first and exits last; rank 0, as a peer failing on the
+  // connection rank 1 dropped would, writes its own after it and exits first. The root cause
+  // reported is rank 1's, though rank 0's exit is seen first (torchrun's earliest failure).
+  const std::string d = dir_.string();
+  const std::string script =
+      "if [ $RANK = 1 ]; then echo '{\"message\": {\"message\": \"ValueError: first\"}}' > "
+      "$TORCHELASTIC_ERROR_FILE; touch " + d + "/r1wrote; until [ -e " + d +
+      "/r0done ]; do sleep 0.01; done; sleep 0.05; exit 1; fi; until [ -e " + d +
+      "/r1wrote ]; do sleep 0.01; done; sleep 0.05; echo '{\"message\": \"RuntimeError: "
+      "peer closed\"}' > $TORCHELASTIC_ERROR_FILE; touch " + d + "/r0done; exit 1";
+  const Result r =
+      run("launch --standalone --nproc-per-node 2 --stop-grace 2 -- /bin/sh -c " + quote(script));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("launch failed: rank 1 exited with code 1: ValueError: first; no "
+                          "restarts left"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(LauncherTest, SigkilledWorkerRestartsTheGroupOnce) {
   const std::string pids = (dir_ / "pids").string();
   const std::string script =

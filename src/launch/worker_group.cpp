@@ -11,8 +11,10 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 
 #include "core/error.h"
@@ -265,15 +267,30 @@ void WorkerGroup::reap(bool block) {
     }
     w->exited = true;
     w->wait_status = status;
-    if (failure_.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      failure_ = describe_exit(w->global_rank, status);
-      if (const std::string message = error_file_message(w->error_file); !message.empty()) {
-        failure_ += ": " + message;
-      }
-      failure_exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      failed_worker_ = w.get();
-    }
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) consider_failure(*w, status);
   }
+}
+
+void WorkerGroup::consider_failure(const Worker& w, int status) {
+  if (failure_reported_) return;
+  const std::string message = error_file_message(w.error_file);
+  std::optional<std::filesystem::file_time_type> written;
+  if (!message.empty()) {
+    std::error_code ec;
+    const auto time = std::filesystem::last_write_time(w.error_file, ec);
+    if (!ec) written = time;
+  }
+  // The first failure seen stands, unless both wrote error files and this one's is older (its
+  // exception came first: the other is most likely a peer failing on the connection it lost).
+  if (failed_worker_ != nullptr &&
+      !(written && failure_written_ && *written < *failure_written_)) {
+    return;
+  }
+  failure_ = describe_exit(w.global_rank, status);
+  if (!message.empty()) failure_ += ": " + message;
+  failure_exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  failed_worker_ = &w;
+  failure_written_ = written;
 }
 
 void WorkerGroup::reap_adopted_orphans(std::chrono::milliseconds patience) {
@@ -323,8 +340,19 @@ void WorkerGroup::pump(int timeout_ms, int wake_fd) {
 WorkerGroup::Outcome WorkerGroup::wait(const std::function<bool()>& should_stop,
                                        std::chrono::milliseconds check_interval, int wake_fd) {
   auto next_check = Clock::now();
+  std::optional<Clock::time_point> settled;  // after a failure: when to report it
   while (true) {
-    if (!failure_.empty()) return Outcome::kFailed;
+    if (!failure_.empty() && !settled) settled = Clock::now() + kFailureSettle;
+    if (settled) {
+      // A failure goes before should_stop; the other workers' exits may still come in, and one
+      // of them may be the root cause.
+      if (Clock::now() >= *settled || all_exited()) {
+        failure_reported_ = true;
+        return Outcome::kFailed;
+      }
+      pump(10, -1);
+      continue;
+    }
     if (all_exited()) {
       drain_output();
       return Outcome::kSucceeded;

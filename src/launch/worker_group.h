@@ -6,7 +6,12 @@
 // mid-line) and/or to the worker's log files (WorkerSpec::out/err). The last lines of a stream
 // kept off the console are remembered, so a failure can still be shown (failure_output()).
 // A failed worker's error file (torchelastic's JSON, written by @record) adds its message to
-// failure().
+// failure(). When several workers fail together (a rank raises, its peers then fail on the
+// connection it dropped), the failure reported is the first one seen, except that wait() lets
+// the others' exits come in for a moment (kFailureSettle) and an error file written earlier
+// than the first failure's own replaces it: the earliest exception is the root cause, as
+// torchrun reports it (torchrun compares whole seconds; the files' times tell apart failures
+// milliseconds apart, which exits seen in one poll cannot).
 // Workers get PR_SET_PDEATHSIG=SIGKILL, so they die with the agent even if it is SIGKILLed.
 //
 // Not thread-safe: one thread owns the group. The destructor stops (SIGKILL) and reaps any
@@ -16,9 +21,11 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,8 +77,8 @@ class WorkerGroup {
   void stop(std::chrono::milliseconds grace, int first_signal,
             const std::function<std::chrono::milliseconds()>& grace_now = {});
 
-  // The first failure seen by wait(), e.g. "rank 1 exited with code 3", or with an error
-  // file "rank 1 exited with code 1: ValueError: boom".
+  // The failure wait() reported (the root cause above), e.g. "rank 1 exited with code 3", or
+  // with an error file "rank 1 exited with code 1: ValueError: boom".
   const std::string& failure() const { return failure_; }
   // The last lines that did not reach the console (prefixed) of the failed worker and of every
   // other worker that exited with a non-zero code, "" if none.
@@ -91,11 +98,20 @@ class WorkerGroup {
   // Reaps exited processes that were re-parented to the agent. REQUIRES: all workers reaped.
   static void reap_adopted_orphans(std::chrono::milliseconds patience);
   bool all_exited() const;
+  // Makes `w`, which failed with `status`, the reported failure if it is the earliest so far
+  // (until wait() has reported one: then the choice stands).
+  void consider_failure(const Worker& w, int status);
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::string failure_;
   int failure_exit_code_ = -1;
   const Worker* failed_worker_ = nullptr;
+  // When failed_worker_'s error file was written (none: it wrote none).
+  std::optional<std::filesystem::file_time_type> failure_written_;
+  bool failure_reported_ = false;  // wait() returned kFailed: the choice stands
 };
+
+// How long wait() waits, after the first failure, for other workers' failures to come in.
+inline constexpr std::chrono::milliseconds kFailureSettle{300};
 
 }  // namespace shardtrain::launch
