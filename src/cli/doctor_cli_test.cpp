@@ -64,7 +64,7 @@ TEST(DoctorCli, NoGpuFailsWithExitOneAndHints) {
   EXPECT_TRUE(has_line_starting(r, "      HINT: run on a GPU node")) << r.output;
   for (const char* name :
        {"gpu_health", "cuda_driver", "nccl", "nccl_net_plugin", "libfabric", "efa_devices",
-        "ib_devices", "transport", "shm", "memlock", "disk", "clock"}) {
+        "ib_devices", "transport", "shm", "memlock", "hostname", "disk", "clock"}) {
     EXPECT_TRUE(
         std::regex_search(r.output, std::regex(std::string("(PASS|WARN|FAIL)  ") + name + ": ")))
         << name << "\n"

@@ -33,33 +33,8 @@ using Clock = std::chrono::steady_clock;
 // Debian /etc/hosts) or not at all: peers may still know it by DNS.
 std::string advertised_host() {
   const std::string name = host_name();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (name.empty() || ::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) return name;
-  std::string address = name;
-  for (const addrinfo* entry = found; entry != nullptr; entry = entry->ai_next) {
-    char text[INET6_ADDRSTRLEN] = {};
-    const void* raw = nullptr;
-    bool loopback = false;
-    if (entry->ai_family == AF_INET) {
-      const in_addr& a = reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr;
-      raw = &a;
-      loopback = (ntohl(a.s_addr) >> 24) == 127;
-    } else if (entry->ai_family == AF_INET6) {
-      const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr;
-      raw = &a;
-      loopback = IN6_IS_ADDR_LOOPBACK(&a) != 0 || IN6_IS_ADDR_LINKLOCAL(&a) != 0;
-    }
-    if (raw == nullptr || loopback) continue;
-    if (::inet_ntop(entry->ai_family, raw, text, sizeof(text)) != nullptr) {
-      address = text;
-      break;
-    }
-  }
-  ::freeaddrinfo(found);
-  return address;
+  const std::string address = resolve_host(name).routable;
+  return address.empty() ? name : address;
 }
 
 bool same_address(const sockaddr* a, const sockaddr* b) {

@@ -386,6 +386,36 @@ TEST(MemlockCheck, LimitedFailsWithRdma) {
             CheckStatus::kFail);
 }
 
+TEST(HostnameCheck, RoutablePassesLoopbackAndUnresolvedWarn) {
+  const CheckResult ok = check_hostname("node-7", {true, "", "10.0.3.7"});
+  EXPECT_EQ(ok.status, CheckStatus::kPass);
+  EXPECT_NE(ok.detail.find("'node-7' resolves to 10.0.3.7"), std::string::npos) << ok.detail;
+  const CheckResult loopback = check_hostname("node-7", {true, "", ""});
+  EXPECT_EQ(loopback.status, CheckStatus::kWarn);
+  EXPECT_NE(loopback.detail.find("only to loopback"), std::string::npos) << loopback.detail;
+  EXPECT_NE(loopback.hint.find("/etc/hosts"), std::string::npos) << loopback.hint;
+  const CheckResult none = check_hostname("node-7", {false, "Name or service not known", ""});
+  EXPECT_EQ(none.status, CheckStatus::kWarn);
+  EXPECT_NE(none.detail.find("does not resolve here (Name or service not known)"),
+            std::string::npos)
+      << none.detail;
+  // In the node checks through the view's resolver; a view without one leaves the check out.
+  FakeSystem sys;
+  const auto names = [&] {
+    std::map<std::string, CheckStatus> by_name;
+    for (const CheckResult& c : run_node_checks(sys.view, hopper_build(), 22803, {})) {
+      by_name[c.name] = c.status;
+    }
+    return by_name;
+  };
+  EXPECT_EQ(names().count("hostname"), 0u);
+  sys.view.host_name = "node-7";
+  sys.view.resolve_host = [](const std::string& name) {
+    return HostResolution{true, "", name == "node-7" ? "10.0.3.7" : ""};
+  };
+  EXPECT_EQ(names().at("hostname"), CheckStatus::kPass);
+}
+
 TEST(DiskCheck, FreeSpaceAgainstCheckpoints) {
   FakeSystem sys;
   sys.mkdir("/ckpt");

@@ -97,4 +97,23 @@ CheckResult check_disk(const SystemView& view, const std::string& dir,
   return pass(name, detail);
 }
 
+CheckResult check_hostname(const std::string& name, const HostResolution& resolution) {
+  if (!resolution.routable.empty()) {
+    return pass("hostname", fmt::format("'{}' resolves to {}: other nodes reach this one there",
+                                        name, resolution.routable));
+  }
+  const std::string hint = fmt::format(
+      "one node: nothing to do; several nodes: map '{}' to this node's address in /etc/hosts "
+      "(or DNS), since other nodes are told to reach it by that name and Gloo (CPU ranks) binds "
+      "to what it resolves to",
+      name);
+  if (!resolution.resolved) {
+    return warn("hostname", fmt::format("'{}' does not resolve here ({})", name, resolution.error),
+                hint);
+  }
+  return warn("hostname",
+              fmt::format("'{}' resolves only to loopback or link-local addresses here", name),
+              hint);
+}
+
 }  // namespace shardtrain::doctor

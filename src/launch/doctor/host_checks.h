@@ -6,6 +6,12 @@
 //   memlock:    RLIMIT_MEMLOCK; EFA and InfiniBand register (pin) memory and need it
 //               unlimited or CAP_IPC_LOCK: a limit without the capability FAILs when RDMA
 //               devices exist or `expect` is efa/ib, WARNs otherwise (fine for sockets)
+//   hostname:   what this host's name resolves to here: the address the launcher tells other
+//               nodes to reach this one by, and what Gloo's multi-node transport binds to.
+//               An address other nodes can reach passes; only loopback (Debian's
+//               '127.0.1.1 <name>' in /etc/hosts) or no answer warns: one node is unaffected,
+//               but across nodes the peers must resolve the name themselves, and Gloo on CPUs
+//               cannot bind to it
 //   disk:       free bytes at the checkpoint dir (its nearest existing ancestor) against what
 //               the job's checkpoints need, when known (checkpoint_need_bytes), and that it is
 //               writable
@@ -24,6 +30,8 @@ namespace shardtrain::doctor {
 CheckResult check_shm(const SystemView& view, int local_gpus);
 CheckResult check_memlock(const SystemView& view, const RdmaDevices& devices,
                           std::optional<Transport> expect);
+
+CheckResult check_hostname(const std::string& name, const HostResolution& resolution);
 
 struct CheckpointNeed {
   uint64_t bytes = 0;  // all checkpoints kept at once, plus the one being written

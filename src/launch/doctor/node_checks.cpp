@@ -30,6 +30,9 @@ std::vector<CheckResult> run_node_checks(const SystemView& view, const CudaBuild
 
   checks.push_back(check_shm(view, static_cast<int>(gpus.gpus.size())));
   checks.push_back(check_memlock(view, network.devices, options.expect));
+  if (view.resolve_host) {
+    checks.push_back(check_hostname(view.host_name, view.resolve_host(view.host_name)));
+  }
   std::optional<JobCheckpoints> job;
   if (!options.config_path.empty()) job = job_checkpoints_from_config(options.config_path);
   const std::string dir = !options.checkpoint_dir.empty() ? options.checkpoint_dir

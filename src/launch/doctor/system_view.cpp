@@ -88,6 +88,8 @@ SystemView make_host_view(LibraryLoader& libraries, GpuInfoSource& gpus) {
     view.memlock_bytes = static_cast<uint64_t>(limit.rlim_cur);
   }
   view.ipc_lock = effective_capability(14);  // CAP_IPC_LOCK
+  view.host_name = shardtrain::host_name();
+  view.resolve_host = shardtrain::resolve_host;
   return view;
 }
 

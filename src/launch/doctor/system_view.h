@@ -9,7 +9,9 @@
 //   - `memlock_bytes`: RLIMIT_MEMLOCK (nullopt = unlimited);
 //   - `ipc_lock`: CAP_IPC_LOCK in the effective set (the kernel then lets the process pin
 //     memory past RLIMIT_MEMLOCK, which is what Kubernetes' `capabilities: add: [IPC_LOCK]`
-//     gives an EFA pod).
+//     gives an EFA pod);
+//   - `host_name` and `resolve_host`: this machine's name and what a name resolves to here
+//     (dist/host_name.h; unset resolve_host: the hostname check is left out).
 // make_host_view() fills it from this process's machine.
 #pragma once
 
@@ -21,6 +23,7 @@
 #include <optional>
 #include <string>
 
+#include "dist/host_name.h"
 #include "launch/doctor/gpu_info.h"
 
 namespace shardtrain::doctor {
@@ -55,6 +58,8 @@ struct SystemView {
   std::function<std::optional<FilesystemSpace>(const std::filesystem::path&)> filesystem_space;
   std::optional<uint64_t> memlock_bytes;
   bool ipc_lock = false;
+  std::string host_name;
+  std::function<HostResolution(const std::string&)> resolve_host;
 
   // `absolute` ("/sys/class/infiniband") under root.
   std::filesystem::path at(const std::string& absolute) const;
