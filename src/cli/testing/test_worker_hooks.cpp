@@ -1,8 +1,8 @@
 #include "cli/testing/test_worker_hooks.h"
 
 #include <charconv>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <thread>
