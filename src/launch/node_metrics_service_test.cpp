@@ -221,11 +221,20 @@ TEST(NodeMetricsService, PrometheusScrapesBothRanksCountersSurviveARestartDashbo
   }
   const auto world = prometheus.by_rank("shardtrain_world_size");
   EXPECT_EQ(world.at("0"), 2);
-  // rate() needs two samples of a rank inside its window; on a loaded machine scrapes can time
-  // out (400 ms), so wait for them rather than assume them.
+  // rate() needs two samples of a rank inside its window that differ; on a loaded machine
+  // scrapes can time out (400 ms) and a checkpoint write can hold training across two scrapes
+  // (a rate of 0 for both ranks was seen), so wait for them rather than assume them.
   const std::string rate_query = "rate(shardtrain_tokens_total[30s])";
   ASSERT_TRUE(prometheus.wait_until(
-      rate_query, [](const nlohmann::json& r) { return r.size() == 2; }, 30s))
+      rate_query,
+      [](const nlohmann::json& r) {
+        if (r.size() != 2) return false;
+        for (const auto& series : r) {
+          if (!(std::stod(series["value"][1].get<std::string>()) > 0)) return false;
+        }
+        return true;
+      },
+      30s))
       << training.output();
   const auto rates = prometheus.by_rank(rate_query);
   ASSERT_EQ(rates.size(), 2u);
