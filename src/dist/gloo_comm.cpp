@@ -236,11 +236,9 @@ class GlooComm final : public Comm {
     const std::string missing = roll.describe_missing();
     if (missing.empty()) return;
     fail("gloo: rank {} of {}: {} the process group within {:g} s (store {}, prefix '{}'); "
-         "HINT: is that process running? A rank that is stopped or stuck before this point "
-         "(loading data or weights, a hung file system) holds up every rank; "
-         "SHARDTRAIN_COMM_TIMEOUT_S sets how long to wait",
+         "HINT: {}",
          rank_, size_, missing, std::chrono::duration<double>(options_.timeout).count(),
-         store_.endpoint(), prefix_);
+         store_.endpoint(), prefix_, kJoinHint);
   }
 
   void all_reduce_raw(float* data, size_t count) {

@@ -52,19 +52,13 @@ HostResolution resolve_host(const std::string& name) {
 }
 
 void require_host_resolves(const std::string& name) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &found);
-  if (rc == 0) {
-    ::freeaddrinfo(found);
-    return;
-  }
+  const HostResolution resolution = resolve_host(name);
+  if (resolution.resolved) return;
   throw Error(fmt::format(
       "this host's name '{}' does not resolve ({}), so the ranks cannot exchange addresses; "
       "HINT: add it to /etc/hosts (e.g. '127.0.1.1 {}' or this node's address) or name the "
       "network interface with GLOO_SOCKET_IFNAME",
-      name, ::gai_strerror(rc), name));
+      name, resolution.error, name));
 }
 
 }  // namespace shardtrain

@@ -14,6 +14,12 @@
 
 namespace shardtrain {
 
+// What to do about a rank that did not join, for the HINT of the connects' messages.
+inline constexpr char kJoinHint[] =
+    "is that process running? A rank that is stopped or stuck before this point (loading data or "
+    "weights, a hung file system) holds up every rank; SHARDTRAIN_COMM_TIMEOUT_S sets how long "
+    "to wait";
+
 class JoinRoll {
  public:
   // REQUIRES: `store` outlives the roll; 0 < size.

@@ -393,8 +393,8 @@ class NcclComm final : public Comm {
         const std::string missing = roll != nullptr ? roll->describe_missing() : "";
         failed(collective, context_,
                timeout_text() + (missing.empty() ? " (did every rank get here?)"
-                                                 : " (" + missing + " the group: is that "
-                                                                    "process running?)"));
+                                                 : " (" + missing + " the group: " +
+                                                       kJoinHint + ")"));
       }
       std::this_thread::sleep_for(kPollPeriod);
     }

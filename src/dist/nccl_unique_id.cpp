@@ -57,11 +57,9 @@ ncclUniqueId exchange_nccl_unique_id(Store& store, int rank, const std::string& 
     } catch (const Error&) {
       const std::string missing = roll.describe_missing();
       if (missing.empty()) throw;
-      fail("NCCL: rank {}: {} the group within {:g} s (store {}, prefix '{}'); HINT: is that "
-           "process running? A rank that is stopped or stuck before this point (loading data "
-           "or weights, a hung file system) holds up every rank",
-           rank, missing, std::chrono::duration<double>(timeout).count(),
-           store.endpoint(), prefix);
+      fail("NCCL: rank {}: {} the group within {:g} s (store {}, prefix '{}'); HINT: {}", rank,
+           missing, std::chrono::duration<double>(timeout).count(), store.endpoint(), prefix,
+           kJoinHint);
     }
     if (!hex_decode(text, &id, sizeof(id))) {
       fail(
