@@ -26,6 +26,8 @@ Subcommands:
   ours-tps METRICS_JSONL WORLD          per-GPU tokens/s of a shardtrain run from rank 0's
                                         --metrics file (its "tokens" are summed over ranks);
                                         steps 1 and 2 are warm-up, not timed
+  host-wait METRICS_JSONL                the timed steps' mean host wait for the GPU ("host_wait_s")
+                                        against their step time: a small share = host-bound
   torch-tps LOG                         tokens/s per GPU from bench/pytorch_fsdp2.py's JSON line
   loss-diff METRICS_A METRICS_B         the largest relative difference of the per-step losses of
                                         two shardtrain runs of the same job (e.g. two kernels);
@@ -188,6 +190,20 @@ def ours_comm_wait_ms(metrics_path):
         records = [json.loads(line) for line in f if line.strip()]
     waits = [r["comm_wait_s"] for r in records[2:] if "comm_wait_s" in r]
     return 1e3 * sum(waits) / len(waits) if waits else None
+
+
+def ours_host_wait(metrics_path):
+    """The timed steps' mean host wait ("host_wait_s": the host blocked on the GPU) against
+    their mean step time, as one line; None when not recorded (CPU). A small share says the
+    host, not the GPU, sets the step's pace."""
+    with open(metrics_path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    timed = [r for r in records[2:] if "host_wait_s" in r]
+    if not timed:
+        return None
+    wait = 1e3 * sum(r["host_wait_s"] for r in timed) / len(timed)
+    step = 1e3 * sum(r["step_time_s"] for r in timed) / len(timed)
+    return f"host waited for the GPU {wait:.1f} of {step:.1f} ms a step ({100 * wait / step:.0f}%)"
 
 
 def loss_difference(metrics_a, metrics_b):
@@ -365,6 +381,8 @@ def main(argv):
         write_document_tokens(*args)
     elif command == "ours-tps" and len(args) == 2:
         print(ours_tokens_per_s(*args))
+    elif command == "host-wait" and len(args) == 1:
+        print(ours_host_wait(*args) or "host wait not recorded")
     elif command == "loss-diff" and len(args) == 2:
         print(f"{loss_difference(*args):.3g}")
     elif command == "torch-tps" and len(args) == 1:

@@ -108,7 +108,8 @@ for run in "${runs[@]}"; do
   ours_mib=$(sample_peak_mib "$out/$run-shardtrain.log" env "${ours_env[@]}" "$ours_bin" train \
     "${job[@]}" --train.steps="$steps" --metrics "$out/$run-metrics.jsonl")
   ours=1
-  [[ -z $dry ]] && ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1)
+  [[ -z $dry ]] && ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1) &&
+    echo "$run: $(python3 "$lib" host-wait "$out/$run-metrics.jsonl")"
   if [[ -n ${BENCH_PROFILE:-} && -z $dry ]]; then
     env "${ours_env[@]}" SHARDTRAIN_PROFILE_OPS=1 "$ours_bin" train "${job[@]}" --train.steps=3 \
       >"$out/$run-profile.log" 2>&1 || true

@@ -1,6 +1,6 @@
 // NodeMetrics end to end inside one process: rank files written as the trainer writes them,
 // read back through the real HTTP endpoint, counters continued across a worker restart, and a
-// port in use refused with an error naming it.
+// port in use refused with an error naming it, a gauge a rank does not measure left out.
 #include "launch/node_metrics.h"
 
 #include <arpa/inet.h>
@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "dist/testing/etcd_store_test_server.h"
@@ -105,6 +108,26 @@ TEST(NodeMetrics, ARankThatHasNotPublishedIsLeftOut) {
   const std::string text = scrape(metrics.port());
   EXPECT_NE(text.find("local_rank=\"0\""), std::string::npos);
   EXPECT_EQ(text.find("local_rank=\"1\""), std::string::npos);
+}
+
+// A GPU rank's host wait (StepReport::host_wait_s) is a gauge; a CPU rank, which measures
+// none, shows no sample of it rather than a made-up zero.
+TEST(NodeMetrics, HostWaitIsShownOnlyWhereItIsMeasured) {
+  NodeMetrics metrics(loopback_options(), NodeIdentity{});
+  metrics.start_generation(0, 0, 0, 2);
+  RankSnapshot gpu_rank = snapshot(0, "a", 3, 30);
+  gpu_rank.host_wait_seconds = 0.25;
+  write_rank(metrics, gpu_rank);
+  write_rank(metrics, snapshot(1, "b", 3, 30));
+  const std::string text = scrape(metrics.port());
+  const std::regex sample(
+      "shardtrain_host_wait_seconds\\{[^}]*local_rank=\"(\\d)\"[^}]*\\} (\\S+)\n");
+  std::vector<std::string> shown;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), sample);
+       it != std::sregex_iterator(); ++it) {
+    shown.push_back((*it)[1].str() + "=" + (*it)[2].str());
+  }
+  EXPECT_EQ(shown, std::vector<std::string>{"0=0.25"}) << text;
 }
 
 TEST(NodeMetrics, PortInUseIsAnErrorNamingIt) {

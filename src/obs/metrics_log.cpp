@@ -20,6 +20,7 @@ nlohmann::json metrics_record(const StepReport& report) {
                            {"data_wait_s", report.data_wait_s}};
   if (report.aux_loss) record["aux_loss"] = *report.aux_loss;
   if (report.exposed_comm_s) record["comm_wait_s"] = *report.exposed_comm_s;
+  if (report.host_wait_s) record["host_wait_s"] = *report.host_wait_s;
   if (report.checkpoint_stall_s) record["checkpoint_stall_s"] = *report.checkpoint_stall_s;
   if (report.epoch) record["epoch"] = *report.epoch;
   if (report.mfu) record["mfu"] = *report.mfu;

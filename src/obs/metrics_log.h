@@ -13,9 +13,9 @@
 namespace shardtrain {
 
 // The JSONL record of a step: step, loss, lr, grad_norm, tokens (= tokens_total), tokens_per_s,
-// elapsed_s, step_time_s, data_wait_s, and comm_wait_s (= exposed_comm_s), checkpoint_stall_s,
-// epoch and mfu when known, and eval_loss, eval_ppl, eval_tokens, eval_sequences, eval_time_s
-// on steps that ran an evaluation.
+// elapsed_s, step_time_s, data_wait_s, and comm_wait_s (= exposed_comm_s), host_wait_s,
+// checkpoint_stall_s, epoch and mfu when known, and eval_loss, eval_ppl, eval_tokens,
+// eval_sequences, eval_time_s on steps that ran an evaluation.
 nlohmann::json metrics_record(const StepReport& report);
 
 class MetricsLog {

@@ -40,17 +40,20 @@ TEST(MetricsRecord, HoldsTheStepFieldsAndOptionalOnesOnlyWhenMeasured) {
   EXPECT_EQ(plain.at("step_time_s"), 0.25);
   EXPECT_EQ(plain.at("data_wait_s"), 0.01);
   EXPECT_FALSE(plain.contains("comm_wait_s"));
+  EXPECT_FALSE(plain.contains("host_wait_s"));
   EXPECT_FALSE(plain.contains("checkpoint_stall_s"));
   EXPECT_FALSE(plain.contains("epoch"));
   EXPECT_FALSE(plain.contains("eval_loss"));
   EXPECT_FALSE(plain.contains("mfu"));
 
   report.exposed_comm_s = 0.125;
+  report.host_wait_s = 0.0625;
   report.checkpoint_stall_s = 0.5;
   report.epoch = 1.25;
   report.mfu = 0.375;
   const nlohmann::json measured = metrics_record(report);
   EXPECT_EQ(measured.at("comm_wait_s"), 0.125);
+  EXPECT_EQ(measured.at("host_wait_s"), 0.0625);
   EXPECT_EQ(measured.at("checkpoint_stall_s"), 0.5);
   EXPECT_EQ(measured.at("epoch"), 1.25);
   EXPECT_EQ(measured.at("mfu"), 0.375);

@@ -41,6 +41,7 @@ nlohmann::json snapshot_to_json(const RankSnapshot& s) {
           {"data_wait_seconds", s.data_wait_seconds},
           {"checkpoint_stall_seconds", s.checkpoint_stall_seconds},
           {"exposed_communication_seconds", optional_json(s.exposed_communication_seconds)},
+          {"host_wait_seconds", optional_json(s.host_wait_seconds)},
           {"last_checkpoint_step", s.last_checkpoint_step},
           {"device_memory_peak_bytes", s.device_memory_peak_bytes},
           {"resident_memory_bytes", s.resident_memory_bytes},
@@ -73,6 +74,8 @@ RankSnapshot snapshot_from_json(const nlohmann::json& j, const std::string& sour
     s.data_wait_seconds = j.at("data_wait_seconds").get<double>();
     s.checkpoint_stall_seconds = j.at("checkpoint_stall_seconds").get<double>();
     s.exposed_communication_seconds = optional_from(j, "exposed_communication_seconds");
+    if (j.contains("host_wait_seconds"))
+      s.host_wait_seconds = optional_from(j, "host_wait_seconds");
     s.last_checkpoint_step = j.at("last_checkpoint_step").get<int64_t>();
     s.device_memory_peak_bytes = j.at("device_memory_peak_bytes").get<double>();
     s.resident_memory_bytes = j.at("resident_memory_bytes").get<double>();

@@ -22,13 +22,14 @@ struct RankSnapshot {
   std::optional<double> epoch;
   double loss = 0, learning_rate = 0, grad_norm = 0;
   std::optional<double> aux_loss;  // mixture of experts: the load-balancing loss (StepReport)
-  double tokens_per_second = 0;  // this rank's tokens over its last step's time
-  std::optional<double> mfu;     // ratio, 0..1
+  double tokens_per_second = 0;    // this rank's tokens over its last step's time
+  std::optional<double> mfu;       // ratio, 0..1
   // The last evaluation on data.eval_path (obs/eval_report.h); nullopt before the first.
   std::optional<double> eval_loss, eval_perplexity;
   double step_seconds = 0, data_wait_seconds = 0, checkpoint_stall_seconds = 0;
   std::optional<double> exposed_communication_seconds;
-  int64_t last_checkpoint_step = 0;  // 0 = none yet
+  std::optional<double> host_wait_seconds;  // StepReport::host_wait_s; nullopt on CPU
+  int64_t last_checkpoint_step = 0;         // 0 = none yet
   double device_memory_peak_bytes = 0, resident_memory_bytes = 0;
   // Counters of this process (CounterContinuity makes them survive restarts):
   double tokens_total = 0, steps_total = 0;

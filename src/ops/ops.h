@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,12 @@ class Ops {
   // dst = src converted to dst's dtype (f32 <-> bf16/f16, same element count).
   virtual void cast(Tensor dst, Tensor src) = 0;
   virtual void synchronize() = 0;
+  // Seconds the host has spent blocked waiting for the device's queued work (the synchronising
+  // calls: copy_to_host, read_scalar, synchronize, and the backend's own waits), summed since the
+  // backend was made; nullopt for a backend whose ops run on the host (CPU). Over a training step
+  // it says who sets the pace: close to the step's time when the device does, near zero when the
+  // host cannot queue work as fast as the device runs it (many small ops: a small micro-batch).
+  virtual std::optional<double> host_wait_seconds() const { return std::nullopt; }
 
   // ---- elementwise ----
   virtual void add(Tensor out, Tensor a, Tensor b) = 0;  // out = a + b; out may alias a or b
@@ -198,8 +205,8 @@ class Ops {
   // Splits qkv_NX (split_qkv_rope's layout): q_raw_NHD, k_raw_NKD and v_NKD get the projections
   // as they are, q_NHD and k_NKD the normed and rotated heads.
   virtual void split_qkv_norm_rope(Tensor qkv_NX, const QkNorm& norm, Tensor positions_N,
-                                   Tensor cos_PR, Tensor sin_PR, Tensor q_raw_NHD,
-                                   Tensor k_raw_NKD, Tensor v_NKD, Tensor q_NHD, Tensor k_NKD) = 0;
+                                   Tensor cos_PR, Tensor sin_PR, Tensor q_raw_NHD, Tensor k_raw_NKD,
+                                   Tensor v_NKD, Tensor q_NHD, Tensor k_NKD) = 0;
   // q_NHD and k_NKD again from q_raw_NHD and k_raw_NKD (what backward remakes for attention's
   // backward instead of keeping them), equal to split_qkv_norm_rope's.
   virtual void qk_norm_rope(Tensor q_raw_NHD, Tensor k_raw_NKD, const QkNorm& norm,
@@ -355,11 +362,11 @@ class Ops {
   // exactly that; CUDA writes SwiGLU's gradients straight to FP8 (both layouts, delayed scales)
   // once both sites have a history, and then leaves dgate_NF and dup_NF unwritten.
   virtual void swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF,
-                                           Tensor x_NC, Tensor gate_weight_FC,
-                                           Tensor up_weight_FC, Tensor dgate_NF, Tensor dup_NF,
-                                           Tensor dx_NC, Tensor dgate_weight_FC,
-                                           Tensor dup_weight_FC, bool accumulate_dweight,
-                                           Fp8Site gate_site, Fp8Site up_site);
+                                           Tensor x_NC, Tensor gate_weight_FC, Tensor up_weight_FC,
+                                           Tensor dgate_NF, Tensor dup_NF, Tensor dx_NC,
+                                           Tensor dgate_weight_FC, Tensor dup_weight_FC,
+                                           bool accumulate_dweight, Fp8Site gate_site,
+                                           Fp8Site up_site);
   // The MLP's SwiGLU and its down projection, an unbiased FP8 linear: swiglu_forward(gate_NF,
   // up_NF) into act_NF, then linear_forward_fp8(act_NF, weight_CF, no bias, residual_NC, out_NC,
   // site). This default runs exactly that; CUDA casts act to FP8 inside the SwiGLU kernel (the

@@ -71,6 +71,7 @@ class ProfiledOps final : public Ops {
   void fill_zero(Tensor dst) override;
   void cast(Tensor dst, Tensor src) override;
   void synchronize() override { inner_->synchronize(); }
+  std::optional<double> host_wait_seconds() const override { return inner_->host_wait_seconds(); }
 
   void add(Tensor out, Tensor a, Tensor b) override;
   void embedding_forward(Tensor ids_N, Tensor table_VC, Tensor out_NC) override;
@@ -94,8 +95,8 @@ class ProfiledOps final : public Ops {
   void swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF, Tensor x_NC,
                                    Tensor gate_weight_FC, Tensor up_weight_FC, Tensor dgate_NF,
                                    Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,
-                                   Tensor dup_weight_FC, bool accumulate_dweight,
-                                   Fp8Site gate_site, Fp8Site up_site) override;
+                                   Tensor dup_weight_FC, bool accumulate_dweight, Fp8Site gate_site,
+                                   Fp8Site up_site) override;
   void swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF, Tensor weight_CF,
                                  Tensor residual_NC, Tensor out_NC, Fp8Site site) override;
   void split_qkv_rope(Tensor qkv_NX, Tensor positions_N, Tensor cos_PR, Tensor sin_PR, Tensor q_NHD,
@@ -128,9 +129,8 @@ class ProfiledOps final : public Ops {
                       Tensor dup_NF) override;
   void rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
                          Tensor rstd_N) override;
-  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                          Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
-                          bool accumulate_dweight) override;
+  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
+                          Tensor dweight_C, bool accumulate_dx, bool accumulate_dweight) override;
   void softcap_forward(Tensor x, float cap, Tensor out) override;
   void softcap_backward(Tensor dout, Tensor x, float cap, Tensor dx) override;
   void scale(Tensor x, float factor) override;
@@ -151,9 +151,8 @@ class ProfiledOps final : public Ops {
   void grouped_linear_forward(Tensor x_MI, Tensor weight_EOI, const std::vector<int64_t>& rows_E,
                               Tensor out_MO) override;
   void grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
-                               const std::vector<int64_t>& rows_E, Tensor dx_MI,
-                               Tensor dweight_EOI, bool accumulate_dx,
-                               bool accumulate_dweight) override;
+                               const std::vector<int64_t>& rows_E, Tensor dx_MI, Tensor dweight_EOI,
+                               bool accumulate_dx, bool accumulate_dweight) override;
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,
                      bool compute_grad) override;
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;

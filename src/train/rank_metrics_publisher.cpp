@@ -80,6 +80,7 @@ void RankMetricsPublisher::publish(const StepReport& r) {
     s.data_wait_seconds = r.data_wait_s;
     s.checkpoint_stall_seconds = r.checkpoint_stall_s.value_or(0.0);
     s.exposed_communication_seconds = r.exposed_comm_s;
+    s.host_wait_seconds = r.host_wait_s;
     s.last_checkpoint_step = r.last_checkpoint_step;
     s.device_memory_peak_bytes = static_cast<double>(r.device_buffers_peak_bytes);
     s.resident_memory_bytes = static_cast<double>(process_resident_bytes());

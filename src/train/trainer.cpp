@@ -1,8 +1,8 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -21,8 +21,8 @@
 #include "train/checkpoint/checkpoint_signal.h"
 #include "train/checkpoint/dir_lock.h"
 #include "train/checkpoint/export_tokenizer.h"
-#include "train/expert_export.h"
 #include "train/evaluator.h"
+#include "train/expert_export.h"
 #include "train/lr_schedule.h"
 #include "train/memory_fit.h"
 #include "train/optimizer.h"
@@ -68,8 +68,9 @@ TrainConfig validated(const TrainConfig& config) {
   resolved.lora = resolve_lora_config(config.lora, config.model.path);
   if (resolved.lora.enabled && !resolved.lora.adapter.empty() &&
       config.model.init != ModelInit::kPretrained) {
-    fail("config key 'lora.adapter' needs model.init = \"pretrained\" (the adapter was trained "
-         "on a base model); HINT: drop lora.adapter or load the base");
+    fail(
+        "config key 'lora.adapter' needs model.init = \"pretrained\" (the adapter was trained "
+        "on a base model); HINT: drop lora.adapter or load the base");
   }
   return resolved;
 }
@@ -108,15 +109,13 @@ std::string memory_json(const FsdpMemory& m) {
       m.full_grad_peak_bytes, m.compute_shard_bytes, m.frozen_shard_bytes);
 }
 
-int64_t total_bytes(const FsdpMemory& m) {
-  return static_cast<int64_t>(m.total());
-}
+int64_t total_bytes(const FsdpMemory& m) { return static_cast<int64_t>(m.total()); }
 
 // The training data, checked against the model's vocabulary and the number of ranks.
 std::unique_ptr<SequenceDataset> open_checked_data(const TrainConfig& config,
                                                    const ModelConfig& model, int world) {
-  std::unique_ptr<SequenceDataset> dataset = open_training_data(
-      config.data, config.model.path, static_cast<uint64_t>(config.train.seed));
+  std::unique_ptr<SequenceDataset> dataset =
+      open_training_data(config.data, config.model.path, static_cast<uint64_t>(config.train.seed));
   validate_vocab(*dataset, model.vocab_size, config.data.path);
   const int64_t micro_batch = config.train.micro_batch;
   if (dataset->size() < static_cast<size_t>(micro_batch * world)) {
@@ -177,8 +176,7 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
       model_config_(model_config_that_fits(config_, env_, ops_)),
       expert_parallel_(expert_parallel_for(config_.fsdp.expert_parallel, group_size_,
                                            model_config_.moe.num_experts)),
-      flops_per_token_(
-          training_flops_per_token(model_config_, config_.data.seq_len, config_.lora)),
+      flops_per_token_(training_flops_per_token(model_config_, config_.data.seq_len, config_.lora)),
       peak_flops_(config_.metrics.peak_flops(ops_.device() == Device::kCuda)),
       model_(model_config_, ops_, config_.lora),
       dataset_(open_checked_data(config_, model_config_, env_.world)),
@@ -233,9 +231,9 @@ Trainer::Trainer(const TrainConfig& config, Ops& ops, const TrainRunOptions& opt
                                config_.train.checkpoint_max_lag_steps,
                                options_.checkpoint_write_delay},
         *units_, ops_, model_.layout(),
-        CheckpointRunInfo{
-            fsdp_strategy_name(config_.fsdp.strategy), recorded_config_toml(config_),
-            absolute_path(config_.model.path), absolute_path(config_json_of(config_.model.path))});
+        CheckpointRunInfo{fsdp_strategy_name(config_.fsdp.strategy), recorded_config_toml(config_),
+                          absolute_path(config_.model.path),
+                          absolute_path(config_json_of(config_.model.path))});
   }
   log_setup();
   if (resumed_.resumed) {
@@ -401,6 +399,7 @@ TrainOutcome Trainer::run() {
 
 StepReport Trainer::train_step(int64_t step) {
   const auto step_start = std::chrono::steady_clock::now();
+  const std::optional<double> host_wait_start = ops_.host_wait_seconds();
   heartbeat_->set_step(step);
   if (options_.hooks != nullptr) options_.hooks->before_step(step);
   const StepBatches batches = batcher_.next();
@@ -467,6 +466,10 @@ StepReport Trainer::train_step(int64_t step) {
   }
   // The step's collectives are done (the scalar reads above synchronised).
   report.exposed_comm_s = units_->take_compute_wait_seconds();
+  if (const std::optional<double> host_wait = ops_.host_wait_seconds();
+      host_wait && host_wait_start) {
+    report.host_wait_s = *host_wait - *host_wait_start;
+  }
   report.last_checkpoint_step = last_checkpoint_step_;
   report.fsdp_peak_bytes = total_bytes(units_->memory());
   report.device_buffers_peak_bytes = static_cast<int64_t>(ops_.buffer_peak_bytes());

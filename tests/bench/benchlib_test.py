@@ -1,6 +1,6 @@
 """bench/benchlib.py without a GPU: the FLOPs formula of every MFU figure, the scaling table's
 two PyTorch baselines (compiled, the one that counts, and eager) and its ratios, a run without
-a result, and loss-diff. Run: python3 -m unittest discover -s tests/bench -p '*_test.py'."""
+a result, loss-diff and host-wait. Run: python3 -m unittest discover -s tests/bench -p '*_test.py'."""
 import json
 import os
 import sys
@@ -108,6 +108,24 @@ class LossDifferenceTest(unittest.TestCase):
             with open(b, "w") as f:
                 f.write('{"loss": 2.0}\n{"loss": 1.01}\n')
             self.assertAlmostEqual(benchlib.loss_difference(a, b), 0.01)
+
+
+class HostWaitTest(unittest.TestCase):
+    def test_share_of_the_timed_steps(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.jsonl")
+            with open(path, "w") as f:  # steps 1 and 2 are warm-up, not counted
+                for wait, step in [(0.5, 1.0), (0.5, 1.0), (0.02, 0.06), (0.01, 0.06)]:
+                    f.write(json.dumps({"host_wait_s": wait, "step_time_s": step}) + "\n")
+            self.assertEqual(benchlib.ours_host_wait(path),
+                             "host waited for the GPU 15.0 of 60.0 ms a step (25%)")
+
+    def test_not_recorded_on_cpu(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.jsonl")
+            with open(path, "w") as f:
+                f.write('{"step_time_s": 1.0}\n' * 4)
+            self.assertIsNone(benchlib.ours_host_wait(path))
 
 
 if __name__ == "__main__":

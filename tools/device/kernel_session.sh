@@ -86,6 +86,7 @@ bench() {  # NAME SECONDS RUN...: a bench group when SECONDS fit
     "$root/$build/shardtrain" "$out/bench-$name" "$@" >"$out/bench-$name.log" 2>&1
   echo "bench $name (rc $?, $(elapsed) s):"
   cat "$out/bench-$name/table.txt"
+  grep "host waited" "$out/bench-$name.log"
   tail -3 "$out/bench-$name.log"
 }
 # shellcheck disable=SC2086  # the run lists split on spaces

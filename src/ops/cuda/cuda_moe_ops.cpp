@@ -148,7 +148,7 @@ std::vector<int64_t> CudaOps::moe_dispatch(Tensor expert_NK, int64_t experts, Te
   std::vector<int32_t> rows32(experts);
   SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(rows32.data(), rows_device, experts * sizeof(int32_t),
                                         cudaMemcpyDeviceToHost, stream_));
-  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  wait_for_stream();
   return std::vector<int64_t>(rows32.begin(), rows32.end());
 }
 

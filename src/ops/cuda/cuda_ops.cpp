@@ -3,6 +3,7 @@
 #include "ops/cuda/cuda_ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
@@ -70,7 +71,7 @@ CudaOps::~CudaOps() {
 float* CudaOps::scratch_floats(size_t count) {
   const size_t bytes = count * sizeof(float);
   if (bytes > scratch_bytes_) {
-    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old scratch may be in use
+    wait_for_stream();  // the old scratch may be in use
     if (scratch_ != nullptr) SHARDTRAIN_CUDA_CHECK(cudaFree(scratch_));
     const size_t grown = std::max(bytes, 2 * scratch_bytes_);
     SHARDTRAIN_CUDA_CHECK(cudaMalloc(&scratch_, grown));
@@ -109,7 +110,7 @@ void CudaOps::copy_to_host(void* dst, Tensor src) {
     SHARDTRAIN_CUDA_CHECK(
         cudaMemcpyAsync(dst, src.data(), src.bytes(), cudaMemcpyDeviceToHost, stream_));
   }
-  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  wait_for_stream();
 }
 
 void CudaOps::fill_zero(Tensor dst) {
@@ -131,7 +132,20 @@ void CudaOps::cast(Tensor dst, Tensor src) {
   cuda_kernels::cast(dst.dtype(), dst.data(), src.dtype(), src.data(), src.numel(), stream_);
 }
 
-void CudaOps::synchronize() { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaOps::synchronize() { wait_for_stream(); }
+
+void CudaOps::wait_for_stream() {
+  const auto start = std::chrono::steady_clock::now();
+  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  host_wait_ns_.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count(),
+      std::memory_order_relaxed);
+}
+
+std::optional<double> CudaOps::host_wait_seconds() const {
+  return static_cast<double>(host_wait_ns_.load(std::memory_order_relaxed)) * 1e-9;
+}
 
 // ---- elementwise ----
 
@@ -206,7 +220,7 @@ float CudaOps::read_scalar(Tensor x_1) {
   float value = 0;
   SHARDTRAIN_CUDA_CHECK(
       cudaMemcpyAsync(&value, x_1.data(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  wait_for_stream();
   return value;
 }
 

@@ -3,8 +3,8 @@
 //
 // One CudaOps drives the device that is current when it is constructed and owns one compute
 // stream; every op is enqueued on that stream (asynchronous), and only copy_to_host and
-// read_scalar synchronise. `stream()` is exposed for the FSDP/NCCL layer, which orders its own
-// streams against this one with events.
+// read_scalar synchronise (their time is host_wait_seconds()). `stream()` is exposed for the
+// FSDP/NCCL layer, which orders its own streams against this one with events.
 //
 // Files: cuda_ops.cpp (memory, elementwise, optimizer), cuda_layers.cpp (the layer ops),
 // cuda_gemm.cpp (linear, through cuBLASLt) check their Tensors and call the raw-pointer kernel
@@ -21,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <memory>
 
 #include "ops/ops.h"
@@ -33,7 +34,7 @@ class Fp8Linear;
 namespace cuda_kernels {
 class AdamWMultiLauncher;
 enum class Fp8Format;
-}
+}  // namespace cuda_kernels
 
 class CudaOps final : public Ops {
  public:
@@ -58,6 +59,7 @@ class CudaOps final : public Ops {
   void fill_zero(Tensor dst) override;
   void cast(Tensor dst, Tensor src) override;
   void synchronize() override;
+  std::optional<double> host_wait_seconds() const override;
 
   // ---- elementwise (cuda_ops.cpp) ----
   void add(Tensor out, Tensor a, Tensor b) override;
@@ -101,9 +103,8 @@ class CudaOps final : public Ops {
   // ---- Gemma's ops (cuda_activation_ops.cpp): 1 + weight RMSNorm, GeGLU, soft-capping ----
   void rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
                          Tensor rstd_N) override;
-  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                          Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
-                          bool accumulate_dweight) override;
+  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
+                          Tensor dweight_C, bool accumulate_dx, bool accumulate_dweight) override;
   void geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void geglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
                       Tensor dup_NF) override;
@@ -129,8 +130,8 @@ class CudaOps final : public Ops {
   void swiglu_linears_backward_fp8(Tensor dact_NF, Tensor gate_NF, Tensor up_NF, Tensor x_NC,
                                    Tensor gate_weight_FC, Tensor up_weight_FC, Tensor dgate_NF,
                                    Tensor dup_NF, Tensor dx_NC, Tensor dgate_weight_FC,
-                                   Tensor dup_weight_FC, bool accumulate_dweight,
-                                   Fp8Site gate_site, Fp8Site up_site) override;
+                                   Tensor dup_weight_FC, bool accumulate_dweight, Fp8Site gate_site,
+                                   Fp8Site up_site) override;
   void swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF, Tensor weight_CF,
                                  Tensor residual_NC, Tensor out_NC, Fp8Site site) override;
   // Outside the interface: the gradient format (default e5m2; the GPU tests measure e4m3), the
@@ -177,9 +178,8 @@ class CudaOps final : public Ops {
   void grouped_linear_forward(Tensor x_MI, Tensor weight_EOI, const std::vector<int64_t>& rows_E,
                               Tensor out_MO) override;
   void grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
-                               const std::vector<int64_t>& rows_E, Tensor dx_MI,
-                               Tensor dweight_EOI, bool accumulate_dx,
-                               bool accumulate_dweight) override;
+                               const std::vector<int64_t>& rows_E, Tensor dx_MI, Tensor dweight_EOI,
+                               bool accumulate_dx, bool accumulate_dweight) override;
 
  private:
   // The grouped GEMMs' cuBLAS handle, made at the first grouped linear (shared_ptr: its
@@ -197,6 +197,8 @@ class CudaOps final : public Ops {
   // order, so one op's scratch is never live when the next op is enqueued). Growing it
   // synchronises the stream once.
   float* scratch_floats(size_t count);
+  // cudaStreamSynchronize on the compute stream, its time added to host_wait_seconds().
+  void wait_for_stream();
   // The FP8 linears' state; throws Error (fp8_unsupported_reason) below compute capability 8.9.
   Fp8Linear& fp8();
 
@@ -207,6 +209,8 @@ class CudaOps final : public Ops {
   std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  // Nanoseconds spent in wait_for_stream (atomic: a checkpoint writer thread reads shards too).
+  std::atomic<int64_t> host_wait_ns_{0};
 };
 
 // Makes `device_index` the current device (cudaSetDevice), then a CudaOps on it. Throws Error

@@ -4,6 +4,7 @@
 // Attention: cuda_attention_gpu_test.cpp; timings: cuda_ops_throughput_gpu_test.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,25 @@ TEST_F(CudaOpsTest, AddScaleAndCast) {
     gpu_->fill_zero(wide);
     for (float v : download(wide)) ASSERT_EQ(v, 0.0f);
   }
+}
+
+// host_wait_seconds counts the time the synchronising calls block the host, which the trainer
+// reports per step (StepReport::host_wait_s); the CPU backend measures none.
+TEST_F(CudaOpsTest, HostWaitIsTheTimeSynchronisingCallsBlock) {
+  EXPECT_FALSE(cpu_->host_wait_seconds().has_value());
+  const Pair x = random_input({4096, 4096}), w = random_input({4096, 4096});
+  const Pair out = output({4096, 4096});
+  gpu_->synchronize();
+  const double before = gpu_->host_wait_seconds().value();
+  for (int i = 0; i < 40; ++i) gpu_->linear_forward(x.gpu, w.gpu, Tensor(), out.gpu);  // ~7 ms
+  const auto start = std::chrono::steady_clock::now();
+  gpu_->synchronize();
+  const double blocked =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double counted = gpu_->host_wait_seconds().value() - before;
+  EXPECT_GT(blocked, 1e-3) << "the queued GEMMs should still have been running";
+  EXPECT_GE(counted, 0.9 * blocked);
+  EXPECT_LE(counted, blocked);
 }
 
 TEST_F(CudaOpsTest, AdamWMatchesReference) {
