@@ -31,9 +31,9 @@ struct StepReport {
   // Seconds the compute stream waited for FSDP's overlapped collectives this step (exposed
   // communication); nullopt when the backend does not measure it (Gloo, CPU).
   std::optional<double> exposed_comm_s;
-  // Seconds the step loop was blocked waiting for this rank's device (the loss and norm reads:
-  // Ops::host_wait_seconds); nullopt on CPU. Close to step_time_s when the GPU sets the pace;
-  // a small share means the host cannot queue the step's work as fast as the GPU runs it.
+  // Seconds the step loop was blocked waiting for this rank's device (the batch upload, the loss
+  // and norm reads: Ops::host_wait_seconds); nullopt on CPU. Close to step_time_s when the GPU sets
+  // the pace; a small share means the host cannot queue the step's work as fast as the GPU runs it.
   std::optional<double> host_wait_s;
   // Seconds the step loop waited for checkpoints at this step (snapshot copy, a previous write
   // still in flight, the train.checkpoint_max_lag_steps bound); nullopt when it did not.

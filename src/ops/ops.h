@@ -113,10 +113,11 @@ class Ops {
   virtual void cast(Tensor dst, Tensor src) = 0;
   virtual void synchronize() = 0;
   // Seconds the host has spent blocked waiting for the device's queued work (the synchronising
-  // calls: copy_to_host, read_scalar, synchronize, and the backend's own waits), summed since the
-  // backend was made; nullopt for a backend whose ops run on the host (CPU). Over a training step
-  // it says who sets the pace: close to the step's time when the device does, near zero when the
-  // host cannot queue work as fast as the device runs it (many small ops: a small micro-batch).
+  // calls: copy_to_host, read_scalar, synchronize; and the calls that may wait: copy_from_host
+  // from pageable memory, release, the backend's own waits), summed since the backend was made;
+  // nullopt for a backend whose ops run on the host (CPU). Over a training step it says who sets
+  // the pace: close to the step's time when the device does, near zero when the host cannot queue
+  // work as fast as the device runs it (many small ops: a small micro-batch).
   virtual std::optional<double> host_wait_seconds() const { return std::nullopt; }
 
   // ---- elementwise ----

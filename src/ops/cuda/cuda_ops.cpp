@@ -68,6 +68,16 @@ CudaOps::~CudaOps() {
   cudaStreamDestroy(stream_);
 }
 
+template <typename Call>
+void CudaOps::count_host_wait(Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  host_wait_ns_.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count(),
+      std::memory_order_relaxed);
+}
+
 float* CudaOps::scratch_floats(size_t count) {
   const size_t bytes = count * sizeof(float);
   if (bytes > scratch_bytes_) {
@@ -93,15 +103,18 @@ void* CudaOps::allocate(size_t bytes) {
 void CudaOps::release(void* pointer) {
   if (pointer == nullptr) return;
   // cudaFree waits for the device, so work still reading the buffer finishes first.
-  SHARDTRAIN_CUDA_CHECK(cudaFree(pointer));
+  count_host_wait([&] { SHARDTRAIN_CUDA_CHECK(cudaFree(pointer)); });
 }
 
 void CudaOps::copy_from_host(Tensor dst, const void* src) {
   require_cuda(dst, "copy_from_host dst");
   if (dst.bytes() == 0) return;
-  // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
-  SHARDTRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(dst.data(), src, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+  // From pageable memory this returns once `src` has been staged, so the caller may reuse it;
+  // staging may wait for the stream's earlier work, so its time counts as a host wait.
+  count_host_wait([&] {
+    SHARDTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(dst.data(), src, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+  });
 }
 
 void CudaOps::copy_to_host(void* dst, Tensor src) {
@@ -135,12 +148,7 @@ void CudaOps::cast(Tensor dst, Tensor src) {
 void CudaOps::synchronize() { wait_for_stream(); }
 
 void CudaOps::wait_for_stream() {
-  const auto start = std::chrono::steady_clock::now();
-  SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  host_wait_ns_.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count(),
-      std::memory_order_relaxed);
+  count_host_wait([&] { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); });
 }
 
 std::optional<double> CudaOps::host_wait_seconds() const {

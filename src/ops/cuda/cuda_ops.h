@@ -199,6 +199,10 @@ class CudaOps final : public Ops {
   float* scratch_floats(size_t count);
   // cudaStreamSynchronize on the compute stream, its time added to host_wait_seconds().
   void wait_for_stream();
+  // Runs `call` (a CUDA call that may block the host on the device: a stream synchronisation,
+  // cudaFree, a copy from pageable memory) and adds its time to host_wait_seconds().
+  template <typename Call>
+  void count_host_wait(Call&& call);
   // The FP8 linears' state; throws Error (fp8_unsupported_reason) below compute capability 8.9.
   Fp8Linear& fp8();
 
@@ -209,7 +213,7 @@ class CudaOps final : public Ops {
   std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  // Nanoseconds spent in wait_for_stream (atomic: a checkpoint writer thread reads shards too).
+  // Nanoseconds spent in count_host_wait (atomic: a checkpoint writer thread reads shards too).
   std::atomic<int64_t> host_wait_ns_{0};
 };
 
