@@ -22,7 +22,7 @@ bool fp8_grad_fast_accum_switch() { return env_switch("SHARDTRAIN_FP8_GRAD_FAST_
 
 bool fp8_keep_down_input_switch() { return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", true); }
 
-bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_WRITER", false); }
+bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_WRITER", true); }
 
 void check_ops_switches() {
   profile_ops_switch();

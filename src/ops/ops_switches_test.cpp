@@ -20,7 +20,7 @@ TEST(OpsSwitchesTest, DefaultsWhenUnset) {
   EXPECT_FALSE(lora_kernels_switch());
   EXPECT_TRUE(fp8_fused_swiglu_switch());
   EXPECT_TRUE(fp8_grad_fast_accum_switch());
-  EXPECT_FALSE(attention_dq_writer_switch());
+  EXPECT_TRUE(attention_dq_writer_switch());
   EXPECT_NO_THROW(check_ops_switches());
 }
 
@@ -57,9 +57,9 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     ScopedEnv keep("SHARDTRAIN_FP8_KEEP_DOWN_INPUT", value);
     EXPECT_EQ(fp8_keep_down_input_switch(), value[0] == '1');
   }
-  {
-    ScopedEnv env("SHARDTRAIN_ATTENTION_DQ_WRITER", "1");
-    EXPECT_TRUE(attention_dq_writer_switch());
+  for (const char* value : {"0", "1"}) {
+    ScopedEnv writer("SHARDTRAIN_ATTENTION_DQ_WRITER", value);
+    EXPECT_EQ(attention_dq_writer_switch(), value[0] == '1');
   }
 }
 

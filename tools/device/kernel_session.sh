@@ -2,8 +2,9 @@
 # One GPU-machine call that checks the open kernel work end to end (through the device tool,
 # carrying .devkit, or a tarball of it extracted first): the build, the attention kernel tests
 # first (a failure of the kernels every run uses ends the call, since every bench row runs them;
-# one of the backward's dQ writer alone, which no run uses unless asked, is reported, and the
-# call goes on without the writer: SHARDTRAIN_TEST_SKIP_DQ_WRITER=1, no writer timing),
+# one of the backward's dQ writer alone, the Hopper default, is reported, and the call goes on
+# with the dQ atomics everywhere: SHARDTRAIN_TEST_SKIP_DQ_WRITER=1 for the tests,
+# SHARDTRAIN_ATTENTION_DQ_WRITER=0 for every run after, no writer timing),
 # every GPU test (gpu_tests.sh), the kernel timings at the bench shapes (the DISABLED_ timings of
 # attention, the MoE expert GEMMs, LoRA's skinny products and the FP8 linears), then bench rows
 # with op profiles in the order given, each skipped once the call's budget (BUDGET_S, default
@@ -15,9 +16,8 @@
 #                              MOE_BENCH runs only on a GPU with more than 120 GB (the
 #                              Qwen3-30B-A3B shape needs ~100 GiB)
 #   FP8_BEFORE="GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT"   the switches whose before is profiled
-#   WRITER_BENCH=auto|0|1      the bench rows with attention backward's dQ writer: auto = when
-#                              it passed its tests and timed faster at head dims 64 and 128
-# Logs under $OUT (logs.tgz holds the bench folders: their names have @ and +).
+# Logs: $OUT/logs.tgz, every log of the call in one file (the device tool returns at most 8
+# files, and none whose name has the bench folders' @ or +); the summary is the output.
 # Usage: tools/device/kernel_session.sh
 source "$(dirname "$0")/common.sh"
 gpu_info
@@ -33,9 +33,9 @@ attention_tests() {  # LOG: the attention kernel tests; their status
 }
 writers="0 1"
 if ! attention_tests attention-tests.log; then
-  export SHARDTRAIN_TEST_SKIP_DQ_WRITER=1
+  export SHARDTRAIN_TEST_SKIP_DQ_WRITER=1 SHARDTRAIN_ATTENTION_DQ_WRITER=0
   attention_tests attention-tests-without-writer.log || exit 1
-  echo "only the dQ writer failed: going on without it"
+  echo "only the dQ writer failed: going on with the dQ atomics (SHARDTRAIN_ATTENTION_DQ_WRITER=0)"
   writers="0"
 fi
 tools/device/gpu_tests.sh
@@ -49,20 +49,6 @@ for writer in $writers; do
   echo "attention timing, dQ writer $writer: rc $?"
   grep "^attention" "$out/attention-timing-writer$writer.log" | head -8
 done
-backward_ms() {  # WRITER D: the default backward's time in that timing log ("" if none)
-  sed -n "s/^attention .* D=$2 bf16: .*forward flops) \([0-9.]*\) ms.*/\1/p" \
-    "$out/attention-timing-writer$1.log" 2>/dev/null | head -1
-}
-# WRITER_BENCH=auto: the bench rows run with the dQ writer when it passed its tests and its
-# backward timed faster at both head dims (the before of those rows: earlier calls' figures).
-if [[ ${WRITER_BENCH-auto} == 1 ]] ||
-  { [[ ${WRITER_BENCH-auto} == auto && $writers == "0 1" ]] &&
-    awk -v a="$(backward_ms 0 64)" -v b="$(backward_ms 1 64)" -v c="$(backward_ms 0 128)" \
-      -v d="$(backward_ms 1 128)" 'BEGIN { exit !(a > 0 && b > 0 && c > 0 && d > 0 &&
-                                                  b < a && d < c) }'; }; then
-  export SHARDTRAIN_ATTENTION_DQ_WRITER=1
-  echo "bench rows run with the dQ writer (WRITER_BENCH=${WRITER_BENCH-auto})"
-fi
 if [[ $timings == *moe* ]] && room 60 "moe timing"; then
   timeout 40 "$build/cuda_moe_gpu_test" --gtest_also_run_disabled_tests \
     --gtest_filter='*Timing*' >"$out/moe-timing.log" 2>&1
@@ -108,5 +94,6 @@ for switch in ${FP8_BEFORE-GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT}; do
     --train.steps=3 >"$out/bench-fp8/profile-without-$switch.log" 2>&1
   echo "fp8 profile with SHARDTRAIN_$switch=0: rc $? ($(elapsed) s)"
 done
-(cd "$out" && tar czf logs.tgz bench-* 2>/dev/null && rm -rf bench-*/)
 echo "session: $(elapsed) s"
+(cd "$out" && tar czf /tmp/kernel-session-logs.tgz . && find . -mindepth 1 -delete &&
+  mv /tmp/kernel-session-logs.tgz logs.tgz)

@@ -1,6 +1,7 @@
 // The attention kernels against the CpuOps fp32 reference: every kernel of the dispatch table
 // (forced with ScopedKernelOverrides, ops/kernel_overrides.h) and the Hopper backward's dQ writer
-// (SHARDTRAIN_ATTENTION_DQ_WRITER=1), every GQA slicing of the backward,
+// (the default; SHARDTRAIN_ATTENTION_DQ_WRITER=0: the consumers' dQ atomics, tested too), every
+// GQA slicing of the backward,
 // ragged tiles, and every GPU kind's configuration under that kind's limits.
 #include <gtest/gtest.h>
 
@@ -71,8 +72,9 @@ class CudaAttentionKernelTest : public CudaOpsTest {
       return false;
     }
   }
-  // The GPU backward of kernel `warps` ("default": the warp-specialised wgmma kernel on an H200;
-  // "writer": the same with its dQ writer, SHARDTRAIN_ATTENTION_DQ_WRITER=1, ops/ops_switches.h;
+  // The GPU backward of kernel `warps` ("default": the warp-specialised wgmma kernel on an H200
+  // with dQ through the consumers' atomics, SHARDTRAIN_ATTENTION_DQ_WRITER=0; "writer": the same
+  // with its dQ writer, =1, the product's default, ops/ops_switches.h;
   // "wgmma": the cp.async wgmma kernel (KernelOverrides::Attention::kWgmma), the default
   // where it does not apply; "8" or "4": the mma.sync kernel with that many warps a block) and
   // `heads_per_block` (empty: the launcher's choice) into poisoned outputs, against the CPU
@@ -85,8 +87,8 @@ class CudaAttentionKernelTest : public CudaOpsTest {
     const int64_t ws_before = cuda_kernels::warp_specialised_launches().backward;
     const bool writer = warps == "writer";
     {
-      std::optional<shardtrain::testing::ScopedEnv> dq_writer;
-      if (writer) dq_writer.emplace("SHARDTRAIN_ATTENTION_DQ_WRITER", "1");
+      const shardtrain::testing::ScopedEnv dq_writer("SHARDTRAIN_ATTENTION_DQ_WRITER",
+                                                     writer ? "1" : "0");
       KernelOverrides overrides = attention_kernel(writer ? "default" : warps);
       if (!heads_per_block.empty())
         overrides.attention_backward_heads_per_block = std::stoi(heads_per_block);
