@@ -13,7 +13,10 @@ struct KernelOverrides {
   enum class Attention {
     kDefault,  // the table's first row that applies
     kWgmma,    // cp.async wgmma kernels instead of the warp-specialised ones (Hopper)
-    kMma,      // mma.sync kernels instead of either wgmma kind
+    // The cp.async wgmma forward with the warp-specialised backward (Hopper): each direction's
+    // fastest kernel where the forward's order differs, as one H100 timed at head dim 64.
+    kWgmmaForward,
+    kMma,  // mma.sync kernels instead of either wgmma kind
   };
   Attention attention = Attention::kDefault;
   // 4: 4-warp mma.sync blocks instead of 8; 0 (or 8): the table's choice.

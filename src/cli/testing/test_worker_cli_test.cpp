@@ -65,6 +65,10 @@ TEST(TestWorkerHooks, EveryVariableIsParsed) {
   EXPECT_EQ(read_test_worker_settings(lookup({{"SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma"}}))
                 .kernels.attention,
             KernelOverrides::Attention::kWgmma);
+  EXPECT_EQ(
+      read_test_worker_settings(lookup({{"SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma-forward"}}))
+          .kernels.attention,
+      KernelOverrides::Attention::kWgmmaForward);
 }
 
 TEST(TestWorkerHooks, TheHangHookIsOnlyTheNamedRanks) {

@@ -44,12 +44,14 @@ KernelOverrides kernel_overrides_of(const EnvLookup& env) {
   const std::string kernel = env("SHARDTRAIN_TEST_ATTENTION_KERNEL").value_or("");
   if (kernel == "wgmma") {
     kernels.attention = KernelOverrides::Attention::kWgmma;
+  } else if (kernel == "wgmma-forward") {
+    kernels.attention = KernelOverrides::Attention::kWgmmaForward;
   } else if (kernel == "mma") {
     kernels.attention = KernelOverrides::Attention::kMma;
   } else if (!kernel.empty()) {
     fail(
-        "SHARDTRAIN_TEST_ATTENTION_KERNEL=\"{}\" is not a kernel; HINT: set it to wgmma or mma, "
-        "or unset it",
+        "SHARDTRAIN_TEST_ATTENTION_KERNEL=\"{}\" is not a kernel; HINT: set it to wgmma, "
+        "wgmma-forward or mma, or unset it",
         kernel);
   }
   for (const auto& [name, warps] :

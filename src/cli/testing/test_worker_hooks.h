@@ -12,7 +12,9 @@
 //                                         (before it connects to its peers) would; a process
 //                                         without RANK (the launcher) never stops
 //   SHARDTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=N   sleep N ms before each checkpoint file
-//   SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma|mma    the cp.async wgmma or the mma.sync kernels
+//   SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma|wgmma-forward|mma   the cp.async wgmma kernels, its
+//                                         forward beside the warp-specialised backward, or the
+//                                         mma.sync kernels
 //   SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS=4|8   4-warp mma.sync forward blocks
 //   SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4|8  4-warp mma.sync backward blocks
 //   SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK=N   the flash backward's GQA slice (N >= 1)

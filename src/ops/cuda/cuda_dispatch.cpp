@@ -121,12 +121,15 @@ size_t row_shared_bytes(const AttentionRow& row, int head_dim, bool backward) {
   return 0;
 }
 
-// The rows tests force (ops/kernel_overrides.h): kWgmma skips the warp-specialised rows, kMma
-// both wgmma kinds, and 4 warps the 8-warp mma.sync rows.
+// The rows tests force (ops/kernel_overrides.h): kWgmma skips the warp-specialised rows,
+// kWgmmaForward those of the forward only, kMma both wgmma kinds, and 4 warps the 8-warp
+// mma.sync rows.
 bool row_allowed_by_overrides(const AttentionRow& row, bool backward) {
   const KernelOverrides forced = kernel_overrides();
   using Forced = KernelOverrides::Attention;
-  if (row.kernel == AttentionKernel::kWgmmaWs && forced.attention != Forced::kDefault) return false;
+  const bool keeps_ws = forced.attention == Forced::kDefault ||
+                        (forced.attention == Forced::kWgmmaForward && backward);
+  if (row.kernel == AttentionKernel::kWgmmaWs && !keeps_ws) return false;
   if (row.kernel == AttentionKernel::kWgmma && forced.attention == Forced::kMma) return false;
   const int warps = backward ? forced.attention_backward_warps : forced.attention_forward_warps;
   if (row.kernel == AttentionKernel::kMmaSync && warps == 4 && row.warps != 4) return false;
@@ -158,9 +161,9 @@ AttentionConfig attention_config(DType dtype, const AttentionShape& shape,
         "attention with head dim {} runs in bf16 on GPUs of compute capability 8.0 or newer with "
         "{} KB of shared memory per block; {} (compute capability {}.{}, {} KB) with {} does not "
         "qualify; HINT: train in bf16 (train.dtype = bf16) on an A100, H100 or H200",
-        shape.head_dim, row_shared_bytes(kAttentionRows[kAttentionRows.size() - 2],
-                                         shape.head_dim, backward) /
-                            kKiB,
+        shape.head_dim,
+        row_shared_bytes(kAttentionRows[kAttentionRows.size() - 2], shape.head_dim, backward) /
+            kKiB,
         limits.name, limits.major, limits.minor, limits.shared_per_block_optin / kKiB,
         dtype_name(dtype)));
   }

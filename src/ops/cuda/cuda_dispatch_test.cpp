@@ -59,7 +59,8 @@ TEST(CudaDispatch, WgmmaOnlyOnHopperBuildsThatHaveIt) {
 }
 
 // On Hopper the warp-specialised kernels by default; the override kWgmma runs the cp.async wgmma
-// kernels instead, kMma the mma.sync ones; never where wgmma is not.
+// kernels instead, kWgmmaForward its forward beside the warp-specialised backward, kMma the
+// mma.sync ones; never where wgmma is not.
 TEST(CudaDispatch, WarpSpecialisedKernelsAreTheHopperDefault) {
   for (const int d : {64, 128}) {
     const AttentionConfig forward =
@@ -83,6 +84,12 @@ TEST(CudaDispatch, WarpSpecialisedKernelsAreTheHopperDefault) {
         attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
     const AttentionConfig cp_async_backward =
         attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
+    forced.attention = KernelOverrides::Attention::kWgmmaForward;
+    set_kernel_overrides(forced);
+    const AttentionConfig split_forward =
+        attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
+    const AttentionConfig split_backward =
+        attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
     forced.attention = KernelOverrides::Attention::kMma;
     set_kernel_overrides(forced);
     const AttentionConfig mma =
@@ -90,6 +97,8 @@ TEST(CudaDispatch, WarpSpecialisedKernelsAreTheHopperDefault) {
     set_kernel_overrides({});
     EXPECT_EQ(cp_async_forward.kernel, AttentionKernel::kWgmma) << d;
     EXPECT_EQ(cp_async_backward.kernel, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(split_forward.kernel, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(split_backward.kernel, AttentionKernel::kWgmmaWs) << d;
     EXPECT_EQ(mma.kernel, AttentionKernel::kMmaSync) << d;
   }
 }
@@ -161,13 +170,13 @@ TEST(CudaDispatch, OtherDtypesAndHeadDimsTakeTheSimtKernels) {
 // (no wgmma row), two Q/dO stages where shared memory allows (H100) and one on an A100; an L4
 // cannot hold the backward's 142 KB, and f32 has no kernel: one line each, naming the head dim.
 TEST(CudaDispatch, HeadDim256TakesTheMmaSyncRows) {
-  const AttentionConfig hopper = attention_backward_config(DType::kBF16, shape(256),
-                                                           preset("h100"), true);
+  const AttentionConfig hopper =
+      attention_backward_config(DType::kBF16, shape(256), preset("h100"), true);
   EXPECT_EQ(hopper.kernel, AttentionKernel::kMmaSync);
   EXPECT_EQ(hopper.warps, 4);
   EXPECT_EQ(hopper.stages, 2);
-  const AttentionConfig a100 = attention_backward_config(DType::kBF16, shape(256),
-                                                         preset("a100"), false);
+  const AttentionConfig a100 =
+      attention_backward_config(DType::kBF16, shape(256), preset("a100"), false);
   EXPECT_EQ(a100.kernel, AttentionKernel::kMmaSync);
   EXPECT_EQ(a100.stages, 1);
   EXPECT_LE(a100.shared_bytes, preset("a100").shared_per_block_optin);
@@ -177,7 +186,8 @@ TEST(CudaDispatch, HeadDim256TakesTheMmaSyncRows) {
     EXPECT_EQ(forward.kernel, AttentionKernel::kMmaSync) << kind;
     EXPECT_EQ(forward.warps, 4) << kind;
   }
-  for (const auto& [dtype, kind] : {std::pair{DType::kBF16, "l4"}, std::pair{DType::kF32, "h100"}}) {
+  for (const auto& [dtype, kind] :
+       {std::pair{DType::kBF16, "l4"}, std::pair{DType::kF32, "h100"}}) {
     try {
       attention_backward_config(dtype, shape(256), preset(kind), true);
       FAIL() << "expected an Error for " << kind;
