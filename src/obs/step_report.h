@@ -32,7 +32,8 @@ struct StepReport {
   // communication); nullopt when the backend does not measure it (Gloo, CPU).
   std::optional<double> exposed_comm_s;
   // Seconds the step loop was blocked waiting for this rank's device (the batch upload, the loss
-  // and norm reads: Ops::host_wait_seconds); nullopt on CPU. Close to step_time_s when the GPU sets
+  // and norm reads: Ops::host_wait_seconds; a checkpoint's device reads during the step count
+  // too); nullopt on CPU. Close to step_time_s when the GPU sets
   // the pace; a small share means the host cannot queue the step's work as fast as the GPU runs it.
   std::optional<double> host_wait_s;
   // Seconds the step loop waited for checkpoints at this step (snapshot copy, a previous write
