@@ -77,29 +77,26 @@ TEST(CudaDispatch, WarpSpecialisedKernelsAreTheHopperDefault) {
     EXPECT_EQ(attention_forward_config(DType::kF32, shape(d), preset("h100"), true).kernel,
               AttentionKernel::kSimt);
 
-    KernelOverrides forced;
-    forced.attention = KernelOverrides::Attention::kWgmma;
-    set_kernel_overrides(forced);
-    const AttentionConfig cp_async_forward =
-        attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
-    const AttentionConfig cp_async_backward =
-        attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
-    forced.attention = KernelOverrides::Attention::kWgmmaForward;
-    set_kernel_overrides(forced);
-    const AttentionConfig split_forward =
-        attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
-    const AttentionConfig split_backward =
-        attention_backward_config(DType::kBF16, shape(d), preset("h100"), true);
-    forced.attention = KernelOverrides::Attention::kMma;
-    set_kernel_overrides(forced);
-    const AttentionConfig mma =
-        attention_forward_config(DType::kBF16, shape(d), preset("h100"), true);
+    // The kernels chosen at head dim d under `forced` (forward, backward).
+    auto kernels_under = [d](KernelOverrides::Attention forced) {
+      KernelOverrides overrides;
+      overrides.attention = forced;
+      set_kernel_overrides(overrides);
+      return std::pair{
+          attention_forward_config(DType::kBF16, shape(d), preset("h100"), true).kernel,
+          attention_backward_config(DType::kBF16, shape(d), preset("h100"), true).kernel};
+    };
+    const auto [cp_async_forward, cp_async_backward] =
+        kernels_under(KernelOverrides::Attention::kWgmma);
+    const auto [split_forward, split_backward] =
+        kernels_under(KernelOverrides::Attention::kWgmmaForward);
+    const AttentionKernel mma = kernels_under(KernelOverrides::Attention::kMma).first;
     set_kernel_overrides({});
-    EXPECT_EQ(cp_async_forward.kernel, AttentionKernel::kWgmma) << d;
-    EXPECT_EQ(cp_async_backward.kernel, AttentionKernel::kWgmma) << d;
-    EXPECT_EQ(split_forward.kernel, AttentionKernel::kWgmma) << d;
-    EXPECT_EQ(split_backward.kernel, AttentionKernel::kWgmmaWs) << d;
-    EXPECT_EQ(mma.kernel, AttentionKernel::kMmaSync) << d;
+    EXPECT_EQ(cp_async_forward, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(cp_async_backward, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(split_forward, AttentionKernel::kWgmma) << d;
+    EXPECT_EQ(split_backward, AttentionKernel::kWgmmaWs) << d;
+    EXPECT_EQ(mma, AttentionKernel::kMmaSync) << d;
   }
 }
 
