@@ -33,8 +33,9 @@ struct StepReport {
   std::optional<double> exposed_comm_s;
   // Seconds the step loop was blocked waiting for this rank's device (the batch upload, the loss
   // and norm reads: Ops::host_wait_seconds; a checkpoint's device reads during the step count
-  // too); nullopt on CPU. Close to step_time_s when the GPU sets
-  // the pace; a small share means the host cannot queue the step's work as fast as the GPU runs it.
+  // too); nullopt on CPU. When the GPU sets the pace the host also blocks inside kernel launches
+  // once the driver's launch queue is full, which is not counted: a lower bound of the host's
+  // idle time, large when the host is far ahead of its GPU.
   std::optional<double> host_wait_s;
   // Seconds the step loop waited for checkpoints at this step (snapshot copy, a previous write
   // still in flight, the train.checkpoint_max_lag_steps bound); nullopt when it did not.

@@ -119,11 +119,18 @@ void CudaOps::copy_from_host(Tensor dst, const void* src) {
 
 void CudaOps::copy_to_host(void* dst, Tensor src) {
   require_cuda(src, "copy_to_host src");
-  if (src.bytes() != 0) {
-    SHARDTRAIN_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src.data(), src.bytes(), cudaMemcpyDeviceToHost, stream_));
-  }
-  wait_for_stream();
+  read_to_host(dst, src.data(), src.bytes());
+}
+
+void CudaOps::read_to_host(void* dst, const void* src, size_t bytes) {
+  // Into pageable memory the copy itself waits for the stream's earlier work (it is synchronous
+  // there), so the copy is timed with the synchronisation that follows it.
+  count_host_wait([&] {
+    if (bytes != 0) {
+      SHARDTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  });
 }
 
 void CudaOps::fill_zero(Tensor dst) {
@@ -226,9 +233,7 @@ float CudaOps::read_scalar(Tensor x_1) {
   require_f32(x_1, "read_scalar x");
   SHARDTRAIN_CHECK(x_1.numel() >= 1, "read_scalar of an empty tensor");
   float value = 0;
-  SHARDTRAIN_CUDA_CHECK(
-      cudaMemcpyAsync(&value, x_1.data(), sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  wait_for_stream();
+  read_to_host(&value, x_1.data(), sizeof(float));
   return value;
 }
 

@@ -199,6 +199,9 @@ class CudaOps final : public Ops {
   float* scratch_floats(size_t count);
   // cudaStreamSynchronize on the compute stream, its time added to host_wait_seconds().
   void wait_for_stream();
+  // `bytes` from device `src` into host `dst` after the stream's earlier work, the copy and the
+  // synchronisation timed together as a host wait.
+  void read_to_host(void* dst, const void* src, size_t bytes);
   // Runs `call` (a CUDA call that may block the host on the device: a stream synchronisation,
   // cudaFree, a copy from pageable memory) and adds its time to host_wait_seconds().
   template <typename Call>

@@ -87,6 +87,18 @@ TEST_F(CudaOpsTest, HostWaitIsTheTimeSynchronisingCallsBlock) {
   EXPECT_GT(blocked, 1e-3) << "the queued GEMMs should still have been running";
   EXPECT_GE(counted, 0.9 * blocked);
   EXPECT_LE(counted, blocked);
+
+  // A read into pageable memory blocks in the copy itself, before any synchronisation: the
+  // step's loss read, where the trainer waits for its GPU.
+  const Pair sum = output({1}, DType::kF32);
+  for (int i = 0; i < 40; ++i) gpu_->linear_forward(x.gpu, w.gpu, Tensor(), out.gpu);
+  const double before_read = gpu_->host_wait_seconds().value();
+  const auto read_start = std::chrono::steady_clock::now();
+  (void)gpu_->read_scalar(sum.gpu);
+  const double read_blocked =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - read_start).count();
+  EXPECT_GT(read_blocked, 1e-3) << "the queued GEMMs should still have been running";
+  EXPECT_GE(gpu_->host_wait_seconds().value() - before_read, 0.9 * read_blocked);
 }
 
 TEST_F(CudaOpsTest, AdamWMatchesReference) {
