@@ -8,6 +8,8 @@ bool profile_ops_switch() { return env_switch("SHARDTRAIN_PROFILE_OPS", false); 
 
 bool gemm_autotune_switch() { return env_switch("SHARDTRAIN_GEMM_AUTOTUNE", true); }
 
+bool attention_autotune_switch() { return env_switch("SHARDTRAIN_ATTENTION_AUTOTUNE", true); }
+
 MoeGemmChoice moe_gemm_switch() {
   // The order is MoeGemmChoice's: the first is the default.
   return env_choice("SHARDTRAIN_MOE_GEMM", {"wgmma", "cublas"}) == 0 ? MoeGemmChoice::kWgmma
@@ -27,6 +29,7 @@ bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_W
 void check_ops_switches() {
   profile_ops_switch();
   gemm_autotune_switch();
+  attention_autotune_switch();
   moe_gemm_switch();
   lora_kernels_switch();
   fp8_fused_swiglu_switch();

@@ -9,6 +9,10 @@
 //   SHARDTRAIN_GEMM_AUTOTUNE=0      cuBLASLt's first heuristic candidate for every bf16 and FP8
 //                                   GEMM instead of the fastest of the candidates timed once per
 //                                   shape; default on
+//   SHARDTRAIN_ATTENTION_AUTOTUNE=0 the Hopper attention forward runs the dispatch table's
+//                                   warp-specialised kernel instead of the faster of it and the
+//                                   cp.async wgmma kernel, timed once per shape
+//                                   (cuda_attention_tuning.h); default on
 //   SHARDTRAIN_MOE_GEMM=cublas      the experts' forward and d(x) GEMMs through cuBLAS grouped
 //                                   GEMMs instead of our Hopper expert GEMM (=wgmma, the default)
 //   SHARDTRAIN_LORA_KERNELS=1       LoRA's rank-wide products on the rank-wide bf16 kernels
@@ -32,6 +36,7 @@ namespace shardtrain {
 
 bool profile_ops_switch();
 bool gemm_autotune_switch();
+bool attention_autotune_switch();
 
 enum class MoeGemmChoice { kWgmma, kCublas };
 MoeGemmChoice moe_gemm_switch();

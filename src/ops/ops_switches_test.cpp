@@ -21,6 +21,7 @@ TEST(OpsSwitchesTest, DefaultsWhenUnset) {
   EXPECT_TRUE(fp8_fused_swiglu_switch());
   EXPECT_TRUE(fp8_grad_fast_accum_switch());
   EXPECT_TRUE(attention_dq_writer_switch());
+  EXPECT_TRUE(attention_autotune_switch());
   EXPECT_NO_THROW(check_ops_switches());
 }
 
@@ -61,13 +62,18 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     ScopedEnv writer("SHARDTRAIN_ATTENTION_DQ_WRITER", value);
     EXPECT_EQ(attention_dq_writer_switch(), value[0] == '1');
   }
+  for (const char* value : {"0", "1"}) {
+    ScopedEnv tune("SHARDTRAIN_ATTENTION_AUTOTUNE", value);
+    EXPECT_EQ(attention_autotune_switch(), value[0] == '1');
+  }
 }
 
 TEST(OpsSwitchesTest, CheckRefusesAnyMalformedSwitch) {
   for (const char* name :
        {"SHARDTRAIN_PROFILE_OPS", "SHARDTRAIN_GEMM_AUTOTUNE", "SHARDTRAIN_MOE_GEMM",
         "SHARDTRAIN_LORA_KERNELS", "SHARDTRAIN_FP8_FUSED_SWIGLU", "SHARDTRAIN_FP8_GRAD_FAST_ACCUM",
-        "SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "SHARDTRAIN_ATTENTION_DQ_WRITER"}) {
+        "SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "SHARDTRAIN_ATTENTION_DQ_WRITER",
+        "SHARDTRAIN_ATTENTION_AUTOTUNE"}) {
     ScopedEnv env(name, "maybe");
     try {
       check_ops_switches();

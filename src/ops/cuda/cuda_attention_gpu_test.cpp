@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "core/testing/test_support.h"
+#include "ops/cuda/cuda_attention_tuning.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/testing/cuda_ops_fixture.h"
 
 namespace shardtrain {
@@ -24,6 +26,9 @@ using namespace cuda_testing;
 // under several kernel shapes (ops/kernel_overrides.h).
 class CudaAttentionKernelTest : public CudaOpsTest {
  protected:
+  // Each test runs the kernel it names: the forward's choice by timing (cuda_attention_tuning.h)
+  // is off here and has its own test.
+  const shardtrain::testing::ScopedEnv no_forward_tuning_{"SHARDTRAIN_ATTENTION_AUTOTUNE", "0"};
   struct Inputs {
     Pair q, k, v, dout, out, lse, dq, dk, dv;
     float scale = 1;
@@ -251,6 +256,47 @@ TEST_F(CudaAttentionKernelTest, WarpSpecialisedKernelsAreTheHopperDefault) {
     EXPECT_EQ(backward, cuda_kernels::AttentionKernel::kWgmma);
   }
   EXPECT_EQ(cuda_kernels::warp_specialised_launches().fallbacks, 0);
+}
+
+// With the forward's tuning on (the product's default), a Hopper GPU times the warp-specialised
+// and cp.async wgmma forwards at a shape's first call and keeps one; the output is the chosen
+// kernel's, equal to the CPU's, the first call and every later one (no second timing: at most one
+// warp-specialised launch a call). Elsewhere the table's kernel runs and nothing is timed.
+TEST_F(CudaAttentionKernelTest, ForwardTuningKeepsOneKernelPerShape) {
+  const shardtrain::testing::ScopedEnv tuning("SHARDTRAIN_ATTENTION_AUTOTUNE", "1");
+  const auto& tuning_state = static_cast<const CudaOps&>(*gpu_).attention_forward_tuning();
+  for (const AttentionCase c :
+       {AttentionCase{2, 1000, 8, 2, 64}, AttentionCase{1, 700, 4, 2, 128}}) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const cuda_kernels::AttentionShape s{static_cast<int>(c.batch), static_cast<int>(c.seq),
+                                         static_cast<int>(c.heads), static_cast<int>(c.kv_heads),
+                                         static_cast<int>(c.head_dim)};
+    const bool hopper_ws = cuda_kernels::attention_forward_config(DType::kBF16, s).kernel ==
+                           cuda_kernels::AttentionKernel::kWgmmaWs;
+    EXPECT_FALSE(tuning_state.chosen(s).has_value());
+    Inputs in = prepare(c);  // the shape's first forward: timed here
+    Pair &out = in.out, &lse = in.lse;
+    EXPECT_BF16_CLOSE(out);
+    EXPECT_LE(error(lse), 1e-5);
+    if (!hopper_ws) {
+      EXPECT_FALSE(tuning_state.chosen(s).has_value()) << "timed where the table has one kernel";
+      continue;
+    }
+    ASSERT_TRUE(tuning_state.chosen(s).has_value());
+    const cuda_kernels::AttentionKernel kernel = *tuning_state.chosen(s);
+    EXPECT_TRUE(kernel == cuda_kernels::AttentionKernel::kWgmmaWs ||
+                kernel == cuda_kernels::AttentionKernel::kWgmma);
+    std::printf("D=%d: the forward runs %s\n", c.head_dim,
+                cuda_kernels::attention_kernel_name(kernel));
+    for (int call = 0; call < 2; ++call) {
+      poison(out.gpu);
+      const int64_t ws_before = cuda_kernels::warp_specialised_launches().forward;
+      gpu_->attention_forward(in.q.gpu, in.k.gpu, in.v.gpu, in.scale, out.gpu, lse.gpu);
+      const int64_t ws_launches = cuda_kernels::warp_specialised_launches().forward - ws_before;
+      EXPECT_EQ(ws_launches, kernel == cuda_kernels::AttentionKernel::kWgmmaWs ? 1 : 0);
+      EXPECT_BF16_CLOSE(out);
+    }
+  }
 }
 
 // The kernel configurations of every GPU kind of the reference deployments, run here under

@@ -6,15 +6,18 @@
 //   attention fwd/bwd  | wgmma, warp-specialised (TMA producer warp,      | cc 9.0, build with 90a
 //                      |   mbarrier rings; ping-pong consumers forward),  |
 //                      |   D 64 / 128, bf16 (cuda_attention_ws_*.cu)      |
-//                      | wgmma + cp.async (cuda_attention_wgmma_*.cu)     | cc 9.0, 90a, when no TMA
-//                      |                                                  | descriptor (or the hook)
-//                      | mma.sync + cp.async, 8 warps, 2 stages           | cc >= 8.0, if it fits
-//                      | mma.sync, 4 warps, 2 stages                      | cc >= 8.0, if it fits
-//                      | mma.sync, 4 warps, 1 stage (backward only)       | cc >= 8.0 (sm_86/89
-//                      |   D128)                                          |
-//                      | mma.sync D 256, 4 warps, 2 or 1 stages, backward | cc >= 8.0, if it fits
-//                      |   in two passes (dV; dK and dQ)                  | (H100 2, A100 1)
-//                      | SIMT fp32 tiles: other head dims <= 128, f32     | any, if it fits
+//                      | wgmma + cp.async (cuda_attention_wgmma_*.cu)     | cc 9.0, 90a, when no
+//                      TMA |                                                  | descriptor (or the
+//                      hook) | mma.sync + cp.async, 8 warps, 2 stages           | cc >= 8.0, if it
+//                      fits | mma.sync, 4 warps, 2 stages                      | cc >= 8.0, if it
+//                      fits | mma.sync, 4 warps, 1 stage (backward only)       | cc >= 8.0
+//                      (sm_86/89 |   D128)                                          | | mma.sync D
+//                      256, 4 warps, 2 or 1 stages, backward | cc >= 8.0, if it fits |   in two
+//                      passes (dV; dK and dQ)                  | (H100 2, A100 1) | SIMT fp32
+//                      tiles: other head dims <= 128, f32     | any, if it fits
+//   On Hopper the forward's first row is where timing starts, not where it ends: the first
+//   forward of each shape times it against the cp.async wgmma row and keeps the faster
+//   (cuda_attention_tuning.h; SHARDTRAIN_ATTENTION_AUTOTUNE=0 keeps the table's row).
 //   every attention row reads the mask (ops/attention_mask.h: causal, window, documents;
 //   cuda_attention_mask.cuh) and skips the key / query tiles it masks whole. A logit soft cap
 //   (Gemma's attn_logit_softcapping, AttentionShape::logit_softcap) skips the two wgmma rows:
@@ -58,8 +61,8 @@
 #include <string_view>
 
 #include "core/dtype.h"
-#include "ops/kernel_overrides.h"
 #include "ops/cuda/cuda_kernels.h"
+#include "ops/kernel_overrides.h"
 
 namespace shardtrain::cuda_kernels {
 
@@ -204,7 +207,8 @@ bool qkv_rope_fused(DType dtype, int64_t head_dim, bool aligned);
 enum class QkNormRopeKernel { kVector, kScalar };
 constexpr int64_t kQkNormRopeMaxHeadDim = 512;  // both kernels' per-block weight-gradient sums
 // kVector: bf16, head_dim 64, 128 or 256 (D / 16 lanes a row, 8 rotation pairs a lane), every
-// pointer 16-byte aligned. Throws Error (exit 2) for an odd head dim or one above kQkNormRopeMaxHeadDim.
+// pointer 16-byte aligned. Throws Error (exit 2) for an odd head dim or one above
+// kQkNormRopeMaxHeadDim.
 QkNormRopeKernel choose_qk_norm_rope(DType dtype, int64_t head_dim, bool aligned);
 
 }  // namespace shardtrain::cuda_kernels

@@ -699,7 +699,7 @@ TEST_F(Fp8Test, ShapesOffTheMultipleOf16RunTheBf16Path) {
   EXPECT_EQ(download(fp8_out), download(bf16_out));
 }
 
-// Fp8Gemm's algorithm choice by timing (cuda_gemm_tuning.h) against the heuristic's first
+// Fp8Gemm's algorithm choice by timing (cuda_tuning.h) against the heuristic's first
 // accepted candidate: both results match the fp64 reference, and the timing runs leave no trace
 // (an in-place accumulation adds its product exactly once, a residual input is not written).
 // Each mode gets a fresh Fp8Gemm, so the first call of every key makes the choice.

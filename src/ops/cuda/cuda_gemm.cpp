@@ -157,8 +157,8 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
   const int requested = !tune ? 1 : weigh_split_k ? kSkinnyHeuristicCandidates : kTuneCandidates;
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(requested));
   int found_count = 0;
-  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b,
-                                                         plan.c, plan.c, preference, requested,
+  SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c,
+                                                         plan.c, preference, requested,
                                                          results.data(), &found_count));
   cublasLtMatmulPreferenceDestroy(preference);
   SHARDTRAIN_CHECK(found_count > 0,
@@ -170,8 +170,8 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
   for (int i = 0; i < found_count; ++i) plan.algos.push_back(results[i].algo);
   if (weigh_split_k) add_split_k_variants(plan, call);
   if (plan.algos.size() > 1) {
-    const GemmTuneOutput output{call.c, output_of(call), output_bytes(call), call.beta != 0};
-    const int chosen = fastest_gemm_candidate(
+    const TuneOutput output{call.c, output_of(call), output_bytes(call), call.beta != 0};
+    const int chosen = fastest_candidate(
         stream_, static_cast<int>(plan.algos.size()), output, [&](int i, void* c, void* d) {
           const cublasStatus_t status = launch(plan, plan.algos[i], call, c, d);
           if (status == CUBLAS_STATUS_SUCCESS) return true;
@@ -314,8 +314,7 @@ CublasLtGemm::Choice CublasLtGemm::choice(const GemmCall& call) {
 
 bool CublasLtGemm::run_candidate(const GemmCall& call, size_t index) {
   const Plan& plan = plan_for(call);
-  SHARDTRAIN_CHECK(index < plan.algos.size(), "GEMM candidate {} of {}", index,
-                   plan.algos.size());
+  SHARDTRAIN_CHECK(index < plan.algos.size(), "GEMM candidate {} of {}", index, plan.algos.size());
   const cublasStatus_t status = launch(plan, plan.algos[index], call, call.c, output_of(call));
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   SHARDTRAIN_CUBLAS_CHECK(status);
@@ -411,10 +410,10 @@ void CudaOps::scaled_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, 
     call.bias_dtype = bias_O.dtype();
   }
   if (residual_NO.defined()) {
-    SHARDTRAIN_CHECK(
-        residual_NO.numel() == out_NO.numel() && residual_NO.dtype() == out_NO.dtype(),
-        "linear residual {} {} for out {} {}", residual_NO.shape().to_string(),
-        dtype_name(residual_NO.dtype()), out_NO.shape().to_string(), dtype_name(out_NO.dtype()));
+    SHARDTRAIN_CHECK(residual_NO.numel() == out_NO.numel() && residual_NO.dtype() == out_NO.dtype(),
+                     "linear residual {} {} for out {} {}", residual_NO.shape().to_string(),
+                     dtype_name(residual_NO.dtype()), out_NO.shape().to_string(),
+                     dtype_name(out_NO.dtype()));
     require_gemm_input(residual_NO, "linear residual");
     call.c = residual_NO.data();
     call.d = out_NO.data();  // the epilogue adds C = residual, so out may alias it
@@ -426,8 +425,8 @@ void CudaOps::scaled_linear_forward(Tensor x_NI, Tensor weight_OI, float alpha, 
 void CudaOps::linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, Tensor dx_NI,
                               Tensor dweight_OI, Tensor dbias_O, bool accumulate_dx,
                               bool accumulate_dweight) {
-  scaled_linear_backward(dout_NO, x_NI, weight_OI, 1.0f, dx_NI, dweight_OI, dbias_O,
-                         accumulate_dx, accumulate_dweight);
+  scaled_linear_backward(dout_NO, x_NI, weight_OI, 1.0f, dx_NI, dweight_OI, dbias_O, accumulate_dx,
+                         accumulate_dweight);
 }
 
 void CudaOps::scaled_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_OI, float dx_alpha,
@@ -463,10 +462,9 @@ void CudaOps::scaled_linear_backward(Tensor dout_NO, Tensor x_NI, Tensor weight_
     SHARDTRAIN_CHECK(dx_NI.numel() == x_NI.numel(), "linear dx {} for x {}",
                      dx_NI.shape().to_string(), x_NI.shape().to_string());
     require_gemm_input(dx_NI, "linear dx");
-    GemmCall dx_call =
-        gemm_of(false, false, in_features, rows, out_features,
-                {weight_OI, in_features, dout_NO, out_features, dx_NI, in_features},
-                accumulate_dx ? 1.0f : 0.0f);
+    GemmCall dx_call = gemm_of(false, false, in_features, rows, out_features,
+                               {weight_OI, in_features, dout_NO, out_features, dx_NI, in_features},
+                               accumulate_dx ? 1.0f : 0.0f);
     dx_call.alpha = dx_alpha;
     gemm_->run(dx_call);
   }

@@ -6,7 +6,7 @@
 // Algorithm choice: the heuristic's first answer, unless autotuning is on (the default; off with
 // SHARDTRAIN_GEMM_AUTOTUNE=0): then the first call of a key times the heuristic's top
 // kTuneCandidates on the call's own operands and keeps the fastest if it beats the first by 3%
-// (cuda_gemm_tuning.h, shared with Fp8Gemm: the scratch output of in-place accumulations, the
+// (cuda_tuning.h, shared with Fp8Gemm: the scratch output of in-place accumulations, the
 // size limit, the stream synchronisation once per key).
 // Split-K for skinny keys (one output side <= kSkinnyWidth, a deep inner dimension: LoRA's
 // rank-wide products, 16-112 x 4096 over k = 2048-8192), off unless a caller passes split_k:
@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "ops/cuda/cuda_gemm_tuning.h"
+#include "ops/cuda/cuda_tuning.h"
 
 namespace shardtrain {
 

@@ -148,8 +148,8 @@ void Fp8Gemm::tune(Plan& plan, const Fp8GemmCall& call) {
   plan.tuned = true;
   const size_t bytes = static_cast<size_t>(call.ldc) * call.n * dtype_size(call.c_dtype);
   if (!autotune_ || plan.algos.size() < 2 || !gemm_output_tunable(bytes)) return;
-  const GemmTuneOutput output{input_of(call), output_of(call), bytes, call.beta != 0};
-  const int best = fastest_gemm_candidate(
+  const TuneOutput output{input_of(call), output_of(call), bytes, call.beta != 0};
+  const int best = fastest_candidate(
       stream_, static_cast<int>(plan.algos.size()), output, [&](int i, void* c, void* out) {
         const cublasStatus_t status = launch(plan, call, static_cast<size_t>(i), c, out);
         if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;

@@ -14,7 +14,7 @@
 // Descriptors and the algorithm are cached per problem key. The algorithm: with autotuning on
 // (the default; SHARDTRAIN_GEMM_AUTOTUNE=0 off, the switch of the bf16 GEMMs), the first run() of
 // a key times every heuristic candidate that cublasLtMatmul accepts on the call's own operands
-// and scales and keeps the fastest if it beats the first accepted one by 3% (cuda_gemm_tuning.h,
+// and scales and keeps the fastest if it beats the first accepted one by 3% (cuda_tuning.h,
 // shared with CublasLtGemm: an in-place accumulation is timed on a scratch output, so the call
 // adds its product exactly once; outputs over 256 MiB are not timed). Otherwise, or when nothing
 // could be timed, the heuristic's first answer that cublasLtMatmul accepts (candidates refused
@@ -33,7 +33,7 @@
 
 #include "core/dtype.h"
 #include "ops/cuda/cuda_fp8.h"
-#include "ops/cuda/cuda_gemm_tuning.h"
+#include "ops/cuda/cuda_tuning.h"
 #include "ops/fp8_workspace.h"
 
 namespace shardtrain {

@@ -5,11 +5,13 @@
 #include <cuda_runtime_api.h>
 
 #include "core/error.h"
+#include "ops/cuda/cuda_attention_tuning.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/op_checks.h"
+#include "ops/ops_switches.h"
 
 namespace shardtrain {
 namespace {
@@ -50,8 +52,7 @@ cuda_kernels::AttentionShape attention_shape(const Tensor& q_BTHD, const Tensor&
                    "attention: q {}, k {}, v {}", q_BTHD.shape().to_string(),
                    k_BTKD.shape().to_string(), v_BTKD.shape().to_string());
   SHARDTRAIN_CHECK(s.head_dim % 2 == 0 && (s.head_dim <= 128 || s.head_dim == 256),
-                   "CUDA attention supports even head dims up to 128, and 256, got {}",
-                   s.head_dim);
+                   "CUDA attention supports even head dims up to 128, and 256, got {}", s.head_dim);
   require_float(q_BTHD, "attention q");
   SHARDTRAIN_CHECK(k_BTKD.dtype() == q_BTHD.dtype() && v_BTKD.dtype() == q_BTHD.dtype(),
                    "attention q, k, v must share a dtype");
@@ -250,16 +251,15 @@ void apply_mask(const AttentionMask& mask, cuda_kernels::AttentionShape& s) {
   const Tensor& starts = mask.document_start_BT;
   require_dtype(starts, DType::kI32, "attention document starts");
   SHARDTRAIN_CHECK(starts.numel() == int64_t{s.batch} * s.seq,
-                   "attention document starts {} for batch {} x seq {}",
-                   starts.shape().to_string(), s.batch, s.seq);
+                   "attention document starts {} for batch {} x seq {}", starts.shape().to_string(),
+                   s.batch, s.seq);
   s.document_start_BT = starts.i32();
 }
 
 }  // namespace
 
 void CudaOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,
-                                       const AttentionMask& mask, Tensor out_BTHD,
-                                       Tensor lse_BHT) {
+                                       const AttentionMask& mask, Tensor out_BTHD, Tensor lse_BHT) {
   cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
   apply_mask(mask, s);
   SHARDTRAIN_CHECK(
@@ -268,11 +268,19 @@ void CudaOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BT
       q_BTHD.shape().to_string());
   require_dtype(out_BTHD, q_BTHD.dtype(), "attention out");
   require_dtype(lse_BHT, DType::kF32, "attention lse");
-  const cuda_kernels::AttentionConfig config =
-      cuda_kernels::attention_forward_config(q_BTHD.dtype(), s);
+  cuda_kernels::AttentionConfig config = cuda_kernels::attention_forward_config(q_BTHD.dtype(), s);
   if (config.kernel != cuda_kernels::AttentionKernel::kSimt) {  // tensor cores
-    cuda_kernels::flash_attention_forward(config, q_BTHD.data(), k_BTKD.data(), v_BTKD.data(),
-                                          scale, s, out_BTHD.data(), lse_BHT.f32(), stream_);
+    const auto launch = [&](cuda_kernels::AttentionKernel kernel) {
+      cuda_kernels::AttentionConfig run = config;
+      run.kernel = kernel;
+      cuda_kernels::flash_attention_forward(run, q_BTHD.data(), k_BTKD.data(), v_BTKD.data(), scale,
+                                            s, out_BTHD.data(), lse_BHT.f32(), stream_);
+    };
+    if (attention_autotune_switch()) {
+      config.kernel = attention_tuning_->choose(config.kernel, s, stream_, out_BTHD.data(),
+                                                out_BTHD.bytes(), launch);
+    }
+    launch(config.kernel);
     return;
   }
   cuda_kernels::attention_forward(q_BTHD.dtype(), q_BTHD.data(), k_BTKD.data(), v_BTKD.data(),
@@ -280,9 +288,9 @@ void CudaOps::masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BT
 }
 
 void CudaOps::masked_attention_backward(Tensor dout_BTHD, Tensor q_BTHD, Tensor k_BTKD,
-                                        Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT,
-                                        float scale, const AttentionMask& mask, Tensor dq_BTHD,
-                                        Tensor dk_BTKD, Tensor dv_BTKD) {
+                                        Tensor v_BTKD, Tensor out_BTHD, Tensor lse_BHT, float scale,
+                                        const AttentionMask& mask, Tensor dq_BTHD, Tensor dk_BTKD,
+                                        Tensor dv_BTKD) {
   cuda_kernels::AttentionShape s = attention_shape(q_BTHD, k_BTKD, v_BTKD);
   apply_mask(mask, s);
   SHARDTRAIN_CHECK(out_BTHD.shape() == q_BTHD.shape() && dout_BTHD.shape() == q_BTHD.shape() &&

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cuda/cuda_attention_tuning.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_dispatch.h"
 #include "ops/cuda/cuda_gemm.h"
@@ -57,6 +58,7 @@ CudaOps::CudaOps() {
   SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
   adamw_multi_ = std::make_unique<cuda_kernels::AdamWMultiLauncher>();
+  attention_tuning_ = std::make_unique<cuda_kernels::AttentionForwardTuning>();
 }
 
 CudaOps::~CudaOps() {

@@ -33,6 +33,7 @@ class CudaGroupedGemm;
 class Fp8Linear;
 namespace cuda_kernels {
 class AdamWMultiLauncher;
+class AttentionForwardTuning;
 enum class Fp8Format;
 }  // namespace cuda_kernels
 
@@ -49,6 +50,10 @@ class CudaOps final : public Ops {
   // "" on compute capability 8.9+ (device_limits(), so a test override counts), else why not.
   std::string fp8_unsupported_reason() const override;
   cudaStream_t stream() const { return stream_; }
+  // The attention forward kernels chosen so far, by shape (cuda_attention_tuning.h; tests).
+  const cuda_kernels::AttentionForwardTuning& attention_forward_tuning() const {
+    return *attention_tuning_;
+  }
   int device_index() const { return device_index_; }
 
   // ---- memory (cuda_ops.cpp): cudaMalloc, zero-filled on the compute stream ----
@@ -214,6 +219,7 @@ class CudaOps final : public Ops {
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<Fp8Linear> fp8_;
   std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;
+  std::unique_ptr<cuda_kernels::AttentionForwardTuning> attention_tuning_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   // Nanoseconds spent in count_host_wait (atomic: a checkpoint writer thread reads shards too).

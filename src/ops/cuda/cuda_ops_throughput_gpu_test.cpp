@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/test_support.h"
 #include "ops/cuda/testing/cuda_ops_fixture.h"
 
 namespace shardtrain {
@@ -22,8 +23,10 @@ using namespace cuda_testing;
 // dominates the step; also appended to $OUT/attention-timing.txt when OUT is set (the device
 // session's output folder). Forward and backward are timed with the default kernel
 // (warp-specialised wgmma on an H200), the cp.async wgmma kernel and both mma.sync block shapes
-// (8 and 4 warps). Checks only that outputs are finite.
+// (8 and 4 warps); "default" is the table's kernel (the forward's choice by timing off, so the
+// two wgmma forwards are both timed here). Checks only that outputs are finite.
 TEST_F(CudaOpsTest, DISABLED_AttentionThroughputBenchShape) {
+  const shardtrain::testing::ScopedEnv table_kernels("SHARDTRAIN_ATTENTION_AUTOTUNE", "0");
   for (const AttentionCase c :
        {AttentionCase{2, 4096, 12, 2, 128}, AttentionCase{2, 4096, 32, 8, 64}}) {
     const int64_t B = c.batch, T = c.seq, H = c.heads, K = c.kv_heads, D = c.head_dim;

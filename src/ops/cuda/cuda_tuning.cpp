@@ -1,5 +1,5 @@
-// fastest_gemm_candidate (cuda_gemm_tuning.h): event timing of cuBLASLt's candidates.
-#include "ops/cuda/cuda_gemm_tuning.h"
+// fastest_candidate (cuda_tuning.h): event timing of cuBLASLt's candidates.
+#include "ops/cuda/cuda_tuning.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,9 @@
 
 namespace shardtrain {
 
-int fastest_gemm_candidate(cudaStream_t stream, int count, const GemmTuneOutput& output,
-                           const GemmCandidateLaunch& launch) {
+int fastest_candidate(cudaStream_t stream, int count, const TuneOutput& output,
+                      const CandidateLaunch& launch, std::vector<float>* times_ms) {
+  if (times_ms != nullptr) times_ms->assign(static_cast<size_t>(count), 0.0f);
   // An in-place accumulating call must not see the trial runs: they read and write a scratch
   // C = D. Any other call may write its own output: the real launch that follows overwrites it.
   void* input = output.c;
@@ -57,6 +58,7 @@ int fastest_gemm_candidate(cudaStream_t stream, int count, const GemmTuneOutput&
       best = i;
       best_ms = ms;
     }
+    if (times_ms != nullptr) (*times_ms)[static_cast<size_t>(i)] = ms / static_cast<float>(repeats);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
