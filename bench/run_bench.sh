@@ -45,6 +45,9 @@
 # BENCH_PROFILE=1 adds, per run, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
 # (device time per op class, synchronised per op; OUT_DIR/RUN-profile.txt), never timed.
 # BENCH_DRY=1: no GPU; prints each command instead of running it (checks the parsing).
+# BENCH_DEADLINE=EPOCH_SECONDS (a machine lent for a fixed time): a run is skipped, with a
+# "skipped" line in the table, when the longest run so far would end past it, so that no run is
+# cut between ours and its PyTorch baseline. The first run always starts.
 set -euo pipefail
 bin=$1 out=$2
 shift 2
@@ -63,7 +66,14 @@ gpu_memory=h200  # what `plan` resolves fsdp.compute_copy = auto against: this G
 printf '%-28s %-14s %12s %7s %9s\n' run engine tokens/s MFU peakGiB >"$out/table.txt"
 declare -A torch_tps torch_peak eager_tps_of eager_peak_of  # PyTorch's figures of this call by
 # shape, seq, micro-batch and flags (compiled; eager)
+deadline=${BENCH_DEADLINE:-} longest_run_s=
 for run in "${runs[@]}"; do
+  if [[ -n $deadline && -n $longest_run_s ]] && (($(date +%s) + longest_run_s > deadline)); then
+    printf '%-28s skipped: the longest run so far took %s s, BENCH_DEADLINE is %s s away\n' \
+      "$run" "$longest_run_s" "$((deadline - $(date +%s)))" | tee -a "$out/table.txt" >&2
+    continue
+  fi
+  run_start=$(date +%s)
   spec=${run%%+*} mods=${run#"$spec"}
   shape=${spec%%@*} seq=${BENCH_SEQ:-4096} mb=${BENCH_MICRO_BATCH:-2}
   if [[ $spec == *@* ]]; then
@@ -147,5 +157,7 @@ for run in "${runs[@]}"; do
   fi
   python3 "$lib" bench-rows "$run" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" "$plan" \
     "${eager[@]}" >>"$out/table.txt"
+  run_s=$(($(date +%s) - run_start))
+  if ((run_s > ${longest_run_s:-0})) || [[ -z $longest_run_s ]]; then longest_run_s=$run_s; fi
 done
 cat "$out/table.txt"

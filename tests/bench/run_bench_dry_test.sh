@@ -98,6 +98,20 @@ BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" qwen2.5-1.5b+bogus
 [[ $rc == 2 ]] || fail "a bad modifier exited $rc, not 2"
 grep -q "run 'qwen2.5-1.5b+bogus': unknown +bogus" "$work/bad.txt" || fail "the message: $(cat "$work/bad.txt")"
 
+# BENCH_DEADLINE: the first run always starts; a later one that the longest run so far would
+# carry past the deadline is skipped and says so in the table (nothing half-measured).
+BENCH_EAGER=0 BENCH_DRY=1 BENCH_DEADLINE=$(($(date +%s) - 1)) bash "$src/bench/run_bench.sh" \
+  "$bin" "$work/deadline" qwen2.5-1.5b llama3.2-1b >"$work/deadline.txt" 2>&1 ||
+  { cat "$work/deadline.txt"; fail "BENCH_DEADLINE dry run"; }
+[[ $(grep -cE ' ratio +[0-9-]' "$work/deadline/table.txt") == 1 ]] ||
+  { cat "$work/deadline/table.txt"; fail "BENCH_DEADLINE: not one ratio row"; }
+grep -q "^llama3.2-1b .*skipped: the longest run so far took 0 s" "$work/deadline/table.txt" ||
+  fail "BENCH_DEADLINE: the second run is not reported skipped"
+[[ ! -e $work/deadline/llama3.2-1b-shardtrain.log ]] || fail "BENCH_DEADLINE: the skipped run ran"
+BENCH_EAGER=0 BENCH_DRY=1 BENCH_DEADLINE=$(($(date +%s) + 600)) bash "$src/bench/run_bench.sh" \
+  "$bin" "$work/in-time" qwen2.5-1.5b llama3.2-1b >/dev/null 2>&1 || fail "a far deadline"
+[[ $(grep -cE ' ratio +[0-9-]' "$work/in-time/table.txt") == 2 ]] || fail "a far deadline skipped a run"
+
 printf '{"loss":2.0}\n{"loss":1.5}\n' >"$work/a.jsonl"
 printf '{"loss":2.002}\n{"loss":1.5}\n' >"$work/b.jsonl"
 [[ $(python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/b.jsonl") == 0.001 ]] ||
@@ -106,4 +120,4 @@ printf '{"loss":2.0}\n' >"$work/c.jsonl"
 if python3 "$src/bench/benchlib.py" loss-diff "$work/a.jsonl" "$work/c.jsonl" 2>/dev/null; then
   fail "loss-diff accepted runs of different lengths"
 fi
-echo "run_bench dry run: specs, +wgmma and +wgmmafwd hooks, shared PyTorch measurements, eager by default, +docs, +fp8, +accumN, bad specs, loss-diff: ok"
+echo "run_bench dry run: specs, +wgmma and +wgmmafwd hooks, shared PyTorch measurements, eager by default, +docs, +fp8, +accumN, bad specs, BENCH_DEADLINE, loss-diff: ok"

@@ -68,7 +68,8 @@ bench() {  # NAME SECONDS RUN...: a bench group when SECONDS fit
   local name=$1 need=$2
   shift 2
   (($#)) && room "$need" "bench $name" || return 0
-  BENCH_EAGER=0 BENCH_PROFILE=1 timeout $((budget - $(elapsed))) bench/run_bench.sh \
+  BENCH_EAGER=0 BENCH_PROFILE=1 BENCH_DEADLINE=$((start + budget)) \
+    timeout $((budget - $(elapsed))) bench/run_bench.sh \
     "$root/$build/shardtrain" "$out/bench-$name" "$@" >"$out/bench-$name.log" 2>&1
   echo "bench $name (rc $?, $(elapsed) s):"
   cat "$out/bench-$name/table.txt"
