@@ -45,7 +45,7 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::strin
   check_json_nesting(json_text, source_name);
   try {
     root = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // also out_of_range: a number past double
     fail("{}: not valid JSON ({}); expected a Hugging Face tokenizer.json", source_name,
          json_message(error));
   }

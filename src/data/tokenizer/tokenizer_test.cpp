@@ -384,6 +384,18 @@ TEST(Tokenizer, HostileFilesGiveOneLineErrorsWithoutLibraryText) {
     EXPECT_NE(message.find("cut.json: not valid JSON"), std::string::npos) << message;
     EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
   }
+  // A number past double's range is the file's error too, not an uncaught exception (found by
+  // the tokenizer_json fuzzer: nlohmann reports it as out_of_range 406, not as a parse error).
+  try {
+    Tokenizer::from_json_text(R"({"version": 677.8e3005, "model": {"type": "BPE", "vocab": {}}})",
+                              "overflow.json");
+    ADD_FAILURE() << "a number past double's range loaded";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("overflow.json: not valid JSON"), std::string::npos) << message;
+    EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
+    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+  }
   // The largest legal id still loads (a sparse vocabulary is allowed).
   json sparse = bpe_json({"a"}, {});
   sparse["model"]["vocab"]["b"] = 4194303;
