@@ -5,12 +5,16 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/json_depth.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_message.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 namespace {
+
+// tokenizer_config.json and chat_template.jinja: a few KiB to a few MiB (added-token tables).
+constexpr std::uintmax_t kMaxTokenizerConfigBytes = std::uintmax_t{64} << 20;
 
 namespace fs = std::filesystem;
 
@@ -58,11 +62,8 @@ void read_jinja_file(const fs::path& dir, TokenizerFiles& files) {
   std::error_code ignored;
   const fs::path path = dir / "chat_template.jinja";
   if (!fs::is_regular_file(path, ignored)) return;
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in && !in.eof()) fail("{}: cannot read the chat template", path.string());
-  files.chat_template = text.str();
+  files.chat_template =
+      read_small_file(path.string(), kMaxTokenizerConfigBytes, "chat_template.jinja");
   files.chat_template_file = path.string();
   files.named_chat_templates.emplace_back("default", files.chat_template);
 }
@@ -112,13 +113,12 @@ void read_config_files(const fs::path& dir, TokenizerFiles& files) {
   if (!fs::is_regular_file(config_path, ignored)) return;
   files.config_json = config_path.string();
 
-  std::ifstream in(config_path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
+  const std::string text =
+      read_small_file(files.config_json, kMaxTokenizerConfigBytes, "tokenizer_config.json");
   nlohmann::json config;
-  check_json_nesting(text.str(), files.config_json);
+  check_json_nesting(text, files.config_json);
   try {
-    config = nlohmann::json::parse(text.str());
+    config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& error) {
     fail("{}: not valid JSON ({}); fix or remove tokenizer_config.json", files.config_json,
          json_message(error));

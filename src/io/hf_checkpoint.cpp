@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 namespace {
@@ -49,11 +50,10 @@ bool is_plain_relative(const std::string& file) {
 }
 
 std::map<std::string, std::string> read_weight_map(const std::string& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) fail("cannot read {}; HINT: check its permissions", index_path);
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json index = nlohmann::json::parse(text.str(), nullptr, false);
+  // One line per tensor: a few MiB for the largest models.
+  const std::string text =
+      read_small_file(index_path, std::uintmax_t{256} << 20, "model.safetensors.index.json");
+  const nlohmann::json index = nlohmann::json::parse(text, nullptr, false);
   const char* hint =
       "HINT: the checkpoint is corrupt; re-download it or re-save it with "
       "save_pretrained";

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -19,6 +20,22 @@ std::string read_file(const std::string& path) {
   text << in.rdbuf();
   if (in.bad()) fail("reading {} failed ({}); HINT: check the disk", path, std::strerror(errno));
   return text.str();
+}
+
+std::string read_small_file(const std::string& path, std::uintmax_t max_bytes,
+                            std::string_view what) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);  // follows links: /dev/zero's is a device
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    fail("{}: not a regular file (a directory, device, FIFO or socket); HINT: {} must be a file",
+         path, what);
+  }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_bytes) {
+    fail("{}: {} bytes, over the {} MiB a {} may have; HINT: is this the right file?", path, size,
+         max_bytes >> 20, what);
+  }
+  return read_file(path);
 }
 
 }  // namespace shardtrain

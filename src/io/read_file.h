@@ -1,11 +1,22 @@
-// Reading a whole (small) file into memory: JSON manifests, state files.
+// Reading a whole (small) file into memory: JSON manifests, state files, and the small inputs a
+// user or a download hands us (config.json, tokenizer files, adapter configs, index files).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace shardtrain {
 
 // The file's bytes. Throws Error naming the path (and the reason) when it cannot be read.
 std::string read_file(const std::string& path);
+
+// The bytes of an input that is small by nature (`what`: "config.json", "tokenizer.json", ...).
+// Refused before a byte is read, with one line naming the path: anything but a regular file
+// (a FIFO nobody writes would block the read forever, /dev/zero would never end, a directory
+// has no bytes) and a file over `max_bytes` (far past any genuine one: the wrong file). Then as
+// read_file.
+std::string read_small_file(const std::string& path, std::uintmax_t max_bytes,
+                            std::string_view what);
 
 }  // namespace shardtrain

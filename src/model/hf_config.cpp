@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/read_file.h"
 #include "model/family_table.h"
 
 namespace shardtrain {
@@ -16,6 +17,7 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr const char* kFixHint = "HINT: fix the value in config.json";
+constexpr std::uintmax_t kMaxConfigJsonBytes = std::uintmax_t{16} << 20;
 
 // Typed access to one JSON object of config.json. `prefix` qualifies nested keys in messages,
 // e.g. "rope_scaling.". A key that is absent or null counts as absent.
@@ -105,11 +107,9 @@ Json parse_config_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     fail("config file {} is a directory; HINT: pass the path of config.json", path);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read config file {}; HINT: check its permissions", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  Json root = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  // A genuine config.json is a few KiB (the multimodal ones tens).
+  const std::string text = read_small_file(path, kMaxConfigJsonBytes, "config.json");
+  Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) {
     fail("config file {} is not valid JSON; HINT: re-download config.json or fix its syntax", path);
   }

@@ -2,6 +2,7 @@
 #include "model/hf_config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -145,6 +146,20 @@ TEST_F(HfConfigTest, ReadsLlama3RopeParametersForm) {
     "rope_parameters": {"rope_theta": 250000.0, "rope_type": "default"}})"));
   EXPECT_EQ(plain.rope.type, RopeType::kDefault);
   EXPECT_DOUBLE_EQ(plain.rope.theta, 250000.0);
+}
+
+// A config.json that would hang the read (a FIFO nobody writes) is refused unread.
+TEST(HfConfigFile, AFifoConfigJsonIsRefusedNotRead) {
+  const testing::TempDir dir("hf_config_fifo_");
+  const std::string path = dir.path() + "/config.json";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    read_hf_config(path);
+    ADD_FAILURE() << "a FIFO config.json was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": not a regular file"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(HfConfigTest, RejectsUnsupportedModelType) {

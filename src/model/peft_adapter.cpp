@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_message.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/read_file.h"
@@ -65,9 +66,10 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& dir) {
   }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path));
+    // PEFT writes a few hundred bytes.
+    j = nlohmann::json::parse(read_small_file(path, std::uintmax_t{16} << 20, kConfigFile));
   } catch (const nlohmann::json::exception& e) {
-    fail("{} is not valid JSON: {}", path, e.what());
+    fail("{} is not valid JSON: {}", path, json_message(e));
   }
   if (!j.is_object()) fail("{} is not a JSON object", path);
   const std::string peft_type = j.value("peft_type", std::string());
@@ -104,7 +106,7 @@ PeftAdapterConfig read_peft_adapter_config(const std::string& dir) {
     lora.target_modules = list;
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}; HINT: r (integer) and target_modules (list of names) are required", path,
-         e.what());
+         json_message(e));
   }
   try {
     lora.validate();

@@ -1,12 +1,13 @@
 #include "data/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/json_depth.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_message.h"
 #include "data/tokenizer/added_tokens.h"
 #include "data/tokenizer/bpe_model.h"
@@ -14,6 +15,7 @@
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/post_processor.h"
 #include "data/tokenizer/pre_tokenizer.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 
@@ -25,17 +27,18 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
-  std::ifstream file(tokenizer_json_path, std::ios::binary);
-  if (!file) {
+  std::error_code ec;
+  if (!std::filesystem::exists(tokenizer_json_path, ec)) {
     fail(
         "{}: cannot open tokenizer file; check the path (a Hugging Face model directory has "
         "tokenizer.json next to config.json)",
         tokenizer_json_path);
   }
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  if (file.bad()) fail("{}: error while reading the tokenizer file", tokenizer_json_path);
-  return from_json_text(contents.str(), tokenizer_json_path);
+  // The largest tokenizer.json files on the Hub (262k-token vocabularies) are ~35 MB.
+  constexpr std::uintmax_t kMaxTokenizerJsonBytes = std::uintmax_t{1} << 30;
+  return from_json_text(
+      read_small_file(tokenizer_json_path, kMaxTokenizerJsonBytes, "tokenizer.json"),
+      tokenizer_json_path);
 }
 
 Tokenizer Tokenizer::from_json_text(std::string_view json_text, const std::string& source_name) {
