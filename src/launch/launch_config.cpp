@@ -101,13 +101,26 @@ std::chrono::milliseconds to_millis(double seconds) {
 // silently ignored.
 // The store secret in the file `s` names (trailing whitespace, e.g. a newline, ignored).
 std::string read_token_file(const Setting& s) {
+  // Only a regular file: a FIFO nobody writes would hold the launcher forever before its first
+  // worker; and at most 4 KiB + 1 bytes are read (a secret is at most 1024).
+  std::error_code ec;
+  const auto status = std::filesystem::status(s.value, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    fail(
+        "{} '{}': cannot read the file: not a regular file (a directory, device, FIFO or socket); "
+        "HINT: give the path of the file that holds the secret",
+        s.source, s.value);
+  }
   std::ifstream in(s.value, std::ios::binary);
   if (!in)
     fail("{} '{}': cannot read the file; HINT: check the path and its permissions", s.source,
          s.value);
-  std::string secret;
-  std::getline(in, secret, '\0');
-  if (secret.size() > 4096)
+  constexpr size_t kMaxSecretFileBytes = 4096;
+  std::string secret(kMaxSecretFileBytes + 1, '\0');
+  in.read(secret.data(), static_cast<std::streamsize>(secret.size()));
+  secret.resize(static_cast<size_t>(in.gcount()));
+  secret.resize(std::min(secret.size(), secret.find('\0')));  // the secret ends at a NUL
+  if (secret.size() > kMaxSecretFileBytes)
     fail("{} '{}': the file is larger than a store secret", s.source, s.value);
   while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
     secret.pop_back();

@@ -4,6 +4,7 @@
 // cleanup, two-node rendezvous, PET_* variables and bad flags.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,6 +148,28 @@ TEST_F(LauncherTest, WorkersGetTheRunSecretAndAnUnguessableRunId) {
   EXPECT_EQ(missing_file.exit_code, 2) << missing_file.output;
   EXPECT_NE(missing_file.output.find("token_file '/nonexistent': cannot read"), std::string::npos)
       << missing_file.output;
+  // A secret file: its first line's text, trailing whitespace dropped; more than 4 KiB is refused.
+  const std::string secret_file = write("secret.txt", "file-secret-0123456789\n");
+  const Result from_file = run("launch --standalone --rdzv-conf token_file=" + secret_file +
+                               " -- /bin/sh -c " + quote(script));
+  EXPECT_EQ(from_file.exit_code, 0) << from_file.output;
+  EXPECT_NE(from_file.output.find("[rank 0] secret file-secret-0123456789 run run-"),
+            std::string::npos)
+      << from_file.output;
+  const std::string long_file = write("long-secret.txt", std::string(5000, 'a'));
+  const Result too_long =
+      run("launch --standalone --rdzv-conf token_file=" + long_file + " -- true");
+  EXPECT_EQ(too_long.exit_code, 2) << too_long.output;
+  EXPECT_NE(too_long.output.find("the file is larger than a store secret"), std::string::npos)
+      << too_long.output;
+  // A FIFO nobody writes is refused unopened (opening it would block the launcher forever).
+  const std::string fifo = path("secret-fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Result fifo_file = run("launch --standalone --rdzv-conf token_file=" + fifo + " -- true");
+  EXPECT_EQ(fifo_file.exit_code, 2) << fifo_file.output;
+  EXPECT_NE(fifo_file.output.find("token_file '" + fifo + "': cannot read the file: not a regular"),
+            std::string::npos)
+      << fifo_file.output;
 }
 
 TEST_F(LauncherTest, OutputLinesArePrefixedAndWhole) {
@@ -187,10 +210,12 @@ TEST_F(LauncherTest, TheEarliestErrorFileIsTheFailureReported) {
   const std::string d = dir_.string();
   const std::string script =
       "if [ $RANK = 1 ]; then echo '{\"message\": {\"message\": \"ValueError: first\"}}' > "
-      "$TORCHELASTIC_ERROR_FILE; touch " + d + "/r1wrote; until [ -e " + d +
+      "$TORCHELASTIC_ERROR_FILE; touch " +
+      d + "/r1wrote; until [ -e " + d +
       "/r0done ]; do sleep 0.01; done; sleep 0.05; exit 1; fi; until [ -e " + d +
       "/r1wrote ]; do sleep 0.01; done; sleep 0.05; echo '{\"message\": \"RuntimeError: "
-      "peer closed\"}' > $TORCHELASTIC_ERROR_FILE; touch " + d + "/r0done; exit 1";
+      "peer closed\"}' > $TORCHELASTIC_ERROR_FILE; touch " +
+      d + "/r0done; exit 1";
   const Result r =
       run("launch --standalone --nproc-per-node 2 --stop-grace 2 -- /bin/sh -c " + quote(script));
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -417,7 +442,8 @@ TEST_F(LauncherTest, TrainShortcutRunsOneWorkerPerProcess) {
     rank1 += line.rfind("[rank 1] ", 0) == 0;
   }
   EXPECT_GT(rank0, 3u) << r.output;
-  // Two workers ran; shardtrain workers show local rank 0 only by default (as torchrun's --local-ranks-filter 0).
+  // Two workers ran; shardtrain workers show local rank 0 only by default (as torchrun's
+  // --local-ranks-filter 0).
   EXPECT_NE(r.output.find("starting ranks 0..1 of 2"), std::string::npos) << r.output;
   EXPECT_EQ(rank1, 0u) << r.output;
 }
