@@ -158,6 +158,6 @@ for run in "${runs[@]}"; do
   python3 "$lib" bench-rows "$run" "$ours" "$theirs" "$flops" "$ours_mib" "$torch_mib" "$plan" \
     "${eager[@]}" >>"$out/table.txt"
   run_s=$(($(date +%s) - run_start))
-  if ((run_s > ${longest_run_s:-0})) || [[ -z $longest_run_s ]]; then longest_run_s=$run_s; fi
+  if [[ -z $longest_run_s ]] || ((run_s > longest_run_s)); then longest_run_s=$run_s; fi
 done
 cat "$out/table.txt"

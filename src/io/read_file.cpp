@@ -22,14 +22,19 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-std::string read_small_file(const std::string& path, std::uintmax_t max_bytes,
-                            std::string_view what) {
+bool is_special_file(const std::string& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);  // follows links: /dev/zero's is a device
-  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+  return !ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
+}
+
+std::string read_small_file(const std::string& path, std::uintmax_t max_bytes,
+                            std::string_view what) {
+  if (is_special_file(path)) {
     fail("{}: not a regular file (a directory, device, FIFO or socket); HINT: {} must be a file",
          path, what);
   }
+  std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (!ec && size > max_bytes) {
     fail("{}: {} bytes, over the {} MiB a {} may have; HINT: is this the right file?", path, size,

@@ -11,6 +11,11 @@ namespace shardtrain {
 // The file's bytes. Throws Error naming the path (and the reason) when it cannot be read.
 std::string read_file(const std::string& path);
 
+// True when `path` names something that exists but is not a regular file (after links): a
+// directory, a device (/dev/zero), a FIFO or a socket, which a reader must not open or read to
+// its end. False for a regular file and for a missing path (the read reports that).
+bool is_special_file(const std::string& path);
+
 // The bytes of an input that is small by nature (`what`: "config.json", "tokenizer.json", ...).
 // Refused before a byte is read, with one line naming the path: anything but a regular file
 // (a FIFO nobody writes would block the read forever, /dev/zero would never end, a directory

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "dist/store_secret.h"
+#include "io/read_file.h"
 #include "launch/worker_command.h"
 
 namespace shardtrain::launch {
@@ -103,9 +104,7 @@ std::chrono::milliseconds to_millis(double seconds) {
 std::string read_token_file(const Setting& s) {
   // Only a regular file: a FIFO nobody writes would hold the launcher forever before its first
   // worker; and at most 4 KiB + 1 bytes are read (a secret is at most 1024).
-  std::error_code ec;
-  const auto status = std::filesystem::status(s.value, ec);
-  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+  if (is_special_file(s.value)) {
     fail(
         "{} '{}': cannot read the file: not a regular file (a directory, device, FIFO or socket); "
         "HINT: give the path of the file that holds the secret",

@@ -9,8 +9,9 @@
 # attention, the MoE expert GEMMs, LoRA's skinny products and the FP8 linears), then bench rows
 # with op profiles in the order given, each group skipped once the call's budget (BUDGET_S,
 # default 560 s) has no room for it, and each run of a group that the group's longest run so far
-# would carry past the budget (bench/run_bench.sh BENCH_DEADLINE: no run cut before its PyTorch), and last an FP8 op profile with each switch of ops/ops_switches.h
-# named in FP8_BEFORE set to 0 (the before of that choice, in the same call).
+# would carry past the budget (bench/run_bench.sh BENCH_DEADLINE: no run cut before its
+# PyTorch), and last an FP8 op profile with each switch of ops/ops_switches.h named in
+# FP8_BEFORE set to 0 (the before of that choice, in the same call).
 #   TIMINGS="attention moe lora fp8"   which timings (default all four; empty: none)
 #   FP8_BENCH, MOE_BENCH, LORA_BENCH, BF16_BENCH   the runs of each bench group, in this order
 #                              (run_bench.sh's RUN syntax; defaults below; empty: skipped).

@@ -353,13 +353,16 @@ TEST(Tokenizer, BadFilesThrowErrorsNamingThePath) {
 // Inputs that once crashed the loader (an uncaught json type_error, a table sized from an id of
 // 2^31-1 or 10^9) or leaked the JSON library's own "[json.exception...]" text.
 TEST(Tokenizer, HostileFilesGiveOneLineErrorsWithoutLibraryText) {
-  const auto message_of = [](const json& config) -> std::string {
+  const auto message_of_text = [](const std::string& text, const std::string& name) -> std::string {
     try {
-      Tokenizer::from_json_text(config.dump(), "hostile/tokenizer.json");
+      Tokenizer::from_json_text(text, name);
     } catch (const Error& error) {
       return error.what();
     }
-    return "(no error)";
+    return "(no error: it loaded)";
+  };
+  const auto message_of = [&](const json& config) {
+    return message_of_text(config.dump(), "hostile/tokenizer.json");
   };
   json dropout = bpe_json({"a"}, {});
   dropout["model"]["dropout"] = "0.1";
@@ -376,26 +379,17 @@ TEST(Tokenizer, HostileFilesGiveOneLineErrorsWithoutLibraryText) {
     EXPECT_NE(message_of(huge_added).find("added_tokens[0].id"), std::string::npos)
         << message_of(huge_added);
   }
-  try {
-    Tokenizer::from_json_text(R"({"model": {"type": "BPE", "vocab": {"a": 0)", "cut.json");
-    ADD_FAILURE() << "a truncated tokenizer.json loaded";
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("cut.json: not valid JSON"), std::string::npos) << message;
-    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
-  }
+  const std::string cut =
+      message_of_text(R"({"model": {"type": "BPE", "vocab": {"a": 0)", "cut.json");
+  EXPECT_NE(cut.find("cut.json: not valid JSON"), std::string::npos) << cut;
+  EXPECT_EQ(cut.find("[json.exception"), std::string::npos) << cut;
   // A number past double's range is the file's error too, not an uncaught exception (found by
   // the tokenizer_json fuzzer: nlohmann reports it as out_of_range 406, not as a parse error).
-  try {
-    Tokenizer::from_json_text(R"({"version": 677.8e3005, "model": {"type": "BPE", "vocab": {}}})",
-                              "overflow.json");
-    ADD_FAILURE() << "a number past double's range loaded";
-  } catch (const Error& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("overflow.json: not valid JSON"), std::string::npos) << message;
-    EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
-    EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
-  }
+  const std::string overflow = message_of_text(
+      R"({"version": 677.8e3005, "model": {"type": "BPE", "vocab": {}}})", "overflow.json");
+  EXPECT_NE(overflow.find("overflow.json: not valid JSON"), std::string::npos) << overflow;
+  EXPECT_NE(overflow.find("number overflow"), std::string::npos) << overflow;
+  EXPECT_EQ(overflow.find("[json.exception"), std::string::npos) << overflow;
   // The largest legal id still loads (a sparse vocabulary is allowed).
   json sparse = bpe_json({"a"}, {});
   sparse["model"]["vocab"]["b"] = 4194303;
