@@ -14,9 +14,10 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "core/json_depth.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "data/hf_chat_template.h"
+#include "data/jsonl_lines.h"
 #include "data/tokenizer_files.h"
 
 namespace shardtrain::cli {
@@ -66,7 +67,8 @@ void run_render(const RenderArgs& args) {
         files.config_json.empty() ? args.tokenizer_path : files.config_json);
   }
   std::string line;
-  for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
+  for (size_t line_number = 1; read_jsonl_line(std::cin, line, "stdin", line_number);
+       ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const ChatRenderInput input = parse_line(line, line_number, args.add_generation_prompt);
     std::string text;

@@ -9,9 +9,10 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "core/json_depth.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_message.h"
+#include "data/jsonl_lines.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer_files.h"
 
@@ -27,7 +28,8 @@ void run_tokenize(const TokenizeArgs& args) {
   const Tokenizer tokenizer = Tokenizer::load(locate_tokenizer(args.tokenizer_path).tokenizer_json);
   std::string line;
   std::string out;
-  for (size_t line_number = 1; std::getline(std::cin, line); ++line_number) {
+  for (size_t line_number = 1; read_jsonl_line(std::cin, line, "stdin", line_number);
+       ++line_number) {
     nlohmann::json record;
     check_json_nesting(line, fmt::format("stdin:{}", line_number));
     try {

@@ -7,8 +7,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "core/json_depth.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/json_message.h"
 #include "data/jsonl_lines.h"
 
@@ -45,7 +45,7 @@ JsonlDataset::JsonlDataset(const std::string& path, int64_t seq_len, int64_t pad
   if (!in) fail("jsonl {}: cannot open ({}); check data.path", path, std::strerror(errno));
   std::string line;
   size_t line_number = 0;
-  while (std::getline(in, line)) {
+  while (read_jsonl_line(in, line, path, line_number + 1)) {
     ++line_number;
     if (!is_blank_line(line)) parse_line(line, line_number);
   }

@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/testing/test_support.h"
+#include "data/jsonl_lines.h"
 
 namespace shardtrain {
 namespace {
@@ -95,6 +98,41 @@ TEST_F(JsonlDatasetTest, EveryLineErrorNamesFileAndLine) {
     const std::string message = load_error(std::string(kTwoGoodLines) + c.line + "\n");
     EXPECT_NE(message.find(c.fragment), std::string::npos) << c.line << " -> " << message;
   }
+}
+
+// A line longer than the bound (a JSON array written on one line, a file without newlines) is
+// refused by its file and line number once the bound is passed, not read whole and parsed.
+TEST_F(JsonlDatasetTest, ALineLongerThan256MiBIsRefusedUnread) {
+  const std::string path = write(std::string(kTwoGoodLines) + "{\"input_ids\": [");
+  // 300 MiB of zero bytes after it without a newline, as a sparse file: nothing large is written.
+  ASSERT_EQ(::truncate(path.c_str(), 300 << 20), 0);
+  const std::string message = error_of([&] { JsonlDataset dataset(path, 4, 0); });
+  EXPECT_NE(message.find("d.jsonl:3: the line is longer than 256 MiB"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("one record per line"), std::string::npos) << message;
+}
+
+TEST(JsonlLines, ReadsLinesAsGetlineDoesAndStopsPastTheBound) {
+  std::istringstream in("first\n\nthird\r\nlast without newline");
+  std::string line;
+  std::vector<std::string> lines;
+  for (size_t number = 1; read_jsonl_line(in, line, "in", number, 32); ++number) {
+    lines.push_back(line);
+  }
+  EXPECT_EQ(lines, (std::vector<std::string>{"first", "", "third\r", "last without newline"}));
+  EXPECT_FALSE(read_jsonl_line(in, line, "in", 9, 32)) << "stays at the end";
+
+  std::istringstream ends_in_newline("one\n");
+  EXPECT_TRUE(read_jsonl_line(ends_in_newline, line, "in", 1, 32));
+  EXPECT_FALSE(read_jsonl_line(ends_in_newline, line, "in", 2, 32)) << "no empty last line";
+
+  std::istringstream long_line("short\n" + std::string(100, 'x') + "\nafter\n");
+  EXPECT_TRUE(read_jsonl_line(long_line, line, "stdin", 1, 16));
+  const std::string message = error_of([&] { read_jsonl_line(long_line, line, "stdin", 2, 16); });
+  EXPECT_EQ(message,
+            "stdin:2: the line is longer than 16 bytes; JSONL needs one record per line (is the "
+            "file a JSON array or a file without newlines?)");
+  EXPECT_EQ(long_line.tellg(), std::streampos(6 + 17)) << "read only the bound + 1 byte";
 }
 
 TEST_F(JsonlDatasetTest, EmptyFileAndBlankFile) {

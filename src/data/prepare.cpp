@@ -67,6 +67,13 @@ size_t first_invalid_byte(std::string_view text) {
 // Parses a non-blank line into a JSON value; nullopt with `problem` set when it is bad.
 std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
                                std::string& problem) {
+  if (line.size() > kMaxJsonlLineBytes) {
+    // The text is in memory already; its JSON tree would be several times larger.
+    problem =
+        fmt::format("the line is {} bytes, longer than {} MiB; JSONL needs one record per line",
+                    line.size(), kMaxJsonlLineBytes >> 20);
+    return std::nullopt;
+  }
   std::string repaired;
   if (!tokenizer::is_valid_utf8(line)) {
     if (!replace_invalid_utf8) {
@@ -255,10 +262,9 @@ std::optional<HfChatTemplate> choose_chat_template(const PrepareOptions& options
     report.chat_template = "the model's own, from " + model_template->describe();
     return model_template;
   }
-  settings.chat_template =
-      builtin ? *builtin : detect_chat_template(files, [&](const char* token) {
-        return tokenizer.token_to_id(token).has_value();
-      });
+  settings.chat_template = builtin ? *builtin : detect_chat_template(files, [&](const char* token) {
+    return tokenizer.token_to_id(token).has_value();
+  });
   settings.chat_tokens = chat_tokens(settings.chat_template, files);
   report.chat_template =
       std::string("built-in ") + chat_template_name(settings.chat_template) +
@@ -333,8 +339,7 @@ void pack_and_write(const std::vector<TokenizedDocument>& documents, const Prepa
   packing.pad_id = report.pad_id;
   packing.overlong = options.overlong;
   packing.seed = options.seed;
-  packing.one_per_sequence =
-      options.packing == PackingMode::kNone;
+  packing.one_per_sequence = options.packing == PackingMode::kNone;
   const PackedTokens packed = pack_documents(documents, packing);
   report.packing = packed.stats;
   if (packed.stats.sequences == 0) {
@@ -389,8 +394,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
                                   ? static_cast<size_t>(options.threads)
                                   : std::max<size_t>(1, std::thread::hardware_concurrency());
   PhaseProgress progress("prepare " + options.data_path, lines.size(), "lines");
-  std::vector<LineResult> results = process_lines(
-      lines, tokenizer, settings, options.invalid_utf8 == InvalidUtf8Policy::kReplace, thread_count, progress);
+  std::vector<LineResult> results =
+      process_lines(lines, tokenizer, settings, options.invalid_utf8 == InvalidUtf8Policy::kReplace,
+                    thread_count, progress);
   std::vector<size_t> document_lines;
   const std::vector<TokenizedDocument> documents =
       collect_documents(results, lines, options, settings.format, report, document_lines);

@@ -128,6 +128,19 @@ TEST_F(PrepareTest, BadLinesFailNamingFileAndLine) {
   }
 }
 
+// A line past the JSONL bound is a bad line like any other (named, or skipped with skip): its JSON
+// tree is never built.
+TEST_F(PrepareTest, ALineLongerThan256MiBIsABadLine) {
+  const std::string data = write("long.jsonl", "{\"text\": \"fine\"}\n{\"text\": \"");
+  ASSERT_EQ(::truncate(data.c_str(), 300 << 20), 0);  // sparse: 300 MiB of zero bytes, no newline
+  const std::string message = error_of(options(data));
+  EXPECT_EQ(message.rfind(data + ":2: the line is ", 0), 0u) << message;
+  EXPECT_NE(message.find("longer than 256 MiB"), std::string::npos) << message;
+  PrepareOptions skipping = options(data);
+  skipping.on_bad_line = BadLinePolicy::kSkip;
+  EXPECT_EQ(prepare_dataset(skipping).skipped_lines, 1u);
+}
+
 TEST_F(PrepareTest, InvalidUtf8CanBeReplaced) {
   PrepareOptions opts = options(write("utf8.jsonl",
                                       "{\"text\": \"a\xff"
@@ -249,10 +262,12 @@ TEST_F(PrepareTest, PackedFileRecordsWhereEachExampleBegins) {
   for (const uint64_t start : file.document_starts()) {
     EXPECT_EQ(file.loss_mask()[start], 0) << "first token of the example at " << start;
   }
-  const auto documents = open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kDocuments);
+  const auto documents =
+      open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kDocuments);
   ASSERT_EQ(documents->size(), 1u);
   EXPECT_EQ(documents->get(0).document_starts.size(), 2u);
-  const auto stream = open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kConcatenate);
+  const auto stream =
+      open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kConcatenate);
   EXPECT_TRUE(stream->get(0).document_starts.empty());
 }
 
@@ -267,7 +282,8 @@ TEST_F(PrepareTest, PackingNonePutsOneExampleInEachSequence) {
   const TokenFile file(opts.out_path);
   EXPECT_EQ(std::vector<uint64_t>(file.document_starts().begin(), file.document_starts().end()),
             (std::vector<uint64_t>{0, 16, 32}));
-  EXPECT_EQ(open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kNone)->size(), 3u);
+  EXPECT_EQ(open_dataset(opts.out_path, DataFormat::kTokens, 16, 0, PackingMode::kNone)->size(),
+            3u);
 }
 
 TEST_F(PrepareTest, PackingNoneWithALongExampleNamesTheLine) {

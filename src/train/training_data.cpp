@@ -5,8 +5,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/json_depth.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/log.h"
 #include "data/data_sources.h"
 #include "data/jsonl_lines.h"
@@ -19,7 +19,8 @@ namespace {
 // True when the first non-blank line of a JSONL file holds pre-tokenized `input_ids`.
 bool first_line_has_input_ids(const std::string& path) {
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
+  size_t line_number = 1;
+  for (std::string line; read_jsonl_line(in, line, path, line_number); ++line_number) {
     if (is_blank_line(line)) continue;
     if (json_nesting_problem(line)) return false;  // the chat/text reader reports it
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);

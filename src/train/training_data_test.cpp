@@ -4,6 +4,7 @@
 #include "train/training_data.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -92,6 +93,17 @@ TEST_F(TrainingDataTest, PackingNoneGivesEachExampleASequence) {
       write("long.jsonl", "{\"text\": \"ab\"}\n{\"text\": \"" + std::string(30, 'x') + "\"}\n");
   const std::string message = error_of([&] { open_training_data(data, "", 0); });
   EXPECT_EQ(message.rfind(data.path + ":2: the example is 31 tokens", 0), 0u) << message;
+}
+
+// The format probe reads the first line with the JSONL bound: a file without newlines is named,
+// not read whole.
+TEST_F(TrainingDataTest, FormatProbeRefusesAFirstLineLongerThan256MiB) {
+  DataConfig data;
+  data.path = write("one-line.jsonl", "\n[");
+  ASSERT_EQ(::truncate(data.path.c_str(), 300 << 20), 0);  // sparse, no newline after "["
+  const std::string message = error_of([&] { resolve_training_data_format(data); });
+  EXPECT_NE(message.find("one-line.jsonl:2: the line is longer than 256 MiB"), std::string::npos)
+      << message;
 }
 
 TEST_F(TrainingDataTest, OldTokenFileLoadsAsConcatenate) {
