@@ -2,15 +2,16 @@
 // sm_90a, bf16, head dims 64 and 128). Same contract as wgmma_forward_kernel
 // (cuda_attention_wgmma_forward.cu), which it replaces where the dispatch table picks it; the same
 // results bit for bit at D = 128, within 1 bf16 ulp at D = 64 (128-key tiles there, not 64).
-//   block = (128-row query tile, head, batch), heaviest tiles first, of three warpgroups:
+//   block = (query tile, head, batch), heaviest tiles first, of 1 + kWsConsumers<D> warpgroups:
 //   warpgroup 0 is the producer: one thread issues TMA copies (cuda_tma.cuh) of the Q tile and of
 //   every 128-key K and V tile into a ring of kWsStages<D> stages, each stage guarded by a "full"
-//   mbarrier (bytes delivered) and an "empty" one (the 256 consumer threads done reading); it
-//   keeps 24 registers a thread (setmaxnreg) so that the consumers get 240.
-//   Warpgroups 1 and 2 are the consumers, 64 query rows each, with the wgmma kernel's loop:
-//   tile j's S = Q K^T issued together with tile j-1's O += P V, the online softmax of tile j
-//   while that P V runs. Ping-pong: named barriers order the two consumers' issue of their
-//   products, so one warpgroup's softmax runs while the other's products use the tensor cores.
+//   mbarrier (bytes delivered) and an "empty" one (every consumer thread done reading); it keeps
+//   24 registers a thread (setmaxnreg) so that the consumers get the rest.
+//   The others are the consumers (three at D = 64, two at D = 128), 64 query rows each, with the
+//   wgmma kernel's loop: tile j's S = Q K^T issued together with tile j-1's O += P V, the online
+//   softmax of tile j while that P V runs. Ping-pong: named barriers order the consumers' issue
+//   of their products in turn, so one warpgroup's softmax runs while another's products use the
+//   tensor cores.
 //   Window and documents (cuda_attention_mask.cuh): the K/V tiles start at the one holding the
 //   first key of the block's first row (producer and consumers count ring stages from there);
 //   keys before a row's first key are masked in the tiles that reach below some row's first key.
@@ -31,24 +32,44 @@
 namespace shardtrain::cuda_kernels::flash {
 namespace {
 
-constexpr int kWsQueryRows = 128;  // two consumer warpgroups of 64 rows
-constexpr int kWsKeys = 128;       // keys of a K/V tile
-constexpr int kWsThreads = 384;    // producer + two consumers
+// Consumer warpgroups of 64 query rows each: three at D = 64 (192-row query tiles, as
+// FlashAttention-3 configures head dim 64), two at D = 128. At D = 64 a tile's products are half
+// those of D = 128 while its softmax is the same, so two consumers of 64 rows left the tensor
+// cores idle while both softmaxed (the cp.async kernel beat this one there on the H100); a third
+// consumer keeps one more warpgroup's products in flight. Registers: 24 x 128 for the producer
+// and 160 (D = 64) or 240 (D = 128) a consumer thread stay within the SM's 64 K.
+template <int D>
+constexpr int kWsConsumers = D == 64 ? 3 : 2;
+template <int D>
+constexpr int kWsQueryRows = 64 * kWsConsumers<D>;
+template <int D>
+constexpr int kWsThreads = 128 * (1 + kWsConsumers<D>);
+constexpr int kWsKeys = 128;  // keys of a K/V tile
 // Used only in the sm_90a body of the kernel.
-[[maybe_unused]] constexpr int kWsConsumerThreads = 256;
-[[maybe_unused]] constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
+template <int D>
+[[maybe_unused]] constexpr int kWsConsumerThreads = 128 * kWsConsumers<D>;
+[[maybe_unused]] constexpr int kProducerRegisters = 24;
+template <int D>
+[[maybe_unused]] constexpr int kConsumerRegisters = kWsConsumers<D> == 3 ? 160 : 240;
 template <int D>
 constexpr int kWsStages = D == 64 ? 3 : 2;
-// Named barrier ids of the ping-pong (one per consumer; 0 is __syncthreads).
+// Named barrier ids of the ping-pong, one per consumer (0 is __syncthreads): consumer c issues
+// its products after consumer c - 1 (mod the consumers) has issued its own.
 [[maybe_unused]] constexpr int kIssueBarrier = 1;
+// Threads that meet at one issue barrier: the consumer waiting and the one arriving.
+[[maybe_unused]] constexpr int kIssueBarrierThreads = 256;
 
 template <int D>
 constexpr size_t ws_forward_shared_bytes() {
   // Q + stages of K and V, then the mbarriers (q_full, and k_full, v_full, k_empty, v_empty per
   // stage), 8 bytes each.
-  return sizeof(bf16) * (kWsQueryRows + 2 * kWsStages<D> * kWsKeys) * D +
+  return sizeof(bf16) * (kWsQueryRows<D> + 2 * kWsStages<D> * kWsKeys) * D +
          8 * (1 + 4 * kWsStages<D>)+kSharedAlignSlack;
 }
+static_assert(kProducerRegisters * 128 + kConsumerRegisters<64> * kWsConsumerThreads<64> <= 65536 &&
+                  kProducerRegisters * 128 + kConsumerRegisters<128> * kWsConsumerThreads<128> <=
+                      65536,
+              "the warpgroups' registers fit the SM's register file");
 static_assert(ws_forward_shared_bytes<128>() ==
                       ::shardtrain::cuda_kernels::wgmma_ws_forward_shared_bytes(128) &&
                   ws_forward_shared_bytes<64>() ==
@@ -59,16 +80,18 @@ struct WsMaps {
   CUtensorMap q, k, v;
 };
 
-// REQUIRES: blockDim.x == kWsThreads; dynamic shared memory ws_forward_shared_bytes<D>(); a 1-D
-// grid of (query tiles of 128) x heads x batch blocks; maps from tensor_map_of_heads with boxes
-// of 128 rows (Q) and kWsKeys rows (K, V).
+// REQUIRES: blockDim.x == kWsThreads<D>; dynamic shared memory ws_forward_shared_bytes<D>(); a
+// 1-D grid of (query tiles of kWsQueryRows<D>) x heads x batch blocks; maps from
+// tensor_map_of_heads with boxes of kWsQueryRows<D> rows (Q) and kWsKeys rows (K, V).
 template <int D>
-__global__ void __launch_bounds__(kWsThreads, 1)
+__global__ void __launch_bounds__(kWsThreads<D>, 1)
     ws_forward_kernel(const __grid_constant__ WsMaps maps, float scale, AttentionShape shape,
                       bf16* out_BTHD, float* lse_BHT) {
 #if SHARDTRAIN_WGMMA_COMPILED
   constexpr int kStages = kWsStages<D>;
-  constexpr uint32_t kQTileBytes = kWsQueryRows * D * sizeof(bf16);
+  constexpr int kQueryRows = kWsQueryRows<D>;
+  constexpr int kConsumerThreads = kWsConsumerThreads<D>;
+  constexpr uint32_t kQTileBytes = kQueryRows * D * sizeof(bf16);
   constexpr uint32_t kKvTileBytes = kWsKeys * D * sizeof(bf16);
   constexpr uint32_t kBlockBytes = kWsKeys * wgmma::kSwizzleBytes;  // one column block of a tile
   const int seq = shape.seq;
@@ -77,8 +100,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int q_tile = q_tiles - 1 - static_cast<int>(blockIdx.x) / heads_and_batches;
   const int h = blockIdx.x % shape.heads, b = blockIdx.x / shape.heads % shape.batch;
   const int kv_head = h / (shape.heads / shape.kv_heads);
-  const int first_query = q_tile * kWsQueryRows;
-  const int last_kv_tile = (min(first_query + kWsQueryRows, seq) - 1) / kWsKeys;
+  const int first_query = q_tile * kQueryRows;
+  const int last_kv_tile = (min(first_query + kQueryRows, seq) - 1) / kWsKeys;
   const int first_kv_tile = attention_mask::first_key(shape, b, first_query) / kWsKeys;
   const int kv_tiles = last_kv_tile - first_kv_tile + 1;  // ring position j: tile first + j
 
@@ -99,8 +122,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     for (int stage = 0; stage < kStages; ++stage) {
       tma::mbarrier_init(k_full(stage), 1);
       tma::mbarrier_init(v_full(stage), 1);
-      tma::mbarrier_init(k_empty(stage), kWsConsumerThreads);
-      tma::mbarrier_init(v_empty(stage), kWsConsumerThreads);
+      tma::mbarrier_init(k_empty(stage), kConsumerThreads);
+      tma::mbarrier_init(v_empty(stage), kConsumerThreads);
     }
     tma::fence_barrier_init();
   }
@@ -115,7 +138,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       tma::prefetch_map(&maps.v);
       tma::arrive_expect_tx(q_full, kQTileBytes);
       for (int block = 0; block < D / wgmma::kBlockColumns; ++block) {
-        tma::load_4d(q_address + block * kWsQueryRows * wgmma::kSwizzleBytes, &maps.q,
+        tma::load_4d(q_address + block * kQueryRows * wgmma::kSwizzleBytes, &maps.q,
                      block * wgmma::kBlockColumns, h, first_query, b, q_full);
       }
       for (int j = 0; j < kv_tiles; ++j) {
@@ -138,13 +161,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
     return;
   }
-  tma::claim_registers<kConsumerRegisters>();
+  tma::claim_registers<kConsumerRegisters<D>>();
 
-  const int consumer = warpgroup - 1;  // 0 or 1: query rows 64 * consumer ..
+  constexpr int kConsumers = kWsConsumers<D>;
+  const int consumer = warpgroup - 1;  // query rows 64 * consumer ..
   const int warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int group_first_query = first_query + consumer * 64;
-  const int own_barrier = kIssueBarrier + consumer, other_barrier = kIssueBarrier + 1 - consumer;
+  const int own_barrier = kIssueBarrier + consumer;
+  const int next_barrier = kIssueBarrier + (consumer + 1) % kConsumers;
   const wgmma_steps::ForwardRowMask row_mask =
       wgmma_steps::forward_row_mask(shape, b, group_first_query, warp, g);
 
@@ -168,7 +193,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   };
 
   tma::wait(q_full, 0);
-  if (consumer == 1) tma::named_arrive(kIssueBarrier, kWsConsumerThreads);  // consumer 0 first
+  // Consumer 0 first: the last consumer stands in for its turn before.
+  if (consumer == kConsumers - 1) tma::named_arrive(kIssueBarrier, kIssueBarrierThreads);
 
   for (int j = 0; j < kv_tiles; ++j) {
     const int kv_tile = first_kv_tile + j;
@@ -179,11 +205,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int key_offset = kv_tile * kWsKeys - group_first_query;  // from this warpgroup's row 0
     const uint32_t k_tile = k_address + stage * kKvTileBytes;
 
-    tma::named_sync(own_barrier, kWsConsumerThreads);  // the other consumer has issued its turn
+    tma::named_sync(own_barrier, kIssueBarrierThreads);  // the consumer before has issued its turn
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      wgmma::mma_ss<kWsKeys, 0, 0>(s, wgmma::k_major(q_address, kWsQueryRows, consumer * 64, kk),
+      wgmma::mma_ss<kWsKeys, 0, 0>(s, wgmma::k_major(q_address, kQueryRows, consumer * 64, kk),
                                    wgmma::k_major(k_tile, kWsKeys, 0, kk), kk > 0);
     }
     wgmma::commit();
@@ -194,9 +220,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       wgmma::wait<0>();
     }
     wgmma::fence_registers(s);
-    // The other consumer's turn to issue (an arrive between the issue and the wait above would
+    // The next consumer's turn to issue (an arrive between the issue and the wait above would
     // make ptxas serialise the products: C7514).
-    tma::named_arrive(other_barrier, kWsConsumerThreads);
+    tma::named_arrive(next_barrier, kIssueBarrierThreads);
     tma::arrive(k_empty(stage));  // this thread's reads of K_j are done
 
     float correction[2];
@@ -211,14 +237,15 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // The last tile's P V, in turn like the others.
   const int last_stage = (kv_tiles - 1) % kStages;
   tma::wait(v_full(last_stage), ((kv_tiles - 1) / kStages) & 1);
-  tma::named_sync(own_barrier, kWsConsumerThreads);
+  tma::named_sync(own_barrier, kIssueBarrierThreads);
   wgmma::fence();
   issue_pv(last_stage);
   wgmma::wait<0>();
   wgmma::fence_registers(o);
-  tma::named_arrive(other_barrier, kWsConsumerThreads);
-  // Consumer 1's last arrival on consumer 0's barrier (it arrived once before its first turn).
-  if (consumer == 0) tma::named_sync(own_barrier, kWsConsumerThreads);
+  tma::named_arrive(next_barrier, kIssueBarrierThreads);
+  // The last consumer's last arrival on consumer 0's barrier (it arrived once before the first
+  // turn).
+  if (consumer == 0) tma::named_sync(own_barrier, kIssueBarrierThreads);
 
   wgmma_steps::store_forward_rows<D>(o, row_max, row_sum, group_first_query, warp, g, t, shape, b,
                                      h, out_BTHD, lse_BHT);
@@ -234,8 +261,9 @@ bool ws_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_
                           const AttentionShape& shape, bf16* out_BTHD, float* lse_BHT,
                           cudaStream_t stream) {
   WsMaps maps;
+  const int query_rows = shape.head_dim == 64 ? kWsQueryRows<64> : kWsQueryRows<128>;
   if (!tma::tensor_map_of_heads(maps.q, q_BTHD, shape.batch, shape.seq, shape.heads, shape.head_dim,
-                                kWsQueryRows) ||
+                                query_rows) ||
       !tma::tensor_map_of_heads(maps.k, k_BTKD, shape.batch, shape.seq, shape.kv_heads,
                                 shape.head_dim, kWsKeys) ||
       !tma::tensor_map_of_heads(maps.v, v_BTKD, shape.batch, shape.seq, shape.kv_heads,
@@ -249,9 +277,9 @@ bool ws_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_
     auto kernel = ws_forward_kernel<D>;
     constexpr size_t bytes = ws_forward_shared_bytes<D>();
     allow_shared(kernel, bytes, "ws_forward_kernel");
-    const int64_t q_tiles = (shape.seq + kWsQueryRows - 1) / kWsQueryRows;
+    const int64_t q_tiles = (shape.seq + kWsQueryRows<D> - 1) / kWsQueryRows<D>;
     const auto grid = static_cast<unsigned>(q_tiles * shape.heads * shape.batch);
-    kernel<<<grid, kWsThreads, bytes, stream>>>(maps, scale, shape, out_BTHD, lse_BHT);
+    kernel<<<grid, kWsThreads<D>, bytes, stream>>>(maps, scale, shape, out_BTHD, lse_BHT);
     SHARDTRAIN_CUDA_CHECK_LAUNCH();
   });
   return true;

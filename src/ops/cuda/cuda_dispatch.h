@@ -155,10 +155,12 @@ constexpr size_t wgmma_forward_shared_bytes(int head_dim) {
   const size_t keys = head_dim == 64 ? 64 : 128;
   return 2 * (128 + 4 * keys) * head_dim + kWgmmaAlignSlack;
 }
-// Q + 2 (D = 128) or 3 (D = 64) stages of 128-key K and V tiles + 1 + 4 * stages mbarriers.
+// Q (192 rows at D = 64, 128 at D = 128) + 3 (D = 64) or 2 (D = 128) stages of 128-key K and V
+// tiles + 1 + 4 * stages mbarriers.
 constexpr size_t wgmma_ws_forward_shared_bytes(int head_dim) {
   const size_t stages = head_dim == 64 ? 3 : 2;
-  return 2 * (128 + 2 * stages * 128) * head_dim + 8 * (1 + 4 * stages) + kWgmmaAlignSlack;
+  const size_t query_rows = head_dim == 64 ? 192 : 128;
+  return 2 * (query_rows + 2 * stages * 128) * head_dim + 8 * (1 + 4 * stages) + kWgmmaAlignSlack;
 }
 // K, V, 3 stages of 64-row Q and dO tiles, two dS^T buffers, two fp32 64 x 64 dQ tiles, 3
 // stages of lse and delta, 11 mbarriers: 226.6 KiB at head dim 128 (227 KiB on Hopper).
