@@ -34,12 +34,28 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kKeys / 2], int key_offs
   // Max of the raw scores (the scale is positive), masked where a key follows its row.
   const bool straddles = key_offset + kKeys - 1 > warp * 16;  // some key after some row
   float tile_max[2] = {-INFINITY, -INFINITY};
+  if (straddles || below) {
+    // Element i's key is key_offset + 2t + c(i), c(i) = 8 (i / 4) + i % 2 a constant: masked when
+    // c(i) > last[r] (after its row r) or c(i) < first[r] (before its row's first key).
+    int first[2], last[2];
 #pragma unroll
-  for (int i = 0; i < kKeys / 2; ++i) {
-    const int e = i % 4;
-    const int row = warp * 16 + g + (e / 2) * 8, key = key_offset + (i / 4) * 8 + 2 * t + e % 2;
-    if ((straddles && key > row) || (below && key < row_first[e / 2])) s[i] = -INFINITY;
-    tile_max[e / 2] = fmaxf(tile_max[e / 2], s[i]);
+    for (int r = 0; r < 2; ++r) {
+      const int base = key_offset + 2 * t;
+      last[r] = straddles ? warp * 16 + g + 8 * r - base : kKeys;
+      first[r] = below ? row_first[r] - base : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kKeys / 2; ++i) {
+      const int r = (i % 4) / 2, c = (i / 4) * 8 + i % 2;
+      if (c > last[r] || c < first[r]) s[i] = -INFINITY;
+      tile_max[r] = fmaxf(tile_max[r], s[i]);
+    }
+  } else {
+    // Most tiles (every one below the causal diagonal, outside a window's or document's edge):
+    // no mask, and none of its ~8 instructions an element, which at head dim 64 cost as much
+    // issue time as the tile's products.
+#pragma unroll
+    for (int i = 0; i < kKeys / 2; ++i) tile_max[(i % 4) / 2] = fmaxf(tile_max[(i % 4) / 2], s[i]);
   }
   float exp_base[2];
 #pragma unroll
@@ -70,8 +86,7 @@ struct ForwardRowMask {
   int greatest_first;
 };
 __device__ __forceinline__ ForwardRowMask forward_row_mask(const AttentionShape& shape, int b,
-                                                           int group_first_query, int warp,
-                                                           int g) {
+                                                           int group_first_query, int warp, int g) {
   ForwardRowMask mask;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -157,13 +172,11 @@ struct BackwardKeyMask {
   int least_end, greatest_end;
 };
 __device__ __forceinline__ BackwardKeyMask backward_key_mask(const AttentionShape& shape, int b,
-                                                             int group_first_key, int warp,
-                                                             int g) {
+                                                             int group_first_key, int warp, int g) {
   BackwardKeyMask mask;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mask.row_end[r] =
-        attention_mask::query_end(shape, b, group_first_key + warp * 16 + g + 8 * r);
+    mask.row_end[r] = attention_mask::query_end(shape, b, group_first_key + warp * 16 + g + 8 * r);
   }
   mask.least_end = attention_mask::query_end(shape, b, group_first_key);
   mask.greatest_end = attention_mask::query_end(shape, b, group_first_key + 63);
@@ -207,16 +220,30 @@ __device__ __forceinline__ void backward_step(const BackwardTiles& tiles, int ke
     const bool straddles = key_offset + 63 > 0;  // some key after some query: mask
     // Some query of the tile at or past some key's query end (window, document): mask.
     const bool beyond = first_query + kQueries > key_mask.least_end;
+    if (straddles || beyond) {
+      // Element i's query is 2t + c(i), c(i) = 8 (i / 4) + i % 2 a constant: masked when c(i) <
+      // least[r] (before its key r) or c(i) >= end[r] (at or past its key's query end).
+      int least[2], end[2];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int e = i % 4;
-      const int key = key_offset + warp * 16 + g + (e / 2) * 8;
-      const int query = (i / 4) * 8 + 2 * t + e % 2;
-      float p = fast_exp2(fmaf(s[i], scale_log2, -tiles.lse[query] * kLog2e));
-      if ((straddles && key > query) ||
-          (beyond && first_query + query >= key_mask.row_end[e / 2]))
-        p = 0;
-      s[i] = p;
+      for (int r = 0; r < 2; ++r) {
+        const int key = key_offset + warp * 16 + g + 8 * r;
+        least[r] = straddles ? key - 2 * t : 0;
+        end[r] = beyond ? key_mask.row_end[r] - first_query - 2 * t : kQueries;
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int r = (i % 4) / 2, c = (i / 4) * 8 + i % 2;
+        const int query = c + 2 * t;
+        const float p = fast_exp2(fmaf(s[i], scale_log2, -tiles.lse[query] * kLog2e));
+        s[i] = c < least[r] || c >= end[r] ? 0.0f : p;
+      }
+    } else {
+      // No mask on most steps (softmax_tile says why).
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int query = (i / 4) * 8 + 2 * t + i % 2;
+        s[i] = fast_exp2(fmaf(s[i], scale_log2, -tiles.lse[query] * kLog2e));
+      }
     }
     uint32_t p_frag[4][4], ds_frag[4][4];
     a_fragments_of(s, p_frag);
