@@ -1,8 +1,8 @@
 // The Hopper attention forward's kernel, chosen by timing. The dispatch table (cuda_dispatch.h)
-// names the warp-specialised kernel; the cp.async wgmma kernel beats it on some Hopper parts and
-// head dims and loses on others (B 2, T 4096, one H100: head dim 64 0.493 ms against 0.632,
-// head dim 128 0.352 against 0.290; on an H200 the warp-specialised one was the faster at both),
-// so no fixed row is right everywhere. The first forward of each shape (batch, sequence, heads,
+// names the warp-specialised kernel; the cp.async wgmma kernel has beaten it on some Hopper
+// parts and head dims (an H100 at head dim 64 before the kernels' masks left the unmasked tiles:
+// 0.493 ms against 0.632; since then 0.401 against 0.331, and 0.257 against 0.189 at head dim
+// 128), so no fixed row was right everywhere and the tuning keeps each part honest. The first forward of each shape (batch, sequence, heads,
 // head dim, window, whether documents are packed) times both on the call's own operands
 // (cuda_tuning.h: events, the same repeats for both, the default kept unless the other is 3%
 // faster), logs the times and the choice once, and every later forward of the shape runs the
