@@ -11,7 +11,10 @@ untimed warm-up steps. --lora R: PEFT LoRA (get_peft_model, rank R, alpha 2R, dr
 seven projections) on a bf16 model, the base frozen; fused AdamW over the adapters only; on one
 GPU the model is not wrapped (PEFT as users run it), on several each layer is fully_shard'ed.
 --grad-accum N: N micro-batches per optimizer step (the loss
-of each divided by N, gradient sync on the last). --documents TOKEN_FILE (requires --compile): packed documents as torchtitan trains them, instead
+of each divided by N, gradient sync on the last). --max-grad-norm X (default 1.0, as shardtrain's
+train.max_grad_norm, HF Trainer's and torchtitan's defaults): the global gradient norm clipped to
+X before each optimizer step (torch.nn.utils.clip_grad_norm_, foreach; FSDP2's DTensor gradients
+are clipped by the global norm), 0: no clipping, as shardtrain with train.max_grad_norm = 0. --documents TOKEN_FILE (requires --compile): packed documents as torchtitan trains them, instead
 of random tokens: the windows of a version 3 token file (the one shardtrain reads with
 data.packing = documents), per-document position ids, each document's first token no target,
 attn_implementation = flex_attention with a compiled block-causal document mask per step
@@ -19,7 +22,7 @@ attn_implementation = flex_attention with a compiled block-causal document mask 
 
 Usage: [torchrun --standalone --nproc-per-node N] python3 bench/pytorch_fsdp2.py CONFIG_JSON
        SEQ_LEN MICRO_BATCH STEPS [--checkpointing] [--strategy full_shard|shard_grad_op]
-       [--compile] [--lora R] [--grad-accum N] [--documents TOKEN_FILE]
+       [--compile] [--lora R] [--grad-accum N] [--documents TOKEN_FILE] [--max-grad-norm X]
 Rank 0 prints one JSON line: tokens_per_s (per GPU, timed steps only), peak_gib (allocated),
 peak_reserved_gib, step_ms, graphs_compiled_while_timed (torch.compile graphs built after the
 warm-up: 0 unless something recompiled inside the timed steps).
@@ -31,9 +34,10 @@ import os
 import time
 
 
-def run_steps(model, optimizer, next_batch, warmup, steps, grad_accum):
+def run_steps(model, optimizer, next_batch, warmup, steps, grad_accum, max_grad_norm):
     """warmup + steps training steps of grad_accum micro-batches each on next_batch()'s model
-    arguments (FSDP2's gradient sync only on the last one, as users accumulate); the timer starts
+    arguments (FSDP2's gradient sync only on the last one, as users accumulate), the gradients
+    clipped to max_grad_norm (0: not clipped) before each optimizer step; the timer starts
     (run_steps.start) after the warm-up."""
     import torch
     for step in range(warmup + steps):
@@ -46,6 +50,10 @@ def run_steps(model, optimizer, next_batch, warmup, steps, grad_accum):
                 model.set_requires_gradient_sync(micro == grad_accum - 1)
             loss = model(**next_batch()).loss / grad_accum
             loss.backward()
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(
+                [p for group in optimizer.param_groups for p in group["params"]], max_grad_norm,
+                foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     run_steps.loss = loss.item() * grad_accum
@@ -68,7 +76,12 @@ def main():
     parser.add_argument("--documents", metavar="TOKEN_FILE",
                         help="packed documents of this version 3 token file, FlexAttention "
                              "block-causal document masks (requires --compile)")
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, metavar="X",
+                        help="clip the global gradient norm to X before each step; 0: no "
+                             "clipping (default 1.0, as shardtrain's train.max_grad_norm)")
     args = parser.parse_args()
+    if args.max_grad_norm < 0:
+        parser.error("--max-grad-norm must be >= 0 (0 disables clipping)")
     if args.documents and not args.compile:
         parser.error("--documents needs --compile (uncompiled FlexAttention materialises the "
                      "scores)")
@@ -142,7 +155,8 @@ def main():
         from torch.nn.attention import SDPBackend, sdpa_kernel
         sdpa = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION])
     with sdpa:
-        run_steps(model, optimizer, next_batch, warmup, steps, args.grad_accum)
+        run_steps(model, optimizer, next_batch, warmup, steps, args.grad_accum,
+                  args.max_grad_norm)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - run_steps.start
 
@@ -152,7 +166,7 @@ def main():
               "tokens_per_s": tokens / elapsed, "step_ms": 1000 * elapsed / steps,
               "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
               "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30, "lora": args.lora,
-              "grad_accum": args.grad_accum,
+              "grad_accum": args.grad_accum, "max_grad_norm": args.max_grad_norm,
               "checkpointing": checkpointing, "loss": run_steps.loss,
               "documents_per_sequence": documents and documents.mean_documents(),
               "graphs_compiled_while_timed": graphs_since(run_steps.graphs_at_start)}

@@ -11,8 +11,10 @@
 #              (attention outputs kept) against PyTorch's full (transformers has no selective)
 #   +lean      ours with the one-GPU memory levers: the bf16 copy built on demand and the AdamW
 #              step per unit in backward (--fsdp.compute_copy=on_demand
-#              --optim.update_in_backward=true --train.max_grad_norm=0; PyTorch's baseline never
-#              clips either, so both do the same work). Without +lean, fsdp.compute_copy = auto.
+#              --optim.update_in_backward=true --train.max_grad_norm=0, which the step in
+#              backward needs; PyTorch with --max-grad-norm 0, so neither clips). Without +lean,
+#              fsdp.compute_copy = auto, and both clip the gradient norm at 1.0 (ours'
+#              train.max_grad_norm default, PyTorch's clip_grad_norm_), as users fine-tune.
 #   +wgmma     ours with the cp.async wgmma attention kernels instead of the warp-specialised ones
 #              (the Hopper default they replaced): the test worker beside SHARDTRAIN_BIN
 #              (shardtrain_test_worker, the same program plus its test hooks) with
@@ -89,7 +91,7 @@ for run in "${runs[@]}"; do
       ckpt) ours_args+=(--train.activation_checkpointing=full) torch_args+=(--checkpointing) ;;
       sel) ours_args+=(--train.activation_checkpointing=selective) torch_args+=(--checkpointing) ;;
       lean) ours_args+=(--fsdp.compute_copy=on_demand --optim.update_in_backward=true
-        --train.max_grad_norm=0) ;;
+        --train.max_grad_norm=0) torch_args+=(--max-grad-norm 0) ;;
       wgmma) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma)
         ours_bin=$(dirname "$bin")/shardtrain_test_worker ;;
       wgmmafwd) ours_env+=(SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma-forward)

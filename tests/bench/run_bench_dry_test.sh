@@ -3,7 +3,7 @@
 # run specs parse into the right flags for both engines, +wgmma (+wgmmafwd) runs ours as the test worker with
 # the cp.async-wgmma attention hook (its forward-only form; the shipped binary reads no test variable), runs that differ only in ours' settings share one PyTorch measurement of
 # the call, +docs gives both engines one token file of documents (ours masked apart, PyTorch with
-# FlexAttention, no eager row), +accumN accumulates on both, a bad spec exits 2 naming it; and benchlib.py loss-diff compares
+# FlexAttention, no eager row), +accumN accumulates on both, +lean turns clipping off on both, a bad spec exits 2 naming it; and benchlib.py loss-diff compares
 # two metrics files.
 # Usage: run_bench_dry_test.sh SHARDTRAIN_BIN SOURCE_DIR
 set -euo pipefail
@@ -74,6 +74,20 @@ if grep -q -- "--train.precision" "$work/fp8/qwen2.5-1.5b-shardtrain.log"; then
   fail "the plain run is fp8"
 fi
 grep -q "reused" "$work/fp8/qwen2.5-1.5b+fp8-pytorch.log" || fail "+fp8: PyTorch ran twice"
+
+# Clipping: by default both clip (ours' train.max_grad_norm default, PyTorch's default
+# --max-grad-norm 1.0); +lean turns it off on both (the step in backward needs it off), so
+# PyTorch is measured apart.
+BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/lean" qwen2.5-1.5b \
+  qwen2.5-1.5b+lean >"$work/lean.txt" 2>&1 || { cat "$work/lean.txt"; fail "+lean dry run"; }
+grep -q -- "--train.max_grad_norm=0" "$work/lean/qwen2.5-1.5b+lean-shardtrain.log" ||
+  fail "+lean: ours clips"
+grep -q -- "pytorch_fsdp2.py .* --max-grad-norm 0 --compile" \
+  "$work/lean/qwen2.5-1.5b+lean-pytorch.log" || fail "+lean: PyTorch clips"
+if grep -q -- "max.grad.norm" "$work/lean/qwen2.5-1.5b-shardtrain.log" \
+  "$work/lean/qwen2.5-1.5b-pytorch.log"; then
+  fail "the plain run changes a clipping default"
+fi
 
 # +accumN: both engines accumulate N micro-batches per optimizer step; PyTorch measured apart.
 BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/accum" qwen2.5-1.5b \
