@@ -8,9 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/testing/test_support.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_checksum.h"
 
 namespace shardtrain {
@@ -128,6 +132,49 @@ TEST_F(CheckpointDirTest, RankDigestsAreCollectedInRankOrderAndRemoved) {
   EXPECT_EQ(entries[0].digest.xxh64, 0xdefULL);
   EXPECT_EQ(entries[1].digest.bytes, 10u);
   EXPECT_TRUE(take_rank_digests(step_dir).empty());
+}
+
+// Resuming rewrites the metrics JSONL from the checkpoint's step (train/checkpoint/checkpoint.h).
+class TruncateMetricsTest : public testing::TempDirTest {
+ protected:
+  static std::string read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+TEST_F(TruncateMetricsTest, KeepsTheStepsUpToTheCheckpointAndDropsATornLastRecord) {
+  const std::string metrics = write("metrics.jsonl",
+                                    "{\"step\": 1, \"loss\": 2.5}\n\n{\"step\": 2, \"loss\": 2.4}\n"
+                                    "{\"step\": 3, \"loss\": 2.3}\n{\"step\": 4, \"lo");
+  truncate_metrics_after(metrics, 2);
+  EXPECT_EQ(read(metrics), "{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": 2.4}\n");
+  truncate_metrics_after(path("absent.jsonl"), 2);  // no file: nothing to do
+  EXPECT_FALSE(fs::exists(path("absent.jsonl")));
+}
+
+// A --metrics path that names someone else's file is refused, and the file keeps every byte.
+TEST_F(TruncateMetricsTest, AFileThatIsNotOursIsLeftAsItIs) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"step\": 1}\nmy notes: not JSON\n{\"step\": 2}\n", "notes.txt:2: not a shardtrain"},
+      {"{\"step\": 1}\n{\"loss\": 2.0}\n", "notes.txt:2: not a shardtrain"},
+      {"[1, 2]\n", "notes.txt:1: not a shardtrain"},
+      {"{\"step\": \"one\"}\n", "notes.txt:1: not a shardtrain"},
+  };
+  for (const auto& [contents, expected] : cases) {
+    const std::string notes = write("notes.txt", contents);
+    const std::string message = error_of([&] { truncate_metrics_after(notes, 1); });
+    EXPECT_NE(message.find(expected), std::string::npos) << contents << " -> " << message;
+    EXPECT_NE(message.find("pass the run's own metrics file or a new path"), std::string::npos);
+    EXPECT_EQ(read(notes), contents);
+  }
+  // One line past the JSONL bound (a sparse file without newlines): refused unread.
+  const std::string big = write("big.jsonl", "{\"step\": 1}\n");
+  ASSERT_EQ(::truncate(big.c_str(), 300 << 20), 0);
+  const std::string message = error_of([&] { truncate_metrics_after(big, 1); });
+  EXPECT_NE(message.find("big.jsonl:2: the line is longer than 256 MiB"), std::string::npos)
+      << message;
+  EXPECT_EQ(fs::file_size(big), uintmax_t{300} << 20);
 }
 
 }  // namespace

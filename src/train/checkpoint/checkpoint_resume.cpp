@@ -3,13 +3,17 @@
 // dir with later checkpoints, and the metrics file cut back to the resumed step.
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/jsonl_lines.h"
 #include "io/atomic_file.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_dir.h"
@@ -113,18 +117,35 @@ ResumeResult resume_training(const std::string& resume, const std::string& dir, 
 void truncate_metrics_after(const std::string& path, int64_t step) {
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) return;
-  std::ifstream in(path);
-  std::string kept;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    try {
-      const nlohmann::json record = nlohmann::json::parse(line);
-      if (record.contains("step") && record["step"].get<int64_t>() > step) continue;
-    } catch (const nlohmann::json::exception&) {
-      continue;  // a torn last line from a crash
+  // Only a file of our records is rewritten: a path that names someone else's file (a typo, a
+  // shared log) fails before a byte of it changes. A last line that is not JSON is the torn
+  // record of a crash and is dropped.
+  const auto not_ours = [&](size_t line_number) {
+    fail(
+        "--metrics {}:{}: not a shardtrain metrics record; resuming rewrites the metrics file from "
+        "the checkpoint's step, so it was left as it is: pass the run's own metrics file or a new "
+        "path",
+        path, line_number);
+  };
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("--metrics {}: cannot open ({}); check the path", path, std::strerror(errno));
+  std::string kept, line;
+  std::optional<size_t> unparsed_line;  // a line that is not JSON: only the last may be
+  for (size_t line_number = 1; read_jsonl_line(in, line, "--metrics " + path, line_number);
+       ++line_number) {
+    if (is_blank_line(line)) continue;
+    if (unparsed_line) not_ours(*unparsed_line);
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded()) {
+      unparsed_line = line_number;
+      continue;
     }
+    const auto found = record.is_object() ? record.find("step") : record.end();
+    if (found == record.end() || !found->is_number_integer()) not_ours(line_number);
+    if (found->get<int64_t>() > step) continue;
     kept += line + "\n";
   }
+  if (in.bad()) fail("--metrics {}: read failed ({})", path, std::strerror(errno));
   write_file_atomically(path, kept);
 }
 
