@@ -1,5 +1,8 @@
 #include "obs/metrics_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -35,10 +38,23 @@ nlohmann::json metrics_record(const StepReport& report) {
 }
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
-  file_ = std::fopen(path.c_str(), "a");
-  if (file_ == nullptr) {
+  // Non-blocking open: a FIFO nobody reads would otherwise hold the run in open() forever
+  // (POSIX: ENXIO instead). Then blocking again, so records are written whole.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ENXIO) {
+    fail("metrics file {}: a FIFO that no process reads; start its reader first, or pass a file",
+         path);
+  }
+  if (fd < 0) {
     fail("cannot open metrics file {}: {}; HINT: check that its directory exists and is writable",
          path, std::strerror(errno));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0 ||
+      (file_ = ::fdopen(fd, "a")) == nullptr) {
+    const int error = errno;
+    ::close(fd);
+    fail("cannot open metrics file {}: {}", path, std::strerror(error));
   }
 }
 

@@ -21,7 +21,9 @@ nlohmann::json metrics_record(const StepReport& report);
 class MetricsLog {
  public:
   MetricsLog() = default;
-  // Opens `path` for appending; throws Error naming it if it cannot be opened.
+  // Opens `path` for appending (a file, created if missing, or a stream such as /dev/stdout or a
+  // FIFO with a reader); throws Error naming it if it cannot be opened, and at once for a FIFO
+  // that no process reads (the open would wait forever).
   explicit MetricsLog(const std::string& path);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;

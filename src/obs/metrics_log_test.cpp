@@ -2,12 +2,15 @@
 // when measured, and one complete line per append.
 #include "obs/metrics_log.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <string>
 
+#include "core/error.h"
 #include "obs/progress.h"
 
 namespace shardtrain {
@@ -108,6 +111,34 @@ TEST(MetricsLog, AppendsOneLinePerReport) {
   EXPECT_EQ(nlohmann::json::parse(first).at("step"), 7);
   EXPECT_EQ(nlohmann::json::parse(second).at("step"), 8);
   std::remove(path.c_str());
+}
+
+// A FIFO nobody reads would hold the run in open() forever: refused at once with one line. With
+// a reader it is a stream like any other.
+TEST(MetricsLog, AFifoWithoutAReaderIsRefusedAtOnce) {
+  const std::string fifo = testing::TempDir() + "metrics_log_fifo_" + std::to_string(::getpid());
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string message = "(no error)";
+  try {
+    MetricsLog log(fifo);
+  } catch (const Error& error) {
+    message = error.what();
+  }
+  EXPECT_NE(message.find("a FIFO that no process reads"), std::string::npos) << message;
+
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  {
+    MetricsLog log(fifo);
+    log.append(sample_report());
+  }
+  char buffer[4096];
+  const ssize_t got = ::read(reader, buffer, sizeof buffer);
+  ::close(reader);
+  ASSERT_GT(got, 0);
+  EXPECT_EQ(nlohmann::json::parse(std::string(buffer, got)).at("step"), 7);
+  std::remove(fifo.c_str());
 }
 
 }  // namespace

@@ -194,7 +194,8 @@ ResumeResult resume_training(const std::string& resume, const std::string& dir, 
 // run appends from the step it resumed at (one record per completed step). Atomic. A last line
 // that is not JSON (a record torn by a crash) is dropped; any other line that is not a record
 // with an integer "step", or a line past the JSONL bound, throws Error naming path:line and the
-// file is left unchanged (it is not ours to rewrite).
+// file is left unchanged (it is not ours to rewrite). Anything but a regular file (a FIFO,
+// /dev/stdout) is left alone.
 void truncate_metrics_after(const std::string& path, int64_t step);
 
 }  // namespace shardtrain

@@ -4,6 +4,7 @@
 #include "train/checkpoint/checkpoint_dir.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -151,6 +152,10 @@ TEST_F(TruncateMetricsTest, KeepsTheStepsUpToTheCheckpointAndDropsATornLastRecor
   EXPECT_EQ(read(metrics), "{\"step\": 1, \"loss\": 2.5}\n{\"step\": 2, \"loss\": 2.4}\n");
   truncate_metrics_after(path("absent.jsonl"), 2);  // no file: nothing to do
   EXPECT_FALSE(fs::exists(path("absent.jsonl")));
+  // A stream is not rewritten, nor read: a FIFO with no writer would block the read forever.
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  truncate_metrics_after(path("fifo"), 2);
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
 }
 
 // A --metrics path that names someone else's file is refused, and the file keeps every byte.

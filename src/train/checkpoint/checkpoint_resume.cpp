@@ -116,7 +116,9 @@ ResumeResult resume_training(const std::string& resume, const std::string& dir, 
 
 void truncate_metrics_after(const std::string& path, int64_t step) {
   std::error_code ec;
-  if (path.empty() || !fs::exists(path, ec)) return;
+  // A stream (--metrics /dev/stdout, a FIFO) has nothing to rewrite, and reading it could wait
+  // forever (a terminal, a FIFO with no writer).
+  if (path.empty() || !fs::is_regular_file(path, ec)) return;
   // Only a file of our records is rewritten: a path that names someone else's file (a typo, a
   // shared log) fails before a byte of it changes. A last line that is not JSON is the torn
   // record of a crash and is dropped.
