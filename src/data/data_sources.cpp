@@ -95,8 +95,13 @@ std::vector<DataSource> expand_data_sources(const std::string& path_list, const 
       source.files = glob_files(spec, key);
     } else if (fs::is_directory(spec, ec)) {
       source.files = directory_files(spec, key);
-    } else if (fs::exists(spec, ec)) {
+    } else if (fs::is_regular_file(spec, ec)) {
       source.files = {spec};
+    } else if (fs::exists(spec, ec)) {
+      fail(
+          "{}: '{}' is not a regular file (a device, FIFO or socket); HINT: name a data file, a "
+          "directory of them or a glob",
+          key, spec);
     } else {
       fail(
           "{}: '{}' does not exist; HINT: check the path (relative paths start at the working "

@@ -11,6 +11,7 @@
 #include "core/json_depth.h"
 #include "core/json_message.h"
 #include "data/jsonl_lines.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 namespace {
@@ -41,6 +42,10 @@ int32_t read_id(const nlohmann::json& element, const char* field, size_t index, 
 JsonlDataset::JsonlDataset(const std::string& path, int64_t seq_len, int64_t pad_id)
     : path_(path), seq_len_(seq_len), pad_id_(pad_id) {
   SHARDTRAIN_CHECK(seq_len >= 1 && pad_id >= 0, "seq_len {} pad_id {}", seq_len, pad_id);
+  if (is_special_file(path)) {  // a FIFO would hold the open, /dev/zero the read, forever
+    fail("jsonl {}: not a regular file (a directory, device, FIFO or socket); check data.path",
+         path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("jsonl {}: cannot open ({}); check data.path", path, std::strerror(errno));
   std::string line;

@@ -1,6 +1,7 @@
 #include "data/jsonl_dataset.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -110,6 +111,16 @@ TEST_F(JsonlDatasetTest, ALineLongerThan256MiBIsRefusedUnread) {
   EXPECT_NE(message.find("d.jsonl:3: the line is longer than 256 MiB"), std::string::npos)
       << message;
   EXPECT_NE(message.find("one record per line"), std::string::npos) << message;
+}
+
+// A FIFO or a device named as the data would hold the open or the read forever: refused unread.
+TEST_F(JsonlDatasetTest, AFifoOrDeviceIsRefusedUnread) {
+  const std::string fifo = (dir_ / "fifo.jsonl").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    const std::string message = error_of([&] { JsonlDataset dataset(path, 4, 0); });
+    EXPECT_NE(message.find("jsonl " + path + ": not a regular file"), std::string::npos) << message;
+  }
 }
 
 TEST(JsonlLines, ReadsLinesAsGetlineDoesAndStopsPastTheBound) {

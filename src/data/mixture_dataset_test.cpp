@@ -4,6 +4,7 @@
 #include "data/mixture_dataset.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -58,6 +59,15 @@ TEST_F(MixtureTest, SourcesExpandFilesGlobsAndDirectoriesInOrder) {
   EXPECT_TRUE(names_several_files(a + "," + a));
   EXPECT_TRUE(names_several_files((dir_ / "shards").string()));
   EXPECT_FALSE(names_several_files(a));
+}
+
+TEST_F(MixtureTest, AFifoSourceIsRefusedUnread) {
+  const std::string a = write_jsonl("a.jsonl", 2, 100);
+  const std::string fifo = (dir_ / "fifo.jsonl").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string message = error_of([&] { expand_data_sources(a + "," + fifo, "data.path"); });
+  EXPECT_NE(message.find("data.path: '" + fifo + "' is not a regular file"), std::string::npos)
+      << message;
 }
 
 TEST_F(MixtureTest, BadSourcesAndWeightsAreNamed) {

@@ -24,6 +24,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/utf8.h"
 #include "data/tokenizer_files.h"
+#include "io/read_file.h"
 #include "obs/phase_progress.h"
 
 namespace shardtrain {
@@ -99,7 +100,10 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
   }
 }
 
-std::string read_file(const std::string& path) {
+std::string read_data_file(const std::string& path) {
+  if (is_special_file(path)) {  // a FIFO would hold the open, /dev/zero the read, forever
+    fail("{}: not a regular file (a directory, device, FIFO or socket); check the data path", path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open ({}); check the data path", path, std::strerror(errno));
   std::ostringstream text;
@@ -373,7 +377,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options) {
   if (files.pad_token)
     report.pad_id = tokenizer.token_to_id(*files.pad_token).value_or(report.eos_id);
 
-  const std::string text = read_file(options.data_path);
+  const std::string text = read_data_file(options.data_path);
   if (is_blank_line(text)) {
     fail("{}: no usable example: the file is empty; it needs one JSON example per line",
          options.data_path);

@@ -4,6 +4,7 @@
 #include "data/prepare.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -139,6 +140,12 @@ TEST_F(PrepareTest, ALineLongerThan256MiBIsABadLine) {
   PrepareOptions skipping = options(data);
   skipping.on_bad_line = BadLinePolicy::kSkip;
   EXPECT_EQ(prepare_dataset(skipping).skipped_lines, 1u);
+}
+
+TEST_F(PrepareTest, AFifoIsRefusedUnread) {
+  const std::string fifo = (dir_ / "fifo.jsonl").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of(options(fifo)).rfind(fifo + ": not a regular file", 0), 0u);
 }
 
 TEST_F(PrepareTest, InvalidUtf8CanBeReplaced) {

@@ -45,7 +45,9 @@ std::string printable(const char* bytes, size_t count) {
 // The whole file mapped read-only. Throws Error naming `path` when it cannot be opened, is not a
 // regular file, or is shorter than a header.
 std::pair<void*, size_t> map_token_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO's open would wait for a writer; it returns at once and the regular-file
+  // check below refuses it (no effect on regular files).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("token file {}: cannot open ({}); check data.path", path, std::strerror(errno));
   struct stat info {};
   const int stat_errno = ::fstat(fd, &info) != 0 ? errno : 0;

@@ -80,12 +80,14 @@ TEST_F(TokenFileDocumentsTest, InconsistentTablesAreOneLineNamingTheFile) {
     EXPECT_NE(message.find(file_path), std::string::npos) << message;
     EXPECT_NE(message.find(c.expected), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    EXPECT_THROW(open_dataset(file_path, DataFormat::kTokens, 4, 0, PackingMode::kDocuments), Error);
+    EXPECT_THROW(open_dataset(file_path, DataFormat::kTokens, 4, 0, PackingMode::kDocuments),
+                 Error);
   }
 }
 
 TEST_F(TokenFileDocumentsTest, DocumentsModeGivesEachWindowItsStarts) {
-  const auto dataset = open_dataset(write_v3("d.bin"), DataFormat::kTokens, 4, 0, PackingMode::kDocuments);
+  const auto dataset =
+      open_dataset(write_v3("d.bin"), DataFormat::kTokens, 4, 0, PackingMode::kDocuments);
   ASSERT_EQ(dataset->size(), 2u);
   // Window [0, 4): a document begins at 3. Window [4, 8): at 6 (position 2); the one that began
   // at 3 runs on into the window, whose first token begins a document anyway.
@@ -99,7 +101,8 @@ TEST_F(TokenFileDocumentsTest, DocumentsModeGivesEachWindowItsStarts) {
 }
 
 TEST_F(TokenFileDocumentsTest, ConcatenateIgnoresTheTable) {
-  const auto dataset = open_dataset(write_v3("d.bin"), DataFormat::kTokens, 4, 0, PackingMode::kConcatenate);
+  const auto dataset =
+      open_dataset(write_v3("d.bin"), DataFormat::kTokens, 4, 0, PackingMode::kConcatenate);
   EXPECT_TRUE(dataset->get(0).document_starts.empty());
   const Batch batch = make_batch({dataset->get(0)});
   EXPECT_FALSE(batch.has_documents());

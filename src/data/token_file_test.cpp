@@ -1,6 +1,7 @@
 #include "data/token_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -79,6 +80,13 @@ TEST_F(TokenFileTest, TruncatedFileNamesExpectedAndActualSize) {
   EXPECT_NE(message.find("size is 45 bytes"), std::string::npos) << message;
   EXPECT_NE(message.find("requires 48 bytes"), std::string::npos) << message;
   EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+}
+
+// A FIFO named as a token file is refused at once: its open would wait for a writer forever.
+TEST_F(TokenFileTest, AFifoIsRefusedWithoutWaiting) {
+  ASSERT_EQ(::mkfifo(path("fifo.bin").c_str(), 0600), 0);
+  const std::string message = error_of([&] { TokenFile file(path("fifo.bin")); });
+  EXPECT_NE(message.find("fifo.bin: not a regular file"), std::string::npos) << message;
 }
 
 TEST_F(TokenFileTest, TruncatedMaskIsCaught) {
@@ -210,7 +218,8 @@ TEST_F(TokenFileTest, DatasetAppliesLossMask) {
 
 TEST_F(TokenFileTest, DatasetShorterThanSeqLen) {
   write_token_file(path("s.bin"), std::vector<uint32_t>{1, 2, 3});
-  const std::string message = error_of([&] { open_dataset(path("s.bin"), DataFormat::kTokens, 4, 0); });
+  const std::string message =
+      error_of([&] { open_dataset(path("s.bin"), DataFormat::kTokens, 4, 0); });
   EXPECT_NE(message.find("has 3 tokens, fewer than data.seq_len = 4"), std::string::npos)
       << message;
 }
@@ -239,9 +248,12 @@ TEST_F(TokenFileTest, FormatResolution) {
   EXPECT_EQ(resolve_data_format("a.jsonl", DataFormat::kAuto), DataFormat::kJsonl);
   EXPECT_EQ(resolve_data_format("a.json", DataFormat::kAuto), DataFormat::kJsonl);
   EXPECT_EQ(resolve_data_format("a.txt", DataFormat::kJsonl), DataFormat::kJsonl);
-  EXPECT_NE(error_of([] { resolve_data_format("a.txt", DataFormat::kAuto); }).find("set data.format"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { open_dataset(path("absent.bin"), DataFormat::kAuto, 4, 0); }).find("no such file"),
+  EXPECT_NE(
+      error_of([] { resolve_data_format("a.txt", DataFormat::kAuto); }).find("set data.format"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              open_dataset(path("absent.bin"), DataFormat::kAuto, 4, 0);
+            }).find("no such file"),
             std::string::npos);
 }
 

@@ -12,12 +12,14 @@
 #include "data/jsonl_lines.h"
 #include "data/mixture_dataset.h"
 #include "data/prepare_cache.h"
+#include "io/read_file.h"
 
 namespace shardtrain {
 namespace {
 
 // True when the first non-blank line of a JSONL file holds pre-tokenized `input_ids`.
 bool first_line_has_input_ids(const std::string& path) {
+  if (is_special_file(path)) return true;  // not read here: the JSONL reader names it
   std::ifstream in(path);
   size_t line_number = 1;
   for (std::string line; read_jsonl_line(in, line, path, line_number); ++line_number) {

@@ -4,6 +4,7 @@
 #include "train/training_data.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,6 +105,16 @@ TEST_F(TrainingDataTest, FormatProbeRefusesAFirstLineLongerThan256MiB) {
   const std::string message = error_of([&] { resolve_training_data_format(data); });
   EXPECT_NE(message.find("one-line.jsonl:2: the line is longer than 256 MiB"), std::string::npos)
       << message;
+}
+
+// The format probe does not open a FIFO (it would wait for a writer): the JSONL reader names it.
+TEST_F(TrainingDataTest, FormatProbeLeavesAFifoToTheReader) {
+  DataConfig data;
+  data.path = path("fifo.jsonl");
+  ASSERT_EQ(::mkfifo(data.path.c_str(), 0600), 0);
+  EXPECT_EQ(resolve_training_data_format(data), DataFormat::kJsonl);
+  const std::string message = error_of([&] { open_training_data(data, "", 0); });
+  EXPECT_NE(message.find("fifo.jsonl: not a regular file"), std::string::npos) << message;
 }
 
 TEST_F(TrainingDataTest, OldTokenFileLoadsAsConcatenate) {
