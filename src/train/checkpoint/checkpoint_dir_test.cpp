@@ -165,6 +165,8 @@ TEST_F(TruncateMetricsTest, AFileThatIsNotOursIsLeftAsItIs) {
       {"{\"step\": 1}\n{\"loss\": 2.0}\n", "notes.txt:2: not a shardtrain"},
       {"[1, 2]\n", "notes.txt:1: not a shardtrain"},
       {"{\"step\": \"one\"}\n", "notes.txt:1: not a shardtrain"},
+      {"{\"step\": 1}\n" + std::string(100000, '[') + "\n{\"step\": 2}\n",
+       "notes.txt:2: not a shardtrain"},
   };
   for (const auto& [contents, expected] : cases) {
     const std::string notes = write("notes.txt", contents);

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/log.h"
 #include "data/jsonl_lines.h"
 #include "io/atomic_file.h"
@@ -137,6 +138,7 @@ void truncate_metrics_after(const std::string& path, int64_t step) {
        ++line_number) {
     if (is_blank_line(line)) continue;
     if (unparsed_line) not_ours(*unparsed_line);
+    if (json_nesting_problem(line)) not_ours(line_number);  // ours are flat; a deep tree is not
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (record.is_discarded()) {
       unparsed_line = line_number;
