@@ -14,7 +14,9 @@
 namespace shardtrain {
 
 MappedFile MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO's open would wait for a writer forever; it returns at once and the
+  // regular-file check below refuses it (no effect on regular files).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) fail("file {} does not exist; HINT: check the path", path);

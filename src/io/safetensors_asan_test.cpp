@@ -1,6 +1,7 @@
 // Safetensors, HF checkpoint directories and atomic writes, run under AddressSanitizer: every
 // malformed input must throw shardtrain::Error naming the file, never read out of bounds.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -390,6 +391,14 @@ TEST(MappedFileTest, MapsContentsAndEmptyFiles) {
   EXPECT_EQ(std::memcmp(file.data(), "hello", 5), 0);
   write_file_atomically(dir.file("empty"), "");
   EXPECT_EQ(MappedFile::open(dir.file("empty")).size(), 0u);
+}
+
+// A FIFO named as a weights file is refused at once: its open would wait for a writer forever.
+TEST(MappedFileTest, AFifoIsRefusedWithoutWaiting) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("model.safetensors").c_str(), 0600), 0);
+  expect_error([&] { MappedFile::open(dir.file("model.safetensors")); },
+               {dir.file("model.safetensors"), "a special file, not a regular file"});
 }
 
 // ---- HfCheckpoint ----

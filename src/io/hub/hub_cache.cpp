@@ -42,11 +42,16 @@ void make_dirs(const fs::path& dir) {
   }
 }
 
+// A ref's text (a 40-hex commit): at most its first 256 bytes, and only from a regular file (a
+// FIFO in a damaged cache would hold the open forever, /dev/zero the read).
 std::string read_small_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  std::getline(in, text, '\0');
-  return text.substr(0, 256);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return "";
+  std::ifstream in(path, std::ios::binary);
+  std::string text(256, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text.substr(0, text.find('\0'));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // wrong token, a missing revision, a corrupt download, more bytes than announced, offline with
 // nothing cached, a bad revision name, bad HF_* variables.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -347,6 +348,22 @@ TEST(HubCacheTest, IdsRevisionsAndFileNames) {
   EXPECT_FALSE(error_of([] { check_repo_file_name("../x.safetensors", "f"); }).empty());
   EXPECT_FALSE(error_of([] { check_repo_file_name("/etc/passwd", "f"); }).empty());
   EXPECT_FALSE(error_of([] { check_etag("abc/../d", "f"); }).empty());
+}
+
+// A damaged cache's ref (a FIFO, a huge file, a commit followed by junk) names no commit and is
+// read without waiting or reading it whole.
+TEST(HubCacheTest, ARefThatIsNotACommitNamesNone) {
+  const testing::TempDir cache("shardtrain_hub_cache_");
+  const HubCacheRepo repo(cache.path(), "Org/Name");
+  fs::create_directories(fs::path(repo.dir()) / "refs");
+  const std::string commit(40, 'a');
+  std::ofstream(fs::path(repo.dir()) / "refs" / "main", std::ios::binary) << commit;
+  EXPECT_EQ(repo.cached_commit("main"), commit);
+  ASSERT_EQ(::mkfifo((fs::path(repo.dir()) / "refs" / "fifo").c_str(), 0600), 0);
+  EXPECT_EQ(repo.cached_commit("fifo"), std::nullopt);
+  std::ofstream(fs::path(repo.dir()) / "refs" / "huge", std::ios::binary)
+      << commit << std::string(1 << 20, 'b');
+  EXPECT_EQ(repo.cached_commit("huge"), std::nullopt);
 }
 
 }  // namespace
