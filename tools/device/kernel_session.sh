@@ -13,6 +13,9 @@
 # PyTorch), and last an FP8 op profile with each switch of ops/ops_switches.h named in
 # FP8_BEFORE set to 0 (the before of that choice, in the same call).
 #   TIMINGS="attention moe lora fp8"   which timings (default all four; empty: none)
+#   GPU_TESTS=0                the attention tests only, not every GPU test (and only their
+#                              binaries and the timings' are built): ~60-90 s less for a call
+#                              that benches kernels a call before has tested
 #   FP8_BENCH, MOE_BENCH, LORA_BENCH, BF16_BENCH   the runs of each bench group, in this order
 #                              (run_bench.sh's RUN syntax; defaults below; empty: skipped).
 #                              MOE_BENCH runs only on a GPU with more than 120 GB (the
@@ -23,7 +26,16 @@
 # Usage: tools/device/kernel_session.sh
 source "$(dirname "$0")/common.sh"
 gpu_info
-mapfile -t tests < <(gpu_test_names)
+timings=${TIMINGS-attention moe lora fp8}
+if [[ ${GPU_TESTS:-1} == 0 ]]; then
+  tests=(cuda_attention_gpu_test)
+  [[ $timings == *attention* ]] && tests+=(cuda_ops_throughput_gpu_test)
+  [[ $timings == *moe* ]] && tests+=(cuda_moe_gpu_test)
+  [[ $timings == *lora* ]] && tests+=(cuda_lora_gpu_test)
+  [[ $timings == *fp8* ]] && tests+=(cuda_fp8_throughput_gpu_test)
+else
+  mapfile -t tests < <(gpu_test_names)
+fi
 build_gpu "${tests[@]}" || exit 1
 echo "build: $(elapsed) s"
 attention_tests() {  # LOG: the attention kernel tests; their status
@@ -40,8 +52,11 @@ if ! attention_tests attention-tests.log; then
   echo "only the dQ writer failed: going on with the dQ atomics (SHARDTRAIN_ATTENTION_DQ_WRITER=0)"
   writers="0"
 fi
-tools/device/gpu_tests.sh
-timings=${TIMINGS-attention moe lora fp8}
+if [[ ${GPU_TESTS:-1} == 0 ]]; then
+  echo "every other GPU test skipped (GPU_TESTS=0)"
+else
+  tools/device/gpu_tests.sh
+fi
 # Attention under the backward's dQ atomics (0) and its dQ writer (1, ops/ops_switches.h).
 for writer in $writers; do
   [[ $timings == *attention* ]] && room 40 "attention timing" || break
