@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace shardtrain {
@@ -23,23 +25,32 @@ std::string jsonl_line_too_long_message(std::string_view where, size_t max_bytes
 bool read_jsonl_line(std::istream& in, std::string& line, std::string_view source,
                      size_t line_number, size_t max_bytes) {
   line.clear();
-  // As std::getline: the sentry flushes a tied output stream first (a command that prints each
-  // result before reading the next line keeps its output when a later line fails).
-  const std::istream::sentry sentry(in, /*noskipws=*/true);
-  std::streambuf* buffer = in.rdbuf();
-  if (!sentry || buffer == nullptr) return false;
+  // istream::getline in chunks: the library scans its buffer for '\n' (several GB/s; a character
+  // at a time was 8x slower), and the chunk sizes stop the read one byte past the bound.
+  char chunk[1 << 16];
   for (;;) {
-    const int c = buffer->sbumpc();
-    if (c == std::char_traits<char>::eof()) {
-      in.setstate(line.empty() ? std::ios::eofbit | std::ios::failbit : std::ios::eofbit);
-      return !line.empty();
+    const size_t room = max_bytes - line.size() + 1;  // bytes to store before the bound is passed
+    const auto request = static_cast<std::streamsize>(std::min(sizeof chunk, room + 1));
+    in.getline(chunk, request);  // as std::getline: flushes a tied stream (the sentry) first
+    const auto got = static_cast<size_t>(in.gcount());
+    if (in.bad()) return false;
+    if (!in.fail()) {  // the line's '\n' (counted in gcount, not stored), or the input's end
+      const bool newline = !in.eof();
+      line.append(chunk, got - (newline ? 1 : 0));
+      if (line.size() > max_bytes) break;
+      return true;
     }
-    if (c == '\n') return true;
-    if (line.size() == max_bytes) {
-      fail("{}", jsonl_line_too_long_message(fmt::format("{}:{}", source, line_number), max_bytes));
+    if (got == 0) {  // nothing left: the end of the input (a line that ended on a chunk's end)
+      if (line.empty()) return false;
+      in.clear(std::ios::eofbit);
+      return true;
     }
-    line.push_back(static_cast<char>(c));
+    line.append(chunk, got);  // the chunk filled before the '\n'
+    if (line.size() > max_bytes) break;
+    in.clear(in.rdstate() & ~std::ios::failbit);
   }
+  in.clear(in.rdstate() & ~std::ios::failbit);  // positioned one byte past the bound
+  fail("{}", jsonl_line_too_long_message(fmt::format("{}:{}", source, line_number), max_bytes));
 }
 
 }  // namespace shardtrain
