@@ -8,8 +8,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # Where nvcc exists the default build is the fat binary (sm_80, 86, 89, 90a; its CUDA part took
 # 232 CPU-seconds here against 88 for one architecture, docs/gpus.md), which fits CI's budget, so
 # CI builds what users get. SHARDTRAIN_CUDA_ARCH (e.g. 90a) narrows it for a quick local run.
-build_args=()
-[[ -n ${SHARDTRAIN_CUDA_ARCH:-} ]] && build_args+=("-DSHARDTRAIN_CUDA_ARCH=$SHARDTRAIN_CUDA_ARCH")
+# CUDA back to AUTO and the architectures back to the fat default (-U: CMakeLists.txt's default
+# again) whatever the build directory's cache holds: scripts/demo.sh configures the same directory
+# for the CPU alone (no GPU) or for the one GPU found, and the tests would inherit that silently.
+build_args=(-DSHARDTRAIN_CUDA=AUTO)
+if [[ -n ${SHARDTRAIN_CUDA_ARCH:-} ]]; then
+  build_args+=("-DSHARDTRAIN_CUDA_ARCH=$SHARDTRAIN_CUDA_ARCH")
+else
+  build_args+=(-USHARDTRAIN_CUDA_ARCH)
+fi
 # The libFuzzer targets (tests/fuzz: the parsers compiled again with clang, ASan and UBSan; about
 # 7 CPU-minutes to build) are built wherever clang++ is (setup.sh installs it) and ctest runs each
 # for SHARDTRAIN_FUZZ_SECONDS (default 15) on its committed seeds. SHARDTRAIN_FUZZ=0 leaves

@@ -137,6 +137,13 @@ TEST(JsonlLines, ReadsLinesAsGetlineDoesAndStopsPastTheBound) {
   EXPECT_TRUE(read_jsonl_line(ends_in_newline, line, "in", 1, 32));
   EXPECT_FALSE(read_jsonl_line(ends_in_newline, line, "in", 2, 32)) << "no empty last line";
 
+  std::istringstream at_the_bound(std::string(16, 'y') + "\n" + std::string(16, 'z'));
+  EXPECT_TRUE(read_jsonl_line(at_the_bound, line, "in", 1, 16));
+  EXPECT_EQ(line, std::string(16, 'y')) << "a line of exactly the bound is read";
+  EXPECT_TRUE(read_jsonl_line(at_the_bound, line, "in", 2, 16));
+  EXPECT_EQ(line, std::string(16, 'z')) << "and so is a last one without its newline";
+  EXPECT_FALSE(read_jsonl_line(at_the_bound, line, "in", 3, 16));
+
   std::istringstream long_line("short\n" + std::string(100, 'x') + "\nafter\n");
   EXPECT_TRUE(read_jsonl_line(long_line, line, "stdin", 1, 16));
   const std::string message = error_of([&] { read_jsonl_line(long_line, line, "stdin", 2, 16); });
