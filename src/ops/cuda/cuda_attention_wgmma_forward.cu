@@ -15,7 +15,7 @@
 //   row's first key.
 // Why: wgmma reads each shared K/V tile once per 64 query rows (mma.sync: once per 16), so the
 // shared-memory traffic no longer bounds the tensor cores (the mma.sync kernel peaks near
-// 200 TFLOP/s on an H200, see NOTES.md).
+// 200 TFLOP/s on an H200, see ATTENTION_NOTES.md).
 #include <cuda_bf16.h>
 
 #include <cstdint>

@@ -31,7 +31,7 @@
 // Registers: producer and dQ writer 24 a thread, consumers 240 (setmaxnreg). The wgmma kernel's
 // threads use 254 at D = 128; without the loads' address arithmetic the consumers fit 240 (ptxas:
 // no spills; the writer variant spills 4 bytes at D = 128).
-// The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/NOTES.md,
+// The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/ATTENTION_NOTES.md,
 // bench/RESULTS.md); tests force that one with ops/kernel_overrides.h kWgmma.
 #include <cuda_bf16.h>
 

@@ -17,8 +17,8 @@
 //   keys before a row's first key are masked in the tiles that reach below some row's first key.
 // Why: the wgmma kernel's block barrier per tile and cp.async issue by every thread left the
 // forward latency-bound (Nsight Compute: 0.57 eligible warps per scheduler, tensor pipe 34% busy
-// at the Qwen shape, ops/cuda/NOTES.md); here the loads leave the consumers' instruction stream.
-// The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/NOTES.md,
+// at the Qwen shape, ops/cuda/ATTENTION_NOTES.md); here the loads leave the consumers' instruction stream.
+// The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/ATTENTION_NOTES.md,
 // bench/RESULTS.md); tests force that one with ops/kernel_overrides.h kWgmma.
 #include <cuda_bf16.h>
 

@@ -139,7 +139,7 @@ TEST(CudaDispatch, MmaTilesFitEachGpusSharedMemory) {
       }
     }
   }
-  EXPECT_EQ(mma_backward_shared_bytes(128, 8, 2), 159232u);  // ops/cuda/NOTES.md: 155.5 KB
+  EXPECT_EQ(mma_backward_shared_bytes(128, 8, 2), 159232u);  // ops/cuda/ATTENTION_NOTES.md: 155.5 KB
   EXPECT_EQ(mma_forward_shared_bytes(128, 8), 104448u);      // 102 KB
   EXPECT_EQ(mma_backward_shared_bytes(128, 4, 1), 79616u);
 }

@@ -20,7 +20,7 @@
 //   next expert's weights; output columns past the width (none at multiples of kTileN) are not
 //   stored.
 // Why: cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx) ran Qwen3-30B-A3B's experts (~256 rows
-// each, 2048 <-> 768) at 286-310 TFLOP/s; this kernel at 438-553 (ops/cuda/NOTES.md).
+// each, 2048 <-> 768) at 286-310 TFLOP/s; this kernel at 438-553 (ops/cuda/MOE_NOTES.md).
 #include <cuda.h>
 
 #include <algorithm>

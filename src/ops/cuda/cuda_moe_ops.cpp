@@ -102,7 +102,7 @@ void run_grouped(CudaGroupedGemm& grouped, CublasLtGemm& gemm, bool transpose_a,
 
 // Forward and d(x) run our expert GEMM (cuda_moe_gemm.h) where it fits, unless
 // SHARDTRAIN_MOE_GEMM=cublas (ops/ops_switches.h): it ran Qwen3-30B-A3B's expert GEMMs at
-// 438-553 TFLOP/s against cuBLAS grouped's 286-310 (ops/cuda/NOTES.md).
+// 438-553 TFLOP/s against cuBLAS grouped's 286-310 (ops/cuda/MOE_NOTES.md).
 bool expert_gemm_chosen(const Tensor& a, const Tensor& weight_EOI, const Tensor& out) {
   return moe_gemm_switch() == MoeGemmChoice::kWgmma && a.dtype() == DType::kBF16 &&
          cuda_moe::expert_gemm_fit(a.dim(0), weight_EOI.dim(0), weight_EOI.dim(1),
