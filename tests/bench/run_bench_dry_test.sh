@@ -65,40 +65,40 @@ if grep -q -- "--documents" "$out/qwen2.5-1.5b-pytorch.log"; then
 fi
 if grep -q "eager" "$work/docs/table.txt"; then fail "+docs ran eager PyTorch"; fi
 
+# The plain shape and qwen2.5-1.5b+MOD, dry, into $work/MOD (no eager rows): ours' command for
+# +MOD carries OURS; PyTorch's carries TORCH and is measured apart, or (TORCH empty) the plain
+# shape's measurement is reused.
+dry_modifier() {
+  local mod=$1 ours=$2 torch=$3 dir=$work/$1
+  BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$dir" qwen2.5-1.5b \
+    "qwen2.5-1.5b+$mod" >"$dir.txt" 2>&1 || { cat "$dir.txt"; fail "+$mod dry run"; }
+  grep -q -- "$ours" "$dir/qwen2.5-1.5b+$mod-shardtrain.log" || fail "+$mod: ours lacks $ours"
+  if [[ -z $torch ]]; then
+    grep -q "reused" "$dir/qwen2.5-1.5b+$mod-pytorch.log" || fail "+$mod: PyTorch ran twice"
+  else
+    # A command in the log: PyTorch measured apart, not the plain run's figures reused.
+    grep -q -- "pytorch_fsdp2.py .* $torch --compile" "$dir/qwen2.5-1.5b+$mod-pytorch.log" ||
+      fail "+$mod: PyTorch's command lacks $torch (or the plain measurement was reused)"
+  fi
+}
+
 # +fp8: ours in FP8, PyTorch's bf16 run of the plain shape reused (the same PyTorch settings).
-BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/fp8" qwen2.5-1.5b \
-  qwen2.5-1.5b+fp8 >"$work/fp8.txt" 2>&1 || { cat "$work/fp8.txt"; fail "+fp8 dry run"; }
-grep -q -- "--train.precision=fp8" "$work/fp8/qwen2.5-1.5b+fp8-shardtrain.log" ||
-  fail "+fp8: ours' precision"
+dry_modifier fp8 --train.precision=fp8 ""
 if grep -q -- "--train.precision" "$work/fp8/qwen2.5-1.5b-shardtrain.log"; then
   fail "the plain run is fp8"
 fi
-grep -q "reused" "$work/fp8/qwen2.5-1.5b+fp8-pytorch.log" || fail "+fp8: PyTorch ran twice"
 
 # Clipping: by default both clip (ours' train.max_grad_norm default, PyTorch's default
 # --max-grad-norm 1.0); +lean turns it off on both (the step in backward needs it off), so
 # PyTorch is measured apart.
-BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/lean" qwen2.5-1.5b \
-  qwen2.5-1.5b+lean >"$work/lean.txt" 2>&1 || { cat "$work/lean.txt"; fail "+lean dry run"; }
-grep -q -- "--train.max_grad_norm=0" "$work/lean/qwen2.5-1.5b+lean-shardtrain.log" ||
-  fail "+lean: ours clips"
-grep -q -- "pytorch_fsdp2.py .* --max-grad-norm 0 --compile" \
-  "$work/lean/qwen2.5-1.5b+lean-pytorch.log" || fail "+lean: PyTorch clips"
+dry_modifier lean --train.max_grad_norm=0 "--max-grad-norm 0"
 if grep -q -- "max.grad.norm" "$work/lean/qwen2.5-1.5b-shardtrain.log" \
   "$work/lean/qwen2.5-1.5b-pytorch.log"; then
   fail "the plain run changes a clipping default"
 fi
 
 # +accumN: both engines accumulate N micro-batches per optimizer step; PyTorch measured apart.
-BENCH_EAGER=0 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/accum" qwen2.5-1.5b \
-  qwen2.5-1.5b+accum8 >"$work/accum.txt" 2>&1 || { cat "$work/accum.txt"; fail "+accum8 dry run"; }
-grep -q -- "--train.grad_accum=8" "$work/accum/qwen2.5-1.5b+accum8-shardtrain.log" ||
-  fail "+accum8: ours' grad_accum"
-grep -q -- "pytorch_fsdp2.py .* --grad-accum 8 --compile" \
-  "$work/accum/qwen2.5-1.5b+accum8-pytorch.log" || fail "+accum8: PyTorch's command"
-if grep -q "reused" "$work/accum/qwen2.5-1.5b+accum8-pytorch.log"; then
-  fail "+accum8 reused the one-micro-batch PyTorch measurement"
-fi
+dry_modifier accum8 --train.grad_accum=8 "--grad-accum 8"
 for bad in accum accumx accum0; do
   rc=0
   BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/bad" "qwen2.5-1.5b+$bad" \
