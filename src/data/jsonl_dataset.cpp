@@ -42,10 +42,8 @@ int32_t read_id(const nlohmann::json& element, const char* field, size_t index, 
 JsonlDataset::JsonlDataset(const std::string& path, int64_t seq_len, int64_t pad_id)
     : path_(path), seq_len_(seq_len), pad_id_(pad_id) {
   SHARDTRAIN_CHECK(seq_len >= 1 && pad_id >= 0, "seq_len {} pad_id {}", seq_len, pad_id);
-  if (is_special_file(path)) {  // a FIFO would hold the open, /dev/zero the read, forever
-    fail("jsonl {}: not a regular file (a directory, device, FIFO or socket); check data.path",
-         path);
-  }
+  // A FIFO would hold the open, /dev/zero the read, forever.
+  refuse_special_file(path, "jsonl " + path, "check data.path");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("jsonl {}: cannot open ({}); check data.path", path, std::strerror(errno));
   std::string line;

@@ -101,9 +101,8 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
 }
 
 std::string read_data_file(const std::string& path) {
-  if (is_special_file(path)) {  // a FIFO would hold the open, /dev/zero the read, forever
-    fail("{}: not a regular file (a directory, device, FIFO or socket); check the data path", path);
-  }
+  // A FIFO would hold the open, /dev/zero the read, forever.
+  refuse_special_file(path, path, "check the data path");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open ({}); check the data path", path, std::strerror(errno));
   std::ostringstream text;

@@ -28,12 +28,15 @@ bool is_special_file(const std::string& path) {
   return !ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status);
 }
 
+void refuse_special_file(const std::string& path, std::string_view subject, std::string_view hint) {
+  if (is_special_file(path)) {
+    fail("{}: not a regular file (a directory, device, FIFO or socket); HINT: {}", subject, hint);
+  }
+}
+
 std::string read_small_file(const std::string& path, std::uintmax_t max_bytes,
                             std::string_view what) {
-  if (is_special_file(path)) {
-    fail("{}: not a regular file (a directory, device, FIFO or socket); HINT: {} must be a file",
-         path, what);
-  }
+  refuse_special_file(path, path, fmt::format("{} must be a file", what));
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (!ec && size > max_bytes) {

@@ -16,6 +16,10 @@ std::string read_file(const std::string& path);
 // its end. False for a regular file and for a missing path (the read reports that).
 bool is_special_file(const std::string& path);
 
+// Throws Error "<subject>: not a regular file (a directory, device, FIFO or socket); HINT: <hint>"
+// when is_special_file(path): the one refusal of every reader that would open such a path.
+void refuse_special_file(const std::string& path, std::string_view subject, std::string_view hint);
+
 // The bytes of an input that is small by nature (`what`: "config.json", "tokenizer.json", ...).
 // Refused before a byte is read, with one line naming the path: anything but a regular file
 // (a FIFO nobody writes would block the read forever, /dev/zero would never end, a directory

@@ -104,12 +104,8 @@ std::chrono::milliseconds to_millis(double seconds) {
 std::string read_token_file(const Setting& s) {
   // Only a regular file: a FIFO nobody writes would hold the launcher forever before its first
   // worker; and at most 4 KiB + 1 bytes are read (a secret is at most 1024).
-  if (is_special_file(s.value)) {
-    fail(
-        "{} '{}': cannot read the file: not a regular file (a directory, device, FIFO or socket); "
-        "HINT: give the path of the file that holds the secret",
-        s.source, s.value);
-  }
+  refuse_special_file(s.value, fmt::format("{} '{}': cannot read the file", s.source, s.value),
+                      "give the path of the file that holds the secret");
   std::ifstream in(s.value, std::ios::binary);
   if (!in)
     fail("{} '{}': cannot read the file; HINT: check the path and its permissions", s.source,
