@@ -12,14 +12,14 @@ bool is_blank_line(std::string_view line) {
   return line.find_first_not_of(" \t\r\n") == std::string_view::npos;
 }
 
-std::string jsonl_line_too_long_message(std::string_view where, size_t max_bytes) {
+std::string jsonl_line_too_long(size_t max_bytes) {
   constexpr size_t kMiB = size_t{1} << 20;
   const std::string limit = max_bytes % kMiB == 0 ? fmt::format("{} MiB", max_bytes / kMiB)
                                                   : fmt::format("{} bytes", max_bytes);
   return fmt::format(
-      "{}: the line is longer than {}; JSONL needs one record per line (is the file a JSON "
-      "array or a file without newlines?)",
-      where, limit);
+      "the line is longer than {}; JSONL needs one record per line (is the file a JSON array or a "
+      "file without newlines?)",
+      limit);
 }
 
 bool read_jsonl_line(std::istream& in, std::string& line, std::string_view source,
@@ -50,7 +50,7 @@ bool read_jsonl_line(std::istream& in, std::string& line, std::string_view sourc
     in.clear(in.rdstate() & ~std::ios::failbit);
   }
   in.clear(in.rdstate() & ~std::ios::failbit);  // positioned one byte past the bound
-  fail("{}", jsonl_line_too_long_message(fmt::format("{}:{}", source, line_number), max_bytes));
+  fail("{}:{}: {}", source, line_number, jsonl_line_too_long(max_bytes));
 }
 
 }  // namespace shardtrain

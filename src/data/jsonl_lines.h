@@ -19,9 +19,9 @@ inline constexpr size_t kMaxJsonlLineBytes = size_t{256} << 20;
 // True when `line` holds only spaces, tabs, CR or LF: JSONL readers skip such lines.
 bool is_blank_line(std::string_view line);
 
-// The one-line error for a line longer than max_bytes, as "<where>: ..." with what to do.
-std::string jsonl_line_too_long_message(std::string_view where,
-                                        size_t max_bytes = kMaxJsonlLineBytes);
+// What is wrong with a line longer than max_bytes and what to do ("the line is longer than ...";
+// the caller puts the file and line before it).
+std::string jsonl_line_too_long(size_t max_bytes = kMaxJsonlLineBytes);
 
 // Reads the next line of `in` into `line` (without its '\n'), as std::getline does: false at the
 // end of the input with nothing read. A line longer than max_bytes throws shardtrain::Error

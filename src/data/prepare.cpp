@@ -70,9 +70,7 @@ std::optional<json> parse_line(std::string_view line, bool replace_invalid_utf8,
                                std::string& problem) {
   if (line.size() > kMaxJsonlLineBytes) {
     // The text is in memory already; its JSON tree would be several times larger.
-    problem =
-        fmt::format("the line is {} bytes, longer than {} MiB; JSONL needs one record per line",
-                    line.size(), kMaxJsonlLineBytes >> 20);
+    problem = jsonl_line_too_long();
     return std::nullopt;
   }
   std::string repaired;

@@ -44,7 +44,7 @@ void make_dirs(const fs::path& dir) {
 
 // A ref's text (a 40-hex commit): at most its first 256 bytes, and only from a regular file (a
 // FIFO in a damaged cache would hold the open forever, /dev/zero the read).
-std::string read_small_file(const std::string& path) {
+std::string read_ref(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return "";
   std::ifstream in(path, std::ios::binary);
@@ -125,7 +125,7 @@ std::string HubCacheRepo::locks_dir() const {
 
 std::optional<std::string> HubCacheRepo::cached_commit(const std::string& revision) const {
   if (is_commit_hash(revision)) return revision;
-  const std::string commit = read_small_file((fs::path(dir_) / "refs" / revision).string());
+  const std::string commit = read_ref((fs::path(dir_) / "refs" / revision).string());
   if (!is_commit_hash(commit)) return std::nullopt;
   return commit;
 }
@@ -143,7 +143,7 @@ bool HubCacheRepo::marked_missing(const std::string& commit, const std::string& 
 void HubCacheRepo::write_ref(const std::string& revision, const std::string& commit) const {
   if (revision == commit) return;  // huggingface_hub writes no ref for a commit either
   const fs::path ref = fs::path(dir_) / "refs" / revision;
-  if (read_small_file(ref.string()) == commit) return;
+  if (read_ref(ref.string()) == commit) return;
   make_dirs(ref.parent_path());
   write_file_atomically(ref.string(), commit);  // no newline: huggingface_hub reads it verbatim
 }
