@@ -17,9 +17,10 @@
 //   keys before a row's first key are masked in the tiles that reach below some row's first key.
 // Why: the wgmma kernel's block barrier per tile and cp.async issue by every thread left the
 // forward latency-bound (Nsight Compute: 0.57 eligible warps per scheduler, tensor pipe 34% busy
-// at the Qwen shape, ops/cuda/ATTENTION_NOTES.md); here the loads leave the consumers' instruction stream.
-// The Hopper default because it measured faster than the cp.async wgmma kernel (ops/cuda/ATTENTION_NOTES.md,
-// bench/RESULTS.md); tests force that one with ops/kernel_overrides.h kWgmma.
+// at the Qwen shape, ops/cuda/ATTENTION_NOTES.md); here the loads leave the consumers' instruction
+// stream. The Hopper default because it measured faster than the cp.async wgmma kernel
+// (ops/cuda/ATTENTION_NOTES.md, bench/RESULTS.md); tests force that one with ops/kernel_overrides.h
+// kWgmma.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -38,8 +39,9 @@ namespace {
 // cores idle while both softmaxed (the cp.async kernel beat this one there on the H100); a third
 // consumer keeps one more warpgroup's products in flight. Registers: 24 x 128 for the producer
 // and 160 (D = 64) or 240 (D = 128) a consumer thread stay within the SM's 64 K.
+constexpr int ws_consumers(int head_dim) { return head_dim == 64 ? 3 : 2; }
 template <int D>
-constexpr int kWsConsumers = D == 64 ? 3 : 2;
+constexpr int kWsConsumers = ws_consumers(D);
 template <int D>
 constexpr int kWsQueryRows = 64 * kWsConsumers<D>;
 template <int D>
@@ -261,7 +263,7 @@ bool ws_attention_forward(const bf16* q_BTHD, const bf16* k_BTKD, const bf16* v_
                           const AttentionShape& shape, bf16* out_BTHD, float* lse_BHT,
                           cudaStream_t stream) {
   WsMaps maps;
-  const int query_rows = shape.head_dim == 64 ? kWsQueryRows<64> : kWsQueryRows<128>;
+  const int query_rows = 64 * ws_consumers(shape.head_dim);  // kWsQueryRows<D> of the launch
   if (!tma::tensor_map_of_heads(maps.q, q_BTHD, shape.batch, shape.seq, shape.heads, shape.head_dim,
                                 query_rows) ||
       !tma::tensor_map_of_heads(maps.k, k_BTKD, shape.batch, shape.seq, shape.kv_heads,
