@@ -40,6 +40,7 @@ def run_steps(model, optimizer, next_batch, warmup, steps, grad_accum, max_grad_
     clipped to max_grad_norm (0: not clipped) before each optimizer step; the timer starts
     (run_steps.start) after the warm-up."""
     import torch
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     for step in range(warmup + steps):
         if step == warmup:
             torch.cuda.synchronize()
@@ -51,9 +52,7 @@ def run_steps(model, optimizer, next_batch, warmup, steps, grad_accum, max_grad_
             loss = model(**next_batch()).loss / grad_accum
             loss.backward()
         if max_grad_norm > 0:
-            torch.nn.utils.clip_grad_norm_(
-                [p for group in optimizer.param_groups for p in group["params"]], max_grad_norm,
-                foreach=True)
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     run_steps.loss = loss.item() * grad_accum
