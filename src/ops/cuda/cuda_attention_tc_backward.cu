@@ -82,8 +82,8 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
     flash_backward_kernel(const bf16* dout_BTHD, const bf16* q_BTHD, const bf16* k_BTKD,
                           const bf16* v_BTKD, const float* lse_BHT, const float* delta_BHT,
                           float scale, const __grid_constant__ AttentionShape shape,
-                          int heads_per_block, float* dq_accum_BTHD, bf16* dk_BTKD,
-                          bf16* dv_BTKD, float* dk_accum_BTKD, float* dv_accum_BTKD) {
+                          int heads_per_block, float* dq_accum_BTHD, bf16* dk_BTKD, bf16* dv_BTKD,
+                          float* dk_accum_BTKD, float* dv_accum_BTKD) {
   static_assert(kBackwardWarps == 4 || kBackwardWarps == 8, "dQ is split over 4 or 8 warps");
   constexpr bool kValue = kPass != kKeyAndQueryGradients;  // dV
   constexpr bool kKey = kPass != kValueGradient;           // dK and dQ (both need dS)
@@ -232,11 +232,20 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
         row_query_end[0] = key_end_s[warp * 16 + g];
         row_query_end[1] = key_end_s[warp * 16 + g + 8];
       }
+      // Element (n, e)'s query is 2t + c, c = 8n + e % 2 a constant: masked when c < least[r]
+      // (before its key r) or c >= end[r] (at or past its key's query end); limits made once a
+      // tile, two compares an element.
+      int least[2], end[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        least[r] = straddles ? key_offset + g + 8 * r - 2 * t : 0;
+        end[r] = beyond ? row_query_end[r] - first_query - 2 * t : kTile;
+      }
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = key_offset + g + (e / 2) * 8, query = n * 8 + 2 * t + e % 2;
+          const int c = n * 8 + e % 2, query = c + 2 * t;
           float p, slope = 1;  // slope: d capped score / d scaled score
           if constexpr (kCapped) {
             const float capped = attention_mask::soft_capped(shape, s[n][e] * scale);
@@ -245,8 +254,7 @@ __global__ void __launch_bounds__(kBackwardWarps * 32)
           } else {
             p = exp2f(s[n][e] * scale_log2 - lse_tile[query]);
           }
-          if ((straddles && key > query) || (beyond && first_query + query >= row_query_end[e / 2]))
-            p = 0;
+          if (c < least[e / 2] || c >= end[e / 2]) p = 0;
           s[n][e] = p;
           if constexpr (kKey) dp[n][e] = p * (dp[n][e] - delta_tile[query]) * slope;
         }
@@ -458,8 +466,8 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
         allow_shared(kernel, bytes, "flash_backward_kernel (mma.sync)");
         kernel<<<blocks, kBackwardWarps * 32, bytes, stream>>>(
             static_cast<const bf16*>(dout_BTHD), static_cast<const bf16*>(q_BTHD),
-            static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT,
-            delta_BHT, scale, shape, heads_per_block, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
+            static_cast<const bf16*>(k_BTKD), static_cast<const bf16*>(v_BTKD), lse_BHT, delta_BHT,
+            scale, shape, heads_per_block, dq_accum_BTHD, static_cast<bf16*>(dk_BTKD),
             static_cast<bf16*>(dv_BTKD), split ? dk_accum_BTKD : nullptr,
             split ? dv_accum_BTKD : nullptr);
         SHARDTRAIN_CUDA_CHECK_LAUNCH();
@@ -474,8 +482,7 @@ void flash_attention_backward(const AttentionConfig& config, const void* dout_BT
     };
     const auto launch = [&](auto warps_constant, auto stages_constant) {
       if constexpr (D > 128) {  // dV, then dK and dQ: both accumulators do not fit registers
-        launch_pass(warps_constant, stages_constant,
-                    std::integral_constant<int, kValueGradient>{});
+        launch_pass(warps_constant, stages_constant, std::integral_constant<int, kValueGradient>{});
         launch_pass(warps_constant, stages_constant,
                     std::integral_constant<int, kKeyAndQueryGradients>{});
       } else {

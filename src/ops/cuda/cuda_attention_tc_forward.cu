@@ -167,19 +167,28 @@ __global__ void __launch_bounds__(kForwardWarps * 32, forward_min_blocks<D, kFor
     if (below) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        row_first[r] = attention_mask::first_key(shape, b, warp_first_query + g + 8 * r) -
-                       warp_first_query;
+        row_first[r] =
+            attention_mask::first_key(shape, b, warp_first_query + g + 8 * r) - warp_first_query;
       }
+    }
+    // Element (n, e)'s key is key_offset + 2t + c, c = 8n + e % 2 a constant: masked when c >
+    // last[r] (after its row r) or c < first[r] (before its row's first key). Two compares an
+    // element against limits made once a tile (the flags tested per element cost ~8).
+    int first[2], last[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      last[r] = straddles ? g + 8 * r - key_offset - 2 * t : kKeys;
+      first[r] = below ? row_first[r] - key_offset - 2 * t : 0;
     }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = g + (e / 2) * 8, key = key_offset + n * 8 + 2 * t + e % 2;
+        const int c = n * 8 + e % 2;
         float x = kCapped ? attention_mask::soft_capped(shape, s[n][e] * scale) * kLog2e
                           : s[n][e] * scale_log2;
-        if ((straddles && key > row) || (below && key < row_first[e / 2])) x = -INFINITY;
+        if (c > last[e / 2] || c < first[e / 2]) x = -INFINITY;
         s[n][e] = x;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
       }
