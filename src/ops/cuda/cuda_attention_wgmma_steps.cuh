@@ -276,20 +276,18 @@ __device__ __forceinline__ void backward_step(const BackwardTiles& tiles, int ke
   }
 }
 
-// dQ (64 queries x 64 columns from column block `column_block`) = dS K over kSteps x 16 keys
-// from key row 16 first_k_step (default: all kKeys) of the dS^T tile at `dst` (swizzled, kKeys
-// rows of 64 queries) and the K tile; waits for it and for every earlier product of the
-// warpgroup (dk, dv are then settled too).
-template <int kKeys, int D, int kSteps = kKeys / 16>
+// dQ (64 queries x 64 columns from column block `column_block`) = dS K over the kKeys keys of
+// the dS^T tile at `dst` (swizzled, kKeys rows of 64 queries) and the K tile; waits for it and
+// for every earlier product of the warpgroup (dk, dv are then settled too).
+template <int kKeys, int D>
 __device__ __forceinline__ void dq_product(float (&dq)[32], uint32_t dst, uint32_t k,
-                                           int column_block, float (&dk)[D / 2], float (&dv)[D / 2],
-                                           int first_k_step = 0) {
+                                           int column_block, float (&dk)[D / 2],
+                                           float (&dv)[D / 2]) {
   wgmma::fence();
 #pragma unroll
-  for (int i = 0; i < kSteps; ++i) {
-    const int kk = first_k_step + i;
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
     wgmma::mma_ss<64, 1, 1>(dq, wgmma::mn_major(dst, kKeys, kk),
-                            wgmma::mn_major(k, kKeys, kk, column_block), i > 0);
+                            wgmma::mn_major(k, kKeys, kk, column_block), kk > 0);
   }
   wgmma::commit();
   wgmma::wait<0>();

@@ -10,13 +10,9 @@
 //   zeros past the sequence). A stage's "full" mbarrier counts lane 0's expect-tx arrival, the
 //   32 lanes' arrivals and the TMA bytes; its "empty" one the 256 consumer threads done with it.
 //   Warpgroups 1 and 2 are the consumers, 64 keys each, with the wgmma kernel's step: S^T, dP^T,
-//   P, dV += P^T dO, dS, dK += dS^T Q, dS^T to shared memory, then dQ of the tile: at D = 128
-//   each consumer takes 64 of the columns over the block's 128 keys (both halves of dS^T: a
-//   barrier of the two consumers), at 64 each takes all columns over its own 64 keys (its own
-//   dS^T: no barrier between the consumers; the two partial sums both go to the accumulator, one
-//   reduction more a step, where taking turns over all 128 keys left one consumer 2 of every 6
-//   product units idle at the barrier). dQ is added into the fp32 accumulator in one of two ways
-//   (the kernel's kDqWriter):
+//   P, dV += P^T dO, dS, dK += dS^T Q, dS^T to shared memory, then dQ of the tile over the
+//   block's 128 keys (at D = 128 each consumer takes 64 of the columns, at 64 they take turns)
+//   added into the fp32 dQ accumulator in one of two ways (the kernel's kDqWriter):
 //   - atomics (SHARDTRAIN_ATTENTION_DQ_WRITER=0): the consumers add their dQ with float2
 //     atomics (16 a thread a step, 64 x D values a step), issued in their own instruction
 //     stream between the step's products;
@@ -59,9 +55,7 @@ constexpr int kWsThreads = 384;
 // Used only in the sm_90a body of the kernel.
 [[maybe_unused]] constexpr int kWsConsumerThreads = 256;
 [[maybe_unused]] constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;
-// Named barriers: both halves of dS^T stored (D = 128); a consumer's own half stored (D = 64,
-// one barrier per consumer).
-[[maybe_unused]] constexpr int kDsReadyBarrier = 1, kOwnDsBarrier = 2;
+[[maybe_unused]] constexpr int kDsReadyBarrier = 1;  // named barrier: both halves of dS^T stored
 
 // A consumer's dQ tile: 64 queries x 64 columns, fp32, as two 128-byte-swizzled boxes of 32
 // columns (the dQ accumulator's tensor map boxes).
@@ -144,6 +138,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const auto empty = [&](int stage) { return barriers + 8 * (1 + kWsStages + stage); };
   const auto dq_full = [&](int c) { return barriers + 8 * (1 + 2 * kWsStages + c); };
   const auto dq_empty = [&](int c) { return barriers + 8 * (3 + 2 * kWsStages + c); };
+  // Whether consumer c computes dQ at `step` (at D = 128 both, each its half of the columns),
+  // and how many times its tile was used before.
+  const auto computes_dq = [](int c, int step) { return D == 128 || c == (step & 1); };
+  const auto dq_use = [](int step) { return D == 128 ? step : step >> 1; };
 
   if (threadIdx.x == 0) {
     tma::mbarrier_init(kv_full, 1);
@@ -168,10 +166,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       int h = first_head, tile = 0;
       for (int step = 0; step < steps; ++step) {
         const int first_query = (first_q_tile + tile) * kWsQueries;
-        // Both consumers' tiles every step (at D = 64 two partial sums of the same columns).
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          tma::wait(dq_full(c), step & 1);
+          if (!computes_dq(c, step)) continue;
+          tma::wait(dq_full(c), dq_use(step) & 1);
           const int first_column = D == 128 ? c * 64 : 0;
 #pragma unroll
           for (int box = 0; box < 2; ++box) {
@@ -179,10 +177,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                                first_column + box * kDqBoxColumns, h, first_query, b);
           }
           tma::commit_bulk_group();
+          tma::wait_bulk_group_read();
+          tma::arrive(dq_empty(c));
         }
-        tma::wait_bulk_group_read();
-        tma::arrive(dq_empty(0));
-        tma::arrive(dq_empty(1));
         if (++tile == tiles_per_head) {
           tile = 0;
           ++h;
@@ -279,27 +276,17 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         first_query, key_mask, warp, g, t, scale_log2, s, dp, dk, dv,
         [&](const float(&values)[32]) { store_dst(values, buffer); });
     wgmma::fence_shared_for_async_proxy();  // dS^T stores visible to the dQ wgmma
-    // The dS^T this consumer's dQ reads is stored: at D = 128 both halves, at 64 its own. The
-    // other buffer is free too: each consumer reading it finished the step before (its dQ
-    // product included) before arriving here.
-    if constexpr (D == 128) {
-      tma::named_sync(kDsReadyBarrier, kWsConsumerThreads);
-    } else {
-      tma::named_sync(kOwnDsBarrier + consumer, kWsConsumerThreads / 2);
-    }
+    // Both halves of dS^T stored. The other buffer is free too: each consumer finished the step
+    // before (its dQ product included) before arriving here.
+    tma::named_sync(kDsReadyBarrier, kWsConsumerThreads);
 
-    // dQ (64 queries x 64 columns): at D = 128 column block `consumer` over the block's 128
-    // keys, at D = 64 every column over this consumer's 64 keys (k16 steps 4 consumer ..).
-    {
+    // dQ (64 queries x 64 columns) += dS K over the block's 128 keys: at D = 128 consumer c takes
+    // column block c, at D = 64 the consumers alternate.
+    if (computes_dq(consumer, step)) {
       float dq[32];
       const int column_block = D == 128 ? consumer : 0;
-      if constexpr (D == 128) {
-        wgmma_steps::dq_product<kWsKeys, D>(dq, dst_address + buffer * kDsBytes, k_address,
-                                            column_block, dk, dv);
-      } else {
-        wgmma_steps::dq_product<kWsKeys, D, 4>(dq, dst_address + buffer * kDsBytes, k_address,
-                                               column_block, dk, dv, 4 * consumer);
-      }
+      wgmma_steps::dq_product<kWsKeys, D>(dq, dst_address + buffer * kDsBytes, k_address,
+                                          column_block, dk, dv);
       tma::arrive(empty(stage));  // Q, dO, lse, delta of this step read
       if constexpr (!kDqWriter) {
         const int h = first_head + step / tiles_per_head;
@@ -309,7 +296,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       // dQ into this consumer's tile once the writer's TMA has read the previous one; the
       // writer adds it to the accumulator. Rows past the sequence are dropped by the TMA.
-      tma::wait(dq_empty(consumer), (step & 1) ^ 1);
+      tma::wait(dq_empty(consumer), (dq_use(step) & 1) ^ 1);
       unsigned char* const tile = base + (dq_address - k_address) + consumer * kDqTileBytes;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -322,6 +309,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       wgmma::fence_shared_for_async_proxy();  // the stores visible to the writer's TMA
       tma::arrive(dq_full(consumer));
+    } else {
+      wgmma::wait<0>();  // this step's dK, dV products
+      wgmma::fence_registers(dk);
+      wgmma::fence_registers(dv);
+      tma::arrive(empty(stage));
     }
   }
 
