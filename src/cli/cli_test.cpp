@@ -438,6 +438,28 @@ TEST_F(CliTest, MisspeltEnvironmentSwitchesEndInOneLineErrors) {
   EXPECT_EQ(with("SHARDTRAIN_PROFILE_OPS=0 SHARDTRAIN_MOE_GEMM= SHARDTRAIN_LOG=warn").exit_code, 0);
 }
 
+TEST_F(CliTest, NonFiniteNumbersAndLoraKeysWithoutLora) {
+  const std::string data = write_jsonl("data.jsonl", 8, 16, 90);
+  const std::string toml = train_toml(kGolden + "llama_gqa", data);
+  expect_user_error(run("train --config " + toml + " --optim.lr=inf"),
+                    {"'optim.lr=inf'", "'optim.lr' must be a finite number"});
+  // An adapter to continue with LoRA off: refused (it would train the whole model instead).
+  expect_user_error(run("train --config " + toml + " --lora.adapter=" + path("adapter")),
+                    {"'lora.adapter'", "'lora.enabled' is false"});
+  // Other [lora] keys with LoRA off: the run goes on and says which keys it did not use.
+  const Result r =
+      run("train --config " + toml + " --steps 1 --lora.rank=16 --lora.target_modules=q_proj");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("config keys lora.rank, lora.target_modules are set but 'lora.enabled' "
+                          "is false: the whole model is trained"),
+            std::string::npos)
+      << r.output;
+  // TOML's nan literal (train_toml rewrites job.toml).
+  expect_user_error(
+      run("train --config " + train_toml(kGolden + "llama_gqa", data, "[optim]\nlr = nan\n")),
+      {"job.toml", "'optim.lr' must be a finite number"});
+}
+
 TEST_F(CliTest, MissingConfigFile) {
   Result r = run("train --config " + path("absent.toml"));
   EXPECT_EQ(r.exit_code, 2);

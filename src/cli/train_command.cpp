@@ -1,4 +1,6 @@
 // `shardtrain train`: runs a training job from a TOML config plus overrides.
+#include <fmt/ranges.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include "cli/config_args.h"
 #include "core/config.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/dist_env.h"
 #include "launch/launcher.h"
 #include "train/train_config.h"
@@ -56,6 +59,12 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
     return 0;
   }
   config.validate();
+  if (const std::vector<std::string> keys = config.lora.keys_set_while_disabled(); !keys.empty()) {
+    log::warn(
+        "config keys {} are set but 'lora.enabled' is false: the whole model is trained; set "
+        "lora.enabled = true to train adapters",
+        fmt::join(keys, ", "));
+  }
   TrainRunOptions options;
   options.worker = worker;
   std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, options.worker, &options.compute);

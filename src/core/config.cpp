@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -200,8 +201,7 @@ void ConfigSchema::add_choice(const std::string& key, std::string* target,
 
 void ConfigSchema::add_bound_choice(const std::string& key, std::vector<std::string> choices,
                                     std::function<std::string()> get,
-                                    std::function<void(const std::string&)> set,
-                                    std::string doc) {
+                                    std::function<void(const std::string&)> set, std::string doc) {
   bound_names_.push_back(get());
   add_choice(key, &bound_names_.back(), std::move(choices), std::move(doc));
   entries_.back().get = std::move(get);
@@ -299,10 +299,17 @@ Value convert_node(const toml::node& node, const Entry& entry, const std::string
     case 0:
       if (!node.is_integer()) wrong_type();
       return Value(node.as_integer()->get());
-    case 1:
+    case 1: {
       if (node.is_integer()) return Value(static_cast<double>(node.as_integer()->get()));
       if (!node.is_floating_point()) wrong_type();
-      return Value(node.as_floating_point()->get());
+      const double number = node.as_floating_point()->get();
+      // TOML has inf and nan literals; no setting means anything by them.
+      if (!std::isfinite(number)) {
+        fail("config {}: key '{}' must be a finite number, got {}", location, entry.key,
+             describe(node));
+      }
+      return Value(number);
+    }
     case 2:
       if (!node.is_boolean()) wrong_type();
       return Value(node.as_boolean()->get());
@@ -408,6 +415,10 @@ void ConfigSchema::apply_override(const std::string& assignment) {
     case 1: {
       const std::optional<double> parsed = parse_number<double>(raw);
       if (!parsed) wrong_type();
+      if (!std::isfinite(*parsed)) {
+        fail("config override '{}': key '{}' must be a finite number, got {}", assignment, key,
+             quote_for_message(raw));
+      }
       value = *parsed;
       break;
     }
@@ -461,15 +472,20 @@ std::string ConfigSchema::to_toml() const {
                choices_text(entry.choices) + ")";
       }
       if (!entry.doc.empty() || !entry.choices.empty()) out += "\n";
-      const std::string value = entry.get ? quote(entry.get()) : std::visit(
-          [](auto* target) -> std::string {
-            using T = std::remove_pointer_t<decltype(target)>;
-            if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", *target);
-            if constexpr (std::is_same_v<T, double>) return format_double(*target);
-            if constexpr (std::is_same_v<T, bool>) return *target ? "true" : "false";
-            if constexpr (std::is_same_v<T, std::string>) return quote(*target);
-          },
-          entry.target);
+      const std::string value = entry.get ? quote(entry.get())
+                                          : std::visit(
+                                                [](auto* target) -> std::string {
+                                                  using T = std::remove_pointer_t<decltype(target)>;
+                                                  if constexpr (std::is_same_v<T, int64_t>)
+                                                    return fmt::format("{}", *target);
+                                                  if constexpr (std::is_same_v<T, double>)
+                                                    return format_double(*target);
+                                                  if constexpr (std::is_same_v<T, bool>)
+                                                    return *target ? "true" : "false";
+                                                  if constexpr (std::is_same_v<T, std::string>)
+                                                    return quote(*target);
+                                                },
+                                                entry.target);
       out += entry.name + " = " + value + "\n";
     }
   }

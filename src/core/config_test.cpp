@@ -216,6 +216,27 @@ TEST_F(ConfigTest, TomlTextLoadsLikeAFileAndNamesItsOrigin) {
       << message;
 }
 
+TEST_F(ConfigTest, NonFiniteNumbersAreRejected) {
+  const double before = settings_.learning_rate;
+  for (const char* literal : {"inf", "-inf", "nan", "+nan"}) {
+    const std::string path =
+        write_file("a.toml", std::string("[train]\nlearning_rate = ") + literal + "\n");
+    const std::string message = error_of([&] { schema_.load_toml_file(path); });
+    EXPECT_NE(message.find("key 'train.learning_rate' must be a finite number"), std::string::npos)
+        << literal << ": " << message;
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+  }
+  for (const char* literal : {"inf", "-inf", "nan", "infinity", "1e999"}) {
+    const std::string override_text = std::string("train.learning_rate=") + literal;
+    const std::string message = error_of([&] { schema_.apply_override(override_text); });
+    EXPECT_NE(
+        message.find("config override '" + override_text + "': key 'train.learning_rate' must be"),
+        std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(settings_.learning_rate, before);
+}
+
 TEST_F(ConfigTest, OverrideErrors) {
   EXPECT_EQ(error_of([&] { schema_.apply_override("train.steps=ten"); }),
             "config override 'train.steps=ten': key 'train.steps' must be an integer, got "

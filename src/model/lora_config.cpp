@@ -79,8 +79,32 @@ void LoraConfig::register_config(ConfigSchema& schema) {
              "PEFT adapter dir to start from (its r, alpha, targets replace these keys)");
 }
 
+std::vector<std::string> LoraConfig::keys_set_while_disabled() const {
+  if (enabled) return {};
+  const LoraConfig defaults;
+  std::vector<std::string> keys;
+  if (rank != defaults.rank) keys.push_back("lora.rank");
+  if (alpha != defaults.alpha) keys.push_back("lora.alpha");
+  if (dropout != defaults.dropout) keys.push_back("lora.dropout");
+  if (target_modules != defaults.target_modules) keys.push_back("lora.target_modules");
+  if (use_rslora != defaults.use_rslora) keys.push_back("lora.use_rslora");
+  if (!adapter.empty()) keys.push_back("lora.adapter");
+  return keys;
+}
+
 void LoraConfig::validate() const {
-  if (!enabled) return;
+  if (!enabled) {
+    // An adapter to continue, with LoRA off, would train the whole model instead; the other
+    // keys may stay in a config that turns LoRA off (the train command names them).
+    if (!adapter.empty()) {
+      fail(
+          "config key 'lora.adapter' ({}) is set but 'lora.enabled' is false; HINT: set "
+          "lora.enabled = true to train that adapter, or drop lora.adapter to train the whole "
+          "model",
+          adapter);
+    }
+    return;
+  }
   if (rank <= 0) {
     fail("config key 'lora.rank' must be > 0, got {}; HINT: 8 or 16 are usual", rank);
   }

@@ -38,8 +38,12 @@ struct LoraConfig {
 
   void register_config(ConfigSchema& schema);
   // Throws Error naming the key: rank <= 0, dropout outside [0, 1), a target that is no module
-  // of the model (the message lists the modules it has).
+  // of the model (the message lists the modules it has); with LoRA disabled, an adapter set
+  // (the other keys of a disabled section are not checked).
   void validate() const;
+  // With LoRA disabled, the keys whose values differ from the defaults (as a forgotten
+  // lora.enabled = true leaves them: the train command warns); empty when enabled.
+  std::vector<std::string> keys_set_while_disabled() const;
   // The adapter's output scale: alpha / r, or alpha / sqrt(r) with use_rslora.
   float scale() const;
   // The targeted modules in the model's order (all-linear resolved). REQUIRES: validate() passed.

@@ -293,8 +293,18 @@ TEST(LoraConfigTest, RefusesBadKeysWithOneLine) {
   for (const std::string& e : {unknown, validation_error(lora)}) {
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
-  lora.enabled = false;  // keys of a disabled section are not checked
+  lora.enabled = false;  // keys of a disabled section are not checked, only named
   EXPECT_EQ(validation_error(lora), "");
+  EXPECT_EQ(lora.keys_set_while_disabled(), (std::vector<std::string>{"lora.dropout"}));
+  EXPECT_TRUE(LoraConfig().keys_set_while_disabled().empty());
+  EXPECT_TRUE(enabled_lora("q_proj").keys_set_while_disabled().empty());
+  // An adapter to continue with LoRA off would silently train the whole model instead.
+  lora.adapter = "/adapters/run1";
+  const std::string adapter_off = validation_error(lora);
+  EXPECT_NE(adapter_off.find("'lora.adapter' (/adapters/run1) is set but 'lora.enabled' is false"),
+            std::string::npos)
+      << adapter_off;
+  EXPECT_EQ(adapter_off.find('\n'), std::string::npos) << adapter_off;
 }
 
 TEST(LoraConfigTest, ScaleTargetsAndKeys) {
