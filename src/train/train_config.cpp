@@ -88,30 +88,30 @@ void register_data_source_keys(ConfigSchema& schema, DataConfig& data) {
              "held-out data (any format data.path takes) evaluated every train.eval_every steps "
              "and after the last; \"\" = none");
   schema.add_enum("data.format", &data.format, data_format_names(),
-                    "tokens = token file; jsonl = input_ids per line; examples = raw text/"
-                    "prompt-completion/alpaca/chat JSONL (tokenized into a cache); auto = detect");
+                  "tokens = token file; jsonl = input_ids per line; examples = raw text/"
+                  "prompt-completion/alpaca/chat JSONL (tokenized into a cache); auto = detect");
   schema.add("data.seq_len", &data.seq_len, "tokens per training sequence");
   schema.add("data.pad_id", &data.pad_id, "token id used to pad short JSONL sequences");
   schema.add_enum("data.packing", &data.packing, packing_choice_names(),
-                    "documents = packed documents attend only to themselves, positions restart "
-                    "per document; concatenate = one causal stream per sequence; none = one "
-                    "document per sequence, padded; auto = documents");
+                  "documents = packed documents attend only to themselves, positions restart "
+                  "per document; concatenate = one causal stream per sequence; none = one "
+                  "document per sequence, padded; auto = documents");
 }
 
 void register_data_example_keys(ConfigSchema& schema, DataConfig& data) {
   schema.add("data.tokenizer", &data.tokenizer,
              "raw examples: tokenizer.json or its directory (\"\" = model.path)");
   schema.add_enum("data.example_format", &data.example_format, example_format_choice_names(),
-                    "raw examples: record format (auto = from the first line's keys)");
+                  "raw examples: record format (auto = from the first line's keys)");
   schema.add_enum("data.chat_template", &data.chat_template, chat_template_choice_names(),
-                    "raw examples: chat template (auto = the model's own chat_template when "
-                    "tokenizer_config.json has one, else the family's built-in one)");
+                  "raw examples: chat template (auto = the model's own chat_template when "
+                  "tokenizer_config.json has one, else the family's built-in one)");
   schema.add_enum("data.overlong", &data.overlong, overlong_policy_names(),
-                    "raw examples: what to do with an example longer than seq_len");
+                  "raw examples: what to do with an example longer than seq_len");
   schema.add_enum("data.on_bad_line", &data.on_bad_line, bad_line_policy_names(),
-                    "raw examples: a malformed line fails the run or is skipped and counted");
+                  "raw examples: a malformed line fails the run or is skipped and counted");
   schema.add_enum("data.invalid_utf8", &data.invalid_utf8, invalid_utf8_policy_names(),
-                    "raw examples: invalid UTF-8 fails, or is replaced with U+FFFD");
+                  "raw examples: invalid UTF-8 fails, or is replaced with U+FFFD");
   schema.add("data.train_on_prompt", &data.train_on_prompt,
              "raw examples: also compute loss on prompt/user tokens");
   schema.add("data.train_on_eos", &data.train_on_eos,
@@ -131,7 +131,7 @@ void register_train_loop_keys(ConfigSchema& schema, TrainLoopConfig& train) {
   schema.add("train.grad_accum", &train.grad_accum, "micro-steps accumulated per optimizer step");
   schema.add("train.seed", &train.seed, "seed for data order and random init");
   schema.add_enum("train.device", &train.device, device_choice_names(),
-                    "compute device; auto picks cuda when a GPU is present");
+                  "compute device; auto picks cuda when a GPU is present");
   schema.add("train.log_every", &train.log_every, "print metrics every N steps");
   schema.add(
       "train.eval_every", &train.eval_every,
@@ -192,10 +192,9 @@ void register_parallel_keys(ConfigSchema& schema, FsdpConfig& fsdp, DistConfig& 
              "tokens moved with all-to-all); must divide the shard group and the expert count; "
              "1 = experts sharded with their block");
 
-  schema.add_enum(
-      "dist.backend", &dist.backend, comm_backend_names(),
-      "collectives: auto = NCCL for one GPU per rank, Gloo for CPU ranks, host-staged "
-      "Gloo when ranks share a GPU; gloo on GPUs = host-staged (slow, for testing)");
+  schema.add_enum("dist.backend", &dist.backend, comm_backend_names(),
+                  "collectives: auto = NCCL for one GPU per rank, Gloo for CPU ranks, host-staged "
+                  "Gloo when ranks share a GPU; gloo on GPUs = host-staged (slow, for testing)");
 }
 
 void register_optim_keys(ConfigSchema& schema, OptimConfig& optim) {
@@ -255,6 +254,7 @@ void TrainConfig::validate() const {
   // Bounded before anything is sized from them (sequence buffers, packing, activations).
   constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
   constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
+  constexpr int64_t kMaxStepTokens = int64_t{1} << 26;
   require(data.seq_len >= 2 && data.seq_len <= kMaxSeqLen, "data.seq_len", "in [2, 1048576]",
           data.seq_len);
   require(data.pad_id >= 0, "data.pad_id", ">= 0", data.pad_id);
@@ -282,11 +282,27 @@ void TrainConfig::validate() const {
         train.micro_batch, data.seq_len, kMaxMicroBatchTokens);
   }
   require(train.grad_accum > 0, "train.grad_accum", "> 0", train.grad_accum);
+  // A step's micro-batches are drawn and held on the host at once (data/step_batcher.h): the
+  // tokens of one rank's step are bounded as the micro-batch's are, with room for the largest
+  // global batches trained (a few million tokens a step) on one rank.
+  const int64_t micro_batch_tokens = train.micro_batch * data.seq_len;
+  if (train.grad_accum > kMaxStepTokens / micro_batch_tokens) {
+    fail(
+        "config keys 'train.grad_accum' ({}) x 'train.micro_batch' ({}) x 'data.seq_len' ({}) "
+        "exceed {} tokens per optimizer step on a rank; HINT: lower train.grad_accum",
+        train.grad_accum, train.micro_batch, data.seq_len, kMaxStepTokens);
+  }
+  require(train.global_batch >= 0, "train.global_batch", ">= 0 (0 = derived)", train.global_batch);
+  if (train.global_batch > kMaxStepTokens / data.seq_len) {
+    fail(
+        "config keys 'train.global_batch' ({}) x 'data.seq_len' ({}) exceed {} tokens per "
+        "optimizer step; HINT: lower train.global_batch",
+        train.global_batch, data.seq_len, kMaxStepTokens);
+  }
   require(train.log_every > 0, "train.log_every", "> 0", train.log_every);
   require(fp8.keep_bf16_layers >= 0, "fp8.keep_bf16_layers", ">= 0", fp8.keep_bf16_layers);
   require(train.max_grad_norm >= 0, "train.max_grad_norm", ">= 0 (0 disables clipping)",
           train.max_grad_norm);
-  require(train.global_batch >= 0, "train.global_batch", ">= 0 (0 = derived)", train.global_batch);
   require(train.checkpoint_every >= 0, "train.checkpoint_every", ">= 0 (0 = off)",
           train.checkpoint_every);
   require(train.keep_checkpoints >= 1, "train.keep_checkpoints", ">= 1", train.keep_checkpoints);

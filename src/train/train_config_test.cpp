@@ -253,6 +253,10 @@ TEST_F(TrainConfigTest, ValidateNamesTheKey) {
       {"data.seq_len=1", "'data.seq_len' must be in [2, 1048576], got 1"},
       {"data.seq_len=1000000000000", "'data.seq_len' must be in [2, 1048576], got 1000000000000"},
       {"train.micro_batch=100000", "'train.micro_batch' (100000) x 'data.seq_len' (512) exceed"},
+      {"train.grad_accum=200000",
+       "'train.grad_accum' (200000) x 'train.micro_batch' (4) x 'data.seq_len' (512) exceed "
+       "67108864 tokens per optimizer step"},
+      {"train.global_batch=99999999999", "'train.global_batch' (99999999999) x 'data.seq_len'"},
       {"optim.lr=0", "'optim.lr' must be > 0"},
       {"optim.lr=-0.1", "'optim.lr' must be > 0"},
       {"optim.beta1=1", "'optim.beta1' must be in [0, 1)"},
