@@ -392,6 +392,14 @@ int64_t TrainConfig::total_steps_for(size_t sequences, int data_parallel_size) c
   if (train.epochs <= 0) return TrainLoopConfig::kDefaultSteps;
   const double global_batch = static_cast<double>(global_batch_for(data_parallel_size));
   const double steps = std::ceil(train.epochs * static_cast<double>(sequences) / global_batch);
+  // Beyond int64 the conversion is undefined (it ran one step); no run is that long anyway.
+  constexpr double kMaxSteps = 1e15;
+  if (!(steps <= kMaxSteps)) {
+    fail(
+        "config key 'train.epochs' ({}) over {} sequences gives {:.3g} optimizer steps, more than "
+        "{:.0e}; HINT: lower train.epochs",
+        train.epochs, sequences, steps, kMaxSteps);
+  }
   return std::max<int64_t>(1, static_cast<int64_t>(steps));
 }
 

@@ -307,6 +307,12 @@ TEST_F(TrainConfigTest, EpochsGiveStepsOverTheGlobalBatch) {
   EXPECT_EQ(config_.total_steps_for(100, 1), 9) << "50 sequences / 6 per step, rounded up";
   schema_.apply_override("train.epochs=0.0001");
   EXPECT_EQ(config_.total_steps_for(100, 1), 1) << "at least one step";
+  // More steps than an int64 holds ran one step before: now one line naming the key.
+  schema_.apply_override("train.epochs=9223372036854775807");
+  const std::string message = error_of([&] { config_.total_steps_for(100, 1); });
+  EXPECT_NE(message.find("config key 'train.epochs' (9.223372036854776e+18) over 100 sequences"),
+            std::string::npos)
+      << message;
   schema_.apply_override("train.epochs=0");
   schema_.apply_override("train.steps=7");
   EXPECT_EQ(config_.total_steps_for(100, 1), 7);
