@@ -460,6 +460,20 @@ TEST_F(CliTest, NonFiniteNumbersAndLoraKeysWithoutLora) {
       {"job.toml", "'optim.lr' must be a finite number"});
 }
 
+TEST_F(CliTest, EvalBoundsItsSizes) {
+  const std::string data = write_jsonl("data.jsonl", 8, 16, 90);
+  const std::string eval = "eval --model " + kGolden + "llama_gqa --data " + data + " --device cpu";
+  expect_user_error(run(eval + " --seq-len 2000000"),
+                    {"sequence length 2000000", "outside [2, 1048576]"});
+  // Was an allocation of 10^8 sequences, ending in "out of memory".
+  expect_user_error(run(eval + " --seq-len 16 --batch 100000000"),
+                    {"--batch 100000000 x --seq-len 16 exceed 16777216 tokens"});
+  for (const char* flag : {"--seq-len -5", "--max-sequences -1"}) {
+    const Result r = run(eval + " " + flag);
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.output;
+  }
+}
+
 TEST_F(CliTest, MissingConfigFile) {
   Result r = run("train --config " + path("absent.toml"));
   EXPECT_EQ(r.exit_code, 2);

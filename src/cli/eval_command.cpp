@@ -72,6 +72,16 @@ void run_eval(const EvalArgs& args) {
   data.packing = args.packing;
   data = with_packing_resolved(data);
   const int64_t seq_len = eval_seq_len(args, data, model_config);
+  if (seq_len < 2 || seq_len > DataConfig::kMaxSeqLen) {
+    fail(
+        "sequence length {} (--seq-len, else the token file's or the model's) is outside [2, "
+        "{}]; HINT: pass --seq-len in that range",
+        seq_len, DataConfig::kMaxSeqLen);
+  }
+  if (args.batch > DataConfig::kMaxBatchTokens / seq_len) {
+    fail("--batch {} x --seq-len {} exceed {} tokens per forward pass; HINT: lower --batch",
+         args.batch, seq_len, DataConfig::kMaxBatchTokens);
+  }
   data.seq_len = seq_len;
   std::unique_ptr<SequenceDataset> dataset = open_training_data(data, model_dir, 0);
   validate_vocab(*dataset, model_config.vocab_size, args.data_path);
@@ -104,7 +114,8 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       "Mean next-token cross-entropy of a Hugging Face checkpoint on a dataset", run_eval);
   cmd->add_option("--model", args->model_dir, "Hugging Face checkpoint dir, or a Hub id org/name")
       ->required();
-  cmd->add_option("--revision", args->revision, "Hub id only: branch, tag or commit (default main)");
+  cmd->add_option("--revision", args->revision,
+                  "Hub id only: branch, tag or commit (default main)");
   cmd->add_option("--adapter", args->adapter,
                   "a PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors) "
                   "to run on the --model base");
@@ -116,7 +127,8 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                     "data format (as data.format)");
   cmd->add_option("--seq-len", args->seq_len,
                   "sequence length (default: what the token file was packed at, else "
-                  "min(max_position_embeddings, 2048))");
+                  "min(max_position_embeddings, 2048))")
+      ->check(CLI::NonNegativeNumber);
   add_choice_option(cmd, "--packing", args->packing, packing_choice_names(),
                     "as data.packing: auto (documents), documents (each packed document alone), "
                     "concatenate, none");
@@ -131,7 +143,8 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "~/.cache/shardtrain/data)");
   cmd->add_option("--batch", args->batch, "sequences per forward pass")->check(CLI::PositiveNumber);
   cmd->add_option("--max-sequences", args->max_sequences,
-                  "evaluate only the first N sequences (0 = all)");
+                  "evaluate only the first N sequences (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   add_choice_option(cmd, "--device", args->device, device_choice_names(), "cpu, cuda or auto");
 }
 

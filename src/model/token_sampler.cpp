@@ -10,9 +10,11 @@
 namespace shardtrain {
 
 TokenSampler::TokenSampler(const SamplingOptions& options) : options_(options), rng_(options.seed) {
-  if (!(options.temperature >= 0)) {
-    fail("--temperature {} is negative; HINT: use 0 for greedy decoding or a value > 0",
-         options.temperature);
+  if (!(options.temperature >= 0 && std::isfinite(options.temperature))) {
+    fail(
+        "--temperature {} must be a finite number >= 0; HINT: use 0 for greedy decoding or a "
+        "value > 0",
+        options.temperature);
   }
   if (!(options.top_p >= 0 && options.top_p <= 1)) {
     fail("--top-p {} is outside [0, 1]; HINT: use e.g. 0.9 (1 = the whole distribution)",

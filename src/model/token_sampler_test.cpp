@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,17 @@ TEST(TokenSampler, ASeedReproducesTheSameTokens) {
 }
 
 TEST(TokenSampler, BadOptionsNameTheFlag) {
+  for (double temperature : {-0.5, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    try {
+      TokenSampler({.temperature = temperature, .top_p = 0.9, .seed = 0});
+      FAIL() << "temperature " << temperature << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be a finite number >= 0"), std::string::npos)
+          << e.what();
+    }
+  }
   try {
     TokenSampler({.temperature = -0.5, .top_p = 0.9, .seed = 0});
-    FAIL() << "a negative temperature was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--temperature -0.5"), std::string::npos) << e.what();
   }

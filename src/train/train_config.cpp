@@ -251,10 +251,9 @@ void TrainConfig::validate() const {
   if (data.path.empty()) {
     fail("config key 'data.path' is not set; set it to a token file (.bin) or a .jsonl file");
   }
-  // Bounded before anything is sized from them (sequence buffers, packing, activations).
-  constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
-  constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
-  constexpr int64_t kMaxStepTokens = int64_t{1} << 26;
+  constexpr int64_t kMaxSeqLen = DataConfig::kMaxSeqLen;
+  constexpr int64_t kMaxMicroBatchTokens = DataConfig::kMaxBatchTokens;
+  constexpr int64_t kMaxStepTokens = DataConfig::kMaxStepTokens;
   require(data.seq_len >= 2 && data.seq_len <= kMaxSeqLen, "data.seq_len", "in [2, 1048576]",
           data.seq_len);
   require(data.pad_id >= 0, "data.pad_id", ">= 0", data.pad_id);
@@ -282,9 +281,7 @@ void TrainConfig::validate() const {
         train.micro_batch, data.seq_len, kMaxMicroBatchTokens);
   }
   require(train.grad_accum > 0, "train.grad_accum", "> 0", train.grad_accum);
-  // A step's micro-batches are drawn and held on the host at once (data/step_batcher.h): the
-  // tokens of one rank's step are bounded as the micro-batch's are, with room for the largest
-  // global batches trained (a few million tokens a step) on one rank.
+  // A step's micro-batches are drawn and held on the host at once (data/step_batcher.h).
   const int64_t micro_batch_tokens = train.micro_batch * data.seq_len;
   if (train.grad_accum > kMaxStepTokens / micro_batch_tokens) {
     fail(

@@ -47,10 +47,10 @@
 #include "data/packing_mode.h"
 #include "data/prepare.h"
 #include "dist/comm_backend_choice.h"
-#include "ops/device_choice.h"
 #include "fsdp/fsdp_strategy.h"
 #include "model/decoder_model.h"
 #include "model/lora_config.h"
+#include "ops/device_choice.h"
 #include "train/metrics_config.h"
 
 namespace shardtrain {
@@ -105,7 +105,7 @@ struct DataConfig {
   // (train/training_data.h: with_packing_resolved). nullopt = auto.
   PackingChoice packing;
   // Raw examples only (data/training_data.h):
-  std::string tokenizer;                // tokenizer.json or its dir; "" = model.path
+  std::string tokenizer;               // tokenizer.json or its dir; "" = model.path
   ExampleFormatChoice example_format;  // nullopt = auto: by the first line's keys
   ChatTemplateChoice chat_template = ChatTemplateChoice::kAuto;
   OverlongPolicy overlong = OverlongPolicy::kSplit;
@@ -114,6 +114,14 @@ struct DataConfig {
   bool train_on_prompt = false;
   bool train_on_eos = true;
   std::string cache_dir;  // "" = $HOME/.cache/shardtrain/data
+
+  // Bounds checked before anything is sized from them (sequence buffers, packing, activations,
+  // a step's micro-batches held on the host): seq_len, the tokens of one forward pass (a
+  // micro-batch; eval's --batch), and a rank's tokens per optimizer step (room for the largest
+  // global batches trained, a few million tokens, on one rank).
+  static constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+  static constexpr int64_t kMaxBatchTokens = int64_t{1} << 24;
+  static constexpr int64_t kMaxStepTokens = int64_t{1} << 26;
 };
 
 struct TrainLoopConfig {
