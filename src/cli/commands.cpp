@@ -8,8 +8,8 @@ namespace shardtrain::cli {
 
 int run(int argc, char** argv, const WorkerHooks& hooks) {
   CLI::App app{
-      "shardtrain: fully sharded fine-tuning of Llama-family models (Llama 2/3, "
-      "Qwen2/2.5, Mistral)"};
+      "shardtrain: fully sharded fine-tuning (full or LoRA, bf16 or FP8) of Hugging Face decoder "
+      "models: Llama 2/3, Qwen2/2.5, Qwen3, Mistral, Gemma 3, Qwen3-MoE, Mixtral"};
   app.set_version_flag("--version", std::string("shardtrain ") + SHARDTRAIN_VERSION);
   app.require_subcommand(1);
   app.fallthrough(false);
