@@ -40,10 +40,12 @@ std::optional<long long> parse_int(const std::string& text) {
   return v;
 }
 
-int parse_count(const Setting& s, long long min_value, const char* what) {
+int parse_count(const Setting& s, long long min_value, const char* what,
+                long long max_value = 1'000'000) {
   const auto v = parse_int(s.value);
-  if (!v || *v < min_value || *v > 1'000'000) {
-    fail("{} '{}': expected {} (an integer >= {})", s.source, s.value, what, min_value);
+  if (!v || *v < min_value || *v > max_value) {
+    fail("{} '{}': expected {} (an integer in [{}, {}])", s.source, s.value, what, min_value,
+         max_value);
   }
   return static_cast<int>(*v);
 }
@@ -254,7 +256,8 @@ void resolve_settings(const LaunchFlags& flags, const EnvLookup& env, LaunchConf
     } else if (s->value == "cpu") {
       config.nproc_per_node = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
     } else {
-      config.nproc_per_node = parse_count(*s, 1, "a process count or auto");
+      config.nproc_per_node =
+          parse_count(*s, 1, "a process count or auto", LaunchConfig::kMaxNprocPerNode);
     }
   }
   if (auto s = pick(flags.node_rank, "--node-rank", env, "PET_NODE_RANK")) {

@@ -63,6 +63,8 @@ struct LaunchConfig {
   int min_nodes = 1;
   int max_nodes = 1;
   int nproc_per_node = 1;
+  // The most workers one agent starts (the rendezvous refuses a member with more).
+  static constexpr int kMaxNprocPerNode = 65536;
   // --node-rank: a preference, not a promise. Agents that give one are ordered by it when a
   // group first forms (so distinct ranks 0..N-1 are kept); later generations keep the previous
   // order. With the c10d backend, the agent with node rank 0 hosts the store.

@@ -36,7 +36,7 @@ RendezvousMember member_from(const Json& j) {
   m.id = j.at("id").get<std::string>();
   m.host = j.at("host").get<std::string>();
   m.nproc = j.at("nproc").get<int>();
-  if (m.nproc < 1 || m.nproc > 65536)
+  if (m.nproc < 1 || m.nproc > LaunchConfig::kMaxNprocPerNode)
     throw Json::other_error::create(501, "nproc out of range", &j);
   m.node_rank = j.at("node_rank").get<int>();
   m.previous_rank = j.at("previous_rank").get<int>();
