@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/data_limits.h"
 #include "data/dataset.h"
 #include "data/formats.h"
 #include "data/packing_mode.h"
@@ -72,15 +73,15 @@ void run_eval(const EvalArgs& args) {
   data.packing = args.packing;
   data = with_packing_resolved(data);
   const int64_t seq_len = eval_seq_len(args, data, model_config);
-  if (seq_len < 2 || seq_len > DataConfig::kMaxSeqLen) {
+  if (seq_len < 2 || seq_len > data_limits::kMaxSeqLen) {
     fail(
         "sequence length {} (--seq-len, else the token file's or the model's) is outside [2, "
         "{}]; HINT: pass --seq-len in that range",
-        seq_len, DataConfig::kMaxSeqLen);
+        seq_len, data_limits::kMaxSeqLen);
   }
-  if (args.batch > DataConfig::kMaxBatchTokens / seq_len) {
+  if (args.batch > data_limits::kMaxBatchTokens / seq_len) {
     fail("--batch {} x --seq-len {} exceed {} tokens per forward pass; HINT: lower --batch",
-         args.batch, seq_len, DataConfig::kMaxBatchTokens);
+         args.batch, seq_len, data_limits::kMaxBatchTokens);
   }
   data.seq_len = seq_len;
   std::unique_ptr<SequenceDataset> dataset = open_training_data(data, model_dir, 0);

@@ -3,6 +3,7 @@
 // (tools/tokenizer/fetch_tokenizers.sh), the real Qwen3 tokenizer; every bad input must end in
 // exit code 2 with one error line naming FILE:LINE.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,6 +148,23 @@ TEST_F(PrepareCliTest, BadInputsExitTwoNamingFileAndLine) {
   // --invalid-utf8 replace accepts the line that failed above.
   const Result replaced = run(prepare_args(bad_utf8) + " --invalid-utf8 replace");
   EXPECT_EQ(replaced.exit_code, 0) << replaced.output;
+}
+
+TEST_F(PrepareCliTest, HostileSizesAndOutputsExitTwo) {
+  const std::string data = write("data.jsonl", kText);
+  // Was an allocation of 10^11 tokens ("out of memory") and an abort creating 10^5 threads.
+  expect_bad(prepare_args(data) + " --seq-len 100000000000", "seq_len is 100000000000");
+  expect_bad(prepare_args(data) + " --threads 100000", "threads is 100000; use 0 (all cores) or");
+  // An output that is a FIFO or a directory is left as it is (the atomic rename replaced them).
+  const std::string fifo = path("out.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_bad("prepare --tokenizer " + tiny_ + " --data " + data + " --out " + fifo,
+             fifo + " exists and is a FIFO");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  fs::create_directory(path("out_dir"));
+  expect_bad("prepare --tokenizer " + tiny_ + " --data " + data + " --out " + path("out_dir"),
+             path("out_dir") + " exists and is a directory");
+  EXPECT_TRUE(fs::is_directory(path("out_dir")));
 }
 
 TEST_F(PrepareCliTest, TokenizeWritesOneArrayPerLine) {

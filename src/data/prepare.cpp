@@ -11,11 +11,13 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
 #include "core/json_depth.h"
 #include "core/json_message.h"
+#include "data/data_limits.h"
 #include "data/formats.h"
 #include "data/hf_chat_template.h"
 #include "data/jsonl_lines.h"
@@ -33,6 +35,8 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr size_t kLinesPerChunk = 256;
+// More tokenizer threads than any machine has cores: a typo, not a request.
+constexpr int64_t kMaxThreads = 1024;
 constexpr size_t kSkippedSamples = 5;
 // The hint after a bad line: when the line is an example of another format (chat data read as
 // text, say), the fix is the format, not skipping (which would drop every line).
@@ -224,7 +228,12 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
     }
   };
   std::vector<std::thread> threads;
-  for (size_t t = 1; t < thread_count; ++t) threads.emplace_back(work);
+  try {
+    for (size_t t = 1; t < thread_count; ++t) threads.emplace_back(work);
+  } catch (const std::system_error&) {
+    // The system gave fewer threads than asked (a process or memory limit): the ones started
+    // share the chunks, and the output does not depend on how many there are.
+  }
   work();
   for (std::thread& thread : threads) thread.join();
   if (unexpected) std::rethrow_exception(unexpected);
@@ -234,8 +243,12 @@ std::vector<LineResult> process_lines(const std::vector<std::string_view>& lines
 }  // namespace
 
 void validate_prepare_options(const PrepareOptions& options) {
-  if (options.seq_len < 2) fail("seq_len is {}; it must be at least 2", options.seq_len);
-  if (options.threads < 0) fail("threads is {}; use 0 (all cores) or more", options.threads);
+  if (options.seq_len < 2 || options.seq_len > data_limits::kMaxSeqLen) {
+    fail("seq_len is {}; it must be in [2, {}]", options.seq_len, data_limits::kMaxSeqLen);
+  }
+  if (options.threads < 0 || options.threads > kMaxThreads) {
+    fail("threads is {}; use 0 (all cores) or up to {}", options.threads, kMaxThreads);
+  }
 }
 
 namespace {

@@ -44,10 +44,10 @@ enum class InvalidUtf8Policy { kFail, kReplace };
 const ChoiceNames<InvalidUtf8Policy>& invalid_utf8_policy_names();  // fail, replace
 
 struct PrepareOptions {
-  std::string tokenizer_path;   // tokenizer.json, or a directory containing it
-  std::string data_path;        // JSONL input
-  std::string out_path;         // token file to write (prepare_dataset only)
-  int64_t seq_len = 512;        // must equal the training data.seq_len
+  std::string tokenizer_path;  // tokenizer.json, or a directory containing it
+  std::string data_path;       // JSONL input
+  std::string out_path;        // token file to write (prepare_dataset only)
+  int64_t seq_len = 512;       // must equal the training data.seq_len
   ExampleFormatChoice format;  // nullopt = auto: by the first line's keys
   // auto: the model's own chat template when the tokenizer has one, else the built-in family
   // template; model: the model's own (an Error without one); chatml | llama2 | llama3: built-in.
@@ -65,8 +65,8 @@ struct PrepareOptions {
   int64_t threads = 0;    // 0 = all cores; does not change the output
 };
 
-// Throws Error naming the option for seq_len < 2 / threads < 0 (choices are enums: parsed where
-// the flag or key was read).
+// Throws Error naming the option for seq_len outside [2, data_limits::kMaxSeqLen] / threads < 0
+// or > 1024 (choices are enums: parsed where the flag or key was read).
 // Under packing none with overlong split, a document longer than seq_len is an Error naming
 // FILE:LINE (split pieces would be sequences of one document each, not what none promises).
 void validate_prepare_options(const PrepareOptions& options);

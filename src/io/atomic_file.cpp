@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,17 +27,53 @@ void fsync_parent_dir(const std::string& path) {
   ::close(dir_fd);
 }
 
+const char* kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// The rename would replace whatever `path` is: refused unless it is a regular file (through a
+// symbolic link too) or absent, so a device, FIFO, socket or directory given as an output is
+// never removed (as root, `--out /dev/full` replaced the device node with a regular file).
+void require_replaceable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
+  fail("{} exists and is {}, which is not replaced by a file; HINT: write to another path", path,
+       kind_of(st.st_mode));
+}
+
+// Creates the temp file without following a link or truncating anything: a leftover temp file
+// of this name (a run with the same pid that died before commit) is removed first when it is a
+// regular file; anything else there is left alone and refused.
+int create_temp(const std::string& temp_path) {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::open(temp_path.c_str(), kFlags, 0644);
+  if (fd < 0 && errno == EEXIST) {
+    struct stat st {};
+    if (::lstat(temp_path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      ::unlink(temp_path.c_str());
+      fd = ::open(temp_path.c_str(), kFlags, 0644);
+    }
+  }
+  if (fd < 0) {
+    fail("cannot create {} ({}); HINT: check that the directory exists and is writable", temp_path,
+         errno_text());
+  }
+  return fd;
+}
+
 }  // namespace
 
 AtomicFileWriter::AtomicFileWriter(std::string path, Durability durability)
     : path_(std::move(path)),
       temp_path_(path_ + ".tmp." + std::to_string(::getpid())),
       durability_(durability) {
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    fail("cannot create {} ({}); HINT: check that the directory exists and is writable", temp_path_,
-         errno_text());
-  }
+  require_replaceable(path_);
+  fd_ = create_temp(temp_path_);
 }
 
 AtomicFileWriter::~AtomicFileWriter() { discard(); }
@@ -97,6 +134,12 @@ void AtomicFileWriter::commit() {
     fail("cannot close {} ({}); HINT: check free disk space", temp_path_, errno_text());
   }
   fd_ = -1;
+  try {
+    require_replaceable(path_);  // again: it may have appeared while the file was written
+  } catch (...) {
+    ::unlink(temp_path_.c_str());
+    throw;
+  }
   if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
     const std::string reason = errno_text();
     ::unlink(temp_path_.c_str());

@@ -4,9 +4,12 @@
 // AtomicFileWriter writes into `path + ".tmp.<pid>"`; commit() flushes, fsyncs, renames the
 // temp file over `path` and fsyncs the directory. With Durability::kVisibleOnly (a file other
 // processes poll and that is rewritten often, e.g. a rank's metrics snapshot) it skips both
-// fsyncs: readers still never see a partial file, but a machine crash may lose the last write. Destroying a writer without commit() removes
-// the temp file and leaves any existing `path` untouched. Every failure throws Error naming the
-// path. Movable, not copyable.
+// fsyncs: readers still never see a partial file, but a machine crash may lose the last write.
+// Destroying a writer without commit() removes the temp file and leaves any existing `path`
+// untouched. A `path` that exists and is not a regular file (a directory, device, FIFO or socket,
+// directly or through a link) is refused, at construction and again at commit: the rename would
+// remove it. The temp file is created exclusively, never through a link. Every failure throws Error
+// naming the path. Movable, not copyable.
 #pragma once
 
 #include <cstddef>

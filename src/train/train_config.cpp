@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/data_limits.h"
 #include "data/formats.h"
 #include "data/packing_mode.h"
 
@@ -251,9 +252,8 @@ void TrainConfig::validate() const {
   if (data.path.empty()) {
     fail("config key 'data.path' is not set; set it to a token file (.bin) or a .jsonl file");
   }
-  constexpr int64_t kMaxSeqLen = DataConfig::kMaxSeqLen;
-  constexpr int64_t kMaxMicroBatchTokens = DataConfig::kMaxBatchTokens;
-  constexpr int64_t kMaxStepTokens = DataConfig::kMaxStepTokens;
+  using data_limits::kMaxSeqLen, data_limits::kMaxStepTokens;
+  constexpr int64_t kMaxMicroBatchTokens = data_limits::kMaxBatchTokens;
   require(data.seq_len >= 2 && data.seq_len <= kMaxSeqLen, "data.seq_len", "in [2, 1048576]",
           data.seq_len);
   require(data.pad_id >= 0, "data.pad_id", ">= 0", data.pad_id);

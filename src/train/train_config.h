@@ -114,14 +114,6 @@ struct DataConfig {
   bool train_on_prompt = false;
   bool train_on_eos = true;
   std::string cache_dir;  // "" = $HOME/.cache/shardtrain/data
-
-  // Bounds checked before anything is sized from them (sequence buffers, packing, activations,
-  // a step's micro-batches held on the host): seq_len, the tokens of one forward pass (a
-  // micro-batch; eval's --batch), and a rank's tokens per optimizer step (room for the largest
-  // global batches trained, a few million tokens, on one rank).
-  static constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
-  static constexpr int64_t kMaxBatchTokens = int64_t{1} << 24;
-  static constexpr int64_t kMaxStepTokens = int64_t{1} << 26;
 };
 
 struct TrainLoopConfig {
