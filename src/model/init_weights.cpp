@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -71,11 +72,16 @@ void init_unit_random(const UnitLayout& unit, int unit_index, uint64_t seed, dou
         NormalStream normal(stream_seed);
         for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(std * normal.next());
       };
+      bool started = false;
       if (n >= kThreadMinNumel && std::thread::hardware_concurrency() > 1) {
-        threads.emplace_back(draw);
-      } else {
-        draw();
+        try {
+          threads.emplace_back(draw);
+          started = true;
+        } catch (const std::system_error&) {
+          // No thread to be had (a process or memory limit): drawn here, the same values.
+        }
       }
+      if (!started) draw();
     }
   }
   for (std::thread& t : threads) t.join();
