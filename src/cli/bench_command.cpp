@@ -23,9 +23,14 @@ struct BenchCommArgs {
   int iterations = 20, warmup = 5;
 };
 
+// Message sizes measured: from 1 KiB (smaller ones are latency, not bandwidth) to 16 GiB (every
+// size allocates its buffers; bus bandwidth saturates long before).
+constexpr double kMinMib = 1.0 / 1024, kMaxMib = 16384;
+
 void run_bench_comm(const BenchCommArgs& args) {
-  if (args.min_mib <= 0 || args.max_mib < args.min_mib) {
-    fail("--min-mib {} / --max-mib {}: need 0 < min <= max", args.min_mib, args.max_mib);
+  if (!(args.min_mib >= kMinMib && args.max_mib >= args.min_mib && args.max_mib <= kMaxMib)) {
+    fail("--min-mib {} / --max-mib {}: need {} <= min <= max <= {}", args.min_mib, args.max_mib,
+         kMinMib, kMaxMib);
   }
   const WorkerEnv env = read_worker_env();
   CudaComputeStream compute;
@@ -70,9 +75,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   comm->add_option("--min-mib", args->min_mib, "smallest message, MiB (default 64)");
   comm->add_option("--max-mib", args->max_mib, "largest message, MiB (default 1024)");
   comm->add_option("--iterations", args->iterations, "timed calls per size")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 100000));
   comm->add_option("--warmup", args->warmup, "untimed calls per size first")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 100000));
 }
 
 }  // namespace shardtrain::cli

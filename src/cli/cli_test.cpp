@@ -222,6 +222,14 @@ TEST_F(CliTest, BenchCommRunsAcrossLaunchedRanks) {
   EXPECT_NE(r.output.find("1048576"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2097152"), std::string::npos) << r.output;
   expect_user_error(run("bench comm --min-mib 8 --max-mib 1"), {"--min-mib"});
+  // nan measured nothing and exited 0; 1e12 MiB allocated ever larger buffers until it failed.
+  for (const char* sizes : {"--min-mib nan", "--max-mib 1e12", "--min-mib 1e-9 --max-mib 1"}) {
+    expect_user_error(run(std::string("bench comm --device cpu ") + sizes),
+                      {"need 0.0009765625 <= min <= max <= 16384"});
+  }
+  for (const char* counts : {"--iterations 2000000000", "--warmup 2000000000"}) {
+    EXPECT_EQ(run(std::string("bench comm --device cpu ") + counts).exit_code, 2) << counts;
+  }
 }
 
 TEST_F(CliTest, MissingCheckpointDir) {
