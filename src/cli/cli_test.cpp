@@ -462,6 +462,17 @@ TEST_F(CliTest, NonFiniteNumbersAndLoraKeysWithoutLora) {
                           "is false: the whole model is trained"),
             std::string::npos)
       << r.output;
+  // Floating-point flags: CLI::Range let nan through (doctor's NCCL test then failed an
+  // internal check).
+  for (const std::string& flags : std::vector<std::string>{
+           "doctor --network-timeout nan", "doctor --nccl-test --nccl-test-mib nan",
+           "generate --model " + kGolden + "llama_gqa --prompt hi --top-p nan",
+           "launch --metrics-gpu-interval inf -- train --config " + toml}) {
+    const Result bad = run(flags);
+    EXPECT_EQ(bad.exit_code, 2) << flags << ": " << bad.output;
+    EXPECT_NE(bad.output.find("is not a finite number in ["), std::string::npos)
+        << flags << ": " << bad.output;
+  }
   // TOML's nan literal (train_toml rewrites job.toml).
   expect_user_error(
       run("train --config " + train_toml(kGolden + "llama_gqa", data, "[optim]\nlr = nan\n")),

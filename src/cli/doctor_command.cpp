@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/finite_range.h"
 #include "core/error.h"
 #include "dist/dist_env.h"
 #include "dist/nccl_build_version.h"
@@ -194,13 +195,13 @@ void add_doctor_command(CLI::App& app, int& exit_code) {
       "c10d (default) or etcd [PET_RDZV_BACKEND]");
   cmd->add_option("--network-timeout", args->network_timeout_s,
                   "seconds to wait for the rendezvous endpoint (default 5)")
-      ->check(CLI::Range(0.1, 600.0));
+      ->check(finite_range(0.1, 600.0));
   cmd->add_flag("--nccl-test", args->nccl_test,
                 "measure all-reduce / all-gather bus bandwidth over the local GPUs (under the "
                 "launcher: over all ranks) and the transport NCCL used");
   cmd->add_option("--nccl-test-mib", args->comm.message_mib,
                   "message size of the NCCL test, MiB (default 128)")
-      ->check(CLI::Range(1.0, 16384.0));
+      ->check(finite_range(1.0, 16384.0));
   cmd->add_option("--comm-test-device", args->comm.device,
                   "cuda (NCCL, default) or cpu (Gloo over CPU ranks: tests the measurement code "
                   "without GPUs)")

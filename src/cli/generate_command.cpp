@@ -15,6 +15,7 @@
 
 #include "cli/choice_option.h"
 #include "cli/commands.h"
+#include "cli/finite_range.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/batch.h"
@@ -138,7 +139,8 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--model", args->model_dir,
                   "checkpoint dir with tokenizer.json, or a Hub id org/name")
       ->required();
-  cmd->add_option("--revision", args->revision, "Hub id only: branch, tag or commit (default main)");
+  cmd->add_option("--revision", args->revision,
+                  "Hub id only: branch, tag or commit (default main)");
   cmd->add_option("--adapter", args->adapter,
                   "a PEFT LoRA adapter dir (adapter_config.json + adapter_model.safetensors) "
                   "to run on the --model base");
@@ -146,9 +148,9 @@ void add_generate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-new-tokens", args->max_new_tokens, "tokens to generate at most")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", args->temperature, "0 = greedy; > 0 samples")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(finite_range(0.0, 100.0));
   cmd->add_option("--top-p", args->top_p, "nucleus sampling mass (with --temperature > 0)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(finite_range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "random seed for sampling");
   cmd->add_flag("--chat", args->chat,
                 "the prompt is a user message, rendered with the model's chat template; prints "

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/finite_range.h"
 #include "cli/optional_option.h"
 #include "launch/launch_config.h"
 #include "launch/launcher.h"
@@ -126,7 +127,7 @@ void add_metrics_options(CLI::App* cmd, MetricsOptions& metrics) {
                   "[default true]");
   cmd->add_option("--metrics-gpu-interval,--metrics_gpu_interval", metrics.gpu_interval_s,
                   "seconds between GPU metric samples [default 1]")
-      ->check(CLI::Range(0.05, 3600.0));
+      ->check(finite_range(0.05, 3600.0));
 }
 
 }  // namespace
