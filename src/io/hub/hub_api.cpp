@@ -77,9 +77,12 @@ void fail_hub_response(const HubTarget& target, const std::string& url,
   const HubSettings& s = *target.settings;
   const std::string& id = target.repo_id;
   if (response == nullptr) {
+    // "no local directory": an id of the org/name form is tried on the Hub only when no such
+    // path exists, so a mistyped local path ends here too.
     fail(
-        "{}: cannot reach the Hugging Face Hub at {} ({}); HINT: check the network and "
-        "HTTPS_PROXY/NO_PROXY, or set HF_HUB_OFFLINE=1 to use only the local cache at {}",
+        "{}: no local directory of that name, and cannot reach the Hugging Face Hub at {} ({}); "
+        "HINT: check the path, the network and HTTPS_PROXY/NO_PROXY, or set HF_HUB_OFFLINE=1 "
+        "to use only the local cache at {}",
         target.context, s.endpoint, error, s.cache_dir);
   }
   const int status = response->status;

@@ -254,7 +254,11 @@ TEST_F(HubResolverTest, OfflineWithNothingCachedSaysSo) {
 TEST_F(HubResolverTest, UnreachableHubNamesTheEndpoint) {
   hub_->stop();
   const std::string error = error_of([&] { resolve("Org/Tiny"); });
-  EXPECT_TRUE(contains(error, "cannot reach the Hugging Face Hub at " + hub_->endpoint())) << error;
+  EXPECT_TRUE(contains(error,
+                       "model.path Org/Tiny: no local directory of that name, and cannot reach "
+                       "the Hugging Face Hub at " +
+                           hub_->endpoint()))
+      << error;
   EXPECT_TRUE(contains(error, "HF_HUB_OFFLINE=1")) << error;
 }
 
