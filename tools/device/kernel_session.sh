@@ -16,6 +16,10 @@
 #   GPU_TESTS=0                the attention tests only, not every GPU test (and only their
 #                              binaries and the timings' are built): ~60-90 s less for a call
 #                              that benches kernels a call before has tested
+#   GPU_TESTS="a_gpu_test ..."  the attention tests and these test binaries only (e.g.
+#                              "cuda_attention_mask_gpu_test cuda_gemma_ops_gpu_test" for a change
+#                              to the mma.sync kernels); any failure ends the call before the
+#                              benches
 #   FP8_BENCH, MOE_BENCH, LORA_BENCH, BF16_BENCH   the runs of each bench group, in this order
 #                              (run_bench.sh's RUN syntax; defaults below; empty: skipped).
 #                              MOE_BENCH runs only on a GPU with more than 120 GB (the
@@ -27,8 +31,11 @@
 source "$(dirname "$0")/common.sh"
 gpu_info
 timings=${TIMINGS-attention moe lora fp8}
-if [[ ${GPU_TESTS:-1} == 0 ]]; then
-  tests=(cuda_attention_gpu_test)
+gpu_tests=${GPU_TESTS:-1}
+listed=()  # GPU_TESTS given as test names
+[[ $gpu_tests == 0 || $gpu_tests == 1 ]] || read -r -a listed <<<"$gpu_tests"
+if [[ $gpu_tests != 1 ]]; then
+  tests=(cuda_attention_gpu_test "${listed[@]}")
   [[ $timings == *attention* ]] && tests+=(cuda_ops_throughput_gpu_test)
   [[ $timings == *moe* ]] && tests+=(cuda_moe_gpu_test)
   [[ $timings == *lora* ]] && tests+=(cuda_lora_gpu_test)
@@ -52,10 +59,17 @@ if ! attention_tests attention-tests.log; then
   echo "only the dQ writer failed: going on with the dQ atomics (SHARDTRAIN_ATTENTION_DQ_WRITER=0)"
   writers="0"
 fi
-if [[ ${GPU_TESTS:-1} == 0 ]]; then
-  echo "every other GPU test skipped (GPU_TESTS=0)"
-else
+if [[ $gpu_tests == 1 ]]; then
   tools/device/gpu_tests.sh
+else
+  for t in "${listed[@]}"; do
+    timeout 120 "$build/$t" >"$out/$t.log" 2>&1
+    rc=$?
+    summary=$(grep -E '^\[  (PASSED|FAILED)  \]' "$out/$t.log" | head -2 | tr '\n' ' ')
+    echo "$t rc $rc ($(elapsed) s): $summary"
+    ((rc == 0)) || { grep -E "^\[  FAILED  \] [A-Za-z]|Failure" "$out/$t.log" | head -20; exit 1; }
+  done
+  echo "every other GPU test skipped (GPU_TESTS=$gpu_tests)"
 fi
 # Attention under the backward's dQ atomics (0) and its dQ writer (1, ops/ops_switches.h).
 for writer in $writers; do
