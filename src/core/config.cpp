@@ -472,20 +472,15 @@ std::string ConfigSchema::to_toml() const {
                choices_text(entry.choices) + ")";
       }
       if (!entry.doc.empty() || !entry.choices.empty()) out += "\n";
-      const std::string value = entry.get ? quote(entry.get())
-                                          : std::visit(
-                                                [](auto* target) -> std::string {
-                                                  using T = std::remove_pointer_t<decltype(target)>;
-                                                  if constexpr (std::is_same_v<T, int64_t>)
-                                                    return fmt::format("{}", *target);
-                                                  if constexpr (std::is_same_v<T, double>)
-                                                    return format_double(*target);
-                                                  if constexpr (std::is_same_v<T, bool>)
-                                                    return *target ? "true" : "false";
-                                                  if constexpr (std::is_same_v<T, std::string>)
-                                                    return quote(*target);
-                                                },
-                                                entry.target);
+      const auto print_target = [](auto* target) -> std::string {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", *target);
+        if constexpr (std::is_same_v<T, double>) return format_double(*target);
+        if constexpr (std::is_same_v<T, bool>) return *target ? "true" : "false";
+        if constexpr (std::is_same_v<T, std::string>) return quote(*target);
+      };
+      const std::string value =
+          entry.get ? quote(entry.get()) : std::visit(print_target, entry.target);
       out += entry.name + " = " + value + "\n";
     }
   }

@@ -252,10 +252,9 @@ void TrainConfig::validate() const {
   if (data.path.empty()) {
     fail("config key 'data.path' is not set; set it to a token file (.bin) or a .jsonl file");
   }
-  using data_limits::kMaxSeqLen, data_limits::kMaxStepTokens;
-  constexpr int64_t kMaxMicroBatchTokens = data_limits::kMaxBatchTokens;
-  require(data.seq_len >= 2 && data.seq_len <= kMaxSeqLen, "data.seq_len", "in [2, 1048576]",
-          data.seq_len);
+  using data_limits::kMaxBatchTokens, data_limits::kMaxSeqLen, data_limits::kMaxStepTokens;
+  require(data.seq_len >= 2 && data.seq_len <= kMaxSeqLen, "data.seq_len",
+          fmt::format("in [2, {}]", kMaxSeqLen).c_str(), data.seq_len);
   require(data.pad_id >= 0, "data.pad_id", ">= 0", data.pad_id);
   require(train.steps >= 0, "train.steps", ">= 0 (0 = from train.epochs)", train.steps);
   require(train.epochs >= 0, "train.epochs", ">= 0 (0 = use train.steps)", train.epochs);
@@ -274,11 +273,11 @@ void TrainConfig::validate() const {
         train.eval_every);
   }
   require(train.micro_batch > 0, "train.micro_batch", "> 0", train.micro_batch);
-  if (train.micro_batch > kMaxMicroBatchTokens / data.seq_len) {
+  if (train.micro_batch > kMaxBatchTokens / data.seq_len) {
     fail(
         "config keys 'train.micro_batch' ({}) x 'data.seq_len' ({}) exceed {} tokens per "
         "micro-batch; HINT: lower train.micro_batch and raise train.grad_accum",
-        train.micro_batch, data.seq_len, kMaxMicroBatchTokens);
+        train.micro_batch, data.seq_len, kMaxBatchTokens);
   }
   require(train.grad_accum > 0, "train.grad_accum", "> 0", train.grad_accum);
   // A step's micro-batches are drawn and held on the host at once (data/step_batcher.h).
