@@ -6,13 +6,14 @@
 # with the dQ atomics everywhere: SHARDTRAIN_TEST_SKIP_DQ_WRITER=1 for the tests,
 # SHARDTRAIN_ATTENTION_DQ_WRITER=0 for every run after, no writer timing),
 # every GPU test (gpu_tests.sh), the kernel timings at the bench shapes (the DISABLED_ timings of
-# attention, the MoE expert GEMMs, LoRA's skinny products and the FP8 linears), then bench rows
+# attention, the MoE expert GEMMs, LoRA's skinny products, the FP8 linears and the projections'
+# cuBLASLt choices), then bench rows
 # with op profiles in the order given, each group skipped once the call's budget (BUDGET_S,
 # default 560 s) has no room for it, and each run of a group that the group's longest run so far
 # would carry past the budget (bench/run_bench.sh BENCH_DEADLINE: no run cut before its
 # PyTorch), and last an FP8 op profile with each switch of ops/ops_switches.h named in
 # FP8_BEFORE set to 0 (the before of that choice, in the same call).
-#   TIMINGS="attention moe lora fp8"   which timings (default all four; empty: none)
+#   TIMINGS="attention moe lora fp8 gemm"   which timings (default all five; empty: none)
 #   GPU_TESTS=0                the attention tests only, not every GPU test (and only their
 #                              binaries and the timings' are built): ~60-90 s less for a call
 #                              that benches kernels a call before has tested
@@ -30,7 +31,7 @@
 # Usage: tools/device/kernel_session.sh
 source "$(dirname "$0")/common.sh"
 gpu_info
-timings=${TIMINGS-attention moe lora fp8}
+timings=${TIMINGS-attention moe lora fp8 gemm}
 gpu_tests=${GPU_TESTS:-1}
 listed=()  # GPU_TESTS given as test names
 [[ $gpu_tests == 0 || $gpu_tests == 1 ]] || read -r -a listed <<<"$gpu_tests"
@@ -40,6 +41,7 @@ if [[ $gpu_tests != 1 ]]; then
   [[ $timings == *moe* ]] && tests+=(cuda_moe_gpu_test)
   [[ $timings == *lora* ]] && tests+=(cuda_lora_gpu_test)
   [[ $timings == *fp8* ]] && tests+=(cuda_fp8_throughput_gpu_test)
+  [[ $timings == *gemm* ]] && tests+=(cuda_gemm_gpu_test)
 else
   mapfile -t tests < <(gpu_test_names)
 fi
@@ -94,6 +96,11 @@ if [[ $timings == *fp8* ]] && room 70 "fp8 timing"; then
   OUT=$out timeout 50 "$build/cuda_fp8_throughput_gpu_test" --gtest_also_run_disabled_tests \
     --gtest_filter='*LinearCastsAndGemms*:*KeptSwiglu*' >"$out/fp8-timing.log" 2>&1
   echo "fp8 timing rc $?"; grep -E "FP8 / bf16|Down projection" "$out/fp8-timing.log" | head -30
+fi
+if [[ $timings == *gemm* ]] && room 60 "gemm timing"; then
+  timeout 50 "$build/cuda_gemm_gpu_test" --gtest_also_run_disabled_tests \
+    --gtest_filter='*DISABLED_*' >"$out/gemm-timing.log" 2>&1
+  echo "gemm timing rc $?"; grep -E "tokens|per step|^  " "$out/gemm-timing.log" | head -40
 fi
 bench() {  # NAME SECONDS RUN...: a bench group when SECONDS fit
   local name=$1 need=$2

@@ -82,8 +82,9 @@ cublasLtMatmulPreference_t preference_for(const GemmCall& call) {
 
 }  // namespace
 
-CublasLtGemm::CublasLtGemm(cudaStream_t stream, bool autotune, bool split_k)
-    : stream_(stream), autotune_(autotune), split_k_(split_k) {
+CublasLtGemm::CublasLtGemm(cudaStream_t stream, const Tuning& tuning)
+    : stream_(stream), tuning_(tuning) {
+  SHARDTRAIN_CHECK(tuning.candidates >= 1, "GEMM tuning with {} candidates", tuning.candidates);
   SHARDTRAIN_CUBLAS_CHECK(cublasLtCreate(&handle_));
   SHARDTRAIN_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
@@ -152,9 +153,13 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
       cublasLtMatrixLayoutCreate(&plan.c, cuda_type(call.c_dtype), call.m, call.n, call.ldc));
 
   cublasLtMatmulPreference_t preference = preference_for(call);
-  const bool tune = autotune_ && gemm_output_tunable(output_bytes(call));
-  const bool weigh_split_k = tune && split_k_ && skinny(call);
-  const int requested = !tune ? 1 : weigh_split_k ? kSkinnyHeuristicCandidates : kTuneCandidates;
+  const bool tune = tuning_.autotune && gemm_output_tunable(output_bytes(call));
+  const bool skinny_split = tuning_.split_k == SplitK::kSkinny && skinny(call);
+  const bool weigh_split_k =
+      tune && (skinny_split || (tuning_.split_k == SplitK::kEvery && call.k >= 2 * kMinSplitDepth));
+  const int requested = !tune          ? 1
+                        : skinny_split ? std::max(kSkinnyHeuristicCandidates, tuning_.candidates)
+                                       : tuning_.candidates;
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(requested));
   int found_count = 0;
   SHARDTRAIN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c,

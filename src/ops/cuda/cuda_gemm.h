@@ -68,10 +68,23 @@ class CublasLtGemm {
   static constexpr int kSplitKCounts[] = {2, 3, 4, 6, 8, 12, 16};
   static constexpr int64_t kMinSplitDepth = 256;
 
-  // autotune: time the candidates at each key's first run(); split_k: skinny keys also weigh the
-  // split-K variants (above; tests and measurements only).
+  // Which candidates a key's first run() weighs. autotune: time the heuristic's top `candidates`
+  // (else run its first); split_k: which keys also weigh the split-K variants (above): none,
+  // the skinny ones, or every key deep enough to split (measurements of the projections, whose
+  // weight gradient can leave part of the GPU idle: cuda_gemm_gpu_test).
+  enum class SplitK { kNone, kSkinny, kEvery };
+  struct Tuning {
+    bool autotune = true;
+    SplitK split_k = SplitK::kNone;
+    int candidates = kTuneCandidates;
+  };
+  explicit CublasLtGemm(cudaStream_t stream, const Tuning& tuning);
+  // The product's default: autotuned as SHARDTRAIN_GEMM_AUTOTUNE says, without split-K.
+  // split_k: skinny keys weigh the split-K variants (tests and measurements only).
   explicit CublasLtGemm(cudaStream_t stream, bool autotune = gemm_autotune_switch(),
-                        bool split_k = false);
+                        bool split_k = false)
+      : CublasLtGemm(
+            stream, Tuning{autotune, split_k ? SplitK::kSkinny : SplitK::kNone, kTuneCandidates}) {}
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -79,7 +92,7 @@ class CublasLtGemm {
   // D = alpha op(A) op(B) (+ bias) + beta * C, enqueued on the stream.
   void run(const GemmCall& call);
 
-  // Whether a key weighs split-K variants (when split_k and autotuning are on).
+  // Whether a key counts as skinny (SplitK::kSkinny weighs its split-K variants).
   static bool skinny(const GemmCall& call);
 
   // For tests and measurements. The call's key is planned (and timed) first when new.
@@ -116,8 +129,7 @@ class CublasLtGemm {
   cudaStream_t stream_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
-  bool autotune_ = true;
-  bool split_k_ = true;
+  Tuning tuning_;
   std::map<Key, Plan> plans_;
 };
 
