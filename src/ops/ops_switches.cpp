@@ -8,6 +8,18 @@ bool profile_ops_switch() { return env_switch("SHARDTRAIN_PROFILE_OPS", false); 
 
 bool gemm_autotune_switch() { return env_switch("SHARDTRAIN_GEMM_AUTOTUNE", true); }
 
+GemmSearch gemm_search_switch() {
+  // The order is GemmSearch's: the first is the default.
+  switch (env_choice("SHARDTRAIN_GEMM_SEARCH", {"top8", "wide", "split-k"})) {
+    case 1:
+      return GemmSearch::kWide;
+    case 2:
+      return GemmSearch::kSplitK;
+    default:
+      return GemmSearch::kTop8;
+  }
+}
+
 bool attention_autotune_switch() { return env_switch("SHARDTRAIN_ATTENTION_AUTOTUNE", true); }
 
 MoeGemmChoice moe_gemm_switch() {
@@ -29,6 +41,7 @@ bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_W
 void check_ops_switches() {
   profile_ops_switch();
   gemm_autotune_switch();
+  gemm_search_switch();
   attention_autotune_switch();
   moe_gemm_switch();
   lora_kernels_switch();

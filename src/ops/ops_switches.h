@@ -9,6 +9,11 @@
 //   SHARDTRAIN_GEMM_AUTOTUNE=0      cuBLASLt's first heuristic candidate for every bf16 and FP8
 //                                   GEMM instead of the fastest of the candidates timed once per
 //                                   shape; default on
+//   SHARDTRAIN_GEMM_SEARCH=wide     the bf16 GEMMs' autotuning times cuBLASLt's top 32 candidates
+//                                   instead of its top 8; =split-k: the top 8 plus split-K
+//                                   variants of every key with a deep inner dimension (the
+//                                   projections' weight gradients fill fewer tiles than SMs);
+//                                   default (=top8) neither
 //   SHARDTRAIN_ATTENTION_AUTOTUNE=0 the Hopper attention forward runs the dispatch table's
 //                                   warp-specialised kernel instead of the faster of it and the
 //                                   cp.async wgmma kernel, timed once per shape
@@ -36,6 +41,9 @@ namespace shardtrain {
 
 bool profile_ops_switch();
 bool gemm_autotune_switch();
+
+enum class GemmSearch { kTop8, kWide, kSplitK };
+GemmSearch gemm_search_switch();
 bool attention_autotune_switch();
 
 enum class MoeGemmChoice { kWgmma, kCublas };

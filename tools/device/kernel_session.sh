@@ -26,6 +26,7 @@
 #                              MOE_BENCH runs only on a GPU with more than 120 GB (the
 #                              Qwen3-30B-A3B shape needs ~100 GiB)
 #   FP8_BEFORE="GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT"   the switches whose before is profiled
+#   BENCH_PROFILE=0            the bench rows without their op profiles (~20 s a run less)
 # Logs: $OUT/logs.tgz, every log of the call in one file (the device tool returns at most 8
 # files, and none whose name has the bench folders' @ or +); the summary is the output.
 # Usage: tools/device/kernel_session.sh
@@ -106,7 +107,7 @@ bench() {  # NAME SECONDS RUN...: a bench group when SECONDS fit
   local name=$1 need=$2
   shift 2
   (($#)) && room "$need" "bench $name" || return 0
-  BENCH_EAGER=0 BENCH_PROFILE=1 BENCH_DEADLINE=$((start + budget)) \
+  BENCH_EAGER=0 BENCH_PROFILE=${BENCH_PROFILE:-1} BENCH_DEADLINE=$((start + budget)) \
     timeout $((budget - $(elapsed))) bench/run_bench.sh \
     "$root/$build/shardtrain" "$out/bench-$name" "$@" >"$out/bench-$name.log" 2>&1
   echo "bench $name (rc $?, $(elapsed) s):"

@@ -14,6 +14,7 @@
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/cuda_linear_fp8.h"
 #include "ops/op_checks.h"
+#include "ops/ops_switches.h"
 
 namespace shardtrain {
 namespace {
@@ -52,11 +53,32 @@ std::unique_ptr<Ops> make_cuda_ops(int device_index) {
   return std::make_unique<CudaOps>();
 }
 
+namespace {
+
+// The bf16 GEMMs' candidate search, as SHARDTRAIN_GEMM_SEARCH says (ops/ops_switches.h).
+CublasLtGemm::Tuning gemm_tuning() {
+  CublasLtGemm::Tuning tuning;
+  tuning.autotune = gemm_autotune_switch();
+  switch (gemm_search_switch()) {
+    case GemmSearch::kWide:
+      tuning.candidates = 4 * CublasLtGemm::kTuneCandidates;
+      break;
+    case GemmSearch::kSplitK:
+      tuning.split_k = CublasLtGemm::SplitK::kEvery;
+      break;
+    case GemmSearch::kTop8:
+      break;
+  }
+  return tuning;
+}
+
+}  // namespace
+
 CudaOps::CudaOps() {
   SHARDTRAIN_CHECK(cuda_device_count() > 0, "CudaOps needs a visible GPU");
   SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device_index_));
   SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  gemm_ = std::make_unique<CublasLtGemm>(stream_);
+  gemm_ = std::make_unique<CublasLtGemm>(stream_, gemm_tuning());
   adamw_multi_ = std::make_unique<cuda_kernels::AdamWMultiLauncher>();
   attention_tuning_ = std::make_unique<cuda_kernels::AttentionForwardTuning>();
 }
