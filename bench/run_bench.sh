@@ -48,7 +48,7 @@
 # PyTorch measurement of this call.
 # Prints a table: tokens/s, MFU (790 TFLOP/s ceiling), peak GPU memory (nvidia-smi), the plan's
 # prediction for ours (`shardtrain plan`, same flags) and measured / plan, and the ratios.
-# BENCH_PROFILE=1 adds, per run, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
+# BENCH_PROFILE=1 (unset or 0: off) adds, per run, a separate 3-step run of ours with SHARDTRAIN_PROFILE_OPS=1
 # (device time per op class, synchronised per op; OUT_DIR/RUN-profile.txt), never timed.
 # BENCH_DRY=1: no GPU; prints each command instead of running it (checks the parsing).
 # BENCH_DEADLINE=EPOCH_SECONDS (a machine lent for a fixed time): a run is skipped, with a
@@ -133,7 +133,7 @@ for run in "${runs[@]}"; do
   ours=1
   [[ -z $dry ]] && ours=$(python3 "$lib" ours-tps "$out/$run-metrics.jsonl" 1) &&
     echo "$run: $(python3 "$lib" host-wait "$out/$run-metrics.jsonl")"
-  if [[ -n ${BENCH_PROFILE:-} && -z $dry ]]; then
+  if [[ ${BENCH_PROFILE:-0} != 0 && -z $dry ]]; then
     env "${ours_env[@]}" SHARDTRAIN_PROFILE_OPS=1 "$ours_bin" train "${job[@]}" --train.steps=3 \
       >"$out/$run-profile.log" 2>&1 || true
     sed -n '/op profile/,$p' "$out/$run-profile.log" >"$out/$run-profile.txt"
