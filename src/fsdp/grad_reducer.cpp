@@ -55,6 +55,8 @@ void GradReducer::begin_step() {
     backward_update_ = BackwardUpdate{};
     ops_.fill_zero(backward_norm_.view(DType::kF32, {1}));
   }
+  norm_started_ = false;
+  for (UnitState& state : state_) state.norm_counted = false;
   for (int u = 0; u < static_cast<int>(state_.size()); ++u) {
     if (!sharded(u)) {
       state_[u].grads_stale = true;  // the next backward overwrites the shard
@@ -122,6 +124,8 @@ void GradReducer::ready(int unit) {
       state.full_grad_slot = -1;  // owned by the pending reduction until it completes
       pending_.push_back(p);
     }
+  } else if (last_micro_batch_ && mesh_.replicate_size() == 1) {
+    count_norm_term(unit);  // backward wrote the shard itself: final
   } else if (last_micro_batch_ && mesh_.replicate_size() > 1) {
     mesh_.replicate().set_context(context + " gradient all-reduce");
     PendingReduction p;
@@ -139,7 +143,10 @@ void GradReducer::complete_oldest_reduction() {
   const PendingReduction p = pending_.front();
   pending_.pop_front();
   reduction_comm(p).finish(p.work);
-  if (p.reduced_slot < 0) return;  // in-place all-reduce: nothing more to do
+  if (p.reduced_slot < 0) {  // in-place all-reduce over the replicas: the shard is final
+    if (last_micro_batch_) count_norm_term(p.unit);
+    return;
+  }
   const Tensor shard = shards_.grad_shard(p.unit);
   ops_.add(shard, shard, reduced_[p.reduced_slot].view(DType::kF32, {shard.numel()}));
   pool_.free(p.full_grad_slot);
@@ -149,18 +156,41 @@ void GradReducer::complete_oldest_reduction() {
         fmt::format("unit {} ({}) gradient all-reduce", p.unit, layout_.units[p.unit].name));
     mesh_.replicate().all_reduce(shard, ReduceOp::kSum);
   }
+  // The reduce-scatters of earlier micro-batches only add into the shard; the last one's makes
+  // it final (and with reduce_on_last_micro_batch it is the only one).
+  if (last_micro_batch_) count_norm_term(p.unit);
+}
+
+void GradReducer::count_norm_term(int unit) {
+  if (plan_.units[unit].shard_numel == 0) return;
+  const Tensor sum_1 = norm_scratch_.view(DType::kF32, {1});
+  if (!norm_started_) {
+    ops_.fill_zero(sum_1);  // on the compute stream, before the aside work it orders
+    norm_started_ = true;
+  }
+  ops_.sum_squares_aside(shards_.grad_shard(unit), sum_1);
+  state_[unit].norm_counted = true;
 }
 
 double GradReducer::global_square_sum() {
   // One rank: the units' terms were summed in backward (in backward's unit order).
   if (update_in_backward_) return ops_.read_scalar(backward_norm_.view(DType::kF32, {1}));
   const Tensor sum_1 = norm_scratch_.view(DType::kF32, {1});
-  ops_.fill_zero(sum_1);
+  ops_.join_aside();  // the terms counted in backward
+  if (!norm_started_) ops_.fill_zero(sum_1);
+  norm_started_ = true;
   for (int u = 0; u < static_cast<int>(state_.size()); ++u) {
-    if (plan_.units[u].shard_numel > 0) ops_.sum_squares(shards_.grad_shard(u), sum_1);
+    if (plan_.units[u].shard_numel > 0 && !state_[u].norm_counted) {
+      ops_.sum_squares(shards_.grad_shard(u), sum_1);
+      state_[u].norm_counted = true;
+    }
   }
   // Through the host as fp32, as the per-rank sum has always been reduced.
   const float local_sum = ops_.read_scalar(sum_1);
+  // The buffer holds this rank's sum only until the all-reduce: a second call sums the shards
+  // again.
+  norm_started_ = false;
+  for (UnitState& state : state_) state.norm_counted = false;
   ops_.copy_from_host(sum_1, &local_sum);
   mesh_.shard().set_context("gradient norm");
   mesh_.shard().all_reduce(sum_1, ReduceOp::kSum);

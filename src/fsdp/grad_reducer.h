@@ -17,6 +17,10 @@
 //  - update_in_backward (one rank): acquire hands out a pooled fp32 buffer and ready runs the
 //    unit's optimizer step from it at once (set_update_in_backward), so no whole-model grad shard
 //    exists; the norm is summed unit by unit as they are updated.
+// The norm: each unit's term (its grad shard's sum of squares) is enqueued aside
+// (Ops::sum_squares_aside) as soon as the shard is final on the step's last micro-batch (G = 1,
+// one replica: at ready; else when its reduction completes), so on a GPU the terms run beside the
+// rest of backward; global_square_sum joins them and adds the units not yet counted.
 // Sums, not averages: the model scales grads by 1 / (targets in the global batch).
 #pragma once
 
@@ -73,8 +77,9 @@ class GradReducer {
     int full_grad_slot = -1;  // its input, freed on completion
   };
   struct UnitState {
-    int full_grad_slot = -1;   // pool slot, -1 = none
-    bool grads_stale = false;  // G = 1: begin_step ran and no backward has written since
+    int full_grad_slot = -1;    // pool slot, -1 = none
+    bool grads_stale = false;   // G = 1: begin_step ran and no backward has written since
+    bool norm_counted = false;  // this step's norm term is in norm_scratch_ (or enqueued aside)
   };
   bool sharded(int unit) const { return plan_.sharded(unit); }
   // The group a unit's gradient is reduce-scattered over: the shard group, or the expert shard
@@ -90,6 +95,8 @@ class GradReducer {
   Comm& reduction_comm(const PendingReduction& p) {
     return p.replicate ? mesh_.replicate() : shard_comm(p.unit);
   }
+  // On the last micro-batch, once the unit's grad shard is final: its norm term, aside.
+  void count_norm_term(int unit);
   // update_in_backward: the unit's gradient norm term and optimizer step, then frees its buffer.
   void update_unit_in_backward(int unit);
 
@@ -109,6 +116,7 @@ class GradReducer {
   bool grad_shards_zero_ = true;  // known all zero: at construction, after begin_step or an
                                   // update that zeroed them (G > 1)
   DeviceBuffer norm_scratch_;     // 1 fp32: this rank's sum of squares
+  bool norm_started_ = false;     // norm_scratch_ zeroed this step (a term was counted)
   struct BackwardUpdate {
     ShardOptimizer* optimizer = nullptr;
     double lr = 0;

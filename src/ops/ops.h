@@ -333,6 +333,15 @@ class Ops {
   virtual void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) = 0;
   // out_1 (f32 [1]) += sum(x^2), x fp32.
   virtual void sum_squares(Tensor x, Tensor out_1) = 0;
+  // sum_squares enqueued aside: it may run beside the ops enqueued after it (CUDA: a second
+  // stream, ordered after every op enqueued so far, whose small blocks fill the SMs the compute
+  // stream's kernels leave idle), so a reduction that is off the critical path (a unit's gradient
+  // norm term, once its gradient is final) costs little. Until join_aside(), x must not be
+  // written and out_1 neither read nor written by other ops; the synchronising calls
+  // (copy_to_host, read_scalar, synchronize) join first. Default: sum_squares, in order.
+  virtual void sum_squares_aside(Tensor x, Tensor out_1) { sum_squares(x, out_1); }
+  // Every op enqueued after this runs after the work enqueued aside so far.
+  virtual void join_aside() {}
   // Reads one fp32 scalar to the host; synchronises.
   virtual float read_scalar(Tensor x_1) = 0;
 

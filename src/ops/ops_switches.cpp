@@ -38,6 +38,8 @@ bool fp8_keep_down_input_switch() { return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_
 
 bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_WRITER", true); }
 
+bool ops_aside_switch() { return env_switch("SHARDTRAIN_OPS_ASIDE", true); }
+
 void check_ops_switches() {
   profile_ops_switch();
   gemm_autotune_switch();
@@ -49,6 +51,7 @@ void check_ops_switches() {
   fp8_grad_fast_accum_switch();
   fp8_keep_down_input_switch();
   attention_dq_writer_switch();
+  ops_aside_switch();
 }
 
 }  // namespace shardtrain

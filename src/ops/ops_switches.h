@@ -32,6 +32,9 @@
 //                                   consumers' fp32 atomics instead of a writer warp's TMA
 //                                   reductions; default on (the writer: head dim 64 backward
 //                                   -8.5%, 128 unchanged on an H100; cuda_attention_ws_backward.cu)
+//   SHARDTRAIN_OPS_ASIDE=0          work the ops may run aside (Ops::sum_squares_aside: the
+//                                   gradient norm's terms in backward) runs in order on the
+//                                   compute stream; default on (a second stream on CUDA)
 //
 // Each accessor reads the environment when called (a test may flip a switch between calls);
 // callers on hot paths that need a value fixed for the process keep their own copy.
@@ -54,6 +57,7 @@ bool fp8_fused_swiglu_switch();
 bool fp8_grad_fast_accum_switch();
 bool fp8_keep_down_input_switch();
 bool attention_dq_writer_switch();
+bool ops_aside_switch();
 
 // Reads every switch above; throws Error naming the first malformed one.
 void check_ops_switches();

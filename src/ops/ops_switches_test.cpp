@@ -66,6 +66,11 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     ScopedEnv tune("SHARDTRAIN_ATTENTION_AUTOTUNE", value);
     EXPECT_EQ(attention_autotune_switch(), value[0] == '1');
   }
+  EXPECT_TRUE(ops_aside_switch());
+  {
+    ScopedEnv aside("SHARDTRAIN_OPS_ASIDE", "0");
+    EXPECT_FALSE(ops_aside_switch());
+  }
   EXPECT_EQ(gemm_search_switch(), GemmSearch::kTop8);
   {
     ScopedEnv search("SHARDTRAIN_GEMM_SEARCH", "wide");
@@ -82,7 +87,7 @@ TEST(OpsSwitchesTest, CheckRefusesAnyMalformedSwitch) {
        {"SHARDTRAIN_PROFILE_OPS", "SHARDTRAIN_GEMM_AUTOTUNE", "SHARDTRAIN_MOE_GEMM",
         "SHARDTRAIN_LORA_KERNELS", "SHARDTRAIN_FP8_FUSED_SWIGLU", "SHARDTRAIN_FP8_GRAD_FAST_ACCUM",
         "SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "SHARDTRAIN_ATTENTION_DQ_WRITER",
-        "SHARDTRAIN_ATTENTION_AUTOTUNE", "SHARDTRAIN_GEMM_SEARCH"}) {
+        "SHARDTRAIN_ATTENTION_AUTOTUNE", "SHARDTRAIN_GEMM_SEARCH", "SHARDTRAIN_OPS_ASIDE"}) {
     ScopedEnv env(name, "maybe");
     try {
       check_ops_switches();

@@ -41,6 +41,9 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
            const AdamWCoefficients& coefficients, cudaStream_t stream);
 // *out += sum(x^2), fp32.
 void sum_squares(const float* x, int64_t n, float* out, cudaStream_t stream);
+// The same sum in many short blocks (16 float4 loads a thread, one atomic a block): work that
+// runs beside another stream's kernels takes SMs a few microseconds at a time.
+void sum_squares_in_small_blocks(const float* x, int64_t n, float* out, cudaStream_t stream);
 
 // One range of adamw_multi (ops/ops.h AdamWSegment as raw pointers).
 struct AdamWRange {
@@ -144,8 +147,8 @@ void geglu_backward(DType dtype, const void* dout, const void* gate, const void*
 // ---- cuda_softcap.cu ---- (out = cap * tanh(x / cap); outputs may alias inputs)
 void softcap_forward(DType dtype, const void* x, float cap, void* out, int64_t n,
                      cudaStream_t stream);
-void softcap_backward(DType dtype, const void* dout, const void* x, float cap, void* dx,
-                      int64_t n, cudaStream_t stream);
+void softcap_backward(DType dtype, const void* dout, const void* x, float cap, void* dx, int64_t n,
+                      cudaStream_t stream);
 
 // ---- cuda_rope.cu ----
 // Rotates token n's `heads` heads read at src + n * src_row and writes them at dst + n * dst_row

@@ -78,17 +78,24 @@ CudaOps::CudaOps() {
   SHARDTRAIN_CHECK(cuda_device_count() > 0, "CudaOps needs a visible GPU");
   SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device_index_));
   SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&aside_stream_, cudaStreamNonBlocking));
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   gemm_ = std::make_unique<CublasLtGemm>(stream_, gemm_tuning());
   adamw_multi_ = std::make_unique<cuda_kernels::AdamWMultiLauncher>();
   attention_tuning_ = std::make_unique<cuda_kernels::AttentionForwardTuning>();
 }
 
 CudaOps::~CudaOps() {
+  cudaStreamSynchronize(aside_stream_);
   cudaStreamSynchronize(stream_);
   gemm_.reset();
   fp8_.reset();
   adamw_multi_.reset();
   if (scratch_ != nullptr) cudaFree(scratch_);
+  cudaEventDestroy(join_);
+  cudaEventDestroy(fork_);
+  cudaStreamDestroy(aside_stream_);
   cudaStreamDestroy(stream_);
 }
 
@@ -147,6 +154,7 @@ void CudaOps::copy_to_host(void* dst, Tensor src) {
 }
 
 void CudaOps::read_to_host(void* dst, const void* src, size_t bytes) {
+  join_aside();
   // Into pageable memory the copy itself waits for the stream's earlier work (it is synchronous
   // there), so the copy is timed with the synchronisation that follows it.
   count_host_wait([&] {
@@ -179,6 +187,7 @@ void CudaOps::cast(Tensor dst, Tensor src) {
 void CudaOps::synchronize() { wait_for_stream(); }
 
 void CudaOps::wait_for_stream() {
+  join_aside();
   count_host_wait([&] { SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); });
 }
 
@@ -251,6 +260,27 @@ void CudaOps::sum_squares(Tensor x, Tensor out_1) {
   require_f32(out_1, "sum_squares out");
   SHARDTRAIN_CHECK(out_1.numel() >= 1, "sum_squares into an empty tensor");
   cuda_kernels::sum_squares(x.f32(), x.numel(), out_1.f32(), stream_);
+}
+
+void CudaOps::sum_squares_aside(Tensor x, Tensor out_1) {
+  require_f32(x, "sum_squares x");
+  require_f32(out_1, "sum_squares out");
+  SHARDTRAIN_CHECK(out_1.numel() >= 1, "sum_squares into an empty tensor");
+  if (!aside_) {
+    cuda_kernels::sum_squares(x.f32(), x.numel(), out_1.f32(), stream_);
+    return;
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(aside_stream_, fork_, 0));
+  cuda_kernels::sum_squares_in_small_blocks(x.f32(), x.numel(), out_1.f32(), aside_stream_);
+  aside_pending_ = true;
+}
+
+void CudaOps::join_aside() {
+  if (!aside_pending_) return;
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(join_, aside_stream_));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
+  aside_pending_ = false;
 }
 
 float CudaOps::read_scalar(Tensor x_1) {

@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "ops/ops.h"
+#include "ops/ops_switches.h"
 
 namespace shardtrain {
 
@@ -151,6 +152,8 @@ class CudaOps final : public Ops {
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
+  void sum_squares_aside(Tensor x, Tensor out_1) override;
+  void join_aside() override;
 
   // ---- outside the Ops interface: compared with CpuOps's references by the GPU tests ----
   // AdamW on one contiguous range, one launch (cuda_ops.cpp).
@@ -216,6 +219,12 @@ class CudaOps final : public Ops {
 
   int device_index_ = 0;
   cudaStream_t stream_ = nullptr;
+  // The aside work's stream (sum_squares_aside); fork_: recorded on stream_ before each aside
+  // launch, join_: on aside_stream_ when joining; aside_pending_: launched and not yet joined.
+  cudaStream_t aside_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  bool aside_pending_ = false;
+  bool aside_ = ops_aside_switch();  // SHARDTRAIN_OPS_ASIDE: off runs aside work in order
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<Fp8Linear> fp8_;
   std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;

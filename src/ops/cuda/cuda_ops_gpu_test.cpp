@@ -140,6 +140,28 @@ TEST_F(CudaOpsTest, SumSquaresAccumulates) {
   }
 }
 
+// sum_squares_aside on the second stream: ordered after the ops before it (x is written just
+// before), joined before the ops after it (a scale of the sum) and by read_scalar; several
+// terms into one sum, one of them off 16-byte alignment (the in-order kernel).
+TEST_F(CudaOpsTest, SumSquaresAsideOrdersAndJoins) {
+  Pair a = random_input({6000001}, DType::kF32), b = random_input({300008}, DType::kF32);
+  Pair sum = input({2.5f}, {1}, DType::kF32);
+  for (Ops* ops : {static_cast<Ops*>(cpu_.get()), static_cast<Ops*>(gpu_.get())}) {
+    const bool gpu = ops == gpu_.get();
+    Tensor x = gpu ? a.gpu : a.cpu, y = gpu ? b.gpu : b.cpu, s = gpu ? sum.gpu : sum.cpu;
+    ops->scale(x, 0.5f);  // enqueued before: the aside sum must see it
+    ops->sum_squares_aside(x, s);
+    ops->sum_squares_aside(y.rows(1, y.numel()), s);
+    ops->join_aside();
+    ops->scale(s, 2.0f);                         // after the join: the sum is complete
+    ops->sum_squares_aside(x.rows(0, 1000), s);  // joined by read_scalar
+  }
+  const float want = cpu_->read_scalar(sum.cpu);
+  const float got = gpu_->read_scalar(sum.gpu);
+  EXPECT_NEAR(got, want, 1e-5 * want);
+  EXPECT_GT(want, 2.0f * (2.5f + 0.25f * 0.3f * 6000001 / 3));
+}
+
 TEST_F(CudaOpsTest, Embedding) {
   const int64_t vocab = 50, channels = 72, tokens = 97;
   std::vector<int32_t> id_values(tokens);
