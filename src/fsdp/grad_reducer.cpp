@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -21,7 +22,8 @@ GradReducer::GradReducer(Ops& ops, const ParamLayout& layout, const ShardPlan& p
       update_in_backward_(update_in_backward),
       pool_(ops),
       state_(plan.units.size()),
-      norm_scratch_(ops, sizeof(float)) {
+      norm_scratch_(ops, sizeof(float)),
+      norm_terms_(ops, plan.units.size() * sizeof(float)) {
   if (update_in_backward_) backward_norm_ = DeviceBuffer(ops, sizeof(float));
   if (plan_.group_size > 1) {
     int64_t largest_shard = 0;
@@ -163,34 +165,39 @@ void GradReducer::complete_oldest_reduction() {
 
 void GradReducer::count_norm_term(int unit) {
   if (plan_.units[unit].shard_numel == 0) return;
-  const Tensor sum_1 = norm_scratch_.view(DType::kF32, {1});
+  SHARDTRAIN_CHECK(!state_[unit].norm_counted, "unit {} norm counted twice", unit);
+  const Tensor terms = norm_terms_.view(DType::kF32, {static_cast<int64_t>(state_.size())});
   if (!norm_started_) {
-    ops_.fill_zero(sum_1);  // on the compute stream, before the aside work it orders
+    ops_.fill_zero(terms);  // on the compute stream, before the aside work it orders
     norm_started_ = true;
   }
-  ops_.sum_squares_aside(shards_.grad_shard(unit), sum_1);
+  ops_.sum_squares_aside(shards_.grad_shard(unit), terms.rows(unit, unit + 1));
   state_[unit].norm_counted = true;
 }
 
 double GradReducer::global_square_sum() {
   // One rank: the units' terms were summed in backward (in backward's unit order).
   if (update_in_backward_) return ops_.read_scalar(backward_norm_.view(DType::kF32, {1}));
-  const Tensor sum_1 = norm_scratch_.view(DType::kF32, {1});
+  const int64_t units = static_cast<int64_t>(state_.size());
+  const Tensor terms = norm_terms_.view(DType::kF32, {units});
   ops_.join_aside();  // the terms counted in backward
-  if (!norm_started_) ops_.fill_zero(sum_1);
-  norm_started_ = true;
-  for (int u = 0; u < static_cast<int>(state_.size()); ++u) {
+  if (!norm_started_) ops_.fill_zero(terms);
+  std::vector<float> term(static_cast<size_t>(units));
+  for (int u = 0; u < units; ++u) {
     if (plan_.units[u].shard_numel > 0 && !state_[u].norm_counted) {
-      ops_.sum_squares(shards_.grad_shard(u), sum_1);
-      state_[u].norm_counted = true;
+      ops_.sum_squares(shards_.grad_shard(u), terms.rows(u, u + 1));
     }
   }
-  // Through the host as fp32, as the per-rank sum has always been reduced.
-  const float local_sum = ops_.read_scalar(sum_1);
-  // The buffer holds this rank's sum only until the all-reduce: a second call sums the shards
-  // again.
+  ops_.copy_to_host(term.data(), terms);
+  // A second call this step sums the shards again.
   norm_started_ = false;
   for (UnitState& state : state_) state.norm_counted = false;
+  // Unit by unit in fp32, then through the device, as the per-rank sum has always been reduced.
+  float local_sum = 0;
+  for (int u = 0; u < units; ++u) {
+    if (plan_.units[u].shard_numel > 0) local_sum += term[static_cast<size_t>(u)];
+  }
+  const Tensor sum_1 = norm_scratch_.view(DType::kF32, {1});
   ops_.copy_from_host(sum_1, &local_sum);
   mesh_.shard().set_context("gradient norm");
   mesh_.shard().all_reduce(sum_1, ReduceOp::kSum);

@@ -17,10 +17,11 @@
 //  - update_in_backward (one rank): acquire hands out a pooled fp32 buffer and ready runs the
 //    unit's optimizer step from it at once (set_update_in_backward), so no whole-model grad shard
 //    exists; the norm is summed unit by unit as they are updated.
-// The norm: each unit's term (its grad shard's sum of squares) is enqueued aside
+// The norm: each unit's term (its grad shard's sum of squares, in its own slot) is enqueued aside
 // (Ops::sum_squares_aside) as soon as the shard is final on the step's last micro-batch (G = 1,
 // one replica: at ready; else when its reduction completes), so on a GPU the terms run beside the
-// rest of backward; global_square_sum joins them and adds the units not yet counted.
+// rest of backward; global_square_sum joins them, computes the units not yet counted, and adds
+// the slots in unit order (the sum, bit for bit, of adding the terms unit by unit).
 // Sums, not averages: the model scales grads by 1 / (targets in the global batch).
 #pragma once
 
@@ -79,7 +80,7 @@ class GradReducer {
   struct UnitState {
     int full_grad_slot = -1;    // pool slot, -1 = none
     bool grads_stale = false;   // G = 1: begin_step ran and no backward has written since
-    bool norm_counted = false;  // this step's norm term is in norm_scratch_ (or enqueued aside)
+    bool norm_counted = false;  // this step's norm term is in its slot (or enqueued aside)
   };
   bool sharded(int unit) const { return plan_.sharded(unit); }
   // The group a unit's gradient is reduce-scattered over: the shard group, or the expert shard
@@ -116,7 +117,8 @@ class GradReducer {
   bool grad_shards_zero_ = true;  // known all zero: at construction, after begin_step or an
                                   // update that zeroed them (G > 1)
   DeviceBuffer norm_scratch_;     // 1 fp32: this rank's sum of squares
-  bool norm_started_ = false;     // norm_scratch_ zeroed this step (a term was counted)
+  DeviceBuffer norm_terms_;       // fp32 per unit: its sum of squares this step
+  bool norm_started_ = false;     // norm_terms_ zeroed this step (a term was counted)
   struct BackwardUpdate {
     ShardOptimizer* optimizer = nullptr;
     double lr = 0;
