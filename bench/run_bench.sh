@@ -4,7 +4,7 @@
 # --compile) in the same call, same shapes (bench/shapes/*), random init, random tokens, bf16,
 # AdamW, one GPU; eager PyTorch FSDP2 too (its own rows and ratio) unless BENCH_EAGER=0.
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [RUN ...]   (default: qwen2.5-1.5b llama3.2-1b)
-# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma|+wgmmafwd][+gemmwide|+splitk][+inorder][+lora]
+# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma|+wgmmafwd][+gemmwide|+splitk][+aside][+lora]
 #       [+docs][+fp8][+accumN]:
 #   @SEQ[xMB]  sequence length and micro-batch of this run (default BENCH_SEQ or 4096 and
 #              BENCH_MICRO_BATCH or 2), e.g. llama3.2-1b@16384x1, llama2-7b@4096x1+ckpt
@@ -25,8 +25,8 @@
 #   +gemmwide  ours with SHARDTRAIN_GEMM_SEARCH=wide (the bf16 GEMMs tuned over cuBLASLt's top 32
 #              candidates instead of 8); +splitk: =split-k (the top 8 and split-K variants of
 #              every deep key): ops/ops_switches.h, cuda_gemm_gpu_test's timing per GEMM
-#   +inorder   ours with SHARDTRAIN_OPS_ASIDE=0 (the gradient norm's terms in order after
-#              backward instead of on a second stream beside it)
+#   +aside     ours with SHARDTRAIN_OPS_ASIDE=1 (the gradient norm's terms on a second stream
+#              beside backward instead of in order after it)
 #   +lora      LoRA rank 16, alpha 32, all seven projections, on both: ours --lora.* against
 #              PEFT's get_peft_model on a bf16 model (pytorch_fsdp2.py --lora 16); MFU counts
 #              the work done: no weight-gradient GEMM on the frozen base (benchlib.py flops)
@@ -104,7 +104,7 @@ for run in "${runs[@]}"; do
         ours_bin=$(dirname "$bin")/shardtrain_test_worker ;;
       gemmwide) ours_env+=(SHARDTRAIN_GEMM_SEARCH=wide) ;;
       splitk) ours_env+=(SHARDTRAIN_GEMM_SEARCH=split-k) ;;
-      inorder) ours_env+=(SHARDTRAIN_OPS_ASIDE=0) ;;
+      aside) ours_env+=(SHARDTRAIN_OPS_ASIDE=1) ;;
       lora) ours_args+=(--lora.enabled=true --lora.rank=16 --lora.alpha=32
         --lora.target_modules=all-linear) torch_args+=(--lora 16) lora_rank=16 ;;
       docs) docs=1 ;;
@@ -112,7 +112,7 @@ for run in "${runs[@]}"; do
       accum[1-9]*) [[ ${mod#accum} =~ ^[0-9]+$ ]] || { echo "run '$run': bad +$mod" >&2; exit 2; }
         ours_args+=(--train.grad_accum="${mod#accum}") torch_args+=(--grad-accum "${mod#accum}") ;;
       *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, wgmmafwd, gemmwide, splitk," \
-        "inorder, lora, docs, fp8, accumN)" >&2
+        "aside, lora, docs, fp8, accumN)" >&2
         exit 2 ;;
     esac
   done

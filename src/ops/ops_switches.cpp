@@ -38,7 +38,7 @@ bool fp8_keep_down_input_switch() { return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_
 
 bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_WRITER", true); }
 
-bool ops_aside_switch() { return env_switch("SHARDTRAIN_OPS_ASIDE", true); }
+bool ops_aside_switch() { return env_switch("SHARDTRAIN_OPS_ASIDE", false); }
 
 void check_ops_switches() {
   profile_ops_switch();

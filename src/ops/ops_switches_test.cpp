@@ -66,10 +66,10 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     ScopedEnv tune("SHARDTRAIN_ATTENTION_AUTOTUNE", value);
     EXPECT_EQ(attention_autotune_switch(), value[0] == '1');
   }
-  EXPECT_TRUE(ops_aside_switch());
+  EXPECT_FALSE(ops_aside_switch());
   {
-    ScopedEnv aside("SHARDTRAIN_OPS_ASIDE", "0");
-    EXPECT_FALSE(ops_aside_switch());
+    ScopedEnv aside("SHARDTRAIN_OPS_ASIDE", "1");
+    EXPECT_TRUE(ops_aside_switch());
   }
   EXPECT_EQ(gemm_search_switch(), GemmSearch::kTop8);
   {

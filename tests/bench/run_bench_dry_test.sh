@@ -2,7 +2,7 @@
 # bench/run_bench.sh without a GPU (BENCH_DRY=1: every command written to its log, nothing run):
 # run specs parse into the right flags for both engines, +wgmma (+wgmmafwd) runs ours as the test worker with
 # the cp.async-wgmma attention hook (its forward-only form; the shipped binary reads no test variable), +splitk and +gemmwide run
-# the shipped binary with SHARDTRAIN_GEMM_SEARCH, +inorder with SHARDTRAIN_OPS_ASIDE=0, runs that differ only in ours' settings share one PyTorch measurement of
+# the shipped binary with SHARDTRAIN_GEMM_SEARCH, +aside with SHARDTRAIN_OPS_ASIDE=1, runs that differ only in ours' settings share one PyTorch measurement of
 # the call, +docs gives both engines one token file of documents (ours masked apart, PyTorch with
 # FlexAttention, no eager row), +accumN accumulates on both, +lean turns clipping off on both, a bad spec exits 2 naming it; and benchlib.py loss-diff compares
 # two metrics files.
@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/out" qwen2.5-1.5b qwen2.5-1.5b+wgmma \
-  qwen2.5-1.5b+wgmmafwd qwen2.5-1.5b+ckpt qwen2.5-1.5b+splitk qwen2.5-1.5b+gemmwide qwen2.5-1.5b+inorder \
+  qwen2.5-1.5b+wgmmafwd qwen2.5-1.5b+ckpt qwen2.5-1.5b+splitk qwen2.5-1.5b+gemmwide qwen2.5-1.5b+aside \
   >"$work/stdout" 2>&1 ||
   { cat "$work/stdout"; fail "dry run exited $?"; }
 out=$work/out
@@ -30,8 +30,8 @@ grep -qE -- "SHARDTRAIN_GEMM_SEARCH=split-k [^ ]*/shardtrain train" \
 grep -qE -- "SHARDTRAIN_GEMM_SEARCH=wide [^ ]*/shardtrain train" \
   "$out/qwen2.5-1.5b+gemmwide-shardtrain.log" || fail "+gemmwide: ours without SHARDTRAIN_GEMM_SEARCH=wide"
 grep -q "reused" "$out/qwen2.5-1.5b+splitk-pytorch.log" || fail "+splitk measured PyTorch again"
-grep -qE -- "SHARDTRAIN_OPS_ASIDE=0 [^ ]*/shardtrain train" "$out/qwen2.5-1.5b+inorder-shardtrain.log" ||
-  fail "+inorder: ours without SHARDTRAIN_OPS_ASIDE=0"
+grep -qE -- "SHARDTRAIN_OPS_ASIDE=1 [^ ]*/shardtrain train" "$out/qwen2.5-1.5b+aside-shardtrain.log" ||
+  fail "+aside: ours without SHARDTRAIN_OPS_ASIDE=1"
 if grep -q "shardtrain_test_worker" "$out/qwen2.5-1.5b-shardtrain.log"; then
   fail "the plain run uses the test worker"
 fi

@@ -224,7 +224,7 @@ class CudaOps final : public Ops {
   cudaStream_t aside_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   bool aside_pending_ = false;
-  bool aside_ = ops_aside_switch();  // SHARDTRAIN_OPS_ASIDE: off runs aside work in order
+  bool aside_ = ops_aside_switch();  // SHARDTRAIN_OPS_ASIDE: on runs aside work on aside_stream_
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<Fp8Linear> fp8_;
   std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/testing/test_support.h"
 #include "ops/cuda/testing/cuda_ops_fixture.h"
 
 namespace shardtrain {
@@ -140,26 +141,36 @@ TEST_F(CudaOpsTest, SumSquaresAccumulates) {
   }
 }
 
-// sum_squares_aside on the second stream: ordered after the ops before it (x is written just
-// before), joined before the ops after it (a scale of the sum) and by read_scalar; several
-// terms into one sum, one of them off 16-byte alignment (the in-order kernel).
+// sum_squares_aside, in order (the default) and on the second stream (SHARDTRAIN_OPS_ASIDE=1):
+// ordered after the ops before it (x is written just before), joined before the ops after it (a
+// scale of the sum) and by read_scalar; several terms into one sum, one of them off 16-byte
+// alignment (the in-order kernel).
 TEST_F(CudaOpsTest, SumSquaresAsideOrdersAndJoins) {
-  Pair a = random_input({6000001}, DType::kF32), b = random_input({300008}, DType::kF32);
-  Pair sum = input({2.5f}, {1}, DType::kF32);
-  for (Ops* ops : {static_cast<Ops*>(cpu_.get()), static_cast<Ops*>(gpu_.get())}) {
-    const bool gpu = ops == gpu_.get();
-    Tensor x = gpu ? a.gpu : a.cpu, y = gpu ? b.gpu : b.cpu, s = gpu ? sum.gpu : sum.cpu;
-    ops->scale(x, 0.5f);  // enqueued before: the aside sum must see it
-    ops->sum_squares_aside(x, s);
-    ops->sum_squares_aside(y.rows(1, y.numel()), s);
-    ops->join_aside();
-    ops->scale(s, 2.0f);                         // after the join: the sum is complete
-    ops->sum_squares_aside(x.rows(0, 1000), s);  // joined by read_scalar
-  }
-  const float want = cpu_->read_scalar(sum.cpu);
-  const float got = gpu_->read_scalar(sum.gpu);
-  EXPECT_NEAR(got, want, 1e-5 * want);
+  const std::vector<float> a_values = random(6000001), b_values = random(300008);
+  const auto run = [&](Ops& ops, Tensor a, Tensor b, Tensor sum) {
+    ops.scale(a, 0.5f);  // enqueued before: the aside sum must see it
+    ops.sum_squares_aside(a, sum);
+    ops.sum_squares_aside(b.rows(1, b.numel()), sum);
+    ops.join_aside();
+    ops.scale(sum, 2.0f);                         // after the join: the sum is complete
+    ops.sum_squares_aside(a.rows(0, 1000), sum);  // joined by read_scalar
+    return ops.read_scalar(sum);
+  };
+  const float start = 2.5f;
+  const float want =
+      run(*cpu_, cpu_tensor(a_values.data(), DType::kF32, {6000001}),
+          cpu_tensor(b_values.data(), DType::kF32, {300008}), cpu_tensor(&start, DType::kF32, {1}));
   EXPECT_GT(want, 2.0f * (2.5f + 0.25f * 0.3f * 6000001 / 3));
+  for (const char* aside : {"0", "1"}) {
+    testing::ScopedEnv env("SHARDTRAIN_OPS_ASIDE", aside);
+    CudaOps ops;  // reads the switch
+    const Tensor a = gpu_tensor(a_values, DType::kF32, {6000001});
+    const Tensor b = gpu_tensor(b_values, DType::kF32, {300008});
+    const Tensor sum = gpu_tensor({start}, DType::kF32, {1});
+    gpu_->synchronize();  // uploaded on the fixture's stream, read on ops' streams
+    const float got = run(ops, a, b, sum);
+    EXPECT_NEAR(got, want, 1e-5 * want) << "SHARDTRAIN_OPS_ASIDE=" << aside;
+  }
 }
 
 TEST_F(CudaOpsTest, Embedding) {
@@ -230,7 +241,7 @@ TEST_F(CudaOpsTest, LinearOddShapesWithBias) {
   };
   for (const Case c : {Case{100, 64, 96, true}, Case{37, 72, 40, false}, Case{256, 128, 384, true},
                        Case{5, 24, 8, false}}) {
-    SCOPED_TRACE(testing::Message() << "rows " << c.rows << " in " << c.in << " out " << c.out);
+    SCOPED_TRACE(::testing::Message() << "rows " << c.rows << " in " << c.in << " out " << c.out);
     Pair x = random_input({c.rows, c.in});
     Pair weight = random_input({c.out, c.in}, DType::kBF16, -0.2f, 0.2f);
     Pair bias = c.bias ? random_input({c.out}) : Pair{};
