@@ -79,12 +79,6 @@ class CublasLtGemm {
     int candidates = kTuneCandidates;
   };
   explicit CublasLtGemm(cudaStream_t stream, const Tuning& tuning);
-  // The product's default: autotuned as SHARDTRAIN_GEMM_AUTOTUNE says, without split-K.
-  // split_k: skinny keys weigh the split-K variants (tests and measurements only).
-  explicit CublasLtGemm(cudaStream_t stream, bool autotune = gemm_autotune_switch(),
-                        bool split_k = false)
-      : CublasLtGemm(
-            stream, Tuning{autotune, split_k ? SplitK::kSkinny : SplitK::kNone, kTuneCandidates}) {}
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;

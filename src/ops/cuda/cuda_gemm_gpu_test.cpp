@@ -37,14 +37,14 @@ TEST_F(CudaOpsTest, SplitKCandidatesOfProjectionsMatchTheFp64Reference) {
     SCOPED_TRACE(p.name);
     // Wider than kSkinnyWidth on both output sides: only SplitK::kEvery splits these.
     ASSERT_GT(std::min(p.m, p.n), CublasLtGemm::kSkinnyWidth);
-    const int64_t a_rows = p.transpose_a ? p.k : p.m, a_cols = p.transpose_a ? p.m : p.k;
-    const int64_t b_rows = p.transpose_b ? p.n : p.k, b_cols = p.transpose_b ? p.k : p.n;
-    const std::vector<float> a = random(a_rows * a_cols), b = random(b_rows * b_cols);
-    const Tensor a_g = gpu_tensor(a, DType::kBF16, Shape{a_cols, a_rows});
-    const Tensor b_g = gpu_tensor(b, DType::kBF16, Shape{b_cols, b_rows});
-    const Tensor d_g = gpu_tensor(std::vector<float>(p.m * p.n), p.out, Shape{p.n, p.m});
-    const std::vector<double> product = reference_product(p, a, b);
-    const double bound = p.out == DType::kF32 ? 1e-5 : 8e-3;
+    const ProductOperands operands = product_operands(
+        p, [&](int64_t n) { return random(n); },
+        [&](const std::vector<float>& v, DType dtype, Shape shape) {
+          return gpu_tensor(v, dtype, shape);
+        });
+    const Tensor &a_g = operands.a, &b_g = operands.b, &d_g = operands.d;
+    const std::vector<double>& product = operands.product;
+    const double bound = operands.bound;
     const GemmCall call = call_of(p, a_g.data(), b_g.data(), d_g.data());
 
     CublasLtGemm every(stream, CublasLtGemm::Tuning{true, SplitK::kEvery, 8});

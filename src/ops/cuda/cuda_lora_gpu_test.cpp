@@ -27,6 +27,7 @@ namespace shardtrain {
 namespace {
 
 using namespace cuda_testing;
+using SplitK = CublasLtGemm::SplitK;
 
 TEST_F(CudaOpsTest, LoraCopyColumnsAndDropout) {
   for (DType dtype : {DType::kBF16, DType::kF32}) {
@@ -173,19 +174,20 @@ TEST_F(CudaOpsTest, SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference) {
   };
   for (const ColumnMajorProduct& p : products) {
     SCOPED_TRACE(p.name);
-    const int64_t a_rows = p.transpose_a ? p.k : p.m, a_cols = p.transpose_a ? p.m : p.k;
-    const int64_t b_rows = p.transpose_b ? p.n : p.k, b_cols = p.transpose_b ? p.k : p.n;
-    const std::vector<float> a = random(a_rows * a_cols), b = random(b_rows * b_cols);
-    const Tensor a_g = gpu_tensor(a, DType::kBF16, Shape{a_cols, a_rows});
-    const Tensor b_g = gpu_tensor(b, DType::kBF16, Shape{b_cols, b_rows});
-    const Tensor d_g = gpu_tensor(std::vector<float>(p.m * p.n), p.out, Shape{p.n, p.m});
-    const std::vector<double> product = reference_product(p, a, b);
-    const double bound = p.out == DType::kF32 ? 1e-5 : 8e-3;
+    const ProductOperands operands = product_operands(
+        p, [&](int64_t n) { return random(n); },
+        [&](const std::vector<float>& v, DType dtype, Shape shape) {
+          return gpu_tensor(v, dtype, shape);
+        });
+    const Tensor &a_g = operands.a, &b_g = operands.b, &d_g = operands.d;
+    const std::vector<double>& product = operands.product;
+    const double bound = operands.bound;
     GemmCall call = call_of(p, a_g.data(), b_g.data(), d_g.data());
     call.alpha = p.out == DType::kF32 ? 1.0f : 2.0f;  // the LoRA scale on h and d(h)
     ASSERT_TRUE(CublasLtGemm::skinny(call));
 
-    CublasLtGemm split(stream, true, true), plain(stream, true, false);
+    CublasLtGemm split(stream, {true, SplitK::kSkinny, CublasLtGemm::kTuneCandidates}),
+        plain(stream, {true, SplitK::kNone, CublasLtGemm::kTuneCandidates});
     poison(d_g);
     const CublasLtGemm::Choice chosen = split.choice(call);  // plans and times the key
     const size_t without = plain.choice(call).candidates;
@@ -257,8 +259,9 @@ TEST_F(CudaOpsTest, DISABLED_LoraGemmTimesAtLlama1BShape) {
   SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
   cudaStream_t stream = nullptr;
   SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CublasLtGemm heuristic(stream, false, false), tuned(stream, true, false),
-      split(stream, true, true);
+  CublasLtGemm heuristic(stream, {false, SplitK::kNone, 1}),
+      tuned(stream, {true, SplitK::kNone, CublasLtGemm::kTuneCandidates}),
+      split(stream, {true, SplitK::kSkinny, CublasLtGemm::kTuneCandidates});
   double step_us[3] = {0, 0, 0};
   std::printf("%-8s %-14s %5s %5s %5s | %9s %9s %9s | %-22s %4s | %7s\n", "linear", "product", "m",
               "n", "k", "heur us", "tuned us", "split us", "chosen (algo/tile/splitK)", "cand",
