@@ -25,7 +25,7 @@ namespace {
 using namespace cuda_testing;
 using SplitK = CublasLtGemm::SplitK;
 
-TEST_F(CudaOpsTest, SplitKCandidatesOfProjectionsMatchTheFp64Reference) {
+TEST_F(GemmProductTest, SplitKCandidatesOfProjectionsMatchTheFp64Reference) {
   const cudaStream_t stream = gpu_ref().stream();
   const ColumnMajorProduct products[] = {
       // dW^T (I x O) = x^T (I x N) op_T(dout^T): a weight gradient over 4096 tokens
@@ -37,11 +37,7 @@ TEST_F(CudaOpsTest, SplitKCandidatesOfProjectionsMatchTheFp64Reference) {
     SCOPED_TRACE(p.name);
     // Wider than kSkinnyWidth on both output sides: only SplitK::kEvery splits these.
     ASSERT_GT(std::min(p.m, p.n), CublasLtGemm::kSkinnyWidth);
-    const ProductOperands operands = product_operands(
-        p, [&](int64_t n) { return random(n); },
-        [&](const std::vector<float>& v, DType dtype, Shape shape) {
-          return gpu_tensor(v, dtype, shape);
-        });
+    const ProductOperands operands = product_operands(p);
     const Tensor &a_g = operands.a, &b_g = operands.b, &d_g = operands.d;
     const std::vector<double>& product = operands.product;
     const double bound = operands.bound;

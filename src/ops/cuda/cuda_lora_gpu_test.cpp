@@ -163,7 +163,7 @@ TEST_P(LoraLinearTest, EveryRank) {
 // the product: scaled by alpha into a poisoned output, and added once into an accumulated f32
 // output (the split parts are reduced once, with beta applied once); the chosen one through
 // run() adds twice over two calls. A split-K variant must exist for these keys.
-TEST_F(CudaOpsTest, SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference) {
+TEST_F(GemmProductTest, SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference) {
   const cudaStream_t stream = gpu_ref().stream();
   const ColumnMajorProduct products[] = {
       {"h = x A^T (S 48, I 2048)", true, false, 48, 1024, 2048, DType::kBF16},
@@ -174,11 +174,7 @@ TEST_F(CudaOpsTest, SplitKCandidatesOfSkinnyGemmsMatchTheFp64Reference) {
   };
   for (const ColumnMajorProduct& p : products) {
     SCOPED_TRACE(p.name);
-    const ProductOperands operands = product_operands(
-        p, [&](int64_t n) { return random(n); },
-        [&](const std::vector<float>& v, DType dtype, Shape shape) {
-          return gpu_tensor(v, dtype, shape);
-        });
+    const ProductOperands operands = product_operands(p);
     const Tensor &a_g = operands.a, &b_g = operands.b, &d_g = operands.d;
     const std::vector<double>& product = operands.product;
     const double bound = operands.bound;

@@ -68,26 +68,28 @@ inline GemmCall call_of(const ColumnMajorProduct& p, const void* a, const void* 
 
 // A product's operands on the GPU (random bf16 A and B, a zeroed output of the product's dtype),
 // its fp64 reference and the relative error a result may have (f32 output 1e-5, bf16 8e-3).
-// `random(n)` and `gpu_tensor(values, dtype, shape)` are the test fixture's.
 struct ProductOperands {
   Tensor a, b, d;
   std::vector<double> product;
   double bound = 0;
 };
-template <typename Random, typename GpuTensor>
-ProductOperands product_operands(const ColumnMajorProduct& p, Random&& random,
-                                 GpuTensor&& gpu_tensor) {
-  const int64_t a_rows = p.transpose_a ? p.k : p.m, a_cols = p.transpose_a ? p.m : p.k;
-  const int64_t b_rows = p.transpose_b ? p.n : p.k, b_cols = p.transpose_b ? p.k : p.n;
-  const std::vector<float> a = random(a_rows * a_cols), b = random(b_rows * b_cols);
-  ProductOperands o;
-  o.a = gpu_tensor(a, DType::kBF16, Shape{a_cols, a_rows});
-  o.b = gpu_tensor(b, DType::kBF16, Shape{b_cols, b_rows});
-  o.d = gpu_tensor(std::vector<float>(p.m * p.n), p.out, Shape{p.n, p.m});
-  o.product = reference_product(p, a, b);
-  o.bound = p.out == DType::kF32 ? 1e-5 : 8e-3;
-  return o;
-}
+
+// CudaOpsTest with the operands of a product (the GEMM tests of every candidate).
+class GemmProductTest : public CudaOpsTest {
+ protected:
+  ProductOperands product_operands(const ColumnMajorProduct& p) {
+    const int64_t a_rows = p.transpose_a ? p.k : p.m, a_cols = p.transpose_a ? p.m : p.k;
+    const int64_t b_rows = p.transpose_b ? p.n : p.k, b_cols = p.transpose_b ? p.k : p.n;
+    const std::vector<float> a = random(a_rows * a_cols), b = random(b_rows * b_cols);
+    ProductOperands o;
+    o.a = gpu_tensor(a, DType::kBF16, Shape{a_cols, a_rows});
+    o.b = gpu_tensor(b, DType::kBF16, Shape{b_cols, b_rows});
+    o.d = gpu_tensor(std::vector<float>(p.m * p.n), p.out, Shape{p.n, p.m});
+    o.product = reference_product(p, a, b);
+    o.bound = p.out == DType::kF32 ? 1e-5 : 8e-3;
+    return o;
+  }
+};
 
 // ||got - (alpha product + c)|| / ||alpha product + c||; infinity when anything is not finite.
 inline double product_error(const std::vector<float>& got, const std::vector<double>& product,
