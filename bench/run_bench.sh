@@ -25,8 +25,8 @@
 #   +gemmwide  ours with SHARDTRAIN_GEMM_SEARCH=wide (the bf16 GEMMs tuned over cuBLASLt's top 32
 #              candidates instead of 8); +splitk: =split-k (the top 8 and split-K variants of
 #              every deep key): ops/ops_switches.h, cuda_gemm_gpu_test's timing per GEMM
-#   +aside     ours with SHARDTRAIN_OPS_ASIDE=1 (the gradient norm's terms on a second stream
-#              beside backward instead of in order after it)
+#   +aside     ours with SHARDTRAIN_OPS_ASIDE=1 (a second stream: the gradient norm's terms
+#              beside backward instead of in order after it, the update beside the next forward)
 #   +lora      LoRA rank 16, alpha 32, all seven projections, on both: ours --lora.* against
 #              PEFT's get_peft_model on a bf16 model (pytorch_fsdp2.py --lora 16); MFU counts
 #              the work done: no weight-gradient GEMM on the frozen base (benchlib.py flops)

@@ -32,7 +32,8 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, Mesh& mesh, FsdpOption
       gatherer_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), options.strategy),
       reducer_(ops, layout, plan_, shards_, mesh, options.reduce_on_last_micro_batch,
                options.update_in_backward),
-      io_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), mesh.world_rank() == 0) {
+      io_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), mesh.world_rank() == 0),
+      update_ticket_(layout.units.size(), 0) {
   SHARDTRAIN_CHECK(!options_.update_in_backward || mesh.world_size() == 1,
                    "update_in_backward on {} ranks", mesh.world_size());
   // A layout of local experts is made for this mesh's expert group (model/param_layout.h).
@@ -76,12 +77,34 @@ void FsdpUnits::apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t st
   // the next backward adds into the grad shards (G > 1), zeroes them as it reads them (the next
   // begin_step skips its fill). G = 1: the next backward overwrites them.
   const bool next_backward_overwrites = plan_.group_size == 1;
-  optimizer.step(shards_.optimizer_view(), lr, step, grad_scale,
-                 next_backward_overwrites ? GradsAfterStep::kKeep : GradsAfterStep::kZero);
+  const GradsAfterStep grads_after =
+      next_backward_overwrites ? GradsAfterStep::kKeep : GradsAfterStep::kZero;
+  settle_updates();
+  if (updates_aside()) {
+    // Unit by unit, in the order the next forward takes them (the header comment).
+    const std::vector<UnitBuffers>& view = shards_.optimizer_view();
+    for (size_t u = 0; u < view.size(); ++u) {
+      update_ticket_[u] = optimizer.step_aside({view[u]}, lr, step, grad_scale, grads_after);
+    }
+  } else {
+    optimizer.step(shards_.optimizer_view(), lr, step, grad_scale, grads_after);
+  }
   if (!next_backward_overwrites) reducer_.note_grads_zeroed();
 }
 
+void FsdpUnits::wait_for_update(int unit) {
+  int64_t& ticket = update_ticket_[static_cast<size_t>(unit)];
+  if (ticket == 0) return;
+  ops_.wait_aside(ticket);
+  ticket = 0;
+}
+
+void FsdpUnits::settle_updates() {
+  for (int u = 0; u < unit_count(); ++u) wait_for_update(u);
+}
+
 void FsdpUnits::gather_experts_to_host(int unit, float* host_values) {
+  settle_updates();
   SHARDTRAIN_CHECK(layout_.units[unit].experts, "unit {} holds no experts", unit);
   const int64_t numel = layout_.units[unit].numel;
   std::vector<float> mine(static_cast<size_t>(numel));
@@ -99,6 +122,7 @@ void FsdpUnits::gather_experts_to_host(int unit, float* host_values) {
 }
 
 GradBuffer FsdpUnits::acquire_grads(int unit) {
+  wait_for_update(unit);
   gatherer_.begin_backward(unit);  // prefetches the unit backward needs next
   return reducer_.acquire(unit);
 }

@@ -43,10 +43,20 @@
 //    update is the one apply_optimizer would do with grad_scale 1 (bit for bit); the reported
 //    gradient norm is summed in another order (last bits may differ). A step whose loss turns
 //    out non-finite has already been applied.
+//
+// The update beside the next forward (G = 1, when the ops run aside work: Ops::runs_aside,
+// SHARDTRAIN_OPS_ASIDE=1 on CUDA): apply_optimizer enqueues each unit's update aside
+// (ShardOptimizer::step_aside, one ticket a unit, in unit order) and returns; acquire_params and
+// acquire_grads of a unit make the compute stream wait for its ticket first, so the next step's
+// forward of unit u runs while the updates of the units after it are still running. The update
+// is the same one (bit for bit). Whatever else reads or writes the shards waits too: the shard
+// io below, and the Ops' host copies (which join all aside work). G > 1 updates in order: the
+// all-gathers that read the updated shards run on the communication stream.
 #pragma once
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "dist/mesh.h"
 #include "fsdp/grad_reducer.h"
@@ -100,14 +110,29 @@ class FsdpUnits final : public UnitAccess {
   Tensor frozen_shard(int unit) const { return shards_.frozen_shard(unit); }
 
   // Initialisation: each rank fills only its own shards (fsdp/shard_io.h).
-  void init_random(uint64_t seed, double std) { io_.init_random(seed, std); }
-  void load_pretrained(const HfCheckpoint& checkpoint) { io_.load_pretrained(checkpoint); }
-  void load(const ShardIo::ParamReader& read) { io_.load(read); }
+  void init_random(uint64_t seed, double std) {
+    settle_updates();
+    io_.init_random(seed, std);
+  }
+  void load_pretrained(const HfCheckpoint& checkpoint) {
+    settle_updates();
+    io_.load_pretrained(checkpoint);
+  }
+  void load(const ShardIo::ParamReader& read) {
+    settle_updates();
+    io_.load(read);
+  }
   // Re-derives the compute copies from the master shards (after loading them). Local.
-  void refresh_compute_params() { shards_.refresh_compute_params(); }
+  void refresh_compute_params() {
+    settle_updates();
+    shards_.refresh_compute_params();
+  }
   // Collective over the shard group: fills host_values (unit numel) with the whole unit as fp32
   // (trainable parameters from the masters, frozen ones from their compute-dtype shards).
-  void gather_unit_to_host(int unit, float* host_values) { io_.gather_to_host(unit, host_values); }
+  void gather_unit_to_host(int unit, float* host_values) {
+    settle_updates();
+    io_.gather_to_host(unit, host_values);
+  }
   // Expert parallelism: collective over the world (the expert shard and expert groups): fills
   // host_values (expert group size x the unit's numel) with every expert rank's unit of experts
   // `unit` (UnitLayout::experts), in expert rank order, as fp32.
@@ -155,12 +180,25 @@ class FsdpUnits final : public UnitAccess {
   // Bytes held now (shards) and the peak of gathered / full-grad buffers so far.
   FsdpMemory memory() const;
 
-  Tensor acquire_params(int unit) override { return gatherer_.acquire(unit); }
+  Tensor acquire_params(int unit) override {
+    wait_for_update(unit);
+    return gatherer_.acquire(unit);
+  }
   void release_params(int unit) override { gatherer_.release(unit); }
   GradBuffer acquire_grads(int unit) override;
   void grads_ready(int unit) override;
 
+  // Whether apply_optimizer enqueues the updates aside (the header comment).
+  bool updates_aside() const {
+    return ops_.runs_aside() && plan_.group_size == 1 && !options_.update_in_backward;
+  }
+  // Makes the compute stream wait for every update still running aside. Local.
+  void settle_updates();
+
  private:
+  // The compute stream waits for `unit`'s update when it runs aside and has not been waited for.
+  void wait_for_update(int unit);
+
   Ops& ops_;
   const ParamLayout& layout_;
   Mesh& mesh_;
@@ -170,6 +208,8 @@ class FsdpUnits final : public UnitAccess {
   ParamGatherer gatherer_;
   GradReducer reducer_;
   ShardIo io_;
+  // Per unit: the ticket of its update running aside (Ops::wait_aside), 0 when none.
+  std::vector<int64_t> update_ticket_;
 };
 
 }  // namespace shardtrain

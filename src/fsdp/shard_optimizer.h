@@ -42,6 +42,14 @@ class ShardOptimizer {
   // first (the clip coefficient), leaving the gradients as `grads_after` says.
   virtual void step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
                     float grad_scale, GradsAfterStep grads_after) = 0;
+  // The same update enqueued aside (Ops::adamw_multi_aside): later ops may run beside it until
+  // Ops::wait_aside(the returned ticket); none may touch the buffers before that wait. Default:
+  // step(), in order (ticket 0).
+  virtual int64_t step_aside(const std::vector<UnitBuffers>& units, double lr, int64_t step,
+                             float grad_scale, GradsAfterStep grads_after) {
+    this->step(units, lr, step, grad_scale, grads_after);
+    return 0;
+  }
 };
 
 }  // namespace shardtrain

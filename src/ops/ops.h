@@ -342,6 +342,20 @@ class Ops {
   virtual void sum_squares_aside(Tensor x, Tensor out_1) { sum_squares(x, out_1); }
   // Every op enqueued after this runs after the work enqueued aside so far.
   virtual void join_aside() {}
+  // Whether the *_aside ops really run beside the compute stream (CUDA with SHARDTRAIN_OPS_ASIDE
+  // on); false: they run in order, and their tickets mean nothing.
+  virtual bool runs_aside() const { return false; }
+  // adamw_multi enqueued aside, ordered after every op enqueued so far, so the ops enqueued after
+  // it (the next step's forward) may run beside it; returns a ticket for wait_aside. Until that
+  // wait (or a join), no other op may touch the segments' tensors. Default: adamw_multi, in order.
+  virtual int64_t adamw_multi_aside(const std::vector<AdamWSegment>& segments,
+                                    const AdamWStep& step) {
+    adamw_multi(segments, step);
+    return 0;
+  }
+  // Every op enqueued after this runs after the aside work enqueued up to `ticket` (a ticket from
+  // adamw_multi_aside; older tickets are covered by newer ones).
+  virtual void wait_aside(int64_t ticket) { (void)ticket; }
   // Reads one fp32 scalar to the host; synchronises.
   virtual float read_scalar(Tensor x_1) = 0;
 

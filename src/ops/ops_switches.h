@@ -33,9 +33,11 @@
 //                                   reductions; default on (the writer: head dim 64 backward
 //                                   -8.5%, 128 unchanged on an H100; cuda_attention_ws_backward.cu)
 //   SHARDTRAIN_OPS_ASIDE=1          work the ops may run aside (Ops::sum_squares_aside: the
-//                                   gradient norm's terms in backward) runs on a second CUDA
-//                                   stream beside the compute stream's kernels; default off (in
-//                                   order) until a GPU measurement says it pays
+//                                   gradient norm's terms in backward; Ops::adamw_multi_aside:
+//                                   the update per unit beside the next forward) runs on a second
+//                                   CUDA stream beside the compute stream's kernels, which get the
+//                                   higher priority; default off (in order) until a GPU
+//                                   measurement says it pays
 //
 // Each accessor reads the environment when called (a test may flip a switch between calls);
 // callers on hot paths that need a value fixed for the process keep their own copy.

@@ -12,8 +12,7 @@ float AdamW::clip_coefficient(double grad_norm, double max_norm) {
   return static_cast<float>(std::min(coefficient, 1.0));
 }
 
-void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step, float grad_scale,
-                 GradsAfterStep grads_after) {
+AdamWStep AdamW::step_scalars(double lr, int64_t step, float grad_scale) const {
   AdamWStep s;
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(settings_.beta1);
@@ -21,6 +20,11 @@ void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
   s.eps = static_cast<float>(settings_.eps);
   s.step = step;
   s.grad_scale = grad_scale;
+  return s;
+}
+
+std::vector<AdamWSegment> AdamW::segments_of(const std::vector<UnitBuffers>& units,
+                                             GradsAfterStep grads_after) const {
   std::vector<AdamWSegment> segments;
   for (const UnitBuffers& u : units) {
     const int64_t begin = u.offset, end = u.offset + u.param.numel();
@@ -43,7 +47,18 @@ void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step,
       segments.push_back(segment);
     }
   }
-  ops_.adamw_multi(segments, s);
+  return segments;
+}
+
+void AdamW::step(const std::vector<UnitBuffers>& units, double lr, int64_t step, float grad_scale,
+                 GradsAfterStep grads_after) {
+  ops_.adamw_multi(segments_of(units, grads_after), step_scalars(lr, step, grad_scale));
+}
+
+int64_t AdamW::step_aside(const std::vector<UnitBuffers>& units, double lr, int64_t step,
+                          float grad_scale, GradsAfterStep grads_after) {
+  return ops_.adamw_multi_aside(segments_of(units, grads_after),
+                                step_scalars(lr, step, grad_scale));
 }
 
 }  // namespace shardtrain

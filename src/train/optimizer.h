@@ -32,8 +32,16 @@ class AdamW final : public ShardOptimizer {
   // Ops::adamw_multi call over every parameter range of every unit (weight decay per parameter).
   void step(const std::vector<UnitBuffers>& units, double lr, int64_t step, float grad_scale,
             GradsAfterStep grads_after) override;
+  // The same single Ops::adamw_multi_aside call.
+  int64_t step_aside(const std::vector<UnitBuffers>& units, double lr, int64_t step,
+                     float grad_scale, GradsAfterStep grads_after) override;
 
  private:
+  // The step's scalars and every parameter range of `units` as adamw_multi takes them.
+  AdamWStep step_scalars(double lr, int64_t step, float grad_scale) const;
+  std::vector<AdamWSegment> segments_of(const std::vector<UnitBuffers>& units,
+                                        GradsAfterStep grads_after) const;
+
   Ops& ops_;
   AdamWSettings settings_;
 };

@@ -19,7 +19,8 @@
 
 namespace shardtrain {
 
-class CpuOps final : public Ops {
+// Not final: tests derive from it to replay its ops in another order (ops/testing/).
+class CpuOps : public Ops {
  public:
   Device device() const override { return Device::kCpu; }
   DType activation_dtype() const override { return DType::kF32; }
@@ -79,9 +80,8 @@ class CpuOps final : public Ops {
                        Tensor dup_NF) override;
   void rmsnorm1p_forward(Tensor x_NC, Tensor weight_C, float eps, Tensor out_NC,
                          Tensor rstd_N) override;
-  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N,
-                          Tensor dx_NC, Tensor dweight_C, bool accumulate_dx,
-                          bool accumulate_dweight) override;
+  void rmsnorm1p_backward(Tensor dout_NC, Tensor x_NC, Tensor weight_C, Tensor rstd_N, Tensor dx_NC,
+                          Tensor dweight_C, bool accumulate_dx, bool accumulate_dweight) override;
   // ---- GeGLU and soft-capping (cpu_activation_ops.cpp) ----
   void geglu_forward(Tensor gate_NF, Tensor up_NF, Tensor out_NF) override;
   void geglu_backward(Tensor dout_NF, Tensor gate_NF, Tensor up_NF, Tensor dgate_NF,
@@ -105,9 +105,8 @@ class CpuOps final : public Ops {
   void grouped_linear_forward(Tensor x_MI, Tensor weight_EOI, const std::vector<int64_t>& rows_E,
                               Tensor out_MO) override;
   void grouped_linear_backward(Tensor dout_MO, Tensor x_MI, Tensor weight_EOI,
-                               const std::vector<int64_t>& rows_E, Tensor dx_MI,
-                               Tensor dweight_EOI, bool accumulate_dx,
-                               bool accumulate_dweight) override;
+                               const std::vector<int64_t>& rows_E, Tensor dx_MI, Tensor dweight_EOI,
+                               bool accumulate_dx, bool accumulate_dweight) override;
 
   // ---- loss (cpu_cross_entropy.cpp) ----
   void cross_entropy(Tensor logits_NV, Tensor targets_N, float grad_scale, Tensor loss_sum_1,

@@ -72,9 +72,13 @@ class AdamWMultiLauncher {
   AdamWMultiLauncher& operator=(const AdamWMultiLauncher&) = delete;
 
   // `coefficients` from adamw_coefficients (its decay is ignored: each range forms its own from
-  // lr and its weight_decay). REQUIRES: ranges do not overlap; all launches on one `stream`.
+  // lr and its weight_decay). REQUIRES: ranges do not overlap. Launches may use several streams
+  // (a table is uploaded on the stream of its first launch; a later launch of the same table on
+  // another stream must be ordered after that one).
+  // short_blocks: a block per 4096 elements (work beside another stream's kernels) instead of
+  // a grid of resident blocks that loop over them.
   void launch(const AdamWRange* ranges, int count, float lr, const AdamWCoefficients& coefficients,
-              cudaStream_t stream);
+              cudaStream_t stream, bool short_blocks = false);
 
  private:
   struct Table {

@@ -77,10 +77,23 @@ CublasLtGemm::Tuning gemm_tuning() {
 CudaOps::CudaOps() {
   SHARDTRAIN_CHECK(cuda_device_count() > 0, "CudaOps needs a visible GPU");
   SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device_index_));
-  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&aside_stream_, cudaStreamNonBlocking));
+  // Priorities: lower numbers first; the least is the default.
+  int least_priority = 0, greatest_priority = 0;
+  SHARDTRAIN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                                     aside_ ? greatest_priority : least_priority));
+  SHARDTRAIN_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&aside_stream_, cudaStreamNonBlocking, least_priority));
   SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  if (aside_) {
+    // As many as the units of a large model's update (one ticket each), so a step's tickets
+    // never share an event.
+    ticket_events_.resize(256);
+    for (cudaEvent_t& event : ticket_events_) {
+      SHARDTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    }
+  }
   gemm_ = std::make_unique<CublasLtGemm>(stream_, gemm_tuning());
   adamw_multi_ = std::make_unique<cuda_kernels::AdamWMultiLauncher>();
   attention_tuning_ = std::make_unique<cuda_kernels::AttentionForwardTuning>();
@@ -93,6 +106,7 @@ CudaOps::~CudaOps() {
   fp8_.reset();
   adamw_multi_.reset();
   if (scratch_ != nullptr) cudaFree(scratch_);
+  for (cudaEvent_t event : ticket_events_) cudaEventDestroy(event);
   cudaEventDestroy(join_);
   cudaEventDestroy(fork_);
   cudaStreamDestroy(aside_stream_);
@@ -229,6 +243,36 @@ void CudaOps::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWSt
 }
 
 void CudaOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) {
+  launch_adamw_multi(segments, step, stream_);
+}
+
+int64_t CudaOps::adamw_multi_aside(const std::vector<AdamWSegment>& segments,
+                                   const AdamWStep& step) {
+  if (!aside_) {
+    launch_adamw_multi(segments, step, stream_);
+    return 0;
+  }
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(fork_, stream_));
+  SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(aside_stream_, fork_, 0));
+  launch_adamw_multi(segments, step, aside_stream_);
+  const int64_t ticket = next_ticket_++;
+  SHARDTRAIN_CUDA_CHECK(cudaEventRecord(
+      ticket_events_[static_cast<size_t>(ticket) % ticket_events_.size()], aside_stream_));
+  aside_pending_ = true;
+  return ticket;
+}
+
+void CudaOps::wait_aside(int64_t ticket) {
+  if (!aside_ || ticket <= 0) return;
+  SHARDTRAIN_CHECK(ticket < next_ticket_, "wait_aside: ticket {} not issued (next {})", ticket,
+                   next_ticket_);
+  // A newer ticket in the same slot waits for more: still after this ticket's work.
+  SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(
+      stream_, ticket_events_[static_cast<size_t>(ticket) % ticket_events_.size()], 0));
+}
+
+void CudaOps::launch_adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step,
+                                 cudaStream_t stream) {
   std::vector<cuda_kernels::AdamWRange> ranges;
   ranges.reserve(segments.size());
   for (const AdamWSegment& s : segments) {
@@ -252,7 +296,7 @@ void CudaOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamW
                       s.param.numel(), s.weight_decay, s.zero_grad});
   }
   adamw_multi_->launch(ranges.data(), static_cast<int>(ranges.size()), step.lr,
-                       adamw_coefficients(step), stream_);
+                       adamw_coefficients(step), stream, /*short_blocks=*/stream == aside_stream_);
 }
 
 void CudaOps::sum_squares(Tensor x, Tensor out_1) {

@@ -154,6 +154,10 @@ class CudaOps final : public Ops {
   float read_scalar(Tensor x_1) override;
   void sum_squares_aside(Tensor x, Tensor out_1) override;
   void join_aside() override;
+  bool runs_aside() const override { return aside_; }
+  int64_t adamw_multi_aside(const std::vector<AdamWSegment>& segments,
+                            const AdamWStep& step) override;
+  void wait_aside(int64_t ticket) override;
 
   // ---- outside the Ops interface: compared with CpuOps's references by the GPU tests ----
   // AdamW on one contiguous range, one launch (cuda_ops.cpp).
@@ -219,11 +223,21 @@ class CudaOps final : public Ops {
 
   int device_index_ = 0;
   cudaStream_t stream_ = nullptr;
-  // The aside work's stream (sum_squares_aside); fork_: recorded on stream_ before each aside
-  // launch, join_: on aside_stream_ when joining; aside_pending_: launched and not yet joined.
+  // The aside work's stream (sum_squares_aside, adamw_multi_aside); fork_: recorded on stream_
+  // before each aside launch, join_: on aside_stream_ when joining; aside_pending_: launched and
+  // not yet joined. With aside work on, stream_ has the device's highest priority, so the block
+  // scheduler starts its kernels' blocks first and the aside work fills what they leave idle.
   cudaStream_t aside_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   bool aside_pending_ = false;
+  // adamw_multi_aside's tickets: ticket t was recorded into ticket_events_[t % size] on
+  // aside_stream_. A ring: when a ticket's event has been recorded again by a newer ticket, waiting
+  // on it waits for more aside work than asked, never less.
+  std::vector<cudaEvent_t> ticket_events_;
+  int64_t next_ticket_ = 1;
+  // adamw_multi on `stream` (stream_, or aside_stream_ for adamw_multi_aside).
+  void launch_adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step,
+                          cudaStream_t stream);
   bool aside_ = ops_aside_switch();  // SHARDTRAIN_OPS_ASIDE: on runs aside work on aside_stream_
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<Fp8Linear> fp8_;

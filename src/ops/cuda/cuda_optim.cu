@@ -267,7 +267,8 @@ void AdamWMultiLauncher::release_tables() {
 }
 
 void AdamWMultiLauncher::launch(const AdamWRange* ranges, int count, float lr,
-                                const AdamWCoefficients& coefficients, cudaStream_t stream) {
+                                const AdamWCoefficients& coefficients, cudaStream_t stream,
+                                bool short_blocks) {
   std::vector<unsigned char> table;
   int table_count = 0;
   int64_t tiles = 0;
@@ -281,8 +282,12 @@ void AdamWMultiLauncher::launch(const AdamWRange* ranges, int count, float lr,
   }
   if (table_count == 0) return;
   const Table& t = table_for(std::move(table), table_count, tiles, stream);
-  adamw_multi_kernel<<<cuda_detail::grid_for(t.tiles * kThreads, kThreads), kThreads, 0, stream>>>(
-      static_cast<const AdamWRangeWork*>(t.device), t.count, t.tiles, lr, coefficients);
+  // Short blocks: one tile each (a few microseconds), so a block never holds an SM long when
+  // another stream's kernel is waiting for it.
+  const unsigned grid = short_blocks ? static_cast<unsigned>(std::min<int64_t>(t.tiles, 0x7fffffff))
+                                     : cuda_detail::grid_for(t.tiles * kThreads, kThreads);
+  adamw_multi_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const AdamWRangeWork*>(t.device),
+                                                    t.count, t.tiles, lr, coefficients);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();
 }
 
@@ -298,8 +303,8 @@ const AdamWMultiLauncher::Table& AdamWMultiLauncher::table_for(std::vector<unsig
     }
   }
   if (tables_.size() >= kMaxTables) {
-    // Launches queued earlier may still read the tables: wait for them once.
-    SHARDTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    // Launches queued earlier, on any stream, may still read the tables: wait for them once.
+    SHARDTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
     release_tables();
   }
   Table t;
@@ -342,8 +347,8 @@ void sum_squares_in_small_blocks(const float* x, int64_t n, float* out, cudaStre
   // A block reads kThreads x 16 float4 (64 KiB at 256 threads): a few microseconds of HBM time.
   const int64_t vectors = n / 4;
   constexpr int64_t kVectorsPerBlock = int64_t{kThreads} * 16;
-  const int64_t blocks = std::clamp<int64_t>((vectors + kVectorsPerBlock - 1) / kVectorsPerBlock,
-                                             1, int64_t{1} << 30);
+  const int64_t blocks =
+      std::clamp<int64_t>((vectors + kVectorsPerBlock - 1) / kVectorsPerBlock, 1, int64_t{1} << 30);
   sum_squares_vec_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       reinterpret_cast<const float4*>(x), vectors, x + 4 * vectors, static_cast<int>(n % 4), out);
   SHARDTRAIN_CUDA_CHECK_LAUNCH();

@@ -274,6 +274,7 @@ void CheckpointShardReader::read(int unit, const char* kind, int64_t begin, int6
 
 void load_checkpoint_shards(const SavedCheckpoint& checkpoint, FsdpUnits& units, Ops& ops) {
   CheckpointShardReader reader(checkpoint, units.mesh().expert_rank());
+  units.settle_updates();   // the copies below overwrite the shards an update may still be writing
   std::vector<float> host;  // (shard_numel) one tensor at a time
   PhaseProgress progress("load checkpoint " + checkpoint.step_dir,
                          static_cast<uint64_t>(units.unit_count()), "units",
