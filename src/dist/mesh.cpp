@@ -61,13 +61,17 @@ std::vector<double> Mesh::sum(const std::vector<double>& values, const std::stri
     parts.push_back(high);
     parts.push_back(static_cast<float>(value - high));
   }
-  const size_t bytes = parts.size() * sizeof(float);
-  if (scratch_.bytes() < bytes) scratch_ = DeviceBuffer(ops_, bytes);
-  const Tensor parts_tensor = scratch_.view(DType::kF32, {static_cast<int64_t>(parts.size())});
-  ops_.copy_from_host(parts_tensor, parts.data());
-  world_.set_context(what);
-  world_.all_reduce(parts_tensor, ReduceOp::kSum);
-  ops_.copy_to_host(parts.data(), parts_tensor);
+  // One rank: the same split values, without the device round trip, whose copy back would make
+  // the host wait for every op enqueued so far (the update running aside included).
+  if (world_size() > 1) {
+    const size_t bytes = parts.size() * sizeof(float);
+    if (scratch_.bytes() < bytes) scratch_ = DeviceBuffer(ops_, bytes);
+    const Tensor parts_tensor = scratch_.view(DType::kF32, {static_cast<int64_t>(parts.size())});
+    ops_.copy_from_host(parts_tensor, parts.data());
+    world_.set_context(what);
+    world_.all_reduce(parts_tensor, ReduceOp::kSum);
+    ops_.copy_to_host(parts.data(), parts_tensor);
+  }
   std::vector<double> sums(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     sums[i] = static_cast<double>(parts[2 * i]) + static_cast<double>(parts[2 * i + 1]);

@@ -46,9 +46,10 @@ class DeferredAsideCpuOps final : public CpuOps {
   }
   void synchronize() override { join_aside(); }
 
-  // Updates run by wait_aside (not by a join): > 0 when the deferral overlapped anything.
+  // Updates enqueued aside so far, and those of them run by wait_aside (not by a join: a host
+  // synchronisation before the wait would have made the update run in order).
+  int64_t issued() const { return next_ticket_ - 1; }
   int64_t run_by_waits() const { return run_by_waits_; }
-  int64_t queued() const { return static_cast<int64_t>(queue_.size()); }
 
  private:
   struct Update {
