@@ -25,6 +25,8 @@
 #                              (run_bench.sh's RUN syntax; defaults below; empty: skipped).
 #                              MOE_BENCH runs only on a GPU with more than 120 GB (the
 #                              Qwen3-30B-A3B shape needs ~100 GiB)
+#   TESTS_AFTER="a_gpu_test ..."  test binaries built with the rest but run after the benches
+#                              (tests that never ran on a GPU: a failure of theirs costs no bench)
 #   FP8_BEFORE="GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT"   the switches whose before is profiled
 #   BENCH_PROFILE=0            the bench rows without their op profiles (~20 s a run less)
 # Logs: $OUT/logs.tgz, every log of the call in one file (the device tool returns at most 8
@@ -46,7 +48,8 @@ if [[ $gpu_tests != 1 ]]; then
 else
   mapfile -t tests < <(gpu_test_names)
 fi
-build_gpu "${tests[@]}" || exit 1
+read -r -a tests_after <<<"${TESTS_AFTER:-}"
+build_gpu "${tests[@]}" "${tests_after[@]}" || exit 1
 echo "build: $(elapsed) s"
 attention_tests() {  # LOG: the attention kernel tests; their status
   timeout 120 "$build/cuda_attention_gpu_test" >"$out/$1" 2>&1
@@ -133,6 +136,14 @@ for switch in ${FP8_BEFORE-GEMM_AUTOTUNE FP8_KEEP_DOWN_INPUT}; do
     --data.path="$tokens" --data.seq_len=4096 --train.micro_batch=2 --train.precision=fp8 \
     --train.steps=3 >"$out/bench-fp8/profile-without-$switch.log" 2>&1
   echo "fp8 profile with SHARDTRAIN_$switch=0: rc $? ($(elapsed) s)"
+done
+for t in "${tests_after[@]}"; do
+  room 30 "$t (after the benches)" || continue
+  timeout $((budget - $(elapsed))) "$build/$t" >"$out/$t.log" 2>&1
+  rc=$?
+  summary=$(grep -E '^\[  (PASSED|FAILED)  \]' "$out/$t.log" | head -2 | tr '\n' ' ')
+  echo "$t rc $rc ($(elapsed) s, after the benches): $summary"
+  ((rc == 0)) || grep -E "^\[  FAILED  \] [A-Za-z]|Failure" "$out/$t.log" | head -20
 done
 echo "session: $(elapsed) s"
 (cd "$out" && tar czf /tmp/kernel-session-logs.tgz . && find . -mindepth 1 -delete &&
