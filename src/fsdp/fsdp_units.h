@@ -44,14 +44,17 @@
 //    gradient norm is summed in another order (last bits may differ). A step whose loss turns
 //    out non-finite has already been applied.
 //
-// The update beside the next forward (G = 1, when the ops run aside work: Ops::runs_aside,
+// The update beside the next forward (one rank, when the ops run aside work: Ops::runs_aside,
 // SHARDTRAIN_OPS_ASIDE=1 on CUDA): apply_optimizer enqueues each unit's update aside
 // (ShardOptimizer::step_aside, one ticket a unit, in unit order) and returns; acquire_params and
 // acquire_grads of a unit make the compute stream wait for its ticket first, so the next step's
 // forward of unit u runs while the updates of the units after it are still running. The update
 // is the same one (bit for bit). Whatever else reads or writes the shards waits too: the shard
-// io below, and the Ops' host copies (which join all aside work). G > 1 updates in order: the
-// all-gathers that read the updated shards run on the communication stream.
+// io below, and the Ops' host copies (which join all aside work). Several ranks update in
+// order: begin_step's global target count is a collective through the device whose copy back
+// would join the updates before the forward is enqueued (it would have to move to the first
+// loss), and G > 1's all-gathers, which read the updated shards on the communication stream,
+// would have to wait for each unit's ticket before they are enqueued.
 #pragma once
 
 #include <memory>
@@ -190,7 +193,7 @@ class FsdpUnits final : public UnitAccess {
 
   // Whether apply_optimizer enqueues the updates aside (the header comment).
   bool updates_aside() const {
-    return ops_.runs_aside() && plan_.group_size == 1 && !options_.update_in_backward;
+    return ops_.runs_aside() && mesh_.world_size() == 1 && !options_.update_in_backward;
   }
   // Makes the compute stream wait for every update still running aside. Local.
   void settle_updates();
