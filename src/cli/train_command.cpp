@@ -68,6 +68,7 @@ int run_train(const TrainArgs& args, const std::vector<std::string>& overrides,
   TrainRunOptions options;
   options.worker = worker;
   std::unique_ptr<Ops> ops = make_rank_ops(config.train.device, options.worker, &options.compute);
+  if (hooks.cpu_ops && ops->device() == Device::kCpu) ops = hooks.cpu_ops();
   const std::unique_ptr<StepHooks> step_hooks =
       hooks.step_hooks ? hooks.step_hooks(worker.rank) : nullptr;
   options.metrics_path = args.metrics_path;

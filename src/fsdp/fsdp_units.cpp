@@ -34,6 +34,7 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, Mesh& mesh, FsdpOption
                options.update_in_backward),
       io_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), mesh.world_rank() == 0),
       update_ticket_(layout.units.size(), 0) {
+  gatherer_.set_before_gather([this](int unit) { wait_for_update(unit); });
   SHARDTRAIN_CHECK(!options_.update_in_backward || mesh.world_size() == 1,
                    "update_in_backward on {} ranks", mesh.world_size());
   // A layout of local experts is made for this mesh's expert group (model/param_layout.h).
@@ -42,10 +43,17 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, Mesh& mesh, FsdpOption
                    mesh.expert_size());
 }
 
-double FsdpUnits::begin_step(int64_t local_targets) {
-  const double targets = mesh_.sum(static_cast<double>(local_targets), kStepTotals);
+void FsdpUnits::begin_step(int64_t local_targets) {
+  local_targets_ = local_targets;
+  global_targets_.reset();
   reducer_.begin_step();
-  return targets;
+}
+
+double FsdpUnits::global_targets() {
+  if (!global_targets_) {
+    global_targets_ = mesh_.sum(static_cast<double>(local_targets_), kStepTotals);
+  }
+  return *global_targets_;
 }
 
 void FsdpUnits::begin_micro_batch(int64_t index, int64_t count) {

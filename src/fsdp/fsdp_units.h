@@ -18,8 +18,9 @@
 // Communication outside the step (sums, agreement, barrier) is the Mesh's, not this class's.
 //
 // One optimizer step, on every rank in the same order (each call is collective):
-//   targets = begin_step(local_targets);            // the global loss denominator
+//   begin_step(local_targets);                      // readies the grad shards
 //   for each micro-batch m of M: begin_micro_batch(m, M); model.forward_backward(*this, ...);
+//     (the first loss asks global_targets(): the global loss denominator)
 //   totals = end_backward(local_tokens, local_loss); // global tokens, loss, gradient norm
 //   apply_optimizer(optimizer, lr, step, clip);      // the update on this rank's shards
 // What the gradient shards hold between steps is private: G = 1 keeps them (the next step's
@@ -44,17 +45,17 @@
 //    gradient norm is summed in another order (last bits may differ). A step whose loss turns
 //    out non-finite has already been applied.
 //
-// The update beside the next forward (one rank, when the ops run aside work: Ops::runs_aside,
+// The update beside the next forward (when the ops run aside work: Ops::runs_aside,
 // SHARDTRAIN_OPS_ASIDE=1 on CUDA): apply_optimizer enqueues each unit's update aside
 // (ShardOptimizer::step_aside, one ticket a unit, in unit order) and returns; acquire_params and
-// acquire_grads of a unit make the compute stream wait for its ticket first, so the next step's
-// forward of unit u runs while the updates of the units after it are still running. The update
-// is the same one (bit for bit). Whatever else reads or writes the shards waits too: the shard
-// io below, and the Ops' host copies (which join all aside work). Several ranks update in
-// order: begin_step's global target count is a collective through the device whose copy back
-// would join the updates before the forward is enqueued (it would have to move to the first
-// loss), and G > 1's all-gathers, which read the updated shards on the communication stream,
-// would have to wait for each unit's ticket before they are enqueued.
+// acquire_grads of a unit, and (G > 1) the enqueueing of its all-gather, prefetch included, make
+// the compute stream wait for its ticket first, so the next step's forward of unit u runs while
+// the updates of the units after it still run (the communication stream follows the compute
+// stream: a gather reads the updated shard, and the next backward's reductions write the grad
+// shards after the update read them). The update is the same one (bit for bit). Whatever else
+// reads or writes the shards waits too: the shard io below, and the Ops' host copies (which join
+// all aside work). The step's global target count, a collective that waits for the device with
+// several ranks, is summed at the first loss (global_targets), after the forward is enqueued.
 #pragma once
 
 #include <memory>
@@ -143,8 +144,13 @@ class FsdpUnits final : public UnitAccess {
 
   // ---- one optimizer step (the header comment's order; every call collective) ----
   // Starts a step whose accumulation window holds `local_targets` loss targets on this rank:
-  // readies the grad shards for the step's first backward and returns the global target count.
-  double begin_step(int64_t local_targets);
+  // readies the grad shards for the step's first backward.
+  void begin_step(int64_t local_targets);
+  // The step's global target count: collective on its first call of a step (every rank makes it
+  // at the same point: the first micro-batch's loss), the same value after. With several ranks
+  // the sum goes through the device and waits for it, so it is asked for once the first forward
+  // is enqueued, not in begin_step: that forward then overlaps the updates running aside.
+  double global_targets();
   void begin_micro_batch(int64_t index, int64_t count);
   // After the window's last backward: the global tokens and loss (from this rank's counts) and
   // the global gradient norm (every trainable element of the model counted once).
@@ -192,9 +198,7 @@ class FsdpUnits final : public UnitAccess {
   void grads_ready(int unit) override;
 
   // Whether apply_optimizer enqueues the updates aside (the header comment).
-  bool updates_aside() const {
-    return ops_.runs_aside() && mesh_.world_size() == 1 && !options_.update_in_backward;
-  }
+  bool updates_aside() const { return ops_.runs_aside() && !options_.update_in_backward; }
   // Makes the compute stream wait for every update still running aside. Local.
   void settle_updates();
 
@@ -213,6 +217,9 @@ class FsdpUnits final : public UnitAccess {
   ShardIo io_;
   // Per unit: the ticket of its update running aside (Ops::wait_aside), 0 when none.
   std::vector<int64_t> update_ticket_;
+  // This step's local target count, and the global one once summed.
+  int64_t local_targets_ = 0;
+  std::optional<double> global_targets_;
 };
 
 }  // namespace shardtrain

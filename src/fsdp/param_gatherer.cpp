@@ -27,6 +27,7 @@ std::string ParamGatherer::unit_context(int unit, const char* phase) const {
 void ParamGatherer::start_gather(int unit) {
   UnitState& state = state_[unit];
   if (state.slot >= 0) return;
+  if (before_gather_) before_gather_(unit);
   const UnitShard& shard = plan_.units[unit];
   const int64_t gathered_numel = shard.gathered_numel();
   state.slot = pool_.take(static_cast<size_t>(gathered_numel) * dtype_size(act_));

@@ -11,12 +11,17 @@
 //    begin_backward(u) starts the gather of u - 1 (the root, before the head, starts the last
 //    block's). Gathers are Comm::start_* collectives: on NCCL they run on the comm's stream,
 //    ordered against compute by events (no host waits); on Gloo they block.
+//  - Before a unit's gather is enqueued (prefetch included) the before_gather hook runs:
+//    FsdpUnits makes the compute stream wait there for the unit's update running aside, and the
+//    gather, which follows the compute stream, reads the updated shard.
 //  - release(u): FULL_SHARD / HYBRID_SHARD free the buffer after forward and after backward;
 //    SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it after
 //    backward. Buffers built on demand (G = 1) are always freed.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dist/comm.h"
@@ -38,6 +43,8 @@ class ParamGatherer {
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
 
+  // Called with a unit before its gather is enqueued (the header comment); none by default.
+  void set_before_gather(std::function<void(int)> hook) { before_gather_ = std::move(hook); }
   // The whole unit (numel, compute dtype), valid until release(unit).
   Tensor acquire(int unit);
   void release(int unit);
@@ -81,6 +88,7 @@ class ParamGatherer {
   const DType act_;
   BufferPool pool_;
   std::vector<UnitState> state_;
+  std::function<void(int)> before_gather_;
   bool forward_phase_ = true;  // set by acquire(kRootUnit), cleared by begin_backward
 };
 

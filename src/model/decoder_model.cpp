@@ -319,7 +319,8 @@ RootWeights DecoderModel::root_grads(const GradBuffer& grads) const {
   return none;
 }
 
-void DecoderModel::forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1) {
+void DecoderModel::forward_backward(UnitAccess& units, const std::function<float()>& grad_scale,
+                                    Tensor loss_sum_1) {
   SHARDTRAIN_CHECK(batch_ > 0, "set_batch before forward_backward");
   const ModelConfig& c = config_;
   const int64_t N = batch_ * seq_, C = c.hidden_size;
@@ -328,9 +329,9 @@ void DecoderModel::forward_backward(UnitAccess& units, float grad_scale, Tensor 
   const RootWeights root = forward_blocks(units);
   const GradBuffer root_buffer = units.acquire_grads(kRootUnit);
   const RootWeights grads = root_grads(root_buffer);
-  lm_head().run(ops_, root, &grads, root_buffer.accumulate, grad_scale, fit(acts_.out_NC, {N, C}),
-                fit(acts_.targets_N, {N}), acts_.head, loss_sum_1, nullptr,
-                fit(acts_.dresid_NC, {N, C}));
+  lm_head().run(ops_, root, &grads, root_buffer.accumulate, grad_scale(),
+                fit(acts_.out_NC, {N, C}), fit(acts_.targets_N, {N}), acts_.head, loss_sum_1,
+                nullptr, fit(acts_.dresid_NC, {N, C}));
   backward_blocks(units);
   // Tied: the head's gradient (written above) is the table's, and the lookup adds to it. Untied,
   // the scatter-add touches only the rows in the batch, so an overwritten table starts at zero.

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -138,7 +139,15 @@ class DecoderModel {
   // Forward and backward of the current batch. Parameter gradients accumulate into the
   // UnitAccess grad buffers, scaled by grad_scale (1 / number of targets in the global batch).
   // loss_sum_1 (f32 [1], device) += sum of per-target cross-entropy.
-  void forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1);
+  void forward_backward(UnitAccess& units, float grad_scale, Tensor loss_sum_1) {
+    forward_backward(
+        units, [grad_scale] { return grad_scale; }, loss_sum_1);
+  }
+  // The same with the scale asked for when the loss needs it, once the forward is enqueued (a
+  // distributed job's global target count is a collective that waits for the device; asked for
+  // there, the forward overlaps the optimizer update running aside: fsdp/fsdp_units.h).
+  void forward_backward(UnitAccess& units, const std::function<float()>& grad_scale,
+                        Tensor loss_sum_1);
 
   // Forward only. loss_sum_1 += summed cross-entropy when defined; logits_host_NV (fp32,
   // N = B*T rows of V) receives the logits when non-null.

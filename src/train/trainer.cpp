@@ -405,10 +405,14 @@ StepReport Trainer::train_step(int64_t step) {
   const StepBatches batches = batcher_.next();
   const double data_wait_s = seconds_since(step_start);
 
-  const double targets = units_->begin_step(batches.target_count);
+  units_->begin_step(batches.target_count);
   const double lr = learning_rate(run_length_.schedule, step, run_length_.total_steps);
   if (units_->updates_in_backward()) units_->set_update_in_backward(optimizer_, lr, step);
-  const float grad_scale = targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
+  // Asked for by the first micro-batch's loss, once its forward is enqueued (FsdpUnits).
+  const auto grad_scale = [&] {
+    const double targets = units_->global_targets();
+    return targets > 0 ? static_cast<float>(1.0 / targets) : 0.0f;
+  };
   const Tensor loss_sum = loss_buffer_.view(DType::kF32, {1});
   ops_.fill_zero(loss_sum);
   const int64_t micro_batches = static_cast<int64_t>(batches.micro_batches.size());
@@ -425,6 +429,7 @@ StepReport Trainer::train_step(int64_t step) {
     model_.forward_backward(*units_, grad_scale, loss_sum);
     aux_sum += model_.last_aux_loss();
   }
+  const double targets = units_->global_targets();  // summed already unless no micro-batch ran
   const StepTotals totals = units_->end_backward(batches.token_count, ops_.read_scalar(loss_sum));
   const std::optional<double> step_aux_loss =
       aux_loss ? std::optional<double>(mesh_->sum(aux_sum, "step aux loss") * aux_share)

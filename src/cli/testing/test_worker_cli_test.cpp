@@ -13,6 +13,7 @@
 
 #include "cli/testing/test_worker_hooks.h"
 #include "core/testing/test_support.h"
+#include "ops/ops.h"
 
 namespace shardtrain::testing {
 namespace {
@@ -34,8 +35,10 @@ TEST(TestWorkerHooks, UnsetOrEmptyVariablesAskForNothing) {
     EXPECT_EQ(settings.checkpoint_write_delay_ms, 0);
     EXPECT_TRUE(settings.kernels == KernelOverrides{});
     EXPECT_EQ(settings.device_limits, "");
+    EXPECT_EQ(settings.deferred_aside, "");
     const WorkerHooks hooks = install_test_worker_hooks(settings);
     EXPECT_FALSE(hooks.step_hooks);
+    EXPECT_FALSE(hooks.cpu_ops);
     EXPECT_EQ(hooks.checkpoint_write_delay.count(), 0);
   }
 }
@@ -51,7 +54,8 @@ TEST(TestWorkerHooks, EveryVariableIsParsed) {
                                         {"SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", "4"},
                                         {"SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", "8"},
                                         {"SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", "3"},
-                                        {"SHARDTRAIN_TEST_DEVICE_LIMITS", "l4"}}));
+                                        {"SHARDTRAIN_TEST_DEVICE_LIMITS", "l4"},
+                                        {"SHARDTRAIN_TEST_DEFERRED_ASIDE", "ignore-waits"}}));
   EXPECT_EQ(settings.hang_at_step, 3);
   EXPECT_EQ(settings.hang_rank, 2);
   EXPECT_EQ(settings.stop_at_start_rank, 5);
@@ -62,6 +66,7 @@ TEST(TestWorkerHooks, EveryVariableIsParsed) {
   EXPECT_EQ(settings.kernels.attention_backward_warps, 8);
   EXPECT_EQ(settings.kernels.attention_backward_heads_per_block, 3);
   EXPECT_EQ(settings.device_limits, "l4");
+  EXPECT_EQ(settings.deferred_aside, "ignore-waits");
   EXPECT_EQ(read_test_worker_settings(lookup({{"SHARDTRAIN_TEST_ATTENTION_KERNEL", "wgmma"}}))
                 .kernels.attention,
             KernelOverrides::Attention::kWgmma);
@@ -87,6 +92,18 @@ TEST(TestWorkerHooks, TheHangHookIsOnlyTheNamedRanks) {
   EXPECT_EQ(hooks.checkpoint_write_delay, std::chrono::milliseconds(40));
 }
 
+TEST(TestWorkerHooks, TheDeferredAsideHookMakesOpsThatRunAside) {
+  for (const char* value : {"1", "ignore-waits"}) {
+    TestWorkerSettings settings;
+    settings.deferred_aside = value;
+    const WorkerHooks hooks = install_test_worker_hooks(settings);
+    ASSERT_TRUE(hooks.cpu_ops) << value;
+    const std::unique_ptr<Ops> ops = hooks.cpu_ops();
+    EXPECT_EQ(ops->device(), Device::kCpu) << value;
+    EXPECT_TRUE(ops->runs_aside()) << value;
+  }
+}
+
 TEST(TestWorkerHooks, AMalformedValueNamesTheVariable) {
   for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
            {"SHARDTRAIN_TEST_HANG_AT_STEP", "0"},
@@ -99,7 +116,8 @@ TEST(TestWorkerHooks, AMalformedValueNamesTheVariable) {
            {"SHARDTRAIN_TEST_ATTENTION_FORWARD_WARPS", "6"},
            {"SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS", "16"},
            {"SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK", "0"},
-           {"SHARDTRAIN_TEST_DEVICE_LIMITS", "v100"}}) {
+           {"SHARDTRAIN_TEST_DEVICE_LIMITS", "v100"},
+           {"SHARDTRAIN_TEST_DEFERRED_ASIDE", "yes"}}) {
     const std::string message = error_of([&] {
       read_test_worker_settings(lookup({{name, value}}));
     });

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "ops/backend.h"
+#include "ops/testing/deferred_aside_ops.h"
 
 namespace shardtrain::testing {
 namespace {
@@ -97,6 +98,14 @@ TestWorkerSettings read_test_worker_settings(const EnvLookup& env) {
         "or h100, or unset it",
         settings.device_limits);
   }
+  settings.deferred_aside = env("SHARDTRAIN_TEST_DEFERRED_ASIDE").value_or("");
+  if (!settings.deferred_aside.empty() && settings.deferred_aside != "1" &&
+      settings.deferred_aside != "ignore-waits") {
+    fail(
+        "SHARDTRAIN_TEST_DEFERRED_ASIDE=\"{}\" is not 1 or ignore-waits; HINT: set it to 1 or "
+        "ignore-waits, or unset it",
+        settings.deferred_aside);
+  }
   return settings;
 }
 
@@ -108,6 +117,11 @@ WorkerHooks install_test_worker_hooks(const TestWorkerSettings& settings) {
   if (!settings.device_limits.empty()) set_test_cuda_device_limits(settings.device_limits);
   WorkerHooks hooks;
   hooks.checkpoint_write_delay = std::chrono::milliseconds(settings.checkpoint_write_delay_ms);
+  if (!settings.deferred_aside.empty()) {
+    hooks.cpu_ops = [honour_waits = settings.deferred_aside == "1"]() -> std::unique_ptr<Ops> {
+      return std::make_unique<DeferredAsideCpuOps>(honour_waits, /*report=*/true);
+    };
+  }
   if (settings.hang_at_step > 0) {
     hooks.step_hooks = [step = settings.hang_at_step,
                         target = settings.hang_rank](int rank) -> std::unique_ptr<StepHooks> {

@@ -19,6 +19,10 @@
 //   SHARDTRAIN_TEST_ATTENTION_BACKWARD_WARPS=4|8  4-warp mma.sync backward blocks
 //   SHARDTRAIN_TEST_ATTENTION_HEADS_PER_BLOCK=N   the flash backward's GQA slice (N >= 1)
 //   SHARDTRAIN_TEST_DEVICE_LIMITS=a100|a10g|l4|h100  dispatch kernels for that GPU's limits
+//   SHARDTRAIN_TEST_DEFERRED_ASIDE=1|ignore-waits  a CPU worker trains on ops that defer their
+//                                         aside work for real (ops/testing/deferred_aside_ops.h),
+//                                         honouring the waits or ignoring them (the control),
+//                                         and logs how many updates ran at their unit's wait
 // Unset or empty = no hook. A malformed value is an Error naming the variable and what it
 // takes (the worker exits 2 before any work).
 #pragma once
@@ -43,7 +47,8 @@ struct TestWorkerSettings {
   int worker_rank = -1;         // RANK, -1 when unset (not a launched worker)
   int64_t checkpoint_write_delay_ms = 0;
   KernelOverrides kernels;
-  std::string device_limits;  // "" = the present GPU
+  std::string device_limits;   // "" = the present GPU
+  std::string deferred_aside;  // "" = the backend's ops, "1" or "ignore-waits"
 };
 
 // Throws Error naming the variable for a malformed value.

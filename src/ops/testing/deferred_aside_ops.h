@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <vector>
 
@@ -18,7 +19,16 @@ namespace shardtrain::testing {
 
 class DeferredAsideCpuOps final : public CpuOps {
  public:
-  explicit DeferredAsideCpuOps(bool honour_waits = true) : honour_waits_(honour_waits) {}
+  // report: at destruction, one line on stderr says how many updates ran at their wait (what a
+  // test reads from a worker process's log).
+  explicit DeferredAsideCpuOps(bool honour_waits = true, bool report = false)
+      : honour_waits_(honour_waits), report_(report) {}
+  ~DeferredAsideCpuOps() override {
+    if (report_) {
+      std::fprintf(stderr, "deferred aside: %lld of %lld updates ran at their unit's wait\n",
+                   static_cast<long long>(run_by_waits_), static_cast<long long>(issued()));
+    }
+  }
 
   bool runs_aside() const override { return true; }
   int64_t adamw_multi_aside(const std::vector<AdamWSegment>& segments,
@@ -64,6 +74,7 @@ class DeferredAsideCpuOps final : public CpuOps {
   }
 
   bool honour_waits_;
+  bool report_;
   std::deque<Update> queue_;
   int64_t next_ticket_ = 1;
   int64_t run_by_waits_ = 0;
