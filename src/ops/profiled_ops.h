@@ -4,8 +4,9 @@
 //
 // Each call synchronises the device before and after the wrapped op and adds the wall time to
 // its class, so the figures are exact per-op device times but the run itself is slower (no
-// overlap, no queued launches; work the backend would run aside, sum_squares_aside, runs in
-// order as sum_squares): a profile run is for the breakdown, never for tokens/s. On
+// overlap, no queued launches; work the backend would run aside runs in order: runs_aside() is
+// false, sum_squares_aside is sum_squares, and FSDP updates in order): a profile run is for the
+// breakdown, never for tokens/s. On
 // destruction the table (class, calls, ms, share) is written to the log: per training step,
 // averaged over the steps after the first (which also holds one-time work: weight upload,
 // cuBLASLt algorithm search), when there are at least two; else totals. The trainer ends each
