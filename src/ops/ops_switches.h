@@ -36,8 +36,9 @@
 //                                   gradient norm's terms in backward; Ops::adamw_multi_aside:
 //                                   the update per unit beside the next forward) runs on a second
 //                                   CUDA stream beside the compute stream's kernels, which get the
-//                                   higher priority; default off (in order) until a GPU
-//                                   measurement says it pays
+//                                   higher priority; default off (in order): +1.0-1.2% on
+//                                   one H100 (bench/RESULTS.md), near the same-call spread,
+//                                   and unmeasured on several GPUs
 //
 // Each accessor reads the environment when called (a test may flip a switch between calls);
 // callers on hot paths that need a value fixed for the process keep their own copy.
