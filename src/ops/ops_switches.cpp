@@ -40,6 +40,11 @@ bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_W
 
 bool ops_aside_switch() { return env_switch("SHARDTRAIN_OPS_ASIDE", false); }
 
+int aside_gemm_sms_switch() {
+  constexpr int kSms[] = {0, 8, 16, 24, 32};  // the choices below, in order
+  return kSms[env_choice("SHARDTRAIN_ASIDE_GEMM_SMS", {"0", "8", "16", "24", "32"})];
+}
+
 void check_ops_switches() {
   profile_ops_switch();
   gemm_autotune_switch();
@@ -52,6 +57,7 @@ void check_ops_switches() {
   fp8_keep_down_input_switch();
   attention_dq_writer_switch();
   ops_aside_switch();
+  aside_gemm_sms_switch();
 }
 
 }  // namespace shardtrain

@@ -39,6 +39,10 @@
 //                                   higher priority; default off (in order): +1.0-1.2% on
 //                                   one H100 (bench/RESULTS.md), near the same-call spread,
 //                                   and unmeasured on several GPUs
+//   SHARDTRAIN_ASIDE_GEMM_SMS=N     with SHARDTRAIN_OPS_ASIDE=1: while an optimizer update runs
+//                                   aside, the bf16 GEMMs are planned for N fewer SMs
+//                                   (cuBLASLt's SM count target), leaving them to the update;
+//                                   N = 0 (default), 8, 16, 24 or 32; unmeasured
 //
 // Each accessor reads the environment when called (a test may flip a switch between calls);
 // callers on hot paths that need a value fixed for the process keep their own copy.
@@ -62,6 +66,8 @@ bool fp8_grad_fast_accum_switch();
 bool fp8_keep_down_input_switch();
 bool attention_dq_writer_switch();
 bool ops_aside_switch();
+// 0, 8, 16, 24 or 32.
+int aside_gemm_sms_switch();
 
 // Reads every switch above; throws Error naming the first malformed one.
 void check_ops_switches();

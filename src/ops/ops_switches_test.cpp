@@ -71,6 +71,11 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     ScopedEnv aside("SHARDTRAIN_OPS_ASIDE", "1");
     EXPECT_TRUE(ops_aside_switch());
   }
+  EXPECT_EQ(aside_gemm_sms_switch(), 0);
+  for (const int sms : {0, 8, 16, 24, 32}) {
+    ScopedEnv gemm_sms("SHARDTRAIN_ASIDE_GEMM_SMS", std::to_string(sms));
+    EXPECT_EQ(aside_gemm_sms_switch(), sms);
+  }
   EXPECT_EQ(gemm_search_switch(), GemmSearch::kTop8);
   {
     ScopedEnv search("SHARDTRAIN_GEMM_SEARCH", "wide");
@@ -87,7 +92,8 @@ TEST(OpsSwitchesTest, CheckRefusesAnyMalformedSwitch) {
        {"SHARDTRAIN_PROFILE_OPS", "SHARDTRAIN_GEMM_AUTOTUNE", "SHARDTRAIN_MOE_GEMM",
         "SHARDTRAIN_LORA_KERNELS", "SHARDTRAIN_FP8_FUSED_SWIGLU", "SHARDTRAIN_FP8_GRAD_FAST_ACCUM",
         "SHARDTRAIN_FP8_KEEP_DOWN_INPUT", "SHARDTRAIN_ATTENTION_DQ_WRITER",
-        "SHARDTRAIN_ATTENTION_AUTOTUNE", "SHARDTRAIN_GEMM_SEARCH", "SHARDTRAIN_OPS_ASIDE"}) {
+        "SHARDTRAIN_ATTENTION_AUTOTUNE", "SHARDTRAIN_GEMM_SEARCH", "SHARDTRAIN_OPS_ASIDE",
+        "SHARDTRAIN_ASIDE_GEMM_SMS"}) {
     ScopedEnv env(name, "maybe");
     try {
       check_ops_switches();

@@ -124,7 +124,8 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
                 alignment_of(call.b),
                 alignment_of(call.c),
                 has_bias ? alignment_of(call.bias) : 0,
-                alignment_of(output_of(call))};
+                alignment_of(output_of(call)),
+                sm_count_target_};
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second;
 
@@ -139,6 +140,10 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmCall& call) {
   if (has_bias) {
     const cudaDataType_t bias_type = cuda_type(call.bias_dtype);
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+  }
+  if (sm_count_target_ > 0) {
+    const int32_t sms = sm_count_target_;
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, sms);
   }
   // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k when transposed).
   const uint64_t a_rows = call.transpose_a ? call.k : call.m;

@@ -85,6 +85,10 @@ class CublasLtGemm {
 
   // D = alpha op(A) op(B) (+ bias) + beta * C, enqueued on the stream.
   void run(const GemmCall& call);
+  // The GEMMs run() enqueues from now on are planned (and tuned, once per key and target) for
+  // `sms` SMs (cuBLASLt's SM count target), leaving the others to work on another stream; 0:
+  // the device's count (the default).
+  void set_sm_count_target(int sms) { sm_count_target_ = sms; }
 
   // Whether a key counts as skinny (SplitK::kSkinny weighs its split-K variants).
   static bool skinny(const GemmCall& call);
@@ -109,7 +113,7 @@ class CublasLtGemm {
     size_t chosen = 0;
   };
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int, int, int, int64_t, int64_t,
-                         int64_t, bool, int, bool, int, int, int, int, int>;
+                         int64_t, bool, int, bool, int, int, int, int, int, int>;
 
   Plan& plan_for(const GemmCall& call);
   // Appends the split-K variants of the plan's first candidates (or of other algorithm ids).
@@ -124,6 +128,7 @@ class CublasLtGemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   Tuning tuning_;
+  int sm_count_target_ = 0;
   std::map<Key, Plan> plans_;
 };
 

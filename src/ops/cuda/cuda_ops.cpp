@@ -95,6 +95,11 @@ CudaOps::CudaOps() {
     }
   }
   gemm_ = std::make_unique<CublasLtGemm>(stream_, gemm_tuning());
+  if (aside_) {
+    aside_gemm_sms_ = aside_gemm_sms_switch();
+    SHARDTRAIN_CUDA_CHECK(
+        cudaDeviceGetAttribute(&device_sms_, cudaDevAttrMultiProcessorCount, device_index_));
+  }
   adamw_multi_ = std::make_unique<cuda_kernels::AdamWMultiLauncher>();
   attention_tuning_ = std::make_unique<cuda_kernels::AttentionForwardTuning>();
 }
@@ -259,7 +264,14 @@ int64_t CudaOps::adamw_multi_aside(const std::vector<AdamWSegment>& segments,
   SHARDTRAIN_CUDA_CHECK(cudaEventRecord(
       ticket_events_[static_cast<size_t>(ticket) % ticket_events_.size()], aside_stream_));
   aside_pending_ = true;
+  update_gemm_sm_target();
   return ticket;
+}
+
+void CudaOps::update_gemm_sm_target() {
+  if (aside_gemm_sms_ == 0) return;
+  const bool pending = waited_ticket_ < next_ticket_ - 1;
+  gemm_->set_sm_count_target(pending ? std::max(device_sms_ - aside_gemm_sms_, 1) : 0);
 }
 
 void CudaOps::wait_aside(int64_t ticket) {
@@ -269,6 +281,8 @@ void CudaOps::wait_aside(int64_t ticket) {
   // A newer ticket in the same slot waits for more: still after this ticket's work.
   SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(
       stream_, ticket_events_[static_cast<size_t>(ticket) % ticket_events_.size()], 0));
+  waited_ticket_ = std::max(waited_ticket_, ticket);
+  update_gemm_sm_target();
 }
 
 void CudaOps::launch_adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step,
@@ -325,6 +339,8 @@ void CudaOps::join_aside() {
   SHARDTRAIN_CUDA_CHECK(cudaEventRecord(join_, aside_stream_));
   SHARDTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_, 0));
   aside_pending_ = false;
+  waited_ticket_ = next_ticket_ - 1;  // every update so far is before what follows
+  update_gemm_sm_target();
 }
 
 float CudaOps::read_scalar(Tensor x_1) {

@@ -235,6 +235,15 @@ class CudaOps final : public Ops {
   // on it waits for more aside work than asked, never less.
   std::vector<cudaEvent_t> ticket_events_;
   int64_t next_ticket_ = 1;
+  // The newest ticket the compute stream has been made to wait for: updates issued after it are
+  // still pending (from the host's view, which enqueues ahead of the device).
+  int64_t waited_ticket_ = 0;
+  // SHARDTRAIN_ASIDE_GEMM_SMS (with aside work on): while updates are pending, the bf16 GEMMs
+  // are planned for this many fewer SMs than the device has (CublasLtGemm::set_sm_count_target).
+  int aside_gemm_sms_ = 0;
+  int device_sms_ = 0;
+  // The GEMMs' SM target for whether updates are pending now.
+  void update_gemm_sm_target();
   // adamw_multi on `stream` (stream_, or aside_stream_ for adamw_multi_aside).
   void launch_adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step,
                           cudaStream_t stream);
