@@ -6,7 +6,8 @@
 // the top 8 with split-K variants. The projections whose weight gradient has fewer output tiles
 // than the GPU has SMs (q/k/v and o at hidden 1536-2048: 512-589 TFLOP/s in the model, against
 // ~750 for the MLP's) are where a split of the token reduction or another configuration could
-// help. Run with --gtest_also_run_disabled_tests.
+// help. Run with --gtest_also_run_disabled_tests. Also: plans made for fewer SMs than the device
+// has (SHARDTRAIN_ASIDE_GEMM_SMS) against the same reference.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -74,6 +75,32 @@ TEST_F(GemmProductTest, SplitKCandidatesOfProjectionsMatchTheFp64Reference) {
     every.run(accumulate);
     every.run(accumulate);
     EXPECT_LE(product_error(download(d_g), product, 2.0, before), bound) << "run twice";
+  }
+}
+
+// SHARDTRAIN_ASIDE_GEMM_SMS's plans: a GEMM planned for fewer SMs than the device has (cuBLASLt's
+// SM count target; its own plan key, tuned apart) still computes the product, and going back to
+// the whole device (target 0) runs the first plan again.
+TEST_F(GemmProductTest, SmCountTargetedPlansMatchTheFp64Reference) {
+  const cudaStream_t stream = gpu_ref().stream();
+  int device_sms = 0;
+  SHARDTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, 0));
+  const ColumnMajorProduct products[] = {
+      {"dW (I 384, O 320, N 4096)", false, true, 384, 320, 4096, DType::kF32},
+      {"forward (O 2048, N 1024, I 2048)", true, false, 2048, 1024, 2048, DType::kBF16},
+  };
+  for (const ColumnMajorProduct& p : products) {
+    SCOPED_TRACE(p.name);
+    const ProductOperands operands = product_operands(p);
+    const GemmCall call = call_of(p, operands.a.data(), operands.b.data(), operands.d.data());
+    CublasLtGemm gemm(stream, CublasLtGemm::Tuning{});
+    for (const int fewer : {0, 16, 32, 0}) {
+      SCOPED_TRACE(::testing::Message() << fewer << " SMs fewer");
+      gemm.set_sm_count_target(fewer == 0 ? 0 : std::max(device_sms - fewer, 1));
+      poison(operands.d);
+      gemm.run(call);
+      EXPECT_LE(product_error(download(operands.d), operands.product, 1.0, {}), operands.bound);
+    }
   }
 }
 
