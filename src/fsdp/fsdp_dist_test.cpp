@@ -178,6 +178,23 @@ class FsdpDistTest : public ::testing::Test {
     return nlohmann::json::parse(log.substr(at + marker.size(), end - at - marker.size()));
   }
 
+  // Calls visit(tensor, want's values, got's values) for every tensor of want's saved model, as
+  // fp32; a tensor got's model lacks is a failure of `name`.
+  template <typename Visit>
+  static void for_each_saved_tensor(const std::string& name, const RunResult& want,
+                                    const RunResult& got, Visit&& visit) {
+    const HfCheckpoint a = HfCheckpoint::open(want.output_dir);
+    const HfCheckpoint b = HfCheckpoint::open(got.output_dir);
+    for (const std::string& tensor : a.tensor_names()) {
+      const SafetensorsEntry* entry = a.find(tensor);
+      ASSERT_NE(b.find(tensor), nullptr) << name << " lacks " << tensor;
+      std::vector<float> va(entry->shape.numel()), vb(entry->shape.numel());
+      a.read_into_f32(tensor, entry->shape, va.data());
+      b.read_into_f32(tensor, entry->shape, vb.data());
+      visit(tensor, va, vb);
+    }
+  }
+
   static void expect_equivalent(const std::string& name, const RunResult& got) {
     const RunResult& want = baseline();
     ASSERT_EQ(want.losses.size(), static_cast<size_t>(kSteps));
@@ -192,25 +209,20 @@ class FsdpDistTest : public ::testing::Test {
     }
     EXPECT_LT(want.losses.back(), want.losses.front()) << "the baseline should learn";
 
-    const HfCheckpoint a = HfCheckpoint::open(want.output_dir);
-    const HfCheckpoint b = HfCheckpoint::open(got.output_dir);
     double worst_param = 0;
     std::string worst_name;
-    for (const std::string& tensor : a.tensor_names()) {
-      const SafetensorsEntry* entry = a.find(tensor);
-      ASSERT_NE(b.find(tensor), nullptr) << name << " lacks " << tensor;
-      std::vector<float> va(entry->shape.numel()), vb(entry->shape.numel());
-      a.read_into_f32(tensor, entry->shape, va.data());
-      b.read_into_f32(tensor, entry->shape, vb.data());
-      double scale = 0, diff = 0;
-      for (size_t i = 0; i < va.size(); ++i) {
-        scale = std::max(scale, static_cast<double>(std::abs(va[i])));
-        diff = std::max(diff, static_cast<double>(std::abs(va[i] - vb[i])));
-      }
-      const double rel = diff / std::max(scale, 1e-12);
-      if (rel > worst_param) worst_param = rel, worst_name = tensor;
-      EXPECT_LE(rel, 1e-4) << name << " " << tensor;
-    }
+    for_each_saved_tensor(
+        name, want, got,
+        [&](const std::string& tensor, const std::vector<float>& va, const std::vector<float>& vb) {
+          double scale = 0, diff = 0;
+          for (size_t i = 0; i < va.size(); ++i) {
+            scale = std::max(scale, static_cast<double>(std::abs(va[i])));
+            diff = std::max(diff, static_cast<double>(std::abs(va[i] - vb[i])));
+          }
+          const double rel = diff / std::max(scale, 1e-12);
+          if (rel > worst_param) worst_param = rel, worst_name = tensor;
+          EXPECT_LE(rel, 1e-4) << name << " " << tensor;
+        });
     std::printf(
         "[%s] largest loss difference %.3g (relative, step %d); largest parameter "
         "difference %.3g (relative to the tensor's max, %s)\n",
@@ -256,15 +268,11 @@ TEST_F(FsdpDistTest, UpdateAsideOnTwoRanksTrainsAsInOrder) {
     for (int s = 0; s < kSteps; ++s) {
       EXPECT_EQ(got.losses[s], want.losses[s]) << strategy << " step " << s + 1;
     }
-    const HfCheckpoint a = HfCheckpoint::open(want.output_dir);
-    const HfCheckpoint b = HfCheckpoint::open(got.output_dir);
-    for (const std::string& tensor : a.tensor_names()) {
-      const SafetensorsEntry* entry = a.find(tensor);
-      std::vector<float> va(entry->shape.numel()), vb(entry->shape.numel());
-      a.read_into_f32(tensor, entry->shape, va.data());
-      b.read_into_f32(tensor, entry->shape, vb.data());
-      EXPECT_TRUE(va == vb) << strategy << " " << tensor;
-    }
+    for_each_saved_tensor(
+        strategy, want, got,
+        [&](const std::string& tensor, const std::vector<float>& va, const std::vector<float>& vb) {
+          EXPECT_TRUE(va == vb) << strategy << " " << tensor;
+        });
     for (int r = 0; r < 2; ++r) {
       const std::string& log = got.rank_logs[r];
       const size_t at = log.find("deferred aside: ");

@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -20,14 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double largest_relative_difference(const testing::LeverRun& a, const testing::LeverRun& b) {
-  double worst = 0;
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    worst = std::max(worst, std::abs(a.losses[s] - b.losses[s]) / std::abs(a.losses[s]));
-  }
-  return worst;
-}
-
 TEST(MemoryLeversGpu, OnDemandCopyAndUpdateInBackwardMatchTheDefault) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: memory-lever parity on the GPU skipped";
   const fs::path dir =
@@ -38,14 +28,14 @@ TEST(MemoryLeversGpu, OnDemandCopyAndUpdateInBackwardMatchTheDefault) {
   ASSERT_EQ(again.losses.size(), 12u);
   EXPECT_LT(want.losses.back(), want.losses.front()) << "the baseline should learn";
   const bool reproducible = want.losses == again.losses && want.model_bytes == again.model_bytes;
-  const double spread = largest_relative_difference(want, again);
+  const double spread = testing::largest_relative_loss_difference(want, again);
   std::printf("default run repeated: %s (largest relative loss difference %.3g)\n",
               reproducible ? "bit for bit" : "not bit for bit", spread);
   for (const auto& [copy, in_backward] :
        {std::pair<const char*, bool>{"on_demand", false}, {"keep", true}, {"on_demand", true}}) {
     const testing::LeverRun got = testing::train_memory_levers(DeviceChoice::kCuda, copy, in_backward, dir);
     ASSERT_EQ(got.losses.size(), want.losses.size());
-    const double diff = largest_relative_difference(want, got);
+    const double diff = testing::largest_relative_loss_difference(want, got);
     std::printf("%s, update in backward %d: largest relative loss difference %.3g, parameters %s\n",
                 copy, in_backward, diff, got.model_bytes == want.model_bytes ? "equal" : "differ");
     if (reproducible) {

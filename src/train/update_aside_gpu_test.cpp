@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -22,18 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double largest_relative_difference(const testing::UpdateAsideRun& a,
-                                   const testing::UpdateAsideRun& b) {
-  double worst = 0;
-  for (size_t s = 0; s < a.losses.size(); ++s) {
-    worst = std::max(worst, std::abs(a.losses[s] - b.losses[s]) / std::abs(a.losses[s]));
-  }
-  return worst;
-}
-
 // The job on fresh CUDA ops made with SHARDTRAIN_OPS_ASIDE = `aside` (read when they are made).
-testing::UpdateAsideRun train_with_aside(const char* aside, const fs::path& dir,
-                                         const std::string& name) {
+testing::LeverRun train_with_aside(const char* aside, const fs::path& dir,
+                                   const std::string& name) {
   testing::ScopedEnv env("SHARDTRAIN_OPS_ASIDE", aside);
   const std::unique_ptr<Ops> ops = make_ops(DeviceChoice::kCuda);
   EXPECT_EQ(ops->runs_aside(), std::string(aside) == "1");
@@ -44,17 +33,17 @@ TEST(UpdateAsideGpu, MatchesTheUpdateInOrder) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU: the update beside the forward skipped";
   const fs::path dir =
       fs::temp_directory_path() / ("shardtrain_update_aside_gpu_" + std::to_string(::getpid()));
-  const testing::UpdateAsideRun want = train_with_aside("0", dir, "in_order");
-  const testing::UpdateAsideRun again = train_with_aside("0", dir, "in_order_again");
+  const testing::LeverRun want = train_with_aside("0", dir, "in_order");
+  const testing::LeverRun again = train_with_aside("0", dir, "in_order_again");
   ASSERT_EQ(want.losses.size(), 6u);
   ASSERT_EQ(again.losses.size(), 6u);
   const bool reproducible = want.losses == again.losses && want.model_bytes == again.model_bytes;
-  const double spread = largest_relative_difference(want, again);
+  const double spread = testing::largest_relative_loss_difference(want, again);
   std::printf("in-order run repeated: %s (largest relative loss difference %.3g)\n",
               reproducible ? "bit for bit" : "not bit for bit", spread);
-  const testing::UpdateAsideRun got = train_with_aside("1", dir, "aside");
+  const testing::LeverRun got = train_with_aside("1", dir, "aside");
   ASSERT_EQ(got.losses.size(), want.losses.size());
-  const double diff = largest_relative_difference(want, got);
+  const double diff = testing::largest_relative_loss_difference(want, got);
   std::printf("update aside: largest relative loss difference %.3g, parameters %s\n", diff,
               got.model_bytes == want.model_bytes ? "equal" : "differ");
   if (reproducible) {

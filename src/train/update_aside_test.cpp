@@ -25,12 +25,12 @@ fs::path test_dir() {
 TEST(UpdateAside, TrainsBitIdenticallyToTheUpdateInOrder) {
   const fs::path dir = test_dir();
   CpuOps in_order;
-  const testing::UpdateAsideRun want =
+  const testing::LeverRun want =
       testing::train_update_aside_job(in_order, DeviceChoice::kCpu, dir, "in_order");
   ASSERT_EQ(want.losses.size(), 6u);
   ASSERT_GT(want.model_bytes.size(), 100000u);
   testing::DeferredAsideCpuOps aside;
-  const testing::UpdateAsideRun got =
+  const testing::LeverRun got =
       testing::train_update_aside_job(aside, DeviceChoice::kCpu, dir, "aside");
   // Every update ran when a unit's next use waited for it (the next step's forward, the
   // evaluation, the final export's gathers), none at a host synchronisation before that.
@@ -48,10 +48,10 @@ TEST(UpdateAside, TrainsBitIdenticallyToTheUpdateInOrder) {
 TEST(UpdateAside, AForwardThatDoesNotWaitReadsTheOldParameters) {
   const fs::path dir = test_dir();
   CpuOps in_order;
-  const testing::UpdateAsideRun want =
+  const testing::LeverRun want =
       testing::train_update_aside_job(in_order, DeviceChoice::kCpu, dir, "in_order");
   testing::DeferredAsideCpuOps ignoring_waits(/*honour_waits=*/false);
-  const testing::UpdateAsideRun got =
+  const testing::LeverRun got =
       testing::train_update_aside_job(ignoring_waits, DeviceChoice::kCpu, dir, "ignoring_waits");
   ASSERT_EQ(got.losses.size(), want.losses.size());
   EXPECT_EQ(got.losses[0], want.losses[0]) << "the first step has no update before it";

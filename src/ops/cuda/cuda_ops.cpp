@@ -254,7 +254,7 @@ void CudaOps::adamw_multi(const std::vector<AdamWSegment>& segments, const AdamW
 int64_t CudaOps::adamw_multi_aside(const std::vector<AdamWSegment>& segments,
                                    const AdamWStep& step) {
   if (!aside_) {
-    launch_adamw_multi(segments, step, stream_);
+    adamw_multi(segments, step);
     return 0;
   }
   SHARDTRAIN_CUDA_CHECK(cudaEventRecord(fork_, stream_));

@@ -2,9 +2,12 @@
 // llama_gqa from its pretrained weights on generated sequences, no clipping, one micro-batch per
 // step, so every lever applies: fsdp.compute_copy keep | on_demand and optim.update_in_backward.
 // train_memory_levers(device, copy, in_backward, dir) trains it and returns the loss curve and
-// the saved model's bytes, which the tests compare bit for bit between levers.
+// the saved model's bytes, which the tests compare bit for bit between levers (train_lever_run:
+// the same for any config and ops).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -42,9 +45,29 @@ inline void use_lever_job_data(TrainConfig& config, const std::filesystem::path&
   config.data.seq_len = 24;
 }
 
+// Trains `config` on `ops` quietly: its loss curve and the saved model's bytes.
+inline LeverRun train_lever_run(const TrainConfig& config, Ops& ops) {
+  TrainRunOptions options;
+  options.quiet = true;
+  LeverRun run;
+  run.losses = run_training(config, ops, options).losses;
+  std::ifstream model(std::filesystem::path(config.train.output_dir) / "model.safetensors",
+                      std::ios::binary);
+  run.model_bytes.assign(std::istreambuf_iterator<char>(model), {});
+  return run;
+}
+
+// The largest relative difference between two runs' losses, step by step.
+inline double largest_relative_loss_difference(const LeverRun& a, const LeverRun& b) {
+  double worst = 0;
+  for (size_t s = 0; s < a.losses.size() && s < b.losses.size(); ++s) {
+    worst = std::max(worst, std::abs(a.losses[s] - b.losses[s]) / std::abs(a.losses[s]));
+  }
+  return worst;
+}
+
 inline LeverRun train_memory_levers(DeviceChoice device, const std::string& compute_copy,
                                     bool update_in_backward, const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
   TrainConfig config;
   use_lever_job_data(config, dir);
   config.train.steps = 12;
@@ -62,14 +85,8 @@ inline LeverRun train_memory_levers(DeviceChoice device, const std::string& comp
     schema.apply_override("fsdp.compute_copy=" + compute_copy);
   }
   config.optim.update_in_backward = update_in_backward;
-  TrainRunOptions options;
-  options.quiet = true;
   auto ops = make_ops(device);
-  LeverRun run;
-  run.losses = run_training(config, *ops, options).losses;
-  std::ifstream model(fs::path(config.train.output_dir) / "model.safetensors", std::ios::binary);
-  run.model_bytes.assign(std::istreambuf_iterator<char>(model), {});
-  return run;
+  return train_lever_run(config, *ops);
 }
 
 }  // namespace shardtrain::testing

@@ -1,29 +1,19 @@
 // The job the update-aside tests train (header-only; tests only): the memory-lever job
 // (tests/golden/llama_gqa, memory_levers_job.h) with clipping, two micro-batches a step and an
 // evaluation every two steps, the paths a step takes between one optimizer update and the next.
-// train_update_aside_job(ops, device, dir, name) trains it on `ops` and returns the loss curve
-// and the saved model's bytes (dir/name/model.safetensors).
+// train_update_aside_job(ops, device, dir, name) trains it on `ops` into dir/name and returns
+// the loss curve and the saved model's bytes (a LeverRun).
 #pragma once
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
-#include <vector>
 
 #include "train/testing/memory_levers_job.h"
-#include "train/trainer.h"
 
 namespace shardtrain::testing {
 
-struct UpdateAsideRun {
-  std::vector<double> losses;
-  std::string model_bytes;
-};
-
-inline UpdateAsideRun train_update_aside_job(Ops& ops, DeviceChoice device,
-                                             const std::filesystem::path& dir,
-                                             const std::string& name) {
+inline LeverRun train_update_aside_job(Ops& ops, DeviceChoice device,
+                                       const std::filesystem::path& dir, const std::string& name) {
   TrainConfig config;
   use_lever_job_data(config, dir);
   config.data.eval_path = config.data.path;
@@ -37,13 +27,7 @@ inline UpdateAsideRun train_update_aside_job(Ops& ops, DeviceChoice device,
   config.optim.lr = 3e-3;
   config.optim.warmup_steps = 2;
   config.optim.weight_decay = 0.01;
-  TrainRunOptions options;
-  options.quiet = true;
-  UpdateAsideRun run;
-  run.losses = run_training(config, ops, options).losses;
-  std::ifstream model(dir / name / "model.safetensors", std::ios::binary);
-  run.model_bytes.assign(std::istreambuf_iterator<char>(model), {});
-  return run;
+  return train_lever_run(config, ops);
 }
 
 }  // namespace shardtrain::testing
