@@ -221,7 +221,7 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
     const size_t activations = acts.total() + fp8 + exchange.worst;
     std::printf("%-14s %5d %13s %13s %13s %13s %13s %13s %13s %13s\n", fsdp_strategy_name(strategy),
                 group, mib(m.master_bytes).c_str(),
-                mib(m.compute_shard_bytes + m.frozen_shard_bytes).c_str(),
+                mib(m.compute_shard_bytes + m.frozen_shard_bytes + m.fp8_shard_bytes).c_str(),
                 mib(m.moment_bytes).c_str(), mib(m.grad_shard_bytes).c_str(),
                 mib(m.full_grad_peak_bytes).c_str(), mib(m.gathered_peak_bytes).c_str(),
                 mib(activations).c_str(), mib(m.total() + activations).c_str());
@@ -243,6 +243,12 @@ void print_plan_table(const MemoryJob& job, ActivationCheckpointing checkpointin
         "train.precision = fp8: FP8 copies of the largest linear's operands (incl. the "
         "transposed ones the backward GEMMs read) and the FP8 GEMM workspace %s, in activations\n",
         mib(fp8).c_str());
+    if (job.fp8_all_gather) {
+      std::printf(
+          "fp8.all_gather: where the shard group has more than one rank, each rank keeps an e4m3 "
+          "copy of its shard of the FP8 blocks (1 byte per element, in the compute copy column) "
+          "and the gathers move half the bytes of bf16\n");
+    }
   }
 }
 

@@ -10,6 +10,7 @@ size_t dtype_size(DType dtype) {
     case DType::kBF16: return 2;
     case DType::kF16: return 2;
     case DType::kI32: return 4;
+    case DType::kU8: return 1;
   }
   SHARDTRAIN_CHECK(false, "unknown dtype");
 }
@@ -20,6 +21,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kBF16: return "bf16";
     case DType::kF16: return "f16";
     case DType::kI32: return "i32";
+    case DType::kU8: return "u8";
   }
   return "?";
 }
@@ -92,7 +94,8 @@ void convert_to_f32(const void* src, DType from, float* dst, size_t count) {
       for (size_t i = 0; i < count; ++i) dst[i] = f16_to_f32(in[i]);
       return;
     }
-    case DType::kI32: break;
+    case DType::kI32:
+    case DType::kU8: break;
   }
   SHARDTRAIN_CHECK(false, "convert_to_f32 from {}", dtype_name(from));
 }
@@ -112,7 +115,8 @@ void convert_from_f32(const float* src, DType to, void* dst, size_t count) {
       for (size_t i = 0; i < count; ++i) out[i] = f32_to_f16(src[i]);
       return;
     }
-    case DType::kI32: break;
+    case DType::kI32:
+    case DType::kU8: break;
   }
   SHARDTRAIN_CHECK(false, "convert_from_f32 to {}", dtype_name(to));
 }

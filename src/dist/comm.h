@@ -17,7 +17,8 @@
 
 namespace shardtrain {
 
-enum class ReduceOp { kSum, kAvg };
+// kMax: f32 only (the FP8 all-gather's amaxes, fsdp/fp8_gather.h).
+enum class ReduceOp { kSum, kAvg, kMax };
 
 // A collective started by Comm::start_*; Comm::finish orders later compute after it.
 struct CommWork {

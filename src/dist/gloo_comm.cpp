@@ -153,6 +153,7 @@ class GlooComm final : public Comm {
     all_reduce_raw(scratch_.data(), scratch_.size());
     const float* slice = scratch_.data() + static_cast<size_t>(rank_) * out.numel();
     float* dst = static_cast<float*>(out.data());
+    SHARDTRAIN_CHECK(op != ReduceOp::kMax, "reduce_scatter takes sums and averages");
     const float factor = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(size_) : 1.0f;
     for (int64_t i = 0; i < out.numel(); ++i) dst[i] = slice[i] * factor;
   }
@@ -160,7 +161,7 @@ class GlooComm final : public Comm {
   void all_reduce(Tensor inout, ReduceOp op) override {
     check_cpu_f32(inout, "all_reduce");
     float* data = static_cast<float*>(inout.data());
-    all_reduce_raw(data, static_cast<size_t>(inout.numel()));
+    all_reduce_raw(data, static_cast<size_t>(inout.numel()), op == ReduceOp::kMax);
     if (op == ReduceOp::kAvg) {
       const float factor = 1.0f / static_cast<float>(size_);
       for (int64_t i = 0; i < inout.numel(); ++i) data[i] *= factor;
@@ -241,12 +242,14 @@ class GlooComm final : public Comm {
          store_.endpoint(), prefix_, kJoinHint);
   }
 
-  void all_reduce_raw(float* data, size_t count) {
+  void all_reduce_raw(float* data, size_t count, bool max = false) {
     if (size_ == 1 || count == 0) return;
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
-    void (*sum)(void*, const void*, const void*, size_t) = &gloo::sum<float>;
-    opts.setReduceFunction(sum);
+    using Reduce = void (*)(void*, const void*, const void*, size_t);
+    const Reduce reduce =
+        max ? static_cast<Reduce>(&gloo::max<float>) : static_cast<Reduce>(&gloo::sum<float>);
+    opts.setReduceFunction(reduce);
     run("all_reduce", [&] { gloo::allreduce(opts); });
   }
 

@@ -82,6 +82,11 @@ TEST_P(GlooCommTest, AllReduceBroadcastBarrier) {
     std::vector<float> avg = {2.0f * comm.rank()};
     comm.all_reduce(view(avg), ReduceOp::kAvg);
     EXPECT_FLOAT_EQ(avg[0], world - 1.0f);
+    // Max: each entry's largest over the ranks (the FP8 all-gather's amaxes).
+    std::vector<float> most = {static_cast<float>(comm.rank()), -1.0f * comm.rank()};
+    comm.all_reduce(view(most), ReduceOp::kMax);
+    EXPECT_EQ(most[0], world - 1.0f);
+    EXPECT_EQ(most[1], 0.0f);
     std::vector<float> b = {comm.rank() == world - 1 ? 42.0f : 0.0f, 7.0f * comm.rank()};
     comm.broadcast(view(b), world - 1);
     EXPECT_EQ(b[0], 42.0f);

@@ -228,11 +228,14 @@ TEST_P(HostStagedCommTest, AllReduceBroadcastAndContext) {
     DeviceTensor avg(rank.ops, dtype, {2.0f * me});
     rank.comm.all_reduce(avg.tensor, ReduceOp::kAvg);
     EXPECT_EQ(avg.read(rank.ops), std::vector<float>{1.0f});
+    DeviceTensor most(rank.ops, dtype, {0.5f * me, -1.0f * me});
+    rank.comm.all_reduce(most.tensor, ReduceOp::kMax);
+    EXPECT_EQ(most.read(rank.ops), (std::vector<float>{0.5f, 0.0f}));
     DeviceTensor b(rank.ops, dtype, {me == 1 ? 42.0f : 0.0f, 7.0f * me});
     rank.comm.broadcast(b.tensor, 1);
     EXPECT_EQ(b.read(rank.ops), (std::vector<float>{42.0f, 7.0f}));
     rank.comm.barrier();
-    expect_staged(rank, {&sum, &avg, &b});
+    expect_staged(rank, {&sum, &avg, &most, &b});
   });
 }
 

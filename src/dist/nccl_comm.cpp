@@ -45,7 +45,17 @@ ncclDataType_t nccl_type(DType dtype) {
   return ncclFloat32;
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAvg ? ncclAvg : ncclSum; }
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+  }
+  return ncclSum;
+}
 
 void check_device_tensor(const Tensor& t, const char* collective) {
   SHARDTRAIN_CHECK(t.device() == Device::kCuda, "NcclComm::{} needs CUDA tensors, got {}",

@@ -29,7 +29,9 @@ FsdpUnits::FsdpUnits(Ops& ops, const ParamLayout& layout, Mesh& mesh, FsdpOption
       shards_(ops, layout, plan_, mesh.shard_rank(), mesh.expert_shard_rank(),
               keeps_compute_copy(plan_, options),
               /*keep_grad_shards=*/!options.update_in_backward),
-      gatherer_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), options.strategy),
+      fp8_(ops, layout, plan_, shards_, mesh.shard_rank(), options.fp8_gather_ranges),
+      gatherer_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), options.strategy,
+                &fp8_),
       reducer_(ops, layout, plan_, shards_, mesh, options.reduce_on_last_micro_batch,
                options.update_in_backward),
       io_(ops, layout, plan_, shards_, mesh.shard(), mesh.expert_shard(), mesh.world_rank() == 0),
@@ -98,6 +100,7 @@ void FsdpUnits::apply_optimizer(ShardOptimizer& optimizer, double lr, int64_t st
     optimizer.step(shards_.optimizer_view(), lr, step, grad_scale, grads_after);
   }
   if (!next_backward_overwrites) reducer_.note_grads_zeroed();
+  fp8_.trainable_changed();
 }
 
 void FsdpUnits::wait_for_update(int unit) {
@@ -154,6 +157,7 @@ FsdpMemory FsdpUnits::memory() const {
   FsdpMemory m = shards_.memory();
   m.gathered_peak_bytes = gatherer_.peak_bytes();
   m.full_grad_peak_bytes = reducer_.peak_bytes();
+  m.fp8_shard_bytes = fp8_.held_bytes();
   return m;
 }
 

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "dist/mesh.h"
+#include "fsdp/fp8_gather.h"
 #include "fsdp/grad_reducer.h"
 #include "fsdp/param_gatherer.h"
 #include "fsdp/shard_io.h"
@@ -88,6 +89,11 @@ struct FsdpOptions {
   bool reduce_on_last_micro_batch = false;
   ComputeCopy compute_copy = ComputeCopy::kKeep;  // G = 1 only (header comment)
   bool update_in_backward = false;                // one rank only (header comment)
+  // fp8.all_gather: per unit, the weights the FP8 linears read (DecoderModel::fp8_weight_ranges),
+  // gathered as e4m3 where the unit is sharded (fsdp/fp8_gather.h); empty: every unit in the
+  // compute dtype. The updates then run in order (not aside): the next step's first gather
+  // refreshes every unit's e4m3 shard.
+  std::vector<std::vector<ElementRange>> fp8_gather_ranges;
 };
 
 class FsdpUnits final : public UnitAccess {
@@ -116,19 +122,23 @@ class FsdpUnits final : public UnitAccess {
   // Initialisation: each rank fills only its own shards (fsdp/shard_io.h).
   void init_random(uint64_t seed, double std) {
     settle_updates();
+    fp8_.all_changed();
     io_.init_random(seed, std);
   }
   void load_pretrained(const HfCheckpoint& checkpoint) {
     settle_updates();
+    fp8_.all_changed();
     io_.load_pretrained(checkpoint);
   }
   void load(const ShardIo::ParamReader& read) {
     settle_updates();
+    fp8_.all_changed();
     io_.load(read);
   }
   // Re-derives the compute copies from the master shards (after loading them). Local.
   void refresh_compute_params() {
     settle_updates();
+    fp8_.all_changed();
     shards_.refresh_compute_params();
   }
   // Collective over the shard group: fills host_values (unit numel) with the whole unit as fp32
@@ -198,7 +208,11 @@ class FsdpUnits final : public UnitAccess {
   void grads_ready(int unit) override;
 
   // Whether apply_optimizer enqueues the updates aside (the header comment).
-  bool updates_aside() const { return ops_.runs_aside() && !options_.update_in_backward; }
+  bool updates_aside() const {
+    return ops_.runs_aside() && !options_.update_in_backward && !fp8_.active();
+  }
+  // Whether any unit is gathered in FP8 (fp8_gather_ranges given and the unit sharded).
+  bool gathers_fp8() const { return fp8_.active(); }
   // Makes the compute stream wait for every update still running aside. Local.
   void settle_updates();
 
@@ -212,6 +226,7 @@ class FsdpUnits final : public UnitAccess {
   const FsdpOptions options_;
   const ShardPlan plan_;
   UnitShards shards_;
+  Fp8Gather fp8_;
   ParamGatherer gatherer_;
   GradReducer reducer_;
   ShardIo io_;

@@ -8,7 +8,7 @@ namespace shardtrain {
 
 ParamGatherer::ParamGatherer(Ops& ops, const ParamLayout& layout, const ShardPlan& plan,
                              UnitShards& shards, Comm& shard, Comm& expert_shard,
-                             FsdpStrategy strategy)
+                             FsdpStrategy strategy, Fp8Gather* fp8)
     : ops_(ops),
       layout_(layout),
       plan_(plan),
@@ -18,7 +18,8 @@ ParamGatherer::ParamGatherer(Ops& ops, const ParamLayout& layout, const ShardPla
       strategy_(strategy),
       act_(ops.activation_dtype()),
       pool_(ops),
-      state_(plan.units.size()) {}
+      state_(plan.units.size()),
+      fp8_(fp8 != nullptr && fp8->active() ? fp8 : nullptr) {}
 
 std::string ParamGatherer::unit_context(int unit, const char* phase) const {
   return fmt::format("unit {} ({}) {}", unit, layout_.units[unit].name, phase);
@@ -33,17 +34,33 @@ void ParamGatherer::start_gather(int unit) {
   state.slot = pool_.take(static_cast<size_t>(gathered_numel) * dtype_size(act_));
   const Tensor gathered = pool_.view(state.slot, act_, gathered_numel);
   Comm& group = group_of(unit);
+  const bool fp8 = fp8_ != nullptr && fp8_->covers(unit);
+  Tensor bytes;
+  if (fp8) {
+    group.set_context(unit_context(unit, "FP8 scales and norms"));
+    fp8_->refresh(group);
+    state.bytes_slot = pool_.take(fp8_->gathered_bytes(unit));
+    bytes =
+        pool_.view(state.bytes_slot, DType::kU8, static_cast<int64_t>(fp8_->gathered_bytes(unit)));
+  }
   group.set_context(unit_context(unit, "parameter all-gather"));
   // Frozen first: the trainable gather then overwrites the frozen region's padding (both on
   // the comm's stream, in this order).
   if (shard.frozen_shard_numel > 0) {
-    state.gathers[0] = group.start_all_gather(gathered.rows(0, shard.frozen_padded_numel),
-                                              shards_.frozen_shard(unit));
+    state.gathers[0] = fp8 && fp8_->covers(unit, Fp8Gather::kFrozen)
+                           ? group.start_all_gather(fp8_->receive(unit, Fp8Gather::kFrozen, bytes),
+                                                    fp8_->send(unit, Fp8Gather::kFrozen))
+                           : group.start_all_gather(gathered.rows(0, shard.frozen_padded_numel),
+                                                    shards_.frozen_shard(unit));
   }
   if (shard.shard_numel > 0) {
-    state.gathers[1] = group.start_all_gather(
-        gathered.rows(shard.frozen_numel, shard.frozen_numel + shard.padded_numel),
-        shards_.trainable_forward_shard(unit));
+    state.gathers[1] =
+        fp8 && fp8_->covers(unit, Fp8Gather::kTrainable)
+            ? group.start_all_gather(fp8_->receive(unit, Fp8Gather::kTrainable, bytes),
+                                     fp8_->send(unit, Fp8Gather::kTrainable))
+            : group.start_all_gather(
+                  gathered.rows(shard.frozen_numel, shard.frozen_numel + shard.padded_numel),
+                  shards_.trainable_forward_shard(unit));
   }
   state.gather_in_flight = true;
 }
@@ -55,6 +72,13 @@ void ParamGatherer::finish_gather(int unit) {
   if (shard.frozen_shard_numel > 0) group_of(unit).finish(state.gathers[0]);
   if (shard.shard_numel > 0) group_of(unit).finish(state.gathers[1]);
   state.gather_in_flight = false;
+  if (state.bytes_slot >= 0) {
+    const size_t bytes = fp8_->gathered_bytes(unit);
+    fp8_->unpack(unit, pool_.view(state.bytes_slot, DType::kU8, static_cast<int64_t>(bytes)),
+                 pool_.view(state.slot, act_, shard.gathered_numel()));
+    pool_.free(state.bytes_slot);  // the unpack is enqueued before any later use of the slot
+    state.bytes_slot = -1;
+  }
 }
 
 void ParamGatherer::free_buffer(int unit) {

@@ -14,6 +14,10 @@
 //  - Before a unit's gather is enqueued (prefetch included) the before_gather hook runs:
 //    FsdpUnits makes the compute stream wait there for the unit's update running aside, and the
 //    gather, which follows the compute stream, reads the updated shard.
+//  - FP8 all-gather (fsdp/fp8_gather.h, when given one that is active): a covered region's
+//    all-gather moves its e4m3 bytes into a second pool buffer instead, unpacked into the unit's
+//    buffer when the gather finishes; the first gather after the shards changed refreshes the
+//    e4m3 shards first (collective over the shard group, at the same point on every rank).
 //  - release(u): FULL_SHARD / HYBRID_SHARD free the buffer after forward and after backward;
 //    SHARD_GRAD_OP keeps forward's buffer for backward (no re-gather) and frees it after
 //    backward. Buffers built on demand (G = 1) are always freed.
@@ -26,6 +30,7 @@
 
 #include "dist/comm.h"
 #include "fsdp/buffer_pool.h"
+#include "fsdp/fp8_gather.h"
 #include "fsdp/fsdp_strategy.h"
 #include "fsdp/shard_plan.h"
 #include "fsdp/unit_shards.h"
@@ -38,8 +43,9 @@ class ParamGatherer {
  public:
   // Everything passed must outlive this object. shard: the shard group's Comm; expert_shard:
   // the expert shard group's (units of experts; dist/mesh.h).
+  // fp8: the FP8 all-gather, or null (every unit in the compute dtype).
   ParamGatherer(Ops& ops, const ParamLayout& layout, const ShardPlan& plan, UnitShards& shards,
-                Comm& shard, Comm& expert_shard, FsdpStrategy strategy);
+                Comm& shard, Comm& expert_shard, FsdpStrategy strategy, Fp8Gather* fp8 = nullptr);
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
 
@@ -60,6 +66,7 @@ class ParamGatherer {
  private:
   struct UnitState {
     int slot = -1;                  // pool slot holding the gathered unit, -1 = none
+    int bytes_slot = -1;            // FP8 all-gather: the slot its e4m3 bytes land in
     CommWork gathers[2];            // frozen region, trainable region (until finished)
     bool gather_in_flight = false;  // started (prefetch) and not yet finished
     bool in_backward = false;       // begin_backward was called since the last end_backward
@@ -89,6 +96,7 @@ class ParamGatherer {
   BufferPool pool_;
   std::vector<UnitState> state_;
   std::function<void(int)> before_gather_;
+  Fp8Gather* const fp8_;
   bool forward_phase_ = true;  // set by acquire(kRootUnit), cleared by begin_backward
 };
 

@@ -131,6 +131,16 @@ FsdpMemory estimate_fsdp_memory(const ShardPlan& plan, FsdpStrategy strategy,
   if (sharded) {
     const bool keep_all = strategy == FsdpStrategy::kShardGradOp;
     m.gathered_peak_bytes = act * (keep_all ? all_gathered : gathered_root_and_blocks);
+    size_t largest_fp8_gathered = 0;
+    for (size_t u = 0; u < options.fp8_gather_units.size() && u < plan.units.size(); ++u) {
+      const UnitShard& unit = plan.units[u];
+      if (!options.fp8_gather_units[u] || unit.experts) continue;
+      m.fp8_shard_bytes += static_cast<size_t>(unit.frozen_shard_numel > 0 ? unit.frozen_shard_numel
+                                                                           : unit.shard_numel);
+      largest_fp8_gathered =
+          std::max(largest_fp8_gathered, static_cast<size_t>(unit.gathered_numel()));
+    }
+    m.gathered_peak_bytes += largest_fp8_gathered;
     m.full_grad_peak_bytes =
         f32 * (options.reduce_on_last_micro_batch ? all_grads : grad_root_and_blocks) +
         2 * f32 * largest_shard;  // the two reduce-scatter outputs

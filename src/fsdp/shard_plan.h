@@ -84,6 +84,11 @@ struct FsdpMemoryOptions {
   // no accumulation; fsdp/fsdp_units.h): no whole-model grad shard, a pooled fp32 gradient
   // buffer per unit in backward (root + one block) instead.
   bool update_in_backward = false;
+  // FP8 all-gather (fsdp/fp8_gather.h): per unit, whether it holds FP8 weights (empty: none).
+  // Counted where the unit is sharded: its e4m3 shard (one byte per element of the region
+  // holding the weights: the frozen one with LoRA, else the trainable one), and one gathered
+  // unit's bytes in flight (the largest) on top of gathered_peak.
+  std::vector<bool> fp8_gather_units;
 };
 
 // Bytes one rank holds for FSDP state. The formulas (also in docs/fsdp.md), with S_u and
@@ -107,13 +112,17 @@ struct FsdpMemoryOptions {
 //                    (and grad_shard = 0)
 //   compute_shard = act_bytes * sum_u S_u when the activation dtype is not fp32, else 0;
 //                   0 at G = 1 with ComputeCopy::kOnDemand
+//   fp8_shard = sum over units with FP8 weights (G > 1) of the shard of the region holding
+//               them, one byte per element (fp8.all_gather; the side vector of norms and the
+//               amaxes, a few KiB, are counted by FsdpUnits::memory only)
 struct FsdpMemory {
   size_t master_bytes = 0, moment_bytes = 0, grad_shard_bytes = 0;
   size_t gathered_peak_bytes = 0, full_grad_peak_bytes = 0, compute_shard_bytes = 0;
   size_t frozen_shard_bytes = 0;
+  size_t fp8_shard_bytes = 0;
   size_t total() const {
     return master_bytes + moment_bytes + grad_shard_bytes + gathered_peak_bytes +
-           full_grad_peak_bytes + compute_shard_bytes + frozen_shard_bytes;
+           full_grad_peak_bytes + compute_shard_bytes + frozen_shard_bytes + fp8_shard_bytes;
   }
 };
 

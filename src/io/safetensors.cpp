@@ -161,6 +161,8 @@ std::string_view safetensors_dtype_name(DType dtype) {
       return "F16";
     case DType::kI32:
       return "I32";
+    case DType::kU8:
+      return "U8";
   }
   SHARDTRAIN_CHECK(false, "unknown dtype");
 }

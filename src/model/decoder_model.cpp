@@ -102,6 +102,16 @@ void DecoderModel::release_local_experts(UnitAccess& units, int64_t layer, bool 
   if (backward) units.grads_ready(unit);
 }
 
+std::vector<std::vector<ElementRange>> DecoderModel::fp8_weight_ranges() const {
+  std::vector<std::vector<ElementRange>> ranges(layout_.units.size());
+  for (int64_t layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    if (!block_uses_fp8(layer)) continue;
+    const int unit = block_unit(layer);
+    ranges[unit] = fp8_linear_weight_ranges(layout_.units[unit], layer);
+  }
+  return ranges;
+}
+
 BlockWeights DecoderModel::weights_of(int unit, Tensor flat, int64_t layer) const {
   BlockWeights w = block_weights(layout_.units[unit], flat, layer);
   const bool fp8 = block_uses_fp8(layer);

@@ -87,6 +87,10 @@ class DecoderModel {
     return precision_ == Precision::kFp8 && layer >= keep_bf16_layers_ &&
            layer < config_.num_hidden_layers - keep_bf16_layers_;
   }
+  // Per unit (ParamLayout::units), the weights the FP8 linears read, one range per GEMM operand
+  // (model/weights.h fp8_linear_weight_ranges): what fp8.all_gather gathers as e4m3
+  // (fsdp/fp8_gather.h). Empty for every unit in bf16.
+  std::vector<std::vector<ElementRange>> fp8_weight_ranges() const;
 
   // The lm head and loss run over chunks of at most this many logits (rows x vocab; at least
   // one row per chunk), so peak memory does not grow with tokens x vocab. Tests lower it to

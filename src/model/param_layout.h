@@ -22,6 +22,12 @@ namespace shardtrain {
 
 inline constexpr int64_t kParamAlignElems = 64;
 
+// Elements [begin, end) of a unit.
+struct ElementRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
 struct ParamSpec {
   std::string name;    // Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
   Shape shape;         // e.g. [out_features, in_features]

@@ -120,6 +120,30 @@ BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer) {
   return w;
 }
 
+std::vector<ElementRange> fp8_linear_weight_ranges(const UnitLayout& unit, int64_t layer) {
+  const std::string p = fmt::format("model.layers.{}.", layer);
+  const auto spec = [&](const std::string& name) -> const ParamSpec& {
+    const int index = unit.find(name);
+    SHARDTRAIN_CHECK(index >= 0, "parameter {} not in unit {}", name, unit.name);
+    return unit.params[index];
+  };
+  const auto whole = [&](const std::string& name) {
+    const ParamSpec& s = spec(name);
+    return ElementRange{s.offset, s.offset + s.numel()};
+  };
+  // q, k and v: one packed operand (block_weights checks that they lie back to back).
+  std::vector<ElementRange> ranges{
+      {spec(p + "self_attn.q_proj.weight").offset, whole(p + "self_attn.v_proj.weight").end},
+      whole(p + "self_attn.o_proj.weight")};
+  if (unit.find(p + "mlp.gate_proj.weight") >= 0) {  // dense
+    for (const char* name :
+         {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+      ranges.push_back(whole(p + name));
+    }
+  }
+  return ranges;
+}
+
 RootWeights root_weights(const UnitLayout& unit, Tensor flat, bool tied) {
   RootWeights w;
   w.embed_tokens = param_view(unit, flat, "model.embed_tokens.weight");

@@ -2,6 +2,8 @@
 // the layers take them (model/layers/).
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 #include "model/layers/linear.h"
 #include "model/param_layout.h"
@@ -56,6 +58,11 @@ Tensor param_view(const UnitLayout& unit, Tensor flat, const std::string& name);
 // Block `layer`'s views; biases and q/k norms where the layout has them.
 BlockWeights block_weights(const UnitLayout& unit, Tensor flat, int64_t layer);
 RootWeights root_weights(const UnitLayout& unit, Tensor flat, bool tied);
+// The weights of block `layer`'s five linears that run in FP8 (DecoderModel::weights_of) as
+// unit element ranges, one per GEMM operand (so each is quantised with one scale): q/k/v packed,
+// o, and in a dense block gate, up and down. A sparse block's experts run bf16: not listed.
+std::vector<ElementRange> fp8_linear_weight_ranges(const UnitLayout& unit, int64_t layer);
+
 // Expert parallelism: w's experts (gate_EFC, up_EFC, down_ECF, E = this rank's experts) from a
 // unit of experts (UnitLayout::experts: gate, then up, then down projections, back to back).
 void local_expert_weights(const UnitLayout& unit, Tensor flat, MoeWeights& w);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "ops/ops.h"
@@ -13,6 +14,29 @@ inline int64_t row_width(const Tensor& t) { return t.shape().rank() == 0 ? 1 : t
 inline int64_t row_count(const Tensor& t) {
   const int64_t width = row_width(t);
   return width == 0 ? 0 : t.numel() / width;
+}
+
+// The FP8 all-gather's casts (Ops::fp8_range_*): `values` (x, or out when dequantising) f32 or
+// bf16, amax_S f32, each range inside `values` with its scale inside amax_S, and bytes_u8 (when
+// given) u8 and at least as long as `values`.
+inline void check_fp8_ranges(const char* op, const Tensor& values,
+                             const std::vector<Fp8Range>& ranges, const Tensor& amax_S,
+                             const Tensor& bytes_u8 = Tensor()) {
+  SHARDTRAIN_CHECK(values.dtype() == DType::kF32 || values.dtype() == DType::kBF16,
+                   "{}: values are {}, want f32 or bf16", op, dtype_name(values.dtype()));
+  SHARDTRAIN_CHECK(amax_S.dtype() == DType::kF32, "{}: amax is {}, want f32", op,
+                   dtype_name(amax_S.dtype()));
+  for (const Fp8Range& r : ranges) {
+    SHARDTRAIN_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= values.numel(),
+                     "{}: range [{}, {}) of {} elements", op, r.begin, r.end, values.numel());
+    SHARDTRAIN_CHECK(0 <= r.scale && r.scale < amax_S.numel(), "{}: scale {} of {}", op, r.scale,
+                     amax_S.numel());
+  }
+  if (bytes_u8.defined()) {
+    SHARDTRAIN_CHECK(bytes_u8.dtype() == DType::kU8 && bytes_u8.numel() >= values.numel(),
+                     "{}: bytes are {} x {} for {} elements", op, dtype_name(bytes_u8.dtype()),
+                     bytes_u8.numel(), values.numel());
+  }
 }
 
 inline void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {

@@ -70,6 +70,13 @@ struct Fp8Site {
   bool input_kept_in_fp8 = false;
 };
 
+// One range of a flat tensor that the FP8 all-gather (fsdp/fp8_gather.h) casts with one scale:
+// elements [begin, end) of the tensor, scaled by the amax at index `scale` of an amax vector.
+struct Fp8Range {
+  int64_t begin = 0, end = 0;
+  int64_t scale = 0;
+};
+
 // The per-head q/k norms of one attention layer (Ops::split_qkv_norm_rope): weights (D) for q
 // and k, scaled by weight, or by 1 + weight when one_plus_weight (Gemma).
 struct QkNorm {
@@ -400,6 +407,22 @@ class Ops {
   virtual void swiglu_linear_forward_fp8(Tensor gate_NF, Tensor up_NF, Tensor act_NF,
                                          Tensor weight_CF, Tensor residual_NC, Tensor out_NC,
                                          Fp8Site site);
+
+  // ---- FP8 all-gather (fp8.all_gather: fsdp/fp8_gather.h) ----
+  // Weights cast to e4m3 per range with one per-tensor scale each (core/fp8_e4m3.h: scale =
+  // fp8_gather_scale(amax), round to nearest even, saturating), and back. Every backend gives the
+  // same bytes and values bit for bit. amax_S: f32, one entry per scale index.
+  // amax_S[r.scale] = max(amax_S[r.scale], max |x[r.begin, r.end)|) for each range (NaN ignored);
+  // x: f32 or bf16. Ranges sharing a scale may come in one call.
+  virtual void fp8_range_amax(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S) = 0;
+  // bytes_u8[i] = e4m3(x[i] * fp8_gather_scale(amax_S[r.scale])) for i in each range; other bytes
+  // untouched. x: f32 or bf16; bytes_u8: u8, at least as many elements as x.
+  virtual void fp8_range_quantize(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                                  Tensor bytes_u8) = 0;
+  // out[i] = e4m3_to_f32(bytes_u8[i]) * (1 / fp8_gather_scale(amax_S[r.scale])), rounded to out's
+  // dtype (f32 or bf16), for i in each range; other elements untouched.
+  virtual void fp8_range_dequantize(Tensor bytes_u8, const std::vector<Fp8Range>& ranges,
+                                    Tensor amax_S, Tensor out) = 0;
 
  protected:
   // What attention_forward / attention_backward run (the causal default lives in one place).

@@ -444,6 +444,19 @@ void ProfiledOps::adamw_multi(const std::vector<AdamWSegment>& segments, const A
 void ProfiledOps::sum_squares(Tensor x, Tensor out_1) {
   timed(__func__, OpClass::kOptimizer, [&] { inner_->sum_squares(x, out_1); });
 }
+void ProfiledOps::fp8_range_amax(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S) {
+  timed(__func__, OpClass::kElementwise, [&] { inner_->fp8_range_amax(x, ranges, amax_S); });
+}
+void ProfiledOps::fp8_range_quantize(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                                     Tensor bytes_u8) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->fp8_range_quantize(x, ranges, amax_S, bytes_u8); });
+}
+void ProfiledOps::fp8_range_dequantize(Tensor bytes_u8, const std::vector<Fp8Range>& ranges,
+                                       Tensor amax_S, Tensor out) {
+  timed(__func__, OpClass::kElementwise,
+        [&] { inner_->fp8_range_dequantize(bytes_u8, ranges, amax_S, out); });
+}
 float ProfiledOps::read_scalar(Tensor x_1) {
   float value = 0;
   timed(__func__, OpClass::kMemory, [&] { value = inner_->read_scalar(x_1); });

@@ -160,6 +160,11 @@ class ProfiledOps final : public Ops {
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
+  void fp8_range_amax(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S) override;
+  void fp8_range_quantize(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                          Tensor bytes_u8) override;
+  void fp8_range_dequantize(Tensor bytes_u8, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                            Tensor out) override;
 
  protected:
   void masked_attention_forward(Tensor q_BTHD, Tensor k_BTKD, Tensor v_BTKD, float scale,

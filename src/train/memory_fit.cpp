@@ -93,6 +93,14 @@ FsdpMemory fsdp_memory_with(const MemoryJob& job, const MemorySetting& setting, 
   // experts over the expert shard group.
   const int experts = expert_parallel_at(job, group);
   const ParamLayout layout = make_param_layout(job.model, job.lora, ExpertPlacement{experts, 0});
+  if (job.fp8 && job.fp8_all_gather) {
+    // The blocks DecoderModel::block_uses_fp8 runs in FP8.
+    options.fp8_gather_units.assign(layout.units.size(), false);
+    const int64_t layers = job.model.num_hidden_layers, keep = job.fp8_keep_bf16_layers;
+    for (int64_t layer = keep; layer < layers - keep; ++layer) {
+      options.fp8_gather_units[static_cast<size_t>(block_unit(layer))] = true;
+    }
+  }
   return estimate_fsdp_memory(make_shard_plan(layout, group, group / experts), setting.strategy,
                               options, job.activation_dtype);
 }
@@ -275,6 +283,8 @@ MemoryJob memory_job_for(const TrainConfig& config, const ModelConfig& model, in
   job.compute_copy = config.fsdp.compute_copy;
   job.update_in_backward = config.optim.update_in_backward;
   job.fp8 = config.train.precision == TrainPrecision::kFp8;
+  job.fp8_all_gather = config.fp8.all_gather;
+  job.fp8_keep_bf16_layers = config.fp8.keep_bf16_layers;
   job.capacity_bytes = capacity;
   job.grad_accum = config.grad_accum_for(world);
   job.lora = config.lora;

@@ -45,6 +45,10 @@ struct MemoryJob {
   ComputeCopyChoice compute_copy = ComputeCopyChoice::kAuto;  // fsdp.compute_copy
   bool update_in_backward = false;    // optim.update_in_backward
   bool fp8 = false;                   // train.precision = "fp8": plus model/fp8_memory.h's bytes
+  // fp8.all_gather (with fp8): the e4m3 shards of the FP8 blocks, all but the first and last
+  // fp8_keep_bf16_layers (fsdp/shard_plan.h fp8_shard, and one gathered block's bytes)
+  bool fp8_all_gather = false;
+  int64_t fp8_keep_bf16_layers = 0;
   size_t capacity_bytes = 0;          // the GPU memory auto compares with; 0 = unknown (keep)
   int64_t grad_accum = 1;             // micro-batches per optimizer step (auto's compute copy)
   // [lora]: a frozen bf16 base (no master, moments or gradient) and trainable adapters, whose

@@ -1,4 +1,4 @@
-// train.precision and fp8.keep_bf16_layers: parsed as choices, validated, and refused where
+// train.precision, fp8.keep_bf16_layers and fp8.all_gather: parsed, validated, and refused where
 // FP8 cannot run (the CPU backend; on CUDA below compute capability 8.9, which the FP8 GPU test
 // covers) or where keep_bf16_layers leaves no block in FP8.
 #include "train/precision_check.h"
@@ -39,6 +39,25 @@ TEST(PrecisionConfig, ParsesTheChoicesAndValidatesKeepBf16Layers) {
   config.fp8.keep_bf16_layers = -1;
   const std::string negative = error_of([&] { config.validate(); });
   EXPECT_NE(negative.find("fp8.keep_bf16_layers"), std::string::npos) << negative;
+}
+
+TEST(PrecisionConfig, Fp8AllGatherNeedsFp8) {
+  TrainConfig config;
+  ConfigSchema schema;
+  config.register_config(schema);
+  EXPECT_FALSE(config.fp8.all_gather);  // the default
+  schema.apply_override("fp8.all_gather=true");
+  EXPECT_TRUE(config.fp8.all_gather);
+  config.model.path = "m";
+  config.data.path = "d";
+  const std::string message = error_of([&] { config.validate(); });
+  EXPECT_NE(message.find("'fp8.all_gather'"), std::string::npos) << message;
+  EXPECT_NE(message.find("set train.precision = \"fp8\""), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+  config.train.precision = TrainPrecision::kFp8;
+  config.validate();  // accepted with FP8
+  const std::string bad = error_of([&] { schema.apply_override("fp8.all_gather=maybe"); });
+  EXPECT_NE(bad.find("fp8.all_gather"), std::string::npos) << bad;
 }
 
 TEST(PrecisionCheck, Fp8IsRefusedOnTheCpuBackend) {

@@ -230,6 +230,8 @@ void TrainConfig::register_config(ConfigSchema& schema) {
   lora.register_config(schema);
   schema.add("fp8.keep_bf16_layers", &fp8.keep_bf16_layers,
              "train.precision = \"fp8\": the first and the last N blocks stay bf16");
+  schema.add("fp8.all_gather", &fp8.all_gather,
+             "train.precision = \"fp8\": all-gather the FP8 linears' weights as e4m3");
 }
 
 namespace {
@@ -297,6 +299,11 @@ void TrainConfig::validate() const {
   }
   require(train.log_every > 0, "train.log_every", "> 0", train.log_every);
   require(fp8.keep_bf16_layers >= 0, "fp8.keep_bf16_layers", ">= 0", fp8.keep_bf16_layers);
+  if (fp8.all_gather && train.precision != TrainPrecision::kFp8) {
+    fail(
+        "config key 'fp8.all_gather' gathers the weights of FP8 linears, but train.precision is "
+        "\"bf16\"; HINT: set train.precision = \"fp8\" or drop fp8.all_gather");
+  }
   require(train.max_grad_norm >= 0, "train.max_grad_norm", ">= 0 (0 disables clipping)",
           train.max_grad_norm);
   require(train.checkpoint_every >= 0, "train.checkpoint_every", ">= 0 (0 = off)",

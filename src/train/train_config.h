@@ -12,7 +12,7 @@
 //           decay_norms_and_biases, update_in_backward
 //   [fsdp]  strategy, shard_group_size, reduce_on_last_micro_batch, compute_copy (docs/fsdp.md)
 //   [dist]  backend (docs/fsdp.md "Rendezvous and communication")
-//   [train] precision        [fp8] keep_bf16_layers
+//   [train] precision        [fp8] keep_bf16_layers, all_gather
 //   [metrics] port, address, gpu, gpu_interval, nvml_library, peak_tflops (train/metrics_config.h)
 //   [lora]  enabled, rank, alpha, dropout, target_modules, use_rslora, adapter
 //           (model/lora_config.h)
@@ -200,6 +200,10 @@ struct Fp8Config {
   // train.precision = "fp8": the first and the last N blocks stay bf16 (as torchtitan and
   // Megatron allow; the blocks nearest the embedding and the head are the most sensitive).
   int64_t keep_bf16_layers = 0;
+  // train.precision = "fp8": the FP8 linears' weights are all-gathered as e4m3 with one scale
+  // each (fsdp/fp8_gather.h), half the all-gather bytes of bf16. No effect with one rank per
+  // shard group (nothing is gathered).
+  bool all_gather = false;
 };
 
 struct TrainConfig {

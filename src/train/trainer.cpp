@@ -104,9 +104,9 @@ std::string memory_json(const FsdpMemory& m) {
   return fmt::format(
       "{{\"master_bytes\":{},\"moment_bytes\":{},\"grad_shard_bytes\":{},"
       "\"gathered_peak_bytes\":{},\"full_grad_peak_bytes\":{},\"compute_shard_bytes\":{},"
-      "\"frozen_shard_bytes\":{}}}",
+      "\"frozen_shard_bytes\":{},\"fp8_shard_bytes\":{}}}",
       m.master_bytes, m.moment_bytes, m.grad_shard_bytes, m.gathered_peak_bytes,
-      m.full_grad_peak_bytes, m.compute_shard_bytes, m.frozen_shard_bytes);
+      m.full_grad_peak_bytes, m.compute_shard_bytes, m.frozen_shard_bytes, m.fp8_shard_bytes);
 }
 
 int64_t total_bytes(const FsdpMemory& m) { return static_cast<int64_t>(m.total()); }
@@ -319,6 +319,7 @@ FsdpOptions Trainer::fsdp_options() const {
         "run one rank with train.grad_accum = 1",
         env_.world, grad_accum_);
   }
+  if (config_.fp8.all_gather) options.fp8_gather_ranges = model_.fp8_weight_ranges();
   return options;
 }
 
@@ -327,6 +328,11 @@ FsdpMemory Trainer::planned_fsdp_memory() const {
   options.reduce_on_last_micro_batch = config_.fsdp.reduce_on_last_micro_batch;
   options.compute_copy = units_->compute_copy();
   options.update_in_backward = units_->updates_in_backward();
+  if (config_.fp8.all_gather) {
+    for (const std::vector<ElementRange>& ranges : model_.fp8_weight_ranges()) {
+      options.fp8_gather_units.push_back(!ranges.empty());
+    }
+  }
   return estimate_fsdp_memory(units_->plan(), strategy_, options, ops_.activation_dtype());
 }
 
@@ -353,7 +359,16 @@ void Trainer::log_setup() const {
         env_.rank, env_.world, fsdp_strategy_name(strategy_), group_size_,
         micro_batch * grad_accum_ * env_.world, micro_batch, grad_accum_, env_.world,
         memory_json(planned_fsdp_memory()));
+    if (env_.rank == 0 && config_.fp8.all_gather) {
+      log::info("fp8.all_gather: {}",
+                units_->gathers_fp8()
+                    ? "the FP8 linears' weights are all-gathered as e4m3, one scale per weight"
+                    : "no effect: no unit with FP8 weights is sharded over several ranks");
+    }
   } else if (env_.rank == 0) {
+    if (config_.fp8.all_gather) {
+      log::info("fp8.all_gather: no effect on one rank (nothing is gathered)");
+    }
     log::info("fsdp one rank: compute copy {}, update {}; memory estimate {}",
               units_->compute_copy() == ComputeCopy::kKeep ? "kept" : "built on demand",
               units_->updates_in_backward() ? "in backward" : "after backward",

@@ -10,7 +10,7 @@
 // The op families live in separate files: cpu_ops.cpp (memory, elementwise, optimizer),
 // cpu_layers.cpp (embedding, RMSNorm, linear, RoPE, SwiGLU), cpu_qk_norm_rope.cpp (per-head q/k
 // norms fused with the split and rope), cpu_activation_ops.cpp (GeGLU, soft-capping),
-// cpu_attention.cpp, cpu_cross_entropy.cpp.
+// cpu_attention.cpp, cpu_cross_entropy.cpp, cpu_fp8_gather.cpp (the FP8 all-gather's casts).
 #pragma once
 
 #include <memory>
@@ -115,6 +115,12 @@ class CpuOps : public Ops {
   // ---- optimizer and norms ----
   // Segment by segment: adamw, cast, fill_zero (the definition of the op's result).
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
+  // ---- FP8 all-gather (cpu_fp8_gather.cpp): core/fp8_e4m3.h's conversions ----
+  void fp8_range_amax(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S) override;
+  void fp8_range_quantize(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                          Tensor bytes_u8) override;
+  void fp8_range_dequantize(Tensor bytes_u8, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                            Tensor out) override;
   void sum_squares(Tensor x, Tensor out_1) override;
   float read_scalar(Tensor x_1) override;
 

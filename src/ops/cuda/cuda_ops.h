@@ -147,6 +147,13 @@ class CudaOps final : public Ops {
   void set_fp8_gradient_fast_accumulation(bool on);
   size_t fp8_workspace_bytes() const;
 
+  // ---- FP8 all-gather casts (cuda_fp8_gather_ops.cpp; kernels: cuda_fp8_gather.cu) ----
+  void fp8_range_amax(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S) override;
+  void fp8_range_quantize(Tensor x, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                          Tensor bytes_u8) override;
+  void fp8_range_dequantize(Tensor bytes_u8, const std::vector<Fp8Range>& ranges, Tensor amax_S,
+                            Tensor out) override;
+
   // ---- optimizer and norms (cuda_ops.cpp) ----
   // One launch; the segment table is uploaded only when the segments change (cuda_kernels.h).
   void adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step) override;
