@@ -76,6 +76,37 @@ TEST(PlanCli, ExpertParallelHoldsFewerExpertsAndCountsTheAllToAllBuffers) {
   EXPECT_LT(std::stod(b[12]), std::stod(a[12]) / 2) << a[12] << " vs " << b[12];
 }
 
+// The row's column `index` (strategy, group, then value and "MiB" per column) as a number.
+double column(const std::string& out, const std::string& strategy, size_t index) {
+  const size_t row = out.find("\n" + strategy + " ");
+  EXPECT_NE(row, std::string::npos) << out;
+  std::istringstream fields(out.substr(row + 1, out.find('\n', row + 1) - row - 1));
+  std::vector<std::string> columns;
+  for (std::string f; fields >> f;) columns.push_back(f);
+  EXPECT_GT(columns.size(), index) << out;
+  return columns.size() > index ? std::stod(columns[index]) : 0.0;
+}
+
+TEST(PlanCli, Fp8AllGatherCountsTheE4m3ShardsWhereUnitsAreSharded) {
+  const std::string base =
+      "--train.micro_batch=1 --data.seq_len=4096 --world-size 8 --train.precision=fp8 ";
+  const std::string bf16_gather = plan("llama3.2-1b", base);
+  const std::string e4m3_gather = plan("llama3.2-1b", base + "--fp8.all_gather=true");
+  EXPECT_EQ(bf16_gather.find("fp8.all_gather"), std::string::npos) << bf16_gather;
+  EXPECT_NE(e4m3_gather.find("fp8.all_gather: where the shard group has more than one rank"),
+            std::string::npos)
+      << e4m3_gather;
+  // The compute copy column (index 4) grows by one byte per element of the 16 FP8 blocks'
+  // shards: 16 x 60,817,408 / 8 bytes = 116.0 MiB at FULL_SHARD over 8; nothing at NO_SHARD.
+  const double added = column(e4m3_gather, "FULL_SHARD", 4) - column(bf16_gather, "FULL_SHARD", 4);
+  EXPECT_NEAR(added, 16.0 * 60817408 / 8 / (1 << 20), 0.5) << e4m3_gather;
+  EXPECT_EQ(column(e4m3_gather, "NO_SHARD", 4), column(bf16_gather, "NO_SHARD", 4));
+  // And one gathered block's bytes in flight (index 12): 60.8M elements, about 58 MiB.
+  const double gathered =
+      column(e4m3_gather, "FULL_SHARD", 12) - column(bf16_gather, "FULL_SHARD", 12);
+  EXPECT_NEAR(gathered, 60817408.0 / (1 << 20), 1.0) << e4m3_gather;
+}
+
 TEST(PlanCli, ExpertParallelThatDoesNotDivideTheShardGroupIsOneLineAndExitTwo) {
   const std::string source = SHARDTRAIN_SOURCE_DIR;
   const auto result = testing::run_command(
