@@ -10,7 +10,9 @@
 #          [--seq 4096] [--micro-batch 2] [--steps 8] [--timeout 300] [--config bench/bench.toml]
 #   --gpus        world sizes to run; those above the GPUs `nvidia-smi -L` lists are skipped
 #   --shape       shapes (bench/shapes/NAME, or a dir holding a config.json); NAME+ckpt runs with
-#                 full activation checkpointing (e.g. llama2-7b+ckpt --micro-batch 1)
+#                 full activation checkpointing (e.g. llama2-7b+ckpt --micro-batch 1); +fp8: ours
+#                 with train.precision = fp8; +fp8gather: and fp8.all_gather = true (the FP8
+#                 weights gathered as e4m3; PyTorch stays bf16: no torchao on the GPU machine)
 #   --engines     shardtrain; pytorch-compiled: bench/pytorch_fsdp2.py --compile (per-layer
 #                 torch.compile, the baseline that counts); pytorch: the same, eager
 #   --timeout     seconds per run (then SIGTERM, SIGKILL 30 s later): one hang cannot eat the
@@ -143,11 +145,16 @@ run_one() {
 echo "scaling: GPUs ${sizes[*]} of $visible; shapes $shapes; strategies $strategies;" \
   "engines $engines; seq $seq, micro-batch $mb per GPU, $steps steps, $run_timeout s per run"
 for run in $shapes; do
-  shape=${run%+ckpt}
+  shape=${run%%+*}
   ours_ckpt=() torch_ckpt=()
-  if [[ $run == *+ckpt ]]; then
-    ours_ckpt=(--train.activation_checkpointing=full) torch_ckpt=(--checkpointing)
-  fi
+  for mod in $(tr '+' ' ' <<<"${run#"$shape"}"); do
+    case $mod in
+      ckpt) ours_ckpt+=(--train.activation_checkpointing=full) torch_ckpt=(--checkpointing) ;;
+      fp8) ours_ckpt+=(--train.precision=fp8) ;;
+      fp8gather) ours_ckpt+=(--train.precision=fp8 --fp8.all_gather=true) ;;
+      *) echo "run_scaling.sh: unknown +$mod in $run (ckpt, fp8, fp8gather)" >&2; exit 2 ;;
+    esac
+  done
   shape_dir=$root/bench/shapes/$shape
   [[ $shape == */* ]] && shape_dir=$(cd "$shape" && pwd)
   name=$(basename "$shape_dir")${run#"$shape"}
