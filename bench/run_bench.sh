@@ -4,7 +4,8 @@
 # --compile) in the same call, same shapes (bench/shapes/*), random init, random tokens, bf16,
 # AdamW, one GPU; eager PyTorch FSDP2 too (its own rows and ratio) unless BENCH_EAGER=0.
 # Usage: bench/run_bench.sh SHARDTRAIN_BIN OUT_DIR [RUN ...]   (default: qwen2.5-1.5b llama3.2-1b)
-# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma|+wgmmafwd][+gemmwide|+splitk][+aside|+asidesmsN][+lora]
+# RUN = SHAPE[@SEQ[xMB]][+ckpt|+sel][+lean][+wgmma|+wgmmafwd][+gemmwide|+splitk]
+#       [+aside|+inorder|+asidesmsN][+lora]
 #       [+docs][+fp8][+accumN]:
 #   @SEQ[xMB]  sequence length and micro-batch of this run (default BENCH_SEQ or 4096 and
 #              BENCH_MICRO_BATCH or 2), e.g. llama3.2-1b@16384x1, llama2-7b@4096x1+ckpt
@@ -26,7 +27,9 @@
 #              candidates instead of 8); +splitk: =split-k (the top 8 and split-K variants of
 #              every deep key): ops/ops_switches.h, cuda_gemm_gpu_test's timing per GEMM
 #   +aside     ours with SHARDTRAIN_OPS_ASIDE=1 (a second stream: the gradient norm's terms
-#              beside backward instead of in order after it, the update beside the next forward);
+#              beside backward instead of in order after it, the update beside the next forward;
+#              the one-rank default, so on one GPU the same as without); +inorder: ours with
+#              SHARDTRAIN_OPS_ASIDE=0 (the before of that default);
 #              +asidesmsN: the same with SHARDTRAIN_ASIDE_GEMM_SMS=N (N of 8, 16, 24, 32: the
 #              bf16 GEMMs leave N SMs to the update while it runs)
 #   +lora      LoRA rank 16, alpha 32, all seven projections, on both: ours --lora.* against
@@ -107,6 +110,7 @@ for run in "${runs[@]}"; do
       gemmwide) ours_env+=(SHARDTRAIN_GEMM_SEARCH=wide) ;;
       splitk) ours_env+=(SHARDTRAIN_GEMM_SEARCH=split-k) ;;
       aside) ours_env+=(SHARDTRAIN_OPS_ASIDE=1) ;;
+      inorder) ours_env+=(SHARDTRAIN_OPS_ASIDE=0) ;;
       asidesms[0-9]*) [[ ${mod#asidesms} =~ ^(8|16|24|32)$ ]] ||
         { echo "run '$run': bad +$mod (asidesms8, 16, 24 or 32)" >&2; exit 2; }
         ours_env+=(SHARDTRAIN_OPS_ASIDE=1 "SHARDTRAIN_ASIDE_GEMM_SMS=${mod#asidesms}") ;;
@@ -117,7 +121,7 @@ for run in "${runs[@]}"; do
       accum[1-9]*) [[ ${mod#accum} =~ ^[0-9]+$ ]] || { echo "run '$run': bad +$mod" >&2; exit 2; }
         ours_args+=(--train.grad_accum="${mod#accum}") torch_args+=(--grad-accum "${mod#accum}") ;;
       *) echo "run '$run': unknown +$mod (ckpt, sel, lean, wgmma, wgmmafwd, gemmwide, splitk," \
-        "aside, asidesmsN, lora, docs, fp8, accumN)" >&2
+        "aside, inorder, asidesmsN, lora, docs, fp8, accumN)" >&2
         exit 2 ;;
     esac
   done

@@ -39,7 +39,10 @@ std::unique_ptr<Ops> make_rank_ops(DeviceChoice device_choice, const WorkerEnv& 
   const int gpus = visible_gpu_count();
   const bool wants_cuda = device_choice == DeviceChoice::kCuda ||
                           (device_choice == DeviceChoice::kAuto && gpus > 0);
-  return make_ops(device_choice, wants_cuda && gpus > 0 ? env.local_rank % gpus : 0, compute);
+  // A job of one rank runs the optimizer update and the gradient norm aside by default
+  // (ops/ops_switches.h SHARDTRAIN_OPS_ASIDE).
+  return make_ops(device_choice, wants_cuda && gpus > 0 ? env.local_rank % gpus : 0, compute,
+                  /*aside_by_default=*/env.world == 1);
 }
 
 DistWorld connect_world(const WorkerEnv& env, Ops& ops, const CudaComputeStream& compute,

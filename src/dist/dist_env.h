@@ -52,7 +52,8 @@ DistWorld connect_world(const WorkerEnv& env, Ops& ops, const CudaComputeStream&
 // The compute backend of this rank (ops/backend.h make_ops): CUDA ranks drive GPU
 // LOCAL_RANK % (visible GPUs), so ranks share GPUs round-robin when there are more of them than
 // GPUs (connect_world then needs host-staged Gloo). `compute`, when given, receives the CUDA
-// backend's device and stream for connect_world. Throws Error as make_ops does.
+// backend's device and stream for connect_world. A job of one rank (WORLD_SIZE 1) runs aside
+// work aside unless SHARDTRAIN_OPS_ASIDE=0 (ops/ops_switches.h). Throws Error as make_ops does.
 std::unique_ptr<Ops> make_rank_ops(DeviceChoice device_choice, const WorkerEnv& env,
                                    CudaComputeStream* compute = nullptr);
 

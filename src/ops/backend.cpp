@@ -67,14 +67,14 @@ void set_test_cuda_device_limits(const std::string& preset) {
 namespace {
 
 std::unique_ptr<Ops> make_backend(DeviceChoice device_choice, int cuda_device,
-                                  CudaComputeStream& stream_out) {
+                                  CudaComputeStream& stream_out, bool aside_by_default) {
   if (device_choice == DeviceChoice::kCpu) return make_cpu_ops();
 #if defined(SHARDTRAIN_WITH_CUDA)
   if (cuda_available()) {
     SHARDTRAIN_CHECK(cuda_device >= 0 && cuda_device < visible_gpu_count(), "GPU {} of {}",
                      cuda_device, visible_gpu_count());
     SHARDTRAIN_CUDA_CHECK(cudaSetDevice(cuda_device));
-    auto cuda = std::make_unique<CudaOps>();
+    auto cuda = std::make_unique<CudaOps>(aside_by_default);
     stream_out = {cuda->device_index(), static_cast<void*>(cuda->stream())};
     return cuda;
   }
@@ -94,10 +94,10 @@ std::unique_ptr<Ops> make_backend(DeviceChoice device_choice, int cuda_device,
 }  // namespace
 
 std::unique_ptr<Ops> make_ops(DeviceChoice device_choice, int cuda_device,
-                              CudaComputeStream* stream_out) {
+                              CudaComputeStream* stream_out, bool aside_by_default) {
   check_ops_switches();  // a misspelt switch stops here, before any device work
   CudaComputeStream stream;
-  std::unique_ptr<Ops> ops = make_backend(device_choice, cuda_device, stream);
+  std::unique_ptr<Ops> ops = make_backend(device_choice, cuda_device, stream, aside_by_default);
   if (stream_out != nullptr) *stream_out = stream;
   if (profile_ops_switch()) return std::make_unique<ProfiledOps>(std::move(ops));
   return ops;

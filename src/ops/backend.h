@@ -28,8 +28,11 @@ struct CudaComputeStream {
 // (ops/profiled_ops.h): a per-op-class time table in the log at exit; slow, for profiling.
 // `stream_out`, when given, receives the CUDA backend's device and compute stream (for the
 // code that wires a NCCL communicator to it, dist/nccl_comm.h), or stays empty on the CPU.
+// aside_by_default: the CUDA backend runs aside work aside unless SHARDTRAIN_OPS_ASIDE says
+// otherwise (ops/ops_switches.h; make_rank_ops passes true for a job of one rank).
 std::unique_ptr<Ops> make_ops(DeviceChoice device_choice, int cuda_device = 0,
-                              struct CudaComputeStream* stream_out = nullptr);
+                              struct CudaComputeStream* stream_out = nullptr,
+                              bool aside_by_default = false);
 // True when this binary includes the CUDA backend and at least one GPU is visible.
 bool cuda_available();
 // Visible GPUs; 0 without a CUDA build.

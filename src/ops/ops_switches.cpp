@@ -38,7 +38,7 @@ bool fp8_keep_down_input_switch() { return env_switch("SHARDTRAIN_FP8_KEEP_DOWN_
 
 bool attention_dq_writer_switch() { return env_switch("SHARDTRAIN_ATTENTION_DQ_WRITER", true); }
 
-bool ops_aside_switch() { return env_switch("SHARDTRAIN_OPS_ASIDE", false); }
+bool ops_aside_switch(bool default_on) { return env_switch("SHARDTRAIN_OPS_ASIDE", default_on); }
 
 int aside_gemm_sms_switch() {
   constexpr int kSms[] = {0, 8, 16, 24, 32};  // the choices below, in order
@@ -56,7 +56,7 @@ void check_ops_switches() {
   fp8_grad_fast_accum_switch();
   fp8_keep_down_input_switch();
   attention_dq_writer_switch();
-  ops_aside_switch();
+  ops_aside_switch(false);
   aside_gemm_sms_switch();
 }
 

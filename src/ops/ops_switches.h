@@ -32,13 +32,15 @@
 //                                   consumers' fp32 atomics instead of a writer warp's TMA
 //                                   reductions; default on (the writer: head dim 64 backward
 //                                   -8.5%, 128 unchanged on an H100; cuda_attention_ws_backward.cu)
-//   SHARDTRAIN_OPS_ASIDE=1          work the ops may run aside (Ops::sum_squares_aside: the
+//   SHARDTRAIN_OPS_ASIDE=1|0        work the ops may run aside (Ops::sum_squares_aside: the
 //                                   gradient norm's terms in backward; Ops::adamw_multi_aside:
 //                                   the update per unit beside the next forward) runs on a second
 //                                   CUDA stream beside the compute stream's kernels, which get the
-//                                   higher priority; default off (in order): +1.0-1.2% on
-//                                   one H100 (bench/RESULTS.md), near the same-call spread,
-//                                   and unmeasured on several GPUs
+//                                   higher priority. Default: on for a job of one rank
+//                                   (make_rank_ops; +0.6-1.2% in three H100 measurements,
+//                                   bench/RESULTS.md), off with several ranks (the compute
+//                                   stream's priority above NCCL's is unmeasured there) and for
+//                                   backends made outside a job (tests)
 //   SHARDTRAIN_ASIDE_GEMM_SMS=N     with SHARDTRAIN_OPS_ASIDE=1: while an optimizer update runs
 //                                   aside, the bf16 GEMMs are planned for N fewer SMs
 //                                   (cuBLASLt's SM count target), leaving them to the update;
@@ -65,7 +67,8 @@ bool fp8_fused_swiglu_switch();
 bool fp8_grad_fast_accum_switch();
 bool fp8_keep_down_input_switch();
 bool attention_dq_writer_switch();
-bool ops_aside_switch();
+// default_on: the caller's default when the variable is unset (one rank: on).
+bool ops_aside_switch(bool default_on);
 // 0, 8, 16, 24 or 32.
 int aside_gemm_sms_switch();
 

@@ -66,10 +66,15 @@ TEST(OpsSwitchesTest, EachSwitchReadsItsVariable) {
     ScopedEnv tune("SHARDTRAIN_ATTENTION_AUTOTUNE", value);
     EXPECT_EQ(attention_autotune_switch(), value[0] == '1');
   }
-  EXPECT_FALSE(ops_aside_switch());
+  EXPECT_FALSE(ops_aside_switch(false));  // unset: the caller's default (one rank: on)
+  EXPECT_TRUE(ops_aside_switch(true));
   {
     ScopedEnv aside("SHARDTRAIN_OPS_ASIDE", "1");
-    EXPECT_TRUE(ops_aside_switch());
+    EXPECT_TRUE(ops_aside_switch(false));
+  }
+  {
+    ScopedEnv aside("SHARDTRAIN_OPS_ASIDE", "0");
+    EXPECT_FALSE(ops_aside_switch(true));
   }
   EXPECT_EQ(aside_gemm_sms_switch(), 0);
   for (const int sms : {0, 8, 16, 24, 32}) {

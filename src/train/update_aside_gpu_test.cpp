@@ -2,7 +2,7 @@
 // (SHARDTRAIN_OPS_ASIDE=1: fsdp/fsdp_units.h) gives the loss curve and saved parameters of the
 // update in order. Bit for bit where the in-order run repeats itself bit for bit; where it does
 // not (atomics in some kernels), within ten times its own run-to-run difference. Skips with a
-// visible message where no GPU is present.
+// visible message where no GPU is present. Also: the one-rank default of make_rank_ops.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/testing/test_support.h"
+#include "dist/dist_env.h"
 #include "ops/backend.h"
 #include "train/testing/update_aside_job.h"
 
@@ -53,6 +54,26 @@ TEST(UpdateAsideGpu, MatchesTheUpdateInOrder) {
     EXPECT_LE(diff, 10 * spread + 1e-7);
   }
   fs::remove_all(dir);
+}
+
+// A job's ops (make_rank_ops) run aside work aside by default on one rank, in order with several
+// (unless SHARDTRAIN_OPS_ASIDE says otherwise); backends made outside a job run it in order.
+TEST(UpdateAsideGpu, OnByDefaultForOneRankOnly) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU: the aside default skipped";
+  testing::ScopedEnv unset("SHARDTRAIN_OPS_ASIDE", "");
+  WorkerEnv one;
+  one.world = one.local_world = 1;
+  WorkerEnv two = one;
+  two.world = two.local_world = 2;
+  EXPECT_TRUE(make_rank_ops(DeviceChoice::kCuda, one)->runs_aside());
+  EXPECT_FALSE(make_rank_ops(DeviceChoice::kCuda, two)->runs_aside());
+  EXPECT_FALSE(make_ops(DeviceChoice::kCuda)->runs_aside());
+  {
+    testing::ScopedEnv off("SHARDTRAIN_OPS_ASIDE", "0");
+    EXPECT_FALSE(make_rank_ops(DeviceChoice::kCuda, one)->runs_aside());
+  }
+  testing::ScopedEnv on("SHARDTRAIN_OPS_ASIDE", "1");
+  EXPECT_TRUE(make_rank_ops(DeviceChoice::kCuda, two)->runs_aside());
 }
 
 }  // namespace

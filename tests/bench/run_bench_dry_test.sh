@@ -2,7 +2,7 @@
 # bench/run_bench.sh without a GPU (BENCH_DRY=1: every command written to its log, nothing run):
 # run specs parse into the right flags for both engines, +wgmma (+wgmmafwd) runs ours as the test worker with
 # the cp.async-wgmma attention hook (its forward-only form; the shipped binary reads no test variable), +splitk and +gemmwide run
-# the shipped binary with SHARDTRAIN_GEMM_SEARCH, +aside with SHARDTRAIN_OPS_ASIDE=1 (+asidesmsN also with SHARDTRAIN_ASIDE_GEMM_SMS=N), runs that differ only in ours' settings share one PyTorch measurement of
+# the shipped binary with SHARDTRAIN_GEMM_SEARCH, +aside with SHARDTRAIN_OPS_ASIDE=1 (+asidesmsN also with SHARDTRAIN_ASIDE_GEMM_SMS=N), +inorder with SHARDTRAIN_OPS_ASIDE=0, runs that differ only in ours' settings share one PyTorch measurement of
 # the call, +docs gives both engines one token file of documents (ours masked apart, PyTorch with
 # FlexAttention, no eager row), +accumN accumulates on both, +lean turns clipping off on both, a bad spec exits 2 naming it; and benchlib.py loss-diff compares
 # two metrics files.
@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 BENCH_DRY=1 bash "$src/bench/run_bench.sh" "$bin" "$work/out" qwen2.5-1.5b qwen2.5-1.5b+wgmma \
   qwen2.5-1.5b+wgmmafwd qwen2.5-1.5b+ckpt qwen2.5-1.5b+splitk qwen2.5-1.5b+gemmwide qwen2.5-1.5b+aside \
-  qwen2.5-1.5b+asidesms16 >"$work/stdout" 2>&1 ||
+  qwen2.5-1.5b+asidesms16 qwen2.5-1.5b+inorder >"$work/stdout" 2>&1 ||
   { cat "$work/stdout"; fail "dry run exited $?"; }
 out=$work/out
 grep -q -- "SHARDTRAIN_TEST_ATTENTION_KERNEL=wgmma .*/shardtrain_test_worker train" \
@@ -32,6 +32,8 @@ grep -qE -- "SHARDTRAIN_GEMM_SEARCH=wide [^ ]*/shardtrain train" \
 grep -q "reused" "$out/qwen2.5-1.5b+splitk-pytorch.log" || fail "+splitk measured PyTorch again"
 grep -qE -- "SHARDTRAIN_OPS_ASIDE=1 [^ ]*/shardtrain train" "$out/qwen2.5-1.5b+aside-shardtrain.log" ||
   fail "+aside: ours without SHARDTRAIN_OPS_ASIDE=1"
+grep -qE -- "SHARDTRAIN_OPS_ASIDE=0 [^ ]*/shardtrain train" "$out/qwen2.5-1.5b+inorder-shardtrain.log" ||
+  fail "+inorder: ours without SHARDTRAIN_OPS_ASIDE=0"
 grep -qE -- "SHARDTRAIN_OPS_ASIDE=1 SHARDTRAIN_ASIDE_GEMM_SMS=16 [^ ]*/shardtrain train" \
   "$out/qwen2.5-1.5b+asidesms16-shardtrain.log" ||
   fail "+asidesms16: ours without SHARDTRAIN_OPS_ASIDE=1 SHARDTRAIN_ASIDE_GEMM_SMS=16"
@@ -48,9 +50,9 @@ grep -q -- "--checkpointing" "$out/qwen2.5-1.5b+ckpt-pytorch.log" ||
   fail "+ckpt: PyTorch runs without checkpointing (or its measurement was wrongly reused)"
 grep -q -- "--train.activation_checkpointing=full" "$out/qwen2.5-1.5b+ckpt-shardtrain.log" ||
   fail "+ckpt: ours runs without checkpointing"
-[[ $(grep -cE ' ratio +[0-9-]' "$out/table.txt") == 8 ]] || { cat "$out/table.txt"; fail "not 8 ratio rows"; }
+[[ $(grep -cE ' ratio +[0-9-]' "$out/table.txt") == 9 ]] || { cat "$out/table.txt"; fail "not 9 ratio rows"; }
 # Eager PyTorch by default (measured once per shape and flags too); BENCH_EAGER=0 leaves it out.
-[[ $(grep -c " ratio eager " "$out/table.txt") == 8 ]] || fail "not 8 eager ratio rows"
+[[ $(grep -c " ratio eager " "$out/table.txt") == 9 ]] || fail "not 9 eager ratio rows"
 grep -q -- "pytorch_fsdp2.py" "$out/qwen2.5-1.5b-pytorch-eager.log" && ! grep -q -- "--compile" \
   "$out/qwen2.5-1.5b-pytorch-eager.log" || fail "the eager run is not eager PyTorch"
 grep -q "reused" "$out/qwen2.5-1.5b+wgmma-pytorch-eager.log" || fail "+wgmma measured eager PyTorch again"

@@ -74,7 +74,7 @@ CublasLtGemm::Tuning gemm_tuning() {
 
 }  // namespace
 
-CudaOps::CudaOps() {
+CudaOps::CudaOps(bool aside_by_default) : aside_(ops_aside_switch(aside_by_default)) {
   SHARDTRAIN_CHECK(cuda_device_count() > 0, "CudaOps needs a visible GPU");
   SHARDTRAIN_CUDA_CHECK(cudaGetDevice(&device_index_));
   // Priorities: lower numbers first; the least is the default.

@@ -41,7 +41,9 @@ enum class Fp8Format;
 class CudaOps final : public Ops {
  public:
   // REQUIRES: a visible GPU (cuda_device_count() > 0); uses the current device.
-  CudaOps();
+  // aside_by_default: whether aside work runs aside when SHARDTRAIN_OPS_ASIDE is unset
+  // (ops/ops_switches.h: on for a job of one rank).
+  explicit CudaOps(bool aside_by_default = false);
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
@@ -254,7 +256,7 @@ class CudaOps final : public Ops {
   // adamw_multi on `stream` (stream_, or aside_stream_ for adamw_multi_aside).
   void launch_adamw_multi(const std::vector<AdamWSegment>& segments, const AdamWStep& step,
                           cudaStream_t stream);
-  bool aside_ = ops_aside_switch();  // SHARDTRAIN_OPS_ASIDE: on runs aside work on aside_stream_
+  bool aside_ = false;  // SHARDTRAIN_OPS_ASIDE: on runs aside work on aside_stream_
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<Fp8Linear> fp8_;
   std::unique_ptr<cuda_kernels::AdamWMultiLauncher> adamw_multi_;
