@@ -371,7 +371,9 @@ void Trainer::log_setup() const {
     }
     log::info("fsdp one rank: compute copy {}, update {}; memory estimate {}",
               units_->compute_copy() == ComputeCopy::kKeep ? "kept" : "built on demand",
-              units_->updates_in_backward() ? "in backward" : "after backward",
+              units_->updates_in_backward() ? "in backward"
+              : units_->updates_aside()     ? "aside, beside the next step's forward"
+                                            : "after backward",
               memory_json(planned_fsdp_memory()));
   }
 }
